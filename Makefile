@@ -1,0 +1,48 @@
+# reviewloop: every target documents itself; `make help` lists them.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PROTOS := $(shell find proto -name '*.proto')
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help setup proto run test lint bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP) proto ## create .venv, install with dev extras, generate the stubs (idempotent)
+
+proto: $(STAMP) ## generate protobuf/gRPC stubs (and mypy stubs) into libs/reviewloop/<context>/v1/
+	$(BIN)/python -m grpc_tools.protoc -I proto \
+	  --python_out=libs --grpc_python_out=libs \
+	  --mypy_out=libs --mypy_grpc_out=libs \
+	  --plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
+	  --plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc \
+	  $(PROTOS)
+	@for d in $$(find libs/reviewloop -path '*/v1' -type d); do touch $$d/__init__.py $$(dirname $$d)/__init__.py; done
+
+run: setup ## start every service and the gateway on 127.0.0.1:8080 (SQLite under .data/)
+	$(BIN)/reviewloop up
+
+test: setup ## the whole suite: SQLite always, PostgreSQL where REVIEWLOOP_TEST_POSTGRES is set
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: setup ## ruff and mypy
+	$(BIN)/ruff check libs services tests
+	$(BIN)/ruff format --check libs services tests
+	$(BIN)/mypy
+
+bench: setup ## benchmarks, printed as a table of medians
+	$(BIN)/python -m benchmarks
+
+clean: ## remove the venv, generated stubs, data and caches
+	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find libs -path '*/v1' -type d -prune -exec rm -rf {} +
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

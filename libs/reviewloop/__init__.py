@@ -1,0 +1,1 @@
+"""Shared code of every reviewloop service: contract, config, ids, errors, storage, gRPC, telemetry."""

@@ -1,0 +1,118 @@
+"""The ``reviewloop`` command: serve one service, bring everything up, read traces, write migrations."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from reviewloop.config import GATEWAY, SERVICES, address, data_dir
+from reviewloop.launcher import ALL, LaunchError, Stack
+
+
+def _spec(service: str) -> Any:
+    return importlib.import_module(f"{service}.__main__").SPEC
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.service == GATEWAY:
+        importlib.import_module("gateway.__main__").main()
+    else:
+        from reviewloop.service import main
+
+        main(_spec(args.service))
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from gateway.settings import admin_token_source
+
+    stack = Stack()
+    try:
+        stack.check_ports()
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stop = asyncio.Event()
+
+    async def run() -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        for name in ALL:
+            stack.start(name)
+        try:
+            await stack.wait_serving(ALL)
+        except LaunchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"reviewloop is up: gateway http://{address(GATEWAY)}", flush=True)
+        for name in SERVICES:
+            print(f"  {name:<16} grpc {address(name):<22} SERVING", flush=True)
+        print(f"  admin token: {admin_token_source()}", flush=True)
+        print(f"  logs: {data_dir() / 'logs'}/   traces: {data_dir() / 'traces.jsonl'}", flush=True)
+        print("Ctrl-C stops everything.", flush=True)
+        while not stop.is_set():
+            dead = stack.dead()
+            if dead:
+                name = dead[0]
+                print(f"error: {name} exited unexpectedly:\n{stack.log_tail(name)}", file=sys.stderr)
+                return 1
+            try:
+                await asyncio.wait_for(stop.wait(), 0.5)
+            except TimeoutError:
+                pass
+        return 0
+
+    try:
+        return asyncio.run(run())
+    finally:
+        stack.stop_all()
+        print("reviewloop stopped.", flush=True)
+
+
+def cmd_traces(args: argparse.Namespace) -> int:
+    from reviewloop.tracetree import print_trace
+
+    return print_trace(data_dir() / "traces.jsonl", args.id)
+
+
+def cmd_migration(args: argparse.Namespace) -> int:
+    from reviewloop.storage.migrations import new_revision
+
+    if args.service == GATEWAY:
+        from gateway.app import MIGRATIONS
+        from gateway.store import metadata
+
+        asyncio.run(new_revision(MIGRATIONS, metadata, args.message))
+    else:
+        spec = _spec(args.service)
+        asyncio.run(new_revision(spec.migrations_dir, spec.metadata, args.message))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="reviewloop", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run one service in the foreground")
+    serve.add_argument("service", choices=ALL)
+    serve.set_defaults(func=cmd_serve)
+    up = sub.add_parser("up", help="start every service and the gateway, migrated and SERVING")
+    up.set_defaults(func=cmd_up)
+    traces = sub.add_parser("traces", help="print a trace tree by trace id or review id")
+    traces.add_argument("id")
+    traces.set_defaults(func=cmd_traces)
+    migration = sub.add_parser("migration", help="autogenerate a migration for a service's store")
+    migration.add_argument("service", choices=SERVICES + (GATEWAY,))
+    migration.add_argument("-m", "--message", required=True)
+    migration.set_defaults(func=cmd_migration)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

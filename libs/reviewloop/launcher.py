@@ -1,0 +1,136 @@
+"""Run every service and the gateway as separate processes: ``reviewloop up`` and the e2e tests.
+
+Each child logs to ``<data dir>/logs/<name>.log``. A taken port or a dead child is a clear error,
+never a hang; ``stop()`` terminates every child and waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import grpc
+import httpx
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from reviewloop.config import GATEWAY, SERVICES, address, data_dir
+
+ALL = (*SERVICES, GATEWAY)
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def port_free(addr: str) -> bool:
+    host, _, port = addr.rpartition(":")
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, int(port)))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Stack:
+    """The processes of one reviewloop deployment on this machine."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.data_dir = data_dir(self.env)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def address(self, name: str) -> str:
+        return address(name, self.env)
+
+    def log_path(self, name: str) -> Path:
+        return self.data_dir / "logs" / f"{name}.log"
+
+    def check_ports(self, names: Iterable[str] = ALL) -> None:
+        taken = [f"{n} ({self.address(n)})" for n in names if not port_free(self.address(n))]
+        if taken:
+            raise LaunchError(
+                "port already in use: " + ", ".join(taken) + "; stop what holds it, or set "
+                "REVIEWLOOP_<SERVICE>_ADDR to another address."
+            )
+
+    def start(self, name: str) -> None:
+        self.log_path(name).parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path(name), "ab") as log:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", name], env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def dead(self) -> list[str]:
+        return [name for name, proc in self.procs.items() if proc.poll() is not None]
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path(name).read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    async def wait_serving(self, names: Iterable[str], timeout_s: float = 60.0) -> None:
+        """Wait until every named process reports SERVING (gRPC health; the gateway's /healthz)."""
+        deadline = time.monotonic() + timeout_s
+        pending = list(names)
+        while pending:
+            for name in self.dead():
+                if name in pending:
+                    raise LaunchError(
+                        f"{name} exited with code {self.procs[name].returncode}:\n{self.log_tail(name)}"
+                    )
+            pending = [n for n in pending if not await self._serving(n)]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise LaunchError(f"not SERVING after {timeout_s:.0f}s: {', '.join(pending)}")
+            await asyncio.sleep(0.2)
+
+    async def _serving(self, name: str) -> bool:
+        if name == GATEWAY:
+            try:
+                async with httpx.AsyncClient(timeout=2) as client:
+                    response = await client.get(f"http://{self.address(name)}/healthz")
+                return response.status_code == 200
+            except httpx.HTTPError:
+                return False
+        try:
+            async with grpc.aio.insecure_channel(self.address(name)) as channel:
+                reply = await health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=""), timeout=2
+                )
+            return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+        except grpc.aio.AioRpcError:
+            return False
+
+    def stop(self, name: str, timeout_s: float = 10.0) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for name in list(self.procs):
+            self.stop(name)

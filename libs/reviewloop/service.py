@@ -1,0 +1,284 @@
+"""The gRPC service bootstrap every reviewloop service boots through.
+
+``serve()`` does the common part: config, telemetry, engine, health (NOT_SERVING until the store is
+migrated), reflection, interceptors that turn domain errors into ``google.rpc.Status`` and never leak
+a traceback, the outbox relay, and a graceful stop on SIGTERM. A service passes what is its own in a
+``ServiceSpec``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
+from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor, filters
+from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+from sqlalchemy import MetaData
+
+from reviewloop import telemetry
+from reviewloop.config import ServiceConfig
+from reviewloop.contract import CONTRACT_VERSION
+from reviewloop.errors import DomainError
+from reviewloop.storage import Database, make_engine
+from reviewloop.storage.migrations import migrate
+from reviewloop.storage.outbox import Relay, ingest_method
+
+log = logging.getLogger(__name__)
+
+HEALTH_SERVICE = "grpc.health.v1.Health"
+SHUTDOWN_GRACE_S = 5.0
+
+# Who ingests outbox events sent to each destination.
+INGEST_SERVICES: Mapping[str, str] = {
+    "review_state": "reviewloop.review.v1.ReviewStateService",
+    "rules": "reviewloop.rules.v1.RulesService",
+    "nudge": "reviewloop.nudge.v1.NudgeService",
+}
+
+
+class Peers:
+    """One long-lived, traced channel per peer service, created on first use."""
+
+    def __init__(self, addresses: Mapping[str, str]) -> None:
+        self._addresses = addresses
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def channel(self, service: str) -> grpc.aio.Channel:
+        if service not in self._channels:
+            self._channels[service] = grpc.aio.insecure_channel(
+                self._addresses[service], interceptors=aio_client_interceptors()
+            )
+        return self._channels[service]
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+# A servicer registration: (add_XServicer_to_server, servicer, full service name).
+Registration = tuple[Callable[[Any, grpc.aio.Server], None], Any, str]
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """What makes a service itself: its store's schema and migrations, its servicers, its subscribers."""
+
+    name: str
+    metadata: MetaData
+    migrations_dir: Path
+    servicers: Callable[[Database, Peers], Sequence[Registration]]
+    # Outbox destinations this service's relay delivers to (keys of INGEST_SERVICES).
+    subscribers: Sequence[str] = field(default_factory=tuple)
+    # Background tasks a service runs beside its server (sweeps, listeners).
+    background: Callable[[Database, Peers], Sequence[Callable[[], Awaitable[None]]]] | None = None
+
+
+def _wrap_unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await behavior(request, context)
+        except DomainError as error:
+            await context.abort_with_status(rpc_status.to_status(error.to_status()))
+        except (grpc.aio.AbortError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("unhandled error in %s", behavior)
+            await context.abort(grpc.StatusCode.INTERNAL, "The service failed to handle the request.")
+
+    return unary
+
+
+def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            async for item in behavior(request, context):
+                yield item
+        except DomainError as error:
+            await context.abort_with_status(rpc_status.to_status(error.to_status()))
+        except (grpc.aio.AbortError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("unhandled error in %s", behavior)
+            await context.abort(grpc.StatusCode.INTERNAL, "The service failed to handle the request.")
+
+    return stream
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Maps DomainError to status + details; anything else to a bare INTERNAL with no traceback."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream(handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+class ContractVersionInterceptor(grpc.aio.ServerInterceptor):
+    """Every response's initial metadata carries ``x-contract-version``."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        behavior = handler.unary_unary
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await context.send_initial_metadata((("x-contract-version", CONTRACT_VERSION),))
+            return await behavior(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+class RunningService:
+    """A started service; ``stop()`` is idempotent."""
+
+    def __init__(
+        self,
+        server: grpc.aio.Server,
+        health: health_aio.HealthServicer,
+        db: Database,
+        peers: Peers,
+        relay: Relay | None,
+        tasks: list[asyncio.Task[None]],
+        port: int,
+    ) -> None:
+        self.server, self.health, self.db, self.peers = server, health, db, peers
+        self.relay, self.tasks, self.port = relay, tasks, port
+        self._stopped = False
+
+    async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.relay:
+            await self.relay.stop()
+        await self.peers.close()
+        await self.db.dispose()
+
+
+class PortTakenError(RuntimeError):
+    pass
+
+
+async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
+    """Build, bind, migrate and start ``spec``; health turns SERVING once the store is migrated."""
+    engine = make_engine(config.db_url)
+    SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine)
+    db = Database(engine)
+    peers = Peers(config.peers)
+    server = grpc.aio.server(
+        interceptors=[
+            aio_server_interceptor(filter_=filters.negate(filters.service_name(HEALTH_SERVICE))),
+            ContractVersionInterceptor(),
+            ErrorInterceptor(),
+        ],
+        options=[("grpc.so_reuseport", 0)],
+    )
+    health = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    names = [HEALTH_SERVICE, reflection.SERVICE_NAME]
+    for add, servicer, full_name in spec.servicers(db, peers):
+        add(servicer, server)
+        names.append(full_name)
+    reflection.enable_server_reflection(names, server)
+    for name in ("", *names):
+        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    try:
+        port = server.add_insecure_port(config.listen)
+    except RuntimeError as exc:
+        port = 0
+        log.debug("bind failed: %s", exc)
+    if port == 0:
+        await engine.dispose()
+        raise PortTakenError(f"{spec.name}: cannot listen on {config.listen} (is the port taken?)")
+    await server.start()
+    await migrate(engine, spec.migrations_dir, spec.metadata)
+    relay = None
+    if spec.subscribers:
+        relay = Relay(
+            db,
+            {dest: ingest_method(peers.channel(dest), INGEST_SERVICES[dest]) for dest in spec.subscribers},
+            poll_interval_s=config.relay_poll_s,
+        )
+        relay.start()
+    tasks = [asyncio.create_task(job()) for job in (spec.background(db, peers) if spec.background else ())]
+    for name in ("", *names):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("%s serving on port %d (contract %s)", spec.name, port, CONTRACT_VERSION)
+    return RunningService(server, health, db, peers, relay, tasks, port)
+
+
+def main(spec: ServiceSpec) -> None:
+    """Process entry point: run ``spec`` until SIGTERM or SIGINT, then stop gracefully."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = ServiceConfig.from_env(spec.name)
+    provider = telemetry.setup(spec.name, config.data_dir, config.otlp_endpoint)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        running = await start(spec, config)
+        await stop.wait()
+        log.info("%s stopping", spec.name)
+        await running.stop()
+
+    try:
+        _run_loop(run())
+    except PortTakenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        provider.shutdown()
+
+
+def _run_loop(coro: Any) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency everywhere but Windows
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)

@@ -1,0 +1,6 @@
+"""Storage: engines, units of work, migrations, the outbox and its relay."""
+
+from reviewloop.storage.engine import Database, UnitOfWork, make_engine
+from reviewloop.storage.schema import first_delivery, new_metadata, utcnow
+
+__all__ = ["Database", "UnitOfWork", "first_delivery", "make_engine", "new_metadata", "utcnow"]

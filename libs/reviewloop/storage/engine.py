@@ -1,0 +1,92 @@
+"""Engines and units of work: one transaction per use case, on SQLite or PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from reviewloop.storage.schema import outbox_row, write_rows
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def is_sqlite(engine: AsyncEngine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """An async engine for ``url``. SQLite gets WAL, foreign keys, a busy timeout and ``BEGIN
+    IMMEDIATE`` (so two writers queue on the lock instead of failing on upgrade)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True, **kwargs)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class Database:
+    """A service's store: the engine plus the hook that wakes its outbox relay after a commit."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.after_commit: list[Callable[[], None]] = []
+
+    @property
+    def is_sqlite(self) -> bool:
+        return is_sqlite(self.engine)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[UnitOfWork]:
+        """One unit of work: commit on success, roll back on any exception, then wake the relays."""
+        async with self.engine.begin() as conn:
+            uow = UnitOfWork(conn)
+            yield uow
+            await uow.flush_events()
+        if uow.wrote_events:
+            for hook in self.after_commit:
+                hook()
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+class UnitOfWork:
+    """The connection of one transaction and the outbox events it collected."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+        self._pending: list[dict[str, Any]] = []
+        self.wrote_events = False
+
+    def emit(self, destination: str, aggregate_id: str, type_: str, payload: dict[str, Any]) -> None:
+        """Queue an event for ``destination``; it is written to the outbox in this transaction."""
+        self._pending.append(outbox_row(destination, aggregate_id, type_, payload))
+
+    async def flush_events(self) -> None:
+        if self._pending:
+            await write_rows(self.conn, self._pending)
+            self._pending = []
+            self.wrote_events = True

@@ -1,0 +1,54 @@
+"""Run and write Alembic migrations for a service's store."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import MetaData
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from reviewloop.storage.engine import make_engine
+
+_ENV_DIR = Path(__file__).parent / "alembic"
+
+
+def _config(versions_dir: Path, metadata: MetaData) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_ENV_DIR))
+    cfg.set_main_option("version_locations", str(versions_dir))
+    cfg.set_main_option("path_separator", "os")
+    cfg.attributes["target_metadata"] = metadata
+    return cfg
+
+
+async def migrate(engine: AsyncEngine, versions_dir: Path, metadata: MetaData) -> None:
+    """Upgrade the store to the newest revision in ``versions_dir``."""
+    cfg = _config(versions_dir, metadata)
+
+    def upgrade(sync_conn: Any) -> None:
+        cfg.attributes["connection"] = sync_conn
+        command.upgrade(cfg, "head")
+
+    async with engine.begin() as conn:
+        await conn.run_sync(upgrade)
+
+
+async def new_revision(versions_dir: Path, metadata: MetaData, message: str) -> None:
+    """Autogenerate a revision: what ``metadata`` has that the existing revisions do not create."""
+    cfg = _config(versions_dir, metadata)
+    versions_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = make_engine(f"sqlite+aiosqlite:///{tmp}/scratch.db")
+        await migrate(engine, versions_dir, metadata)
+
+        def revision(sync_conn: Any) -> None:
+            cfg.attributes["connection"] = sync_conn
+            command.revision(cfg, message=message, autogenerate=True, version_path=str(versions_dir))
+
+        async with engine.begin() as conn:
+            await conn.run_sync(revision)
+        await engine.dispose()

@@ -1,0 +1,166 @@
+"""The outbox relay: delivers each service's outbox rows to the subscriber's gRPC ``Ingest``.
+
+Order is kept per aggregate: a relay only claims the *head* (oldest undelivered row) of each
+aggregate, leases it, delivers it and marks it delivered; the next row of that aggregate becomes the
+head only then. On PostgreSQL the claim is ``FOR UPDATE SKIP LOCKED`` so replicas share the work; a
+lease that outlives a crashed relay simply expires. Delivery is at-least-once; receivers deduplicate
+on ``event_id`` (``schema.first_delivery``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import Row, and_, exists, select, update
+from sqlalchemy.orm import aliased
+
+from reviewloop.common.v1 import common_pb2
+from reviewloop.storage.engine import Database
+from reviewloop.storage.schema import OUTBOX, utcnow
+from reviewloop.telemetry import context_from_traceparent, tracer
+
+log = logging.getLogger(__name__)
+
+LEASE = timedelta(seconds=30)
+MAX_BACKOFF_S = 30.0
+
+Deliver = Callable[[common_pb2.Event], Awaitable[None]]
+
+
+def ingest_method(channel: grpc.aio.Channel, service_full_name: str) -> Deliver:
+    """A ``Deliver`` that calls ``<service>/Ingest`` on ``channel`` with one event."""
+    call = channel.unary_unary(
+        f"/{service_full_name}/Ingest",
+        request_serializer=common_pb2.IngestRequest.SerializeToString,
+        response_deserializer=common_pb2.IngestResponse.FromString,
+    )
+
+    async def deliver(event: common_pb2.Event) -> None:
+        await call(common_pb2.IngestRequest(events=[event]), timeout=10)
+
+    return deliver
+
+
+def backoff_s(attempts: int) -> float:
+    return float(min(MAX_BACKOFF_S, 0.2 * 2 ** min(attempts, 10)))
+
+
+@dataclass
+class Relay:
+    """Relays one store's outbox to its subscribers (destination name -> deliver function)."""
+
+    db: Database
+    subscribers: Mapping[str, Deliver]
+    poll_interval_s: float = 0.5
+    batch_size: int = 100
+
+    def __post_init__(self) -> None:
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.db.after_commit.append(self._wake.set)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="outbox-relay")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                delivered = await self.drain_once()
+            except Exception:  # the store is briefly unreachable: log and keep the relay alive
+                log.exception("outbox relay round failed")
+                delivered = 0
+            if delivered:
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
+
+    async def drain_once(self) -> int:
+        """Claim the current heads, deliver them, record the outcome. Returns how many were delivered."""
+        claimed = await self._claim()
+        delivered = 0
+        for row in claimed:
+            error = await self._deliver(row)
+            async with self.db.transaction() as uow:
+                if error is None:
+                    values = {"delivered_at": utcnow(), "claimed_until": None, "last_error": None}
+                    delivered += 1
+                else:
+                    values = {
+                        "attempts": row.attempts + 1,
+                        "next_attempt_at": utcnow() + timedelta(seconds=backoff_s(row.attempts)),
+                        "claimed_until": None,
+                        "last_error": error[:1000],
+                    }
+                await uow.conn.execute(update(OUTBOX).where(OUTBOX.c.id == row.id).values(**values))
+        return delivered
+
+    async def _claim(self) -> list[Row]:
+        now = utcnow()
+        earlier = aliased(OUTBOX)
+        is_head = ~exists().where(
+            and_(
+                earlier.c.destination == OUTBOX.c.destination,
+                earlier.c.aggregate_id == OUTBOX.c.aggregate_id,
+                earlier.c.delivered_at.is_(None),
+                earlier.c.id < OUTBOX.c.id,
+            )
+        )
+        heads = (
+            select(OUTBOX)
+            .where(
+                OUTBOX.c.delivered_at.is_(None),
+                OUTBOX.c.destination.in_(list(self.subscribers)),
+                OUTBOX.c.next_attempt_at <= now,
+                (OUTBOX.c.claimed_until.is_(None)) | (OUTBOX.c.claimed_until < now),
+                is_head,
+            )
+            .order_by(OUTBOX.c.id)
+            .limit(self.batch_size)
+            .with_for_update(skip_locked=True, of=OUTBOX)
+        )
+        async with self.db.engine.begin() as conn:
+            rows = list((await conn.execute(heads)).all())
+            if rows:
+                await conn.execute(
+                    update(OUTBOX)
+                    .where(OUTBOX.c.id.in_([r.id for r in rows]))
+                    .values(claimed_until=now + LEASE)
+                )
+        return rows
+
+    async def _deliver(self, row: Row) -> str | None:
+        occurred = Timestamp()
+        occurred.FromDatetime(row.occurred_at)
+        event = common_pb2.Event(
+            event_id=row.event_id,
+            aggregate_id=row.aggregate_id,
+            type=row.type,
+            payload=row.payload.encode(),
+            traceparent=row.traceparent,
+            occurred_at=occurred,
+        )
+        with tracer.start_as_current_span(
+            f"outbox.relay {row.type}",
+            context=context_from_traceparent(row.traceparent),
+            attributes={"reviewloop.event_id": row.event_id, "reviewloop.destination": row.destination},
+        ):
+            try:
+                await self.subscribers[row.destination](event)
+            except grpc.aio.AioRpcError as exc:
+                log.warning("outbox delivery to %s failed: %s", row.destination, exc.code())
+                return f"{exc.code().name}: {exc.details()}"
+        return None

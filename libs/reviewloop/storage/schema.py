@@ -1,0 +1,111 @@
+"""Tables every service store has: the transactional outbox and the inbox of delivered event ids."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    insert,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from reviewloop.ids import new_id
+from reviewloop.telemetry import current_traceparent
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# BIGINT autoincrement on PostgreSQL, INTEGER PRIMARY KEY (the rowid) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_metadata() -> MetaData:
+    """A service's MetaData, with the outbox and inbox tables already on it."""
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    Table(
+        "outbox",
+        metadata,
+        Column("id", BigId, primary_key=True, autoincrement=True),
+        Column("event_id", String(40), nullable=False, unique=True),
+        Column("destination", String(40), nullable=False),
+        Column("aggregate_id", String(64), nullable=False),
+        Column("type", String(64), nullable=False),
+        Column("payload", Text, nullable=False),
+        Column("traceparent", String(64), nullable=False),
+        Column("occurred_at", DateTime(timezone=True), nullable=False),
+        Column("attempts", Integer, nullable=False, server_default="0"),
+        Column("next_attempt_at", DateTime(timezone=True), nullable=False),
+        Column("claimed_until", DateTime(timezone=True)),
+        Column("delivered_at", DateTime(timezone=True)),
+        Column("last_error", Text),
+        Index("ix_outbox_pending", "destination", "aggregate_id", "id"),
+    )
+    Table(
+        "inbox",
+        metadata,
+        Column("event_id", String(40), primary_key=True),
+        Column("received_at", DateTime(timezone=True), nullable=False),
+    )
+    return metadata
+
+
+# The shared tables have the same shape in every store, so one Table object serves every statement.
+_SHARED = new_metadata()
+OUTBOX = _SHARED.tables["outbox"]
+INBOX = _SHARED.tables["inbox"]
+
+
+def outbox_row(destination: str, aggregate_id: str, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+    now = utcnow()
+    return {
+        "event_id": new_id("evt"),
+        "destination": destination,
+        "aggregate_id": aggregate_id,
+        "type": type_,
+        "payload": orjson.dumps(payload).decode(),
+        "traceparent": current_traceparent(),
+        "occurred_at": now,
+        "attempts": 0,
+        "next_attempt_at": now,
+    }
+
+
+async def write_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    await conn.execute(insert(OUTBOX), rows)
+
+
+def insert_ignore(conn: AsyncConnection, table: Table) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING`` in the connection's dialect."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table).on_conflict_do_nothing()
+
+
+async def first_delivery(conn: AsyncConnection, event_id: str) -> bool:
+    """Record ``event_id`` as received; False when it was already received (a redelivery)."""
+    result = await conn.execute(insert_ignore(conn, INBOX).values(event_id=event_id, received_at=utcnow()))
+    return bool(result.rowcount == 1)
+
+

@@ -1,0 +1,1 @@
+"""diff: deterministic structured diffs between revisions of a message (spec 000, diff_json)."""

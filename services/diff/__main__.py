@@ -1,0 +1,17 @@
+"""Boot: ``python -m diff``."""
+
+from pathlib import Path
+
+from diff.server import servicers
+from diff.store import metadata
+from reviewloop.service import ServiceSpec, main
+
+SPEC = ServiceSpec(
+    name="diff",
+    metadata=metadata,
+    migrations_dir=Path(__file__).parent / "migrations",
+    servicers=servicers,
+)
+
+if __name__ == "__main__":
+    main(SPEC)

@@ -1,0 +1,17 @@
+"""Boot: ``python -m dispatch_budget``."""
+
+from pathlib import Path
+
+from dispatch_budget.server import servicers
+from dispatch_budget.store import metadata
+from reviewloop.service import ServiceSpec, main
+
+SPEC = ServiceSpec(
+    name="dispatch_budget",
+    metadata=metadata,
+    migrations_dir=Path(__file__).parent / "migrations",
+    servicers=servicers,
+)
+
+if __name__ == "__main__":
+    main(SPEC)

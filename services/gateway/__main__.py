@@ -1,0 +1,29 @@
+"""Boot: ``python -m gateway`` serves the JSON surface with uvicorn on uvloop."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from reviewloop import telemetry
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = GatewaySettings.from_env()
+    provider = telemetry.setup("gateway", settings.data_dir, settings.otlp_endpoint)
+    app = create_app(settings)
+    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, excluded_urls="healthz")
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, loop="uvloop", log_level="warning",
+                    timeout_graceful_shutdown=5)
+    finally:
+        provider.shutdown()
+
+
+if __name__ == "__main__":
+    main()

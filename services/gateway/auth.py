@@ -1,0 +1,74 @@
+"""Bearer-key authentication and the actor checks of DESIGN.md's planes."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from gateway import store
+from reviewloop.errors import Code, DomainError
+from reviewloop.tenancy import ActorKind, Principal
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who called: a project key's principal, or the bootstrap admin token (no tenant of its own)."""
+
+    principal: Principal | None
+    key_id: str | None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.principal is None or self.principal.actor_kind is ActorKind.ADMIN
+
+
+async def authenticate(request: Request) -> Caller:
+    header = request.headers.get("authorization", "")
+    scheme, _, secret = header.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise DomainError(Code.UNAUTHORIZED, "Send the API key as 'Authorization: Bearer <key>'.")
+    secret = secret.strip()
+    state = request.app.state
+    if hmac.compare_digest(secret.encode(), state.settings.admin_token.encode()):
+        return Caller(principal=None, key_id=None)
+    async with state.db.engine.connect() as conn:
+        key = await store.key_by_secret(conn, secret)
+    if key is None or key.revoked_at is not None:
+        raise DomainError(Code.UNAUTHORIZED, "The API key is unknown or revoked; ask an admin for a new key.")
+    principal = Principal(
+        org_id=key.org_id,
+        project_id=key.project_id,
+        actor_kind=key.actor_kind,
+        actor_id=key.agent_id or key.key_id,
+    )
+    return Caller(principal=principal, key_id=key.key_id)
+
+
+def require(*kinds: ActorKind) -> Callable[[Request], Awaitable[Principal]]:
+    """A dependency: the caller's principal, if its actor kind may use this verb."""
+    allowed = ", ".join(kinds)
+
+    async def dependency(request: Request) -> Principal:
+        caller = await authenticate(request)
+        if caller.principal is None or caller.principal.actor_kind not in kinds:
+            who = "the bootstrap admin token" if caller.principal is None else f"a {caller.principal.actor_kind} key"
+            raise DomainError(Code.FORBIDDEN_ACTOR, f"This verb takes a key of kind {allowed}; you used {who}.")
+        return caller.principal
+
+    return dependency
+
+
+async def require_admin(request: Request) -> Caller:
+    """Console authority: the bootstrap token, or an admin key (within its own org)."""
+    caller = await authenticate(request)
+    if not caller.is_admin:
+        raise DomainError(Code.FORBIDDEN_ACTOR, "Console verbs take an admin key or the bootstrap admin token.")
+    return caller
+
+
+AGENT = require(ActorKind.AGENT)
+ANY_PROJECT_KEY = require(ActorKind.AGENT, ActorKind.HUMAN, ActorKind.REVIEW_AGENT, ActorKind.ADMIN)
+COMPOSER_OR_HUMAN = require(ActorKind.AGENT, ActorKind.HUMAN, ActorKind.ADMIN)

@@ -1,0 +1,41 @@
+"""Stubs for every backend service, over the shared traced channels."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from fastapi import Request
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from reviewloop.config import SERVICES
+from reviewloop.nudge.v1 import nudge_pb2_grpc
+from reviewloop.review.v1 import review_pb2_grpc
+from reviewloop.service import Peers
+
+
+class Backends:
+    def __init__(self, peers: Peers, timeout_s: float) -> None:
+        self.peers = peers
+        self.timeout_s = timeout_s
+        self.review = review_pb2_grpc.ReviewStateServiceStub(peers.channel("review_state"))
+        self.nudge = nudge_pb2_grpc.NudgeServiceStub(peers.channel("nudge"))
+
+    async def health(self) -> dict[str, str]:
+        """Each backend's health status name (SERVING, NOT_SERVING, or UNAVAILABLE)."""
+
+        async def check(name: str) -> str:
+            try:
+                reply = await health_pb2_grpc.HealthStub(self.peers.channel(name)).Check(
+                    health_pb2.HealthCheckRequest(service=""), timeout=1.0
+                )
+            except grpc.aio.AioRpcError:
+                return "UNAVAILABLE"
+            return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+        results = await asyncio.gather(*(check(name) for name in SERVICES))
+        return dict(zip(SERVICES, results, strict=True))
+
+
+def backends(request: Request) -> Backends:
+    return request.app.state.backends  # type: ignore[no-any-return]

@@ -1,0 +1,111 @@
+"""RFC 9457 problem+json for every failure, with the spec's closed ``code`` and recovery facts."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from reviewloop.errors import Code, DomainError, FieldViolation, from_rpc_error, http_status, title
+
+log = logging.getLogger(__name__)
+
+PROBLEM_TYPE_BASE = "https://reviewloop.dev/problems/"
+RETRY_AFTER_S = "1"
+
+
+def problem_body(error: DomainError, status: int, request_id: str | None = None) -> dict[str, Any]:
+    errors: list[dict[str, Any]] = [
+        {"field": v.field, "code": error.code.value, "detail": v.description} for v in error.violations
+    ]
+    facts: list[tuple[str, Any]] = [
+        ("state", error.state),
+        ("revision", error.revision),
+        ("version", error.version),
+        ("sent_message_id", error.sent_message_id),
+    ]
+    errors += [{"code": name, "detail": value} for name, value in facts if value is not None]
+    errors += [{"code": "allowed_action", "detail": verb} for verb in error.allowed_actions]
+    errors += [{"code": name, "detail": value} for name, value in error.hints]
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + error.code.value,
+        "title": title(error.code),
+        "status": status,
+        "detail": error.detail,
+        "code": error.code.value,
+    }
+    if errors:
+        body["errors"] = errors
+    if request_id:
+        body["request_id"] = request_id
+    return body
+
+
+def problem_response(error: DomainError, request: Request | None = None, status: int | None = None) -> Response:
+    """The problem for ``error``; ``status`` overrides the code's usual HTTP status."""
+    request_id = request.headers.get("x-request-id") if request is not None else None
+    headers = {"Retry-After": RETRY_AFTER_S} if error.code is Code.UNAVAILABLE else None
+    status = status or http_status(error.code)
+    return Response(
+        orjson.dumps(problem_body(error, status, request_id)),
+        status_code=status,
+        media_type="application/problem+json",
+        headers=headers,
+    )
+
+
+def _pointer(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path", "header") else list(map(str, loc))
+    return "/" + "/".join(parts)
+
+
+def validation_error(exc: RequestValidationError) -> DomainError:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return DomainError(Code.BAD_REQUEST, "The request body is not valid JSON; send a JSON object.")
+    violations = tuple(FieldViolation(_pointer(tuple(e.get("loc", ()))), str(e.get("msg", "invalid"))) for e in errors)
+    detail = "; ".join(f"{v.field}: {v.description}" for v in violations) or "The request is invalid."
+    return DomainError(Code.BAD_REQUEST, detail, violations=violations)
+
+
+_HTTP_CODES = {401: Code.UNAUTHORIZED, 403: Code.FORBIDDEN_SCOPE, 404: Code.NOT_FOUND, 405: Code.BAD_REQUEST,
+               413: Code.PAYLOAD_TOO_LARGE}
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every failure into problem+json."""
+
+    @app.exception_handler(DomainError)
+    async def domain(request: Request, exc: DomainError) -> Response:
+        return problem_response(exc, request)
+
+    @app.exception_handler(grpc.aio.AioRpcError)
+    async def backend(request: Request, exc: grpc.aio.AioRpcError) -> Response:
+        error = from_rpc_error(exc)
+        if error.code is Code.INTERNAL:
+            log.error("backend error: %s %s", exc.code(), exc.details())
+            error = DomainError(Code.INTERNAL, "The server failed to handle the request.")
+        return problem_response(error, request)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        error = validation_error(exc)
+        # Malformed JSON is a 400; a well-formed body with bad fields is a 422 naming each field.
+        return problem_response(error, request, status=422 if error.violations else 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http(request: Request, exc: StarletteHTTPException) -> Response:
+        code = _HTTP_CODES.get(exc.status_code, Code.BAD_REQUEST)
+        detail = str(exc.detail) if exc.status_code != 404 else f"No route {request.method} {request.url.path}."
+        return problem_response(DomainError(code, detail), request, status=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(DomainError(Code.INTERNAL, "The server failed to handle the request."), request)

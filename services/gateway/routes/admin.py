@@ -1,0 +1,80 @@
+"""Console routes (admin key or bootstrap token): projects and API keys."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway import store
+from gateway.auth import Caller, require_admin
+from reviewloop.errors import Code, DomainError
+from reviewloop.tenancy import ActorKind
+
+router = APIRouter(prefix="/v1/admin", tags=["console"])
+Admin = Annotated[Caller, Depends(require_admin)]
+
+
+class ProjectIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    org_id: str | None = Field(default=None, max_length=40)
+
+
+class ApiKeyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    project_id: str = Field(min_length=1, max_length=40)
+    actor_kind: ActorKind
+    name: str = Field(default="", max_length=200)
+
+
+def _check_org(caller: Caller, org_id: str) -> None:
+    # An admin key administers its own org only; another org's ids read as absent.
+    if caller.principal is not None and caller.principal.org_id != org_id:
+        raise DomainError(Code.NOT_FOUND, f"No org {org_id} is visible to this key.")
+
+
+@router.post("/projects", status_code=201)
+async def create_project(body: ProjectIn, caller: Admin, request: Request) -> dict[str, Any]:
+    org_id = body.org_id or (caller.principal.org_id if caller.principal else None)
+    async with request.app.state.db.transaction() as uow:
+        if org_id is not None:
+            _check_org(caller, org_id)
+            if not await store.org_exists(uow.conn, org_id):
+                raise DomainError(Code.NOT_FOUND, f"No org {org_id}; omit org_id to create a new org.")
+        project = await store.create_project(uow.conn, body.name, org_id)
+    return {"org_id": project.org_id, "project_id": project.project_id, "name": project.name}
+
+
+@router.post("/api-keys", status_code=201)
+async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> dict[str, Any]:
+    if body.actor_kind is ActorKind.SYSTEM:
+        raise DomainError(Code.BAD_REQUEST, "/actor_kind: must be agent, human, review_agent or admin")
+    async with request.app.state.db.transaction() as uow:
+        project = await store.get_project(uow.conn, body.project_id)
+        if project is None:
+            raise DomainError(Code.NOT_FOUND, f"No project {body.project_id}.")
+        _check_org(caller, project.org_id)
+        key, secret = await store.issue_key(uow.conn, project, body.actor_kind, body.name)
+    result: dict[str, Any] = {
+        "key_id": key.key_id,
+        "api_key": secret,
+        "actor_kind": key.actor_kind.value,
+        "org_id": key.org_id,
+        "project_id": key.project_id,
+    }
+    if key.agent_id:
+        result["agent_id"] = key.agent_id
+    return result
+
+
+@router.post("/api-keys/{key_id}/revoke")
+async def revoke_api_key(key_id: str, caller: Admin, request: Request) -> dict[str, Any]:
+    async with request.app.state.db.transaction() as uow:
+        key = await store.get_key(uow.conn, key_id)
+        if key is None:
+            raise DomainError(Code.NOT_FOUND, f"No key {key_id}.")
+        _check_org(caller, key.org_id)
+        await store.revoke_key(uow.conn, key_id)
+    return {"key_id": key_id, "revoked": True}

@@ -1,0 +1,64 @@
+"""Gateway settings, read once from the environment."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from reviewloop.config import GATEWAY, SERVICES, address, data_dir, db_url
+
+ADMIN_TOKEN_ENV = "REVIEWLOOP_ADMIN_TOKEN"
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+
+
+def admin_token_path(env: Mapping[str, str] = os.environ) -> Path:
+    return data_dir(env) / "admin-token"
+
+
+def admin_token_source(env: Mapping[str, str] = os.environ) -> str:
+    """Where the bootstrap admin token comes from, for ``reviewloop up`` to print."""
+    return f"${ADMIN_TOKEN_ENV}" if env.get(ADMIN_TOKEN_ENV) else str(admin_token_path(env))
+
+
+def load_admin_token(env: Mapping[str, str] = os.environ) -> str:
+    """``REVIEWLOOP_ADMIN_TOKEN``, or the one in ``.data/admin-token``, generated (mode 0600) when absent."""
+    if env.get(ADMIN_TOKEN_ENV):
+        return env[ADMIN_TOKEN_ENV]
+    path = admin_token_path(env)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write("rladm_" + secrets.token_urlsafe(32) + "\n")
+    return path.read_text().strip()
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    db_url: str
+    host: str
+    port: int
+    data_dir: Path
+    peers: Mapping[str, str]
+    admin_token: str
+    max_body_bytes: int
+    backend_timeout_s: float
+    otlp_endpoint: str | None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
+        host, _, port = address(GATEWAY, env).rpartition(":")
+        return cls(
+            db_url=db_url(GATEWAY, env),
+            host=host,
+            port=int(port),
+            data_dir=data_dir(env),
+            peers={name: address(name, env) for name in SERVICES},
+            admin_token=load_admin_token(env),
+            max_body_bytes=int(env.get("REVIEWLOOP_MAX_BODY_BYTES", DEFAULT_MAX_BODY)),
+            backend_timeout_s=float(env.get("REVIEWLOOP_BACKEND_TIMEOUT_S", "10")),
+            otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+        )

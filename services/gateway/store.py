@@ -1,0 +1,131 @@
+"""The gateway's own store: projects and API keys (hashed at rest)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Column, DateTime, String, Table, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from reviewloop.ids import new_id
+from reviewloop.storage.schema import new_metadata, utcnow
+from reviewloop.tenancy import ActorKind
+
+metadata = new_metadata()
+
+projects = Table(
+    "projects",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False, index=True),
+    Column("name", String(200), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", String(40), primary_key=True),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("actor_kind", String(16), nullable=False),
+    Column("agent_id", String(40)),
+    Column("name", String(200), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True)),
+)
+
+
+def hash_key(secret: str) -> str:
+    # Keys are 256 random bits, so a fast hash is enough: there is nothing to brute-force.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Project:
+    project_id: str
+    org_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    key_id: str
+    org_id: str
+    project_id: str
+    actor_kind: ActorKind
+    agent_id: str | None
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+async def create_project(conn: AsyncConnection, name: str, org_id: str | None) -> Project:
+    project = Project(project_id=new_id("prj"), org_id=org_id or new_id("org"), name=name)
+    await conn.execute(insert(projects).values(**project.__dict__, created_at=utcnow()))
+    return project
+
+
+async def get_project(conn: AsyncConnection, project_id: str) -> Project | None:
+    row = (await conn.execute(select(projects).where(projects.c.project_id == project_id))).first()
+    return Project(row.project_id, row.org_id, row.name) if row else None
+
+
+async def org_exists(conn: AsyncConnection, org_id: str) -> bool:
+    return (await conn.execute(select(projects.c.org_id).where(projects.c.org_id == org_id).limit(1))).first() is not None
+
+
+async def issue_key(conn: AsyncConnection, project: Project, actor_kind: ActorKind, name: str) -> tuple[ApiKey, str]:
+    """A new key and its secret; the secret is returned once and only its hash is stored."""
+    secret = "rlk_" + secrets.token_urlsafe(32)
+    agent_id = new_id("agt") if actor_kind in (ActorKind.AGENT, ActorKind.REVIEW_AGENT) else None
+    key = ApiKey(
+        key_id=new_id("key"),
+        org_id=project.org_id,
+        project_id=project.project_id,
+        actor_kind=actor_kind,
+        agent_id=agent_id,
+        name=name,
+        created_at=utcnow(),
+        revoked_at=None,
+    )
+    await conn.execute(
+        insert(api_keys).values(
+            **{**key.__dict__, "actor_kind": actor_kind.value}, key_hash=hash_key(secret)
+        )
+    )
+    return key, secret
+
+
+def _key(row: object) -> ApiKey:
+    m = row._mapping  # type: ignore[attr-defined]
+    return ApiKey(
+        key_id=m["key_id"],
+        org_id=m["org_id"],
+        project_id=m["project_id"],
+        actor_kind=ActorKind(m["actor_kind"]),
+        agent_id=m["agent_id"],
+        name=m["name"],
+        created_at=m["created_at"],
+        revoked_at=m["revoked_at"],
+    )
+
+
+async def key_by_secret(conn: AsyncConnection, secret: str) -> ApiKey | None:
+    row = (await conn.execute(select(api_keys).where(api_keys.c.key_hash == hash_key(secret)))).first()
+    return _key(row) if row else None
+
+
+async def get_key(conn: AsyncConnection, key_id: str) -> ApiKey | None:
+    row = (await conn.execute(select(api_keys).where(api_keys.c.key_id == key_id))).first()
+    return _key(row) if row else None
+
+
+async def revoke_key(conn: AsyncConnection, key_id: str) -> None:
+    await conn.execute(
+        update(api_keys).where(api_keys.c.key_id == key_id, api_keys.c.revoked_at.is_(None)).values(revoked_at=utcnow())
+    )

@@ -1,0 +1,17 @@
+"""Boot: ``python -m nudge``."""
+
+from pathlib import Path
+
+from nudge.server import servicers
+from nudge.store import metadata
+from reviewloop.service import ServiceSpec, main
+
+SPEC = ServiceSpec(
+    name="nudge",
+    metadata=metadata,
+    migrations_dir=Path(__file__).parent / "migrations",
+    servicers=servicers,
+)
+
+if __name__ == "__main__":
+    main(SPEC)

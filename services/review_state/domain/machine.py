@@ -1,0 +1,151 @@
+"""The actor-aware review state machine of spec 000, as data.
+
+``TRANSITIONS`` is the whole table: (state, verb, actor) -> next state. Everything else (legality,
+the ``allowed_action`` hints of a 409, which states are closed) is derived from it, so a hint can
+never advertise a verb that would 409.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from reviewloop.errors import Code, DomainError
+
+
+class State(StrEnum):
+    NEEDS_REVIEW = "needs_review"
+    IN_REVIEW = "in_review"
+    CHATTING = "chatting"
+    REJECTED = "rejected"
+    APPROVED = "approved"
+    FAILED = "failed"
+    SENT = "sent"
+    AUTO_SENT = "auto_sent"
+    CANCELLED = "cancelled"
+    # In the enum with no producer today: nothing may write these (spec 000).
+    STALE = "stale"
+    STALLED = "stalled"
+
+
+class Actor(StrEnum):
+    COMPOSER = "composer"  # the agent that composed the draft
+    HUMAN = "human"
+    REVIEW_AGENT = "review_agent"
+    SYSTEM = "system"
+
+
+class Verb(StrEnum):
+    SUBMIT_REVISION = "submit_revision"
+    POST_CHAT = "post_review_chat"
+    RESTAMP = "restamp_review"
+    CANCEL = "cancel_review"
+    OPEN = "open_review"
+    APPROVE = "approve"
+    EDIT = "edit"
+    REJECT = "reject"
+    ESCALATE = "escalate"
+    DELIVERED = "delivered"
+    DELIVERY_FAILED = "delivery_failed"
+    AUTO_SEND = "auto_send"
+
+
+S, V, A = State, Verb, Actor
+
+TRANSITIONS: dict[tuple[State, Verb, Actor], State] = {
+    # The composer's edges: exactly the spec's table "What a composing agent may legally do".
+    (S.NEEDS_REVIEW, V.SUBMIT_REVISION, A.COMPOSER): S.NEEDS_REVIEW,
+    (S.NEEDS_REVIEW, V.POST_CHAT, A.COMPOSER): S.NEEDS_REVIEW,  # asks without opening the draft
+    (S.NEEDS_REVIEW, V.RESTAMP, A.COMPOSER): S.NEEDS_REVIEW,
+    (S.NEEDS_REVIEW, V.CANCEL, A.COMPOSER): S.CANCELLED,
+    (S.IN_REVIEW, V.POST_CHAT, A.COMPOSER): S.CHATTING,
+    (S.IN_REVIEW, V.CANCEL, A.COMPOSER): S.CANCELLED,
+    (S.CHATTING, V.SUBMIT_REVISION, A.COMPOSER): S.NEEDS_REVIEW,
+    (S.CHATTING, V.POST_CHAT, A.COMPOSER): S.CHATTING,
+    (S.CHATTING, V.CANCEL, A.COMPOSER): S.CANCELLED,
+    (S.REJECTED, V.SUBMIT_REVISION, A.COMPOSER): S.NEEDS_REVIEW,
+    (S.REJECTED, V.CANCEL, A.COMPOSER): S.CANCELLED,
+    (S.FAILED, V.CANCEL, A.COMPOSER): S.CANCELLED,  # the one close-out of a failed send
+    # A human reviewer: picks a draft up, decides, comments, withdraws.
+    (S.NEEDS_REVIEW, V.OPEN, A.HUMAN): S.IN_REVIEW,
+    (S.IN_REVIEW, V.POST_CHAT, A.HUMAN): S.CHATTING,
+    (S.CHATTING, V.POST_CHAT, A.HUMAN): S.CHATTING,
+    **{(s, v, A.HUMAN): S.APPROVED for s in (S.IN_REVIEW, S.CHATTING) for v in (V.APPROVE, V.EDIT)},
+    **{(s, V.REJECT, A.HUMAN): S.REJECTED for s in (S.IN_REVIEW, S.CHATTING)},
+    **{(s, V.ESCALATE, A.HUMAN): S.NEEDS_REVIEW for s in (S.IN_REVIEW, S.CHATTING)},
+    **{
+        (s, V.CANCEL, A.HUMAN): S.CANCELLED
+        for s in (S.NEEDS_REVIEW, S.IN_REVIEW, S.CHATTING, S.REJECTED, S.FAILED)
+    },
+    # A linked review agent decides a pending draft; reject / escalate return it to the human queue.
+    **{(S.NEEDS_REVIEW, v, A.REVIEW_AGENT): S.APPROVED for v in (V.APPROVE, V.EDIT)},
+    **{(S.NEEDS_REVIEW, v, A.REVIEW_AGENT): S.NEEDS_REVIEW for v in (V.REJECT, V.ESCALATE)},
+    # The platform: delivery outcomes and graduated auto-send.
+    (S.APPROVED, V.DELIVERED, A.SYSTEM): S.SENT,
+    (S.APPROVED, V.DELIVERY_FAILED, A.SYSTEM): S.FAILED,
+    (S.NEEDS_REVIEW, V.AUTO_SEND, A.SYSTEM): S.AUTO_SENT,
+}
+
+TERMINAL = frozenset({S.SENT, S.AUTO_SENT, S.CANCELLED})
+# `failed` is closed too: nothing re-approves it, so waiting on it would wait forever.
+CLOSED = TERMINAL | {S.FAILED}
+
+# Reads legal from every state: why a 409's hints are never empty.
+READ_VERBS = ("get_review", "list_review_events")
+
+
+def allowed_actions(state: State, actor: Actor) -> list[str]:
+    """The verbs ``actor`` may use from ``state``, then the reads that are always legal."""
+    verbs = [verb.value for (s, verb, a) in TRANSITIONS if s is state and a is actor]
+    return [*dict.fromkeys(verbs), *READ_VERBS]
+
+
+def next_state(state: State, verb: Verb, actor: Actor) -> State | None:
+    return TRANSITIONS.get((state, verb, actor))
+
+
+def check_transition(
+    *,
+    state: State,
+    verb: Verb,
+    actor: Actor,
+    revision: int,
+    version: int,
+    parent_revision: int,
+    expected_version: int | None = None,
+    sent_message_id: str | None = None,
+) -> State:
+    """The next state, or the 409 the spec names: ``terminal``, then ``stale``, then ``wrong_state``."""
+    if state in TERMINAL:
+        raise DomainError(
+            Code.TERMINAL,
+            f"The review is already {state}; nothing will mutate it. Read it, and drain the "
+            "front_run_next event that reports what happened.",
+            state=state,
+            allowed_actions=allowed_actions(state, actor),
+            sent_message_id=sent_message_id,
+        )
+    if parent_revision != revision or (expected_version is not None and expected_version != version):
+        named = f"revision {parent_revision}" + (
+            f", version {expected_version}" if expected_version is not None else ""
+        )
+        raise DomainError(
+            Code.STALE,
+            f"You named {named}, but the review is at revision {revision}, version {version}. "
+            "Re-read it, re-apply your change on top, and resubmit with the current revision.",
+            state=state,
+            revision=revision,
+            version=version,
+            allowed_actions=allowed_actions(state, actor),
+        )
+    target = next_state(state, verb, actor)
+    if target is None:
+        raise DomainError(
+            Code.WRONG_STATE,
+            f"{verb} is not legal for the {actor} while the review is {state}; "
+            "use one of the allowed actions.",
+            state=state,
+            revision=revision,
+            version=version,
+            allowed_actions=allowed_actions(state, actor),
+        )
+    return target

@@ -1,0 +1,1 @@
+"""rules: writing rules, categories, graduation and the risk dial (spec 000)."""

@@ -1,0 +1,17 @@
+"""Boot: ``python -m rules``."""
+
+from pathlib import Path
+
+from rules.server import servicers
+from rules.store import metadata
+from reviewloop.service import ServiceSpec, main
+
+SPEC = ServiceSpec(
+    name="rules",
+    metadata=metadata,
+    migrations_dir=Path(__file__).parent / "migrations",
+    servicers=servicers,
+)
+
+if __name__ == "__main__":
+    main(SPEC)
