@@ -40,7 +40,7 @@ lint: setup ## ruff and mypy
 	$(BIN)/mypy
 
 bench: setup ## benchmarks, printed as a table of medians
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m tests.bench $(BENCH)
 
 clean: ## remove the venv, generated stubs, data and caches
 	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import signal
 import sys
@@ -62,10 +63,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                 name = dead[0]
                 print(f"error: {name} exited unexpectedly:\n{stack.log_tail(name)}", file=sys.stderr)
                 return 1
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
-            except TimeoutError:
-                pass
         return 0
 
     try:
@@ -107,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     traces.add_argument("id")
     traces.set_defaults(func=cmd_traces)
     migration = sub.add_parser("migration", help="autogenerate a migration for a service's store")
-    migration.add_argument("service", choices=SERVICES + (GATEWAY,))
+    migration.add_argument("service", choices=(*SERVICES, GATEWAY))
     migration.add_argument("-m", "--message", required=True)
     migration.set_defaults(func=cmd_migration)
     args = parser.parse_args(argv)

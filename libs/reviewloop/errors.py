@@ -195,11 +195,13 @@ _TRANSPORT: dict[grpc.StatusCode, Code] = {
 
 def from_rpc_error(error: grpc.aio.AioRpcError) -> DomainError:
     """Rebuild the DomainError a service raised, or classify a transport failure."""
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    status = rpc_status.from_call(error)
     if status is None or status.code == code_pb2.OK:
         code = _TRANSPORT.get(error.code(), Code.INTERNAL)
-        detail = "A backend service is unavailable; retry shortly." if code is not Code.INTERNAL else (
-            "The server failed to handle the request."
+        detail = (
+            "A backend service is unavailable; retry shortly."
+            if code is not Code.INTERNAL
+            else ("The server failed to handle the request.")
         )
         return DomainError(code, detail)
     result = DomainError(Code.INTERNAL, status.message)

@@ -34,19 +34,22 @@ def print_trace(path: Path, key: str) -> int:
         print(f"no trace or review {key} in {path}")
         return 1
     for trace_id in trace_ids:
-        members = sorted((s for s in spans if s["trace_id"] == trace_id), key=lambda s: s["start_ns"])
-        ids = {s["span_id"] for s in members}
-        children: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
-        for span in members:
-            parent = span["parent_span_id"] if span["parent_span_id"] in ids else None
-            children[parent].append(span)
         print(f"trace {trace_id}")
-
-        def walk(parent: str | None, depth: int) -> None:
-            for span in children[parent]:
-                ms = (span["end_ns"] - span["start_ns"]) / 1e6
-                print(f"{'  ' * (depth + 1)}{span['service']}: {span['name']}  {ms:.1f} ms  {span['status']}")
-                walk(span["span_id"], depth + 1)
-
-        walk(None, 0)
+        print_tree(sorted((s for s in spans if s["trace_id"] == trace_id), key=lambda s: s["start_ns"]))
     return 0
+
+
+def print_tree(members: list[dict[str, Any]]) -> None:
+    ids = {s["span_id"] for s in members}
+    children: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    for span in members:
+        parent = span["parent_span_id"] if span["parent_span_id"] in ids else None
+        children[parent].append(span)
+
+    def walk(parent: str | None, depth: int) -> None:
+        for span in children[parent]:
+            ms = (span["end_ns"] - span["start_ns"]) / 1e6
+            print(f"{'  ' * (depth + 1)}{span['service']}: {span['name']}  {ms:.1f} ms  {span['status']}")
+            walk(span["span_id"], depth + 1)
+
+    walk(None, 0)

@@ -2,9 +2,10 @@
 
 from pathlib import Path
 
+from reviewloop.service import ServiceSpec, main
+
 from diff.server import servicers
 from diff.store import metadata
-from reviewloop.service import ServiceSpec, main
 
 SPEC = ServiceSpec(
     name="diff",

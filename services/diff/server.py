@@ -15,4 +15,6 @@ class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
 
 
 def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
-    return [(diff_pb2_grpc.add_DiffServiceServicer_to_server, DiffServicer(db), "reviewloop.diff.v1.DiffService")]
+    return [
+        (diff_pb2_grpc.add_DiffServiceServicer_to_server, DiffServicer(db), "reviewloop.diff.v1.DiffService")
+    ]

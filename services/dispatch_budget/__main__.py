@@ -2,9 +2,10 @@
 
 from pathlib import Path
 
+from reviewloop.service import ServiceSpec, main
+
 from dispatch_budget.server import servicers
 from dispatch_budget.store import metadata
-from reviewloop.service import ServiceSpec, main
 
 SPEC = ServiceSpec(
     name="dispatch_budget",

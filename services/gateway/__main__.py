@@ -6,10 +6,10 @@ import logging
 
 import uvicorn
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from reviewloop import telemetry
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from reviewloop import telemetry
 
 
 def main() -> None:
@@ -19,8 +19,14 @@ def main() -> None:
     app = create_app(settings)
     FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, excluded_urls="healthz")
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, loop="uvloop", log_level="warning",
-                    timeout_graceful_shutdown=5)
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            loop="uvloop",
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+        )
     finally:
         provider.shutdown()
 

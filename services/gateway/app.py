@@ -11,6 +11,11 @@ import orjson
 import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
+from reviewloop.errors import Code, DomainError
+from reviewloop.service import Peers
+from reviewloop.storage import Database, make_engine
+from reviewloop.storage.migrations import migrate
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,11 +24,6 @@ from gateway.backends import Backends
 from gateway.routes import admin, events, reviews
 from gateway.settings import GatewaySettings
 from gateway.store import metadata
-from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
-from reviewloop.errors import Code, DomainError
-from reviewloop.service import Peers
-from reviewloop.storage import Database, make_engine
-from reviewloop.storage.migrations import migrate
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -70,7 +70,9 @@ class ContractHeaders:
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_body_bytes:
-                raise DomainError(Code.PAYLOAD_TOO_LARGE, f"The request body exceeds {self.max_body_bytes} bytes.")
+                raise DomainError(
+                    Code.PAYLOAD_TOO_LARGE, f"The request body exceeds {self.max_body_bytes} bytes."
+                )
             return message
 
         await self.app(scope, limited_receive, send_with_headers)
@@ -111,7 +113,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         backends = await request.app.state.backends.health()
         healthy = all(status == "SERVING" for status in backends.values())
         return OrjsonResponse(
-            {"status": "ok" if healthy else "degraded", "backends": backends}, status_code=200 if healthy else 503
+            {"status": "ok" if healthy else "degraded", "backends": backends},
+            status_code=200 if healthy else 503,
         )
 
     @app.get("/openapi.yaml", include_in_schema=False)

@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fastapi import Request
-
-from gateway import store
 from reviewloop.errors import Code, DomainError
 from reviewloop.tenancy import ActorKind, Principal
+
+from gateway import store
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,14 @@ def require(*kinds: ActorKind) -> Callable[[Request], Awaitable[Principal]]:
     async def dependency(request: Request) -> Principal:
         caller = await authenticate(request)
         if caller.principal is None or caller.principal.actor_kind not in kinds:
-            who = "the bootstrap admin token" if caller.principal is None else f"a {caller.principal.actor_kind} key"
-            raise DomainError(Code.FORBIDDEN_ACTOR, f"This verb takes a key of kind {allowed}; you used {who}.")
+            who = (
+                "the bootstrap admin token"
+                if caller.principal is None
+                else f"a {caller.principal.actor_kind} key"
+            )
+            raise DomainError(
+                Code.FORBIDDEN_ACTOR, f"This verb takes a key of kind {allowed}; you used {who}."
+            )
         return caller.principal
 
     return dependency
@@ -65,7 +71,9 @@ async def require_admin(request: Request) -> Caller:
     """Console authority: the bootstrap token, or an admin key (within its own org)."""
     caller = await authenticate(request)
     if not caller.is_admin:
-        raise DomainError(Code.FORBIDDEN_ACTOR, "Console verbs take an admin key or the bootstrap admin token.")
+        raise DomainError(
+            Code.FORBIDDEN_ACTOR, "Console verbs take an admin key or the bootstrap admin token."
+        )
     return caller
 
 

@@ -7,7 +7,6 @@ import asyncio
 import grpc
 from fastapi import Request
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from reviewloop.config import SERVICES
 from reviewloop.nudge.v1 import nudge_pb2_grpc
 from reviewloop.review.v1 import review_pb2_grpc
@@ -38,4 +37,5 @@ class Backends:
 
 
 def backends(request: Request) -> Backends:
-    return request.app.state.backends  # type: ignore[no-any-return]
+    backends: Backends = request.app.state.backends
+    return backends

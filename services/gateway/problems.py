@@ -9,10 +9,9 @@ import grpc
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from reviewloop.errors import Code, DomainError, FieldViolation, from_rpc_error, http_status, title
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-
-from reviewloop.errors import Code, DomainError, FieldViolation, from_rpc_error, http_status, title
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,9 @@ def problem_body(error: DomainError, status: int, request_id: str | None = None)
     return body
 
 
-def problem_response(error: DomainError, request: Request | None = None, status: int | None = None) -> Response:
+def problem_response(
+    error: DomainError, request: Request | None = None, status: int | None = None
+) -> Response:
     """The problem for ``error``; ``status`` overrides the code's usual HTTP status."""
     request_id = request.headers.get("x-request-id") if request is not None else None
     headers = {"Retry-After": RETRY_AFTER_S} if error.code is Code.UNAVAILABLE else None
@@ -61,7 +62,11 @@ def problem_response(error: DomainError, request: Request | None = None, status:
 
 
 def _pointer(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path", "header") else list(map(str, loc))
+    parts = (
+        [str(p) for p in loc[1:]]
+        if loc and loc[0] in ("body", "query", "path", "header")
+        else list(map(str, loc))
+    )
     return "/" + "/".join(parts)
 
 
@@ -69,13 +74,20 @@ def validation_error(exc: RequestValidationError) -> DomainError:
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
         return DomainError(Code.BAD_REQUEST, "The request body is not valid JSON; send a JSON object.")
-    violations = tuple(FieldViolation(_pointer(tuple(e.get("loc", ()))), str(e.get("msg", "invalid"))) for e in errors)
+    violations = tuple(
+        FieldViolation(_pointer(tuple(e.get("loc", ()))), str(e.get("msg", "invalid"))) for e in errors
+    )
     detail = "; ".join(f"{v.field}: {v.description}" for v in violations) or "The request is invalid."
     return DomainError(Code.BAD_REQUEST, detail, violations=violations)
 
 
-_HTTP_CODES = {401: Code.UNAUTHORIZED, 403: Code.FORBIDDEN_SCOPE, 404: Code.NOT_FOUND, 405: Code.BAD_REQUEST,
-               413: Code.PAYLOAD_TOO_LARGE}
+_HTTP_CODES = {
+    401: Code.UNAUTHORIZED,
+    403: Code.FORBIDDEN_SCOPE,
+    404: Code.NOT_FOUND,
+    405: Code.BAD_REQUEST,
+    413: Code.PAYLOAD_TOO_LARGE,
+}
 
 
 def install(app: FastAPI) -> None:
@@ -102,10 +114,14 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http(request: Request, exc: StarletteHTTPException) -> Response:
         code = _HTTP_CODES.get(exc.status_code, Code.BAD_REQUEST)
-        detail = str(exc.detail) if exc.status_code != 404 else f"No route {request.method} {request.url.path}."
+        detail = (
+            str(exc.detail) if exc.status_code != 404 else f"No route {request.method} {request.url.path}."
+        )
         return problem_response(DomainError(code, detail), request, status=exc.status_code)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(DomainError(Code.INTERNAL, "The server failed to handle the request."), request)
+        return problem_response(
+            DomainError(Code.INTERNAL, "The server failed to handle the request."), request
+        )

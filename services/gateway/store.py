@@ -7,12 +7,11 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Column, DateTime, String, Table, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from reviewloop.ids import new_id
 from reviewloop.storage.schema import new_metadata, utcnow
 from reviewloop.tenancy import ActorKind
+from sqlalchemy import Column, DateTime, String, Table, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 metadata = new_metadata()
 
@@ -76,10 +75,14 @@ async def get_project(conn: AsyncConnection, project_id: str) -> Project | None:
 
 
 async def org_exists(conn: AsyncConnection, org_id: str) -> bool:
-    return (await conn.execute(select(projects.c.org_id).where(projects.c.org_id == org_id).limit(1))).first() is not None
+    return (
+        await conn.execute(select(projects.c.org_id).where(projects.c.org_id == org_id).limit(1))
+    ).first() is not None
 
 
-async def issue_key(conn: AsyncConnection, project: Project, actor_kind: ActorKind, name: str) -> tuple[ApiKey, str]:
+async def issue_key(
+    conn: AsyncConnection, project: Project, actor_kind: ActorKind, name: str
+) -> tuple[ApiKey, str]:
     """A new key and its secret; the secret is returned once and only its hash is stored."""
     secret = "rlk_" + secrets.token_urlsafe(32)
     agent_id = new_id("agt") if actor_kind in (ActorKind.AGENT, ActorKind.REVIEW_AGENT) else None
@@ -94,9 +97,7 @@ async def issue_key(conn: AsyncConnection, project: Project, actor_kind: ActorKi
         revoked_at=None,
     )
     await conn.execute(
-        insert(api_keys).values(
-            **{**key.__dict__, "actor_kind": actor_kind.value}, key_hash=hash_key(secret)
-        )
+        insert(api_keys).values(**{**key.__dict__, "actor_kind": actor_kind.value}, key_hash=hash_key(secret))
     )
     return key, secret
 
@@ -127,5 +128,7 @@ async def get_key(conn: AsyncConnection, key_id: str) -> ApiKey | None:
 
 async def revoke_key(conn: AsyncConnection, key_id: str) -> None:
     await conn.execute(
-        update(api_keys).where(api_keys.c.key_id == key_id, api_keys.c.revoked_at.is_(None)).values(revoked_at=utcnow())
+        update(api_keys)
+        .where(api_keys.c.key_id == key_id, api_keys.c.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
     )

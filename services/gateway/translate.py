@@ -7,7 +7,6 @@ from typing import Any
 
 import orjson
 from google.protobuf.timestamp_pb2 import Timestamp
-
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.review.v1 import review_pb2
 

@@ -2,9 +2,10 @@
 
 from pathlib import Path
 
+from reviewloop.service import ServiceSpec, main
+
 from nudge.server import servicers
 from nudge.store import metadata
-from reviewloop.service import ServiceSpec, main
 
 SPEC = ServiceSpec(
     name="nudge",

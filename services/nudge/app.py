@@ -8,15 +8,15 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import and_, select, update
-
-from nudge.domain.reasons import Reason, refusal
-from nudge.store import nudges, review_heads
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
 from reviewloop.storage import Database, UnitOfWork, first_delivery, utcnow
 from reviewloop.storage.schema import insert_ignore
 from reviewloop.tenancy import ActorKind, Principal
+from sqlalchemy import and_, select, update
+
+from nudge.domain.reasons import Reason, refusal
+from nudge.store import nudges, review_heads
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +124,14 @@ def _parse_cursor(cursor: str) -> int:
     try:
         return int(cursor)
     except ValueError as exc:
-        raise DomainError(Code.BAD_REQUEST, "cursor is not one this service issued; pass next_cursor as given.") from exc
+        raise DomainError(
+            Code.BAD_REQUEST, "cursor is not one this service issued; pass next_cursor as given."
+        ) from exc
 
 
-async def list_events(db: Database, principal: Principal, *, limit: int, cursor: str) -> tuple[list[Nudge], str]:
+async def list_events(
+    db: Database, principal: Principal, *, limit: int, cursor: str
+) -> tuple[list[Nudge], str]:
     """The caller's un-acked nudges, oldest first."""
     if limit < 0 or limit > LIST_LIMIT_MAX:
         raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
@@ -177,7 +181,8 @@ async def ack(db: Database, principal: Principal, acks: list[tuple[str, int]]) -
             if seq < 1 or seq > head.last_seq:
                 raise DomainError(
                     Code.BAD_REQUEST,
-                    f"acks: seq {seq} of {review_id} is past its head ({head.last_seq}); ack only seqs you received.",
+                    f"acks: seq {seq} of {review_id} is past its head ({head.last_seq}); "
+                    "ack only seqs you received.",
                 )
             await uow.conn.execute(
                 update(review_heads)

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 import grpc
 import orjson
 from google.protobuf.timestamp_pb2 import Timestamp
-
-from nudge import app
 from reviewloop.common.v1 import common_pb2
 from reviewloop.nudge.v1 import nudge_pb2, nudge_pb2_grpc
 from reviewloop.service import Peers, Registration
 from reviewloop.storage import Database
 from reviewloop.tenancy import Principal
+
+from nudge import app
 
 
 def nudge_to_proto(nudge: app.Nudge) -> nudge_pb2.Nudge:
@@ -34,21 +34,23 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def Ingest(  # noqa: N802 - gRPC method names
+    async def Ingest(
         self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.IngestResponse:
         accepted, duplicates = await app.ingest(self.db, list(request.events))
         return common_pb2.IngestResponse(accepted=accepted, duplicates=duplicates)
 
-    async def ListEvents(  # noqa: N802
+    async def ListEvents(
         self, request: nudge_pb2.ListEventsRequest, context: grpc.aio.ServicerContext
     ) -> nudge_pb2.ListEventsResponse:
         events, next_cursor = await app.list_events(
             self.db, Principal.from_proto(request.principal), limit=request.limit, cursor=request.cursor
         )
-        return nudge_pb2.ListEventsResponse(events=[nudge_to_proto(e) for e in events], next_cursor=next_cursor)
+        return nudge_pb2.ListEventsResponse(
+            events=[nudge_to_proto(e) for e in events], next_cursor=next_cursor
+        )
 
-    async def Ack(  # noqa: N802
+    async def Ack(
         self, request: nudge_pb2.AckRequest, context: grpc.aio.ServicerContext
     ) -> nudge_pb2.AckResponse:
         acked = await app.ack(
@@ -58,4 +60,10 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
 
 
 def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
-    return [(nudge_pb2_grpc.add_NudgeServiceServicer_to_server, NudgeServicer(db), "reviewloop.nudge.v1.NudgeService")]
+    return [
+        (
+            nudge_pb2_grpc.add_NudgeServiceServicer_to_server,
+            NudgeServicer(db),
+            "reviewloop.nudge.v1.NudgeService",
+        )
+    ]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, DateTime, Index, String, Table, Text, UniqueConstraint
-
 from reviewloop.storage.schema import BigId, Json, new_metadata
+from sqlalchemy import BigInteger, Column, DateTime, Index, String, Table, Text, UniqueConstraint
 
 metadata = new_metadata()
 
@@ -37,4 +36,3 @@ review_heads = Table(
     Column("terminal_reasons", Json, nullable=False),
     Index("ix_review_heads_project_agent", "project_id", "agent_id"),
 )
-

@@ -2,9 +2,10 @@
 
 from pathlib import Path
 
+from reviewloop.service import ServiceSpec, main
+
 from review_state.server import servicers
 from review_state.store import metadata
-from reviewloop.service import ServiceSpec, main
 
 SPEC = ServiceSpec(
     name="review_state",

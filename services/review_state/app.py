@@ -8,17 +8,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+from reviewloop.errors import Code, DomainError
+from reviewloop.ids import new_id
+from reviewloop.storage import Database, UnitOfWork, first_delivery, utcnow
+from reviewloop.telemetry import tracer
+from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy.exc import IntegrityError
 
 from review_state import store
 from review_state.domain.machine import CLOSED, Actor, State, Verb, check_transition
 from review_state.domain.submission import Draft, require_intent, validate_draft
 from review_state.store import Review
-from reviewloop.errors import Code, DomainError
-from reviewloop.ids import new_id
-from reviewloop.storage import Database, UnitOfWork, first_delivery, utcnow
-from reviewloop.telemetry import tracer
-from reviewloop.tenancy import ActorKind, Principal
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,9 @@ async def list_reviews(
         raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
     limit = limit or LIST_LIMIT_DEFAULT
     if cursor and not cursor.startswith("rr_"):
-        raise DomainError(Code.BAD_REQUEST, "cursor is not one this service issued; pass next_cursor as given.")
+        raise DomainError(
+            Code.BAD_REQUEST, "cursor is not one this service issued; pass next_cursor as given."
+        )
     async with db.engine.connect() as conn:
         rows = await store.list_reviews(
             conn,

@@ -7,11 +7,6 @@ from collections.abc import Sequence
 import grpc
 import orjson
 from google.protobuf.timestamp_pb2 import Timestamp
-
-from review_state import app
-from review_state.domain.machine import CLOSED, State
-from review_state.domain.submission import Draft
-from review_state.store import Review
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
@@ -19,16 +14,24 @@ from reviewloop.service import Peers, Registration
 from reviewloop.storage import Database
 from reviewloop.tenancy import Principal
 
-_KINDS = {"send": review_pb2.MESSAGE_KIND_SEND, "reply": review_pb2.MESSAGE_KIND_REPLY,
-          "forward": review_pb2.MESSAGE_KIND_FORWARD}
+from review_state import app
+from review_state.domain.machine import CLOSED, State
+from review_state.domain.submission import Draft
+from review_state.store import Review
+
+_KINDS = {
+    "send": review_pb2.MESSAGE_KIND_SEND,
+    "reply": review_pb2.MESSAGE_KIND_REPLY,
+    "forward": review_pb2.MESSAGE_KIND_FORWARD,
+}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 
 
-def _state_to_proto(state: State) -> int:
+def _state_to_proto(state: State) -> review_pb2.ReviewState.ValueType:
     return review_pb2.ReviewState.Value(f"REVIEW_STATE_{state.name}")
 
 
-def _state_from_proto(value: int) -> str:
+def _state_from_proto(value: review_pb2.ReviewState.ValueType) -> str:
     name = review_pb2.ReviewState.Name(value)
     return State[name.removeprefix("REVIEW_STATE_")].value
 
@@ -89,7 +92,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def Submit(  # noqa: N802 - gRPC method names
+    async def Submit(
         self, request: review_pb2.SubmitRequest, context: grpc.aio.ServicerContext
     ) -> review_pb2.SubmitResponse:
         kind = _KIND_NAMES.get(request.kind)
@@ -113,13 +116,13 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_pb2.SubmitResponse(status="queued_for_review", review=review_to_proto(review))
 
-    async def GetReview(  # noqa: N802
+    async def GetReview(
         self, request: review_pb2.GetReviewRequest, context: grpc.aio.ServicerContext
     ) -> review_pb2.Review:
         review = await app.get_review(self.db, Principal.from_proto(request.principal), request.review_id)
         return review_to_proto(review)
 
-    async def ListReviews(  # noqa: N802
+    async def ListReviews(
         self, request: review_pb2.ListReviewsRequest, context: grpc.aio.ServicerContext
     ) -> review_pb2.ListReviewsResponse:
         reviews, next_cursor = await app.list_reviews(
@@ -135,7 +138,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor
         )
 
-    async def Cancel(  # noqa: N802
+    async def Cancel(
         self, request: review_pb2.CancelRequest, context: grpc.aio.ServicerContext
     ) -> review_pb2.Review:
         review = await app.cancel(
@@ -147,7 +150,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_to_proto(review)
 
-    async def Ingest(  # noqa: N802
+    async def Ingest(
         self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.IngestResponse:
         accepted, duplicates = await app.ingest(self.db, list(request.events))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from reviewloop.storage.schema import Json, new_metadata
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -22,7 +23,6 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import State
-from reviewloop.storage.schema import Json, new_metadata
 
 metadata = new_metadata()
 
@@ -159,7 +159,9 @@ async def add_review(conn: AsyncConnection, review: Review) -> None:
 async def get_review(conn: AsyncConnection, project_id: str, review_id: str) -> Review | None:
     """The review, if it belongs to ``project_id``; another tenant's review reads as absent."""
     row = (
-        await conn.execute(select(reviews).where(reviews.c.id == review_id, reviews.c.project_id == project_id))
+        await conn.execute(
+            select(reviews).where(reviews.c.id == review_id, reviews.c.project_id == project_id)
+        )
     ).first()
     return _from_row(row) if row else None
 
@@ -216,7 +218,13 @@ async def find_idempotent(conn: AsyncConnection, project_id: str, actor_id: str,
 
 
 async def remember_idempotent(
-    conn: AsyncConnection, project_id: str, actor_id: str, key: str, request_hash: str, review_id: str, now: datetime
+    conn: AsyncConnection,
+    project_id: str,
+    actor_id: str,
+    key: str,
+    request_hash: str,
+    review_id: str,
+    now: datetime,
 ) -> None:
     await conn.execute(
         insert(idempotency_keys).values(

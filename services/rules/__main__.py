@@ -2,9 +2,10 @@
 
 from pathlib import Path
 
+from reviewloop.service import ServiceSpec, main
+
 from rules.server import servicers
 from rules.store import metadata
-from reviewloop.service import ServiceSpec, main
 
 SPEC = ServiceSpec(
     name="rules",

@@ -6,7 +6,6 @@ import logging
 from collections.abc import Sequence
 
 import grpc
-
 from reviewloop.common.v1 import common_pb2
 from reviewloop.rules.v1 import rules_pb2_grpc
 from reviewloop.service import Peers, Registration
@@ -19,7 +18,7 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def Ingest(  # noqa: N802 - gRPC method names
+    async def Ingest(
         self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.IngestResponse:
         """Review outcomes from review_state; deduplicated on event_id. The maturity counters that
@@ -36,4 +35,10 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
 
 
 def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
-    return [(rules_pb2_grpc.add_RulesServiceServicer_to_server, RulesServicer(db), "reviewloop.rules.v1.RulesService")]
+    return [
+        (
+            rules_pb2_grpc.add_RulesServiceServicer_to_server,
+            RulesServicer(db),
+            "reviewloop.rules.v1.RulesService",
+        )
+    ]

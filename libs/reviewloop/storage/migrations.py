@@ -40,7 +40,7 @@ async def migrate(engine: AsyncEngine, versions_dir: Path, metadata: MetaData) -
 async def new_revision(versions_dir: Path, metadata: MetaData, message: str) -> None:
     """Autogenerate a revision: what ``metadata`` has that the existing revisions do not create."""
     cfg = _config(versions_dir, metadata)
-    versions_dir.mkdir(parents=True, exist_ok=True)
+    versions_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a developer command, not a server path
     with tempfile.TemporaryDirectory() as tmp:
         engine = make_engine(f"sqlite+aiosqlite:///{tmp}/scratch.db")
         await migrate(engine, versions_dir, metadata)

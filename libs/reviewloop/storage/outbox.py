@@ -94,6 +94,7 @@ class Relay:
         delivered = 0
         for row in claimed:
             error = await self._deliver(row)
+            values: dict[str, object]
             async with self.db.transaction() as uow:
                 if error is None:
                     values = {"delivered_at": utcnow(), "claimed_until": None, "last_error": None}

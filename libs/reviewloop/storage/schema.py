@@ -107,5 +107,3 @@ async def first_delivery(conn: AsyncConnection, event_id: str) -> bool:
     """Record ``event_id`` as received; False when it was already received (a redelivery)."""
     result = await conn.execute(insert_ignore(conn, INBOX).values(event_id=event_id, received_at=utcnow()))
     return bool(result.rowcount == 1)
-
-

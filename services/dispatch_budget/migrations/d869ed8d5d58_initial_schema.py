@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
 revision: str = "d869ed8d5d58"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None

@@ -6,11 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
+from reviewloop.errors import Code, DomainError
+from reviewloop.tenancy import ActorKind
 
 from gateway import store
 from gateway.auth import Caller, require_admin
-from reviewloop.errors import Code, DomainError
-from reviewloop.tenancy import ActorKind
 
 router = APIRouter(prefix="/v1/admin", tags=["console"])
 Admin = Annotated[Caller, Depends(require_admin)]

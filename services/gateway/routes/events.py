@@ -6,12 +6,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
+from reviewloop.nudge.v1 import nudge_pb2
+from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
 from gateway.translate import nudge_json
-from reviewloop.nudge.v1 import nudge_pb2
-from reviewloop.tenancy import Principal
 
 router = APIRouter(tags=["review events"])
 Backend = Annotated[Backends, Depends(backends)]

@@ -7,13 +7,13 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Header, Query
 from pydantic import BaseModel, ConfigDict, Field
+from reviewloop.errors import invalid
+from reviewloop.review.v1 import review_pb2
+from reviewloop.tenancy import Principal
 
 from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN
 from gateway.backends import Backends, backends
 from gateway.translate import review_json
-from reviewloop.errors import invalid
-from reviewloop.review.v1 import review_pb2
-from reviewloop.tenancy import Principal
 
 router = APIRouter(tags=["reviews"])
 
@@ -48,7 +48,10 @@ class CancelIn(BaseModel):
 
 @router.post("/v1/messages", status_code=202)
 async def send_email(
-    body: SendIn, principal: Annotated[Principal, Depends(AGENT)], backend: Backend, idempotency_key: IdempotencyKey = ""
+    body: SendIn,
+    principal: Annotated[Principal, Depends(AGENT)],
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
 ) -> dict[str, Any]:
     request = review_pb2.SubmitRequest(
         principal=principal.to_proto(),
@@ -63,7 +66,9 @@ async def send_email(
     )
     if body.intent is not None:
         request.intent.summary = body.intent.summary
-        request.intent.meta_json = orjson.dumps(body.intent.meta).decode() if body.intent.meta is not None else ""
+        request.intent.meta_json = (
+            orjson.dumps(body.intent.meta).decode() if body.intent.meta is not None else ""
+        )
     reply = await backend.review.Submit(request, timeout=backend.timeout_s)
     review = review_json(reply.review)
     return {"status": reply.status, "review_id": review["id"], "state": review["state"], "review": review}
@@ -74,13 +79,17 @@ async def get_review(
     review_id: str, principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)], backend: Backend
 ) -> dict[str, Any]:
     reply = await backend.review.GetReview(
-        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id), timeout=backend.timeout_s
+        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
+        timeout=backend.timeout_s,
     )
     return review_json(reply)
 
 
-_STATES = {review_pb2.ReviewState.Name(v).removeprefix("REVIEW_STATE_").lower(): v
-           for v in review_pb2.ReviewState.values() if v}
+_STATES = {
+    review_pb2.ReviewState.Name(v).removeprefix("REVIEW_STATE_").lower(): v
+    for v in review_pb2.ReviewState.values()
+    if v
+}
 
 
 @router.get("/v1/reviews")

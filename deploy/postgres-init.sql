@@ -1,0 +1,6 @@
+CREATE DATABASE review_state;
+CREATE DATABASE rules;
+CREATE DATABASE diff;
+CREATE DATABASE nudge;
+CREATE DATABASE dispatch_budget;
+CREATE DATABASE gateway;

@@ -1,0 +1,192 @@
+"""Shared fixtures: fresh databases on SQLite and PostgreSQL, and whole stacks of real processes."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from reviewloop.config import GATEWAY, SERVICES
+from reviewloop.launcher import ALL, Stack, free_port
+from reviewloop.service import ServiceSpec
+from reviewloop.storage import Database, make_engine
+from reviewloop.storage.migrations import migrate
+from sqlalchemy.engine import make_url
+
+PG_ENV = "REVIEWLOOP_TEST_POSTGRES"
+ADMIN_TOKEN = "rladm_test_" + uuid.uuid4().hex
+BACKENDS = ["sqlite", "postgres"]
+
+
+def _pg_server() -> str:
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"{PG_ENV} names no PostgreSQL server")
+    return url
+
+
+class Databases:
+    """Creates uniquely named databases for one test session and drops them at its end."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.created: list[str] = []
+
+    async def url(self, backend: str, name: str) -> str:
+        unique = f"rl_{name}_{uuid.uuid4().hex[:10]}"
+        if backend == "sqlite":
+            return f"sqlite+aiosqlite:///{self.tmp / unique}.db"
+        server = make_url(_pg_server())
+        admin = await asyncpg.connect(
+            server.set(drivername="postgresql").render_as_string(hide_password=False)
+        )
+        try:
+            await admin.execute(f'CREATE DATABASE "{unique}"')
+        finally:
+            await admin.close()
+        self.created.append(unique)
+        return server.set(drivername="postgresql+asyncpg", database=unique).render_as_string(
+            hide_password=False
+        )
+
+    async def drop_all(self) -> None:
+        if not self.created:
+            return
+        server = make_url(_pg_server())
+        admin = await asyncpg.connect(
+            server.set(drivername="postgresql").render_as_string(hide_password=False)
+        )
+        try:
+            for name in self.created:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture(scope="session")
+async def databases(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Databases]:
+    dbs = Databases(tmp_path_factory.mktemp("db"))
+    yield dbs
+    await dbs.drop_all()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def open_db(
+    databases: Databases, backend: str
+) -> AsyncIterator[Callable[[ServiceSpec], Awaitable[Database]]]:
+    """Opens a fresh, migrated store for a service spec on the parametrized backend."""
+    opened: list[Database] = []
+
+    async def open_(spec: ServiceSpec) -> Database:
+        db = Database(make_engine(await databases.url(backend, spec.name)))
+        await migrate(db.engine, spec.migrations_dir, spec.metadata)
+        opened.append(db)
+        return db
+
+    yield open_
+    for db in opened:
+        await db.dispose()
+
+
+async def start_stack(databases: Databases, backend: str, data_dir: Path) -> Stack:
+    env = dict(os.environ)
+    for name in ALL:
+        env[f"REVIEWLOOP_{name.upper()}_ADDR"] = f"127.0.0.1:{free_port()}"
+    for name in (*SERVICES, GATEWAY):
+        env[f"REVIEWLOOP_{name.upper()}_DB"] = await databases.url(backend, name)
+    env.update(
+        REVIEWLOOP_DATA_DIR=str(data_dir),
+        REVIEWLOOP_ADMIN_TOKEN=ADMIN_TOKEN,
+        REVIEWLOOP_RELAY_POLL_S="0.2",
+    )
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    stack = Stack(env)
+    for name in ALL:
+        stack.start(name)
+    try:
+        await stack.wait_serving(ALL)
+    except Exception:
+        stack.stop_all()
+        raise
+    return stack
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+async def stack(
+    request: pytest.FixtureRequest, databases: Databases, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """Every service and the gateway as real processes, each on its own fresh database."""
+    backend = str(request.param)
+    if backend == "postgres":
+        _pg_server()
+    running = await start_stack(databases, backend, tmp_path_factory.mktemp(f"stack-{backend}"))
+    yield running
+    running.stop_all()
+
+
+class Api:
+    """A JSON client of the gateway, with helpers for the console's set-up steps."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.http = httpx.AsyncClient(base_url=f"http://{stack.address(GATEWAY)}", timeout=30)
+
+    def auth(self, key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return self.auth(ADMIN_TOKEN)
+
+    async def project(self) -> dict[str, Any]:
+        response = await self.http.post("/v1/admin/projects", json={"name": "test"}, headers=self.admin)
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    async def key(self, project_id: str, actor_kind: str = "agent") -> dict[str, Any]:
+        response = await self.http.post(
+            "/v1/admin/api-keys",
+            json={"project_id": project_id, "actor_kind": actor_kind},
+            headers=self.admin,
+        )
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    async def agent(self) -> dict[str, str]:
+        """Auth headers of a new agent key in a new project."""
+        project = await self.project()
+        return self.auth((await self.key(project["project_id"]))["api_key"])
+
+
+@pytest.fixture
+async def api(stack: Stack) -> AsyncIterator[Api]:
+    client = Api(stack)
+    yield client
+    await client.http.aclose()
+
+
+INTENT = {
+    "summary": "Re-engage cold lead at Acme about Q3 pilot",
+    "meta": {"goal": "book_meeting", "prior_touches": 2},
+}
+
+
+def draft(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "to": ["vp@acme.com"],
+        "subject": "Q3 pilot",
+        "body_text": "Let me know your thoughts.",
+        "intent": INTENT,
+    }
+    body.update(overrides)
+    return body

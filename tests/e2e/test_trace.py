@@ -1,0 +1,42 @@
+"""One agent request is one trace across the gateway, review_state and (over the outbox) nudge."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from reviewloop.launcher import Stack
+from reviewloop.tracetree import read_spans
+
+from tests.conftest import Api, draft
+from tests.e2e.helpers import events_until
+
+
+async def test_cancel_is_one_trace_across_gateway_review_state_and_nudge(api: Api, stack: Stack) -> None:
+    agent = await api.agent()
+    review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+    await api.http.post(f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent)
+    await events_until(api, agent, 1)
+
+    path = stack.data_dir / "traces.jsonl"
+    deadline = time.monotonic() + 15
+    while True:
+        spans = list(read_spans(path))
+        transitions = [
+            s
+            for s in spans
+            if s["name"] == "review.transition" and s["attributes"].get("reviewloop.review_id") == review_id
+        ]
+        services = set()
+        if transitions:
+            trace_id = transitions[0]["trace_id"]
+            services = {s["service"] for s in spans if s["trace_id"] == trace_id}
+        if {"gateway", "review_state", "nudge"} <= services or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.3)
+    assert transitions, "no review.transition span for the cancel"
+    assert transitions[0]["attributes"]["to_state"] == "cancelled"
+    assert {"gateway", "review_state", "nudge"} <= services
+    in_trace = [s for s in spans if s["trace_id"] == trace_id]
+    assert any(s["service"] == "review_state" and s["name"].startswith("outbox.relay") for s in in_trace)
+    assert any(s["service"] == "nudge" and s["name"].endswith("NudgeService/Ingest") for s in in_trace)

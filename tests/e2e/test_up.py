@@ -1,0 +1,137 @@
+"""``reviewloop up``: everything SERVING, the slice over real HTTP, SIGTERM leaves no child behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from reviewloop.config import GATEWAY
+from reviewloop.launcher import ALL, free_port
+
+from tests.conftest import draft
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REVIEWLOOP_")}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    for name in ALL:
+        env[f"REVIEWLOOP_{name.upper()}_ADDR"] = f"127.0.0.1:{free_port()}"
+    env["REVIEWLOOP_DATA_DIR"] = str(tmp_path / ".data")
+    return env
+
+
+def _wait_for_line(proc: subprocess.Popen[str], needle: str, timeout_s: float) -> list[str]:
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        lines.append(line)
+        if needle in line:
+            return lines
+    raise AssertionError(f"never printed {needle!r}: {lines}")
+
+
+@pytest.mark.slow
+def test_up_serves_the_slice_and_sigterm_stops_every_child(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "reviewloop.cli", "up"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = _wait_for_line(up, "Ctrl-C stops everything", 90)
+        gateway = env[f"REVIEWLOOP_{GATEWAY.upper()}_ADDR"]
+        assert any(f"http://{gateway}" in line for line in lines)
+        assert sum("SERVING" in line for line in lines) == 5
+        token_file = tmp_path / ".data" / "admin-token"
+        assert any(str(token_file) in line for line in lines)
+        children = _children(up.pid)
+        assert len(children) == len(ALL)
+
+        admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        with httpx.Client(base_url=f"http://{gateway}", timeout=30) as http:
+            assert http.get("/healthz").json()["status"] == "ok"
+            project = http.post("/v1/admin/projects", json={"name": "up"}, headers=admin).json()
+            key = http.post(
+                "/v1/admin/api-keys",
+                json={"project_id": project["project_id"], "actor_kind": "agent"},
+                headers=admin,
+            ).json()
+            agent = {"Authorization": f"Bearer {key['api_key']}"}
+            sent = http.post("/v1/messages", json=draft(), headers=agent)
+            assert sent.status_code == 202
+            review_id = sent.json()["review_id"]
+            assert (
+                http.post(
+                    f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent
+                ).json()["state"]
+                == "cancelled"
+            )
+            deadline = time.monotonic() + 15
+            while not (events := http.get("/v1/review-events", headers=agent).json()["events"]):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert events[0]["reason"] == "cancelled"
+
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(30) == 0
+        assert not [pid for pid in children if _alive(pid)]
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+
+
+@pytest.mark.slow
+def test_up_with_a_taken_port_exits_non_zero_with_a_clear_message(tmp_path: Path) -> None:
+    import socket
+
+    env = _env(tmp_path)
+    with socket.socket() as holder:
+        host, _, port = env["REVIEWLOOP_NUDGE_ADDR"].rpartition(":")
+        holder.bind((host, int(port)))
+        holder.listen()
+        result = subprocess.run(
+            [sys.executable, "-m", "reviewloop.cli", "up"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode != 0
+    assert "port already in use" in result.stderr and "nudge" in result.stderr

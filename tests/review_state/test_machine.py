@@ -1,0 +1,80 @@
+"""The transition table: its hints never advertise a verb that would 409 (property-tested)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from review_state.domain.machine import (
+    CLOSED,
+    TERMINAL,
+    TRANSITIONS,
+    Actor,
+    State,
+    Verb,
+    allowed_actions,
+    check_transition,
+)
+from reviewloop.errors import Code, DomainError
+
+COMPOSER_TABLE = {
+    State.NEEDS_REVIEW: {"submit_revision", "post_review_chat", "restamp_review", "cancel_review"},
+    State.IN_REVIEW: {"post_review_chat", "cancel_review"},
+    State.CHATTING: {"submit_revision", "post_review_chat", "cancel_review"},
+    State.REJECTED: {"submit_revision", "cancel_review"},
+    State.APPROVED: set(),
+    State.FAILED: {"cancel_review"},
+    State.SENT: set(),
+    State.AUTO_SENT: set(),
+    State.CANCELLED: set(),
+}
+
+
+@pytest.mark.parametrize("state", list(COMPOSER_TABLE))
+def test_composer_verbs_are_exactly_the_spec_table(state: State) -> None:
+    hints = allowed_actions(state, Actor.COMPOSER)
+    assert set(hints) - {"get_review", "list_review_events"} == COMPOSER_TABLE[state]
+    assert hints[-2:] == ["get_review", "list_review_events"]  # never empty, even when terminal
+
+
+def test_no_agent_has_human_authority() -> None:
+    human_verbs = {Verb.APPROVE, Verb.EDIT, Verb.REJECT, Verb.OPEN}
+    assert not [key for key in TRANSITIONS if key[2] is Actor.COMPOSER and key[1] in human_verbs]
+
+
+def test_stale_and_stalled_have_no_producer() -> None:
+    assert not {State.STALE, State.STALLED} & set(TRANSITIONS.values())
+
+
+def test_nothing_leaves_a_terminal_state_and_failed_only_closes_out() -> None:
+    assert not [key for key in TRANSITIONS if key[0] in TERMINAL]
+    assert {TRANSITIONS[key] for key in TRANSITIONS if key[0] is State.FAILED} == {State.CANCELLED}
+    assert TERMINAL | {State.FAILED} == CLOSED
+
+
+@given(
+    state=st.sampled_from(list(State)),
+    actor=st.sampled_from(list(Actor)),
+    verb=st.sampled_from(list(Verb)),
+    revision=st.integers(1, 5),
+    parent=st.integers(1, 5),
+)
+def test_a_hinted_verb_never_409s_and_an_unhinted_one_always_does(
+    state: State, actor: Actor, verb: Verb, revision: int, parent: int
+) -> None:
+    kwargs = dict(state=state, verb=verb, actor=actor, revision=revision, version=3, parent_revision=parent)
+    try:
+        target = check_transition(**kwargs)  # type: ignore[arg-type]
+    except DomainError as error:
+        assert error.allowed_actions, "a 409 always carries hints"
+        if state in TERMINAL:
+            assert error.code is Code.TERMINAL and error.revision is None
+        elif parent != revision:
+            assert error.code is Code.STALE and (error.revision, error.version) == (revision, 3)
+        else:
+            assert error.code is Code.WRONG_STATE
+            assert verb.value not in error.allowed_actions
+        return
+    assert parent == revision and state not in TERMINAL
+    assert verb.value in allowed_actions(state, actor)
+    assert target is TRANSITIONS[(state, verb, actor)]

@@ -1,0 +1,76 @@
+"""The outbox relay: order per aggregate, retry with backoff, and replicas sharing one outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+
+import grpc
+import pytest
+from review_state.__main__ import SPEC
+from reviewloop.common.v1 import common_pb2
+from reviewloop.service import ServiceSpec
+from reviewloop.storage import Database
+from reviewloop.storage.outbox import Relay
+
+OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
+
+
+class Unavailable(grpc.aio.AioRpcError):
+    def __init__(self) -> None:
+        super().__init__(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down")
+
+
+async def write_events(db: Database, per_aggregate: int, aggregates: int) -> None:
+    for n in range(per_aggregate):
+        async with db.transaction() as uow:
+            for a in range(aggregates):
+                uow.emit("nudge", f"rr_{a}", "nudge", {"n": n})
+
+
+async def drain(relays: list[Relay]) -> None:
+    while sum(await asyncio.gather(*(r.drain_once() for r in relays))):
+        pass
+
+
+async def test_a_failing_head_holds_back_its_aggregate_only(
+    open_db: OpenDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=3, aggregates=2)
+    seen: list[tuple[str, int]] = []
+    down = {"rr_0"}
+
+    async def deliver(event: common_pb2.Event) -> None:
+        if event.aggregate_id in down:
+            raise Unavailable()
+        seen.append((event.aggregate_id, int(event.payload.decode().split(":")[1].strip("}"))))
+
+    relay = Relay(db, {"nudge": deliver})
+    await drain([relay])
+    assert seen == [("rr_1", 0), ("rr_1", 1), ("rr_1", 2)]
+
+    down.clear()
+    monkeypatch.setattr("reviewloop.storage.outbox.backoff_s", lambda attempts: 0.0)
+    await asyncio.sleep(0.3)  # the first failure's backoff (0.2 s) expires
+    await drain([relay])
+    assert seen[3:] == [("rr_0", 0), ("rr_0", 1), ("rr_0", 2)]
+
+
+async def test_replicas_share_the_outbox_delivering_each_event_once_in_order(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=5, aggregates=20)
+    seen: dict[str, list[int]] = defaultdict(list)
+    ids: list[str] = []
+
+    async def deliver(event: common_pb2.Event) -> None:
+        await asyncio.sleep(random.random() / 1000)
+        ids.append(event.event_id)
+        seen[event.aggregate_id].append(int(event.payload.decode().split(":")[1].strip("}")))
+
+    replicas = [Relay(db, {"nudge": deliver}, batch_size=7) for _ in range(3)]
+    await drain(replicas)
+    assert len(ids) == len(set(ids)) == 100
+    assert all(order == [0, 1, 2, 3, 4] for order in seen.values())
