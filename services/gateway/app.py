@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import problems
 from gateway.backends import Backends
-from gateway.routes import admin, events, reviews
+from gateway.routes import admin, budget, events, reviews, rules
 from gateway.settings import GatewaySettings
 from gateway.store import metadata
 
@@ -104,7 +104,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     app.state.settings = settings
     problems.install(app)
-    for module in (reviews, events, admin):
+    for module in (reviews, events, rules, budget, admin):
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["operations"])

@@ -7,9 +7,12 @@ import asyncio
 import grpc
 from fastapi import Request
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from reviewloop.budget.v1 import budget_pb2_grpc
 from reviewloop.config import SERVICES
+from reviewloop.diff.v1 import diff_pb2_grpc
 from reviewloop.nudge.v1 import nudge_pb2_grpc
 from reviewloop.review.v1 import review_pb2_grpc
+from reviewloop.rules.v1 import rules_pb2_grpc
 from reviewloop.service import Peers
 
 
@@ -19,6 +22,9 @@ class Backends:
         self.timeout_s = timeout_s
         self.review = review_pb2_grpc.ReviewStateServiceStub(peers.channel("review_state"))
         self.nudge = nudge_pb2_grpc.NudgeServiceStub(peers.channel("nudge"))
+        self.rules = rules_pb2_grpc.RulesServiceStub(peers.channel("rules"))
+        self.diff = diff_pb2_grpc.DiffServiceStub(peers.channel("diff"))
+        self.budget = budget_pb2_grpc.DispatchBudgetServiceStub(peers.channel("dispatch_budget"))
 
     async def health(self) -> dict[str, str]:
         """Each backend's health status name (SERVING, NOT_SERVING, or UNAVAILABLE)."""

@@ -34,7 +34,9 @@ def main(selected: list[str]) -> None:
     for name, samples, note in rows:
         ordered = sorted(samples)
         p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
-        print(f"{name:<{width}}  {_fmt(statistics.median(ordered)):>10}  {_fmt(p90):>10}  {len(ordered):>5}  {note}")
+        print(
+            f"{name:<{width}}  {_fmt(statistics.median(ordered)):>10}  {_fmt(p90):>10}  {len(ordered):>5}  {note}"
+        )
 
 
 if __name__ == "__main__":

@@ -20,10 +20,14 @@ async def run() -> list[tuple[str, list[float], str]]:
             submit, cancel = [], []
             for _ in range(ROUNDS):
                 started = time.perf_counter()
-                review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+                review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()[
+                    "review_id"
+                ]
                 submit.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                await api.http.post(f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent)
+                await api.http.post(
+                    f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent
+                )
                 cancel.append(time.perf_counter() - started)
         finally:
             await api.http.aclose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from reviewloop.nudge.v1 import nudge_pb2
@@ -11,7 +12,7 @@ from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
-from gateway.translate import nudge_json
+from gateway.translate import timestamp
 
 router = APIRouter(tags=["review events"])
 Backend = Annotated[Backends, Depends(backends)]
@@ -27,6 +28,20 @@ class AckItem(BaseModel):
 class AckIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     acks: list[AckItem] = Field(min_length=1, max_length=100)
+
+
+def nudge_json(nudge: nudge_pb2.Nudge) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "seq": nudge.seq,
+        "id": nudge.id,
+        "reason": nudge.reason,
+        "review_id": nudge.review_id,
+    }
+    if nudge.category_id:
+        body["category_id"] = nudge.category_id
+    body["payload"] = orjson.loads(nudge.payload_json) if nudge.payload_json else {}
+    body["created_at"] = timestamp(nudge.created_at)
+    return body
 
 
 @router.get("/v1/review-events")

@@ -13,7 +13,7 @@ from reviewloop.tenancy import Principal
 
 from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN
 from gateway.backends import Backends, backends
-from gateway.translate import review_json
+from gateway.translate import enum_name, timestamp
 
 router = APIRouter(tags=["reviews"])
 
@@ -44,6 +44,38 @@ class SendIn(BaseModel):
 class CancelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     parent_revision: int = Field(ge=1)
+
+
+def review_json(review: review_pb2.Review) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": review.id,
+        "state": enum_name(review_pb2.ReviewState, review.state, "REVIEW_STATE_"),
+        "revision": review.revision,
+        "version": review.version,
+        "closed": review.closed,
+        "org_id": review.org_id,
+        "project_id": review.project_id,
+        "agent_id": review.agent_id,
+        "category_id": review.category_id or None,
+        "kind": enum_name(review_pb2.MessageKind, review.kind, "MESSAGE_KIND_"),
+        "to": list(review.to),
+        "cc": list(review.cc),
+        "bcc": list(review.bcc),
+        "subject": review.subject,
+        "body_text": review.body_text,
+        "intent": None,
+        "created_at": timestamp(review.created_at),
+        "updated_at": timestamp(review.updated_at),
+    }
+    if review.HasField("intent"):
+        intent: dict[str, Any] = {"summary": review.intent.summary}
+        if review.intent.meta_json:
+            intent["meta"] = orjson.loads(review.intent.meta_json)
+        body["intent"] = intent
+    for name in ("message_id", "thread_ref", "send_path", "send_error", "gate_outcome"):
+        if review.HasField(name):
+            body[name] = getattr(review, name)
+    return body
 
 
 @router.post("/v1/messages", status_code=202)
