@@ -55,6 +55,7 @@ class ServiceConfig:
     peers: Mapping[str, str]
     otlp_endpoint: str | None
     relay_poll_s: float = 0.5
+    outbox_retention_s: float = 7 * 24 * 3600
 
     @classmethod
     def from_env(cls, service: str, env: Mapping[str, str] = os.environ) -> ServiceConfig:
@@ -66,4 +67,5 @@ class ServiceConfig:
             peers={name: address(name, env) for name in SERVICES},
             otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             relay_poll_s=float(env.get("REVIEWLOOP_RELAY_POLL_S", "0.5")),
+            outbox_retention_s=float(env.get("REVIEWLOOP_OUTBOX_RETENTION_S", 7 * 24 * 3600)),
         )

@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,7 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
             db,
             {dest: ingest_method(peers.channel(dest), INGEST_SERVICES[dest]) for dest in spec.subscribers},
             poll_interval_s=config.relay_poll_s,
+            retention=timedelta(seconds=config.outbox_retention_s),
         )
         relay.start()
     tasks: list[asyncio.Task[None]] = [

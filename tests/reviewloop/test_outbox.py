@@ -6,14 +6,17 @@ import asyncio
 import random
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 import grpc
 import pytest
 from review_state.__main__ import SPEC
 from reviewloop.common.v1 import common_pb2
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database
-from reviewloop.storage.outbox import Relay
+from reviewloop.storage import Database, first_delivery, utcnow
+from reviewloop.storage.outbox import Relay, prune
+from reviewloop.storage.schema import INBOX, OUTBOX
+from sqlalchemy import func, select
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 
@@ -74,3 +77,21 @@ async def test_replicas_share_the_outbox_delivering_each_event_once_in_order(ope
     await drain(replicas)
     assert len(ids) == len(set(ids)) == 100
     assert all(order == [0, 1, 2, 3, 4] for order in seen.values())
+
+
+async def test_prune_forgets_old_deliveries_and_keeps_undelivered_rows(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=2, aggregates=1)  # rr_0: n=0 then n=1
+    async with db.transaction() as uow:
+        await first_delivery(uow.conn, "evt_seen")
+
+    async def deliver_first_only(event: common_pb2.Event) -> None:
+        if b'"n":1' in event.payload:
+            raise Unavailable()
+
+    await Relay(db, {"nudge": deliver_first_only}).drain_once()
+    await prune(db, utcnow() + timedelta(seconds=1))
+    async with db.engine.connect() as conn:
+        left = (await conn.execute(select(OUTBOX.c.payload))).scalars().all()
+        seen = (await conn.execute(select(func.count()).select_from(INBOX))).scalar_one()
+    assert left == ['{"n":1}'] and seen == 0

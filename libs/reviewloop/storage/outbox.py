@@ -14,22 +14,24 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import Row, and_, exists, select, update
+from sqlalchemy import Row, and_, delete, exists, select, update
 from sqlalchemy.orm import aliased
 
 from reviewloop.common.v1 import common_pb2
 from reviewloop.storage.engine import Database
-from reviewloop.storage.schema import OUTBOX, utcnow
+from reviewloop.storage.schema import INBOX, OUTBOX, utcnow
 from reviewloop.telemetry import context_from_traceparent, tracer
 
 log = logging.getLogger(__name__)
 
 LEASE = timedelta(seconds=30)
 MAX_BACKOFF_S = 30.0
+PRUNE_EVERY_S = 60.0
 
 Deliver = Callable[[common_pb2.Event], Awaitable[None]]
 
@@ -60,6 +62,8 @@ class Relay:
     subscribers: Mapping[str, Deliver]
     poll_interval_s: float = 0.5
     batch_size: int = 100
+    # Delivered rows (and the inbox's seen event ids) older than this are deleted.
+    retention: timedelta = timedelta(days=7)
 
     def __post_init__(self) -> None:
         self._wake = asyncio.Event()
@@ -76,8 +80,13 @@ class Relay:
                 await self._task
 
     async def _run(self) -> None:
+        last_prune = 0.0
+        loop = asyncio.get_running_loop()
         while True:
             try:
+                if loop.time() - last_prune > PRUNE_EVERY_S:
+                    last_prune = loop.time()
+                    await prune(self.db, utcnow() - self.retention)
                 delivered = await self.drain_once()
             except Exception:  # the store is briefly unreachable: log and keep the relay alive
                 log.exception("outbox relay round failed")
@@ -109,7 +118,7 @@ class Relay:
                 await uow.conn.execute(update(OUTBOX).where(OUTBOX.c.id == row.id).values(**values))
         return delivered
 
-    async def _claim(self) -> list[Row]:
+    async def _claim(self) -> list[Row[Any]]:
         now = utcnow()
         earlier = aliased(OUTBOX)
         is_head = ~exists().where(
@@ -143,7 +152,7 @@ class Relay:
                 )
         return rows
 
-    async def _deliver(self, row: Row) -> str | None:
+    async def _deliver(self, row: Row[Any]) -> str | None:
         occurred = Timestamp()
         occurred.FromDatetime(row.occurred_at)
         event = common_pb2.Event(
@@ -165,3 +174,10 @@ class Relay:
                 log.warning("outbox delivery to %s failed: %s", row.destination, exc.code())
                 return f"{exc.code().name}: {exc.details()}"
         return None
+
+
+async def prune(db: Database, before: datetime) -> None:
+    """Forget delivered outbox rows and received event ids older than ``before``; undelivered rows stay."""
+    async with db.transaction() as uow:
+        await uow.conn.execute(delete(OUTBOX).where(OUTBOX.c.delivered_at < before))
+        await uow.conn.execute(delete(INBOX).where(INBOX.c.received_at < before))
