@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 
 from reviewloop.launcher import Stack
@@ -40,3 +43,29 @@ async def test_cancel_is_one_trace_across_gateway_review_state_and_nudge(api: Ap
     in_trace = [s for s in spans if s["trace_id"] == trace_id]
     assert any(s["service"] == "review_state" and s["name"].startswith("outbox.relay") for s in in_trace)
     assert any(s["service"] == "nudge" and s["name"].endswith("NudgeService/Ingest") for s in in_trace)
+
+
+async def test_traces_command_prints_the_review_as_a_tree(api: Api, stack: Stack) -> None:
+    agent = await api.agent()
+    review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+    await api.http.post(f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent)
+    await events_until(api, agent, 1)
+    env = {**os.environ, "REVIEWLOOP_DATA_DIR": str(stack.data_dir)}
+    deadline = time.monotonic() + 15
+    while True:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "reviewloop.cli", "traces", review_id, env=env, stdout=subprocess.PIPE
+        )
+        stdout = (await proc.communicate())[0].decode()
+        if "nudge:" in stdout or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.3)
+    assert proc.returncode == 0
+    lines = stdout.splitlines()
+    assert lines[0].startswith("trace ")
+    assert any(line.strip().startswith("gateway: POST /v1/reviews/{review_id}/cancel") for line in lines)
+    transition = next(line for line in lines if "review_state: review.transition" in line)
+    relayed = next(line for line in lines if "nudge:" in line)
+    # Children are indented under their parents: the nudge hop sits below the gateway's root span.
+    assert len(relayed) - len(relayed.lstrip()) > len(lines[1]) - len(lines[1].lstrip())
+    assert transition
