@@ -6,7 +6,24 @@ import time
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 PREFIXES = frozenset(
-    {"rr", "turn", "cat", "rule", "rln", "ndg", "msg", "thread", "org", "prj", "agt", "key", "rcpt", "evt"}
+    {
+        "rr",
+        "turn",
+        "cat",
+        "rule",
+        "rln",
+        "ndg",
+        "msg",
+        "thread",
+        "org",
+        "prj",
+        "agt",
+        "key",
+        "rcpt",
+        "evt",
+        "gprop",
+        "ck",
+    }
 )
 
 

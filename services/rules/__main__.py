@@ -1,17 +1,29 @@
 """Boot: ``python -m rules``."""
 
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
-from reviewloop.service import ServiceSpec, main
+from reviewloop.service import Peers, ServiceSpec, main
+from reviewloop.storage import Database
 
+from rules.app import ensure_token_key
 from rules.server import servicers
 from rules.store import metadata
+
+
+def background(db: Database, peers: Peers) -> Sequence[Callable[[], Coroutine[Any, Any, None]]]:
+    # The composition-token signing key is generated at first boot (and kept in the store).
+    return [lambda: ensure_token_key(db)]
+
 
 SPEC = ServiceSpec(
     name="rules",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
     servicers=servicers,
+    subscribers=("review_state",),
+    background=background,
 )
 
 if __name__ == "__main__":

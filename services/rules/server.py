@@ -1,44 +1,350 @@
-"""The RulesService servicer."""
+"""The RulesService servicer: translate protobuf, call ``app``, return protobuf."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 from reviewloop.common.v1 import common_pb2
-from reviewloop.rules.v1 import rules_pb2_grpc
+from reviewloop.rules.v1 import rules_pb2, rules_pb2_grpc
 from reviewloop.service import Peers, Registration
-from reviewloop.storage import Database, first_delivery
+from reviewloop.storage import Database
+from reviewloop.tenancy import Principal
 
-log = logging.getLogger(__name__)
+from rules import app
+from rules.domain import risk
+from rules.domain.graduation import Status
+
+_TOKEN_STATUS = {
+    app.TokenStatus.VALID: rules_pb2.TOKEN_STATUS_VALID,
+    app.TokenStatus.EXPIRED: rules_pb2.TOKEN_STATUS_EXPIRED,
+    app.TokenStatus.STALE: rules_pb2.TOKEN_STATUS_STALE,
+    app.TokenStatus.INVALID: rules_pb2.TOKEN_STATUS_INVALID,
+}
+
+
+def _timestamp(value: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def rule_to_proto(view: app.RuleView) -> rules_pb2.Rule:
+    r = view.rule
+    return rules_pb2.Rule(
+        id=r.id,
+        lineage_id=r.lineage_id,
+        rev=r.rev,
+        rule_layer=r.layer.value,
+        org_id=r.org_id,
+        project_id=r.project_id,
+        scope=r.scope.value,
+        category_id=r.category_id,
+        kind=r.kind.value,
+        priority=r.priority,
+        rule_text=r.rule_text,
+        source_review_id=r.source_review_id,
+        author_kind=r.author_kind,
+        status=view.status,
+        agent_id=r.agent_id,
+        supersedes_id=r.supersedes_id,
+        created_at=_timestamp(r.created_at),
+        action=r.action.value,
+        changed_by_kind=r.changed_by_kind,
+        changed_by_id=r.changed_by_id,
+        high_water=r.high_water,
+    )
+
+
+def category_to_proto(view: app.CategoryView) -> rules_pb2.Category:
+    c = view.row
+    return rules_pb2.Category(
+        id=c.id,
+        name=c.name,
+        description=c.description,
+        scope=c.scope,
+        state=c.state.value,
+        author_kind=c.author_kind,
+        rule_high_water=view.rule_high_water,
+        rules_version=view.rules_version,
+        never_graduate=c.never_graduate,
+        clean_approval_count=c.clean_approval_count,
+        drift_count=c.drift_count,
+        org_id=c.org_id,
+        project_id=c.project_id,
+        created_at=_timestamp(c.created_at),
+    )
+
+
+def status_to_proto(s: Status) -> rules_pb2.GraduationStatus:
+    return rules_pb2.GraduationStatus(
+        category_id=s.category_id,
+        state=s.state.value,
+        next_state=s.next_state.value if s.next_state else "",
+        never_graduate=s.never_graduate,
+        clean_approval_count=s.clean_approval_count,
+        graduate_min_approvals=s.graduate_min_approvals,
+        approvals_met=s.approvals_met,
+        age_hours=s.age_hours,
+        graduate_min_age_hours=s.graduate_min_age_hours,
+        age_met=s.age_met,
+        maturity_gate_met=s.maturity_gate_met,
+        drift_count=s.drift_count,
+        drift_demote_after=s.drift_demote_after,
+        can_graduate=s.can_graduate,
+    )
+
+
+def _values_to_proto(values: dict[str, Any]) -> rules_pb2.RiskValues:
+    return rules_pb2.RiskValues(**{k: v for k, v in values.items() if v is not None})
+
+
+def _values_from_proto(message: rules_pb2.RiskValues) -> dict[str, Any]:
+    return {name: getattr(message, name) for name in risk.FIELDS if message.HasField(name)}  # type: ignore[arg-type]
+
+
+def dial_to_proto(dial: app.Dial) -> rules_pb2.RiskDial:
+    return rules_pb2.RiskDial(
+        account=_values_to_proto(dial.account),
+        categories=[
+            rules_pb2.CategoryRisk(
+                category_id=c.category_id,
+                overrides=_values_to_proto(c.overrides),
+                effective=_values_to_proto(c.effective),
+                inherit_fields=[k for k, v in c.overrides.items() if v is None],
+            )
+            for c in dial.categories
+        ],
+    )
+
+
+def _principal(request: Any) -> Principal:
+    return Principal.from_proto(request.principal)
 
 
 class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, settings: app.Settings) -> None:
         self.db = db
+        self.settings = settings
 
     async def Ingest(
         self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.IngestResponse:
-        """Review outcomes from review_state; deduplicated on event_id. The maturity counters that
-        consume them arrive with the rules issue; until then each is recorded as received."""
-        accepted = duplicates = 0
-        for event in request.events:
-            async with self.db.transaction() as uow:
-                if await first_delivery(uow.conn, event.event_id):
-                    accepted += 1
-                    log.info("rules ignores event type %s (%s)", event.type, event.event_id)
-                else:
-                    duplicates += 1
+        accepted, duplicates = await app.ingest(self.db, list(request.events))
         return common_pb2.IngestResponse(accepted=accepted, duplicates=duplicates)
+
+    async def ValidateCompositionToken(
+        self, request: rules_pb2.ValidateCompositionTokenRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.ValidateCompositionTokenResponse:
+        check = await app.validate_composition_token(
+            self.db, _principal(request), request.composition_token, request.category_id
+        )
+        return rules_pb2.ValidateCompositionTokenResponse(
+            status=_TOKEN_STATUS[check.status],
+            token_rule_high_water=check.token_rule_high_water,
+            current_rule_high_water=check.current_rule_high_water,
+        )
+
+    async def GetCategory(
+        self, request: rules_pb2.GetCategoryRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.Category:
+        return category_to_proto(await app.get_category(self.db, _principal(request), request.category_id))
+
+    async def GetRiskDial(
+        self, request: rules_pb2.GetRiskDialRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.RiskDial:
+        return dial_to_proto(await app.get_risk_dial(self.db, _principal(request), request.category_id))
+
+    async def SaveRule(
+        self, request: rules_pb2.SaveRuleRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.Rule:
+        body = app.RuleInput(
+            rule_text=request.rule_text,
+            scope=request.scope,
+            category_id=request.category_id,
+            kind=request.kind,
+            priority=request.priority,
+            lineage_id=request.lineage_id,
+            expected_rev=request.expected_rev,
+            source_review_id=request.source_review_id,
+            rule_layer=request.rule_layer,
+            agent_id=request.agent_id,
+            idempotency_key=request.idempotency_key,
+        )
+        return rule_to_proto(await app.save_rule(self.db, _principal(request), body))
+
+    async def GetRules(
+        self, request: rules_pb2.GetRulesRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.GetRulesResponse:
+        snapshot = await app.get_rules(
+            self.db,
+            self.settings,
+            _principal(request),
+            scope=request.scope,
+            category_id=request.category_id,
+            agent_id=request.agent_id,
+            status=request.status,
+        )
+        reply = rules_pb2.GetRulesResponse(
+            rules=[rule_to_proto(v) for v in snapshot.rules],
+            house_style_version=snapshot.house_style_version,
+            category_rules_version=snapshot.category_rules_version,
+            rule_high_water=snapshot.rule_high_water,
+            composition_token=snapshot.composition_token,
+        )
+        if snapshot.composition_token_expires_at is not None:
+            reply.composition_token_expires_at.CopyFrom(_timestamp(snapshot.composition_token_expires_at))
+        return reply
+
+    async def RetireRule(
+        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.Rule:
+        view = await app.retire_rule(self.db, _principal(request), request.lineage_id, request.expected_rev)
+        return rule_to_proto(view)
+
+    async def UndoRule(
+        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.Rule:
+        view = await app.undo_rule(self.db, _principal(request), request.lineage_id, request.expected_rev)
+        return rule_to_proto(view)
+
+    async def ApproveRule(
+        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.Rule:
+        view = await app.approve_rule(self.db, _principal(request), request.lineage_id, request.expected_rev)
+        return rule_to_proto(view)
+
+    async def RejectRule(
+        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.Rule:
+        view = await app.reject_rule(self.db, _principal(request), request.lineage_id, request.expected_rev)
+        return rule_to_proto(view)
+
+    async def GetRuleHistory(
+        self, request: rules_pb2.GetRuleHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.RuleHistory:
+        views = await app.rule_history(self.db, _principal(request), request.lineage_id)
+        return rules_pb2.RuleHistory(
+            lineage_id=request.lineage_id, revisions=[rule_to_proto(v) for v in views]
+        )
+
+    async def GetRuleSettings(
+        self, request: rules_pb2.GetRuleSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.RuleSettings:
+        principal = _principal(request)
+        on = await app.get_rule_settings(self.db, principal)
+        return rules_pb2.RuleSettings(project_id=principal.project_id, write_approval=on)
+
+    async def SetRuleSettings(
+        self, request: rules_pb2.SetRuleSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.RuleSettings:
+        principal = _principal(request)
+        on = await app.set_rule_settings(self.db, principal, request.write_approval)
+        return rules_pb2.RuleSettings(project_id=principal.project_id, write_approval=on)
+
+    async def CreateCategory(
+        self, request: rules_pb2.CreateCategoryRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.Category:
+        view = await app.create_category(
+            self.db,
+            _principal(request),
+            name=request.name,
+            description=request.description,
+            scope=request.scope,
+            never_graduate=request.never_graduate,
+            idempotency_key=request.idempotency_key,
+        )
+        return category_to_proto(view)
+
+    async def UpdateCategory(
+        self, request: rules_pb2.UpdateCategoryRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.Category:
+        view = await app.update_category(
+            self.db,
+            _principal(request),
+            request.category_id,
+            name=request.name if request.HasField("name") else None,
+            description=request.description if request.HasField("description") else None,
+            never_graduate=request.never_graduate if request.HasField("never_graduate") else None,
+        )
+        return category_to_proto(view)
+
+    async def ListCategories(
+        self, request: rules_pb2.ListCategoriesRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.ListCategoriesResponse:
+        views, next_cursor = await app.list_categories(
+            self.db, _principal(request), cursor=request.cursor, limit=request.limit
+        )
+        return rules_pb2.ListCategoriesResponse(
+            categories=[category_to_proto(v) for v in views], next_cursor=next_cursor
+        )
+
+    async def GetGraduationStatus(
+        self, request: rules_pb2.GetGraduationStatusRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.GraduationStatus:
+        return status_to_proto(await app.graduation_status(self.db, _principal(request), request.category_id))
+
+    async def ProposeGraduation(
+        self, request: rules_pb2.ProposeGraduationRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.GraduationProposal:
+        proposal = await app.propose_graduation(
+            self.db, _principal(request), request.category_id, request.to_state, request.note
+        )
+        return rules_pb2.GraduationProposal(
+            id=proposal.id,
+            category_id=proposal.category_id,
+            to_state=proposal.to_state,
+            status="proposed",
+            graduation=status_to_proto(proposal.status),
+            created_at=_timestamp(proposal.created_at),
+        )
+
+    async def Graduate(
+        self, request: rules_pb2.GraduateRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.Category:
+        view = await app.graduate(self.db, _principal(request), request.category_id, request.to_state)
+        return category_to_proto(view)
+
+    async def SetRiskDial(
+        self, request: rules_pb2.SetRiskDialRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.RiskDial:
+        account: dict[str, Any] | None = None
+        if request.HasField("account") or request.account_clear:
+            account = _values_from_proto(request.account)
+            account.update(dict.fromkeys(request.account_clear))
+        categories = [
+            (
+                c.category_id,
+                {**_values_from_proto(c.overrides), **dict.fromkeys(c.inherit_fields)},
+            )
+            for c in request.categories
+        ]
+        dial = await app.set_risk_dial(self.db, _principal(request), account=account, categories=categories)
+        return dial_to_proto(dial)
+
+    async def RotateCompositionKey(
+        self, request: rules_pb2.RotateCompositionKeyRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.RotateCompositionKeyResponse:
+        key_id = await app.rotate_composition_key(self.db, _principal(request))
+        return rules_pb2.RotateCompositionKeyResponse(key_id=key_id)
+
+    async def ResolveOwner(
+        self, request: rules_pb2.ResolveOwnerRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.ResolveOwnerResponse:
+        org_id, project_id = await app.resolve_owner(
+            self.db, category_id=request.category_id, lineage_id=request.lineage_id
+        )
+        return rules_pb2.ResolveOwnerResponse(org_id=org_id, project_id=project_id)
 
 
 def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
     return [
         (
             rules_pb2_grpc.add_RulesServiceServicer_to_server,
-            RulesServicer(db),
+            RulesServicer(db, app.Settings.from_env()),
             "reviewloop.rules.v1.RulesService",
         )
     ]

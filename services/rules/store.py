@@ -1,5 +1,477 @@
-"""The store's schema; the outbox and inbox tables come with every store."""
+"""The rules store: rule revisions (append-only), the per-org high-water counter, categories and
+their maturity counters, graduation proposals, the risk dial, rule settings, token keys."""
 
-from reviewloop.storage.schema import new_metadata
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from reviewloop.storage.schema import Json, insert_ignore, new_metadata, utcnow
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rules.domain.graduation import Rung as GradRung
+from rules.domain.ladder import Action, Kind, Layer, RuleRev, Scope, State
 
 metadata = new_metadata()
+
+rule_revisions = Table(
+    "rule_revisions",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("lineage_id", String(40), nullable=False),
+    Column("rev", BigInteger, nullable=False),
+    Column("layer", String(16), nullable=False),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False, server_default=""),
+    Column("agent_id", String(40), nullable=False, server_default=""),
+    Column("scope", String(16), nullable=False),
+    Column("category_id", String(40), nullable=False, server_default=""),
+    Column("kind", String(8), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("rule_text", Text, nullable=False),
+    Column("normalized_text", Text, nullable=False),
+    Column("source_review_id", String(40), nullable=False, server_default=""),
+    Column("author_kind", String(16), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("changed_by_kind", String(16), nullable=False),
+    Column("changed_by_id", String(40), nullable=False),
+    Column("high_water", BigInteger, nullable=False, server_default="0"),
+    Column("supersedes_id", String(40), nullable=False, server_default=""),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    # The compare-and-set of read-before-write: two saves against the same rev insert the same
+    # (lineage, rev + 1), and the constraint lets exactly one of them commit.
+    UniqueConstraint("lineage_id", "rev"),
+    Index("ix_rule_revisions_org_id_project_id", "org_id", "project_id"),
+)
+
+# One row per org: the monotonic rule high-water. Bumping it is also the per-org write lock that
+# makes duplicate refusal race-free.
+org_counters = Table(
+    "org_counters",
+    metadata,
+    Column("org_id", String(40), primary_key=True),
+    Column("rule_high_water", BigInteger, nullable=False),
+)
+
+rule_settings = Table(
+    "rule_settings",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("write_approval", Boolean, nullable=False),
+)
+
+categories = Table(
+    "categories",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("scope", String(16), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("normalized_name", String(200), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("author_kind", String(16), nullable=False),
+    Column("never_graduate", Boolean, nullable=False),
+    Column("clean_approval_count", BigInteger, nullable=False),
+    Column("drift_count", BigInteger, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("state_changed_at", DateTime(timezone=True), nullable=False),
+    Index("ix_categories_org_id_id", "org_id", "id"),
+)
+
+graduation_proposals = Table(
+    "graduation_proposals",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("category_id", String(40), nullable=False, index=True),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("proposed_by", String(40), nullable=False),
+    Column("from_state", String(16), nullable=False),
+    Column("to_state", String(16), nullable=False),
+    Column("note", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+risk_dials = Table(
+    "risk_dials",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("account", Json, nullable=False),
+)
+
+risk_overrides = Table(
+    "risk_overrides",
+    metadata,
+    Column("project_id", String(40), nullable=False),
+    Column("category_id", String(40), nullable=False),
+    Column("overrides", Json, nullable=False),
+    PrimaryKeyConstraint("project_id", "category_id"),
+)
+
+token_keys = Table(
+    "token_keys",
+    metadata,
+    Column("key_id", String(40), primary_key=True),
+    Column("secret", String(128), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("project_id", String(40), nullable=False),
+    Column("actor_id", String(40), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("result_id", String(40), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("project_id", "actor_id", "key"),
+)
+
+
+def _aware(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every stored time is UTC.
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+# --- rules -------------------------------------------------------------------------------------
+
+
+def _rule(row: Any) -> RuleRev:
+    m = row._mapping
+    return RuleRev(
+        id=m["id"],
+        lineage_id=m["lineage_id"],
+        rev=m["rev"],
+        layer=Layer(m["layer"]),
+        org_id=m["org_id"],
+        project_id=m["project_id"],
+        agent_id=m["agent_id"],
+        scope=Scope(m["scope"]),
+        category_id=m["category_id"],
+        kind=Kind(m["kind"]),
+        priority=m["priority"],
+        rule_text=m["rule_text"],
+        source_review_id=m["source_review_id"],
+        author_kind=m["author_kind"],
+        state=State(m["state"]),
+        action=Action(m["action"]),
+        changed_by_kind=m["changed_by_kind"],
+        changed_by_id=m["changed_by_id"],
+        high_water=m["high_water"],
+        supersedes_id=m["supersedes_id"],
+        created_at=_aware(m["created_at"]),
+    )
+
+
+async def add_revision(conn: AsyncConnection, rule: RuleRev, normalized_text: str) -> None:
+    """Append one revision; raises IntegrityError when (lineage, rev) is taken (a lost race)."""
+    values = {k: getattr(rule, k) for k in RuleRev.__dataclass_fields__}
+    for name in ("layer", "scope", "kind", "state", "action"):
+        values[name] = values[name].value
+    await conn.execute(insert(rule_revisions).values(**values, normalized_text=normalized_text))
+
+
+async def lineage(conn: AsyncConnection, org_id: str, lineage_id: str) -> list[RuleRev]:
+    """Every revision of a lineage of ``org_id``, oldest first; another org's lineage reads empty."""
+    rows = await conn.execute(
+        select(rule_revisions)
+        .where(rule_revisions.c.lineage_id == lineage_id, rule_revisions.c.org_id == org_id)
+        .order_by(rule_revisions.c.rev)
+    )
+    return [_rule(r) for r in rows]
+
+
+async def revisions_on_ladder(conn: AsyncConnection, org_id: str, project_id: str) -> list[RuleRev]:
+    """Every revision that can sit on this project's ladder: its own and its org's house style."""
+    rows = await conn.execute(
+        select(rule_revisions).where(
+            rule_revisions.c.org_id == org_id,
+            or_(rule_revisions.c.layer == Layer.ORG.value, rule_revisions.c.project_id == project_id),
+        )
+    )
+    return [_rule(r) for r in rows]
+
+
+async def rule_lineage_of(conn: AsyncConnection, rule_id: str) -> str | None:
+    row = (
+        await conn.execute(select(rule_revisions.c.lineage_id).where(rule_revisions.c.id == rule_id))
+    ).first()
+    return str(row.lineage_id) if row else None
+
+
+async def lineage_owner(conn: AsyncConnection, lineage_id: str) -> tuple[str, str] | None:
+    row = (
+        await conn.execute(
+            select(rule_revisions.c.org_id, rule_revisions.c.project_id)
+            .where(rule_revisions.c.lineage_id == lineage_id)
+            .limit(1)
+        )
+    ).first()
+    return (row.org_id, row.project_id) if row else None
+
+
+async def bump_high_water(conn: AsyncConnection, org_id: str) -> int:
+    """The org's next high-water. Holds the org's counter row until commit, so the rule writes of one
+    org are serialized (on SQLite the database lock already serializes them)."""
+    await conn.execute(insert_ignore(conn, org_counters).values(org_id=org_id, rule_high_water=0))
+    result = await conn.execute(
+        update(org_counters)
+        .where(org_counters.c.org_id == org_id)
+        .values(rule_high_water=org_counters.c.rule_high_water + 1)
+        .returning(org_counters.c.rule_high_water)
+    )
+    return int(result.scalar_one())
+
+
+async def write_approval(conn: AsyncConnection, project_id: str) -> bool:
+    row = (
+        await conn.execute(
+            select(rule_settings.c.write_approval).where(rule_settings.c.project_id == project_id)
+        )
+    ).first()
+    return bool(row.write_approval) if row else False
+
+
+async def set_write_approval(conn: AsyncConnection, org_id: str, project_id: str, on: bool) -> None:
+    await conn.execute(
+        insert_ignore(conn, rule_settings).values(project_id=project_id, org_id=org_id, write_approval=on)
+    )
+    await conn.execute(
+        update(rule_settings).where(rule_settings.c.project_id == project_id).values(write_approval=on)
+    )
+
+
+# --- categories --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CategoryRow:
+    id: str
+    org_id: str
+    project_id: str
+    scope: str
+    name: str
+    description: str
+    state: GradRung
+    author_kind: str
+    never_graduate: bool
+    clean_approval_count: int
+    drift_count: int
+    version: int
+    created_at: datetime
+    state_changed_at: datetime
+
+
+def _category(row: Any) -> CategoryRow:
+    m = row._mapping
+    return CategoryRow(
+        id=m["id"],
+        org_id=m["org_id"],
+        project_id=m["project_id"],
+        scope=m["scope"],
+        name=m["name"],
+        description=m["description"],
+        state=GradRung(m["state"]),
+        author_kind=m["author_kind"],
+        never_graduate=m["never_graduate"],
+        clean_approval_count=m["clean_approval_count"],
+        drift_count=m["drift_count"],
+        version=m["version"],
+        created_at=_aware(m["created_at"]),
+        state_changed_at=_aware(m["state_changed_at"]),
+    )
+
+
+def _visible(org_id: str, project_id: str) -> Any:
+    """A project sees its org's shared categories and its own."""
+    return (categories.c.org_id == org_id) & (
+        (categories.c.scope == "org_shared") | (categories.c.project_id == project_id)
+    )
+
+
+async def add_category(conn: AsyncConnection, category: CategoryRow, normalized_name: str) -> None:
+    values = dict(category.__dict__)
+    values["state"] = category.state.value
+    await conn.execute(insert(categories).values(**values, normalized_name=normalized_name))
+
+
+async def get_category(
+    conn: AsyncConnection, org_id: str, project_id: str, category_id: str, *, lock: bool = False
+) -> CategoryRow | None:
+    """The category if ``project_id`` can see it; ``lock`` holds its row until commit (PostgreSQL)."""
+    query = select(categories).where(categories.c.id == category_id, _visible(org_id, project_id))
+    if lock:
+        query = query.with_for_update()
+    row = (await conn.execute(query)).first()
+    return _category(row) if row else None
+
+
+async def category_owner(conn: AsyncConnection, category_id: str) -> tuple[str, str] | None:
+    row = (
+        await conn.execute(
+            select(categories.c.org_id, categories.c.project_id).where(categories.c.id == category_id)
+        )
+    ).first()
+    return (row.org_id, row.project_id) if row else None
+
+
+async def category_named(
+    conn: AsyncConnection, org_id: str, project_id: str, normalized_name: str
+) -> CategoryRow | None:
+    row = (
+        await conn.execute(
+            select(categories).where(
+                _visible(org_id, project_id), categories.c.normalized_name == normalized_name
+            )
+        )
+    ).first()
+    return _category(row) if row else None
+
+
+async def list_categories(
+    conn: AsyncConnection, org_id: str, project_id: str, after_id: str, limit: int
+) -> list[CategoryRow]:
+    query = select(categories).where(_visible(org_id, project_id))
+    if after_id:
+        query = query.where(categories.c.id > after_id)
+    rows = await conn.execute(query.order_by(categories.c.id).limit(limit))
+    return [_category(r) for r in rows]
+
+
+async def compare_and_set_category(conn: AsyncConnection, current: CategoryRow, **changes: Any) -> bool:
+    """Write ``changes`` only if the category is still at ``current.version``; the row count decides."""
+    if "state" in changes:
+        changes["state"] = changes["state"].value
+    result = await conn.execute(
+        update(categories)
+        .where(categories.c.id == current.id, categories.c.version == current.version)
+        .values(version=current.version + 1, **changes)
+    )
+    return bool(result.rowcount == 1)
+
+
+async def add_proposal(conn: AsyncConnection, **values: Any) -> None:
+    await conn.execute(insert(graduation_proposals).values(**values))
+
+
+# --- risk dial ---------------------------------------------------------------------------------
+
+
+async def account_dial(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
+    row = (
+        await conn.execute(select(risk_dials.c.account).where(risk_dials.c.project_id == project_id))
+    ).first()
+    return dict(row.account) if row else {}
+
+
+async def save_account_dial(
+    conn: AsyncConnection, org_id: str, project_id: str, account: dict[str, Any]
+) -> None:
+    await conn.execute(
+        insert_ignore(conn, risk_dials).values(project_id=project_id, org_id=org_id, account={})
+    )
+    await conn.execute(
+        update(risk_dials).where(risk_dials.c.project_id == project_id).values(account=account)
+    )
+
+
+async def overrides(
+    conn: AsyncConnection, project_id: str, category_id: str = ""
+) -> dict[str, dict[str, Any]]:
+    """category_id -> the override fields the console wrote (a None value: explicitly inherited)."""
+    query = select(risk_overrides).where(risk_overrides.c.project_id == project_id)
+    if category_id:
+        query = query.where(risk_overrides.c.category_id == category_id)
+    rows = await conn.execute(query.order_by(risk_overrides.c.category_id))
+    return {r.category_id: dict(r.overrides) for r in rows}
+
+
+async def save_overrides(
+    conn: AsyncConnection, project_id: str, category_id: str, values: dict[str, Any]
+) -> None:
+    await conn.execute(
+        insert_ignore(conn, risk_overrides).values(
+            project_id=project_id, category_id=category_id, overrides={}
+        )
+    )
+    await conn.execute(
+        update(risk_overrides)
+        .where(risk_overrides.c.project_id == project_id, risk_overrides.c.category_id == category_id)
+        .values(overrides=values)
+    )
+
+
+# --- composition-token keys --------------------------------------------------------------------
+
+
+async def newest_token_key(conn: AsyncConnection) -> tuple[str, bytes] | None:
+    row = (
+        await conn.execute(
+            select(token_keys).order_by(token_keys.c.created_at.desc(), token_keys.c.key_id.desc()).limit(1)
+        )
+    ).first()
+    return (row.key_id, bytes.fromhex(row.secret)) if row else None
+
+
+async def token_key(conn: AsyncConnection, key_id: str) -> bytes | None:
+    row = (await conn.execute(select(token_keys.c.secret).where(token_keys.c.key_id == key_id))).first()
+    return bytes.fromhex(row.secret) if row else None
+
+
+async def add_token_key(conn: AsyncConnection, key_id: str, secret: bytes) -> None:
+    await conn.execute(insert(token_keys).values(key_id=key_id, secret=secret.hex(), created_at=utcnow()))
+
+
+# --- idempotency -------------------------------------------------------------------------------
+
+
+async def find_idempotent(conn: AsyncConnection, project_id: str, actor_id: str, key: str) -> Any:
+    return (
+        await conn.execute(
+            select(idempotency_keys.c.request_hash, idempotency_keys.c.result_id).where(
+                idempotency_keys.c.project_id == project_id,
+                idempotency_keys.c.actor_id == actor_id,
+                idempotency_keys.c.key == key,
+            )
+        )
+    ).first()
+
+
+async def remember_idempotent(
+    conn: AsyncConnection, project_id: str, actor_id: str, key: str, request_hash: str, result_id: str
+) -> None:
+    await conn.execute(
+        insert(idempotency_keys).values(
+            project_id=project_id,
+            actor_id=actor_id,
+            key=key,
+            request_hash=request_hash,
+            result_id=result_id,
+            created_at=utcnow(),
+        )
+    )

@@ -1,0 +1,400 @@
+"""The rules context through the gateway and real processes: the spec's JSON shapes, the ladder,
+guardrails, staged approval, undo, console authority, graduation, the risk dial, tokens, outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import grpc
+import orjson
+from reviewloop.common.v1 import common_pb2
+from reviewloop.ids import new_id
+from reviewloop.rules.v1 import rules_pb2, rules_pb2_grpc
+from reviewloop.storage import make_engine
+from reviewloop.storage.schema import OUTBOX
+from reviewloop.tenancy import ActorKind, Principal
+from sqlalchemy import select
+
+from tests.conftest import Api
+
+# The canonical example JSON of spec 000, whose keys the gateway must answer with exactly.
+RULE_KEYS = {
+    "id", "lineage_id", "rev", "rule_layer", "org_id", "project_id", "scope", "category_id", "kind",
+    "priority", "rule_text", "source_review_id", "author_kind", "status",
+}  # fmt: skip
+CATEGORY_KEYS = {
+    "id", "name", "description", "scope", "state", "author_kind", "rule_high_water", "rules_version",
+    "never_graduate", "clean_approval_count", "drift_count",
+}  # fmt: skip
+GRADUATION_KEYS = {
+    "category_id", "state", "next_state", "never_graduate", "clean_approval_count",
+    "graduate_min_approvals", "approvals_met", "age_hours", "graduate_min_age_hours", "age_met",
+    "maturity_gate_met", "drift_count", "drift_demote_after", "can_graduate",
+}  # fmt: skip
+DIAL_KEYS = {
+    "min_confidence", "first_contact_gate", "drift_demote_after", "canary_rate", "graduate_min_approvals",
+    "graduate_min_age_hours", "auto_send_cap_per_day",
+}  # fmt: skip
+
+
+class Org:
+    """A project with an agent, a human and an admin key."""
+
+    def __init__(self, api: Api, project: dict[str, Any], keys: dict[str, dict[str, Any]]) -> None:
+        self.api = api
+        self.org_id, self.project_id = project["org_id"], project["project_id"]
+        self.agent_id = keys["agent"]["agent_id"]
+        self.agent = api.auth(keys["agent"]["api_key"])
+        self.human = api.auth(keys["human"]["api_key"])
+        self.admin = api.auth(keys["admin"]["api_key"])
+
+    @classmethod
+    async def create(cls, api: Api) -> Org:
+        project = await api.project()
+        keys = {kind: await api.key(project["project_id"], kind) for kind in ("agent", "human", "admin")}
+        return cls(api, project, keys)
+
+    async def category(self, name: str = "Sales Outreach", **extra: Any) -> dict[str, Any]:
+        made = await self.api.http.post(
+            f"/v1/admin/projects/{self.project_id}/categories",
+            json={"name": name, "description": "cold outbound to prospects about the pilot", **extra},
+            headers=self.admin,
+        )
+        assert made.status_code == 201, made.text
+        return dict(made.json())
+
+    async def save(self, headers: dict[str, str], **body: Any) -> dict[str, Any]:
+        saved = await self.api.http.post("/v1/rules", json=body, headers=headers)
+        assert saved.status_code == 201, saved.text
+        return dict(saved.json())
+
+
+def _rules_stub(api: Api) -> rules_pb2_grpc.RulesServiceStub:
+    return rules_pb2_grpc.RulesServiceStub(grpc.aio.insecure_channel(api.stack.address("rules")))
+
+
+async def test_shapes_match_the_spec_examples_exactly(api: Api) -> None:
+    org = await Org.create(api)
+    category = await org.category()
+    assert set(category) == CATEGORY_KEYS
+    assert (category["scope"], category["state"], category["author_kind"]) == (
+        "org_shared",
+        "supervised",
+        "human",
+    )
+
+    rule = await org.save(
+        org.human,
+        rule_text="Always propose a concrete time, never 'let me know'.",
+        scope="category",
+        category_id=category["id"],
+        source_review_id=new_id("rr"),
+    )
+    assert set(rule) == RULE_KEYS
+    assert (rule["rev"], rule["rule_layer"], rule["kind"], rule["priority"]) == (1, "project", "soft", 0)
+    assert (rule["author_kind"], rule["status"]) == ("human", "active")
+    assert rule["id"].startswith("rule_") and rule["lineage_id"].startswith("rln_")
+
+    status = (await api.http.get(f"/v1/categories/{category['id']}/graduation", headers=org.agent)).json()
+    assert set(status) == GRADUATION_KEYS
+    assert (status["state"], status["next_state"], status["graduate_min_age_hours"]) == (
+        "supervised",
+        "auto_notify",
+        48,
+    )
+
+    put = await api.http.put(
+        f"/v1/admin/projects/{org.project_id}/risk-dial",
+        json={
+            "categories": [
+                {"category_id": category["id"], "min_confidence": 0.85, "first_contact_gate": None}
+            ]
+        },
+        headers=org.admin,
+    )
+    assert put.status_code == 200, put.text
+    dial = (await api.http.get("/v1/risk-dial", headers=org.agent)).json()
+    assert dial == {
+        "account": {
+            "min_confidence": 0.7,
+            "first_contact_gate": True,
+            "drift_demote_after": 3,
+            "canary_rate": 0.1,
+            "graduate_min_approvals": 20,
+            "graduate_min_age_hours": 48,
+            "auto_send_cap_per_day": 200,
+        },
+        "categories": [
+            {
+                "category_id": category["id"],
+                "min_confidence": 0.85,
+                "first_contact_gate": None,
+                "effective": {
+                    "min_confidence": 0.85,
+                    "first_contact_gate": True,
+                    "drift_demote_after": 3,
+                    "canary_rate": 0.1,
+                    "graduate_min_approvals": 20,
+                    "graduate_min_age_hours": 48,
+                    "auto_send_cap_per_day": 200,
+                },
+            }
+        ],
+    }
+    assert set(dial["categories"][0]["effective"]) == DIAL_KEYS
+
+
+async def test_get_rules_returns_the_ordered_ladder_and_a_token_only_when_unfiltered(api: Api) -> None:
+    org = await Org.create(api)
+    category = await org.category()
+    house = await api.http.post(
+        f"/v1/admin/orgs/{org.org_id}/rules",
+        json={"rule_text": "Sign every email with the company name."},
+        headers=org.admin,
+    )
+    assert house.status_code == 201, house.text
+    assert house.json()["rule_layer"] == "org" and "project_id" not in house.json()
+    general = await org.save(org.agent, rule_text="Never use exclamation marks.")
+    in_category = await org.save(
+        org.agent, rule_text="Always propose a concrete time.", category_id=category["id"]
+    )
+    mine = await org.save(org.agent, rule_text="Open with the first name.", agent_id=org.agent_id)
+    assert mine["agent_id"] == org.agent_id
+
+    stack = (
+        await api.http.get("/v1/rules", params={"category_id": category["id"]}, headers=org.agent)
+    ).json()
+    assert [r["id"] for r in stack["rules"]] == [
+        mine["id"],
+        in_category["id"],
+        general["id"],
+        house.json()["id"],
+    ]
+    assert (stack["house_style_version"], stack["category_rules_version"]) == (1, 1)
+    assert stack["rule_high_water"] >= 1 and stack["composition_token"].startswith("ct1.")
+    assert stack["composition_token_expires_at"].endswith("Z") and stack["next_cursor"] is None
+
+    browsing = (await api.http.get("/v1/rules", params={"scope": "general"}, headers=org.agent)).json()
+    assert "composition_token" not in browsing
+    assert {r["scope"] for r in browsing["rules"]} == {"general"}
+
+
+async def test_revisions_are_append_only_with_stale_duplicate_and_credential_refusals(api: Api) -> None:
+    org = await Org.create(api)
+    first = await org.save(org.agent, rule_text="Keep emails under 150 words.")
+    body = {"rule_text": "Keep emails under 100 words.", "lineage_id": first["lineage_id"], "expected_rev": 1}
+    outcomes = await asyncio.gather(
+        *(api.http.post("/v1/rules", json=body, headers=org.agent) for _ in range(3))
+    )
+    assert sorted(r.status_code for r in outcomes) == [201, 409, 409]
+    refused = next(r for r in outcomes if r.status_code == 409)
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["code"] == "stale"
+    assert {"code": "revision", "detail": 2} in refused.json()["errors"]
+
+    twin = await api.http.post(
+        "/v1/rules", json={"rule_text": "keep emails under 100 WORDS"}, headers=org.agent
+    )
+    assert twin.status_code == 409 and twin.json()["code"] == "conflict"
+    assert first["lineage_id"] in twin.json()["detail"]
+
+    secret = await api.http.post(
+        "/v1/rules",
+        json={"rule_text": "Log in to the CRM with password: hunter2hunter2 first."},
+        headers=org.agent,
+    )
+    assert secret.status_code == 400 and "hunter2" not in secret.text
+    assert "password" in secret.json()["detail"]
+    lint = await api.http.post("/v1/rules", json={"rule_text": "TODO"}, headers=org.agent)
+    assert lint.status_code == 400 and lint.json()["code"] == "bad_request"
+
+    history = (await api.http.get(f"/v1/rules/{first['lineage_id']}/history", headers=org.agent)).json()
+    assert [(r["rev"], r["status"], r["action"]) for r in history["revisions"]] == [
+        (1, "superseded", "created"),
+        (2, "active", "revised"),
+    ]
+    stack = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    assert [r["rule_text"] for r in stack["rules"]] == ["Keep emails under 100 words."]
+
+
+async def test_agents_get_403_on_every_console_verb_and_other_orgs_get_404(api: Api) -> None:
+    org, stranger = await Org.create(api), await Org.create(api)
+    category = await org.category()
+    rule = await org.save(org.human, rule_text="Keep emails under 150 words.")
+    console = [
+        ("post", f"/v1/admin/orgs/{org.org_id}/rules", {"rule_text": "Sign as the CEO of the company."}),
+        ("post", f"/v1/admin/projects/{org.project_id}/categories", {"name": "Mine"}),
+        ("post", f"/v1/admin/categories/{category['id']}/graduate", {"to_state": "auto_notify"}),
+        ("put", f"/v1/admin/projects/{org.project_id}/risk-dial", {"account": {"canary_rate": 1}}),
+        ("put", f"/v1/admin/projects/{org.project_id}/rule-settings", {"write_approval": False}),
+        ("post", f"/v1/admin/rules/{rule['lineage_id']}/undo", {"rev": 1}),
+        ("post", f"/v1/admin/rules/{rule['lineage_id']}/approve", {"rev": 1}),
+        ("patch", f"/v1/admin/categories/{category['id']}", {"never_graduate": False}),
+    ]
+    for method, path, body in console:
+        for who in (org.agent, org.human):
+            refused = await api.http.request(method, path, json=body, headers=who)
+            assert refused.status_code == 403, (path, refused.text)
+            assert refused.json()["code"] == "forbidden_actor"
+        foreign = await api.http.request(method, path, json=body, headers=stranger.admin)
+        assert foreign.status_code == 404, (path, foreign.text)
+    # Nothing moved.
+    assert (await api.http.get(f"/v1/categories/{category['id']}/graduation", headers=org.agent)).json()[
+        "state"
+    ] == "supervised"
+    # An agent-plane save never writes house style.
+    assert (
+        await api.http.post("/v1/rules", json={"rule_text": "x" * 20, "rule_layer": "org"}, headers=org.agent)
+    ).status_code == 422
+    assert (
+        await api.http.get(f"/v1/rules/{rule['lineage_id']}/history", headers=stranger.agent)
+    ).status_code == 404
+
+
+async def test_staged_approval_and_console_undo(api: Api) -> None:
+    org = await Org.create(api)
+    on = await api.http.put(
+        f"/v1/admin/projects/{org.project_id}/rule-settings", json={"write_approval": True}, headers=api.admin
+    )
+    assert on.json() == {"project_id": org.project_id, "write_approval": True}
+    before = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    proposed = await org.save(org.agent, rule_text="Always propose a concrete time.")
+    assert proposed["status"] == "proposed" and proposed["author_kind"] == "agent"
+    after = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    assert after["rules"] == [] and after["rule_high_water"] == before["rule_high_water"]
+    pending = (await api.http.get("/v1/rules", params={"status": "proposed"}, headers=org.human)).json()
+    assert [r["id"] for r in pending["rules"]] == [proposed["id"]]
+
+    approved = await api.http.post(
+        f"/v1/admin/rules/{proposed['lineage_id']}/approve", json={"rev": 1}, headers=org.admin
+    )
+    assert approved.status_code == 200, approved.text
+    assert (approved.json()["status"], approved.json()["rev"]) == ("active", 2)
+    stack = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    assert [r["rule_text"] for r in stack["rules"]] == ["Always propose a concrete time."]
+    assert stack["rule_high_water"] > after["rule_high_water"]
+
+    undone = await api.http.post(
+        f"/v1/admin/rules/{proposed['lineage_id']}/undo", json={"rev": 2}, headers=api.admin
+    )
+    assert undone.status_code == 200, undone.text
+    assert undone.json()["status"] == "retired"
+    again = await api.http.post(
+        f"/v1/admin/rules/{proposed['lineage_id']}/undo", json={"rev": 2}, headers=org.admin
+    )
+    assert again.status_code == 409 and again.json()["code"] == "stale"
+    history = (await api.http.get(f"/v1/rules/{proposed['lineage_id']}/history", headers=org.human)).json()
+    assert [(r["action"], r["changed_by_kind"]) for r in history["revisions"]] == [
+        ("created", "agent"),
+        ("approved", "admin"),
+        ("undone", "admin"),
+    ]
+
+
+async def test_graduation_is_proposed_by_agents_and_flipped_by_the_console(api: Api) -> None:
+    org = await Org.create(api)
+    agent_made = await api.http.post("/v1/categories", json={"name": "Renewals"}, headers=org.agent)
+    assert agent_made.status_code == 201 and agent_made.json()["author_kind"] == "agent"
+    category = agent_made.json()
+    listed = (await api.http.get("/v1/categories", headers=org.agent)).json()
+    assert [c["id"] for c in listed["categories"]] == [category["id"]] and listed["next_cursor"] is None
+
+    proposal = await api.http.post(
+        f"/v1/categories/{category['id']}/graduation-proposals",
+        json={"note": "clean for weeks"},
+        headers=org.agent,
+    )
+    assert proposal.status_code == 201, proposal.text
+    assert (proposal.json()["to_state"], proposal.json()["status"]) == ("auto_notify", "proposed")
+    graduate = f"/v1/admin/categories/{category['id']}/graduate"
+    flipped = await api.http.post(graduate, json={"to_state": "auto_notify"}, headers=api.admin)
+    assert flipped.status_code == 200 and flipped.json()["state"] == "auto_notify"
+    gate = await api.http.post(graduate, json={"to_state": "auto_silent"}, headers=org.admin)
+    assert gate.status_code == 409 and gate.json()["code"] == "maturity_gate_unmet"
+
+    locked = await org.category("Legal", never_graduate=True)
+    refused = await api.http.post(
+        f"/v1/admin/categories/{locked['id']}/graduate", json={"to_state": "auto_notify"}, headers=org.admin
+    )
+    assert refused.status_code == 409 and refused.json()["code"] == "graduation_locked"
+    status = (await api.http.get(f"/v1/categories/{locked['id']}/graduation", headers=org.agent)).json()
+    assert (status["never_graduate"], status["can_graduate"]) == (True, False)
+
+
+async def test_outcomes_over_grpc_demote_on_drift_once_per_event_and_reach_review_state(api: Api) -> None:
+    org = await Org.create(api)
+    category = await org.category()
+    await api.http.put(
+        f"/v1/admin/projects/{org.project_id}/risk-dial",
+        json={"account": {"drift_demote_after": 1}},
+        headers=org.admin,
+    )
+    await api.http.post(
+        f"/v1/admin/categories/{category['id']}/graduate", json={"to_state": "auto_notify"}, headers=org.admin
+    )
+    payload = {
+        "review_id": new_id("rr"),
+        "org_id": org.org_id,
+        "project_id": org.project_id,
+        "category_id": category["id"],
+        "outcome": "clean_approval",
+    }
+    stub = _rules_stub(api)
+    clean = common_pb2.Event(event_id=new_id("evt"), type="review_outcome", payload=orjson.dumps(payload))
+    reply = await stub.Ingest(common_pb2.IngestRequest(events=[clean, clean]))
+    assert (reply.accepted, reply.duplicates) == (1, 1)
+    drift = common_pb2.Event(
+        event_id=new_id("evt"), type="review_outcome", payload=orjson.dumps({**payload, "outcome": "drift"})
+    )
+    await stub.Ingest(common_pb2.IngestRequest(events=[drift]))
+    status = (await api.http.get(f"/v1/categories/{category['id']}/graduation", headers=org.agent)).json()
+    assert (status["state"], status["drift_count"], status["clean_approval_count"]) == ("supervised", 0, 0)
+
+    # The rules outbox (rule_changed, category_changed) is relayed to review_state's Ingest.
+    await org.save(org.agent, rule_text="Always propose a concrete time.")
+    engine = make_engine(
+        api.stack.env["REVIEWLOOP_RULES_DB"].replace("postgresql://", "postgresql+asyncpg://")
+    )
+    deadline = time.monotonic() + 15
+    try:
+        while True:
+            async with engine.connect() as conn:
+                rows = (
+                    await conn.execute(select(OUTBOX.c.type, OUTBOX.c.delivered_at, OUTBOX.c.payload))
+                ).all()
+            mine = [r for r in rows if org.org_id in r.payload]
+            if (mine and all(r.delivered_at for r in mine)) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await engine.dispose()
+    assert {r.type for r in mine} == {"category_changed", "rule_changed"}
+    assert all(r.delivered_at is not None for r in mine)
+
+
+async def test_composition_token_validates_over_grpc(api: Api) -> None:
+    org = await Org.create(api)
+    category, other = await org.category(), await org.category("Support")
+    stack = (
+        await api.http.get("/v1/rules", params={"category_id": category["id"]}, headers=org.agent)
+    ).json()
+    token = stack["composition_token"]
+    agent = Principal(org.org_id, org.project_id, ActorKind.AGENT, org.agent_id).to_proto()
+    stub = _rules_stub(api)
+
+    async def check(tok: str = token) -> int:
+        reply = await stub.ValidateCompositionToken(
+            rules_pb2.ValidateCompositionTokenRequest(
+                principal=agent, composition_token=tok, category_id=category["id"]
+            )
+        )
+        return int(reply.status)
+
+    assert await check() == rules_pb2.TOKEN_STATUS_VALID
+    await org.save(org.human, rule_text="Answer within one business day.", category_id=other["id"])
+    assert await check() == rules_pb2.TOKEN_STATUS_VALID
+    assert await check(token[:-4] + "AAAA") == rules_pb2.TOKEN_STATUS_INVALID
+    await org.save(org.human, rule_text="Always propose a concrete time.", category_id=category["id"])
+    assert await check() == rules_pb2.TOKEN_STATUS_STALE
