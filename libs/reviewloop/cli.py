@@ -109,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     migration.add_argument("service", choices=(*SERVICES, GATEWAY))
     migration.add_argument("-m", "--message", required=True)
     migration.set_defaults(func=cmd_migration)
+    importlib.import_module("dispatch_budget.cli").register(sub)  # review, gate-stats
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -5,8 +5,9 @@ import time
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
+# Every id type the contexts mint. Review-session (rvs) and lineage (rvl) ids are dispatch_budget's (spec 003).
 PREFIXES = frozenset(
-    {
+    [
         "rr",
         "turn",
         "cat",
@@ -23,7 +24,9 @@ PREFIXES = frozenset(
         "evt",
         "gprop",
         "ck",
-    }
+        "rvs",
+        "rvl",
+    ]
 )
 
 

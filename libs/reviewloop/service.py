@@ -49,10 +49,14 @@ INGEST_SERVICES: Mapping[str, str] = {
 
 
 # A restarted peer is found again within a second instead of after gRPC's default backoff (up to 120 s).
+# Messages carry whole drafts (2 MiB per body field) and their diffs, past gRPC's 4 MiB default.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
 
 
@@ -223,7 +227,11 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
             ContractVersionInterceptor(),
             ErrorInterceptor(),
         ],
-        options=[("grpc.so_reuseport", 0)],
+        options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ],
     )
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -1,17 +1,522 @@
-"""The DispatchBudgetService servicer (its RPCs arrive with the dispatch_budget issue)."""
+"""The DispatchBudgetService servicer: translate protobuf, call ``app``, return protobuf."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
-from reviewloop.budget.v1 import budget_pb2_grpc
+import grpc
+import orjson
+from google.protobuf.timestamp_pb2 import Timestamp
+from reviewloop.budget.v1 import budget_pb2, budget_pb2_grpc
+from reviewloop.common.v1 import common_pb2
+from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.service import Peers, Registration
 from reviewloop.storage import Database
+from reviewloop.tenancy import ActorKind, Principal
+
+from dispatch_budget import app
+from dispatch_budget.classifier import ClassifierGate, config_from_env
+from dispatch_budget.domain.budget import AttemptKind, ExtensionInput, RunStatus, Trigger
+from dispatch_budget.domain.gate import SessionState
+from dispatch_budget.domain.selection import ReviewMode, RunnerSpec
+
+
+def _stamp(value: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def _enum_value(enum: Any, prefix: str, value: Any, field: str) -> str:
+    """A proto enum as the domain's lowercase name; UNSPECIFIED is refused naming the field."""
+    name = str(enum.Name(value)).removeprefix(prefix).lower() if value in enum.values() else "unspecified"
+    if name == "unspecified":
+        raise invalid(
+            field, f"required; one of {', '.join(n.removeprefix(prefix).lower() for n in enum.keys()[1:])}"
+        )
+    return name
+
+
+def _to_enum(enum: Any, prefix: str, name: str) -> Any:
+    return enum.Value(prefix + name.upper())
+
+
+def _mode_name(value: Any) -> str:
+    if value == budget_pb2.REVIEW_MODE_UNSPECIFIED:
+        return ""
+    return str(budget_pb2.ReviewMode.Name(value)).removeprefix("REVIEW_MODE_").lower()
+
+
+def _mode(value: Any) -> ReviewMode | None:
+    name = _mode_name(value)
+    return ReviewMode(name) if name else None
+
+
+def runner_to_proto(spec: RunnerSpec) -> budget_pb2.Runner:
+    return budget_pb2.Runner(
+        name=spec.name,
+        models=list(spec.models),
+        efforts=list(spec.efforts),
+        default_model=spec.default_model,
+        default_effort=spec.default_effort,
+        supports_warm=spec.supports_warm,
+        supports_model_change=spec.supports_model_change,
+    )
+
+
+def binding_to_proto(binding: app.Binding) -> budget_pb2.ReviewSessionBinding:
+    return budget_pb2.ReviewSessionBinding(
+        review_id=binding.review_id,
+        session_id=binding.session_id,
+        mode=_to_enum(budget_pb2.ReviewMode, "REVIEW_MODE_", binding.mode.value),
+        range_base=binding.range_base,
+        range_head=binding.range_head,
+        fresh_session=binding.fresh_session,
+        selection=selection_to_proto(binding.selection.to_json()),
+        busy=binding.busy,
+    )
+
+
+def selection_to_dict(message: budget_pb2.ReviewSelection) -> dict[str, str]:
+    return {
+        "runner": message.runner,
+        "model": message.model,
+        "effort": message.effort,
+        "mode": _mode_name(message.mode),
+    }
+
+
+def selection_to_proto(selection: dict[str, str]) -> budget_pb2.ReviewSelection:
+    mode = selection.get("mode") or ""
+    return budget_pb2.ReviewSelection(
+        runner=selection.get("runner", ""),
+        model=selection.get("model", ""),
+        effort=selection.get("effort", ""),
+        mode=_to_enum(budget_pb2.ReviewMode, "REVIEW_MODE_", mode)
+        if mode
+        else budget_pb2.REVIEW_MODE_UNSPECIFIED,
+    )
+
+
+def run_to_proto(run: app.Run) -> budget_pb2.Run:
+    return budget_pb2.Run(
+        run_id=run.run_id,
+        repository=run.repository,
+        pr_number=run.pr_number,
+        head_sha=run.head_sha,
+        status=_to_enum(budget_pb2.RunStatus, "RUN_STATUS_", run.status.value),
+        scope_key=run.scope_key,
+    )
+
+
+def receipt_to_proto(receipt: app.Receipt) -> budget_pb2.AdmissionReceipt:
+    message = budget_pb2.AdmissionReceipt(
+        receipt_id=receipt.receipt_id,
+        run_id=receipt.run_id,
+        scope_key=receipt.scope_key,
+        attempt_key=receipt.attempt_key,
+        kind=_to_enum(budget_pb2.AttemptKind, "ATTEMPT_KIND_", receipt.kind.value),
+        trigger=_to_enum(budget_pb2.LaunchTrigger, "LAUNCH_TRIGGER_", receipt.trigger.value),
+        head_sha=receipt.head_sha,
+        selection=selection_to_proto(receipt.selection),
+        admitted_at=_stamp(receipt.admitted_at),
+        round=receipt.round,
+    )
+    if receipt.outcome is not None:
+        settlement = message.settlement
+        settlement.outcome = _to_enum(budget_pb2.SettlementOutcome, "SETTLEMENT_OUTCOME_", receipt.outcome)
+        settlement.reason = receipt.reason or ""
+        settlement.verdict = receipt.verdict or ""
+        if receipt.settled_at is not None:
+            settlement.settled_at.CopyFrom(_stamp(receipt.settled_at))
+    return message
+
+
+def extension_to_proto(receipt: dict[str, Any]) -> budget_pb2.ExtensionReceipt:
+    origin = receipt["origin"]
+    return budget_pb2.ExtensionReceipt(
+        receipt_id=receipt["receipt_id"],
+        idempotency_key=receipt["idempotency_key"],
+        request_id=receipt.get("request_id", ""),
+        run_id=receipt["run_id"],
+        repository=receipt["repository"],
+        pr_number=receipt["pr_number"],
+        scope_key=receipt["scope_key"],
+        approved_head=receipt["approved_head"],
+        prior_limit=receipt["prior_limit"],
+        new_limit=receipt["new_limit"],
+        scope_brief=receipt["scope_brief"],
+        origin=budget_pb2.RequestOrigin(
+            actor_kind=common_pb2.ActorKind.Value(f"ACTOR_KIND_{origin['actor_kind'].upper()}"),
+            actor_id=origin["actor_id"],
+            key_id=origin.get("key_id", ""),
+            remote_addr=origin.get("remote_addr", ""),
+            user_agent=origin.get("user_agent", ""),
+        ),
+        granted_at=_stamp(datetime.fromisoformat(receipt["granted_at"])),
+    )
+
+
+def budget_to_proto(budget: app.Budget) -> budget_pb2.RoundBudget:
+    b = budget.budget
+    message = budget_pb2.RoundBudget(
+        scope_key=budget.scope_key,
+        used=b.used,
+        limit=b.limit,
+        admissions=b.admissions,
+        no_verdict=b.no_verdict,
+        no_verdict_limit=b.no_verdict_limit,
+        label=b.label,
+        exhausted=b.exhausted,
+        no_verdict_capped=b.no_verdict_capped,
+    )
+    if budget.extension is not None:
+        message.extension.CopyFrom(extension_to_proto(budget.extension))
+    return message
+
+
+def _origin(message: budget_pb2.RequestOrigin) -> app.Origin:
+    kinds = {v: k for k, v in common_pb2.ActorKind.items()}
+    kind = kinds.get(message.actor_kind, "ACTOR_KIND_UNSPECIFIED").removeprefix("ACTOR_KIND_").lower()
+    return app.Origin(kind, message.actor_id, message.key_id, message.remote_addr, message.user_agent)
+
+
+def counters_to_proto(session_id: str, state: SessionState) -> budget_pb2.SessionCounters:
+    return budget_pb2.SessionCounters(
+        session_id=session_id,
+        turns=state.turns,
+        tools=state.tools,
+        turn_index=state.turn_index,
+        reviews=state.reviews,
+        in_flight=state.in_flight,
+        enabled=state.enabled,
+    )
+
+
+def decision_to_proto(record: dict[str, Any]) -> budget_pb2.GateDecision:
+    message = budget_pb2.GateDecision(
+        at=_stamp(datetime.fromisoformat(record["at"].replace("Z", "+00:00"))),
+        session=record["session"],
+        turn=record["turn"],
+        decision=record["decision"],
+        source=record["source"],
+        reason=record["reason"],
+        tool_calls=record["toolCalls"],
+        latency_ms=record["latencyMs"],
+        threshold=record["threshold"],
+    )
+    for name in ("choice", "confidence", "probability"):
+        if record.get(name) is not None:
+            setattr(message, name, record[name])
+    return message
+
+
+def _digest(message: budget_pb2.TurnDigest) -> dict[str, Any]:
+    return {
+        "last_human_message": message.last_human_message,
+        "last_assistant_message": message.last_assistant_message,
+        "loaded_skills": list(message.loaded_skills),
+    }
+
+
+_TURN_STATUS = {
+    budget_pb2.TURN_STATUS_COMPLETED: "completed",
+    budget_pb2.TURN_STATUS_ABORTED: "aborted",
+    budget_pb2.TURN_STATUS_FAILED: "failed",
+}
 
 
 class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, gate: ClassifierGate | None = None) -> None:
         self.db = db
+        self.gate = gate or ClassifierGate(config_from_env())
+
+    async def ConsumeAutoSend(
+        self, request: budget_pb2.ConsumeAutoSendRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ConsumeAutoSendResponse:
+        result = await app.consume_auto_send(
+            self.db,
+            Principal.from_proto(request.principal),
+            category_id=request.category_id,
+            review_id=request.review_id,
+            cap_per_day=request.cap_per_day,
+        )
+        return budget_pb2.ConsumeAutoSendResponse(
+            allowed=result.allowed, used_today=result.used_today, cap_per_day=result.cap_per_day
+        )
+
+    async def RecordRun(
+        self, request: budget_pb2.RecordRunRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.Run:
+        status = None
+        if request.status:
+            status = RunStatus(_enum_value(budget_pb2.RunStatus, "RUN_STATUS_", request.status, "/status"))
+        run = await app.record_run(
+            self.db,
+            Principal.from_proto(request.principal),
+            run_id=request.run_id,
+            repository=request.repository,
+            pr_number=request.pr_number,
+            head_sha=request.head_sha,
+            status=status,
+        )
+        return run_to_proto(run)
+
+    async def AdmitReviewRound(
+        self, request: budget_pb2.AdmitReviewRoundRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.AdmitReviewRoundResponse:
+        principal = Principal.from_proto(request.principal)
+        kind = AttemptKind(_enum_value(budget_pb2.AttemptKind, "ATTEMPT_KIND_", request.kind, "/kind"))
+        trigger = Trigger(
+            _enum_value(budget_pb2.LaunchTrigger, "LAUNCH_TRIGGER_", request.trigger, "/trigger")
+        )
+        admission = await app.admit_review_round(
+            self.db,
+            principal,
+            run_id=request.run_id,
+            attempt_key=request.attempt_key,
+            kind=kind,
+            trigger=trigger,
+            head_sha=request.head_sha,
+            selection=selection_to_dict(request.selection) if request.HasField("selection") else {},
+            receipt_id=request.receipt_id,
+        )
+        return budget_pb2.AdmitReviewRoundResponse(
+            receipt=receipt_to_proto(admission.receipt),
+            reattached=admission.reattached,
+            budget=budget_to_proto(admission.budget),
+        )
+
+    async def SettleAttempt(
+        self, request: budget_pb2.SettleAttemptRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.SettleAttemptResponse:
+        receipt, budget = await app.settle_attempt(
+            self.db,
+            Principal.from_proto(request.principal),
+            receipt_id=request.receipt_id,
+            verdict=request.verdict,
+            reviewed_head=request.reviewed_head,
+            no_verdict_reason=request.no_verdict_reason,
+            journal_run_id=request.journal_run_id,
+        )
+        return budget_pb2.SettleAttemptResponse(
+            receipt=receipt_to_proto(receipt), budget=budget_to_proto(budget)
+        )
+
+    async def GetRoundBudget(
+        self, request: budget_pb2.GetRoundBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.RoundBudget:
+        budget = await app.get_round_budget(self.db, Principal.from_proto(request.principal), request.run_id)
+        return budget_to_proto(budget)
+
+    async def ExtendReviewBudget(
+        self, request: budget_pb2.ExtendReviewBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ExtensionReceipt:
+        principal = Principal.from_proto(request.principal)
+        if principal.actor_kind is not ActorKind.ADMIN:
+            raise DomainError(Code.FORBIDDEN_ACTOR, "Only an authenticated admin may extend a review budget.")
+        receipt = await app.extend_review_budget(
+            self.db,
+            principal,
+            run_id=request.run_id,
+            request=ExtensionInput(
+                head_sha=request.head_sha,
+                new_limit=request.new_limit,
+                expected_prior_limit=request.expected_prior_limit,
+                scope_brief=request.scope_brief,
+                idempotency_key=request.idempotency_key,
+            ),
+            origin=_origin(request.origin),
+            request_id=request.request_id,
+        )
+        return extension_to_proto(receipt)
+
+    async def AppendJournalEvents(
+        self, request: budget_pb2.AppendJournalEventsRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.AppendJournalEventsResponse:
+        events = []
+        for index, raw in enumerate(request.events_json):
+            try:
+                events.append(orjson.loads(raw))
+            except orjson.JSONDecodeError:
+                raise invalid(f"/events/{index}", "not valid JSON") from None
+        result = await app.append_journal_events(
+            self.db, Principal.from_proto(request.principal), request.run_id, events
+        )
+        return budget_pb2.AppendJournalEventsResponse(
+            appended=result.appended,
+            skipped_ephemeral=result.skipped_ephemeral,
+            last_offset=result.last_offset,
+        )
+
+    async def GetEvidenceStatus(
+        self, request: budget_pb2.GetEvidenceStatusRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.GetEvidenceStatusResponse:
+        evidence = await app.get_evidence_status(
+            self.db, Principal.from_proto(request.principal), request.run_id
+        )
+        return budget_pb2.GetEvidenceStatusResponse(
+            evidence=evidence.status.value,
+            offset=evidence.offset,
+            schema_version=evidence.schema_version,
+            evidence_rejected_json=orjson.dumps(evidence.rejected).decode() if evidence.rejected else "",
+        )
+
+    async def RegisterRunner(
+        self, request: budget_pb2.RegisterRunnerRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.Runner:
+        r = request.runner
+        spec = RunnerSpec(
+            name=r.name,
+            models=tuple(r.models),
+            efforts=tuple(r.efforts),
+            default_model=r.default_model,
+            default_effort=r.default_effort,
+            supports_warm=r.supports_warm,
+            supports_model_change=r.supports_model_change,
+        )
+        return runner_to_proto(
+            await app.register_runner(self.db, Principal.from_proto(request.principal), spec)
+        )
+
+    async def ListRunners(
+        self, request: budget_pb2.ListRunnersRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ListRunnersResponse:
+        runners = await app.list_runners(self.db, Principal.from_proto(request.principal))
+        return budget_pb2.ListRunnersResponse(runners=[runner_to_proto(r) for r in runners])
+
+    async def ValidateSequence(
+        self, request: budget_pb2.ValidateSequenceRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ValidateSequenceResponse:
+        try:
+            rows = orjson.loads(request.sequence_json)
+        except orjson.JSONDecodeError:
+            raise invalid("/sequence", "not valid JSON") from None
+        selections, payload = await app.validate_review_sequence(
+            self.db, Principal.from_proto(request.principal), rows
+        )
+        return budget_pb2.ValidateSequenceResponse(
+            rows=[selection_to_proto(s.to_json()) for s in selections],
+            request_review_json=orjson.dumps(payload).decode(),
+        )
+
+    async def ResolveReviewMode(
+        self, request: budget_pb2.ResolveReviewModeRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ResolveReviewModeResponse:
+        Principal.from_proto(request.principal)
+        config = None
+        if request.project_config_json:
+            try:
+                config = orjson.loads(request.project_config_json)
+            except orjson.JSONDecodeError:
+                raise invalid("/project_config", "not valid JSON") from None
+            if not isinstance(config, dict):
+                raise invalid("/project_config", "must be a JSON object")
+        mode, source = app.resolve_mode(
+            explicit=_mode(request.explicit_mode),
+            run=_mode(request.run_review_mode),
+            pr_work=_mode(request.pr_work_options_mode),
+            repeat_context=_mode(request.repeat_review_context_mode),
+            project_default=_mode(request.project_default),
+            project_config=config,
+        )
+        return budget_pb2.ResolveReviewModeResponse(
+            mode=_to_enum(budget_pb2.ReviewMode, "REVIEW_MODE_", mode.value), source=source
+        )
+
+    async def BindReviewSession(
+        self, request: budget_pb2.BindReviewSessionRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ReviewSessionBinding:
+        binding = await app.bind_review_session(
+            self.db,
+            Principal.from_proto(request.principal),
+            repository=request.repository,
+            pr_number=request.pr_number,
+            selection=selection_to_dict(request.selection),
+            base_sha=request.base_sha,
+            head_sha=request.head_sha,
+            review_id=request.review_id,
+            new_review_id=request.new_review_id,
+        )
+        return binding_to_proto(binding)
+
+    async def CompleteReviewSession(
+        self, request: budget_pb2.CompleteReviewSessionRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ReviewSessionBinding:
+        binding = await app.complete_review_session(
+            self.db, Principal.from_proto(request.principal), request.session_id, request.reviewed_head
+        )
+        return binding_to_proto(binding)
+
+    async def RecordTurn(
+        self, request: budget_pb2.RecordTurnRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.RecordTurnResponse:
+        if request.status not in _TURN_STATUS:
+            raise invalid("/status", "completed, aborted or failed")
+        result = await app.record_turn(
+            self.db,
+            self.gate,
+            Principal.from_proto(request.principal),
+            session_id=request.session_id,
+            origin=request.origin,
+            depth=request.depth,
+            status=_TURN_STATUS[request.status],
+            tool_calls=request.tool_calls,
+            digest=_digest(request.digest),
+        )
+        return self._turn_response(request.session_id, result)
+
+    @staticmethod
+    def _turn_response(session_id: str, result: app.TurnResult) -> budget_pb2.RecordTurnResponse:
+        reply = budget_pb2.RecordTurnResponse(
+            counters=counters_to_proto(session_id, result.counters),
+            counted=result.counted,
+            not_due_reason=result.not_due_reason or "",
+        )
+        if result.decision is not None:
+            reply.decision.CopyFrom(decision_to_proto(result.decision))
+        return reply
+
+    async def DecideReview(
+        self, request: budget_pb2.DecideReviewRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.RecordTurnResponse:
+        principal = Principal.from_proto(request.principal)
+        if request.HasField("set_enabled"):
+            state = await app.set_review_enabled(self.db, principal, request.session_id, request.set_enabled)
+            return budget_pb2.RecordTurnResponse(counters=counters_to_proto(request.session_id, state))
+        result = await app.decide_review(
+            self.db,
+            self.gate,
+            principal,
+            session_id=request.session_id,
+            review_now=request.now,
+            digest=_digest(request.digest),
+        )
+        return self._turn_response(request.session_id, result)
+
+    async def FinishReview(
+        self, request: budget_pb2.FinishReviewRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.SessionCounters:
+        state = await app.finish_review(
+            self.db, Principal.from_proto(request.principal), request.session_id, request.succeeded
+        )
+        return counters_to_proto(request.session_id, state)
+
+    async def ListGateDecisions(
+        self, request: budget_pb2.ListGateDecisionsRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ListGateDecisionsResponse:
+        records, cursor = await app.list_gate_decisions(
+            self.db,
+            Principal.from_proto(request.principal),
+            session_id=request.session_id,
+            cursor=request.cursor,
+            limit=request.limit or 100,
+        )
+        return budget_pb2.ListGateDecisionsResponse(
+            decisions=[decision_to_proto(r) for r in records], next_cursor=cursor
+        )
 
 
 def servicers(db: Database, peers: Peers) -> Sequence[Registration]:

@@ -1,5 +1,248 @@
-"""The store's schema; the outbox and inbox tables come with every store."""
+"""The dispatch_budget store: auto-send caps, runs and their admission scopes, receipts, settlements,
+extensions, the runner catalog, review lineages, session counters, gate decisions and journals."""
 
-from reviewloop.storage.schema import new_metadata
+from __future__ import annotations
+
+from typing import Any
+
+from reviewloop.storage.schema import BigId, Json, insert_ignore, new_metadata
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Date,
+    DateTime,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    select,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 metadata = new_metadata()
+
+# --- daily auto-send caps ---
+auto_send_days = Table(
+    "auto_send_days",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("category_id", String(40), primary_key=True),
+    Column("day", Date, primary_key=True),
+    Column("used", Integer, nullable=False),
+)
+
+# One row per review that spent a unit: a retry for the same review spends nothing more.
+auto_send_spends = Table(
+    "auto_send_spends",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("review_id", String(40), primary_key=True),
+    Column("category_id", String(40), nullable=False),
+    Column("day", Date, nullable=False),
+    Column("spent_at", DateTime(timezone=True), nullable=False),
+)
+
+# --- runs and round budgets (spec 003) ---
+runs = Table(
+    "runs",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("run_id", String(80), primary_key=True),
+    Column("repository", String(200), nullable=False, server_default=""),
+    Column("pr_number", BigInteger, nullable=False, server_default="0"),
+    Column("head_sha", String(64), nullable=False, server_default=""),
+    Column("status", String(20), nullable=False),
+    Column("scope_key", String(300), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# The admission owner's row per scope: locked by every admission and grant, so they serialize.
+round_scopes = Table(
+    "round_scopes",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("scope_key", String(300), primary_key=True),
+    Column("round_limit", Integer, nullable=False),
+)
+
+admissions = Table(
+    "admissions",
+    metadata,
+    Column("receipt_id", String(40), primary_key=True),
+    Column("project_id", String(40), nullable=False),
+    Column("scope_key", String(300), nullable=False),
+    Column("run_id", String(80), nullable=False),
+    Column("attempt_key", String(200), nullable=False),
+    Column("kind", String(20), nullable=False),
+    Column("trigger", String(30), nullable=False),
+    Column("head_sha", String(64), nullable=False),
+    Column("selection", Json, nullable=False),
+    Column("admitted_at", DateTime(timezone=True), nullable=False),
+    Column("round", Integer, nullable=False),
+    # null while unsettled (which counts: fail closed); counted | no_verdict once settled.
+    Column("outcome", String(20)),
+    Column("reason", String(40)),
+    Column("verdict", String(10)),
+    Column("settled_at", DateTime(timezone=True)),
+    UniqueConstraint("project_id", "attempt_key"),
+    Index("ix_admissions_scope", "project_id", "scope_key"),
+)
+
+extensions = Table(
+    "extensions",
+    metadata,
+    Column("receipt_id", String(40), primary_key=True),
+    Column("project_id", String(40), nullable=False),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("scope_key", String(300), nullable=False),
+    Column("receipt", Json, nullable=False),
+    Column("granted_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("project_id", "idempotency_key"),
+    Index("ix_extensions_scope", "project_id", "scope_key"),
+)
+
+# --- selection catalog and lineages ---
+runners = Table(
+    "runners",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("name", String(80), primary_key=True),
+    Column("spec", Json, nullable=False),
+)
+
+review_sessions = Table(
+    "review_sessions",
+    metadata,
+    Column("session_id", String(40), primary_key=True),
+    Column("project_id", String(40), nullable=False),
+    Column("repository", String(200), nullable=False),
+    Column("pr_number", BigInteger, nullable=False),
+    Column("review_id", String(80), nullable=False),
+    Column("runner", String(80), nullable=False),
+    Column("model", String(80), nullable=False),
+    Column("effort", String(40), nullable=False),
+    Column("mode", String(10), nullable=False),
+    Column("base_sha", String(64), nullable=False),
+    Column("range_base", String(64), nullable=False),
+    Column("range_head", String(64), nullable=False),
+    Column("last_reviewed_head", String(64)),
+    Column("busy", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_review_sessions_lineage", "project_id", "review_id"),
+)
+
+# --- the review-run gate (spec 001) ---
+agent_sessions = Table(
+    "agent_sessions",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("session_id", String(80), primary_key=True),
+    Column("turns", Integer, nullable=False),
+    Column("tools", Integer, nullable=False),
+    Column("turn_index", Integer, nullable=False),
+    Column("reviews", Integer, nullable=False),
+    Column("in_flight", Boolean, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("last_review_at", DateTime(timezone=True)),
+    Column("last_gate_call_at", DateTime(timezone=True)),
+)
+
+gate_decisions = Table(
+    "gate_decisions",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("project_id", String(40), nullable=False),
+    Column("session_id", String(80), nullable=False),
+    Column("record", Json, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Index("ix_gate_decisions_project", "project_id", "id"),
+)
+
+# --- attempt journals (spec 002) ---
+journal_heads = Table(
+    "journal_heads",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("run_id", String(80), primary_key=True),
+    Column("last_offset", BigInteger, nullable=False),
+)
+
+journal_events = Table(
+    "journal_events",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("run_id", String(80), primary_key=True),
+    Column("offset", BigInteger, primary_key=True),
+    Column("type", String(30), nullable=False),
+    Column("record", Text, nullable=False),
+)
+
+
+async def lock_scope(conn: AsyncConnection, project_id: str, key: str, default_limit: int) -> int:
+    """Create the scope's owner row if needed and lock it; answers its limit. Admissions and grants
+    on one scope serialize here (row lock on PostgreSQL, BEGIN IMMEDIATE on SQLite)."""
+    await conn.execute(
+        insert_ignore(conn, round_scopes).values(
+            project_id=project_id, scope_key=key, round_limit=default_limit
+        )
+    )
+    row = (
+        await conn.execute(
+            select(round_scopes.c.round_limit)
+            .where(round_scopes.c.project_id == project_id, round_scopes.c.scope_key == key)
+            .with_for_update()
+        )
+    ).one()
+    return int(row.round_limit)
+
+
+async def scope_counts(conn: AsyncConnection, project_id: str, key: str) -> tuple[int, int]:
+    """(admissions, no-verdict settlements) in a scope."""
+    row = (
+        await conn.execute(
+            select(
+                func.count(),
+                func.coalesce(func.sum((admissions.c.outcome == "no_verdict").cast(Integer)), 0),
+            ).where(admissions.c.project_id == project_id, admissions.c.scope_key == key)
+        )
+    ).one()
+    return int(row[0]), int(row[1])
+
+
+async def last_failures(conn: AsyncConnection, project_id: str, key: str, count: int = 3) -> list[str]:
+    rows = (
+        await conn.execute(
+            select(admissions.c.reason, admissions.c.settled_at)
+            .where(
+                admissions.c.project_id == project_id,
+                admissions.c.scope_key == key,
+                admissions.c.outcome == "no_verdict",
+            )
+            .order_by(admissions.c.settled_at.desc())
+            .limit(count)
+        )
+    ).all()
+    return [f"{r.reason} at {r.settled_at.isoformat()}" for r in rows]
+
+
+async def get_run(conn: AsyncConnection, project_id: str, run_id: str) -> Any:
+    return (
+        await conn.execute(select(runs).where(runs.c.project_id == project_id, runs.c.run_id == run_id))
+    ).first()
+
+
+async def latest_extension(conn: AsyncConnection, project_id: str, key: str) -> dict[str, Any] | None:
+    row = (
+        await conn.execute(
+            select(extensions.c.receipt)
+            .where(extensions.c.project_id == project_id, extensions.c.scope_key == key)
+            .order_by(extensions.c.granted_at.desc(), extensions.c.receipt_id.desc())
+            .limit(1)
+        )
+    ).first()
+    return dict(row.receipt) if row else None

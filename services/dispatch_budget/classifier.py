@@ -1,0 +1,121 @@
+"""The classifier gate's HTTP side: one three-way question per due review, with every guard of spec
+001 (timeout per attempt, one retry on 429/5xx, fallback on anything else, the circuit breaker,
+a missing key keeping the gate on counters after one warning)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+import httpx
+
+from dispatch_budget.domain.gate import (
+    CHOICES,
+    QUESTION,
+    Breaker,
+    Decision,
+    GateConfig,
+    GateKind,
+    decision_from_answer,
+    fallback,
+)
+
+log = logging.getLogger(__name__)
+
+
+def config_from_env(env: Mapping[str, str] = os.environ) -> GateConfig:
+    """``REVIEWLOOP_REVIEW_*`` settings; the API key is read from the variable ``..._GATE_API_KEY_ENV``
+    names, so the key itself never sits in the service's own configuration."""
+    prefix = "REVIEWLOOP_REVIEW_"
+
+    def num(name: str, default: float) -> float:
+        return float(env.get(prefix + name, default))
+
+    key_env = env.get(prefix + "GATE_API_KEY_ENV", "")
+    return GateConfig(
+        enabled=env.get(prefix + "ENABLED", "true").lower() not in ("0", "false", "off"),
+        turn_interval=int(num("TURN_INTERVAL", 10)),
+        tool_call_threshold=int(num("TOOL_CALL_THRESHOLD", 15)),
+        cooldown=timedelta(minutes=num("COOLDOWN_MINUTES", 20)),
+        max_per_session=int(num("MAX_PER_SESSION", 8)),
+        gate=GateKind(env.get(prefix + "GATE", "counters")),
+        confident_no=num("CONFIDENT_NO", 0.75),
+        gate_cooldown=timedelta(minutes=num("GATE_COOLDOWN_MINUTES", 5)),
+        timeout_s=num("GATE_TIMEOUT_MS", 2000) / 1000,
+        classifier_url=env.get(prefix + "GATE_URL", ""),
+        api_key=env.get(key_env, "") if key_env else "",
+    )
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    decision: Decision
+    latency_ms: int
+
+
+class ClassifierGate:
+    """Holds the process-wide breaker. ``config.gate`` is effective only with a URL and a key."""
+
+    def __init__(self, config: GateConfig, client: httpx.AsyncClient | None = None) -> None:
+        if config.gate is GateKind.CLASSIFIER and not (config.api_key and config.classifier_url):
+            log.warning("review gate: classifier has no API key or URL; the gate stays on counters")
+            config = replace(config, gate=GateKind.COUNTERS)
+        self.config = config
+        self.breaker = Breaker(config.breaker_threshold)
+        self._client = client
+
+    @property
+    def active(self) -> bool:
+        return self.config.gate is GateKind.CLASSIFIER
+
+    async def decide(self, digest: dict[str, Any]) -> GateOutcome:
+        """One gate call: the decision, or a fallback to review that says why."""
+        started = time.monotonic()
+        if not self.active:
+            return GateOutcome(Decision("review", GateKind.COUNTERS.value, "counters due"), 0)
+        if self.breaker.open:
+            return GateOutcome(fallback("circuit open"), 0)
+        decision, failed = await self._ask(digest)
+        if failed:
+            self.breaker.failure()
+        else:
+            self.breaker.success()
+        return GateOutcome(decision, int((time.monotonic() - started) * 1000))
+
+    async def _ask(self, digest: dict[str, Any]) -> tuple[Decision, bool]:
+        body = {"question": QUESTION, "choices": list(CHOICES), "digest": digest}
+        headers = {"Authorization": f"Bearer {self.config.api_key}"}
+        client = self._client or httpx.AsyncClient()
+        try:
+            for attempt in range(2):  # 429/5xx are retried once
+                try:
+                    response = await client.post(
+                        self.config.classifier_url, json=body, headers=headers, timeout=self.config.timeout_s
+                    )
+                except httpx.TimeoutException:
+                    return fallback("timeout"), True
+                except httpx.HTTPError as exc:
+                    return fallback(f"network error ({exc.__class__.__name__})"), True
+                if response.status_code == 429 or response.status_code >= 500:
+                    if attempt == 0:
+                        continue
+                    return fallback(f"http {response.status_code} after retry"), True
+                if response.status_code != 200:
+                    return fallback(f"http {response.status_code}"), True
+                try:
+                    answer = response.json()
+                except ValueError:
+                    return fallback("malformed answer"), True
+                decision = decision_from_answer(answer, self.config.confident_no)
+                if decision is None:
+                    return fallback("malformed answer"), True
+                return decision, False
+            raise AssertionError("unreachable")
+        finally:
+            if self._client is None:
+                await client.aclose()

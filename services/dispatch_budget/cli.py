@@ -1,0 +1,223 @@
+"""dispatch_budget's CLI subcommands: ``review request``, ``review diff-scope``, ``gate-stats``.
+
+``register(subparsers)`` is called by the ``reviewloop`` command. Every command here is read-only or
+goes through the gateway; none writes a receipt (spec 003: no client-written receipts)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+from reviewloop.errors import DomainError
+
+from dispatch_budget.domain.diffscope import INSTRUCTIONS, POLICY, sensitive_candidates
+from dispatch_budget.domain.gatestats import render, summarize
+from dispatch_budget.domain.selection import serialize_request_review, validate_sequence
+
+
+def register(subparsers: Any) -> None:
+    review = subparsers.add_parser("review", help="review requests and the minimal-diff scope (spec 003)")
+    review_sub = review.add_subparsers(dest="review_command", required=True)
+
+    request = review_sub.add_parser(
+        "request", help="build (and validate) a request-review payload from a selection or a sequence"
+    )
+    request.add_argument("--runner", help="a runner from the registered capability catalog")
+    request.add_argument("--model", default="", help="empty or 'default' picks the runner default")
+    request.add_argument("--effort", default="", help="empty or 'default' picks the runner default")
+    request.add_argument(
+        "--review-mode", choices=("warm", "cold"), help="WARM continues a lineage; COLD is fresh"
+    )
+    request.add_argument("--review-sequence", metavar="JSON", help="the whole ReviewSequence as a JSON array")
+    request.add_argument(
+        "--gateway",
+        default=os.environ.get("REVIEWLOOP_GATEWAY", ""),
+        help="validate against the catalog at this gateway URL (with REVIEWLOOP_API_KEY)",
+    )
+    request.set_defaults(func=cmd_review_request)
+
+    scope = review_sub.add_parser("diff-scope", help="print the minimal-diff policy (read-only)")
+    scope.add_argument("packet", nargs="?", choices=("packet",))
+    scope.add_argument("repository", nargs="?", help="path of the git repository")
+    scope.add_argument("base", nargs="?", help="the publication base")
+    scope.add_argument("head", nargs="?")
+    scope.set_defaults(func=cmd_diff_scope)
+
+    extend = review_sub.add_parser(
+        "extend-budget", help="admin: grant a scoped review-round extension (run.extendReviewBudget)"
+    )
+    extend.add_argument("run_id")
+    extend.add_argument("--head", required=True, help="the run's full current head SHA")
+    extend.add_argument(
+        "--limit", required=True, type=int, help="the new absolute limit (1-5 above the current)"
+    )
+    extend.add_argument(
+        "--scope-brief", required=True, help="the approved scope, sent with reviewer instructions"
+    )
+    extend.add_argument(
+        "--request-id", required=True, help="the idempotency key; a retry returns the receipt"
+    )
+    extend.add_argument(
+        "--expected-limit", type=int, help="compare-and-set: refuse unless this is the current limit"
+    )
+    extend.add_argument("--gateway", default=os.environ.get("REVIEWLOOP_GATEWAY", "http://127.0.0.1:8080"))
+    extend.set_defaults(func=cmd_extend_budget)
+
+    stats = subparsers.add_parser("gate-stats", help="summarize a gates.jsonl review-gate decision log")
+    stats.add_argument("file", nargs="?", default="-", help="the JSON-lines log (default: stdin)")
+    stats.set_defaults(func=cmd_gate_stats)
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _rows(args: argparse.Namespace) -> list[Any]:
+    flags = args.runner or args.model or args.effort or args.review_mode
+    if args.review_sequence:
+        if flags:
+            raise ValueError("give either --runner/--model/--effort/--review-mode or --review-sequence")
+        rows = orjson.loads(args.review_sequence)
+        return rows if isinstance(rows, list) else [rows]
+    if not args.runner or not args.review_mode:
+        raise ValueError("--runner and --review-mode are required (or --review-sequence)")
+    return [{"runner": args.runner, "model": args.model, "effort": args.effort, "mode": args.review_mode}]
+
+
+def cmd_review_request(args: argparse.Namespace) -> int:
+    try:
+        rows = _rows(args)
+    except orjson.JSONDecodeError:
+        return _fail("--review-sequence is not valid JSON")
+    except ValueError as exc:
+        return _fail(str(exc))
+    try:
+        if args.gateway:
+            payload = _validate_remote(args.gateway, rows)
+        else:
+            payload = serialize_request_review(validate_sequence(rows, None))  # shape only, offline
+    except DomainError as error:
+        for violation in error.violations or ():
+            print(f"error: {violation.field}: {violation.description}", file=sys.stderr)
+        if not error.violations:
+            print(f"error: {error.detail}", file=sys.stderr)
+        return 2
+    sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def _validate_remote(gateway: str, rows: list[Any]) -> dict[str, Any]:
+    import httpx
+    from reviewloop.errors import Code, FieldViolation
+
+    key = os.environ.get("REVIEWLOOP_API_KEY", "")
+    response = httpx.post(
+        gateway.rstrip("/") + "/v1/review-rounds/sequences/validate",
+        json={"sequence": rows},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=10,
+    )
+    body = response.json()
+    if response.status_code != 200:
+        violations = tuple(
+            FieldViolation(e["field"], e["detail"]) for e in body.get("errors", []) if "field" in e
+        )
+        raise DomainError(Code.BAD_REQUEST, str(body.get("detail", response.text)), violations=violations)
+    result: dict[str, Any] = body["request_review"]
+    return result
+
+
+def cmd_extend_budget(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Without --expected-limit the current limit is read first, so the grant is still a
+    compare-and-set against what this command saw."""
+    import httpx
+
+    out = out or sys.stdout
+    headers = {"Authorization": f"Bearer {os.environ.get('REVIEWLOOP_API_KEY', '')}"}
+    base = args.gateway.rstrip("/")
+    with httpx.Client(base_url=base, headers=headers, timeout=10) as client:
+        expected = args.expected_limit
+        if expected is None:
+            budget = client.get("/v1/review-rounds/budget", params={"run_id": args.run_id})
+            if budget.status_code != 200:
+                return _fail(str(budget.json().get("detail", budget.text)))
+            current = budget.json()
+            granted = current.get("extension", {})
+            # A retry of this very grant names the limit it saw the first time, so it stays exact.
+            expected = (
+                granted["prior_limit"] if granted.get("request_id") == args.request_id else current["limit"]
+            )
+        response = client.post(
+            f"/v1/runs/{args.run_id}/extend-review-budget",
+            json={
+                "head_sha": args.head,
+                "limit": args.limit,
+                "expected_limit": expected,
+                "scope_brief": args.scope_brief,
+            },
+            headers={"Idempotency-Key": args.request_id},
+        )
+    if response.status_code != 201:
+        return _fail(str(response.json().get("detail", response.text)))
+    receipt = response.json()
+    out.write(orjson.dumps(receipt, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def _git(repository: str, *argv: str) -> str:
+    return subprocess.run(["git", "-C", repository, *argv], check=True, capture_output=True, text=True).stdout
+
+
+def cmd_diff_scope(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    if not args.packet:
+        out.write(POLICY + "\n\n" + INSTRUCTIONS + "\n")
+        return 0
+    if not (args.repository and args.base and args.head):
+        return _fail("usage: reviewloop review diff-scope packet <repository> <base> <head>")
+    if not Path(args.repository).is_dir():
+        return _fail(f"{args.repository} is not a directory")
+    try:
+        base = _git(args.repository, "rev-parse", "--verify", f"{args.base}^{{commit}}").strip()
+        head = _git(args.repository, "rev-parse", "--verify", f"{args.head}^{{commit}}").strip()
+        changed = [
+            p for p in _git(args.repository, "diff", "--name-only", f"{base}...{head}").splitlines() if p
+        ]
+    except subprocess.CalledProcessError as exc:
+        return _fail(f"git: {(exc.stderr or '').strip() or exc}")
+    out.write(POLICY + "\n\n")
+    out.write(f"Packet: {args.repository} {base}..{head}\n\nChanged paths ({len(changed)}):\n")
+    out.writelines(f"  {path}\n" for path in changed)
+    candidates = sensitive_candidates(changed)
+    out.write(f"\nSensitive-path candidates ({len(candidates)}), review against the frozen ticket:\n")
+    out.writelines(f"  {path}  [{pattern}]\n" for path, pattern in candidates)
+    return 0
+
+
+def cmd_gate_stats(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as exc:
+        return _fail(str(exc))
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            print(f"warning: line {number} is not JSON; skipped", file=sys.stderr)
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    if not records:
+        return _fail("no decision records")
+    out.write(render(summarize(records)) + "\n")
+    return 0
