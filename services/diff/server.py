@@ -1,17 +1,70 @@
-"""The DiffService servicer (its RPCs arrive with the diff issue)."""
+"""The DiffService servicer: translate protobuf, call ``app``, return protobuf."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reviewloop.diff.v1 import diff_pb2_grpc
+import grpc
+from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
 from reviewloop.service import Peers, Registration
 from reviewloop.storage import Database
+
+from diff import app
+from diff.domain.message import Attachment, MessageFields
+from diff.store import DiffKey, StoredDiff
+
+
+def fields_from_proto(message: diff_pb2.MessageFields) -> MessageFields:
+    return MessageFields(
+        subject=message.subject,
+        body_text=message.body_text,
+        body_html=message.body_html,
+        to=tuple(message.to),
+        cc=tuple(message.cc),
+        bcc=tuple(message.bcc),
+        reply_to=message.reply_to,
+        headers=dict(message.headers),
+        attachments=tuple(
+            Attachment(a.filename, a.content_type, a.content_sha256) for a in message.attachments
+        ),
+    )
+
+
+def diff_to_proto(diff: StoredDiff) -> diff_pb2.Diff:
+    return diff_pb2.Diff(
+        review_id=diff.key.review_id,
+        from_revision=diff.key.from_revision,
+        to_revision=diff.key.to_revision,
+        diff_unified=diff.diff_unified,
+        diff_json=diff.diff_json,
+        fields_changed=list(diff.fields_changed),
+        input_sha256=diff.input_sha256,
+    )
 
 
 class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    async def ComputeDiff(
+        self, request: diff_pb2.ComputeDiffRequest, context: grpc.aio.ServicerContext
+    ) -> diff_pb2.Diff:
+        """Compute and store, or read back, the diff of ``before`` -> ``after`` under the key.
+
+        Errors: INVALID_ARGUMENT ``bad_request`` (bad key, a field over 2 MiB, a bad attachment hash;
+        nothing stored), ABORTED ``conflict`` (the key holds a diff of other inputs)."""
+        key = DiffKey(request.review_id, request.from_revision, request.to_revision)
+        stored = await app.compute_diff(
+            self.db, key, fields_from_proto(request.before), fields_from_proto(request.after)
+        )
+        return diff_to_proto(stored)
+
+    async def GetDiff(
+        self, request: diff_pb2.GetDiffRequest, context: grpc.aio.ServicerContext
+    ) -> diff_pb2.Diff:
+        """The stored diff under the key. Errors: NOT_FOUND ``not_found``, INVALID_ARGUMENT ``bad_request``."""
+        key = DiffKey(request.review_id, request.from_revision, request.to_revision)
+        return diff_to_proto(await app.get_diff(self.db, key))
 
 
 def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
