@@ -1,18 +1,43 @@
 """Boot: ``python -m review_state``."""
 
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
-from reviewloop.service import ServiceSpec, main
+from reviewloop.service import Peers, ServiceSpec, main
+from reviewloop.storage import Database
 
-from review_state.server import servicers
+from review_state import app
+from review_state.server import make_env, servicers
 from review_state.store import metadata
+
+log = logging.getLogger(__name__)
+
+
+def background(db: Database, peers: Peers) -> Sequence[Callable[[], Coroutine[Any, Any, None]]]:
+    """The reconciliation sweep: parked send attempts are recovered by Message-ID, never resent."""
+    env = make_env(db, peers)
+
+    async def sweep() -> None:
+        while True:
+            try:
+                await app.reconcile(env)
+            except Exception:  # the store is briefly unreachable: keep sweeping
+                log.exception("reconciliation sweep failed")
+            await asyncio.sleep(env.settings.sweep_interval_s)
+
+    return [sweep]
+
 
 SPEC = ServiceSpec(
     name="review_state",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
     servicers=servicers,
-    subscribers=("nudge",),
+    subscribers=("nudge", "rules"),
+    background=background,
 )
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Literal
 
 import grpc
 import orjson
 from google.protobuf.timestamp_pb2 import Timestamp
 from reviewloop.common.v1 import common_pb2
+from reviewloop.config import data_dir
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from reviewloop.service import Peers, Registration
@@ -15,9 +17,12 @@ from reviewloop.storage import Database
 from reviewloop.tenancy import Principal
 
 from review_state import app
+from review_state.app import Decision, Env, Revision, Settings
+from review_state.clients import GrpcCollaborators
+from review_state.delivery import provider_from_env
 from review_state.domain.machine import CLOSED, State
-from review_state.domain.submission import Draft
-from review_state.store import Review
+from review_state.domain.submission import Attachment, Draft
+from review_state.store import Review, Turn
 
 _KINDS = {
     "send": review_pb2.MESSAGE_KIND_SEND,
@@ -42,7 +47,21 @@ def _timestamp(value: object) -> Timestamp:
     return stamp
 
 
-def review_to_proto(review: Review) -> review_pb2.Review:
+def turn_to_proto(turn: Turn) -> review_pb2.Turn:
+    return review_pb2.Turn(
+        id=turn.id,
+        seq=turn.seq,
+        turn_type=turn.turn_type,
+        actor_kind=turn.actor_kind,
+        body=turn.body,
+        revision=turn.revision,
+        action=turn.action,
+        diff_json=orjson.dumps(turn.diff_json).decode() if turn.diff_json is not None else "",
+        created_at=_timestamp(turn.created_at),
+    )
+
+
+def review_to_proto(review: Review, turns: Sequence[Turn] = ()) -> review_pb2.Review:
     message = review_pb2.Review(
         id=review.id,
         org_id=review.org_id,
@@ -61,25 +80,57 @@ def review_to_proto(review: Review) -> review_pb2.Review:
         body_text=review.body_text,
         created_at=_timestamp(review.created_at),
         updated_at=_timestamp(review.updated_at),
+        headers=review.headers,
+        attachments=[_attachment_to_proto(a) for a in review.attachments],
+        from_address=review.from_address,
+        rule_high_water=review.rule_high_water,
+        turns=[turn_to_proto(t) for t in turns],
     )
     if review.intent is not None:
         meta = review.intent.get("meta")
         message.intent.summary = review.intent.get("summary", "")
         message.intent.meta_json = orjson.dumps(meta).decode() if meta is not None else ""
-    for name in ("message_id", "thread_ref", "send_path", "send_error", "gate_outcome"):
+    for name in (
+        "message_id",
+        "thread_ref",
+        "send_path",
+        "send_error",
+        "gate_outcome",
+        "body_html",
+        "reply_to",
+        "parent_message_id",
+        "confidence",
+        "rfc_message_id",
+    ):
         value = getattr(review, name)
         if value is not None:
             setattr(message, name, value)
+    if review.message_id is None:
+        message.ClearField("rfc_message_id")  # only a delivered message has one worth reading
+    for name in ("decided_at", "sent_at"):
+        value = getattr(review, name)
+        if value is not None:
+            getattr(message, name).CopyFrom(_timestamp(value))
     return message
 
 
-def _intent(request: review_pb2.SubmitRequest) -> dict[str, object] | None:
-    if not request.HasField("intent"):
+def _attachment_to_proto(attachment: Attachment) -> review_pb2.Attachment:
+    return review_pb2.Attachment(
+        filename=attachment.filename, content_type=attachment.content_type, content=attachment.content
+    )
+
+
+def _attachments(items: Sequence[review_pb2.Attachment]) -> tuple[Attachment, ...]:
+    return tuple(Attachment(a.filename, a.content_type, a.content) for a in items)
+
+
+def _intent(message: Any, has: bool) -> dict[str, object] | None:
+    if not has:
         return None
-    intent: dict[str, object] = {"summary": request.intent.summary}
-    if request.intent.meta_json:
+    intent: dict[str, object] = {"summary": message.summary}
+    if message.meta_json:
         try:
-            meta = orjson.loads(request.intent.meta_json)
+            meta = orjson.loads(message.meta_json)
         except orjson.JSONDecodeError as exc:
             raise DomainError(Code.BAD_REQUEST, "/intent/meta: not a JSON object") from exc
         if not isinstance(meta, dict):
@@ -88,9 +139,32 @@ def _intent(request: review_pb2.SubmitRequest) -> dict[str, object] | None:
     return intent
 
 
+def _optional(message: Any, name: str) -> Any:
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def _decision(request: review_pb2.DecideRequest) -> Decision:
+    new_rule = None
+    if request.HasField("new_rule"):
+        new_rule = {
+            "rule_text": request.new_rule.rule_text,
+            "scope": request.new_rule.scope,
+            "category_id": request.new_rule.category_id,
+        }
+    return Decision(
+        action=request.action,
+        revision=request.revision,
+        version=request.version,
+        subject=_optional(request, "subject"),
+        body=_optional(request, "body"),
+        feedback=request.feedback,
+        new_rule=new_rule,
+    )
+
+
 class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, env: Env) -> None:
+        self.env = env
 
     async def Submit(
         self, request: review_pb2.SubmitRequest, context: grpc.aio.ServicerContext
@@ -104,29 +178,38 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             bcc=list(request.bcc),
             subject=request.subject,
             body_text=request.body_text,
-            intent=_intent(request),
+            intent=_intent(request.intent, request.HasField("intent")),
+            body_html=_optional(request, "body_html"),
+            reply_to=_optional(request, "reply_to"),
+            headers=dict(request.headers),
+            attachments=_attachments(request.attachments),
         )
-        review = await app.submit(
-            self.db,
+        status, review = await app.submit(
+            self.env,
             Principal.from_proto(request.principal),
             kind=kind,
             draft=draft,
             category_id=request.category_id,
             idempotency_key=request.idempotency_key,
+            parent_message_id=request.parent_message_id,
+            confidence=_optional(request, "confidence"),
+            composition_token=request.composition_token,
         )
-        return review_pb2.SubmitResponse(status="queued_for_review", review=review_to_proto(review))
+        return review_pb2.SubmitResponse(status=status, review=review_to_proto(review))
 
     async def GetReview(
         self, request: review_pb2.GetReviewRequest, context: grpc.aio.ServicerContext
     ) -> review_pb2.Review:
-        review = await app.get_review(self.db, Principal.from_proto(request.principal), request.review_id)
-        return review_to_proto(review)
+        review, turns = await app.get_review(
+            self.env, Principal.from_proto(request.principal), request.review_id
+        )
+        return review_to_proto(review, turns)
 
     async def ListReviews(
         self, request: review_pb2.ListReviewsRequest, context: grpc.aio.ServicerContext
     ) -> review_pb2.ListReviewsResponse:
         reviews, next_cursor = await app.list_reviews(
-            self.db,
+            self.env,
             Principal.from_proto(request.principal),
             states=[_state_from_proto(s) for s in request.states],
             agent_id=request.agent_id,
@@ -142,7 +225,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         self, request: review_pb2.CancelRequest, context: grpc.aio.ServicerContext
     ) -> review_pb2.Review:
         review = await app.cancel(
-            self.db,
+            self.env,
             Principal.from_proto(request.principal),
             request.review_id,
             request.parent_revision,
@@ -150,18 +233,192 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_to_proto(review)
 
+    async def SubmitRevision(
+        self, request: review_pb2.SubmitRevisionRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.Review:
+        def addresses(name: Literal["to", "cc", "bcc"]) -> list[str] | None:
+            return list(getattr(request, name).addresses) if request.HasField(name) else None
+
+        revision = Revision(
+            subject=_optional(request, "subject"),
+            body_text=_optional(request, "body_text"),
+            body_html=_optional(request, "body_html"),
+            to=addresses("to"),
+            cc=addresses("cc"),
+            bcc=addresses("bcc"),
+            reply_to=_optional(request, "reply_to"),
+            headers=dict(request.headers.values) if request.HasField("headers") else None,
+            attachments=_attachments(request.attachments.items) if request.HasField("attachments") else None,
+            intent=_intent(request.intent, request.HasField("intent")),
+            confidence=_optional(request, "confidence"),
+        )
+        review = await app.submit_revision(
+            self.env,
+            Principal.from_proto(request.principal),
+            request.review_id,
+            request.parent_revision,
+            revision,
+            composition_token=request.composition_token,
+            idempotency_key=request.idempotency_key,
+        )
+        return review_to_proto(review)
+
+    async def Restamp(
+        self, request: review_pb2.RestampRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.Review:
+        review = await app.restamp(
+            self.env,
+            Principal.from_proto(request.principal),
+            request.review_id,
+            request.parent_revision,
+            composition_token=request.composition_token,
+            idempotency_key=request.idempotency_key,
+        )
+        return review_to_proto(review)
+
+    async def PostChat(
+        self, request: review_pb2.PostChatRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.PostChatResponse:
+        review, turn = await app.post_chat(
+            self.env,
+            Principal.from_proto(request.principal),
+            request.review_id,
+            request.text,
+            request.idempotency_key,
+        )
+        return review_pb2.PostChatResponse(review=review_to_proto(review), turn=turn_to_proto(turn))
+
+    async def Open(
+        self, request: review_pb2.OpenRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.Review:
+        review = await app.open_review(
+            self.env,
+            Principal.from_proto(request.principal),
+            request.review_id,
+            request.revision,
+            request.version,
+            request.idempotency_key,
+        )
+        return review_to_proto(review)
+
+    async def Decide(
+        self, request: review_pb2.DecideRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.Review:
+        review = await app.decide(
+            self.env,
+            Principal.from_proto(request.principal),
+            request.review_id,
+            _decision(request),
+            request.idempotency_key,
+        )
+        return review_to_proto(review)
+
+    async def ReviewerDecide(
+        self, request: review_pb2.DecideRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.ReviewerDecision:
+        result = await app.reviewer_decide(
+            self.env,
+            Principal.from_proto(request.principal),
+            request.review_id,
+            _decision(request),
+            request.idempotency_key,
+        )
+        review = result.review
+        return review_pb2.ReviewerDecision(
+            kind=result.kind,
+            sent=review.state in (State.SENT, State.AUTO_SENT),
+            sent_to_human=result.kind == "sent_to_human",
+            message_id=review.message_id or "",
+            thread_id=review.thread_ref or "",
+            review=review_pb2.ReviewSummary(
+                id=review.id, state=_state_to_proto(review.state), revision=review.revision
+            ),
+            forced_by_breaker=result.forced_by_breaker,
+            full_review=review_to_proto(review),
+        )
+
+    async def GetFeedback(
+        self, request: review_pb2.GetFeedbackRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.Feedback:
+        feedback = await app.get_feedback(
+            self.env, Principal.from_proto(request.principal), request.review_id
+        )
+        return review_pb2.Feedback(
+            review_id=feedback.review_id,
+            decision=feedback.decision,
+            diff_unified=feedback.diff_unified,
+            diff_json=orjson.dumps(feedback.diff_json).decode() if feedback.diff_json is not None else "",
+            comments=[
+                review_pb2.Comment(turn_id=t.id, actor_kind=t.actor_kind, body=t.body)
+                for t in feedback.comments
+            ],
+            new_rules=feedback.new_rules,
+        )
+
+    async def RecordInbound(
+        self, request: review_pb2.RecordInboundRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.InboundMessage:
+        message = await app.record_inbound(
+            self.env,
+            Principal.from_proto(request.principal),
+            from_address=getattr(request, "from"),
+            to=list(request.to),
+            cc=list(request.cc),
+            subject=request.subject,
+            body_text=request.body_text,
+            headers=dict(request.headers),
+        )
+        return review_pb2.InboundMessage(
+            message_id=message.id, thread_ref=message.thread_ref, rfc_message_id=message.rfc_message_id
+        )
+
+    async def GetReviewPolicy(
+        self, request: review_pb2.GetReviewPolicyRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.ReviewPolicy:
+        policy, source = await app.get_policy(self.env, Principal.from_proto(request.principal))
+        return review_pb2.ReviewPolicy(policy=policy, source=source)
+
+    async def SetReviewPolicy(
+        self, request: review_pb2.SetReviewPolicyRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.ReviewPolicy:
+        policy, source = await app.set_policy(
+            self.env, Principal.from_proto(request.principal), request.policy
+        )
+        return review_pb2.ReviewPolicy(policy=policy, source=source)
+
+    async def AddBlock(
+        self, request: review_pb2.ContactRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.Contact:
+        contact = await app.flag_contact(
+            self.env, Principal.from_proto(request.principal), request.address, "blocked"
+        )
+        return review_pb2.Contact(**contact)
+
+    async def AddSuppression(
+        self, request: review_pb2.ContactRequest, context: grpc.aio.ServicerContext
+    ) -> review_pb2.Contact:
+        contact = await app.flag_contact(
+            self.env, Principal.from_proto(request.principal), request.address, "suppressed"
+        )
+        return review_pb2.Contact(**contact)
+
     async def Ingest(
         self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.IngestResponse:
-        accepted, duplicates = await app.ingest(self.db, list(request.events))
+        accepted, duplicates = await app.ingest(self.env, list(request.events))
         return common_pb2.IngestResponse(accepted=accepted, duplicates=duplicates)
+
+
+def make_env(db: Database, peers: Peers) -> Env:
+    """The production wiring: peers over gRPC, the provider from REVIEWLOOP_SMTP_URL or the .eml outbox."""
+    return Env(db, GrpcCollaborators(peers), provider_from_env(data_dir()), Settings.from_env())
 
 
 def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
     return [
         (
             review_pb2_grpc.add_ReviewStateServiceServicer_to_server,
-            ReviewStateServicer(db),
+            ReviewStateServicer(make_env(db, peers)),
             "reviewloop.review.v1.ReviewStateService",
         )
     ]

@@ -1,28 +1,36 @@
-"""The review_state store: reviews and idempotency keys, in the domain's words."""
+"""The review_state store: reviews, turns, messages and threads, contacts, the review policy, delivery
+attempts and idempotency keys, in the domain's words."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from reviewloop.storage.schema import Json, new_metadata
+from reviewloop.storage.schema import Json, insert_ignore, new_metadata
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
+    Float,
     Index,
+    Integer,
     PrimaryKeyConstraint,
     String,
     Table,
     Text,
+    func,
     insert,
     select,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from review_state.domain.machine import State
+from review_state.domain.machine import PENDING, State
+from review_state.domain.submission import Attachment, Parent
 
 metadata = new_metadata()
 
@@ -43,16 +51,111 @@ reviews = Table(
     Column("bcc_addrs", Json, nullable=False),
     Column("subject", Text, nullable=False),
     Column("body_text", Text, nullable=False),
+    Column("body_html", Text),
+    Column("reply_to", String(320)),
+    Column("headers", Json, nullable=False),
+    Column("attachments", Json, nullable=False),
+    Column("from_address", String(320), nullable=False),
     Column("intent", Json),
+    Column("confidence", Float),
+    Column("rule_high_water", BigInteger, nullable=False, server_default="0"),
     Column("parent_message_id", String(40)),
+    Column("in_reply_to", Text),
+    Column("references_hdr", Text),
     Column("message_id", String(40)),
+    Column("rfc_message_id", String(255)),
     Column("thread_ref", String(40)),
     Column("send_path", String(24)),
     Column("send_error", Text),
     Column("gate_outcome", String(64)),
+    Column("reviewer_hops", Integer, nullable=False, server_default="0"),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("decided_at", DateTime(timezone=True)),
+    Column("sent_at", DateTime(timezone=True)),
     Index("ix_reviews_project_id_id", "project_id", "id"),
+    Index("ix_reviews_org_id_state", "org_id", "state"),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("review_id", String(40), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("turn_type", String(24), nullable=False),
+    Column("actor_kind", String(16), nullable=False),
+    Column("actor_id", String(40), nullable=False),
+    Column("body", Text, nullable=False, server_default=""),
+    Column("revision", BigInteger, nullable=False),
+    Column("action", String(16), nullable=False, server_default=""),
+    Column("changed", Boolean, nullable=False, server_default="0"),
+    Column("diff_json", Json),
+    Column("diff_unified", Text),
+    Column("rule_ids", Json, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_turns_review_id_seq", "review_id", "seq", unique=True),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("direction", String(8), nullable=False),  # inbound | outbound
+    Column("rfc_message_id", String(255), nullable=False),
+    Column("references_hdr", Text, nullable=False, server_default=""),
+    Column("thread_ref", String(40), nullable=False),
+    Column("from_address", String(320), nullable=False),
+    Column("to_addrs", Json, nullable=False),
+    Column("cc_addrs", Json, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("body_text", Text, nullable=False),
+    Column("headers", Json, nullable=False),
+    Column("review_id", String(40)),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_messages_project_id_rfc_message_id", "project_id", "rfc_message_id"),
+    Index("ix_messages_project_id_direction_created_at", "project_id", "direction", "created_at"),
+)
+
+review_policies = Table(
+    "review_policies",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("policy", String(32), nullable=False),
+    Column("updated_by", String(40), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+contacts = Table(
+    "contacts",
+    metadata,
+    Column("project_id", String(40), nullable=False),
+    Column("address", String(320), nullable=False),
+    Column("blocked", Boolean, nullable=False, server_default="0"),
+    Column("suppressed", Boolean, nullable=False, server_default="0"),
+    # Set once mail went to or came from the address: it is no longer a first contact.
+    Column("contacted_at", DateTime(timezone=True)),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("project_id", "address"),
+)
+
+# One attempt per review: a failed send is never re-sent, so the row is the whole delivery history.
+delivery_attempts = Table(
+    "delivery_attempts",
+    metadata,
+    Column("review_id", String(40), primary_key=True),
+    Column("project_id", String(40), nullable=False),
+    Column("message_id", String(40), nullable=False),
+    Column("rfc_message_id", String(255), nullable=False),
+    Column("send_path", String(24), nullable=False),
+    Column("status", String(16), nullable=False),  # in_flight | delivered | refused
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("error", Text),
+    Index("ix_delivery_attempts_status_started_at", "status", "started_at"),
 )
 
 idempotency_keys = Table(
@@ -63,6 +166,7 @@ idempotency_keys = Table(
     Column("key", String(255), nullable=False),
     Column("request_hash", String(64), nullable=False),
     Column("review_id", String(40), nullable=False),
+    Column("result_id", String(40), nullable=False, server_default=""),
     Column("created_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("project_id", "actor_id", "key"),
 )
@@ -87,82 +191,138 @@ class Review:
     intent: dict[str, Any] | None
     created_at: datetime
     updated_at: datetime
+    body_html: str | None = None
+    reply_to: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    attachments: tuple[Attachment, ...] = ()
+    from_address: str = ""
+    confidence: float | None = None
+    rule_high_water: int = 0
     parent_message_id: str | None = None
+    in_reply_to: str | None = None
+    references_hdr: str | None = None
     message_id: str | None = None
+    rfc_message_id: str | None = None
     thread_ref: str | None = None
     send_path: str | None = None
     send_error: str | None = None
     gate_outcome: str | None = None
+    reviewer_hops: int = 0
+    decided_at: datetime | None = None
+    sent_at: datetime | None = None
 
 
-def _from_row(row: Any) -> Review:
-    m = row._mapping
-    return Review(
-        id=m["id"],
-        org_id=m["org_id"],
-        project_id=m["project_id"],
-        agent_id=m["agent_id"],
-        category_id=m["category_id"],
-        kind=m["kind"],
-        state=State(m["state"]),
-        revision=m["revision"],
-        version=m["version"],
-        to=m["to_addrs"],
-        cc=m["cc_addrs"],
-        bcc=m["bcc_addrs"],
-        subject=m["subject"],
-        body_text=m["body_text"],
-        intent=m["intent"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-        parent_message_id=m["parent_message_id"],
-        message_id=m["message_id"],
-        thread_ref=m["thread_ref"],
-        send_path=m["send_path"],
-        send_error=m["send_error"],
-        gate_outcome=m["gate_outcome"],
+@dataclass(frozen=True)
+class Turn:
+    id: str
+    review_id: str
+    seq: int
+    turn_type: str
+    actor_kind: str
+    actor_id: str
+    body: str
+    revision: int
+    created_at: datetime
+    action: str = ""
+    changed: bool = False
+    diff_json: dict[str, Any] | None = None
+    diff_unified: str | None = None
+    rule_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Message:
+    id: str
+    org_id: str
+    project_id: str
+    direction: str
+    rfc_message_id: str
+    references_hdr: str
+    thread_ref: str
+    from_address: str
+    to: list[str]
+    cc: list[str]
+    subject: str
+    body_text: str
+    headers: dict[str, str]
+    created_at: datetime
+    review_id: str | None = None
+
+    def as_parent(self) -> Parent:
+        reply_to = next((v for k, v in self.headers.items() if k.lower() == "reply-to"), None)
+        return Parent(
+            message_id=self.id,
+            rfc_message_id=self.rfc_message_id,
+            references=self.references_hdr,
+            thread_ref=self.thread_ref,
+            from_address=self.from_address,
+            to=self.to,
+            cc=self.cc,
+            subject=self.subject,
+            body_text=self.body_text,
+            created_at=self.created_at,
+            reply_to=reply_to,
+        )
+
+
+_COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
+
+
+def _attachments_to_json(items: Sequence[Attachment]) -> list[dict[str, str]]:
+    return [
+        {
+            "filename": a.filename,
+            "content_type": a.content_type,
+            "content_base64": base64.b64encode(a.content).decode(),
+        }
+        for a in items
+    ]
+
+
+def _attachments_from_json(items: list[dict[str, str]]) -> tuple[Attachment, ...]:
+    return tuple(
+        Attachment(a["filename"], a["content_type"], base64.b64decode(a["content_base64"])) for a in items
     )
 
 
+def _from_row(row: Any) -> Review:
+    m = dict(row._mapping)
+    values: dict[str, Any] = {}
+    for name in Review.__dataclass_fields__:
+        column = _COLUMN.get(name, name)
+        values[name] = m[column]
+    values["state"] = State(m["state"])
+    values["attachments"] = _attachments_from_json(m["attachments"] or [])
+    values["headers"] = dict(m["headers"] or {})
+    return Review(**values)
+
+
 def _to_row(review: Review) -> dict[str, Any]:
-    return {
-        "id": review.id,
-        "org_id": review.org_id,
-        "project_id": review.project_id,
-        "agent_id": review.agent_id,
-        "category_id": review.category_id,
-        "kind": review.kind,
-        "state": review.state.value,
-        "revision": review.revision,
-        "version": review.version,
-        "to_addrs": review.to,
-        "cc_addrs": review.cc,
-        "bcc_addrs": review.bcc,
-        "subject": review.subject,
-        "body_text": review.body_text,
-        "intent": review.intent,
-        "parent_message_id": review.parent_message_id,
-        "message_id": review.message_id,
-        "thread_ref": review.thread_ref,
-        "send_path": review.send_path,
-        "send_error": review.send_error,
-        "gate_outcome": review.gate_outcome,
-        "created_at": review.created_at,
-        "updated_at": review.updated_at,
-    }
+    row = {_COLUMN.get(name, name): getattr(review, name) for name in Review.__dataclass_fields__}
+    row["state"] = review.state.value
+    row["attachments"] = _attachments_to_json(review.attachments)
+    row["to_addrs"], row["cc_addrs"], row["bcc_addrs"] = list(review.to), list(review.cc), list(review.bcc)
+    return row
 
 
 async def add_review(conn: AsyncConnection, review: Review) -> None:
     await conn.execute(insert(reviews).values(**_to_row(review)))
 
 
-async def get_review(conn: AsyncConnection, project_id: str, review_id: str) -> Review | None:
+async def get_review(
+    conn: AsyncConnection, project_id: str, review_id: str, *, for_update: bool = False
+) -> Review | None:
     """The review, if it belongs to ``project_id``; another tenant's review reads as absent."""
-    row = (
-        await conn.execute(
-            select(reviews).where(reviews.c.id == review_id, reviews.c.project_id == project_id)
-        )
-    ).first()
+    query = select(reviews).where(reviews.c.id == review_id, reviews.c.project_id == project_id)
+    if for_update:
+        query = query.with_for_update()
+    row = (await conn.execute(query)).first()
+    return _from_row(row) if row else None
+
+
+async def get_review_any(conn: AsyncConnection, review_id: str) -> Review | None:
+    """System use only (the reconciliation sweep): no tenant filter."""
+    row = (await conn.execute(select(reviews).where(reviews.c.id == review_id))).first()
     return _from_row(row) if row else None
 
 
@@ -190,6 +350,22 @@ async def list_reviews(
     return [_from_row(row) for row in rows]
 
 
+async def pending_in_scope(
+    conn: AsyncConnection, *, org_id: str, project_id: str, category_id: str, agent_id: str
+) -> list[Review]:
+    """The drafts a rule change or a graduation may still affect, locked against concurrent closes
+    so no nudge lands after a review's terminal one."""
+    query = select(reviews).where(reviews.c.org_id == org_id, reviews.c.state.in_([s.value for s in PENDING]))
+    if project_id:
+        query = query.where(reviews.c.project_id == project_id)
+    if category_id:
+        query = query.where(reviews.c.category_id == category_id)
+    if agent_id:
+        query = query.where(reviews.c.agent_id == agent_id)
+    rows = await conn.execute(query.order_by(reviews.c.id).with_for_update())
+    return [_from_row(row) for row in rows]
+
+
 async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any) -> Review | None:
     """Write ``changes`` only if the row is still at ``current.version``; the row count decides.
 
@@ -205,10 +381,269 @@ async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any
     return updated if result.rowcount == 1 else None
 
 
+# --- turns --------------------------------------------------------------------------------------
+
+
+async def add_turn(conn: AsyncConnection, turn: Turn) -> Turn:
+    """Appends ``turn`` at the review's next seq (the caller holds the review row via its CAS)."""
+    last = (
+        await conn.execute(select(func.max(turns.c.seq)).where(turns.c.review_id == turn.review_id))
+    ).scalar()
+    turn = replace(turn, seq=(last or 0) + 1)
+    await conn.execute(insert(turns).values(**turn.__dict__))
+    return turn
+
+
+async def list_turns(conn: AsyncConnection, review_id: str) -> list[Turn]:
+    rows = await conn.execute(select(turns).where(turns.c.review_id == review_id).order_by(turns.c.seq))
+    return [Turn(**dict(r._mapping)) for r in rows]
+
+
+async def get_turn(conn: AsyncConnection, turn_id: str) -> Turn | None:
+    row = (await conn.execute(select(turns).where(turns.c.id == turn_id))).first()
+    return Turn(**dict(row._mapping)) if row else None
+
+
+# --- messages and threads -------------------------------------------------------------------------
+
+
+def _message(row: Any) -> Message:
+    m = dict(row._mapping)
+    return Message(
+        id=m["id"],
+        org_id=m["org_id"],
+        project_id=m["project_id"],
+        direction=m["direction"],
+        rfc_message_id=m["rfc_message_id"],
+        references_hdr=m["references_hdr"],
+        thread_ref=m["thread_ref"],
+        from_address=m["from_address"],
+        to=m["to_addrs"],
+        cc=m["cc_addrs"],
+        subject=m["subject"],
+        body_text=m["body_text"],
+        headers=dict(m["headers"] or {}),
+        created_at=m["created_at"],
+        review_id=m["review_id"],
+    )
+
+
+async def add_message(conn: AsyncConnection, message: Message) -> None:
+    row = {
+        "id": message.id,
+        "org_id": message.org_id,
+        "project_id": message.project_id,
+        "direction": message.direction,
+        "rfc_message_id": message.rfc_message_id,
+        "references_hdr": message.references_hdr,
+        "thread_ref": message.thread_ref,
+        "from_address": message.from_address,
+        "to_addrs": list(message.to),
+        "cc_addrs": list(message.cc),
+        "subject": message.subject,
+        "body_text": message.body_text,
+        "headers": dict(message.headers),
+        "review_id": message.review_id,
+        "created_at": message.created_at,
+    }
+    await conn.execute(insert(messages).values(**row))
+
+
+async def get_message(conn: AsyncConnection, project_id: str, message_id: str) -> Message | None:
+    row = (
+        await conn.execute(
+            select(messages).where(messages.c.id == message_id, messages.c.project_id == project_id)
+        )
+    ).first()
+    return _message(row) if row else None
+
+
+async def message_by_rfc_id(conn: AsyncConnection, project_id: str, rfc_message_id: str) -> Message | None:
+    row = (
+        await conn.execute(
+            select(messages)
+            .where(messages.c.project_id == project_id, messages.c.rfc_message_id == rfc_message_id)
+            .limit(1)
+        )
+    ).first()
+    return _message(row) if row else None
+
+
+async def outbound_count_since(conn: AsyncConnection, project_id: str, since: datetime) -> int:
+    return int(
+        (
+            await conn.execute(
+                select(func.count())
+                .select_from(messages)
+                .where(
+                    messages.c.project_id == project_id,
+                    messages.c.direction == "outbound",
+                    messages.c.created_at >= since,
+                )
+            )
+        ).scalar()
+        or 0
+    )
+
+
+async def has_contacted(conn: AsyncConnection, project_id: str, addresses: Sequence[str]) -> bool:
+    """True when every address has had mail from this project or wrote to it (not a first contact)."""
+    lowered = sorted({a.lower() for a in addresses})
+    known = await conn.execute(
+        select(func.count())
+        .select_from(contacts)
+        .where(
+            contacts.c.project_id == project_id,
+            contacts.c.address.in_(lowered),
+            contacts.c.contacted_at.is_not(None),
+        )
+    )
+    return int(known.scalar() or 0) == len(lowered)
+
+
+async def mark_contacted(
+    conn: AsyncConnection, project_id: str, addresses: Sequence[str], now: datetime
+) -> None:
+    for address in sorted({a.lower() for a in addresses}):
+        key = (contacts.c.project_id == project_id) & (contacts.c.address == address)
+        updated = await conn.execute(
+            update(contacts)
+            .where(key, contacts.c.contacted_at.is_(None))
+            .values(contacted_at=now, updated_at=now)
+        )
+        if updated.rowcount == 0:
+            await conn.execute(
+                insert_ignore(conn, contacts).values(
+                    project_id=project_id,
+                    address=address,
+                    blocked=False,
+                    suppressed=False,
+                    contacted_at=now,
+                    updated_at=now,
+                )
+            )
+
+
+# --- the review policy and contacts ---------------------------------------------------------------
+
+
+async def get_policy(conn: AsyncConnection, project_id: str) -> str | None:
+    return (
+        await conn.execute(select(review_policies.c.policy).where(review_policies.c.project_id == project_id))
+    ).scalar()
+
+
+async def set_policy(
+    conn: AsyncConnection, org_id: str, project_id: str, policy: str, actor_id: str, now: datetime
+) -> None:
+    updated = await conn.execute(
+        update(review_policies)
+        .where(review_policies.c.project_id == project_id)
+        .values(policy=policy, updated_by=actor_id, updated_at=now)
+    )
+    if updated.rowcount == 0:
+        await conn.execute(
+            insert(review_policies).values(
+                project_id=project_id, org_id=org_id, policy=policy, updated_by=actor_id, updated_at=now
+            )
+        )
+
+
+async def flag_contact(
+    conn: AsyncConnection, project_id: str, address: str, flag: str, now: datetime
+) -> dict[str, Any]:
+    address = address.lower()
+    key = (contacts.c.project_id == project_id) & (contacts.c.address == address)
+    updated = await conn.execute(update(contacts).where(key).values(**{flag: True, "updated_at": now}))
+    if updated.rowcount == 0:
+        await conn.execute(
+            insert(contacts).values(
+                project_id=project_id,
+                address=address,
+                blocked=flag == "blocked",
+                suppressed=flag == "suppressed",
+                updated_at=now,
+            )
+        )
+    row = (await conn.execute(select(contacts).where(key))).one()
+    return {"address": row.address, "blocked": row.blocked, "suppressed": row.suppressed}
+
+
+async def flagged(
+    conn: AsyncConnection, project_id: str, addresses: Sequence[str]
+) -> dict[str, tuple[bool, bool]]:
+    """address -> (blocked, suppressed), for the addresses that carry either flag."""
+    lowered = sorted({a.lower() for a in addresses})
+    if not lowered:
+        return {}
+    rows = await conn.execute(
+        select(contacts).where(contacts.c.project_id == project_id, contacts.c.address.in_(lowered))
+    )
+    return {r.address: (bool(r.blocked), bool(r.suppressed)) for r in rows}
+
+
+# --- delivery attempts ----------------------------------------------------------------------------
+
+
+async def start_attempt(
+    conn: AsyncConnection,
+    review: Review,
+    message_id: str,
+    rfc_message_id: str,
+    send_path: str,
+    now: datetime,
+) -> None:
+    await conn.execute(
+        insert(delivery_attempts).values(
+            review_id=review.id,
+            project_id=review.project_id,
+            message_id=message_id,
+            rfc_message_id=rfc_message_id,
+            send_path=send_path,
+            status="in_flight",
+            started_at=now,
+        )
+    )
+
+
+async def get_attempt(conn: AsyncConnection, review_id: str) -> Any:
+    return (
+        await conn.execute(select(delivery_attempts).where(delivery_attempts.c.review_id == review_id))
+    ).first()
+
+
+async def finish_attempt(
+    conn: AsyncConnection, review_id: str, status: str, now: datetime, error: str | None = None
+) -> bool:
+    """Closes an in-flight attempt; False when someone (the sweep, a twin) already closed it."""
+    result = await conn.execute(
+        update(delivery_attempts)
+        .where(delivery_attempts.c.review_id == review_id, delivery_attempts.c.status == "in_flight")
+        .values(status=status, finished_at=now, error=error)
+    )
+    return bool(result.rowcount == 1)
+
+
+async def parked_attempts(conn: AsyncConnection, started_before: datetime, limit: int = 100) -> list[Any]:
+    """In-flight attempts older than a live send could take: their outcome is unknown."""
+    rows = await conn.execute(
+        select(delivery_attempts)
+        .where(delivery_attempts.c.status == "in_flight", delivery_attempts.c.started_at < started_before)
+        .order_by(delivery_attempts.c.started_at)
+        .limit(limit)
+    )
+    return list(rows)
+
+
+# --- idempotency keys -----------------------------------------------------------------------------
+
+
 async def find_idempotent(conn: AsyncConnection, project_id: str, actor_id: str, key: str) -> Any:
     return (
         await conn.execute(
-            select(idempotency_keys.c.request_hash, idempotency_keys.c.review_id).where(
+            select(
+                idempotency_keys.c.request_hash, idempotency_keys.c.review_id, idempotency_keys.c.result_id
+            ).where(
                 idempotency_keys.c.project_id == project_id,
                 idempotency_keys.c.actor_id == actor_id,
                 idempotency_keys.c.key == key,
@@ -225,6 +660,7 @@ async def remember_idempotent(
     request_hash: str,
     review_id: str,
     now: datetime,
+    result_id: str = "",
 ) -> None:
     await conn.execute(
         insert(idempotency_keys).values(
@@ -233,6 +669,7 @@ async def remember_idempotent(
             key=key,
             request_hash=request_hash,
             review_id=review_id,
+            result_id=result_id,
             created_at=now,
         )
     )

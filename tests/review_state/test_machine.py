@@ -38,7 +38,7 @@ def test_composer_verbs_are_exactly_the_spec_table(state: State) -> None:
 
 
 def test_no_agent_has_human_authority() -> None:
-    human_verbs = {Verb.APPROVE, Verb.EDIT, Verb.REJECT, Verb.OPEN}
+    human_verbs = {Verb.APPROVE, Verb.EDIT, Verb.REJECT, Verb.ESCALATE, Verb.OPEN}
     assert not [key for key in TRANSITIONS if key[2] is Actor.COMPOSER and key[1] in human_verbs]
 
 
@@ -69,6 +69,11 @@ def test_a_hinted_verb_never_409s_and_an_unhinted_one_always_does(
         assert error.allowed_actions, "a 409 always carries hints"
         if state in TERMINAL:
             assert error.code is Code.TERMINAL and error.revision is None
+        elif state is State.APPROVED:  # a send is in flight or parked: nothing but reads
+            assert error.code is Code.SEND_NEEDS_RECONCILIATION
+            assert verb.value not in error.allowed_actions
+            if actor is not Actor.SYSTEM:
+                assert error.allowed_actions == ["get_review", "list_review_events"]
         elif parent != revision:
             assert error.code is Code.STALE and (error.revision, error.version) == (revision, 3)
         else:
@@ -78,3 +83,7 @@ def test_a_hinted_verb_never_409s_and_an_unhinted_one_always_does(
     assert parent == revision and state not in TERMINAL
     assert verb.value in allowed_actions(state, actor)
     assert target is TRANSITIONS[(state, verb, actor)]
+
+
+def test_only_the_platform_resolves_approved() -> None:
+    assert {key[2] for key in TRANSITIONS if key[0] is State.APPROVED} == {Actor.SYSTEM}

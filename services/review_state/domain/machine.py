@@ -44,12 +44,17 @@ class Verb(StrEnum):
     EDIT = "edit"
     REJECT = "reject"
     ESCALATE = "escalate"
+    # The platform's own edges.
+    AUTO_SEND = "auto_send"  # a direct or graduated release: straight to delivery
+    HOLD = "hold"  # a circuit breaker returns a review agent's release to the human queue
     DELIVERED = "delivered"
+    AUTO_DELIVERED = "auto_delivered"
     DELIVERY_FAILED = "delivery_failed"
-    AUTO_SEND = "auto_send"
 
 
 S, V, A = State, Verb, Actor
+
+_OPEN_FOR_HUMAN = (S.IN_REVIEW, S.CHATTING)
 
 TRANSITIONS: dict[tuple[State, Verb, Actor], State] = {
     # The composer's edges: exactly the spec's table "What a composing agent may legally do".
@@ -69,9 +74,9 @@ TRANSITIONS: dict[tuple[State, Verb, Actor], State] = {
     (S.NEEDS_REVIEW, V.OPEN, A.HUMAN): S.IN_REVIEW,
     (S.IN_REVIEW, V.POST_CHAT, A.HUMAN): S.CHATTING,
     (S.CHATTING, V.POST_CHAT, A.HUMAN): S.CHATTING,
-    **{(s, v, A.HUMAN): S.APPROVED for s in (S.IN_REVIEW, S.CHATTING) for v in (V.APPROVE, V.EDIT)},
-    **{(s, V.REJECT, A.HUMAN): S.REJECTED for s in (S.IN_REVIEW, S.CHATTING)},
-    **{(s, V.ESCALATE, A.HUMAN): S.NEEDS_REVIEW for s in (S.IN_REVIEW, S.CHATTING)},
+    **{(s, v, A.HUMAN): S.APPROVED for s in _OPEN_FOR_HUMAN for v in (V.APPROVE, V.EDIT)},
+    **{(s, V.REJECT, A.HUMAN): S.REJECTED for s in _OPEN_FOR_HUMAN},
+    **{(s, V.ESCALATE, A.HUMAN): S.NEEDS_REVIEW for s in _OPEN_FOR_HUMAN},
     **{
         (s, V.CANCEL, A.HUMAN): S.CANCELLED
         for s in (S.NEEDS_REVIEW, S.IN_REVIEW, S.CHATTING, S.REJECTED, S.FAILED)
@@ -79,15 +84,19 @@ TRANSITIONS: dict[tuple[State, Verb, Actor], State] = {
     # A linked review agent decides a pending draft; reject / escalate return it to the human queue.
     **{(S.NEEDS_REVIEW, v, A.REVIEW_AGENT): S.APPROVED for v in (V.APPROVE, V.EDIT)},
     **{(S.NEEDS_REVIEW, v, A.REVIEW_AGENT): S.NEEDS_REVIEW for v in (V.REJECT, V.ESCALATE)},
-    # The platform: delivery outcomes and graduated auto-send.
+    # The platform: graduated / direct release, breakers, delivery outcomes. `approved` is transient.
+    (S.NEEDS_REVIEW, V.AUTO_SEND, A.SYSTEM): S.APPROVED,
+    (S.NEEDS_REVIEW, V.HOLD, A.SYSTEM): S.NEEDS_REVIEW,
     (S.APPROVED, V.DELIVERED, A.SYSTEM): S.SENT,
+    (S.APPROVED, V.AUTO_DELIVERED, A.SYSTEM): S.AUTO_SENT,
     (S.APPROVED, V.DELIVERY_FAILED, A.SYSTEM): S.FAILED,
-    (S.NEEDS_REVIEW, V.AUTO_SEND, A.SYSTEM): S.AUTO_SENT,
 }
 
 TERMINAL = frozenset({S.SENT, S.AUTO_SENT, S.CANCELLED})
 # `failed` is closed too: nothing re-approves it, so waiting on it would wait forever.
 CLOSED = TERMINAL | {S.FAILED}
+# Drafts a rule change or a graduation may still affect.
+PENDING = frozenset({S.NEEDS_REVIEW, S.IN_REVIEW, S.CHATTING, S.REJECTED})
 
 # Reads legal from every state: why a 409's hints are never empty.
 READ_VERBS = ("get_review", "list_review_events")
@@ -114,7 +123,8 @@ def check_transition(
     expected_version: int | None = None,
     sent_message_id: str | None = None,
 ) -> State:
-    """The next state, or the 409 the spec names: ``terminal``, then ``stale``, then ``wrong_state``."""
+    """The next state, or the 409 the spec names: ``terminal``, ``send_needs_reconciliation`` (a
+    send is in flight or parked), then ``stale``, then ``wrong_state``."""
     if state in TERMINAL:
         raise DomainError(
             Code.TERMINAL,
@@ -123,6 +133,17 @@ def check_transition(
             state=state,
             allowed_actions=allowed_actions(state, actor),
             sent_message_id=sent_message_id,
+        )
+    target = next_state(state, verb, actor)
+    if state is S.APPROVED and target is None:
+        raise DomainError(
+            Code.SEND_NEEDS_RECONCILIATION,
+            "The review is approved and its send attempt is in flight or parked for recovery by "
+            "Message-ID. Do not resend: poll get_review and wait for the terminal event.",
+            state=state,
+            revision=revision,
+            version=version,
+            allowed_actions=allowed_actions(state, actor),
         )
     if parent_revision != revision or (expected_version is not None and expected_version != version):
         named = f"revision {parent_revision}" + (
@@ -137,7 +158,6 @@ def check_transition(
             version=version,
             allowed_actions=allowed_actions(state, actor),
         )
-    target = next_state(state, verb, actor)
     if target is None:
         raise DomainError(
             Code.WRONG_STATE,

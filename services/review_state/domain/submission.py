@@ -1,10 +1,14 @@
-"""Submit-time checks of spec 000: recipients, sizes, and the intent gate of the review policy."""
+"""Submit-time rules of spec 000: draft shape, the review-policy table, reply / forward materialization,
+and the gates of graduated auto-send and of the review-agent plane. Pure: no I/O."""
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from reviewloop.errors import Code, DomainError, FieldViolation, invalid
@@ -13,8 +17,44 @@ INTENT_SUMMARY_MIN, INTENT_SUMMARY_MAX = 8, 200
 MAX_RECIPIENTS = 100
 MAX_SUBJECT = 998  # RFC 5322's line limit
 MAX_BODY = 2 * 1024 * 1024
+MAX_ATTACHMENTS_BYTES = 10 * 1024 * 1024
+MAX_HEADERS = 50
+CHAT_MAX = 10_000
 
 _ADDRESS = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
+_HEADER_NAME = re.compile(r"^[!-9;-~]+$")  # RFC 5322 ftext: printable, no colon
+_CONTENT_TYPE = re.compile(r"^[\w.+-]+/[\w.+-]+$")
+# Headers the platform writes itself; a custom header may not forge them.
+RESERVED_HEADERS = frozenset(
+    h.lower()
+    for h in (
+        "From",
+        "To",
+        "Cc",
+        "Bcc",
+        "Subject",
+        "Date",
+        "Message-ID",
+        "In-Reply-To",
+        "References",
+        "Reply-To",
+        "MIME-Version",
+        "Content-Type",
+        "Content-Transfer-Encoding",
+        "Content-Disposition",
+    )
+)
+
+
+def is_address(value: str) -> bool:
+    return bool(_ADDRESS.match(value))
+
+
+@dataclass(frozen=True)
+class Attachment:
+    filename: str
+    content_type: str
+    content: bytes
 
 
 @dataclass(frozen=True)
@@ -25,6 +65,27 @@ class Draft:
     subject: str
     body_text: str
     intent: dict[str, Any] | None
+    body_html: str | None = None
+    reply_to: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    attachments: Sequence[Attachment] = ()
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The draft as plain JSON-able data, for idempotency hashes."""
+        return {
+            "to": list(self.to),
+            "cc": list(self.cc),
+            "bcc": list(self.bcc),
+            "subject": self.subject,
+            "body_text": self.body_text,
+            "intent": self.intent,
+            "body_html": self.body_html,
+            "reply_to": self.reply_to,
+            "headers": dict(self.headers),
+            "attachments": [
+                [a.filename, a.content_type, hashlib.sha256(a.content).hexdigest()] for a in self.attachments
+            ],
+        }
 
 
 def validate_draft(draft: Draft) -> None:
@@ -38,10 +99,36 @@ def validate_draft(draft: Draft) -> None:
         for i, address in enumerate(addresses):
             if not _ADDRESS.match(address):
                 problems.append(FieldViolation(f"/{name}/{i}", f"{address!r} is not an email address"))
+    if draft.reply_to is not None and not _ADDRESS.match(draft.reply_to):
+        problems.append(FieldViolation("/reply_to", f"{draft.reply_to!r} is not an email address"))
     if len(draft.subject) > MAX_SUBJECT:
         problems.append(FieldViolation("/subject", f"at most {MAX_SUBJECT} characters"))
+    if "\n" in draft.subject or "\r" in draft.subject:
+        problems.append(FieldViolation("/subject", "must be one line"))
     if len(draft.body_text.encode()) > MAX_BODY:
         problems.append(FieldViolation("/body_text", f"at most {MAX_BODY} bytes"))
+    if draft.body_html is not None and len(draft.body_html.encode()) > MAX_BODY:
+        problems.append(FieldViolation("/body_html", f"at most {MAX_BODY} bytes"))
+    if len(draft.headers) > MAX_HEADERS:
+        problems.append(FieldViolation("/headers", f"at most {MAX_HEADERS} headers"))
+    for name, value in draft.headers.items():
+        if not _HEADER_NAME.match(name) or len(name) > 76:
+            problems.append(FieldViolation(f"/headers/{name}", "not a valid header name"))
+        elif name.lower() in RESERVED_HEADERS:
+            problems.append(
+                FieldViolation(f"/headers/{name}", "is set by the platform; use the field instead")
+            )
+        if "\n" in value or "\r" in value or len(value) > MAX_SUBJECT:
+            problems.append(FieldViolation(f"/headers/{name}", "value must be one line of at most 998 chars"))
+    total = 0
+    for i, attachment in enumerate(draft.attachments):
+        total += len(attachment.content)
+        if not attachment.filename or "/" in attachment.filename or "\\" in attachment.filename:
+            problems.append(FieldViolation(f"/attachments/{i}/filename", "a plain file name is required"))
+        if not _CONTENT_TYPE.match(attachment.content_type):
+            problems.append(FieldViolation(f"/attachments/{i}/content_type", "must look like type/subtype"))
+    if total > MAX_ATTACHMENTS_BYTES:
+        problems.append(FieldViolation("/attachments", f"at most {MAX_ATTACHMENTS_BYTES} bytes in total"))
     if problems:
         raise DomainError(
             Code.BAD_REQUEST,
@@ -50,16 +137,7 @@ def validate_draft(draft: Draft) -> None:
         )
 
 
-def require_intent(intent: dict[str, Any] | None) -> None:
-    """Under ``require_review`` every message carries an intent whose summary is one real sentence."""
-    if intent is None:
-        raise DomainError(
-            Code.INTENT_REQUIRED,
-            'This project reviews every outbound message, so the request needs an "intent": '
-            '{"summary": "<one sentence for the reviewer, 8-200 characters>", "meta": {...}}. '
-            "Nothing was sent and nothing was queued; resubmit with an intent.",
-            violations=(FieldViolation("/intent", "required under the require_review policy"),),
-        )
+def check_intent(intent: dict[str, Any]) -> None:
     summary = str(intent.get("summary", "")).strip()
     if not INTENT_SUMMARY_MIN <= len(summary) <= INTENT_SUMMARY_MAX:
         raise invalid(
@@ -68,3 +146,204 @@ def require_intent(intent: dict[str, Any] | None) -> None:
             f"(got {len(summary)}); nothing was sent and nothing was queued",
             Code.INTENT_REQUIRED,
         )
+
+
+def require_intent(intent: dict[str, Any] | None, policy: str = "require_review") -> None:
+    """Where the resolved mode is review, every message carries an intent whose summary is one sentence."""
+    if intent is None:
+        raise DomainError(
+            Code.INTENT_REQUIRED,
+            f'This project\'s review policy is {policy}, so the request needs an "intent": '
+            '{"summary": "<one sentence for the reviewer, 8-200 characters>", "meta": {...}}. '
+            "Nothing was sent and nothing was queued; resubmit with an intent.",
+            violations=(FieldViolation("/intent", f"required under the {policy} policy"),),
+            hints=(("policy", policy),),
+        )
+    check_intent(intent)
+
+
+# --- the review policy ------------------------------------------------------------------------
+
+
+class Policy(StrEnum):
+    REQUIRE_REVIEW = "require_review"
+    ALLOW_DIRECT = "allow_direct"
+    AUTO_SEND_GRADUATED = "auto_send_graduated"
+
+
+FLOOR = Policy.REQUIRE_REVIEW
+
+
+class Route(StrEnum):
+    QUEUE = "queue"  # a human (or linked review agent) decides
+    DIRECT = "direct"  # released immediately: agent_direct
+    AUTO_CANDIDATE = "auto_candidate"  # auto-sent if the category is graduated and every gate passes
+
+
+# The spec's table "Where a review comes from": (policy, carries an intent) -> route; None = 422.
+POLICY_TABLE: dict[tuple[Policy, bool], Route | None] = {
+    (Policy.REQUIRE_REVIEW, True): Route.QUEUE,
+    (Policy.REQUIRE_REVIEW, False): None,
+    (Policy.ALLOW_DIRECT, True): Route.QUEUE,
+    (Policy.ALLOW_DIRECT, False): Route.DIRECT,
+    (Policy.AUTO_SEND_GRADUATED, True): Route.AUTO_CANDIDATE,
+    (Policy.AUTO_SEND_GRADUATED, False): None,
+}
+
+
+def resolve_policy(project_override: str | None) -> tuple[Policy, str]:
+    """Override, then the require_review floor every new project starts on; with its source."""
+    if project_override:
+        return Policy(project_override), "project"
+    return FLOOR, "default"
+
+
+def route_for(policy: Policy, intent: dict[str, Any] | None) -> Route:
+    route = POLICY_TABLE[(policy, intent is not None)]
+    if route is None:
+        require_intent(intent, policy.value)
+        raise AssertionError("unreachable")  # pragma: no cover
+    if intent is not None:
+        check_intent(intent)
+    return route
+
+
+def parse_policy(value: str) -> Policy:
+    try:
+        return Policy(value)
+    except ValueError:
+        raise invalid("/policy", f"must be one of {', '.join(p.value for p in Policy)}") from None
+
+
+# --- reply and forward materialization ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A recorded message (inbound, or one we sent) that a reply or forward names."""
+
+    message_id: str
+    rfc_message_id: str
+    references: str
+    thread_ref: str
+    from_address: str
+    to: Sequence[str]
+    cc: Sequence[str]
+    subject: str
+    body_text: str
+    created_at: datetime
+    reply_to: str | None = None
+
+
+_RE = re.compile(r"^\s*re\s*:\s*", re.IGNORECASE)
+_FWD = re.compile(r"^\s*(fwd?|fw)\s*:\s*", re.IGNORECASE)
+
+
+def reply_subject(subject: str) -> str:
+    """``Re: <subject>``, never ``Re: Re:``."""
+    while _RE.match(subject):
+        subject = _RE.sub("", subject, count=1)
+    return f"Re: {subject}"
+
+
+def forward_subject(subject: str) -> str:
+    while _FWD.match(subject):
+        subject = _FWD.sub("", subject, count=1)
+    return f"Fwd: {subject}"
+
+
+def quoted_forward(parent: Parent) -> str:
+    when = parent.created_at.strftime("%a, %d %b %Y %H:%M:%S +0000")
+    lines = [
+        "---------- Forwarded message ---------",
+        f"From: {parent.from_address}",
+        f"Date: {when}",
+        f"Subject: {parent.subject}",
+        f"To: {', '.join(parent.to)}",
+    ]
+    if parent.cc:
+        lines.append(f"Cc: {', '.join(parent.cc)}")
+    return "\n".join(lines) + "\n\n" + parent.body_text
+
+
+@dataclass(frozen=True)
+class Threading:
+    """How the delivered message threads: a reply's In-Reply-To / References; a forward's nothing."""
+
+    thread_ref: str | None
+    in_reply_to: str | None
+    references: str | None
+
+
+def materialize(kind: str, draft: Draft, parent: Parent | None) -> tuple[Draft, Threading]:
+    """The exact draft the human reviews: a reply's Re: subject and recipients, a forward's subject
+    and quoted parent body. A forward is not threaded to its parent."""
+    if kind == "send" or parent is None:
+        return draft, Threading(None, None, None)
+    if kind == "reply":
+        to = list(draft.to) or [parent.reply_to or parent.from_address]
+        subject = reply_subject(draft.subject or parent.subject)
+        references = " ".join(x for x in (parent.references, parent.rfc_message_id) if x)
+        threading = Threading(parent.thread_ref, parent.rfc_message_id, references)
+        return _replace(draft, to=to, subject=subject), threading
+    subject = forward_subject(draft.subject or parent.subject)
+    body = (draft.body_text + "\n\n" if draft.body_text else "") + quoted_forward(parent)
+    return _replace(draft, subject=subject, body_text=body), Threading(None, None, None)
+
+
+def _replace(draft: Draft, **changes: Any) -> Draft:
+    return Draft(**{**draft.__dict__, **changes})
+
+
+# --- the gates ------------------------------------------------------------------------------
+
+GRADUATED = frozenset({"auto_notify", "auto_silent"})
+MAX_REVIEWER_HOPS = 3
+
+
+@dataclass(frozen=True)
+class Dial:
+    """The effective risk-dial values the gates read."""
+
+    min_confidence: float
+    first_contact_gate: bool
+    canary_rate: float
+    auto_send_cap_per_day: int
+
+
+def canary_draw(review_id: str) -> float:
+    """A stable draw in [0, 1) per review, so a retry never re-rolls the canary."""
+    return int(hashlib.sha256(review_id.encode()).hexdigest()[:8], 16) / 2**32
+
+
+def breaker(*, dial: Dial, confidence: float | None, first_contact: bool, review_id: str) -> str | None:
+    """The first circuit breaker that trips, by name, or None: low confidence below the dial's
+    ``min_confidence``, a first contact under ``first_contact_gate``, then the canary sample."""
+    if confidence is None or confidence < dial.min_confidence:
+        return "low_confidence"
+    if first_contact and dial.first_contact_gate:
+        return "first_contact"
+    if dial.canary_rate > 0 and canary_draw(review_id) < dial.canary_rate:
+        return "canary"
+    return None
+
+
+def auto_send_hold(
+    *,
+    category_id: str,
+    category_state: str | None,
+    never_graduate: bool,
+    dial: Dial | None,
+    confidence: float | None,
+    first_contact: bool,
+    review_id: str,
+) -> str | None:
+    """Why a graduated auto-send is held (``held:<reason>``), or None when every gate passes."""
+    if not category_id:
+        return "no_category"
+    if never_graduate:
+        return "never_graduate"
+    if category_state not in GRADUATED:
+        return "not_graduated"
+    assert dial is not None
+    return breaker(dial=dial, confidence=confidence, first_contact=first_contact, review_id=review_id)

@@ -1,0 +1,229 @@
+"""The other contexts review_state calls synchronously: rules, diff, dispatch_budget.
+
+Each call fails closed: a peer that is down or not built yet (UNAVAILABLE, UNIMPLEMENTED, a timeout)
+is a clear ``unavailable`` DomainError, raised before anything is written. A peer's own domain error
+(``not_found``, ``bad_request`` ...) travels through as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+from reviewloop.budget.v1 import budget_pb2, budget_pb2_grpc
+from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
+from reviewloop.errors import Code, DomainError, from_rpc_error
+from reviewloop.rules.v1 import rules_pb2, rules_pb2_grpc
+from reviewloop.service import Peers
+from reviewloop.tenancy import Principal
+
+from review_state.domain.submission import Dial
+
+TIMEOUT_S = 5.0
+
+_DOWN = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+}
+
+
+def _unavailable(service: str, what: str) -> DomainError:
+    return DomainError(
+        Code.UNAVAILABLE,
+        f"The {service} service is unavailable, so {what} could not be checked; nothing was written. "
+        "Retry shortly.",
+    )
+
+
+async def _call(service: str, what: str, rpc: Any, request: Any) -> Any:
+    try:
+        return await rpc(request, timeout=TIMEOUT_S)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() in _DOWN:
+            raise _unavailable(service, what) from exc
+        raise from_rpc_error(exc) from exc
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    status: str  # valid | expired | stale | invalid
+    token_rule_high_water: int
+    current_rule_high_water: int
+
+
+@dataclass(frozen=True)
+class CategoryInfo:
+    id: str
+    state: str
+    never_graduate: bool
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    diff_unified: str
+    diff_json: str
+    fields_changed: list[str]
+
+
+class Collaborators(Protocol):
+    """What review_state needs from the other contexts (the real one is ``GrpcCollaborators``)."""
+
+    async def validate_token(self, principal: Principal, token: str, category_id: str) -> TokenCheck: ...
+    async def get_category(self, principal: Principal, category_id: str) -> CategoryInfo: ...
+    async def get_dial(self, principal: Principal, category_id: str) -> Dial: ...
+    async def save_rule(
+        self,
+        principal: Principal,
+        *,
+        rule_text: str,
+        scope: str,
+        category_id: str,
+        source_review_id: str,
+        key: str,
+    ) -> str: ...
+    async def compute_diff(
+        self,
+        review_id: str,
+        from_revision: int,
+        to_revision: int,
+        before: dict[str, Any],
+        after: dict[str, Any],
+    ) -> DiffResult: ...
+    async def consume_auto_send(
+        self, principal: Principal, category_id: str, review_id: str, cap_per_day: int
+    ) -> bool: ...
+
+
+_TOKEN = {
+    rules_pb2.TOKEN_STATUS_VALID: "valid",
+    rules_pb2.TOKEN_STATUS_EXPIRED: "expired",
+    rules_pb2.TOKEN_STATUS_STALE: "stale",
+    rules_pb2.TOKEN_STATUS_INVALID: "invalid",
+}
+
+
+def _fields(values: dict[str, Any]) -> diff_pb2.MessageFields:
+    return diff_pb2.MessageFields(
+        subject=values.get("subject", ""),
+        body_text=values.get("body_text", ""),
+        body_html=values.get("body_html") or "",
+        to=values.get("to", []),
+        cc=values.get("cc", []),
+        bcc=values.get("bcc", []),
+        reply_to=values.get("reply_to") or "",
+        headers=values.get("headers", {}),
+    )
+
+
+class GrpcCollaborators:
+    def __init__(self, peers: Peers) -> None:
+        self.rules = rules_pb2_grpc.RulesServiceStub(peers.channel("rules"))
+        self.diff = diff_pb2_grpc.DiffServiceStub(peers.channel("diff"))
+        self.budget = budget_pb2_grpc.DispatchBudgetServiceStub(peers.channel("dispatch_budget"))
+
+    async def validate_token(self, principal: Principal, token: str, category_id: str) -> TokenCheck:
+        reply = await _call(
+            "rules",
+            "the composition_token",
+            self.rules.ValidateCompositionToken,
+            rules_pb2.ValidateCompositionTokenRequest(
+                principal=principal.to_proto(), composition_token=token, category_id=category_id
+            ),
+        )
+        return TokenCheck(
+            _TOKEN.get(reply.status, "invalid"), reply.token_rule_high_water, reply.current_rule_high_water
+        )
+
+    async def get_category(self, principal: Principal, category_id: str) -> CategoryInfo:
+        reply = await _call(
+            "rules",
+            "the category",
+            self.rules.GetCategory,
+            rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id),
+        )
+        return CategoryInfo(reply.id, reply.state, reply.never_graduate)
+
+    async def get_dial(self, principal: Principal, category_id: str) -> Dial:
+        reply = await _call(
+            "rules",
+            "the risk dial",
+            self.rules.GetRiskDial,
+            rules_pb2.GetRiskDialRequest(principal=principal.to_proto(), category_id=category_id),
+        )
+        values = reply.account
+        for category in reply.categories:
+            if category.category_id == category_id:
+                values = category.effective
+        return Dial(
+            min_confidence=values.min_confidence,
+            first_contact_gate=values.first_contact_gate,
+            canary_rate=values.canary_rate,
+            auto_send_cap_per_day=values.auto_send_cap_per_day,
+        )
+
+    async def save_rule(
+        self,
+        principal: Principal,
+        *,
+        rule_text: str,
+        scope: str,
+        category_id: str,
+        source_review_id: str,
+        key: str,
+    ) -> str:
+        reply = await _call(
+            "rules",
+            "the new rule",
+            self.rules.SaveRule,
+            rules_pb2.SaveRuleRequest(
+                principal=principal.to_proto(),
+                rule_text=rule_text,
+                scope=scope,
+                category_id=category_id,
+                source_review_id=source_review_id,
+                rule_layer="project",
+                idempotency_key=key,
+            ),
+        )
+        return str(reply.id)
+
+    async def compute_diff(
+        self,
+        review_id: str,
+        from_revision: int,
+        to_revision: int,
+        before: dict[str, Any],
+        after: dict[str, Any],
+    ) -> DiffResult:
+        reply = await _call(
+            "diff",
+            "the edit's diff",
+            self.diff.ComputeDiff,
+            diff_pb2.ComputeDiffRequest(
+                review_id=review_id,
+                from_revision=from_revision,
+                to_revision=to_revision,
+                before=_fields(before),
+                after=_fields(after),
+            ),
+        )
+        return DiffResult(reply.diff_unified, reply.diff_json, list(reply.fields_changed))
+
+    async def consume_auto_send(
+        self, principal: Principal, category_id: str, review_id: str, cap_per_day: int
+    ) -> bool:
+        reply = await _call(
+            "dispatch_budget",
+            "the daily auto-send cap",
+            self.budget.ConsumeAutoSend,
+            budget_pb2.ConsumeAutoSendRequest(
+                principal=principal.to_proto(),
+                category_id=category_id,
+                review_id=review_id,
+                cap_per_day=cap_per_day,
+            ),
+        )
+        return bool(reply.allowed)

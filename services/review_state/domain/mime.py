@@ -1,0 +1,56 @@
+"""The delivered bytes: one RFC 5322 message built from the reviewed fields, so what the human
+reviewed is exactly what goes out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from email.message import EmailMessage
+from email.policy import SMTP
+from email.utils import format_datetime
+
+from review_state.domain.submission import Attachment
+
+
+def build_message(
+    *,
+    from_address: str,
+    to: Sequence[str],
+    cc: Sequence[str],
+    subject: str,
+    body_text: str,
+    body_html: str | None,
+    reply_to: str | None,
+    headers: Mapping[str, str],
+    attachments: Sequence[Attachment],
+    rfc_message_id: str,
+    in_reply_to: str | None,
+    references: str | None,
+    date: datetime,
+) -> bytes:
+    """The message as wire bytes (CRLF). Bcc recipients ride the envelope only, never a header."""
+    message = EmailMessage(policy=SMTP)
+    message["From"] = from_address
+    message["To"] = ", ".join(to)
+    if cc:
+        message["Cc"] = ", ".join(cc)
+    message["Subject"] = subject
+    message["Date"] = format_datetime(date)
+    message["Message-ID"] = rfc_message_id
+    if reply_to:
+        message["Reply-To"] = reply_to
+    if in_reply_to:
+        message["In-Reply-To"] = in_reply_to
+    if references:
+        message["References"] = references
+    for name, value in sorted(headers.items()):
+        message[name] = value
+    message.set_content(body_text)
+    if body_html:
+        message.add_alternative(body_html, subtype="html")
+    for attachment in attachments:
+        maintype, _, subtype = attachment.content_type.partition("/")
+        message.add_attachment(
+            attachment.content, maintype=maintype, subtype=subtype, filename=attachment.filename
+        )
+    return message.as_bytes()

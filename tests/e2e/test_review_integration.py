@@ -1,0 +1,214 @@
+"""review_state with the contexts it calls: diff (edits), rules (composition tokens, saved rules, rule
+and category events, the risk dial) and dispatch_budget (the daily auto-send cap). These need those
+services built; until then review_state answers 503 unavailable and writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.conftest import Api, draft
+from tests.e2e.helpers import events_until
+
+
+async def _until(
+    api: Api, headers: dict[str, str], done: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 15.0
+) -> list[dict[str, Any]]:
+    """The caller's events once ``done`` holds for them (the outbox hop is asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        events = await events_until(api, headers, 0, timeout_s=0)
+        if done(events) or time.monotonic() > deadline:
+            return events
+        await asyncio.sleep(0.1)
+
+
+async def _setup(api: Api) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    project = await api.project()
+    agent = api.auth((await api.key(project["project_id"], "agent"))["api_key"])
+    human = api.auth((await api.key(project["project_id"], "human"))["api_key"])
+    return project, agent, human
+
+
+async def _opened(api: Api, agent: dict[str, str], human: dict[str, str], **overrides: Any) -> dict[str, Any]:
+    sent = await api.http.post("/v1/messages", json=draft(**overrides), headers=agent)
+    assert sent.status_code == 202, sent.text
+    review_id = sent.json()["review_id"]
+    opened = await api.http.post(
+        f"/v1/reviews/{review_id}/open", json={"revision": 1, "version": 1}, headers=human
+    )
+    assert opened.status_code == 200, opened.text
+    return dict(opened.json())
+
+
+async def _auto_send_project(api: Api) -> tuple[dict[str, Any], dict[str, str], str]:
+    """A project on auto_send_graduated with one graduated category and a permissive dial."""
+    project, agent, _ = await _setup(api)
+    pid = project["project_id"]
+    category = await api.http.post(
+        f"/v1/admin/projects/{pid}/categories",
+        json={"name": "Sales", "description": "outreach"},
+        headers=api.admin,
+    )
+    assert category.status_code in (200, 201), category.text
+    category_id = category.json()["id"]
+    graduated = await api.http.post(
+        f"/v1/admin/categories/{category_id}/graduate", json={"to_state": "auto_notify"}, headers=api.admin
+    )
+    assert graduated.status_code == 200, graduated.text
+    dial = await api.http.put(
+        f"/v1/admin/projects/{pid}/risk-dial",
+        json={"account": {"min_confidence": 0.6, "first_contact_gate": False, "canary_rate": 0.0}},
+        headers=api.admin,
+    )
+    assert dial.status_code == 200, dial.text
+    policy = await api.http.put(
+        f"/v1/admin/projects/{pid}/review-policy", json={"policy": "auto_send_graduated"}, headers=api.admin
+    )
+    assert policy.status_code == 200, policy.text
+    return project, agent, category_id
+
+
+async def test_a_human_edit_is_diffed_and_reads_as_edited_everywhere(api: Api) -> None:
+    _, agent, human = await _setup(api)
+    review = await _opened(api, agent, human)
+    decided = await api.http.post(
+        f"/v1/reviews/{review['id']}/decision",
+        json={
+            "action": "edit",
+            "revision": review["revision"],
+            "version": review["version"],
+            "body": "Can you do Thursday 2pm?",
+            "feedback": "tightened the CTA",
+        },
+        headers=human,
+    )
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["state"] == "sent" and decided.json()["revision"] == 2
+    feedback = (await api.http.get(f"/v1/reviews/{review['id']}/feedback", headers=agent)).json()
+    assert feedback["decision"] == "edited"
+    assert feedback["diff_json"]["fields_changed"] == ["body_text"]
+    assert feedback["diff_unified"]
+    events = await events_until(api, agent, 1)
+    assert events[-1]["reason"] == "sent" and events[-1]["payload"]["decision"] == "edited"
+
+
+async def test_a_humans_new_rule_is_saved_with_its_source_review(api: Api) -> None:
+    _, agent, human = await _setup(api)
+    review = await _opened(api, agent, human)
+    decided = await api.http.post(
+        f"/v1/reviews/{review['id']}/decision",
+        json={
+            "action": "reject",
+            "revision": review["revision"],
+            "version": review["version"],
+            "feedback": "never say 'let me know'",
+            "new_rule": {"rule_text": "Always propose a concrete time.", "scope": "general"},
+        },
+        headers=human,
+    )
+    assert decided.status_code == 200, decided.text
+    feedback = (await api.http.get(f"/v1/reviews/{review['id']}/feedback", headers=agent)).json()
+    assert len(feedback["new_rules"]) == 1 and feedback["new_rules"][0].startswith("rule_")
+    rules = (await api.http.get("/v1/rules", headers=agent)).json()["rules"]
+    saved = [r for r in rules if r["id"] == feedback["new_rules"][0]]
+    assert saved and saved[0]["source_review_id"] == review["id"]
+
+
+async def test_a_stale_composition_token_is_born_stale_with_no_mutation_and_a_rule_changed_nudge(
+    api: Api,
+) -> None:
+    _, agent, _ = await _setup(api)
+    token = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
+    sent = await api.http.post("/v1/messages", json=draft(composition_token=token), headers=agent)
+    assert sent.status_code == 202, sent.text
+    review_id = sent.json()["review_id"]
+    saved = await api.http.post(
+        "/v1/rules",
+        json={"rule_text": "Sign off with the first name only.", "scope": "general"},
+        headers=agent,
+    )
+    assert saved.status_code in (200, 201), saved.text
+    refused = await api.http.post(
+        f"/v1/reviews/{review_id}/revisions",
+        json={"parent_revision": 1, "body_text": "v2", "composition_token": token},
+        headers=agent,
+    )
+    assert refused.status_code == 409 and refused.json()["code"] == "born_stale", refused.text
+    review = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    assert (review["revision"], review["body_text"]) == (1, draft()["body_text"])
+    events = await _until(api, agent, lambda es: any(e["reason"] == "rule_changed" for e in es))
+    assert "rule_changed" in {e["reason"] for e in events if e["review_id"] == review_id}
+    fresh = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
+    restamped = await api.http.post(
+        f"/v1/reviews/{review_id}/restamp",
+        json={"parent_revision": 1, "composition_token": fresh},
+        headers=agent,
+    )
+    assert restamped.status_code == 200, restamped.text
+
+
+async def test_a_general_rule_propagates_to_pending_drafts_a_few_at_a_time(api: Api) -> None:
+    project, agent, _ = await _setup(api)
+    ids = []
+    for _ in range(4):
+        sent = await api.http.post("/v1/messages", json=draft(), headers=agent)
+        ids.append(sent.json()["review_id"])
+    rule = await api.http.post(
+        f"/v1/admin/orgs/{project['org_id']}/rules",
+        json={"rule_text": "No exclamation marks."},
+        headers=api.admin,
+    )
+    assert rule.status_code in (200, 201), rule.text
+    events = await events_until(api, agent, 4)
+    propagated = [e for e in events if e["reason"] == "propagate_general_rule"]
+    assert sorted(e["review_id"] for e in propagated) == sorted(ids)
+    assert {e["payload"]["suggested_batch"] for e in propagated} == {3}
+    assert {e["payload"]["siblings"]["pending_count"] for e in propagated} == {3}
+
+
+async def test_a_graduated_category_auto_sends_when_every_gate_passes(api: Api) -> None:
+    _, agent, category_id = await _auto_send_project(api)
+    sent = await api.http.post(
+        "/v1/messages", json=draft(category_id=category_id, confidence=0.9), headers=agent
+    )
+    assert sent.status_code == 202, sent.text
+    assert sent.json()["status"] == "sent"
+    assert sent.json()["review"]["send_path"] == "graduated_auto" and sent.json()["state"] == "auto_sent"
+    held = await api.http.post(
+        "/v1/messages", json=draft(category_id=category_id, confidence=0.2), headers=agent
+    )
+    assert held.json()["state"] == "needs_review" and held.json()["gate_outcome"] == "held:low_confidence"
+
+
+async def test_a_review_agent_releases_or_is_overridden_by_a_breaker(api: Api) -> None:
+    project, agent, _ = await _setup(api)
+    reviewer = api.auth((await api.key(project["project_id"], "review_agent"))["api_key"])
+    await api.http.put(
+        f"/v1/admin/projects/{project['project_id']}/risk-dial",
+        json={"account": {"min_confidence": 0.6, "first_contact_gate": False, "canary_rate": 0.0}},
+        headers=api.admin,
+    )
+    confident = (await api.http.post("/v1/messages", json=draft(confidence=0.9), headers=agent)).json()[
+        "review_id"
+    ]
+    result = await api.http.post(
+        f"/v1/reviews/{confident}/decision",
+        json={"action": "approve", "revision": 1, "version": 1},
+        headers=reviewer,
+    )
+    assert result.status_code == 200, result.text
+    body = result.json()
+    assert (body["kind"], body["sent"], body["sent_to_human"]) == ("sent", True, False)
+    assert body["message_id"].startswith("msg_") and body["review"]["state"] == "sent"
+    unsure = (await api.http.post("/v1/messages", json=draft(confidence=0.1), headers=agent)).json()[
+        "review_id"
+    ]
+    held = await api.http.post(
+        f"/v1/reviews/{unsure}/decision",
+        json={"action": "approve", "revision": 1, "version": 1},
+        headers=reviewer,
+    )
+    assert held.json()["kind"] == "sent_to_human" and held.json()["forced_by_breaker"] == "low_confidence"

@@ -1,0 +1,203 @@
+"""Fixtures for review_state's use cases: a migrated store per backend, the other contexts as an
+in-memory stand-in (the real ones are exercised end to end in tests/e2e), and the .eml provider."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from review_state import app
+from review_state.__main__ import SPEC
+from review_state.app import Env, Settings
+from review_state.clients import CategoryInfo, DiffResult, TokenCheck
+from review_state.delivery import EmlProvider, OutcomeUnknown, Refused
+from review_state.domain.submission import Dial, Draft
+from review_state.store import Review
+from reviewloop.errors import Code, DomainError
+from reviewloop.service import ServiceSpec
+from reviewloop.storage import Database
+from reviewloop.storage.schema import OUTBOX
+from reviewloop.tenancy import ActorKind, Principal
+from sqlalchemy import select
+
+OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
+
+AGENT = Principal("org_1", "prj_1", ActorKind.AGENT, "agt_1")
+OTHER_AGENT = Principal("org_1", "prj_1", ActorKind.AGENT, "agt_2")
+HUMAN = Principal("org_1", "prj_1", ActorKind.HUMAN, "key_h")
+REVIEWER = Principal("org_1", "prj_1", ActorKind.REVIEW_AGENT, "agt_r")
+ADMIN = Principal("org_1", "prj_1", ActorKind.ADMIN, "key_a")
+INTENT = {"summary": "Re-engage cold lead at Acme about Q3 pilot"}
+DRAFT = Draft(
+    to=["vp@acme.com"],
+    cc=[],
+    bcc=[],
+    subject="Q3 pilot",
+    body_text="Let me know your thoughts.",
+    intent=INTENT,
+)
+
+
+@dataclass
+class FakePeers:
+    """rules, diff and dispatch_budget as plain data: what they would answer."""
+
+    token_status: str = "valid"
+    token_high_water: int = 5
+    current_high_water: int = 5
+    category_state: str = "supervised"
+    never_graduate: bool = False
+    dial: Dial = field(default_factory=lambda: Dial(0.7, False, 0.0, 200))
+    cap_left: int = 1000
+    down: bool = False
+    rules_saved: list[dict[str, Any]] = field(default_factory=list)
+    diffs: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    def _check(self) -> None:
+        if self.down:
+            raise DomainError(Code.UNAVAILABLE, "The rules service is unavailable; nothing was written.")
+
+    async def validate_token(self, principal: Principal, token: str, category_id: str) -> TokenCheck:
+        self._check()
+        return TokenCheck(self.token_status, self.token_high_water, self.current_high_water)
+
+    async def get_category(self, principal: Principal, category_id: str) -> CategoryInfo:
+        self._check()
+        return CategoryInfo(category_id, self.category_state, self.never_graduate)
+
+    async def get_dial(self, principal: Principal, category_id: str) -> Dial:
+        self._check()
+        return self.dial
+
+    async def save_rule(self, principal: Principal, **fields: Any) -> str:
+        self._check()
+        self.rules_saved.append(fields)
+        return f"rule_{len(self.rules_saved)}"
+
+    async def compute_diff(
+        self,
+        review_id: str,
+        from_revision: int,
+        to_revision: int,
+        before: dict[str, Any],
+        after: dict[str, Any],
+    ) -> DiffResult:
+        self._check()
+        changed = [k for k in ("subject", "body_text") if before[k] != after[k]]
+        diff_json = orjson.dumps(
+            {
+                "fields_changed": changed,
+                "hunks": [
+                    {"field": k, "op": "replace", "before": before[k], "after": after[k]} for k in changed
+                ],
+            }
+        ).decode()
+        key = (review_id, from_revision, to_revision)
+        if self.diffs.setdefault(key, diff_json) != diff_json:
+            raise DomainError(Code.CONFLICT, "different inputs for a stored diff")
+        return DiffResult("".join(f"--- {k}\n+++ {k}\n" for k in changed), diff_json, changed)
+
+    async def consume_auto_send(
+        self, principal: Principal, category_id: str, review_id: str, cap: int
+    ) -> bool:
+        self._check()
+        self.cap_left -= 1
+        return self.cap_left >= 0
+
+
+class SwitchProvider(EmlProvider):
+    """The .eml provider, told to refuse or to lose the outcome when a test needs it."""
+
+    mode = "ok"  # ok | refuse | unknown
+
+    async def deliver(self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str) -> None:
+        if self.mode == "refuse":
+            raise Refused("550 mailbox unavailable")
+        if self.mode == "unknown":
+            raise OutcomeUnknown("SMTPServerDisconnected")
+        await super().deliver(raw, sender, recipients, rfc_message_id)
+
+
+@pytest.fixture
+async def env(open_db: OpenDb, tmp_path: Path) -> Env:
+    db = await open_db(SPEC)
+    return Env(db, FakePeers(), SwitchProvider(tmp_path / "outbox"), Settings())
+
+
+def provider(env: Env) -> SwitchProvider:
+    assert isinstance(env.provider, SwitchProvider)
+    return env.provider
+
+
+def peers(env: Env) -> FakePeers:
+    assert isinstance(env.peers, FakePeers)
+    return env.peers
+
+
+async def outbox(env: Env, destination: str = "nudge") -> list[dict[str, Any]]:
+    """The events written so far for ``destination``, oldest first."""
+    async with env.db.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(OUTBOX).where(OUTBOX.c.destination == destination).order_by(OUTBOX.c.id)
+            )
+        ).all()
+    return [orjson.loads(r.payload) for r in rows]
+
+
+async def reasons(env: Env, review_id: str) -> list[str]:
+    return [e["reason"] for e in await outbox(env) if e["review_id"] == review_id]
+
+
+async def queued(env: Env, draft: Draft = DRAFT, **kwargs: Any) -> Review:
+    _, review = await app.submit(
+        env, AGENT, kind="send", draft=draft, category_id="", idempotency_key="", **kwargs
+    )
+    return review
+
+
+async def opened(env: Env) -> Review:
+    review = await queued(env)
+    return await app.open_review(env, HUMAN, review.id, review.revision, review.version)
+
+
+async def reach(env: Env, state: str) -> Review:
+    """A review of AGENT's, brought to ``state`` through the verbs (never by writing the row)."""
+    if state == "auto_sent":
+        await app.set_policy(env, ADMIN, "allow_direct")
+        _, review = await app.submit(
+            env,
+            AGENT,
+            kind="send",
+            draft=Draft(**{**DRAFT.__dict__, "intent": None}),
+            category_id="",
+            idempotency_key="",
+        )
+        await app.set_policy(env, ADMIN, "require_review")
+        return review
+    review = await queued(env)
+    if state == "needs_review":
+        return review
+    if state == "cancelled":
+        return await app.cancel(env, AGENT, review.id, review.revision, "")
+    review = await app.open_review(env, HUMAN, review.id, review.revision, review.version)
+    if state == "in_review":
+        return review
+    if state == "chatting":
+        return (await app.post_chat(env, HUMAN, review.id, "a question for you"))[0]
+    if state == "rejected":
+        return await app.decide(
+            env, HUMAN, review.id, app.Decision("reject", review.revision, review.version)
+        )
+    mode = {"sent": "ok", "failed": "refuse", "approved": "unknown"}[state]
+    provider(env).mode = mode
+    try:
+        return await app.decide(
+            env, HUMAN, review.id, app.Decision("approve", review.revision, review.version)
+        )
+    finally:
+        provider(env).mode = "ok"

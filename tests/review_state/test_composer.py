@@ -1,0 +1,122 @@
+"""Every row of the spec's table "What a composing agent may legally do", and every 409 code, through
+the use cases on both backends."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from review_state import app
+from review_state.app import Env, Revision
+from reviewloop.errors import Code, DomainError
+
+from tests.review_state.conftest import AGENT, HUMAN, peers, queued, reach, reasons
+
+COMPOSER_TABLE = {
+    "needs_review": {"submit_revision", "post_review_chat", "restamp_review", "cancel_review"},
+    "in_review": {"post_review_chat", "cancel_review"},
+    "chatting": {"submit_revision", "post_review_chat", "cancel_review"},
+    "rejected": {"submit_revision", "cancel_review"},
+    "approved": set(),
+    "failed": {"cancel_review"},
+    "sent": set(),
+    "auto_sent": set(),
+    "cancelled": set(),
+}
+
+Call = Callable[[Env, Any], Awaitable[Any]]
+VERBS: dict[str, Call] = {
+    "submit_revision": lambda env, r: app.submit_revision(
+        env, AGENT, r.id, r.revision, Revision(body_text="v2")
+    ),
+    "post_review_chat": lambda env, r: app.post_chat(env, AGENT, r.id, "ROI or case study first?"),
+    "restamp_review": lambda env, r: app.restamp(env, AGENT, r.id, r.revision),
+    "cancel_review": lambda env, r: app.cancel(env, AGENT, r.id, r.revision, ""),
+}
+EXPECTED_CODE = {
+    "approved": Code.SEND_NEEDS_RECONCILIATION,
+    "sent": Code.TERMINAL,
+    "auto_sent": Code.TERMINAL,
+    "cancelled": Code.TERMINAL,
+}
+
+
+@pytest.mark.parametrize("state", list(COMPOSER_TABLE))
+@pytest.mark.parametrize("verb", list(VERBS))
+async def test_every_composer_verb_row(env: Env, state: str, verb: str) -> None:
+    review = await reach(env, state)
+    assert review.state.value == state
+    before = await reasons(env, review.id)
+    if verb in COMPOSER_TABLE[state]:
+        result = await VERBS[verb](env, review)
+        after = result[0] if isinstance(result, tuple) else result
+        assert after.version > review.version
+        return
+    with pytest.raises(DomainError) as caught:
+        await VERBS[verb](env, review)
+    error = caught.value
+    assert error.code is EXPECTED_CODE.get(state, Code.WRONG_STATE)
+    assert error.state == state
+    hinted = set(error.allowed_actions) - {"get_review", "list_review_events"}
+    assert hinted == COMPOSER_TABLE[state]  # derived from the table: never a verb that would 409
+    assert error.allowed_actions[-2:] == ["get_review", "list_review_events"]
+    (current, _) = await app.get_review(env, AGENT, review.id)
+    assert current.version == review.version  # no mutation
+    if error.code is Code.TERMINAL:
+        assert error.revision is None and error.version is None
+        assert error.sent_message_id == review.message_id
+        assert (await reasons(env, review.id))[-1] == "front_run_next"
+    else:
+        assert await reasons(env, review.id) == before
+
+
+async def test_stale_carries_recovery_facts_and_mutates_nothing(env: Env) -> None:
+    review = await queued(env)
+    with pytest.raises(DomainError) as caught:
+        await app.submit_revision(env, AGENT, review.id, 7, Revision(body_text="x"))
+    error = caught.value
+    assert (error.code, error.state, error.revision, error.version) == (Code.STALE, "needs_review", 1, 1)
+    assert "submit_revision" in error.allowed_actions
+    assert (await app.get_review(env, AGENT, review.id))[0].version == 1
+
+
+async def test_born_stale_refuses_without_mutation_and_renudges(env: Env) -> None:
+    review = await queued(env)
+    fake = peers(env)
+    fake.token_status, fake.token_high_water, fake.current_high_water = "stale", 4, 6
+    with pytest.raises(DomainError) as caught:
+        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="x"), composition_token="tok")
+    error = caught.value
+    assert error.code is Code.BORN_STALE and (error.revision, error.version) == (1, 1)
+    assert "restamp_review" in error.allowed_actions and "get_rules" in error.detail
+    assert (await app.get_review(env, AGENT, review.id))[0].body_text == review.body_text
+    assert await reasons(env, review.id) == ["rule_changed"]
+    fake.token_status = "expired"
+    with pytest.raises(DomainError) as expired:
+        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="x"), composition_token="tok")
+    assert expired.value.code is Code.BAD_REQUEST and "get_rules" in expired.value.detail
+
+
+async def test_a_stale_token_on_a_new_message_is_born_stale_and_queues_nothing(env: Env) -> None:
+    peers(env).token_status = "stale"
+    with pytest.raises(DomainError) as caught:
+        await queued(env, composition_token="tok")
+    assert caught.value.code is Code.BORN_STALE
+
+
+async def test_idempotency_conflict_on_every_mutation(env: Env) -> None:
+    review = await queued(env)
+    first = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="a"), idempotency_key="k")
+    replay = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="a"), idempotency_key="k")
+    assert replay.revision == first.revision == 2  # the retry did not redraft twice
+    with pytest.raises(DomainError) as caught:
+        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="b"), idempotency_key="k")
+    assert caught.value.code is Code.IDEMPOTENCY_CONFLICT
+
+
+async def test_a_human_may_close_out_a_failed_send_too(env: Env) -> None:
+    review = await reach(env, "failed")
+    closed = await app.cancel(env, HUMAN, review.id, review.revision, "")
+    assert closed.state.value == "cancelled"
+    assert await reasons(env, review.id) == ["send_failed", "cancelled"]

@@ -1,0 +1,162 @@
+"""Reply and forward materialization: the human reviews the exact bytes that will be delivered."""
+
+from __future__ import annotations
+
+import email
+from email.policy import default
+from pathlib import Path
+
+import pytest
+from review_state import app
+from review_state.app import Decision, Env
+from review_state.domain.submission import Attachment, Draft, forward_subject, reply_subject
+from reviewloop.errors import Code, DomainError
+
+from tests.review_state.conftest import ADMIN, AGENT, HUMAN, INTENT, outbox
+
+
+@pytest.mark.parametrize(
+    ("subject", "expected"),
+    [("Q3 pilot", "Re: Q3 pilot"), ("Re: Q3 pilot", "Re: Q3 pilot"), ("RE: re:Q3", "Re: Q3")],
+)
+def test_reply_subject_is_never_re_re(subject: str, expected: str) -> None:
+    assert reply_subject(subject) == expected
+
+
+def test_forward_subject_is_never_fwd_fwd() -> None:
+    assert forward_subject("Fwd: FW: Q3") == "Fwd: Q3"
+
+
+async def _inbound(env: Env, **headers: str) -> app.store.Message:
+    return await app.record_inbound(
+        env,
+        ADMIN,
+        from_address="vp@acme.com",
+        to=["sales@us.example"],
+        cc=["cfo@acme.com"],
+        subject="Re: Q3 pilot",
+        body_text="Can we talk pricing?",
+        headers={"Message-ID": "<inbound-1@acme.com>", **headers},
+    )
+
+
+async def _approve(env: Env, review_id: str) -> app.store.Review:
+    review, _ = await app.get_review(env, HUMAN, review_id)
+    review = await app.open_review(env, HUMAN, review.id, review.revision, review.version)
+    return await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+
+
+def _text(part: email.message.EmailMessage) -> str:
+    """A text part as the reviewer saw it: wire CRLFs back to newlines, the MIME trailing newline off."""
+    content: str = part.get_content()
+    return content.replace("\r\n", "\n").removesuffix("\n")
+
+
+def _delivered(tmp_path: Path) -> email.message.EmailMessage:
+    files = list((tmp_path / "outbox").glob("*.eml"))
+    assert len(files) == 1
+    message = email.message_from_bytes(files[0].read_bytes(), policy=default)
+    assert isinstance(message, email.message.EmailMessage)
+    return message
+
+
+async def test_a_reply_is_materialized_from_the_inbound_message_and_threads(env: Env, tmp_path: Path) -> None:
+    parent = await _inbound(env)
+    draft = Draft(to=[], cc=[], bcc=[], subject="", body_text="Happy to: Thursday 2pm?", intent=INTENT)
+    status, review = await app.submit(
+        env, AGENT, kind="reply", draft=draft, category_id="", idempotency_key="", parent_message_id=parent.id
+    )
+    assert (status, review.kind, review.subject, review.to) == (
+        "queued_for_review",
+        "reply",
+        "Re: Q3 pilot",
+        ["vp@acme.com"],
+    )
+    assert review.thread_ref == parent.thread_ref and review.from_address == "sales@us.example"
+    sent = await _approve(env, review.id)
+    message = _delivered(tmp_path)
+    assert message["In-Reply-To"] == "<inbound-1@acme.com>"
+    assert message["References"] == "<inbound-1@acme.com>"
+    assert message["Subject"] == "Re: Q3 pilot" and message["From"] == "sales@us.example"
+    assert _text(message) == "Happy to: Thursday 2pm?"
+    nudge = (await outbox(env))[-1]
+    assert (
+        nudge["reason"] == "sent" and nudge["payload"]["thread_ref"] == parent.thread_ref == sent.thread_ref
+    )
+
+
+async def test_a_forward_quotes_its_parent_carries_no_in_reply_to_and_an_edit_is_what_goes_out(
+    env: Env, tmp_path: Path
+) -> None:
+    parent = await _inbound(env)
+    draft = Draft(
+        to=["partner@other.com"],
+        cc=[],
+        bcc=["audit@us.example"],
+        subject="",
+        body_text="FYI, see below.",
+        intent=INTENT,
+        reply_to="team@us.example",
+        headers={"X-Campaign": "q3"},
+        attachments=(Attachment("roi.pdf", "application/pdf", b"%PDF-1.4"),),
+    )
+    _, review = await app.submit(
+        env,
+        AGENT,
+        kind="forward",
+        draft=draft,
+        category_id="",
+        idempotency_key="",
+        parent_message_id=parent.id,
+    )
+    assert review.subject == "Fwd: Re: Q3 pilot"
+    assert review.body_text.startswith(
+        "FYI, see below.\n\n---------- Forwarded message ---------\nFrom: vp@acme.com"
+    )
+    assert review.body_text.endswith("Can we talk pricing?") and review.thread_ref is None
+    review = await app.open_review(env, HUMAN, review.id, review.revision, review.version)
+    edited_body = review.body_text.replace("Can we talk pricing?", "[pricing removed]")
+    sent = await app.decide(
+        env, HUMAN, review.id, Decision("edit", review.revision, review.version, body=edited_body)
+    )
+    message = _delivered(tmp_path)
+    assert message["In-Reply-To"] is None and message["Bcc"] is None
+    assert message["Reply-To"] == "team@us.example" and message["X-Campaign"] == "q3"
+    body = message.get_body(preferencelist=("plain",))
+    assert body is not None and _text(body) == sent.body_text == edited_body
+    assert [a.get_filename() for a in message.iter_attachments()] == ["roi.pdf"]
+
+
+async def test_a_reply_needs_a_known_parent(env: Env) -> None:
+    draft = Draft(to=[], cc=[], bcc=[], subject="", body_text="hi", intent=INTENT)
+    with pytest.raises(DomainError) as caught:
+        await app.submit(
+            env,
+            AGENT,
+            kind="reply",
+            draft=draft,
+            category_id="",
+            idempotency_key="",
+            parent_message_id="msg_nope",
+        )
+    assert caught.value.code is Code.NOT_FOUND
+
+
+async def test_inbound_mail_threads_on_references(env: Env) -> None:
+    first = await _inbound(env)
+    second = await app.record_inbound(
+        env,
+        ADMIN,
+        from_address="vp@acme.com",
+        to=["sales@us.example"],
+        cc=[],
+        subject="Re: Q3",
+        body_text="also",
+        headers={"In-Reply-To": "<inbound-1@acme.com>"},
+    )
+    assert second.thread_ref == first.thread_ref and second.id != first.id
+
+
+async def test_a_redelivered_inbound_message_is_recorded_once(env: Env) -> None:
+    first, again = await _inbound(env), await _inbound(env)
+    assert again.id == first.id and again.thread_ref == first.thread_ref

@@ -1,0 +1,190 @@
+"""Every row of the review-policy table, the auto-send gates, and the submit-time contact checks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from review_state import app
+from review_state.app import Env, Settings
+from review_state.domain.submission import Dial, Draft
+from reviewloop.errors import Code, DomainError
+
+from tests.review_state.conftest import ADMIN, AGENT, DRAFT, outbox, peers
+
+NO_INTENT = Draft(**{**DRAFT.__dict__, "intent": None})
+
+
+async def _submit(env: Env, draft: Draft = DRAFT, **kwargs: object) -> tuple[str, app.store.Review]:
+    return await app.submit(
+        env,
+        AGENT,
+        kind="send",
+        draft=draft,
+        category_id=str(kwargs.pop("category_id", "")),
+        idempotency_key="",
+        **kwargs,
+    )  # type: ignore[arg-type]
+
+
+async def _count(env: Env) -> int:
+    reviews, _ = await app.list_reviews(
+        env, AGENT, states=[], agent_id="", category_id="", cursor="", limit=100
+    )
+    return len(reviews)
+
+
+@pytest.mark.parametrize(
+    ("policy", "with_intent", "expected"),
+    [
+        ("require_review", True, ("queued_for_review", "needs_review", None)),
+        ("require_review", False, Code.INTENT_REQUIRED),
+        ("allow_direct", True, ("queued_for_review", "needs_review", None)),
+        ("allow_direct", False, ("sent", "auto_sent", "agent_direct")),
+        ("auto_send_graduated", True, ("queued_for_review", "needs_review", None)),  # supervised: held
+        ("auto_send_graduated", False, Code.INTENT_REQUIRED),
+    ],
+)
+async def test_every_row_of_the_policy_table(
+    env: Env, policy: str, with_intent: bool, expected: object
+) -> None:
+    await app.set_policy(env, ADMIN, policy)
+    draft = DRAFT if with_intent else NO_INTENT
+    try:
+        status, review = await _submit(env, draft, category_id="cat_1")
+    except DomainError as error:
+        assert error.code is expected
+        assert "Nothing was sent and nothing was queued" in error.detail
+        assert ("policy", policy) in error.hints
+        assert await _count(env) == 0 and await outbox(env) == []
+        return
+    assert (status, review.state.value, review.send_path) == expected
+    assert review.id.startswith("rr_")  # every send returns a review_id, the direct 202 included
+    if review.state.value == "auto_sent":
+        events = await outbox(env)
+        assert [e["reason"] for e in events] == ["sent"]
+        assert (
+            events[0]["payload"]["state"] == "auto_sent"
+            and events[0]["payload"]["send_path"] == "agent_direct"
+        )
+    if policy == "auto_send_graduated":
+        assert review.gate_outcome == "held:not_graduated"
+
+
+@pytest.mark.parametrize("summary", ["short", "x" * 201, "        "])
+async def test_intent_summary_must_be_one_real_sentence(env: Env, summary: str) -> None:
+    with pytest.raises(DomainError) as caught:
+        await _submit(env, Draft(**{**DRAFT.__dict__, "intent": {"summary": summary}}))
+    assert caught.value.code is Code.INTENT_REQUIRED and caught.value.violations[0].field == "/intent/summary"
+
+
+@pytest.mark.parametrize(
+    ("category_state", "never", "dial", "confidence", "expected"),
+    [
+        ("auto_notify", False, Dial(0.7, False, 0.0, 200), 0.9, "graduated_auto"),
+        ("auto_silent", False, Dial(0.7, False, 0.0, 200), 0.9, "graduated_auto"),
+        ("supervised", False, Dial(0.7, False, 0.0, 200), 0.9, "held:not_graduated"),
+        ("auto_notify", True, Dial(0.7, False, 0.0, 200), 0.9, "held:never_graduate"),
+        ("auto_notify", False, Dial(0.7, False, 0.0, 200), 0.5, "held:low_confidence"),
+        ("auto_notify", False, Dial(0.7, False, 0.0, 200), None, "held:low_confidence"),
+        ("auto_notify", False, Dial(0.7, True, 0.0, 200), 0.9, "held:first_contact"),
+        ("auto_notify", False, Dial(0.7, False, 1.0, 200), 0.9, "held:canary"),
+    ],
+)
+async def test_auto_send_gates(
+    env: Env, category_state: str, never: bool, dial: Dial, confidence: float | None, expected: str
+) -> None:
+    await app.set_policy(env, ADMIN, "auto_send_graduated")
+    fake = peers(env)
+    fake.category_state, fake.never_graduate, fake.dial = category_state, never, dial
+    status, review = await _submit(env, category_id="cat_1", confidence=confidence)
+    if expected == "graduated_auto":
+        assert (status, review.state.value, review.send_path, review.gate_outcome) == (
+            "sent",
+            "auto_sent",
+            "graduated_auto",
+            "",
+        )
+        payload = (await outbox(env))[-1]["payload"]
+        assert payload["state"] == "auto_sent" and payload["gate_outcome"] == ""
+    else:
+        assert (status, review.state.value, review.gate_outcome) == (
+            "queued_for_review",
+            "needs_review",
+            expected,
+        )
+
+
+async def test_the_daily_cap_holds_the_send_and_never_drops_it(env: Env) -> None:
+    await app.set_policy(env, ADMIN, "auto_send_graduated")
+    fake = peers(env)
+    fake.category_state, fake.cap_left = "auto_notify", 1
+    first = await _submit(env, category_id="cat_1", confidence=0.9)
+    second = await _submit(env, category_id="cat_1", confidence=0.9)
+    assert first[1].state.value == "auto_sent"
+    assert (second[1].state.value, second[1].gate_outcome) == ("needs_review", "held:daily_cap")
+
+
+async def test_a_peer_that_is_down_fails_closed_with_nothing_written(env: Env) -> None:
+    await app.set_policy(env, ADMIN, "auto_send_graduated")
+    peers(env).down = True
+    with pytest.raises(DomainError) as caught:
+        await _submit(env, category_id="cat_1", confidence=0.9)
+    assert caught.value.code is Code.UNAVAILABLE
+    with pytest.raises(DomainError) as token:
+        await app.set_policy(env, ADMIN, "require_review")
+        await _submit(env, composition_token="tok")
+    assert token.value.code is Code.UNAVAILABLE
+    assert await _count(env) == 0 and await outbox(env) == []
+
+
+async def test_blocks_suppression_and_quota_come_before_the_intent_gate(env: Env) -> None:
+    await app.flag_contact(env, ADMIN, "Blocked@Acme.com", "blocked")
+    await app.flag_contact(env, ADMIN, "gone@acme.com", "suppressed")
+    for address, code in (
+        ("blocked@acme.com", Code.RECIPIENT_BLOCKED),
+        ("gone@acme.com", Code.RECIPIENT_SUPPRESSED),
+    ):
+        with pytest.raises(DomainError) as caught:
+            await _submit(env, Draft(**{**NO_INTENT.__dict__, "cc": [address]}))  # no intent: still this code
+        assert caught.value.code is code and ("recipient", address) in caught.value.hints
+    env.settings = replace(env.settings, outbound_quota_per_day=1)
+    await app.set_policy(env, ADMIN, "allow_direct")
+    assert (await _submit(env, NO_INTENT))[1].state.value == "auto_sent"
+    with pytest.raises(DomainError) as quota:
+        await _submit(env, NO_INTENT)
+    assert quota.value.code is Code.QUOTA_EXCEEDED
+    assert await _count(env) == 1
+
+
+async def test_a_block_added_after_approval_fails_the_delivery(env: Env) -> None:
+    from review_state.app import Decision
+
+    from tests.review_state.conftest import HUMAN, opened, reasons
+
+    review = await opened(env)
+    await app.flag_contact(env, ADMIN, "vp@acme.com", "blocked")
+    failed = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert failed.state.value == "failed" and failed.send_error and "recipient_blocked" in failed.send_error
+    closed = await app.cancel(env, AGENT, review.id, failed.revision, "")
+    assert closed.state.value == "cancelled"
+    assert await reasons(env, review.id) == ["send_failed", "cancelled"]
+
+
+def test_settings_read_the_environment() -> None:
+    settings = Settings.from_env(
+        {"REVIEWLOOP_OUTBOUND_QUOTA_PER_DAY": "5", "REVIEWLOOP_RECONCILE_AFTER_S": "2"}
+    )
+    assert settings.outbound_quota_per_day == 5 and settings.reconcile_after == timedelta(seconds=2)
+
+
+async def test_a_known_contact_passes_the_first_contact_gate(env: Env) -> None:
+    await app.set_policy(env, ADMIN, "auto_send_graduated")
+    fake = peers(env)
+    fake.category_state, fake.dial = "auto_notify", Dial(0.7, True, 0.0, 200)
+    assert (await _submit(env, category_id="cat_1", confidence=0.9))[1].gate_outcome == "held:first_contact"
+    await app.record_inbound(
+        env, ADMIN, from_address="VP@acme.com", to=["us@x.com"], cc=[], subject="hi", body_text="", headers={}
+    )
+    assert (await _submit(env, category_id="cat_1", confidence=0.9))[1].state.value == "auto_sent"

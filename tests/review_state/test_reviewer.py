@@ -1,0 +1,109 @@
+"""The BYO review-agent plane: decisions, result shapes, and the circuit breakers."""
+
+from __future__ import annotations
+
+import pytest
+from review_state import app
+from review_state.app import Decision, Env
+from review_state.domain.submission import Dial
+from reviewloop.errors import Code, DomainError
+
+from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, REVIEWER, peers, queued, reasons
+
+
+async def _confident(env: Env) -> app.store.Review:
+    _, review = await app.submit(
+        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+    )
+    return review
+
+
+async def test_a_reviewer_edit_is_relayed_and_reports_sent(env: Env) -> None:
+    review = await _confident(env)
+    result = await app.reviewer_decide(
+        env,
+        REVIEWER,
+        review.id,
+        Decision("edit", 1, 1, subject="Q3 pilot: quick question", body="Thursday 2pm?"),
+    )
+    assert (result.kind, result.forced_by_breaker) == ("sent", "")
+    assert (result.review.state.value, result.review.revision, result.review.send_path) == (
+        "sent",
+        2,
+        "reviewer_approved",
+    )
+    assert (await reasons(env, review.id))[-1] == "sent"
+
+
+@pytest.mark.parametrize(
+    ("dial", "confidence", "cap", "breaker"),
+    [
+        (Dial(0.95, False, 0.0, 200), 0.9, 10, "low_confidence"),
+        (Dial(0.5, True, 0.0, 200), 0.9, 10, "first_contact"),
+        (Dial(0.5, False, 1.0, 200), 0.9, 10, "canary"),
+        (Dial(0.5, False, 0.0, 200), 0.9, 0, "daily_cap"),  # cat_1: the cap is per category
+    ],
+)
+async def test_a_breaker_returns_the_draft_to_the_human_queue_and_names_itself(
+    env: Env, dial: Dial, confidence: float, cap: int, breaker: str
+) -> None:
+    fake = peers(env)
+    fake.dial, fake.cap_left = dial, cap
+    _, review = await app.submit(
+        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=confidence
+    )
+    result = await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
+    assert (result.kind, result.forced_by_breaker) == ("sent_to_human", breaker)
+    assert (result.review.state.value, result.review.gate_outcome) == ("needs_review", f"held:{breaker}")
+    assert await reasons(env, review.id) == ["redraft_requested"]
+    # The human queue still has it: a human can open and decide.
+    opened = await app.open_review(env, HUMAN, review.id, result.review.revision, result.review.version)
+    assert opened.state.value == "in_review"
+
+
+async def test_reviewer_reject_and_escalate_return_the_draft_for_a_redraft(env: Env) -> None:
+    review = await _confident(env)
+    result = await app.reviewer_decide(
+        env, REVIEWER, review.id, Decision("reject", 1, 1, feedback="too long")
+    )
+    assert (result.kind, result.review.state.value, result.review.revision) == (
+        "sent_to_human",
+        "needs_review",
+        2,
+    )
+    assert await reasons(env, review.id) == ["redraft_requested"]
+
+
+async def test_the_human_always_wins_a_reviewer_holding_an_old_version_is_stale(env: Env) -> None:
+    review = await _confident(env)
+    opened = await app.open_review(env, HUMAN, review.id, 1, 1)
+    with pytest.raises(DomainError) as caught:
+        await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
+    assert caught.value.code is Code.STALE and caught.value.version == opened.version
+
+
+async def test_max_hops_forces_the_human(env: Env) -> None:
+    review = await _confident(env)
+    for _ in range(3):
+        current, _ = await app.get_review(env, HUMAN, review.id)
+        await app.reviewer_decide(
+            env, REVIEWER, review.id, Decision("escalate", current.revision, current.version)
+        )
+    current, _ = await app.get_review(env, HUMAN, review.id)
+    result = await app.reviewer_decide(
+        env, REVIEWER, review.id, Decision("approve", current.revision, current.version)
+    )
+    assert result.forced_by_breaker == "max_hops_reached"
+
+
+async def test_only_a_human_attaches_a_rule_and_only_keys_of_the_plane_decide(env: Env) -> None:
+    review = await queued(env)
+    with pytest.raises(DomainError) as rule:
+        await app.reviewer_decide(
+            env, REVIEWER, review.id, Decision("approve", 1, 1, new_rule={"rule_text": "x"})
+        )
+    assert rule.value.code is Code.BAD_REQUEST
+    for principal, call in ((AGENT, app.decide), (HUMAN, app.reviewer_decide), (ADMIN, app.reviewer_decide)):
+        with pytest.raises(DomainError) as caught:
+            await call(env, principal, review.id, Decision("approve", 1, 1))  # type: ignore[operator]
+        assert caught.value.code is Code.FORBIDDEN_ACTOR
