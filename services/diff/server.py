@@ -8,6 +8,7 @@ import grpc
 from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
 from reviewloop.service import Peers, Registration
 from reviewloop.storage import Database
+from reviewloop.tenancy import Principal
 
 from diff import app
 from diff.domain.message import Attachment, MessageFields
@@ -42,6 +43,11 @@ def diff_to_proto(diff: StoredDiff) -> diff_pb2.Diff:
     )
 
 
+def _key(request: diff_pb2.ComputeDiffRequest | diff_pb2.GetDiffRequest) -> DiffKey:
+    project_id = Principal.from_proto(request.principal).project_id
+    return DiffKey(project_id, request.review_id, request.from_revision, request.to_revision)
+
+
 class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -53,7 +59,7 @@ class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
 
         Errors: INVALID_ARGUMENT ``bad_request`` (bad key, a field over 2 MiB, a bad attachment hash;
         nothing stored), ABORTED ``conflict`` (the key holds a diff of other inputs)."""
-        key = DiffKey(request.review_id, request.from_revision, request.to_revision)
+        key = _key(request)
         stored = await app.compute_diff(
             self.db, key, fields_from_proto(request.before), fields_from_proto(request.after)
         )
@@ -63,8 +69,7 @@ class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
         self, request: diff_pb2.GetDiffRequest, context: grpc.aio.ServicerContext
     ) -> diff_pb2.Diff:
         """The stored diff under the key. Errors: NOT_FOUND ``not_found``, INVALID_ARGUMENT ``bad_request``."""
-        key = DiffKey(request.review_id, request.from_revision, request.to_revision)
-        return diff_to_proto(await app.get_diff(self.db, key))
+        return diff_to_proto(await app.get_diff(self.db, _key(request)))
 
 
 def servicers(db: Database, peers: Peers) -> Sequence[Registration]:

@@ -18,6 +18,8 @@ metadata = new_metadata()
 diffs = Table(
     "diffs",
     metadata,
+    # Each project's diffs are its own: another tenant's key reads as absent.
+    Column("project_id", String(40), primary_key=True),
     Column("review_id", String(64), primary_key=True),
     Column("from_revision", BigInteger, primary_key=True, autoincrement=False),
     Column("to_revision", BigInteger, primary_key=True, autoincrement=False),
@@ -32,6 +34,7 @@ diffs = Table(
 
 @dataclass(frozen=True)
 class DiffKey:
+    project_id: str
     review_id: str
     from_revision: int
     to_revision: int
@@ -51,6 +54,7 @@ async def get_diff(conn: AsyncConnection, key: DiffKey) -> StoredDiff | None:
     row = (
         await conn.execute(
             select(diffs).where(
+                diffs.c.project_id == key.project_id,
                 diffs.c.review_id == key.review_id,
                 diffs.c.from_revision == key.from_revision,
                 diffs.c.to_revision == key.to_revision,
@@ -74,6 +78,7 @@ async def add_diff(conn: AsyncConnection, diff: StoredDiff) -> bool:
     """Insert ``diff`` unless its key is taken; False when another row already holds the key."""
     result = await conn.execute(
         insert_ignore(conn, diffs).values(
+            project_id=diff.key.project_id,
             review_id=diff.key.review_id,
             from_revision=diff.key.from_revision,
             to_revision=diff.key.to_revision,

@@ -1203,6 +1203,7 @@ async def _edit_diff(
         after["body_text"] = decision.body
     try:
         diff = await env.peers.compute_diff(
+            principal,
             current.id,
             current.revision,
             current.revision + 1,

@@ -86,6 +86,7 @@ class Collaborators(Protocol):
     ) -> str: ...
     async def compute_diff(
         self,
+        principal: Principal,
         review_id: str,
         from_revision: int,
         to_revision: int,
@@ -192,6 +193,7 @@ class GrpcCollaborators:
 
     async def compute_diff(
         self,
+        principal: Principal,
         review_id: str,
         from_revision: int,
         to_revision: int,
@@ -203,6 +205,7 @@ class GrpcCollaborators:
             "the edit's diff",
             self.diff.ComputeDiff,
             diff_pb2.ComputeDiffRequest(
+                principal=principal.to_proto(),
                 review_id=review_id,
                 from_revision=from_revision,
                 to_revision=to_revision,

@@ -16,7 +16,7 @@ from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
-KEY = DiffKey("rr_diff1", 1, 2)
+KEY = DiffKey("prj_1", "rr_diff1", 1, 2)
 PROPOSED = MessageFields(subject="Q3 pilot", body_text="Let me know your thoughts.", to=("vp@acme.com",))
 SENT = MessageFields(subject="Q3 pilot", body_text="Can you do Thursday 2pm?", to=("vp@acme.com",))
 
@@ -47,7 +47,7 @@ async def test_different_inputs_for_a_stored_key_are_refused_and_nothing_is_over
 async def test_the_same_inputs_under_another_key_are_their_own_row(open_db: OpenDb) -> None:
     db = await open_db(SPEC)
     first = await app.compute_diff(db, KEY, PROPOSED, SENT)
-    second = await app.compute_diff(db, DiffKey("rr_diff1", 2, 3), PROPOSED, SENT)
+    second = await app.compute_diff(db, DiffKey("prj_1", "rr_diff1", 2, 3), PROPOSED, SENT)
     assert second.input_sha256 == first.input_sha256  # the content address is the inputs'
     assert second.key != first.key
 
@@ -95,10 +95,10 @@ async def test_exactly_2_mib_is_diffed(open_db: OpenDb) -> None:
 @pytest.mark.parametrize(
     ("key", "pointer"),
     [
-        (DiffKey("", 1, 2), "/review_id"),
-        (DiffKey("rr_" + "x" * 70, 1, 2), "/review_id"),
-        (DiffKey("rr_1", 0, 2), "/from_revision"),
-        (DiffKey("rr_1", 3, 2), "/to_revision"),
+        (DiffKey("prj_1", "", 1, 2), "/review_id"),
+        (DiffKey("prj_1", "rr_" + "x" * 70, 1, 2), "/review_id"),
+        (DiffKey("prj_1", "rr_1", 0, 2), "/from_revision"),
+        (DiffKey("prj_1", "rr_1", 3, 2), "/to_revision"),
     ],
 )
 async def test_bad_keys_are_refused(open_db: OpenDb, key: DiffKey, pointer: str) -> None:

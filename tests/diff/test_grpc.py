@@ -11,8 +11,11 @@ from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
 from reviewloop.errors import Code, from_rpc_error
 from reviewloop.ids import new_id
 from reviewloop.launcher import Stack
+from reviewloop.tenancy import ActorKind, Principal
 
 MIB = 1024 * 1024
+TENANT = Principal("org_1", "prj_1", ActorKind.REVIEW_AGENT, "agt_1").to_proto()
+OTHER_TENANT = Principal("org_2", "prj_2", ActorKind.REVIEW_AGENT, "agt_2").to_proto()
 
 
 @pytest.fixture
@@ -23,6 +26,7 @@ async def diff_stub(stack: Stack) -> AsyncIterator[diff_pb2_grpc.DiffServiceStub
 
 def request(review_id: str, body_after: str = "Can you do Thursday 2pm?") -> diff_pb2.ComputeDiffRequest:
     return diff_pb2.ComputeDiffRequest(
+        principal=TENANT,
         review_id=review_id,
         from_revision=1,
         to_revision=2,
@@ -48,7 +52,7 @@ async def test_compute_then_get_returns_the_stored_diff(diff_stub: diff_pb2_grpc
     again = await diff_stub.ComputeDiff(request(review_id))
     assert again == computed
     got = await diff_stub.GetDiff(
-        diff_pb2.GetDiffRequest(review_id=review_id, from_revision=1, to_revision=2)
+        diff_pb2.GetDiffRequest(principal=TENANT, review_id=review_id, from_revision=1, to_revision=2)
     )
     assert got == computed
 
@@ -64,7 +68,7 @@ async def test_a_conflicting_recompute_is_refused_with_conflict(
     assert error.code is Code.CONFLICT
     assert ("input_sha256", stored.input_sha256) in error.hints
     got = await diff_stub.GetDiff(
-        diff_pb2.GetDiffRequest(review_id=review_id, from_revision=1, to_revision=2)
+        diff_pb2.GetDiffRequest(principal=TENANT, review_id=review_id, from_revision=1, to_revision=2)
     )
     assert got == stored
 
@@ -80,7 +84,9 @@ async def test_over_2_mib_is_invalid_argument_and_nothing_is_stored(
     assert error.code is Code.BAD_REQUEST
     assert error.violations[0].field == "/after/body_text"
     with pytest.raises(grpc.aio.AioRpcError) as missing:
-        await diff_stub.GetDiff(diff_pb2.GetDiffRequest(review_id=review_id, from_revision=1, to_revision=2))
+        await diff_stub.GetDiff(
+            diff_pb2.GetDiffRequest(principal=TENANT, review_id=review_id, from_revision=1, to_revision=2)
+        )
     assert missing.value.code() is grpc.StatusCode.NOT_FOUND
     assert from_rpc_error(missing.value).code is Code.NOT_FOUND
 
@@ -93,3 +99,18 @@ async def test_two_bodies_of_2_mib_each_are_diffed(diff_stub: diff_pb2_grpc.Diff
     message.after.body_text = body.replace(line, "y" * 1023 + "\n", 1)
     computed = await diff_stub.ComputeDiff(message)
     assert "body_text" in computed.fields_changed
+
+
+async def test_another_tenants_diff_reads_as_absent(diff_stub: diff_pb2_grpc.DiffServiceStub) -> None:
+    review_id = new_id("rr")
+    await diff_stub.ComputeDiff(request(review_id))
+    with pytest.raises(grpc.aio.AioRpcError) as foreign:
+        await diff_stub.GetDiff(
+            diff_pb2.GetDiffRequest(
+                principal=OTHER_TENANT, review_id=review_id, from_revision=1, to_revision=2
+            )
+        )
+    assert foreign.value.code() is grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+        await diff_stub.GetDiff(diff_pb2.GetDiffRequest(review_id=review_id, from_revision=1, to_revision=2))
+    assert anonymous.value.code() is grpc.StatusCode.UNAUTHENTICATED

@@ -80,6 +80,7 @@ class FakePeers:
 
     async def compute_diff(
         self,
+        principal: Principal,
         review_id: str,
         from_revision: int,
         to_revision: int,
