@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -10,22 +12,28 @@ from typing import Any
 import orjson
 import yaml
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
-from reviewloop.errors import Code, DomainError
+from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.service import Peers
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.migrations import migrate
 from starlette.responses import Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import problems
+from gateway import problems, store
+from gateway.auth import authenticate
 from gateway.backends import Backends
+from gateway.mcp import MCP_PATH, McpGateway
 from gateway.routes import admin, budget, events, reviews, rules
 from gateway.settings import GatewaySettings
+from gateway.shapes import IDEMPOTENCY_KEY_PATTERN, ContractManifest, component_schemas
 from gateway.store import metadata
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+BODY_TOO_LARGE = problems.BODY_TOO_LARGE
 
 
 class OrjsonResponse(JSONResponse):
@@ -70,12 +78,132 @@ class ContractHeaders:
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_body_bytes:
+                # FastAPI turns any failure while it reads a body into a 400; this flag keeps it a 413.
+                scope[BODY_TOO_LARGE] = True
                 raise DomainError(
                     Code.PAYLOAD_TOO_LARGE, f"The request body exceeds {self.max_body_bytes} bytes."
                 )
             return message
 
         await self.app(scope, limited_receive, send_with_headers)
+
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_EXTENSION = "x-idempotency"  # "service": the route passes the key on; "gateway": this middleware
+_MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+
+
+class IdempotentMutations:
+    """``Idempotency-Key`` on every mutation: a route that declares the header passes the key to its owning
+    service (which dedupes in its own transaction); for every other mutation the gateway replays the first
+    2xx answer given to the same caller under the same key, refuses the same key with a different request
+    (``409 idempotency_conflict``), and runs the mutation once even when retries race."""
+
+    def __init__(self, app: ASGIApp, api: FastAPI) -> None:
+        self.app = app
+        self.api = api
+        self._owned: list[tuple[str, re.Pattern[str], str]] | None = None
+
+    def operation(self, method: str, path: str) -> str | None:
+        """The gateway-owned operation ``method path`` names, if any."""
+        if self._owned is None:
+            self._owned = [
+                (
+                    verb.upper(),
+                    re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", template) + "$"),
+                    op["operationId"],
+                )
+                for template, item in self.api.openapi().get("paths", {}).items()
+                for verb, op in item.items()
+                if op.get(IDEMPOTENCY_EXTENSION) == "gateway"
+            ]
+        return next((name for verb, rx, name in self._owned if verb == method and rx.match(path)), None)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in _MUTATIONS:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        operation = self.operation(scope["method"], scope["path"]) if key is not None else None
+        if key is None or operation is None:
+            await self.app(scope, receive, send)
+            return
+        if not _IDEMPOTENCY_KEY.match(key):
+            error = invalid("/Idempotency-Key", "printable ASCII, 1 to 255 characters")
+            await problems.problem_response(error, request, status=422)(scope, receive, send)
+            return
+        try:
+            caller = await authenticate(request)  # a revoked key never gets a replay
+        except DomainError as error:
+            await problems.problem_response(error, request)(scope, receive, send)
+            return
+        body, more = b"", True
+        try:
+            while more:  # the body limit upstream still applies
+                message = await receive()
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+        except DomainError as error:
+            await problems.problem_response(error, request)(scope, receive, send)
+            return
+        fingerprint = hashlib.sha256(
+            b"%s %s?%s\n%s"
+            % (scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""), body)
+        ).hexdigest()
+        owner = f"{caller.key_id or 'bootstrap'}:{operation}"
+        db = self.api.state.db
+        async with db.transaction() as uow:
+            claimed = await store.claim(uow.conn, owner, key, fingerprint)
+            prior = None if claimed else await store.remembered(uow.conn, owner, key)
+        if prior is not None:
+            if prior.request_sha256 != fingerprint:
+                refusal = DomainError(
+                    Code.IDEMPOTENCY_CONFLICT,
+                    "This Idempotency-Key was already used with a different request; send this one with a new key.",
+                )
+            elif prior.status == store.PENDING:
+                refusal = DomainError(
+                    Code.CONFLICT,
+                    "A request with this Idempotency-Key is still running; retry it shortly with the same key.",
+                )
+            else:
+                replay = Response(
+                    prior.response,
+                    status_code=prior.status,
+                    media_type="application/json",
+                    headers={"Idempotent-Replayed": "true"},
+                )
+                await replay(scope, receive, send)
+                return
+            await problems.problem_response(refusal, request)(scope, receive, send)
+            return
+        status, chunks, replayed = 500, [], False
+
+        async def replay_body() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, replay_body, capture)
+        finally:
+            async with db.transaction() as uow:
+                if 200 <= status < 300:
+                    await store.remember(uow.conn, owner, key, status, b"".join(chunks))
+                else:  # a failed mutation changed nothing: a retry under the same key runs it again
+                    await store.forget(uow.conn, owner, key)
 
 
 def create_app(settings: GatewaySettings) -> FastAPI:
@@ -87,7 +215,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         app.state.db = db
         app.state.backends = Backends(peers, settings.backend_timeout_s)
         try:
-            yield
+            async with mcp.run():
+                yield
         finally:
             await peers.close()
             await db.dispose()
@@ -101,11 +230,20 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         openapi_url="/openapi.json",
         docs_url=None,
         redoc_url=None,
+        # One schema per shape, named as the spec names it (no "-Input"/"-Output" twins).
+        separate_input_output_schemas=False,
+        # A route's operationId (and MCP tool name) is its spec verb: the explicit operation_id, else
+        # the endpoint's function name, never FastAPI's path-mangled default.
+        generate_unique_id_function=lambda route: route.operation_id or route.name,
     )
     app.state.settings = settings
     problems.install(app)
     for module in (reviews, events, rules, budget, admin):
         app.include_router(module.router)
+    mcp = McpGateway(app)
+    app.state.mcp = mcp
+    # An ASGI endpoint (not a Mount), so "/mcp" itself answers without a redirect to "/mcp/".
+    app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
 
     @app.get("/healthz", tags=["operations"])
     async def healthz(request: Request) -> Response:
@@ -121,9 +259,85 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     async def openapi_yaml() -> Response:
         return Response(yaml.safe_dump(app.openapi(), sort_keys=False), media_type="application/yaml")
 
-    @app.get("/v1/contract-manifest", tags=["operations"])
+    @app.get(
+        "/v1/contract-manifest",
+        tags=["operations"],
+        operation_id="get_contract_manifest",
+        response_model=ContractManifest,
+    )
     async def contract_manifest() -> dict[str, Any]:
+        """The machine-readable contract a harness pins against: version, shapes and skills."""
         return dict(CONTRACT_MANIFEST)
 
+    app.openapi = lambda: contract_openapi(app)  # type: ignore[method-assign]
+    app.add_middleware(IdempotentMutations, api=app)
     app.add_middleware(ContractHeaders, max_body_bytes=settings.max_body_bytes)
     return app
+
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+_PROBLEM_RESPONSES = {
+    "4XX": {
+        "description": "A problem the caller can fix: branch on `code`.",
+        "content": {"application/problem+json": {"schema": _PROBLEM_REF}},
+    },
+    "5XX": {
+        "description": "`unavailable` (503, with Retry-After), `timeout` (504) or `internal` (500).",
+        "content": {"application/problem+json": {"schema": _PROBLEM_REF}},
+    },
+}
+
+
+_GATEWAY_IDEMPOTENCY_PARAMETER = {
+    "name": IDEMPOTENCY_HEADER,
+    "in": "header",
+    "required": False,
+    "description": (
+        "Makes a retried mutation safe: the same key with the same request answers the first result "
+        "(with `Idempotent-Replayed: true`); the same key with a different request is 409 idempotency_conflict."
+    ),
+    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN, "maxLength": 255},
+}
+
+
+def contract_openapi(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI 3.1 document: every contract shape as a component schema, bearer auth, and
+    problem+json as the answer to every failure (FastAPI's own 422 shape is never sent)."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    document = get_openapi(
+        title=app.title,
+        version=CONTRACT_VERSION,
+        openapi_version=app.openapi_version,
+        summary=app.summary,
+        routes=app.routes,
+        separate_input_output_schemas=False,
+    )
+    components = document.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for name, schema in component_schemas().items():
+        schemas.setdefault(name, schema)
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    components["securitySchemes"] = {
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A project API key (rlk_...) or, on /v1/admin, the bootstrap admin token.",
+        }
+    }
+    for path, item in document.get("paths", {}).items():
+        for method, operation in item.items():
+            if method.upper() in _MUTATIONS:
+                parameters = operation.setdefault("parameters", [])
+                passed_on = any(p["in"] == "header" and p["name"] == IDEMPOTENCY_HEADER for p in parameters)
+                operation[IDEMPOTENCY_EXTENSION] = "service" if passed_on else "gateway"
+                if not passed_on:
+                    parameters.append(_GATEWAY_IDEMPOTENCY_PARAMETER)
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            responses.update(_PROBLEM_RESPONSES)
+            if path.startswith("/v1/") and path != "/v1/contract-manifest":
+                operation["security"] = [{"bearer": []}]
+    app.openapi_schema = document
+    return document

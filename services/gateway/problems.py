@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 PROBLEM_TYPE_BASE = "https://reviewloop.dev/problems/"
 RETRY_AFTER_S = "1"
+BODY_TOO_LARGE = "reviewloop.body_too_large"  # set in the ASGI scope when the body limit is hit
 
 
 def problem_body(error: DomainError, status: int, request_id: str | None = None) -> dict[str, Any]:
@@ -81,6 +82,24 @@ def validation_error(exc: RequestValidationError) -> DomainError:
     return DomainError(Code.BAD_REQUEST, detail, violations=violations)
 
 
+def backend_error(exc: grpc.aio.AioRpcError) -> DomainError:
+    """The DomainError a backend raised. A status that outgrows gRPC's metadata limits arrives as
+    RESOURCE_EXHAUSTED, with its packed details mismatched (soft limit) or dropped (hard limit); the only
+    statuses that large are validation errors naming very many fields, so say that rather than 500."""
+    try:
+        error = from_rpc_error(exc)
+    except ValueError:
+        error = DomainError(Code.INTERNAL, "The server failed to handle the request.")
+    if error.code is Code.INTERNAL and exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        log.warning("a backend error outgrew the gRPC metadata limit: %s", exc.details())
+        return DomainError(
+            Code.BAD_REQUEST,
+            "The request is invalid in more places than one answer can carry; "
+            "check it against the operation's schema in /openapi.yaml and send fewer items.",
+        )
+    return error
+
+
 _HTTP_CODES = {
     401: Code.UNAUTHORIZED,
     403: Code.FORBIDDEN_SCOPE,
@@ -99,7 +118,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(grpc.aio.AioRpcError)
     async def backend(request: Request, exc: grpc.aio.AioRpcError) -> Response:
-        error = from_rpc_error(exc)
+        error = backend_error(exc)
         if error.code is Code.INTERNAL:
             log.error("backend error: %s %s", exc.code(), exc.details())
             error = DomainError(Code.INTERNAL, "The server failed to handle the request.")
@@ -113,6 +132,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http(request: Request, exc: StarletteHTTPException) -> Response:
+        if request.scope.get(BODY_TOO_LARGE):
+            return problem_response(
+                DomainError(
+                    Code.PAYLOAD_TOO_LARGE,
+                    f"The request body exceeds {request.app.state.settings.max_body_bytes} bytes.",
+                ),
+                request,
+            )
         code = _HTTP_CODES.get(exc.status_code, Code.BAD_REQUEST)
         detail = (
             str(exc.detail) if exc.status_code != 404 else f"No route {request.method} {request.url.path}."

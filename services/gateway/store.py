@@ -6,11 +6,12 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from reviewloop.ids import new_id
-from reviewloop.storage.schema import new_metadata, utcnow
+from reviewloop.storage.schema import insert_ignore, new_metadata, utcnow
 from reviewloop.tenancy import ActorKind
-from sqlalchemy import Column, DateTime, String, Table, insert, select, update
+from sqlalchemy import Column, DateTime, Integer, String, Table, Text, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 metadata = new_metadata()
@@ -36,6 +37,18 @@ api_keys = Table(
     Column("name", String(200), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked_at", DateTime(timezone=True)),
+)
+
+# Mutations the gateway itself makes idempotent: (scope = caller + operation, key) -> the first answer.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("scope", String(120), primary_key=True),
+    Column("idempotency_key", String(255), primary_key=True),
+    Column("request_sha256", String(64), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("response", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
 
@@ -132,3 +145,51 @@ async def revoke_key(conn: AsyncConnection, key_id: str) -> None:
         .where(api_keys.c.key_id == key_id, api_keys.c.revoked_at.is_(None))
         .values(revoked_at=utcnow())
     )
+
+
+PENDING = 0  # the status of a mutation still running under its key
+
+
+@dataclass(frozen=True)
+class Remembered:
+    request_sha256: str
+    status: int
+    response: bytes
+
+
+def _scope_key(scope: str, key: str) -> Any:
+    return (idempotency_keys.c.scope == scope) & (idempotency_keys.c.idempotency_key == key)
+
+
+async def remembered(conn: AsyncConnection, scope: str, key: str) -> Remembered | None:
+    """The answer given under ``(scope, key)``, if any (``status`` PENDING while it still runs)."""
+    row = (await conn.execute(select(idempotency_keys).where(_scope_key(scope, key)))).first()
+    return Remembered(row.request_sha256, row.status, row.response.encode()) if row else None
+
+
+async def claim(conn: AsyncConnection, scope: str, key: str, request_sha256: str) -> bool:
+    """Reserve ``(scope, key)`` for a mutation about to run; False when another request holds it."""
+    result = await conn.execute(
+        insert_ignore(conn, idempotency_keys).values(
+            scope=scope,
+            idempotency_key=key,
+            request_sha256=request_sha256,
+            status=PENDING,
+            response="",
+            created_at=utcnow(),
+        )
+    )
+    return bool(result.rowcount)
+
+
+async def remember(conn: AsyncConnection, scope: str, key: str, status: int, response: bytes) -> None:
+    await conn.execute(
+        update(idempotency_keys)
+        .where(_scope_key(scope, key))
+        .values(status=status, response=response.decode())
+    )
+
+
+async def forget(conn: AsyncConnection, scope: str, key: str) -> None:
+    """Release a key whose mutation failed, so a retry runs it again."""
+    await conn.execute(delete(idempotency_keys).where(_scope_key(scope, key)))

@@ -1,4 +1,5 @@
-"""Console routes (admin key or bootstrap token): projects and API keys."""
+"""Console routes (admin key or bootstrap token): projects and API keys. ``Idempotency-Key`` on these is
+honoured by the gateway's IdempotentMutations middleware (app.py)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,31 @@ class ProjectIn(BaseModel):
     org_id: str | None = Field(default=None, max_length=40)
 
 
+class ProjectOut(BaseModel):
+    org_id: str
+    project_id: str
+    name: str
+
+
 class ApiKeyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     project_id: str = Field(min_length=1, max_length=40)
     actor_kind: ActorKind
     name: str = Field(default="", max_length=200)
+
+
+class ApiKeyOut(BaseModel):
+    key_id: str
+    api_key: str = Field(description="The secret, shown once; only its hash is stored.")
+    actor_kind: ActorKind
+    org_id: str
+    project_id: str
+    agent_id: str | None = None
+
+
+class RevokedOut(BaseModel):
+    key_id: str
+    revoked: bool
 
 
 def _check_org(caller: Caller, org_id: str) -> None:
@@ -35,8 +56,9 @@ def _check_org(caller: Caller, org_id: str) -> None:
         raise DomainError(Code.NOT_FOUND, f"No org {org_id} is visible to this key.")
 
 
-@router.post("/projects", status_code=201)
+@router.post("/projects", status_code=201, operation_id="create_project", response_model=ProjectOut)
 async def create_project(body: ProjectIn, caller: Admin, request: Request) -> dict[str, Any]:
+    """Create a project (and a new org, unless ``org_id`` names one the caller administers)."""
     org_id = body.org_id or (caller.principal.org_id if caller.principal else None)
     async with request.app.state.db.transaction() as uow:
         if org_id is not None:
@@ -47,8 +69,15 @@ async def create_project(body: ProjectIn, caller: Admin, request: Request) -> di
     return {"org_id": project.org_id, "project_id": project.project_id, "name": project.name}
 
 
-@router.post("/api-keys", status_code=201)
+@router.post(
+    "/api-keys",
+    status_code=201,
+    operation_id="issue_api_key",
+    response_model=ApiKeyOut,
+    response_model_exclude_unset=True,
+)
 async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> dict[str, Any]:
+    """Issue a key bound to a project and an actor kind; agent and review_agent keys get an agent id."""
     if body.actor_kind is ActorKind.SYSTEM:
         raise DomainError(Code.BAD_REQUEST, "/actor_kind: must be agent, human, review_agent or admin")
     async with request.app.state.db.transaction() as uow:
@@ -69,8 +98,9 @@ async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> dict
     return result
 
 
-@router.post("/api-keys/{key_id}/revoke")
+@router.post("/api-keys/{key_id}/revoke", operation_id="revoke_api_key", response_model=RevokedOut)
 async def revoke_api_key(key_id: str, caller: Admin, request: Request) -> dict[str, Any]:
+    """Revoke a key; it is refused from the next request on. Revoking twice is harmless."""
     async with request.app.state.db.transaction() as uow:
         key = await store.get_key(uow.conn, key_id)
         if key is None:

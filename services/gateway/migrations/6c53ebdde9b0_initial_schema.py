@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: b78393550e9d
+Revision ID: 6c53ebdde9b0
 Revises:
-Create Date: 2026-12-02 16:29:11.960854
+Create Date: 2026-12-02 16:45:42.973732
 """
 
 from collections.abc import Sequence
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "b78393550e9d"
+revision: str = "6c53ebdde9b0"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -31,6 +31,16 @@ def upgrade() -> None:
         sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("key_id", name=op.f("pk_api_keys")),
         sa.UniqueConstraint("key_hash", name=op.f("uq_api_keys_key_hash")),
+    )
+    op.create_table(
+        "idempotency_keys",
+        sa.Column("scope", sa.String(length=120), nullable=False),
+        sa.Column("idempotency_key", sa.String(length=255), nullable=False),
+        sa.Column("request_sha256", sa.String(length=64), nullable=False),
+        sa.Column("status", sa.Integer(), nullable=False),
+        sa.Column("response", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("scope", "idempotency_key", name=op.f("pk_idempotency_keys")),
     )
     op.create_table(
         "inbox",
@@ -86,5 +96,6 @@ def downgrade() -> None:
 
     op.drop_table("outbox")
     op.drop_table("inbox")
+    op.drop_table("idempotency_keys")
     op.drop_table("api_keys")
     # ### end Alembic commands ###

@@ -1,0 +1,101 @@
+"""The typed client (async and sync) and the example agent, against a real stack."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from reviewloop.client import AsyncReviewloop, Reviewloop, ReviewloopError, Verbs
+from reviewloop.config import GATEWAY
+from reviewloop.contract import CONTRACT_VERSION
+
+from tests.conftest import INTENT, Api
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "agent_loop.py"
+
+
+def load_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("agent_loop", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+async def keys(api: Api) -> tuple[str, str]:
+    project = await api.project()
+    agent = (await api.key(project["project_id"], "agent"))["api_key"]
+    human = (await api.key(project["project_id"], "human"))["api_key"]
+    return agent, human
+
+
+def url(api: Api) -> str:
+    return f"http://{api.stack.address(GATEWAY)}"
+
+
+async def test_async_client_round_trip_and_typed_problems(api: Api) -> None:
+    agent, _ = await keys(api)
+    async with AsyncReviewloop(url(api), agent) as rl:
+        sent = await rl.send_email(to=["vp@acme.com"], subject="Q3", body_text="Hi", intent=INTENT)
+        assert sent.status == "queued_for_review" and sent.review_id.startswith("rr_")
+        review = await rl.get_review(sent.review_id)
+        assert (review.state, review.revision, review.intent and review.intent.summary) == (
+            "needs_review",
+            1,
+            INTENT["summary"],
+        )
+        assert [r.id for r in (await rl.list_reviews(state=["needs_review"])).reviews] == [sent.review_id]
+        cancelled = await rl.cancel_review(sent.review_id, parent_revision=1)
+        assert cancelled.closed
+        with pytest.raises(ReviewloopError) as refused:
+            await rl.cancel_review(sent.review_id, parent_revision=1)
+        assert (refused.value.status, refused.value.code) == (409, "terminal")
+        assert "get_review" in refused.value.allowed_actions
+        with pytest.raises(ReviewloopError) as missing:
+            await rl.send_email(to=["vp@acme.com"], subject="Q3", body_text="Hi")
+        assert missing.value.code == "intent_required"
+        assert (await rl.get_contract_manifest()).version == CONTRACT_VERSION
+
+
+async def test_a_retried_send_with_one_idempotency_key_is_one_review(api: Api) -> None:
+    agent, _ = await keys(api)
+    async with AsyncReviewloop(url(api), agent) as rl:
+        call = Verbs.send_email(
+            to=["vp@acme.com"], subject="Q3", body_text="Hi", intent=INTENT, idempotency_key="k-1"
+        )
+        first, again = await rl.run(call), await rl.run(call)
+        assert first.review_id == again.review_id
+        assert len((await rl.list_reviews()).reviews) == 1
+
+
+async def test_sync_client_reads_the_same_contract(api: Api) -> None:
+    agent, _ = await keys(api)
+
+    def work() -> tuple[str, int]:
+        with Reviewloop(url(api), agent) as rl:
+            sent = rl.send_email(to=["vp@acme.com"], subject="Q3", body_text="Hi", intent=INTENT)
+            return rl.get_review(sent.review_id).state, len(rl.list_reviews().reviews)
+
+    assert await asyncio.to_thread(work) == ("needs_review", 1)
+
+
+async def test_the_example_agent_stops_on_the_terminal_event(api: Api) -> None:
+    agent, human = await keys(api)
+    example = load_example()
+    async with AsyncReviewloop(url(api), agent) as rl, AsyncReviewloop(url(api), human) as console:
+        running = asyncio.create_task(example.run_agent(rl, max_wait_s=60))
+        for _ in range(200):  # until the agent's draft is in the human's queue
+            if pending := (await console.list_reviews(state=["needs_review"])).reviews:
+                break
+            await asyncio.sleep(0.05)
+        await console.cancel_review(pending[0].id, parent_revision=pending[0].revision)
+        outcome = await asyncio.wait_for(running, 60)
+        assert (outcome.review_id, outcome.reason) == (pending[0].id, "cancelled")
+        assert outcome.payload["state"] == "cancelled"
+        # The terminal nudge was acked: nothing is left to drain.
+        assert (await rl.list_review_events()).events == []

@@ -1,0 +1,136 @@
+"""The MCP surface at /mcp, through the mcp SDK's own client over streamable HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from reviewloop.config import GATEWAY
+from reviewloop.contract import CONTRACT_VERSION
+
+from tests.conftest import Api, draft
+
+AGENT_VERBS = {"send_email", "get_review", "list_reviews", "cancel_review", "list_review_events"}
+
+
+@asynccontextmanager
+async def mcp_client(api: Api, headers: dict[str, str]) -> AsyncIterator[Client]:
+    url = f"http://{api.stack.address(GATEWAY)}/mcp"
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
+
+
+def structured(result: Any) -> dict[str, Any]:
+    assert result.structured_content is not None
+    assert json.loads(result.content[0].text) == result.structured_content
+    return dict(result.structured_content)
+
+
+async def test_tools_are_the_routes_named_by_the_spec_verbs(api: Api) -> None:
+    agent = await api.agent()
+    async with mcp_client(api, agent) as client:
+        assert client.server_info is not None
+        assert client.server_info.version == CONTRACT_VERSION
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) >= AGENT_VERBS
+    assert not any(name in tools for name in ("create_project", "issue_api_key", "revoke_api_key"))
+    send = tools["send_email"].input_schema
+    assert {"to", "subject", "body_text"} <= set(send["required"])
+    assert "idempotency_key" in send["properties"]
+    assert tools["get_review"].input_schema["required"] == ["review_id"]
+    assert tools["list_review_events"].annotations is not None
+    assert tools["list_review_events"].annotations.read_only_hint is True
+
+
+async def test_send_email_then_list_review_events_and_a_409_is_a_tool_error(api: Api) -> None:
+    agent = await api.agent()
+    async with mcp_client(api, agent) as client:
+        sent = await client.call_tool("send_email", draft())
+        assert not sent.is_error, sent.content
+        submitted = structured(sent)
+        assert submitted["status"] == "queued_for_review"
+        review_id = submitted["review_id"]
+
+        read = structured(await client.call_tool("get_review", {"review_id": review_id}))
+        assert read["id"] == review_id and read["state"] == "needs_review"
+
+        cancel = {"review_id": review_id, "parent_revision": 1}
+        assert not (await client.call_tool("cancel_review", cancel)).is_error
+        again = await client.call_tool("cancel_review", cancel)
+        assert again.is_error
+        problem = structured(again)
+        assert (problem["status"], problem["code"]) == (409, "terminal")
+        assert {"code": "allowed_action", "detail": "get_review"} in problem["errors"]
+
+        events: list[dict[str, Any]] = []
+        for _ in range(100):  # the nudges cross the outbox asynchronously
+            events = structured(await client.call_tool("list_review_events", {"limit": 10}))["events"]
+            if len(events) >= 2:
+                break
+    # The cancel's terminal nudge, then the front_run_next that the 409 terminal promises.
+    assert [(e["review_id"], e["reason"]) for e in events] == [
+        (review_id, "cancelled"),
+        (review_id, "front_run_next"),
+    ]
+
+
+async def test_a_tool_fails_exactly_as_its_route_does(api: Api) -> None:
+    agent = await api.agent()
+    async with mcp_client(api, agent) as client:
+        bad = await client.call_tool("send_email", draft(subject="x" * 5000))
+        problem = structured(bad)
+        assert bad.is_error and problem["status"] == 422
+        assert problem["errors"][0]["field"] == "/subject"
+
+        missing = structured(
+            await client.call_tool("get_review", {"review_id": "rr_01JAAAAAAAAAAAAAAAAAAAAAAA"})
+        )
+        assert (missing["status"], missing["code"]) == (404, "not_found")
+
+        unknown = await client.call_tool("no_such_verb", {})
+        assert unknown.is_error and structured(unknown)["code"] == "not_found"
+
+    human = api.auth((await api.key((await api.project())["project_id"], "human"))["api_key"])
+    async with mcp_client(api, human) as client:
+        refused = structured(await client.call_tool("send_email", draft()))
+        assert (refused["status"], refused["code"]) == (403, "forbidden_actor")
+
+
+async def test_an_idempotency_key_argument_reaches_the_route(api: Api) -> None:
+    agent = await api.agent()
+    async with mcp_client(api, agent) as client:
+        first = structured(await client.call_tool("send_email", {**draft(), "idempotency_key": "mcp-k-1"}))
+        second = structured(await client.call_tool("send_email", {**draft(), "idempotency_key": "mcp-k-1"}))
+    assert first["review_id"] == second["review_id"]
+
+
+async def test_mcp_takes_the_same_bearer_keys_and_revocation_is_immediate(api: Api) -> None:
+    url = f"http://{api.stack.address(GATEWAY)}/mcp"
+    async with httpx2.AsyncClient() as http:
+        anonymous = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert anonymous.status_code == 401
+    assert anonymous.headers["content-type"] == "application/problem+json"
+    assert anonymous.json()["code"] == "unauthorized"
+
+    project = await api.project()
+    key = await api.key(project["project_id"])
+    async with mcp_client(api, api.auth(key["api_key"])) as client:
+        assert not (await client.call_tool("list_review_events", {})).is_error
+        revoked = await api.http.post(f"/v1/admin/api-keys/{key['key_id']}/revoke", headers=api.admin)
+        assert revoked.status_code == 200
+        failed = False
+        try:
+            result = await client.call_tool("list_review_events", {})
+            failed = result.is_error
+        except Exception:  # the /mcp endpoint itself now answers 401
+            failed = True
+    assert failed
