@@ -26,7 +26,10 @@ from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
-from gateway.shapes import (
+from pydantic import BaseModel
+
+from reviewloop.contract import CONTRACT_VERSION
+from reviewloop.shapes import (
     AckReviewEventsResult,
     Category,
     CategoryList,
@@ -42,9 +45,6 @@ from gateway.shapes import (
     RuleList,
     SubmitResult,
 )
-from pydantic import BaseModel
-
-from reviewloop.contract import CONTRACT_VERSION
 
 T = TypeVar("T")
 P = ParamSpec("P")

@@ -20,6 +20,10 @@ from grpc_status import rpc_status
 from reviewloop.common.v1 import common_pb2
 
 ERROR_DOMAIN = "reviewloop.dev"
+# Bounds that keep a packed status under gRPC's 8 KiB metadata limit.
+MAX_DETAIL_CHARS = 2000
+MAX_VIOLATIONS = 25
+MAX_FIELD_CHARS = 120
 
 
 class Code(StrEnum):
@@ -147,7 +151,10 @@ class DomainError(Exception):
         return _STATUS[self.code][0]
 
     def to_status(self) -> status_pb2.Status:
-        """Pack into ``google.rpc.Status`` with ErrorInfo, RecoveryFacts and BadRequest details."""
+        """Pack into ``google.rpc.Status`` with ErrorInfo, RecoveryFacts and BadRequest details.
+
+        The status travels in a trailer, which gRPC caps at 8 KiB: the detail and the list of field
+        violations are cut to fit, never dropped whole."""
         facts = common_pb2.RecoveryFacts(
             allowed_actions=list(self.allowed_actions),
             hints=[common_pb2.Hint(name=n, value=v) for n, v in self.hints],
@@ -165,8 +172,10 @@ class DomainError(Exception):
             details.append(
                 error_details_pb2.BadRequest(
                     field_violations=[
-                        error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-                        for v in self.violations
+                        error_details_pb2.BadRequest.FieldViolation(
+                            field=v.field[:MAX_FIELD_CHARS], description=v.description[:MAX_FIELD_CHARS]
+                        )
+                        for v in self.violations[:MAX_VIOLATIONS]
                     ]
                 )
             )
@@ -175,7 +184,10 @@ class DomainError(Exception):
             any_msg = any_pb2.Any()
             any_msg.Pack(message)
             packed.append(any_msg)
-        return status_pb2.Status(code=self.grpc_code.value[0], message=self.detail, details=packed)
+        detail = (
+            self.detail if len(self.detail) <= MAX_DETAIL_CHARS else self.detail[: MAX_DETAIL_CHARS - 1] + "…"
+        )
+        return status_pb2.Status(code=self.grpc_code.value[0], message=detail, details=packed)
 
 
 def invalid(field_pointer: str, description: str, code: Code = Code.BAD_REQUEST) -> DomainError:
@@ -195,7 +207,10 @@ _TRANSPORT: dict[grpc.StatusCode, Code] = {
 
 def from_rpc_error(error: grpc.aio.AioRpcError) -> DomainError:
     """Rebuild the DomainError a service raised, or classify a transport failure."""
-    status = rpc_status.from_call(error)
+    try:
+        status = rpc_status.from_call(error)
+    except ValueError:  # a status whose trailer does not match its code: treat as transport trouble
+        status = None
     if status is None or status.code == code_pb2.OK:
         code = _TRANSPORT.get(error.code(), Code.INTERNAL)
         detail = (

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.service import Peers
+from reviewloop.shapes import ContractManifest, component_schemas
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.migrations import migrate
 from starlette.responses import Response
@@ -26,10 +27,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway import problems, store
 from gateway.auth import authenticate
 from gateway.backends import Backends
+from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
 from gateway.routes import admin, budget, events, reviews, rules
 from gateway.settings import GatewaySettings
-from gateway.shapes import IDEMPOTENCY_KEY_PATTERN, ContractManifest, component_schemas
 from gateway.store import metadata
 
 MIGRATIONS = Path(__file__).parent / "migrations"

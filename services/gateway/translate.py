@@ -14,3 +14,8 @@ def timestamp(value: Timestamp) -> str:
 
 def enum_name(enum: Any, value: int, prefix: str) -> str:
     return str(enum.Name(value)).removeprefix(prefix).lower()
+
+
+# Bounds of protobuf integer fields: a JSON number past them is a 422 at the edge, not an encoding error.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1

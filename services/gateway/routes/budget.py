@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.common.v1 import common_pb2
@@ -16,13 +16,13 @@ from starlette.responses import Response
 
 from gateway.auth import ANY_PROJECT_KEY, require
 from gateway.backends import Backends, backends
-from gateway.translate import enum_name, timestamp
+from gateway.headers import IdempotencyKey
+from gateway.translate import INT64_MAX, enum_name, timestamp
 
 router = APIRouter(tags=["dispatch budget"])
 Backend = Annotated[Backends, Depends(backends)]
 Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 AdminKey = Annotated[Principal, Depends(require(ActorKind.ADMIN))]
-IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", max_length=255)]
 Sha = Annotated[str, Field(max_length=64)]
 JSONL = ("application/x-ndjson", "application/jsonl", "application/json-lines")
 
@@ -45,7 +45,7 @@ class SelectionIn(BaseModel):
 class RunIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     repository: str = Field(default="", max_length=200)
-    pr_number: int = Field(default=0, ge=0)
+    pr_number: int = Field(default=0, ge=0, le=INT64_MAX)
     head_sha: Sha = ""
     status: Literal["active", "failed", "interrupted", "published", "archived"] | None = None
 
@@ -409,7 +409,7 @@ class ModeIn(BaseModel):
 class BindIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     repository: str = Field(min_length=1, max_length=200)
-    pr_number: int = Field(ge=1)
+    pr_number: int = Field(ge=1, le=INT64_MAX)
     selection: SelectionIn
     base_sha: Sha
     head_sha: Sha

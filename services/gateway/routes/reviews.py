@@ -8,7 +8,7 @@ import binascii
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.review.v1 import review_pb2
@@ -17,13 +17,13 @@ from reviewloop.tenancy import ActorKind, Principal
 from gateway import store
 from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, Caller, require, require_admin
 from gateway.backends import Backends, backends
-from gateway.translate import enum_name, timestamp
+from gateway.headers import IdempotencyKey
+from gateway.translate import INT64_MAX, enum_name, timestamp
 
 router = APIRouter(tags=["reviews"])
 
 MAX_BODY_TEXT = 2 * 1024 * 1024
 Backend = Annotated[Backends, Depends(backends)]
-IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", max_length=255)]
 Address = Annotated[str, Field(max_length=320)]
 Addresses = list[Address]
 HUMAN = require(ActorKind.HUMAN, ActorKind.ADMIN)
@@ -88,14 +88,14 @@ class ForwardIn(_Composed):
 
 class CancelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    parent_revision: int = Field(ge=1)
+    parent_revision: int = Field(ge=1, le=INT64_MAX)
 
 
 class RevisionIn(BaseModel):
     """A redraft: omitted fields keep the draft's value; ``attachments: []`` clears them."""
 
     model_config = ConfigDict(extra="forbid")
-    parent_revision: int = Field(ge=1)
+    parent_revision: int = Field(ge=1, le=INT64_MAX)
     to: Addresses | None = Field(default=None, min_length=1, max_length=100)
     cc: Addresses | None = Field(default=None, max_length=100)
     bcc: Addresses | None = Field(default=None, max_length=100)
@@ -112,7 +112,7 @@ class RevisionIn(BaseModel):
 
 class RestampIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    parent_revision: int = Field(ge=1)
+    parent_revision: int = Field(ge=1, le=INT64_MAX)
     composition_token: str | None = Field(default=None, max_length=4096)
 
 
@@ -123,8 +123,8 @@ class ChatIn(BaseModel):
 
 class OpenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    revision: int = Field(ge=1)
-    version: int = Field(ge=1)
+    revision: int = Field(ge=1, le=INT64_MAX)
+    version: int = Field(ge=1, le=INT64_MAX)
 
 
 class NewRuleIn(BaseModel):
@@ -139,8 +139,8 @@ class DecisionIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     action: str = Field(pattern="^(approve|edit|reject|escalate)$")
-    revision: int = Field(ge=1)
-    version: int = Field(ge=1)
+    revision: int = Field(ge=1, le=INT64_MAX)
+    version: int = Field(ge=1, le=INT64_MAX)
     subject: str | None = Field(default=None, max_length=998)
     body: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
     feedback: str = Field(default="", max_length=10_000)

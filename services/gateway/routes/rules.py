@@ -15,7 +15,7 @@ from gateway import store
 from gateway.auth import ANY_PROJECT_KEY, Caller, require_admin
 from gateway.backends import Backends, backends
 from gateway.routes.admin import _check_org
-from gateway.translate import timestamp
+from gateway.translate import INT32_MAX, INT64_MAX, timestamp
 
 router = APIRouter(tags=["rules"])
 Backend = Annotated[Backends, Depends(backends)]
@@ -152,9 +152,9 @@ class RuleIn(BaseModel):
     scope: str = Field(default="", max_length=16)
     category_id: str = Field(default="", max_length=40)
     kind: str = Field(default="", max_length=16)
-    priority: int = 0
+    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
     lineage_id: str = Field(default="", max_length=40)
-    expected_rev: int = Field(default=0, ge=0)
+    expected_rev: int = Field(default=0, ge=0, le=INT64_MAX)
     source_review_id: str = Field(default="", max_length=40)
     agent_id: str = Field(default="", max_length=40)
 
@@ -376,9 +376,9 @@ class HouseRuleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rule_text: str = Field(max_length=MAX_RULE_TEXT)
     kind: str = Field(default="", max_length=16)
-    priority: int = 0
+    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
     lineage_id: str = Field(default="", max_length=40)
-    expected_rev: int = Field(default=0, ge=0)
+    expected_rev: int = Field(default=0, ge=0, le=INT64_MAX)
 
 
 class AdminCategoryIn(CategoryIn):
@@ -403,11 +403,11 @@ class DialValues(BaseModel):
     model_config = ConfigDict(extra="forbid")
     min_confidence: float | None = None
     first_contact_gate: bool | None = None
-    drift_demote_after: int | None = None
+    drift_demote_after: int | None = Field(default=None, le=INT32_MAX)
     canary_rate: float | None = None
-    graduate_min_approvals: int | None = None
+    graduate_min_approvals: int | None = Field(default=None, le=INT32_MAX)
     graduate_min_age_hours: float | None = None
-    auto_send_cap_per_day: int | None = None
+    auto_send_cap_per_day: int | None = Field(default=None, le=INT32_MAX)
 
     def split(self) -> tuple[rules_pb2.RiskValues, list[str]]:
         """(the values set, the fields explicitly null)."""
@@ -433,7 +433,7 @@ class RuleSettingsIn(BaseModel):
 
 class RevIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    rev: int = Field(ge=1, description="The lineage's current rev, as you read it.")
+    rev: int = Field(ge=1, le=INT64_MAX, description="The lineage's current rev, as you read it.")
 
 
 @router.post(

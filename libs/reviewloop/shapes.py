@@ -6,38 +6,19 @@ names. Shapes are exact (``extra="forbid"``): the drift tests validate the spec'
 against them, so a renamed field anywhere breaks the build. Readers that must tolerate additive 0.x
 changes (the typed client) validate with ``extra="ignore"``.
 
-Route owners: answer with these as ``response_model=`` and ``response_model_exclude_unset=True``, so
+They live in the library (not the gateway) because the typed client (``reviewloop.client``) reads
+them too. Gateway route owners: answer with these as ``response_model=`` and ``response_model_exclude_unset=True``, so
 an optional field the route did not set is absent rather than ``null`` (spec: an empty value would lie).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import Header
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
 from reviewloop.errors import Code
-
-IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
-
-IdempotencyKey = Annotated[
-    str,
-    Header(
-        alias="Idempotency-Key",
-        max_length=255,
-        pattern=IDEMPOTENCY_KEY_PATTERN,
-        description=(
-            "Makes a retried mutation safe: the same key with the same body answers the first result; "
-            "the same key with a different body is 409 idempotency_conflict. Printable ASCII, at most "
-            "255 characters."
-        ),
-    ),
-]
-"""For a route whose owning service dedupes in its own transaction: declare ``idempotency_key:
-IdempotencyKey = ""`` and pass it on (``idempotency_key=idempotency_key``); the OpenAPI document marks the
-operation ``x-idempotency: service``. A mutation that does not declare it is still idempotent: the
-gateway's IdempotentMutations middleware replays it (``x-idempotency: gateway``)."""
 
 
 class Shape(BaseModel):
