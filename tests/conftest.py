@@ -98,7 +98,9 @@ async def open_db(
         await db.dispose()
 
 
-async def start_stack(databases: Databases, backend: str, data_dir: Path) -> Stack:
+async def start_stack(
+    databases: Databases, backend: str, data_dir: Path, extra_env: dict[str, str] | None = None
+) -> Stack:
     env = dict(os.environ)
     for name in ALL:
         env[f"REVIEWLOOP_{name.upper()}_ADDR"] = f"127.0.0.1:{free_port()}"
@@ -110,6 +112,7 @@ async def start_stack(databases: Databases, backend: str, data_dir: Path) -> Sta
         REVIEWLOOP_RELAY_POLL_S="0.2",
     )
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    env.update(extra_env or {})
     stack = Stack(env)
     for name in ALL:
         stack.start(name)
