@@ -1,27 +1,39 @@
-"""nudge use cases: ingest from the outbox relays, list, ack. One transaction each."""
+"""nudge use cases: ingest from the outbox relays, list, wait, subscribe, ack, compact.
+
+One transaction each. Spec 000, "Nudge": a durable, idempotent work item; ``seq`` is the per-review
+ordinal the ack cursor advances against; "Terminal events": exactly one terminal nudge per review,
+the last and highest ``seq`` of its lifecycle.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
 from reviewloop.storage import Database, UnitOfWork, first_delivery, utcnow
-from reviewloop.storage.schema import insert_ignore
-from reviewloop.tenancy import ActorKind, Principal
-from sqlalchemy import and_, select, update
+from reviewloop.storage.outbox import prune
+from reviewloop.tenancy import Principal
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nudge.domain.reasons import Reason, refusal
-from nudge.store import nudges, review_heads
+from nudge import store
+from nudge.domain.payloads import Invalid, parse
+from nudge.domain.reasons import TERMINAL, collapse_key, refusal
+from nudge.wakeup import RECHECK_S, doorbell
 
 log = logging.getLogger(__name__)
 
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
 MAX_ACKS = 100
+WAIT_MIN_S, WAIT_MAX_S = 1.0, 60.0
 
 
 @dataclass(frozen=True)
@@ -32,161 +44,237 @@ class Nudge:
     reason: str
     review_id: str
     category_id: str
-    payload: dict[str, Any]
+    # The stored JSON object, passed through as text: the servicer never re-encodes it.
+    payload_json: str
     created_at: datetime
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = orjson.loads(self.payload_json)
+        return payload
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> Nudge:
+        return cls(
+            pos=row.pos,
+            seq=row.seq,
+            id=row.id,
+            reason=row.reason,
+            review_id=row.review_id,
+            category_id=row.category_id,
+            payload_json=row.payload,
+            created_at=row.created_at,
+        )
 
 
 async def ingest(db: Database, events: list[Any]) -> tuple[int, int]:
-    """Store each ``nudge`` event once (deduplicated on event_id), assigning the review's next seq."""
+    """Store each ``nudge`` event once (deduplicated on event_id), assigning the review's next seq.
+
+    An event that is invalid or breaks the terminal guarantee is logged and refused, never stored,
+    and still counts as received: the relay must not retry it forever. Returns (accepted, duplicates).
+    """
     accepted = duplicates = 0
+    bell = doorbell(db)
     for event in events:
         async with db.transaction() as uow:
             if not await first_delivery(uow.conn, event.event_id):
                 duplicates += 1
                 continue
             accepted += 1
-            if event.type != "nudge":
-                log.warning("nudge ignores event type %s (%s)", event.type, event.event_id)
-                continue
-            await _append(uow, orjson.loads(event.payload))
+            stored = await _store(uow, event)
+        if stored:
+            bell.ring(stored)
     return accepted, duplicates
 
 
-async def _append(uow: UnitOfWork, body: dict[str, Any]) -> None:
-    conn = uow.conn
-    review_id = body["review_id"]
+async def _store(uow: UnitOfWork, event: Any) -> str | None:
+    """Append the event's nudge; the project it became visible in, or None when refused or collapsed."""
+    if event.type != "nudge":
+        log.warning("nudge ignores event type %s (%s)", event.type, event.event_id)
+        return None
     try:
-        reason = Reason(body["reason"])
-    except ValueError:
-        log.error("refused nudge for %s: unknown reason %r", review_id, body.get("reason"))
-        return
-    await conn.execute(
-        insert_ignore(conn, review_heads).values(
-            review_id=review_id,
-            org_id=body["org_id"],
-            project_id=body["project_id"],
-            agent_id=body["agent_id"],
-            last_seq=0,
-            acked_seq=0,
-            terminal_reasons=[],
+        incoming = parse(orjson.loads(event.payload))
+    except (orjson.JSONDecodeError, Invalid) as exc:
+        log.error("refused nudge event %s: %s", event.event_id, exc)
+        return None
+    conn = uow.conn
+    await store.lock_project(conn, incoming.project_id)
+    head = await store.lock_head(conn, incoming)
+    if (head.org_id, head.project_id, head.agent_id) != (
+        incoming.org_id,
+        incoming.project_id,
+        incoming.agent_id,
+    ):
+        log.error(
+            "refused nudge for %s: it names another tenant or agent than its earlier nudges", head.review_id
         )
-    )
-    head = (
-        await conn.execute(
-            select(review_heads).where(review_heads.c.review_id == review_id).with_for_update()
-        )
-    ).one()
-    why_not = refusal(reason, list(head.terminal_reasons))
-    if why_not:
-        log.error("refused nudge for %s: %s", review_id, why_not)
-        return
-    payload = body.get("payload", {})
-    collapse_key = None
-    if reason is Reason.FRONT_RUN_NEXT:
-        # A retry loop hammering the same 409 collapses to one row.
-        collapse_key = f"{review_id}:{payload.get('state')}:{payload.get('your_parent_revision')}"
-    seq = head.last_seq + 1
-    inserted = await conn.execute(
-        insert_ignore(conn, nudges).values(
-            id=new_id("ndg"),
-            review_id=review_id,
-            seq=seq,
-            reason=reason.value,
-            payload=orjson.dumps(payload).decode(),
-            category_id=body.get("category_id", ""),
-            collapse_key=collapse_key,
-            created_at=utcnow(),
-        )
-    )
-    if inserted.rowcount != 1:
-        return  # collapsed into an earlier identical front_run_next
+        return None
     terminal = list(head.terminal_reasons)
-    if reason in (Reason.SENT, Reason.SEND_FAILED, Reason.CANCELLED):
-        terminal.append(reason.value)
-    await conn.execute(
-        update(review_heads)
-        .where(review_heads.c.review_id == review_id)
-        .values(last_seq=seq, terminal_reasons=terminal)
+    why_not = refusal(incoming.reason, terminal)
+    if why_not:
+        log.error("refused nudge for %s (event %s): %s", incoming.review_id, event.event_id, why_not)
+        return None
+    seq = head.last_seq + 1
+    key = collapse_key(incoming.review_id, incoming.reason, incoming.payload)
+    if key is not None and not await store.claim_collapse_key(conn, key, incoming.review_id, seq):
+        log.info("collapsed %s for %s into its earlier nudge (%s)", incoming.reason, incoming.review_id, key)
+        return None
+    if incoming.reason in TERMINAL:
+        terminal.append(incoming.reason.value)
+    await store.append(
+        conn, incoming, nudge_id=new_id("ndg"), seq=seq, terminal_reasons=terminal, created_at=utcnow()
     )
-
-
-def _visible(principal: Principal) -> Any:
-    """An agent sees the nudges of reviews it composed; other actors see their project's."""
-    condition = review_heads.c.project_id == principal.project_id
-    if principal.actor_kind is ActorKind.AGENT:
-        condition = and_(condition, review_heads.c.agent_id == principal.actor_id)
-    return condition
+    return incoming.project_id
 
 
 def _parse_cursor(cursor: str) -> int:
     if not cursor:
         return 0
     try:
-        return int(cursor)
-    except ValueError as exc:
+        after = int(cursor)
+    except ValueError:
+        after = -1
+    if after < 0:
         raise DomainError(
             Code.BAD_REQUEST, "cursor is not one this service issued; pass next_cursor as given."
-        ) from exc
+        )
+    return after
+
+
+def _limit(limit: int) -> int:
+    if limit < 0 or limit > LIST_LIMIT_MAX:
+        raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
+    return limit or LIST_LIMIT_DEFAULT
+
+
+@contextlib.asynccontextmanager
+async def _one_statement(db: Database) -> AsyncIterator[AsyncConnection]:
+    """A connection for work that is one statement, atomic by itself. On PostgreSQL it runs in
+    autocommit, two round trips fewer than BEGIN ... COMMIT (every long-poll wake, drain page and ack
+    pays them); SQLite keeps its BEGIN IMMEDIATE."""
+    if db.is_sqlite:
+        async with db.transaction() as uow:
+            yield uow.conn
+        return
+    async with db.engine.connect() as conn:
+        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+
+
+async def _unacked(db: Database, principal: Principal, after: int, limit: int) -> list[Row[Any]]:
+    async with _one_statement(db) as conn:
+        return await store.unacked_nudges(conn, principal, after=after, limit=limit)
 
 
 async def list_events(
     db: Database, principal: Principal, *, limit: int, cursor: str
 ) -> tuple[list[Nudge], str]:
-    """The caller's un-acked nudges, oldest first."""
-    if limit < 0 or limit > LIST_LIMIT_MAX:
-        raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
-    limit = limit or LIST_LIMIT_DEFAULT
-    after = _parse_cursor(cursor)
-    query = (
-        select(nudges)
-        .join(review_heads, review_heads.c.review_id == nudges.c.review_id)
-        .where(_visible(principal), nudges.c.seq > review_heads.c.acked_seq, nudges.c.pos > after)
-        .order_by(nudges.c.pos)
-        .limit(limit + 1)
-    )
-    async with db.engine.connect() as conn:
-        rows = (await conn.execute(query)).all()
-    events = [
-        Nudge(
-            pos=r.pos,
-            seq=r.seq,
-            id=r.id,
-            reason=r.reason,
-            review_id=r.review_id,
-            category_id=r.category_id,
-            payload=orjson.loads(r.payload),
-            created_at=r.created_at,
-        )
-        for r in rows[:limit]
-    ]
+    """The caller's un-acked nudges across its reviews, oldest first, a page at a time.
+
+    Errors: ``bad_request`` for a limit out of 1..200 or a cursor this service did not issue.
+    """
+    limit = _limit(limit)
+    rows = await _unacked(db, principal, _parse_cursor(cursor), limit + 1)
+    events = [Nudge.from_row(r) for r in rows[:limit]]
     next_cursor = str(events[-1].pos) if len(rows) > limit else ""
     return events, next_cursor
 
 
+async def wait_for_events(db: Database, principal: Principal, *, timeout_s: float, limit: int) -> list[Nudge]:
+    """Long-poll: the caller's un-acked nudges as soon as any is visible, or ``[]`` after ``timeout_s``.
+
+    Errors: ``bad_request`` for a timeout outside 1..60 s or a limit outside 1..200.
+    """
+    if not WAIT_MIN_S <= timeout_s <= WAIT_MAX_S:
+        raise DomainError(
+            Code.BAD_REQUEST, f"timeout_s must be between {WAIT_MIN_S:.0f} and {WAIT_MAX_S:.0f} seconds."
+        )
+    limit = _limit(limit)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    with doorbell(db).waiter(principal.project_id) as rung:
+        while True:
+            rung.clear()
+            rows = await _unacked(db, principal, 0, limit)
+            remaining = deadline - loop.time()
+            if rows or remaining <= 0:
+                return [Nudge.from_row(r) for r in rows]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rung.wait(), min(remaining, RECHECK_S))
+
+
+async def subscribe(db: Database, principal: Principal, *, cursor: str) -> AsyncIterator[tuple[Nudge, str]]:
+    """Stream the caller's un-acked nudges after ``cursor``, then each new one as it commits, forever.
+
+    Yields (nudge, cursor to resume after it). Acking stays the consumer's job (``ack``).
+    Errors: ``bad_request`` for a cursor this service did not issue.
+    """
+    after = _parse_cursor(cursor)
+    with doorbell(db).waiter(principal.project_id) as rung:
+        while True:
+            rung.clear()
+            rows = await _unacked(db, principal, after, LIST_LIMIT_MAX)
+            for row in rows:
+                after = row.pos
+                yield Nudge.from_row(row), str(after)
+            if len(rows) < LIST_LIMIT_MAX:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(rung.wait(), RECHECK_S)
+
+
 async def ack(db: Database, principal: Principal, acks: list[tuple[str, int]]) -> int:
-    """Advance each review's ack cursor (monotonic, idempotent). All or nothing."""
+    """Advance each review's ack cursor to the seq given: monotonic and idempotent (an older or
+    repeated ack changes nothing). All or nothing.
+
+    Errors: ``bad_request`` (no acks, more than 100, a seq below 1 or past the review's head),
+    ``not_found`` for a review whose nudges the caller cannot see.
+    """
     if not acks:
         raise DomainError(Code.BAD_REQUEST, "acks: give at least one {review_id, seq}.")
     if len(acks) > MAX_ACKS:
         raise DomainError(Code.BAD_REQUEST, f"acks: at most {MAX_ACKS} per call.")
-    async with db.transaction() as uow:
-        for review_id, seq in acks:
-            head = (
-                await uow.conn.execute(
-                    select(review_heads).where(review_heads.c.review_id == review_id, _visible(principal))
-                )
-            ).first()
-            if head is None:
-                raise DomainError(Code.NOT_FOUND, f"No events of review {review_id} are visible to this key.")
-            if seq < 1 or seq > head.last_seq:
-                raise DomainError(
-                    Code.BAD_REQUEST,
-                    f"acks: seq {seq} of {review_id} is past its head ({head.last_seq}); "
-                    "ack only seqs you received.",
-                )
-            await uow.conn.execute(
-                update(review_heads)
-                .where(review_heads.c.review_id == review_id, review_heads.c.acked_seq < seq)
-                .values(acked_seq=seq)
+    wanted: dict[str, int] = {}
+    for review_id, seq in acks:
+        if seq < 1:
+            raise DomainError(Code.BAD_REQUEST, f"acks: seq {seq} of {review_id} must be at least 1.")
+        wanted[review_id] = max(seq, wanted.get(review_id, 0))
+    async with _one_statement(db) as conn:
+        # The happy path is one guarded UPDATE; only when it changes nothing (a repeated ack, or a
+        # refused one) do we read the heads, to tell the two apart and name what was wrong.
+        if await store.advance_cursors(conn, principal, wanted):
+            return len(acks)
+        heads = await store.heads_of(conn, principal, list(wanted))
+    for review_id, seq in wanted.items():
+        if review_id not in heads:
+            raise DomainError(Code.NOT_FOUND, f"No events of review {review_id} are visible to this key.")
+        if seq > heads[review_id]:
+            raise DomainError(
+                Code.BAD_REQUEST,
+                f"acks: seq {seq} of {review_id} is past its head ({heads[review_id]}); "
+                "ack only seqs you received.",
             )
     return len(acks)
+
+
+async def compact(db: Database, *, retention: timedelta, inbox_retention: timedelta) -> int:
+    """Delete acked nudges older than ``retention`` (un-acked ones stay, whatever their age) and
+    received event ids older than ``inbox_retention``. Review heads and collapse keys stay, so the
+    terminal guarantee and the collapse hold after compaction. Returns how many nudges went."""
+    now = utcnow()
+    async with db.transaction() as uow:
+        removed = await store.compact(uow.conn, now - retention)
+    await prune(db, now - inbox_retention)
+    return removed
+
+
+async def sweep_forever(
+    db: Database, *, every_s: float, retention: timedelta, inbox_retention: timedelta
+) -> None:
+    """The retention sweep: compact every ``every_s``; a failed round is logged and retried."""
+    while True:
+        try:
+            removed = await compact(db, retention=retention, inbox_retention=inbox_retention)
+            if removed:
+                log.info("compacted %d acked nudges", removed)
+        except Exception:
+            log.exception("nudge compaction round failed")
+        await asyncio.sleep(every_s)

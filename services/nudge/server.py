@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
-import orjson
 from google.protobuf.timestamp_pb2 import Timestamp
 from reviewloop.common.v1 import common_pb2
 from reviewloop.nudge.v1 import nudge_pb2, nudge_pb2_grpc
@@ -25,7 +24,7 @@ def nudge_to_proto(nudge: app.Nudge) -> nudge_pb2.Nudge:
         reason=nudge.reason,
         review_id=nudge.review_id,
         category_id=nudge.category_id,
-        payload_json=orjson.dumps(nudge.payload).decode(),
+        payload_json=nudge.payload_json,
         created_at=created,
     )
 
@@ -57,6 +56,21 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
             self.db, Principal.from_proto(request.principal), [(a.review_id, a.seq) for a in request.acks]
         )
         return nudge_pb2.AckResponse(acked=acked)
+
+    async def WaitForEvents(
+        self, request: nudge_pb2.WaitForEventsRequest, context: grpc.aio.ServicerContext
+    ) -> nudge_pb2.WaitForEventsResponse:
+        events = await app.wait_for_events(
+            self.db, Principal.from_proto(request.principal), timeout_s=request.timeout_s, limit=request.limit
+        )
+        return nudge_pb2.WaitForEventsResponse(events=[nudge_to_proto(e) for e in events])
+
+    async def Subscribe(
+        self, request: nudge_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[nudge_pb2.SubscribeResponse]:
+        principal = Principal.from_proto(request.principal)
+        async for nudge, cursor in app.subscribe(self.db, principal, cursor=request.cursor):
+            yield nudge_pb2.SubscribeResponse(nudge=nudge_to_proto(nudge), cursor=cursor)
 
 
 def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
