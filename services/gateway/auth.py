@@ -80,3 +80,24 @@ async def require_admin(request: Request) -> Caller:
 AGENT = require(ActorKind.AGENT)
 ANY_PROJECT_KEY = require(ActorKind.AGENT, ActorKind.HUMAN, ActorKind.REVIEW_AGENT, ActorKind.ADMIN)
 COMPOSER_OR_HUMAN = require(ActorKind.AGENT, ActorKind.HUMAN, ActorKind.ADMIN)
+
+
+def check_org(caller: Caller, org_id: str) -> None:
+    """An admin key administers its own org only; another org's ids read as absent."""
+    if caller.principal is not None and caller.principal.org_id != org_id:
+        raise DomainError(Code.NOT_FOUND, f"No org {org_id} is visible to this key.")
+
+
+async def console_principal(caller: Caller, request: Request, project_id: str) -> Principal:
+    """The admin principal a console verb acts as on ``project_id``: the bootstrap token acts for any
+    project, an admin key only within its own org (another org's project reads as absent)."""
+    async with request.app.state.db.engine.connect() as conn:
+        project = await store.get_project(conn, project_id)
+    if project is None or (caller.principal is not None and caller.principal.org_id != project.org_id):
+        raise DomainError(Code.NOT_FOUND, f"No project {project_id} is visible to this key.")
+    return Principal(project.org_id, project.project_id, ActorKind.ADMIN, admin_actor_id(caller))
+
+
+def admin_actor_id(caller: Caller) -> str:
+    """Who acted, for audit: the admin key's id, or ``bootstrap`` for the bootstrap token."""
+    return caller.key_id or "bootstrap"

@@ -11,7 +11,7 @@ from reviewloop.errors import Code, DomainError
 from reviewloop.tenancy import ActorKind
 
 from gateway import store
-from gateway.auth import Caller, require_admin
+from gateway.auth import Caller, check_org, require_admin
 
 router = APIRouter(prefix="/v1/admin", tags=["console"])
 Admin = Annotated[Caller, Depends(require_admin)]
@@ -50,19 +50,13 @@ class RevokedOut(BaseModel):
     revoked: bool
 
 
-def _check_org(caller: Caller, org_id: str) -> None:
-    # An admin key administers its own org only; another org's ids read as absent.
-    if caller.principal is not None and caller.principal.org_id != org_id:
-        raise DomainError(Code.NOT_FOUND, f"No org {org_id} is visible to this key.")
-
-
 @router.post("/projects", status_code=201, operation_id="create_project", response_model=ProjectOut)
 async def create_project(body: ProjectIn, caller: Admin, request: Request) -> dict[str, Any]:
     """Create a project (and a new org, unless ``org_id`` names one the caller administers)."""
     org_id = body.org_id or (caller.principal.org_id if caller.principal else None)
     async with request.app.state.db.transaction() as uow:
         if org_id is not None:
-            _check_org(caller, org_id)
+            check_org(caller, org_id)
             if not await store.org_exists(uow.conn, org_id):
                 raise DomainError(Code.NOT_FOUND, f"No org {org_id}; omit org_id to create a new org.")
         project = await store.create_project(uow.conn, body.name, org_id)
@@ -84,7 +78,7 @@ async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> dict
         project = await store.get_project(uow.conn, body.project_id)
         if project is None:
             raise DomainError(Code.NOT_FOUND, f"No project {body.project_id}.")
-        _check_org(caller, project.org_id)
+        check_org(caller, project.org_id)
         key, secret = await store.issue_key(uow.conn, project, body.actor_kind, body.name)
     result: dict[str, Any] = {
         "key_id": key.key_id,
@@ -105,6 +99,6 @@ async def revoke_api_key(key_id: str, caller: Admin, request: Request) -> dict[s
         key = await store.get_key(uow.conn, key_id)
         if key is None:
             raise DomainError(Code.NOT_FOUND, f"No key {key_id}.")
-        _check_org(caller, key.org_id)
+        check_org(caller, key.org_id)
         await store.revoke_key(uow.conn, key_id)
     return {"key_id": key_id, "revoked": True}

@@ -10,12 +10,19 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
-from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.errors import invalid
 from reviewloop.review.v1 import review_pb2
 from reviewloop.tenancy import ActorKind, Principal
 
-from gateway import store
-from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, Caller, require, require_admin
+from gateway.auth import (
+    AGENT,
+    ANY_PROJECT_KEY,
+    COMPOSER_OR_HUMAN,
+    Caller,
+    console_principal,
+    require,
+    require_admin,
+)
 from gateway.backends import Backends, backends
 from gateway.headers import IdempotencyKey
 from gateway.translate import INT64_MAX, enum_name, timestamp
@@ -617,24 +624,13 @@ async def decide_review(
 # --- the console: review policy, contacts, inbound mail -------------------------------------------
 
 
-async def _console_principal(caller: Caller, request: Request, project_id: str) -> Principal:
-    """The project's admin principal: the bootstrap token acts for any project; an admin key only
-    within its own org (another org's project reads as absent)."""
-    async with request.app.state.db.engine.connect() as conn:
-        project = await store.get_project(conn, project_id)
-    if project is None or (caller.principal is not None and caller.principal.org_id != project.org_id):
-        raise DomainError(Code.NOT_FOUND, f"No project {project_id} is visible to this key.")
-    actor_id = caller.principal.actor_id if caller.principal is not None else "bootstrap_admin"
-    return Principal(project.org_id, project.project_id, ActorKind.ADMIN, actor_id)
-
-
 @router.put(
     "/v1/admin/projects/{project_id}/review-policy", tags=["console"], operation_id="set_review_policy"
 )
 async def set_review_policy(
     project_id: str, body: PolicyIn, caller: Admin, request: Request, backend: Backend
 ) -> dict[str, Any]:
-    principal = await _console_principal(caller, request, project_id)
+    principal = await console_principal(caller, request, project_id)
     reply = await backend.review.SetReviewPolicy(
         review_pb2.SetReviewPolicyRequest(principal=principal.to_proto(), policy=body.policy),
         timeout=backend.timeout_s,
@@ -651,7 +647,7 @@ async def set_review_policy(
 async def block_recipient(
     project_id: str, body: AddressIn, caller: Admin, request: Request, backend: Backend
 ) -> dict[str, Any]:
-    principal = await _console_principal(caller, request, project_id)
+    principal = await console_principal(caller, request, project_id)
     reply = await backend.review.AddBlock(
         review_pb2.ContactRequest(principal=principal.to_proto(), address=body.address),
         timeout=backend.timeout_s,
@@ -668,7 +664,7 @@ async def block_recipient(
 async def suppress_recipient(
     project_id: str, body: AddressIn, caller: Admin, request: Request, backend: Backend
 ) -> dict[str, Any]:
-    principal = await _console_principal(caller, request, project_id)
+    principal = await console_principal(caller, request, project_id)
     reply = await backend.review.AddSuppression(
         review_pb2.ContactRequest(principal=principal.to_proto(), address=body.address),
         timeout=backend.timeout_s,
@@ -687,7 +683,7 @@ async def record_inbound_mail(
 ) -> dict[str, Any]:
     """Record a received message (a provider webhook would call the same), so replies and forwards
     have a parent."""
-    principal = await _console_principal(caller, request, project_id)
+    principal = await console_principal(caller, request, project_id)
     message = review_pb2.RecordInboundRequest(
         principal=principal.to_proto(),
         to=body.to,

@@ -12,9 +12,8 @@ from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy import select
 
 from gateway import store
-from gateway.auth import ANY_PROJECT_KEY, Caller, require_admin
+from gateway.auth import ANY_PROJECT_KEY, Caller, admin_actor_id, check_org, console_principal, require_admin
 from gateway.backends import Backends, backends
-from gateway.routes.admin import _check_org
 from gateway.translate import INT32_MAX, INT64_MAX, timestamp
 
 router = APIRouter(tags=["rules"])
@@ -326,16 +325,12 @@ async def get_risk_dial(
 # --- console -----------------------------------------------------------------------------------
 
 
-def _actor(caller: Caller) -> str:
-    return caller.key_id or "bootstrap"
-
-
 async def _org_principal(caller: Caller, request: Request, org_id: str) -> Principal:
     """An admin principal for org-level work: the admin key's own project, or (bootstrap token) any
     project of the org, since every service scopes a principal to a project."""
-    _check_org(caller, org_id)
+    check_org(caller, org_id)
     if caller.principal is not None:
-        return Principal(org_id, caller.principal.project_id, ActorKind.ADMIN, _actor(caller))
+        return Principal(org_id, caller.principal.project_id, ActorKind.ADMIN, admin_actor_id(caller))
     async with request.app.state.db.engine.connect() as conn:
         row = (
             await conn.execute(
@@ -344,16 +339,7 @@ async def _org_principal(caller: Caller, request: Request, org_id: str) -> Princ
         ).first()
     if row is None:
         raise DomainError(Code.NOT_FOUND, f"No org {org_id}.")
-    return Principal(org_id, row.project_id, ActorKind.ADMIN, _actor(caller))
-
-
-async def _project_principal(caller: Caller, request: Request, project_id: str) -> Principal:
-    async with request.app.state.db.engine.connect() as conn:
-        project = await store.get_project(conn, project_id)
-    if project is None:
-        raise DomainError(Code.NOT_FOUND, f"No project {project_id}.")
-    _check_org(caller, project.org_id)
-    return Principal(project.org_id, project.project_id, ActorKind.ADMIN, _actor(caller))
+    return Principal(org_id, row.project_id, ActorKind.ADMIN, admin_actor_id(caller))
 
 
 async def _owner_principal(
@@ -367,8 +353,8 @@ async def _owner_principal(
         owner.lineage_id = lineage_id
     reply = await backend.rules.ResolveOwner(owner, timeout=backend.timeout_s)
     if reply.project_id:
-        _check_org(caller, reply.org_id)
-        return Principal(reply.org_id, reply.project_id, ActorKind.ADMIN, _actor(caller))
+        check_org(caller, reply.org_id)
+        return Principal(reply.org_id, reply.project_id, ActorKind.ADMIN, admin_actor_id(caller))
     return await _org_principal(caller, request, reply.org_id)
 
 
@@ -520,7 +506,7 @@ async def predefine_category(
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
 ) -> dict[str, Any]:
-    principal = await _project_principal(caller, request, project_id)
+    principal = await console_principal(caller, request, project_id)
     reply = await backend.rules.CreateCategory(
         rules_pb2.CreateCategoryRequest(
             principal=principal.to_proto(),
@@ -573,7 +559,7 @@ async def set_risk_dial(
     project_id: str, body: RiskDialIn, caller: Admin, request: Request, backend: Backend
 ) -> dict[str, Any]:
     """Account fields merge (``null`` resets one); each listed category's overrides are replaced."""
-    principal = await _project_principal(caller, request, project_id)
+    principal = await console_principal(caller, request, project_id)
     message = rules_pb2.SetRiskDialRequest(principal=principal.to_proto())
     if body.account is not None:
         values, cleared = body.account.split()
@@ -593,7 +579,7 @@ async def set_risk_dial(
 async def get_rule_settings(
     project_id: str, caller: Admin, request: Request, backend: Backend
 ) -> dict[str, Any]:
-    principal = await _project_principal(caller, request, project_id)
+    principal = await console_principal(caller, request, project_id)
     reply = await backend.rules.GetRuleSettings(
         rules_pb2.GetRuleSettingsRequest(principal=principal.to_proto()), timeout=backend.timeout_s
     )
@@ -607,7 +593,7 @@ async def set_rule_settings(
     project_id: str, body: RuleSettingsIn, caller: Admin, request: Request, backend: Backend
 ) -> dict[str, Any]:
     """``write_approval``: agent-authored rules are born ``proposed`` and wait for a human."""
-    principal = await _project_principal(caller, request, project_id)
+    principal = await console_principal(caller, request, project_id)
     reply = await backend.rules.SetRuleSettings(
         rules_pb2.SetRuleSettingsRequest(principal=principal.to_proto(), write_approval=body.write_approval),
         timeout=backend.timeout_s,
