@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
@@ -30,7 +31,7 @@ from sqlalchemy import MetaData
 from reviewloop import telemetry
 from reviewloop.config import ServiceConfig
 from reviewloop.contract import CONTRACT_VERSION
-from reviewloop.errors import DomainError
+from reviewloop.errors import DomainError, invalid
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.migrations import migrate
 from reviewloop.storage.outbox import Relay, ingest_method
@@ -98,9 +99,44 @@ class ServiceSpec:
     background: Callable[[Database, Peers], Sequence[Callable[[], Coroutine[Any, Any, None]]]] | None = None
 
 
+def nul_field(message: Message, path: str = "") -> str | None:
+    """The JSON-pointer path of the first string holding a NUL character, or None.
+
+    PostgreSQL cannot store NUL in text, so every service refuses it at the door with a 400 rather than
+    failing (500) at the first write; SQLite stores it, which would make the two backends disagree."""
+    for descriptor, value in message.ListFields():
+        where = f"{path}/{descriptor.name}"
+        if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
+            for key, item in value.items():
+                if isinstance(item, Message):
+                    found = nul_field(item, f"{where}/{key}")
+                elif "\x00" in f"{key}{item}":
+                    found = f"{where}/{key}"
+                else:
+                    found = None
+                if found:
+                    return found
+            continue
+        items = list(enumerate(value)) if descriptor.is_repeated else [(None, value)]
+        for index, item in items:
+            here = where if index is None else f"{where}/{index}"
+            if isinstance(item, Message):
+                if found := nul_field(item, here):
+                    return found
+            elif isinstance(item, str) and "\x00" in item:
+                return here
+    return None
+
+
+def _refuse_nul(request: Any) -> None:
+    if isinstance(request, Message) and (where := nul_field(request)):
+        raise invalid(where, "must not contain a NUL character")
+
+
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
+            _refuse_nul(request)
             return await behavior(request, context)
         except DomainError as error:
             await context.abort_with_status(rpc_status.to_status(error.to_status()))
@@ -116,6 +152,7 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaita
 def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
+            _refuse_nul(request)
             async for item in behavior(request, context):
                 yield item
         except DomainError as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import Api, draft
@@ -76,3 +78,20 @@ async def test_a_revoked_key_stops_working_at_once(api: Api) -> None:
     revoked = await api.http.post(f"/v1/admin/api-keys/{key['key_id']}/revoke", headers=api.admin)
     assert revoked.status_code == 200
     assert_problem(await api.http.get("/v1/reviews", headers=headers), 401, "unauthorized")
+
+
+@pytest.mark.parametrize(
+    ("bad", "status"),
+    [("Hi\u0000there", 400), ("Hi\ud800there", 422)],
+    ids=["nul-refused-by-the-service", "lone-surrogate-refused-at-the-edge"],
+)
+async def test_text_no_store_can_hold_is_refused_naming_the_field(api: Api, bad: str, status: int) -> None:
+    agent = await api.agent()
+    response = await api.http.post(
+        "/v1/messages",
+        content=json.dumps(draft(body_text=bad)).encode(),
+        headers={**agent, "content-type": "application/json"},
+    )
+    problem = assert_problem(response, status, "bad_request")
+    assert problem["errors"][0]["field"] == "/body_text"  # type: ignore[index]
+    assert (await api.http.get("/v1/reviews", headers=agent)).json()["reviews"] == []
