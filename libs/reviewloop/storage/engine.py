@@ -20,9 +20,14 @@ def is_sqlite(engine: AsyncEngine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
+# Set on the connections of a unit of work (``Database.writer``): on SQLite they BEGIN IMMEDIATE.
+WRITE_OPTION = "reviewloop_write"
+
+
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
-    """An async engine for ``url``. SQLite gets WAL, foreign keys, a busy timeout and ``BEGIN
-    IMMEDIATE`` (so two writers queue on the lock instead of failing on upgrade)."""
+    """An async engine for ``url``. SQLite gets WAL, foreign keys and a busy timeout; a unit of work
+    begins IMMEDIATE (two writers queue on the lock instead of failing on upgrade), while reads begin
+    DEFERRED, so under WAL they never wait for a writer."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True, **kwargs)
@@ -42,7 +47,8 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        writes = connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN DEFERRED")
 
     return engine
 
@@ -51,7 +57,8 @@ class Database:
     """A service's store: the engine plus the hook that wakes its outbox relay after a commit."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
+        self.engine = engine  # for reads: ``async with db.engine.connect()``
+        self.writer = engine.execution_options(**{WRITE_OPTION: True})  # for writes; see transaction()
         self.after_commit: list[Callable[[], None]] = []
 
     @property
@@ -61,7 +68,7 @@ class Database:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[UnitOfWork]:
         """One unit of work: commit on success, roll back on any exception, then wake the relays."""
-        async with self.engine.begin() as conn:
+        async with self.writer.begin() as conn:
             uow = UnitOfWork(conn)
             yield uow
             await uow.flush_events()

@@ -11,7 +11,7 @@ from alembic.config import Config
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from reviewloop.storage.engine import make_engine
+from reviewloop.storage.engine import WRITE_OPTION, make_engine
 
 _ENV_DIR = Path(__file__).parent / "alembic"
 
@@ -33,7 +33,7 @@ async def migrate(engine: AsyncEngine, versions_dir: Path, metadata: MetaData) -
         cfg.attributes["connection"] = sync_conn
         command.upgrade(cfg, "head")
 
-    async with engine.begin() as conn:
+    async with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
         await conn.run_sync(upgrade)
 
 
@@ -49,6 +49,6 @@ async def new_revision(versions_dir: Path, metadata: MetaData, message: str) -> 
             cfg.attributes["connection"] = sync_conn
             command.revision(cfg, message=message, autogenerate=True, version_path=str(versions_dir))
 
-        async with engine.begin() as conn:
+        async with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
             await conn.run_sync(revision)
         await engine.dispose()
