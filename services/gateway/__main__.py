@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import uvicorn
-from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from reviewloop import telemetry
 
 from gateway.app import create_app
@@ -17,7 +16,9 @@ def main() -> None:
     settings = GatewaySettings.from_env()
     provider = telemetry.setup("gateway", settings.data_dir, settings.otlp_endpoint)
     app = create_app(settings)
-    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, excluded_urls="healthz")
+    # FastAPI traces each request itself (a SERVER span named after the route template, the incoming
+    # traceparent honoured) once a tracer provider is installed; contrib's FastAPIInstrumentor would add
+    # a second span per request and re-match every route to name it.
     try:
         uvicorn.run(
             app,
