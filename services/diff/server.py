@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import grpc
+from google.protobuf import json_format
 from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
 from reviewloop.service import Peers, Registration
 from reviewloop.storage import Database
@@ -32,7 +33,9 @@ def fields_from_proto(message: diff_pb2.MessageFields) -> MessageFields:
 
 
 def diff_to_proto(diff: StoredDiff) -> diff_pb2.Diff:
+    structured = json_format.Parse(diff.diff_json, diff_pb2.DiffJson())
     return diff_pb2.Diff(
+        structured=structured,
         review_id=diff.key.review_id,
         from_revision=diff.key.from_revision,
         to_revision=diff.key.to_revision,

@@ -27,12 +27,14 @@ PROTO_MESSAGES: dict[str, list[str]] = {
         "reviewloop.review.v1.review_pb2.ReviewFeedback",
         "reviewloop.review.v1.review_pb2.GetFeedbackResponse",
     ],
-    "DiffHunk": ["reviewloop.diff.v1.diff_pb2.DiffHunk", "reviewloop.diff.v1.diff_pb2.Hunk"],
+    "DiffHunk": ["reviewloop.diff.v1.diff_pb2.DiffHunk"],
     "DiffJson": ["reviewloop.diff.v1.diff_pb2.DiffJson"],
     "ReviewerDecisionResult": [
         "reviewloop.review.v1.review_pb2.ReviewerDecisionResult",
-        "reviewloop.review.v1.review_pb2.ReviewerDecideResponse",
+        "reviewloop.review.v1.review_pb2.ReviewerDecision",
     ],
+    "ReviewerDecisionRequest": ["reviewloop.review.v1.review_pb2.DecideRequest"],
+    "ReviewChatRequest": ["reviewloop.review.v1.review_pb2.PostChatRequest"],
 }
 
 
@@ -60,7 +62,8 @@ def _repeated(field: Any) -> bool:
 
 def _adapt(value: dict[str, Any], message: type[Message] | Any) -> dict[str, Any]:
     """The spec's JSON as the proto's JSON: free-form objects travel as ``<name>_json`` strings, a
-    category's risk overrides nest under ``overrides``, and ``null`` means unset."""
+    category's risk overrides nest under ``overrides``, lowercase enums are prefixed value names, and
+    ``null`` means unset."""
     descriptor: Any = message.DESCRIPTOR
     fields: Any = descriptor.fields_by_name
     out: dict[str, Any] = {}
@@ -74,6 +77,9 @@ def _adapt(value: dict[str, Any], message: type[Message] | Any) -> dict[str, Any
             ):
                 sub = field.message_type._concrete_class
                 out[key] = [_adapt(i, sub) for i in item] if isinstance(item, list) else _adapt(item, sub)
+            elif field.type == FieldDescriptor.TYPE_ENUM and isinstance(item, str):
+                # The JSON's lowercase enum is the proto value's name without its type prefix.
+                out[key] = next(v.name for v in field.enum_type.values if v.name.lower().endswith("_" + item))
             elif (
                 field.type == FieldDescriptor.TYPE_STRING
                 and not _repeated(field)

@@ -8,17 +8,19 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 from gateway.app import create_app
+from gateway.problems import problem_body
 from gateway.settings import GatewaySettings
 from google.protobuf import json_format
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
-from reviewloop.errors import Code
+from reviewloop.errors import Code, DomainError, from_rpc_error
 
 from tests.conftest import Api
 from tests.contract.conformance import parse_proto, proto_message, renamed, schema_errors
-from tests.contract.examples import CANONICAL, NUDGES, RULE
+from tests.contract.examples import CANONICAL, NUDGES, PROBLEM, RULE
 
 EXAMPLES = [pytest.param(shape, example, id=name) for shape, name, example in CANONICAL]
 
@@ -50,12 +52,36 @@ def test_canonical_example_validates_against_its_component_schema(
     assert schema_errors(document, shape, example) == []
 
 
-@pytest.mark.parametrize(("shape", "example"), EXAMPLES)
+@pytest.mark.parametrize(
+    ("shape", "example"),
+    [pytest.param(shape, example, id=name) for shape, name, example in CANONICAL if shape != "Problem"],
+)
 def test_canonical_example_parses_into_its_protobuf_message(shape: str, example: dict[str, Any]) -> None:
-    if proto_message(shape) is None:
-        pytest.skip(f"no protobuf message carries {shape} yet")
+    assert proto_message(shape) is not None, f"no protobuf message carries {shape}"
     parsed = parse_proto(shape, example)
     assert parsed.ByteSize() > 0
+
+
+def test_the_problem_example_travels_as_a_google_rpc_status_and_back() -> None:
+    """A Problem's wire form between services is google.rpc.Status (ErrorInfo + RecoveryFacts): the
+    canonical example, raised by a service, reaches the agent as exactly the same problem+json."""
+    facts = {e["code"]: e["detail"] for e in PROBLEM["errors"]}
+    raised = DomainError(
+        Code(PROBLEM["code"]),
+        PROBLEM["detail"],
+        state=facts["state"],
+        revision=facts["revision"],
+        version=facts["version"],
+        allowed_actions=[e["detail"] for e in PROBLEM["errors"] if e["code"] == "allowed_action"],
+    )
+    status = raised.to_status()
+    wire = grpc.aio.AioRpcError(
+        raised.grpc_code,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(("grpc-status-details-bin", status.SerializeToString())),
+        details=status.message,
+    )
+    assert problem_body(from_rpc_error(wire), PROBLEM["status"]) == PROBLEM
 
 
 def test_every_manifest_shape_is_a_component_schema(document: dict[str, Any]) -> None:

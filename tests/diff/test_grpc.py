@@ -46,6 +46,11 @@ async def test_compute_then_get_returns_the_stored_diff(diff_stub: diff_pb2_grpc
     body = orjson.loads(computed.diff_json)
     assert body["fields_changed"] == ["subject", "body_text", "to"]
     assert [h["field"] for h in body["hunks"]] == ["subject", "body_text", "to"]
+    typed = computed.structured
+    assert list(typed.fields_changed) == body["fields_changed"]
+    assert [(h.field, h.op, h.before, h.after) for h in typed.hunks] == [
+        (h["field"], h["op"], h["before"], h["after"]) for h in body["hunks"]
+    ]
     assert computed.diff_unified.startswith("--- a/subject\n+++ b/subject\n@@ -1 +1 @@\n")
     assert len(computed.input_sha256) == 64
 
