@@ -1,7 +1,9 @@
-"""The foundation slice through real processes on SQLite: submit and cancel over HTTP."""
+"""The foundation slice through real processes on SQLite: one client's latency per verb, then the
+gateway's throughput with 8 concurrent connections reading a review (gateway -> review_state -> JSON)."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import time
 from pathlib import Path
@@ -9,6 +11,24 @@ from pathlib import Path
 from tests.conftest import Api, Databases, draft, start_stack
 
 ROUNDS = 200
+CONNECTIONS = 8
+LOAD_SECONDS = 5.0
+
+
+async def _load(api: Api, path: str, headers: dict[str, str]) -> tuple[list[float], int]:
+    """Each of CONNECTIONS workers loops on ``path`` for LOAD_SECONDS; returns latencies and count."""
+    samples: list[float] = []
+    deadline = time.perf_counter() + LOAD_SECONDS
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            response = await api.http.get(path, headers=headers)
+            assert response.status_code == 200, response.text
+            samples.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
+    return samples, len(samples)
 
 
 async def run() -> list[tuple[str, list[float], str]]:
@@ -29,10 +49,16 @@ async def run() -> list[tuple[str, list[float], str]]:
                     f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent
                 )
                 cancel.append(time.perf_counter() - started)
+            loaded, count = await _load(api, f"/v1/reviews/{review_id}", agent)
         finally:
             await api.http.aclose()
             stack.stop_all()
     return [
         ("slice: POST /v1/messages (sqlite)", submit, "gateway -> review_state, one client"),
-        ("slice: POST /v1/reviews/{id}/cancel (sqlite)", cancel, "CAS + outbox row"),
+        ("slice: POST /v1/reviews/{id}/cancel (sqlite)", cancel, "CAS + outbox row, one client"),
+        (
+            f"slice: GET /v1/reviews/{{id}} x{CONNECTIONS} connections",
+            loaded,
+            f"{count / LOAD_SECONDS:.0f} requests/s; the load generator shares the two cores",
+        ),
     ]
