@@ -21,9 +21,15 @@ from sqlalchemy import func, select
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 
 
-class Unavailable(grpc.aio.AioRpcError):
-    def __init__(self) -> None:
-        super().__init__(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down")
+class Refused(grpc.aio.AioRpcError):
+    """What a receiver answers: UNAVAILABLE when it is down, INVALID_ARGUMENT when it refuses one event."""
+
+    def __init__(self, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> None:
+        super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), code.name)
+
+
+def number(event: common_pb2.Event) -> int:
+    return int(event.payload.decode().split(":")[1].strip("}"))
 
 
 async def write_events(db: Database, per_aggregate: int, aggregates: int) -> None:
@@ -38,7 +44,7 @@ async def drain(relays: list[Relay]) -> None:
         pass
 
 
-async def test_a_failing_head_holds_back_its_aggregate_only(
+async def test_a_refused_head_holds_back_its_aggregate_only(
     open_db: OpenDb, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = await open_db(SPEC)
@@ -48,8 +54,8 @@ async def test_a_failing_head_holds_back_its_aggregate_only(
 
     async def deliver(event: common_pb2.Event) -> None:
         if event.aggregate_id in down:
-            raise Unavailable()
-        seen.append((event.aggregate_id, int(event.payload.decode().split(":")[1].strip("}"))))
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT)
+        seen.append((event.aggregate_id, number(event)))
 
     relay = Relay(db, {"nudge": deliver})
     await drain([relay])
@@ -62,6 +68,37 @@ async def test_a_failing_head_holds_back_its_aggregate_only(
     assert seen[3:] == [("rr_0", 0), ("rr_0", 1), ("rr_0", 2)]
 
 
+async def test_a_receiver_that_was_down_gets_the_backlog_in_outbox_order(
+    open_db: OpenDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=2, aggregates=3)  # ids: rr_0, rr_1, rr_2, rr_0, rr_1, rr_2
+    receiver_up = False
+    calls = 0
+    seen: list[tuple[str, int]] = []
+
+    async def deliver(event: common_pb2.Event) -> None:
+        nonlocal calls
+        calls += 1
+        if not receiver_up:
+            raise Refused()
+        seen.append((event.aggregate_id, number(event)))
+
+    monkeypatch.setattr("reviewloop.storage.outbox.backoff_s", lambda failures: 0.05)
+    relay = Relay(db, {"nudge": deliver})
+    for _ in range(3):  # rounds while the receiver is down: one probe each, no row charged
+        await relay.drain_once()
+        await asyncio.sleep(0.06)
+    assert calls == 3
+    async with db.engine.connect() as conn:
+        attempts = (await conn.execute(select(OUTBOX.c.attempts))).scalars().all()
+    assert set(attempts) == {0}
+
+    receiver_up = True
+    await drain([relay])
+    assert seen == [("rr_0", 0), ("rr_1", 0), ("rr_2", 0), ("rr_0", 1), ("rr_1", 1), ("rr_2", 1)]
+
+
 async def test_replicas_share_the_outbox_delivering_each_event_once_in_order(open_db: OpenDb) -> None:
     db = await open_db(SPEC)
     await write_events(db, per_aggregate=5, aggregates=20)
@@ -71,7 +108,7 @@ async def test_replicas_share_the_outbox_delivering_each_event_once_in_order(ope
     async def deliver(event: common_pb2.Event) -> None:
         await asyncio.sleep(random.random() / 1000)
         ids.append(event.event_id)
-        seen[event.aggregate_id].append(int(event.payload.decode().split(":")[1].strip("}")))
+        seen[event.aggregate_id].append(number(event))
 
     replicas = [Relay(db, {"nudge": deliver}, batch_size=7) for _ in range(3)]
     await drain(replicas)
@@ -87,7 +124,7 @@ async def test_prune_forgets_old_deliveries_and_keeps_undelivered_rows(open_db: 
 
     async def deliver_first_only(event: common_pb2.Event) -> None:
         if b'"n":1' in event.payload:
-            raise Unavailable()
+            raise Refused()
 
     await Relay(db, {"nudge": deliver_first_only}).drain_once()
     await prune(db, utcnow() + timedelta(seconds=1))

@@ -5,6 +5,10 @@ aggregate, leases it, delivers it and marks it delivered; the next row of that a
 head only then. On PostgreSQL the claim is ``FOR UPDATE SKIP LOCKED`` so replicas share the work; a
 lease that outlives a crashed relay simply expires. Delivery is at-least-once; receivers deduplicate
 on ``event_id`` (``schema.first_delivery``).
+
+Two kinds of failure back off differently. A receiver that is down (UNAVAILABLE, a deadline) backs off
+the whole destination and charges no row, so when it returns the backlog goes out in outbox order. A
+receiver that refuses one event backs off that row only, holding back its aggregate and nothing else.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,6 +36,10 @@ log = logging.getLogger(__name__)
 
 LEASE = timedelta(seconds=30)
 MAX_BACKOFF_S = 30.0
+MAX_DESTINATION_BACKOFF_S = 10.0
+RECEIVER_DOWN = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
 PRUNE_EVERY_S = 60.0
 
 Deliver = Callable[[common_pb2.Event], Awaitable[None]]
@@ -48,6 +57,12 @@ def ingest_method(channel: grpc.aio.Channel, service_full_name: str) -> Deliver:
         await call(common_pb2.IngestRequest(events=[event]), timeout=10)
 
     return deliver
+
+
+@dataclass(frozen=True)
+class Failure:
+    code: grpc.StatusCode
+    text: str
 
 
 def backoff_s(attempts: int) -> float:
@@ -69,6 +84,9 @@ class Relay:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.db.after_commit.append(self._wake.set)
+        # Per destination: consecutive "receiver down" failures and when to try it again (monotonic).
+        self._down_failures: dict[str, int] = {}
+        self._down_until: dict[str, float] = {}
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="outbox-relay")
@@ -98,25 +116,39 @@ class Relay:
                 await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
 
     async def drain_once(self) -> int:
-        """Claim the current heads, deliver them, record the outcome. Returns how many were delivered."""
+        """Claim the current heads, deliver them in outbox order, record the outcome. Returns how many
+        were delivered."""
         claimed = await self._claim()
         delivered = 0
         for row in claimed:
-            error = await self._deliver(row)
-            values: dict[str, object]
+            values: dict[str, object] = {"claimed_until": None}
+            if self._is_down(row.destination):
+                pass  # the receiver went down earlier in this round: hand the claim back untouched
+            elif (failure := await self._deliver(row)) is None:
+                self._down_failures.pop(row.destination, None)
+                values.update(delivered_at=utcnow(), last_error=None)
+                delivered += 1
+            elif failure.code in RECEIVER_DOWN:
+                self._mark_down(row.destination)
+                values.update(last_error=failure.text)
+            else:
+                values.update(
+                    attempts=row.attempts + 1,
+                    next_attempt_at=utcnow() + timedelta(seconds=backoff_s(row.attempts)),
+                    last_error=failure.text,
+                )
             async with self.db.transaction() as uow:
-                if error is None:
-                    values = {"delivered_at": utcnow(), "claimed_until": None, "last_error": None}
-                    delivered += 1
-                else:
-                    values = {
-                        "attempts": row.attempts + 1,
-                        "next_attempt_at": utcnow() + timedelta(seconds=backoff_s(row.attempts)),
-                        "claimed_until": None,
-                        "last_error": error[:1000],
-                    }
                 await uow.conn.execute(update(OUTBOX).where(OUTBOX.c.id == row.id).values(**values))
         return delivered
+
+    def _is_down(self, destination: str) -> bool:
+        return self._down_until.get(destination, 0.0) > time.monotonic()
+
+    def _mark_down(self, destination: str) -> None:
+        failures = self._down_failures.get(destination, 0)
+        self._down_failures[destination] = failures + 1
+        pause = min(MAX_DESTINATION_BACKOFF_S, backoff_s(failures))
+        self._down_until[destination] = time.monotonic() + pause
 
     async def _claim(self) -> list[Row[Any]]:
         now = utcnow()
@@ -129,11 +161,14 @@ class Relay:
                 earlier.c.id < OUTBOX.c.id,
             )
         )
+        reachable = [d for d in self.subscribers if not self._is_down(d)]
+        if not reachable:
+            return []
         heads = (
             select(OUTBOX)
             .where(
                 OUTBOX.c.delivered_at.is_(None),
-                OUTBOX.c.destination.in_(list(self.subscribers)),
+                OUTBOX.c.destination.in_(reachable),
                 OUTBOX.c.next_attempt_at <= now,
                 (OUTBOX.c.claimed_until.is_(None)) | (OUTBOX.c.claimed_until < now),
                 is_head,
@@ -152,7 +187,7 @@ class Relay:
                 )
         return rows
 
-    async def _deliver(self, row: Row[Any]) -> str | None:
+    async def _deliver(self, row: Row[Any]) -> Failure | None:
         occurred = Timestamp()
         occurred.FromDatetime(row.occurred_at)
         event = common_pb2.Event(
@@ -172,7 +207,7 @@ class Relay:
                 await self.subscribers[row.destination](event)
             except grpc.aio.AioRpcError as exc:
                 log.warning("outbox delivery to %s failed: %s", row.destination, exc.code())
-                return f"{exc.code().name}: {exc.details()}"
+                return Failure(exc.code(), f"{exc.code().name}: {exc.details()}"[:1000])
         return None
 
 
