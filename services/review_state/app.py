@@ -41,7 +41,6 @@ from review_state.domain.mime import build_message
 from review_state.domain.submission import (
     CHAT_MAX,
     GRADUATED,
-    MAX_REVIEWER_HOPS,
     Attachment,
     Draft,
     Policy,
@@ -1250,8 +1249,55 @@ async def _decide(
         return replay[0], ""
     current = await _precheck(env.db, principal, review_id, verb, decision.revision, decision.version)
     hold: str | None = None
-    if actor is Actor.REVIEW_AGENT and verb in (Verb.APPROVE, Verb.EDIT):
-        hold = await _reviewer_breaker(env, principal, current)
+    receipt: str | None = None
+    if actor is Actor.REVIEW_AGENT:
+        # Every review-agent round is admitted by dispatch_budget before it acts; a spent budget is
+        # the hop limit, and the draft goes to a human whatever the reviewer decided.
+        receipt = await env.peers.admit_reviewer_round(
+            principal,
+            review_id,
+            f"{review_id}:{decision.revision}:{decision.version}",
+            first_round=current.reviewer_hops == 0,
+        )
+        if receipt is None:
+            hold = "max_hops_reached"
+        elif verb in (Verb.APPROVE, Verb.EDIT):
+            hold = await _reviewer_breaker(env, principal, current)
+    try:
+        review = await _apply_decision(
+            env, principal, current, decision, verb, actor, hold, fields, idempotency_key
+        )
+    except DomainError:
+        if receipt is not None:
+            # Refused after admission (a concurrent writer won): the round ends without a verdict.
+            await _settle_round(env, principal, receipt, no_verdict_reason="superseded")
+        raise
+    if receipt is not None:
+        await _settle_round(env, principal, receipt, verdict="pass" if verb is Verb.APPROVE else "issues")
+    return review, hold or ""
+
+
+async def _settle_round(env: Env, principal: Principal, receipt: str, **outcome: str) -> None:
+    """Record how an admitted round ended. The decision has already happened either way; an
+    unsettled receipt stays spent (dispatch_budget fails closed), so a lost settlement only logs."""
+    try:
+        await env.peers.settle_reviewer_round(principal, receipt, **outcome)
+    except DomainError as error:
+        log.warning("review-agent round %s not settled: %s", receipt, error)
+
+
+async def _apply_decision(
+    env: Env,
+    principal: Principal,
+    current: Review,
+    decision: Decision,
+    verb: Verb,
+    actor: Actor,
+    hold: str | None,
+    fields: dict[str, Any],
+    idempotency_key: str,
+) -> Review:
+    review_id = current.id
     edited: dict[str, Any] | None = None
     diff = None
     if verb is Verb.EDIT and hold is None:
@@ -1282,7 +1328,7 @@ async def _decide(
             decision.revision,
             expected_version=decision.version,
             **_decision_changes(verb, before, edited, now),
-            # Each review-agent round is a hop; past MAX_REVIEWER_HOPS the draft is forced to a human.
+            # Each review-agent round is a hop, counted here for the reader; dispatch_budget bounds them.
             reviewer_hops=before.reviewer_hops + (actor is Actor.REVIEW_AGENT),
         )
         changed = edited is not None and (
@@ -1327,7 +1373,7 @@ async def _decide(
     review, _, replayed = await _idempotent(env.db, principal, idempotency_key, fields, act)
     if not replayed and review.state is State.APPROVED:
         review = await deliver(env, review)
-    return review, hold or ""
+    return review
 
 
 async def _hold(
@@ -1358,8 +1404,6 @@ async def _hold(
 
 async def _reviewer_breaker(env: Env, principal: Principal, review: Review) -> str | None:
     """The circuit breakers of the review-agent plane, by name, or None when the release may go out."""
-    if review.reviewer_hops >= MAX_REVIEWER_HOPS:
-        return "max_hops_reached"
     dial = await env.peers.get_dial(principal, review.category_id)
     async with env.db.engine.connect() as conn:
         first_contact = not await store.has_contacted(

@@ -96,6 +96,12 @@ class Collaborators(Protocol):
     async def consume_auto_send(
         self, principal: Principal, category_id: str, review_id: str, cap_per_day: int
     ) -> bool: ...
+    async def admit_reviewer_round(
+        self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
+    ) -> str | None: ...
+    async def settle_reviewer_round(
+        self, principal: Principal, receipt_id: str, verdict: str = "", no_verdict_reason: str = ""
+    ) -> None: ...
 
 
 _TOKEN = {
@@ -230,3 +236,56 @@ class GrpcCollaborators:
             ),
         )
         return bool(reply.allowed)
+
+    async def admit_reviewer_round(
+        self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
+    ) -> str | None:
+        """Admit one review-agent round, or None when the review's round budget is spent.
+
+        A review is its own canonical run in dispatch_budget (there is no PR), recorded on its first
+        round. The attempt key names the (revision, version) decided on, so a retried decision
+        reattaches to its receipt instead of spending a second round."""
+        request = budget_pb2.AdmitReviewRoundRequest(
+            principal=principal.to_proto(),
+            run_id=review_id,
+            attempt_key=attempt_key,
+            kind=budget_pb2.ATTEMPT_KIND_INITIAL if first_round else budget_pb2.ATTEMPT_KIND_RECHECK,
+            # The first round is the composer's request; later ones re-review a redraft.
+            trigger=budget_pb2.LAUNCH_TRIGGER_OPERATOR_REQUEST
+            if first_round
+            else budget_pb2.LAUNCH_TRIGGER_FIX_REREVIEW,
+        )
+        what = "the review-agent round budget"
+        try:
+            try:
+                reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
+            except DomainError as error:
+                if error.code is not Code.NOT_FOUND:
+                    raise
+                await _call(
+                    "dispatch_budget",
+                    what,
+                    self.budget.RecordRun,
+                    budget_pb2.RecordRunRequest(principal=principal.to_proto(), run_id=review_id),
+                )
+                reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
+        except DomainError as error:
+            if error.code is Code.QUOTA_EXCEEDED:
+                return None
+            raise
+        return str(reply.receipt.receipt_id)
+
+    async def settle_reviewer_round(
+        self, principal: Principal, receipt_id: str, verdict: str = "", no_verdict_reason: str = ""
+    ) -> None:
+        await _call(
+            "dispatch_budget",
+            "the review-agent round's settlement",
+            self.budget.SettleAttempt,
+            budget_pb2.SettleAttemptRequest(
+                principal=principal.to_proto(),
+                receipt_id=receipt_id,
+                verdict=verdict,
+                no_verdict_reason=no_verdict_reason,
+            ),
+        )

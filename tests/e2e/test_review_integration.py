@@ -212,3 +212,31 @@ async def test_a_review_agent_releases_or_is_overridden_by_a_breaker(api: Api) -
         headers=reviewer,
     )
     assert held.json()["kind"] == "sent_to_human" and held.json()["forced_by_breaker"] == "low_confidence"
+
+
+async def test_review_agent_rounds_spend_the_reviews_round_budget_in_dispatch_budget(api: Api) -> None:
+    project, agent, human = await _setup(api)
+    reviewer = api.auth((await api.key(project["project_id"], "review_agent"))["api_key"])
+    review_id = (await api.http.post("/v1/messages", json=draft(confidence=0.9), headers=agent)).json()[
+        "review_id"
+    ]
+
+    async def decide(action: str) -> dict[str, Any]:
+        review = (await api.http.get(f"/v1/reviews/{review_id}", headers=human)).json()
+        answer = await api.http.post(
+            f"/v1/reviews/{review_id}/decision",
+            json={"action": action, "revision": review["revision"], "version": review["version"]},
+            headers=reviewer,
+        )
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    budget_url = f"/v1/review-rounds/budget?run_id={review_id}"
+    for round_ in range(1, 6):
+        assert (await decide("escalate"))["kind"] == "sent_to_human"
+        budget = (await api.http.get(budget_url, headers=reviewer)).json()
+        assert (budget["used"], budget["limit"]) == (round_, 5)
+    assert budget["exhausted"] is True
+    forced = await decide("approve")
+    assert (forced["kind"], forced["forced_by_breaker"]) == ("sent_to_human", "max_hops_reached")
+    assert (await api.http.get(budget_url, headers=reviewer)).json()["admissions"] == 5

@@ -53,6 +53,11 @@ class FakePeers:
     never_graduate: bool = False
     dial: Dial = field(default_factory=lambda: Dial(0.7, False, 0.0, 200))
     cap_left: int = 1000
+    round_limit: int = 5
+    # attempt key -> [review id, receipt id, settlement]; settlement is "" until settled
+    rounds: dict[str, list[str]] = field(default_factory=dict)
+    # run while a round is being admitted: a concurrent writer a test wants to win the race
+    on_admit: Callable[[], Awaitable[Any]] | None = None
     down: bool = False
     rules_saved: list[dict[str, Any]] = field(default_factory=list)
     diffs: dict[tuple[str, int, int], str] = field(default_factory=dict)
@@ -108,6 +113,28 @@ class FakePeers:
         self._check()
         self.cap_left -= 1
         return self.cap_left >= 0
+
+    async def admit_reviewer_round(
+        self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
+    ) -> str | None:
+        self._check()
+        if attempt_key in self.rounds:
+            return self.rounds[attempt_key][1]
+        spent = [r for r in self.rounds.values() if r[0] == review_id and r[2] != "superseded"]
+        if len(spent) >= self.round_limit:
+            return None
+        self.rounds[attempt_key] = [review_id, f"rcpt_{len(self.rounds) + 1}", ""]
+        if self.on_admit is not None:
+            await self.on_admit()
+        return self.rounds[attempt_key][1]
+
+    async def settle_reviewer_round(
+        self, principal: Principal, receipt_id: str, verdict: str = "", no_verdict_reason: str = ""
+    ) -> None:
+        self._check()
+        for round_ in self.rounds.values():
+            if round_[1] == receipt_id:
+                round_[2] = verdict or no_verdict_reason
 
 
 class SwitchProvider(EmlProvider):

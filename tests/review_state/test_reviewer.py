@@ -82,18 +82,50 @@ async def test_the_human_always_wins_a_reviewer_holding_an_old_version_is_stale(
     assert caught.value.code is Code.STALE and caught.value.version == opened.version
 
 
-async def test_max_hops_forces_the_human(env: Env) -> None:
+async def test_each_round_is_admitted_and_a_spent_budget_forces_the_human(env: Env) -> None:
+    fake = peers(env)
     review = await _confident(env)
-    for _ in range(3):
+    for _ in range(fake.round_limit):
         current, _ = await app.get_review(env, HUMAN, review.id)
         await app.reviewer_decide(
             env, REVIEWER, review.id, Decision("escalate", current.revision, current.version)
         )
+    assert [r[2] for r in fake.rounds.values()] == ["issues"] * fake.round_limit
     current, _ = await app.get_review(env, HUMAN, review.id)
     result = await app.reviewer_decide(
         env, REVIEWER, review.id, Decision("approve", current.revision, current.version)
     )
-    assert result.forced_by_breaker == "max_hops_reached"
+    assert (result.kind, result.forced_by_breaker) == ("sent_to_human", "max_hops_reached")
+    assert result.review.gate_outcome == "held:max_hops_reached"
+    assert len(fake.rounds) == fake.round_limit  # the refused round spent nothing
+
+
+async def test_a_stale_reviewer_spends_no_round_and_a_budget_outage_writes_nothing(env: Env) -> None:
+    fake = peers(env)
+    review = await _confident(env)
+    fake.down = True
+    with pytest.raises(DomainError) as down:
+        await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
+    assert down.value.code is Code.UNAVAILABLE
+    fake.down = False
+    unchanged, _ = await app.get_review(env, HUMAN, review.id)
+    assert (unchanged.state.value, unchanged.version) == ("needs_review", review.version)
+    await app.open_review(env, HUMAN, review.id, 1, 1)
+    with pytest.raises(DomainError) as stale:
+        await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
+    assert stale.value.code is Code.STALE
+    assert fake.rounds == {}  # refused by the CAS before admission: no round spent
+
+
+async def test_a_round_overtaken_after_admission_ends_without_a_verdict(env: Env) -> None:
+    fake = peers(env)
+    review = await _confident(env)
+    fake.on_admit = lambda: app.open_review(env, HUMAN, review.id, 1, 1)
+    with pytest.raises(DomainError) as stale:
+        await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
+    assert stale.value.code is Code.STALE
+    # The round is settled as no-verdict, so it is given back to the budget.
+    assert [r[2] for r in fake.rounds.values()] == ["superseded"]
 
 
 async def test_only_a_human_attaches_a_rule_and_only_keys_of_the_plane_decide(env: Env) -> None:

@@ -298,7 +298,6 @@ def _replace(draft: Draft, **changes: Any) -> Draft:
 # --- the gates ------------------------------------------------------------------------------
 
 GRADUATED = frozenset({"auto_notify", "auto_silent"})
-MAX_REVIEWER_HOPS = 3
 
 
 @dataclass(frozen=True)
