@@ -25,7 +25,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import problems, store
-from gateway.auth import authenticate
+from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
@@ -238,6 +238,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         generate_unique_id_function=lambda route: route.operation_id or route.name,
     )
     app.state.settings = settings
+    app.state.key_cache = KeyCache(settings.key_cache_s)
     problems.install(app)
     for module in (reviews, events, rules, budget, admin):
         app.include_router(module.router)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hmac
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -25,6 +27,38 @@ class Caller:
         return self.principal is None or self.principal.actor_kind is ActorKind.ADMIN
 
 
+class KeyCache:
+    """Keys this gateway authenticated in the last ``ttl_s`` seconds, by hash, so a request costs no
+    store read. Revoking through this gateway forgets the key at once; another gateway replica stops
+    honouring it within ``ttl_s`` (0 turns the cache off). Only live keys are cached."""
+
+    def __init__(self, ttl_s: float, max_entries: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[float, store.ApiKey]] = OrderedDict()
+
+    def get(self, key_hash: str) -> store.ApiKey | None:
+        entry = self._entries.get(key_hash)
+        if entry is None:
+            return None
+        if entry[0] < time.monotonic():
+            del self._entries[key_hash]
+            return None
+        return entry[1]
+
+    def put(self, key_hash: str, key: store.ApiKey) -> None:
+        if self.ttl_s <= 0:
+            return
+        self._entries[key_hash] = (time.monotonic() + self.ttl_s, key)
+        self._entries.move_to_end(key_hash)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def forget(self, key_id: str) -> None:
+        for key_hash in [h for h, (_, key) in self._entries.items() if key.key_id == key_id]:
+            del self._entries[key_hash]
+
+
 async def authenticate(request: Request) -> Caller:
     header = request.headers.get("authorization", "")
     scheme, _, secret = header.partition(" ")
@@ -34,10 +68,16 @@ async def authenticate(request: Request) -> Caller:
     state = request.app.state
     if hmac.compare_digest(secret.encode(), state.settings.admin_token.encode()):
         return Caller(principal=None, key_id=None)
-    async with state.db.engine.connect() as conn:
-        key = await store.key_by_secret(conn, secret)
-    if key is None or key.revoked_at is not None:
-        raise DomainError(Code.UNAUTHORIZED, "The API key is unknown or revoked; ask an admin for a new key.")
+    key_hash = store.hash_key(secret)
+    key = state.key_cache.get(key_hash)
+    if key is None:
+        async with state.db.engine.connect() as conn:
+            key = await store.key_by_hash(conn, key_hash)
+        if key is None or key.revoked_at is not None:
+            raise DomainError(
+                Code.UNAUTHORIZED, "The API key is unknown or revoked; ask an admin for a new key."
+            )
+        state.key_cache.put(key_hash, key)
     principal = Principal(
         org_id=key.org_id,
         project_id=key.project_id,

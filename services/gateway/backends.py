@@ -42,6 +42,7 @@ class Backends:
         return dict(zip(SERVICES, results, strict=True))
 
 
-def backends(request: Request) -> Backends:
+async def backends(request: Request) -> Backends:
+    # async, so FastAPI resolves it on the loop instead of hopping to its thread pool per request
     backends: Backends = request.app.state.backends
     return backends

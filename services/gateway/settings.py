@@ -47,6 +47,8 @@ class GatewaySettings:
     max_body_bytes: int
     backend_timeout_s: float
     otlp_endpoint: str | None
+    # How long an authenticated key is trusted without a store read; see auth.KeyCache.
+    key_cache_s: float = 1.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
@@ -61,4 +63,5 @@ class GatewaySettings:
             max_body_bytes=int(env.get("REVIEWLOOP_MAX_BODY_BYTES", DEFAULT_MAX_BODY)),
             backend_timeout_s=float(env.get("REVIEWLOOP_BACKEND_TIMEOUT_S", "10")),
             otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+            key_cache_s=float(env.get("REVIEWLOOP_GATEWAY_KEY_CACHE_S", "1")),
         )

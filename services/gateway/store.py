@@ -129,8 +129,8 @@ def _key(row: object) -> ApiKey:
     )
 
 
-async def key_by_secret(conn: AsyncConnection, secret: str) -> ApiKey | None:
-    row = (await conn.execute(select(api_keys).where(api_keys.c.key_hash == hash_key(secret)))).first()
+async def key_by_hash(conn: AsyncConnection, key_hash: str) -> ApiKey | None:
+    row = (await conn.execute(select(api_keys).where(api_keys.c.key_hash == key_hash))).first()
     return _key(row) if row else None
 
 

@@ -767,9 +767,10 @@ async def reconcile(env: Env) -> int:
 
 async def get_review(env: Env, principal: Principal, review_id: str) -> tuple[Review, list[Turn]]:
     async with env.db.engine.connect() as conn:
-        review = await _load(conn, principal, review_id)
-        turns = await store.list_turns(conn, review_id)
-    return review, turns
+        found = await store.get_review_with_turns(conn, principal.project_id, review_id)
+    if found is None:
+        raise _not_found(review_id)
+    return found
 
 
 async def list_reviews(

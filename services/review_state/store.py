@@ -399,6 +399,31 @@ async def list_turns(conn: AsyncConnection, review_id: str) -> list[Turn]:
     return [Turn(**dict(r._mapping)) for r in rows]
 
 
+_TURN_LABELS = {column.name: f"turn__{column.name}" for column in turns.c}
+
+
+async def get_review_with_turns(
+    conn: AsyncConnection, project_id: str, review_id: str
+) -> tuple[Review, list[Turn]] | None:
+    """The review and its turns in one statement: one round trip and one snapshot for the hot read
+    path. Another tenant's review reads as absent."""
+    query = (
+        select(reviews, *(turns.c[name].label(label) for name, label in _TURN_LABELS.items()))
+        .outerjoin(turns, turns.c.review_id == reviews.c.id)
+        .where(reviews.c.id == review_id, reviews.c.project_id == project_id)
+        .order_by(turns.c.seq)
+    )
+    rows = (await conn.execute(query)).all()
+    if not rows:
+        return None
+    found = [
+        Turn(**{name: row._mapping[label] for name, label in _TURN_LABELS.items()})
+        for row in rows
+        if row._mapping[_TURN_LABELS["id"]] is not None
+    ]
+    return _from_row(rows[0]), found
+
+
 async def get_turn(conn: AsyncConnection, turn_id: str) -> Turn | None:
     row = (await conn.execute(select(turns).where(turns.c.id == turn_id))).first()
     return Turn(**dict(row._mapping)) if row else None

@@ -34,6 +34,10 @@ async def test_cancel_is_one_trace_across_gateway_review_state_and_nudge(api: Ap
             "nudge ingest": any(
                 s["service"] == "nudge" and s["name"].endswith("NudgeService/Ingest") for s in in_trace
             ),
+            # The SQLAlchemy instrumentation: each store statement is a span of the same trace.
+            "review_state sql": any(
+                s["service"] == "review_state" and "db.statement" in s["attributes"] for s in in_trace
+            ),
         }
 
     deadline = time.monotonic() + 15
@@ -53,7 +57,12 @@ async def test_cancel_is_one_trace_across_gateway_review_state_and_nudge(api: Ap
     assert transitions, "no review.transition span for the cancel"
     assert transitions[0]["attributes"]["to_state"] == "cancelled"
     assert transitions[0]["service"] == "review_state"
-    assert found == {"gateway": True, "review_state relay": True, "nudge ingest": True}
+    assert found == {
+        "gateway": True,
+        "review_state relay": True,
+        "nudge ingest": True,
+        "review_state sql": True,
+    }
 
 
 async def test_traces_command_prints_the_review_as_a_tree(api: Api, stack: Stack) -> None:

@@ -101,4 +101,5 @@ async def revoke_api_key(key_id: str, caller: Admin, request: Request) -> dict[s
             raise DomainError(Code.NOT_FOUND, f"No key {key_id}.")
         check_org(caller, key.org_id)
         await store.revoke_key(uow.conn, key_id)
+    request.app.state.key_cache.forget(key_id)
     return {"key_id": key_id, "revoked": True}
