@@ -102,6 +102,18 @@ async def test_a_sixth_round_is_refused_before_anything_is_consumed(open_db: Ope
     assert (budget.budget.admissions, budget.budget.used, budget.budget.label) == (5, 5, "5/5")
 
 
+async def test_a_spent_budget_never_blocks_publication(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    await _run(db)
+    for i in range(5):
+        await _admit(db, f"a{i}")
+    assert (await app.get_round_budget(db, AGENT, "run_1")).budget.exhausted
+    # The approvals hold elsewhere; the spent budget only stops further reviewer rounds.
+    published = await _run(db, status=RunStatus.PUBLISHED)
+    assert published.status is RunStatus.PUBLISHED
+    assert (await _refused(_admit(db, "after-publish"))).code is Code.WRONG_STATE
+
+
 async def test_reattaching_reuses_the_receipt_and_spends_nothing(open_db: OpenDb) -> None:
     db = await open_db(SPEC)
     await _run(db)
