@@ -189,6 +189,8 @@ class Budget:
     scope_key: str
     budget: ReviewRoundBudget
     extension: dict[str, Any] | None = None
+    # The latest automatic launch the no-verdict cap stopped, as the gate recorded it.
+    last_launch_refusal: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -313,7 +315,10 @@ async def _merge_scope(conn: AsyncConnection, project: str, old: str, new: str) 
 async def _budget(conn: AsyncConnection, project: str, key: str, limit: int) -> Budget:
     total, no_verdict = await store.scope_counts(conn, project, key)
     return Budget(
-        key, ReviewRoundBudget(total, no_verdict, limit), await store.latest_extension(conn, project, key)
+        key,
+        ReviewRoundBudget(total, no_verdict, limit),
+        await store.latest_extension(conn, project, key),
+        await store.latest_launch_refusal(conn, project, key),
     )
 
 
@@ -364,27 +369,55 @@ async def admit_review_round(
         if RunStatus(run.status) in (RunStatus.PUBLISHED, RunStatus.ARCHIVED):
             raise DomainError(Code.WRONG_STATE, f"Run {run_id} is {run.status}; it admits no reviewer.")
         budget = await _budget(conn, project, run.scope_key, limit)
-        check_admission(budget.budget, trigger, await store.last_failures(conn, project, run.scope_key))
-        row = {
-            "receipt_id": new_id("rcpt"),
-            "project_id": project,
-            "scope_key": run.scope_key,
-            "run_id": run_id,
-            "attempt_key": attempt_key,
-            "kind": kind.value,
-            "trigger": trigger.value,
-            "head_sha": head_sha or run.head_sha,
-            "selection": selection,
-            "admitted_at": utcnow(),
-            "round": budget.budget.used + 1,
-            "outcome": None,
-            "reason": None,
-            "verdict": None,
-            "settled_at": None,
-        }
-        await conn.execute(store.admissions.insert().values(**row))
-        after = await _budget(conn, project, run.scope_key, limit)
-        return Admission(_receipt(SimpleNamespace(**row)), False, after)
+        refusal = await _refusal(conn, run, attempt_key, trigger, budget.budget)
+        if refusal is None:
+            row = {
+                "receipt_id": new_id("rcpt"),
+                "project_id": project,
+                "scope_key": run.scope_key,
+                "run_id": run_id,
+                "attempt_key": attempt_key,
+                "kind": kind.value,
+                "trigger": trigger.value,
+                "head_sha": head_sha or run.head_sha,
+                "selection": selection,
+                "admitted_at": utcnow(),
+                "round": budget.budget.used + 1,
+                "outcome": None,
+                "reason": None,
+                "verdict": None,
+                "settled_at": None,
+            }
+            await conn.execute(store.admissions.insert().values(**row))
+            after = await _budget(conn, project, run.scope_key, limit)
+            return Admission(_receipt(SimpleNamespace(**row)), False, after)
+    raise refusal  # recorded, and committed with the transaction above
+
+
+async def _refusal(
+    conn: AsyncConnection, run: Any, attempt_key: str, trigger: Trigger, budget: ReviewRoundBudget
+) -> DomainError | None:
+    """None when the launch may go. A spent budget raises before anything is written; an automatic
+    launch stopped at the no-verdict cap is recorded by the gate (spec 003) and returned to raise."""
+    try:
+        check_admission(budget, trigger, await store.last_failures(conn, run.project_id, run.scope_key))
+    except DomainError as error:
+        if budget.exhausted:
+            raise
+        await conn.execute(
+            store.launch_refusals.insert().values(
+                project_id=run.project_id,
+                scope_key=run.scope_key,
+                run_id=run.run_id,
+                attempt_key=attempt_key,
+                trigger=trigger.value,
+                no_verdict=budget.no_verdict,
+                reason=error.detail,
+                refused_at=utcnow(),
+            )
+        )
+        return error
+    return None
 
 
 async def settle_attempt(

@@ -174,6 +174,18 @@ def budget_to_proto(budget: app.Budget) -> budget_pb2.RoundBudget:
     )
     if budget.extension is not None:
         message.extension.CopyFrom(extension_to_proto(budget.extension))
+    refusal = budget.last_launch_refusal
+    if refusal is not None:
+        message.last_launch_refusal.CopyFrom(
+            budget_pb2.LaunchRefusal(
+                run_id=refusal["run_id"],
+                attempt_key=refusal["attempt_key"],
+                trigger=_to_enum(budget_pb2.LaunchTrigger, "LAUNCH_TRIGGER_", refusal["trigger"]),
+                no_verdict=refusal["no_verdict"],
+                reason=refusal["reason"],
+                refused_at=_stamp(refusal["refused_at"]),
+            )
+        )
     return message
 
 

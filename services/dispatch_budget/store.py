@@ -106,6 +106,22 @@ extensions = Table(
     Index("ix_extensions_scope", "project_id", "scope_key"),
 )
 
+# Automatic launches the no-verdict cap stopped (spec 003: "the gate records a launch refusal").
+launch_refusals = Table(
+    "launch_refusals",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("project_id", String(40), nullable=False),
+    Column("scope_key", String(300), nullable=False),
+    Column("run_id", String(80), nullable=False),
+    Column("attempt_key", String(200), nullable=False),
+    Column("trigger", String(30), nullable=False),
+    Column("no_verdict", Integer, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("refused_at", DateTime(timezone=True), nullable=False),
+    Index("ix_launch_refusals_scope", "project_id", "scope_key", "id"),
+)
+
 # --- selection catalog and lineages ---
 runners = Table(
     "runners",
@@ -246,3 +262,20 @@ async def latest_extension(conn: AsyncConnection, project_id: str, key: str) -> 
         )
     ).first()
     return dict(row.receipt) if row else None
+
+
+async def latest_launch_refusal(conn: AsyncConnection, project_id: str, key: str) -> dict[str, Any] | None:
+    row = (
+        await conn.execute(
+            select(launch_refusals)
+            .where(launch_refusals.c.project_id == project_id, launch_refusals.c.scope_key == key)
+            .order_by(launch_refusals.c.id.desc())
+            .limit(1)
+        )
+    ).first()
+    if row is None:
+        return None
+    refusal = dict(row._mapping)
+    for internal in ("id", "project_id", "scope_key"):
+        del refusal[internal]
+    return refusal

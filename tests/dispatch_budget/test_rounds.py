@@ -97,6 +97,7 @@ async def test_a_sixth_round_is_refused_before_anything_is_consumed(open_db: Ope
     error = await _refused(_admit(db, "a5"))
     assert error.code is Code.QUOTA_EXCEEDED
     assert "5/5" in error.detail and "Stop and diagnose" in error.detail
+    assert (await app.get_round_budget(db, AGENT, "run_1")).last_launch_refusal is None  # wrote nothing
     assert "narrow the scope or redesign" in error.detail
     budget = await app.get_round_budget(db, AGENT, "run_1")
     assert (budget.budget.admissions, budget.budget.used, budget.budget.label) == (5, 5, "5/5")
@@ -212,6 +213,15 @@ async def test_at_the_no_verdict_cap_automatic_launches_stop_but_an_operator_req
         error = await _refused(_admit(db, f"auto-{trigger}", trigger=trigger))
         assert error.code is Code.QUOTA_EXCEEDED
         assert "3 of 3" in error.detail and "missing_result" in error.detail and "timed_out" in error.detail
+        # The gate records each stopped launch (the refusal outlives the refused request).
+        refusal = (await app.get_round_budget(db, AGENT, "run_1")).last_launch_refusal
+        assert refusal is not None
+        assert (refusal["attempt_key"], refusal["trigger"], refusal["no_verdict"]) == (
+            f"auto-{trigger}",
+            trigger.value,
+            3,
+        )
+        assert refusal["reason"] == error.detail
     for trigger in (Trigger.OPERATOR_REQUEST, Trigger.CONTINUE_FIXING, Trigger.SEND_BACK):
         assert not (await _admit(db, f"op-{trigger}", trigger=trigger)).reattached
     budget = await app.get_round_budget(db, AGENT, "run_1")

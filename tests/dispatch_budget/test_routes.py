@@ -151,6 +151,30 @@ async def test_a_no_verdict_settlement_shows_on_the_label(api: Api) -> None:
     assert assert_problem(bad, 400, "bad_request")["errors"][0]["field"] == "/no_verdict_reason"  # type: ignore[index]
 
 
+async def test_a_publication_plan_stopped_at_the_no_verdict_cap_is_recorded(api: Api) -> None:
+    reviewer, _, _ = await _keys(api)
+    await api.http.put("/v1/review-rounds/runs/run_1", json={"head_sha": HEAD}, headers=reviewer)
+    for n in range(3):
+        receipt = (await _admit(api, reviewer, f"k{n}")).json()["receipt"]
+        await api.http.post(
+            f"/v1/review-rounds/admissions/{receipt['receipt_id']}/settlement",
+            json={"no_verdict_reason": "launch_failed"},
+            headers=reviewer,
+        )
+    stopped = await _admit(api, reviewer, "plan-1", trigger="publication_plan")
+    problem = assert_problem(stopped, 403, "quota_exceeded")
+    budget = (
+        await api.http.get("/v1/review-rounds/budget", params={"run_id": "run_1"}, headers=reviewer)
+    ).json()
+    refusal = budget["last_launch_refusal"]
+    assert (refusal["attempt_key"], refusal["trigger"], refusal["no_verdict"]) == (
+        "plan-1",
+        "publication_plan",
+        3,
+    )
+    assert refusal["reason"] == problem["detail"] and refusal["refused_at"].endswith("Z")
+
+
 async def test_journal_lines_are_appended_and_decoded(api: Api) -> None:
     reviewer, _, _ = await _keys(api)
     lines = [

@@ -156,6 +156,16 @@ def budget_json(message: budget_pb2.RoundBudget) -> dict[str, Any]:
     }
     if message.HasField("extension"):
         body["extension"] = extension_json(message.extension)
+    if message.HasField("last_launch_refusal"):
+        refusal = message.last_launch_refusal
+        body["last_launch_refusal"] = {
+            "run_id": refusal.run_id,
+            "attempt_key": refusal.attempt_key,
+            "trigger": enum_name(budget_pb2.LaunchTrigger, refusal.trigger, "LAUNCH_TRIGGER_"),
+            "no_verdict": refusal.no_verdict,
+            "reason": refusal.reason,
+            "refused_at": timestamp(refusal.refused_at),
+        }
     return body
 
 
