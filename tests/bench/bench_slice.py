@@ -1,12 +1,16 @@
 """The foundation slice through real processes on SQLite: one client's latency per verb, then the
-gateway's throughput with 8 concurrent connections reading a review (gateway -> review_state -> JSON)."""
+gateway's throughput with 8 concurrent connections reading a review (gateway -> review_state -> JSON)
+and submitting drafts (every write queues on the store's single writer)."""
 
 from __future__ import annotations
 
 import asyncio
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import httpx
 
 from tests.conftest import Api, Databases, draft, start_stack
 
@@ -15,16 +19,16 @@ CONNECTIONS = 8
 LOAD_SECONDS = 5.0
 
 
-async def _load(api: Api, path: str, headers: dict[str, str]) -> tuple[list[float], int]:
-    """Each of CONNECTIONS workers loops on ``path`` for LOAD_SECONDS; returns latencies and count."""
+async def _load(send: Callable[[], Awaitable[httpx.Response]], expected: int) -> tuple[list[float], int]:
+    """Each of CONNECTIONS workers loops on ``send`` for LOAD_SECONDS; returns latencies and count."""
     samples: list[float] = []
     deadline = time.perf_counter() + LOAD_SECONDS
 
     async def worker() -> None:
         while time.perf_counter() < deadline:
             started = time.perf_counter()
-            response = await api.http.get(path, headers=headers)
-            assert response.status_code == 200, response.text
+            response = await send()
+            assert response.status_code == expected, response.text
             samples.append(time.perf_counter() - started)
 
     await asyncio.gather(*(worker() for _ in range(CONNECTIONS)))
@@ -49,7 +53,10 @@ async def run() -> list[tuple[str, list[float], str]]:
                     f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent
                 )
                 cancel.append(time.perf_counter() - started)
-            loaded, count = await _load(api, f"/v1/reviews/{review_id}", agent)
+            loaded, count = await _load(lambda: api.http.get(f"/v1/reviews/{review_id}", headers=agent), 200)
+            written, written_count = await _load(
+                lambda: api.http.post("/v1/messages", json=draft(), headers=agent), 202
+            )
         finally:
             await api.http.aclose()
             stack.stop_all()
@@ -60,5 +67,10 @@ async def run() -> list[tuple[str, list[float], str]]:
             f"slice: GET /v1/reviews/{{id}} x{CONNECTIONS} connections",
             loaded,
             f"{count / LOAD_SECONDS:.0f} requests/s; the load generator shares the two cores",
+        ),
+        (
+            f"slice: POST /v1/messages x{CONNECTIONS} connections",
+            written,
+            f"{written_count / LOAD_SECONDS:.0f} requests/s; writers queue on the one SQLite writer",
         ),
     ]

@@ -177,7 +177,7 @@ class Relay:
             .limit(self.batch_size)
             .with_for_update(skip_locked=True, of=OUTBOX)
         )
-        async with self.db.writer.begin() as conn:
+        async with self.db.writing() as conn:
             rows = list((await conn.execute(heads)).all())
             if rows:
                 await conn.execute(
