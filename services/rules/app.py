@@ -905,7 +905,10 @@ async def graduation_status(db: Database, principal: Principal, category_id: str
 class Proposal:
     id: str
     category_id: str
+    from_state: str
     to_state: str
+    proposed_by: str
+    note: str
     status: graduation.Status
     created_at: datetime
 
@@ -953,8 +956,44 @@ async def propose_graduation(
         )
         dial = await _dial_for(uow.conn, principal.project_id, category_id)
     return Proposal(
-        proposal_id, category_id, target.value, graduation.status(row.id, _maturity(row, now), dial), now
+        proposal_id,
+        category_id,
+        row.state.value,
+        target.value,
+        principal.actor_id,
+        note,
+        graduation.status(row.id, _maturity(row, now), dial),
+        now,
     )
+
+
+async def list_graduation_proposals(db: Database, principal: Principal) -> list[Proposal]:
+    """The console's queue: proposals a human has not acted on yet, each with its category's
+    graduation status as of now."""
+    _require(principal, (ActorKind.ADMIN,), "Listing graduation proposals")
+    now = utcnow()
+    found: list[Proposal] = []
+    async with db.engine.connect() as conn:
+        statuses: dict[str, graduation.Status] = {}
+        for row in await store.pending_proposals(conn, principal.project_id):
+            category_id = row["category_id"]
+            if category_id not in statuses:
+                category = await _load_category(conn, principal, category_id)
+                dial = await _dial_for(conn, principal.project_id, category_id)
+                statuses[category_id] = graduation.status(category.id, _maturity(category, now), dial)
+            found.append(
+                Proposal(
+                    row["id"],
+                    category_id,
+                    row["from_state"],
+                    row["to_state"],
+                    row["proposed_by"],
+                    row["note"],
+                    statuses[category_id],
+                    row["created_at"],
+                )
+            )
+    return found
 
 
 def _emit_category_changed(uow: UnitOfWork, row: CategoryRow, state: Grad, reason: str) -> None:

@@ -98,6 +98,20 @@ def status_to_proto(s: Status) -> rules_pb2.GraduationStatus:
     )
 
 
+def proposal_to_proto(proposal: app.Proposal) -> rules_pb2.GraduationProposal:
+    return rules_pb2.GraduationProposal(
+        id=proposal.id,
+        category_id=proposal.category_id,
+        from_state=proposal.from_state,
+        to_state=proposal.to_state,
+        proposed_by=proposal.proposed_by,
+        note=proposal.note,
+        status="proposed",
+        graduation=status_to_proto(proposal.status),
+        created_at=_timestamp(proposal.created_at),
+    )
+
+
 def _values_to_proto(values: dict[str, Any]) -> rules_pb2.RiskValues:
     return rules_pb2.RiskValues(**{k: v for k, v in values.items() if v is not None})
 
@@ -293,14 +307,13 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         proposal = await app.propose_graduation(
             self.db, _principal(request), request.category_id, request.to_state, request.note
         )
-        return rules_pb2.GraduationProposal(
-            id=proposal.id,
-            category_id=proposal.category_id,
-            to_state=proposal.to_state,
-            status="proposed",
-            graduation=status_to_proto(proposal.status),
-            created_at=_timestamp(proposal.created_at),
-        )
+        return proposal_to_proto(proposal)
+
+    async def ListGraduationProposals(
+        self, request: rules_pb2.ListGraduationProposalsRequest, context: grpc.aio.ServicerContext
+    ) -> rules_pb2.ListGraduationProposalsResponse:
+        proposals = await app.list_graduation_proposals(self.db, _principal(request))
+        return rules_pb2.ListGraduationProposalsResponse(proposals=[proposal_to_proto(p) for p in proposals])
 
     async def Graduate(
         self, request: rules_pb2.GraduateRequest, context: grpc.aio.ServicerContext

@@ -379,6 +379,20 @@ async def add_proposal(conn: AsyncConnection, **values: Any) -> None:
     await conn.execute(insert(graduation_proposals).values(**values))
 
 
+async def pending_proposals(conn: AsyncConnection, project_id: str) -> list[dict[str, Any]]:
+    """This project's proposals whose category still sits on the rung they proposed to leave (a
+    human has not acted on it since), newest first."""
+    p = graduation_proposals.c
+    query = (
+        select(graduation_proposals)
+        .join(categories, categories.c.id == p.category_id)
+        .where(p.project_id == project_id, categories.c.state == p.from_state)
+        .order_by(p.created_at.desc(), p.id.desc())
+    )
+    rows = (await conn.execute(query)).all()
+    return [{**row._mapping, "created_at": _aware(row.created_at)} for row in rows]
+
+
 # --- risk dial ---------------------------------------------------------------------------------
 
 

@@ -308,9 +308,16 @@ async def test_graduation_is_proposed_by_agents_and_flipped_by_the_console(api: 
     )
     assert proposal.status_code == 201, proposal.text
     assert (proposal.json()["to_state"], proposal.json()["status"]) == ("auto_notify", "proposed")
+    queue = f"/v1/admin/projects/{org.project_id}/graduation-proposals"
+    waiting = (await api.http.get(queue, headers=org.admin)).json()["proposals"]
+    assert [(p["id"], p["from_state"], p["note"]) for p in waiting] == [
+        (proposal.json()["id"], "supervised", "clean for weeks")
+    ]
+    assert (await api.http.get(queue, headers=org.agent)).json()["code"] == "forbidden_actor"
     graduate = f"/v1/admin/categories/{category['id']}/graduate"
     flipped = await api.http.post(graduate, json={"to_state": "auto_notify"}, headers=api.admin)
     assert flipped.status_code == 200 and flipped.json()["state"] == "auto_notify"
+    assert (await api.http.get(queue, headers=org.admin)).json()["proposals"] == []
     gate = await api.http.post(graduate, json={"to_state": "auto_silent"}, headers=org.admin)
     assert gate.status_code == 409 and gate.json()["code"] == "maturity_gate_unmet"
 

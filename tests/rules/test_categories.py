@@ -117,6 +117,16 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
     proposal = await app.propose_graduation(db, t.agent, cat, "", "18 clean approvals in a row")
     assert proposal.to_state == "auto_notify"
     assert (await app.get_category(db, t.agent, cat)).row.state.value == "supervised"  # nothing flipped
+    # The console's queue holds it until a human acts; agents cannot read the queue.
+    [waiting] = await app.list_graduation_proposals(db, t.admin)
+    assert (waiting.id, waiting.from_state, waiting.to_state, waiting.note) == (
+        proposal.id,
+        "supervised",
+        "auto_notify",
+        "18 clean approvals in a row",
+    )
+    assert waiting.status.can_graduate
+    assert await _code(app.list_graduation_proposals(db, t.agent)) is Code.FORBIDDEN_ACTOR
     assert await _code(app.graduate(db, t.agent, cat, "auto_notify")) is Code.FORBIDDEN_ACTOR
     assert (
         await _code(app.graduate(db, t.admin, cat, "auto_silent")) is Code.BAD_REQUEST
@@ -124,6 +134,7 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
 
     graduated = await app.graduate(db, t.admin, cat, "auto_notify")
     assert graduated.row.state.value == "auto_notify"
+    assert await app.list_graduation_proposals(db, t.admin) == []  # acted on: out of the queue
     assert await _code(app.graduate(db, t.admin, cat, "auto_silent")) is Code.MATURITY_GATE_UNMET
     gate = await app.graduation_status(db, t.agent, cat)
     assert (gate.approvals_met, gate.age_met, gate.maturity_gate_met, gate.can_graduate) == (

@@ -288,6 +288,20 @@ async def get_graduation_status(category_id: str, principal: ProjectKey, backend
     return graduation_json(reply)
 
 
+def proposal_json(proposal: rules_pb2.GraduationProposal) -> dict[str, Any]:
+    return {
+        "id": proposal.id,
+        "category_id": proposal.category_id,
+        "from_state": proposal.from_state,
+        "to_state": proposal.to_state,
+        "proposed_by": proposal.proposed_by,
+        "note": proposal.note,
+        "status": proposal.status,
+        "created_at": timestamp(proposal.created_at),
+        "graduation": graduation_json(proposal.graduation),
+    }
+
+
 @router.post(
     "/v1/categories/{category_id}/graduation-proposals", status_code=201, operation_id="propose_graduation"
 )
@@ -301,14 +315,7 @@ async def propose_graduation(
         ),
         timeout=backend.timeout_s,
     )
-    return {
-        "id": reply.id,
-        "category_id": reply.category_id,
-        "to_state": reply.to_state,
-        "status": reply.status,
-        "created_at": timestamp(reply.created_at),
-        "graduation": graduation_json(reply.graduation),
-    }
+    return proposal_json(reply)
 
 
 @router.get("/v1/risk-dial", operation_id="get_risk_dial")
@@ -552,6 +559,23 @@ async def graduate_category(
         timeout=backend.timeout_s,
     )
     return category_json(reply)
+
+
+@router.get(
+    "/v1/admin/projects/{project_id}/graduation-proposals",
+    tags=["console"],
+    operation_id="list_graduation_proposals",
+)
+async def list_graduation_proposals(
+    project_id: str, caller: Admin, request: Request, backend: Backend
+) -> dict[str, Any]:
+    """The proposals waiting for a human, newest first, each with its category's graduation status."""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.rules.ListGraduationProposals(
+        rules_pb2.ListGraduationProposalsRequest(principal=principal.to_proto()),
+        timeout=backend.timeout_s,
+    )
+    return {"proposals": [proposal_json(p) for p in reply.proposals]}
 
 
 @router.put("/v1/admin/projects/{project_id}/risk-dial", tags=["console"], operation_id="set_risk_dial")
