@@ -71,7 +71,7 @@ async def authenticate(request: Request) -> Caller:
     key_hash = store.hash_key(secret)
     key = state.key_cache.get(key_hash)
     if key is None:
-        async with state.db.engine.connect() as conn:
+        async with state.db.single_statement.connect() as conn:
             key = await store.key_by_hash(conn, key_hash)
         if key is None or key.revoked_at is not None:
             raise DomainError(
@@ -131,7 +131,7 @@ def check_org(caller: Caller, org_id: str) -> None:
 async def console_principal(caller: Caller, request: Request, project_id: str) -> Principal:
     """The admin principal a console verb acts as on ``project_id``: the bootstrap token acts for any
     project, an admin key only within its own org (another org's project reads as absent)."""
-    async with request.app.state.db.engine.connect() as conn:
+    async with request.app.state.db.single_statement.connect() as conn:
         project = await store.get_project(conn, project_id)
     if project is None or (caller.principal is not None and caller.principal.org_id != project.org_id):
         raise DomainError(Code.NOT_FOUND, f"No project {project_id} is visible to this key.")

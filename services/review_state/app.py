@@ -64,6 +64,7 @@ RULES = "rules"  # review outcomes, per category
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
 SUGGESTED_BATCH = 3  # propagate_general_rule: a few drafts at a time, never the whole queue
 CHAT_RETRIES = 3  # chat is not a CAS verb: a lost race is retried, not reported
+QUOTA_WINDOW = timedelta(days=1)  # the outbound quota counts messages sent in the last 24 hours
 
 
 @dataclass(frozen=True)
@@ -352,27 +353,29 @@ async def _precheck(
     return review
 
 
-async def _check_contacts(conn: Any, env: Env, project_id: str, addresses: list[str]) -> None:
+async def _sending_facts(conn: Any, project_id: str, addresses: list[str]) -> store.SendingFacts:
+    return await store.sending_facts(conn, project_id, addresses, utcnow() - QUOTA_WINDOW)
+
+
+def _check_contacts(env: Env, facts: store.SendingFacts) -> None:
     """Blocks, unsubscribe suppression and the outbound quota: checked at submit and at delivery,
     before the intent gate (an intent would not fix them)."""
-    flags = await store.flagged(conn, project_id, addresses)
-    blocked = [a for a, (b, _) in flags.items() if b]
-    if blocked:
+    if facts.blocked:
         raise DomainError(
             Code.RECIPIENT_BLOCKED,
-            f"{', '.join(blocked)} is on this project's block list; remove the recipient. Nothing was queued.",
-            hints=tuple(("recipient", a) for a in blocked),
+            f"{', '.join(facts.blocked)} is on this project's block list; remove the recipient. "
+            "Nothing was queued.",
+            hints=tuple(("recipient", a) for a in facts.blocked),
         )
-    suppressed = [a for a, (_, s) in flags.items() if s]
-    if suppressed:
+    if facts.suppressed:
         raise DomainError(
             Code.RECIPIENT_SUPPRESSED,
-            f"{', '.join(suppressed)} unsubscribed from this project's mail; remove the recipient. "
+            f"{', '.join(facts.suppressed)} unsubscribed from this project's mail; remove the recipient. "
             "Nothing was queued.",
-            hints=tuple(("recipient", a) for a in suppressed),
+            hints=tuple(("recipient", a) for a in facts.suppressed),
         )
     quota = env.settings.outbound_quota_per_day
-    if await store.outbound_count_since(conn, project_id, utcnow() - timedelta(days=1)) >= quota:
+    if facts.sent_since >= quota:
         raise DomainError(
             Code.QUOTA_EXCEEDED,
             f"This project sent its outbound quota of {quota} messages in the last 24 hours; "
@@ -461,9 +464,10 @@ async def submit(
     validate_draft(draft)
     recipients = [*draft.to, *draft.cc, *draft.bcc]
     async with env.db.engine.connect() as conn:
-        await _check_contacts(conn, env, principal.project_id, recipients)
-        policy, _ = resolve_policy(await store.get_policy(conn, principal.project_id))
-        first_contact = not await store.has_contacted(conn, principal.project_id, recipients)
+        facts = await _sending_facts(conn, principal.project_id, recipients)
+    _check_contacts(env, facts)
+    policy, _ = resolve_policy(facts.policy)
+    first_contact = facts.first_contact
     route = route_for(policy, draft.intent)
     rule_high_water = 0
     if composition_token:
@@ -611,7 +615,8 @@ async def deliver(env: Env, review: Review) -> Review:
     quota are checked again here, so a contact blocked after approval is never mailed."""
     try:
         async with env.db.engine.connect() as conn:
-            await _check_contacts(conn, env, review.project_id, [*review.to, *review.cc, *review.bcc])
+            facts = await _sending_facts(conn, review.project_id, [*review.to, *review.cc, *review.bcc])
+        _check_contacts(env, facts)
     except DomainError as refusal:
         return await _record_failure(env, review.id, f"{refusal.code.value}: {refusal.detail}")
     raw = _raw_message(review, utcnow())
@@ -766,7 +771,7 @@ async def reconcile(env: Env) -> int:
 
 
 async def get_review(env: Env, principal: Principal, review_id: str) -> tuple[Review, list[Turn]]:
-    async with env.db.engine.connect() as conn:
+    async with env.db.single_statement.connect() as conn:
         found = await store.get_review_with_turns(conn, principal.project_id, review_id)
     if found is None:
         raise _not_found(review_id)
@@ -790,7 +795,7 @@ async def list_reviews(
         raise DomainError(
             Code.BAD_REQUEST, "cursor is not one this service issued; pass next_cursor as given."
         )
-    async with env.db.engine.connect() as conn:
+    async with env.db.single_statement.connect() as conn:
         rows = await store.list_reviews(
             conn,
             principal.project_id,
@@ -964,7 +969,8 @@ async def submit_revision(
         if revision.confidence is not None and not 0.0 <= revision.confidence <= 1.0:
             raise invalid("/confidence", "must be between 0 and 1")
         async with env.db.engine.connect() as conn:
-            await _check_contacts(conn, env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
+            facts = await _sending_facts(conn, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
+        _check_contacts(env, facts)
         high_water = await _token_high_water(env, principal, current, composition_token)
 
         async def act(uow: UnitOfWork) -> tuple[Review, str]:
@@ -1407,11 +1413,9 @@ async def _reviewer_breaker(env: Env, principal: Principal, review: Review) -> s
     """The circuit breakers of the review-agent plane, by name, or None when the release may go out."""
     dial = await env.peers.get_dial(principal, review.category_id)
     async with env.db.engine.connect() as conn:
-        first_contact = not await store.has_contacted(
-            conn, review.project_id, [*review.to, *review.cc, *review.bcc]
-        )
+        facts = await _sending_facts(conn, review.project_id, [*review.to, *review.cc, *review.bcc])
     tripped = breaker(
-        dial=dial, confidence=review.confidence, first_contact=first_contact, review_id=review.id
+        dial=dial, confidence=review.confidence, first_contact=facts.first_contact, review_id=review.id
     )
     # The daily cap is per category (dispatch_budget keys it so); an uncategorized draft has none.
     if (

@@ -306,7 +306,7 @@ def _to_row(review: Review) -> dict[str, Any]:
 
 
 async def add_review(conn: AsyncConnection, review: Review) -> None:
-    await conn.execute(insert(reviews).values(**_to_row(review)))
+    await conn.execute(insert(reviews), _to_row(review))
 
 
 async def get_review(
@@ -390,7 +390,7 @@ async def add_turn(conn: AsyncConnection, turn: Turn) -> Turn:
         await conn.execute(select(func.max(turns.c.seq)).where(turns.c.review_id == turn.review_id))
     ).scalar()
     turn = replace(turn, seq=(last or 0) + 1)
-    await conn.execute(insert(turns).values(**turn.__dict__))
+    await conn.execute(insert(turns), turn.__dict__)
     return turn
 
 
@@ -471,7 +471,7 @@ async def add_message(conn: AsyncConnection, message: Message) -> None:
         "review_id": message.review_id,
         "created_at": message.created_at,
     }
-    await conn.execute(insert(messages).values(**row))
+    await conn.execute(insert(messages), row)
 
 
 async def get_message(conn: AsyncConnection, project_id: str, message_id: str) -> Message | None:
@@ -494,36 +494,52 @@ async def message_by_rfc_id(conn: AsyncConnection, project_id: str, rfc_message_
     return _message(row) if row else None
 
 
-async def outbound_count_since(conn: AsyncConnection, project_id: str, since: datetime) -> int:
-    return int(
-        (
-            await conn.execute(
-                select(func.count())
-                .select_from(messages)
-                .where(
-                    messages.c.project_id == project_id,
-                    messages.c.direction == "outbound",
-                    messages.c.created_at >= since,
-                )
-            )
-        ).scalar()
-        or 0
-    )
+@dataclass(frozen=True)
+class SendingFacts:
+    """What decides whether mail may go to a set of recipients: their contact flags, the project's
+    outbound count over the quota window and its stored review policy."""
+
+    blocked: tuple[str, ...]
+    suppressed: tuple[str, ...]
+    first_contact: bool  # some recipient has never had mail from, nor written to, this project
+    sent_since: int
+    policy: str | None
 
 
-async def has_contacted(conn: AsyncConnection, project_id: str, addresses: Sequence[str]) -> bool:
-    """True when every address has had mail from this project or wrote to it (not a first contact)."""
+async def sending_facts(
+    conn: AsyncConnection, project_id: str, addresses: Sequence[str], since: datetime
+) -> SendingFacts:
+    """Two statements for every check of a send (submit, revision, reviewer release, delivery)."""
     lowered = sorted({a.lower() for a in addresses})
-    known = await conn.execute(
-        select(func.count())
-        .select_from(contacts)
-        .where(
-            contacts.c.project_id == project_id,
-            contacts.c.address.in_(lowered),
-            contacts.c.contacted_at.is_not(None),
+    rows = (
+        await conn.execute(
+            select(
+                contacts.c.address, contacts.c.blocked, contacts.c.suppressed, contacts.c.contacted_at
+            ).where(contacts.c.project_id == project_id, contacts.c.address.in_(lowered))
         )
+    ).all()
+    sent = (
+        select(func.count())
+        .select_from(messages)
+        .where(
+            messages.c.project_id == project_id,
+            messages.c.direction == "outbound",
+            messages.c.created_at >= since,
+        )
+        .scalar_subquery()
     )
-    return int(known.scalar() or 0) == len(lowered)
+    policy = (
+        select(review_policies.c.policy).where(review_policies.c.project_id == project_id).scalar_subquery()
+    )
+    project = (await conn.execute(select(sent.label("sent"), policy.label("policy")))).one()
+    contacted = {r.address for r in rows if r.contacted_at is not None}
+    return SendingFacts(
+        blocked=tuple(r.address for r in rows if r.blocked),
+        suppressed=tuple(r.address for r in rows if r.suppressed),
+        first_contact=any(a not in contacted for a in lowered),
+        sent_since=int(project.sent or 0),
+        policy=project.policy,
+    )
 
 
 async def mark_contacted(
@@ -592,19 +608,6 @@ async def flag_contact(
         )
     row = (await conn.execute(select(contacts).where(key))).one()
     return {"address": row.address, "blocked": row.blocked, "suppressed": row.suppressed}
-
-
-async def flagged(
-    conn: AsyncConnection, project_id: str, addresses: Sequence[str]
-) -> dict[str, tuple[bool, bool]]:
-    """address -> (blocked, suppressed), for the addresses that carry either flag."""
-    lowered = sorted({a.lower() for a in addresses})
-    if not lowered:
-        return {}
-    rows = await conn.execute(
-        select(contacts).where(contacts.c.project_id == project_id, contacts.c.address.in_(lowered))
-    )
-    return {r.address: (bool(r.blocked), bool(r.suppressed)) for r in rows}
 
 
 # --- delivery attempts ----------------------------------------------------------------------------

@@ -23,6 +23,8 @@ def is_sqlite(engine: AsyncEngine) -> bool:
 
 # Set on the connections of a unit of work (``Database.writer``): on SQLite they BEGIN IMMEDIATE.
 WRITE_OPTION = "reviewloop_write"
+# Set on reads of exactly one statement (``Database.single_statement``): on SQLite they skip BEGIN.
+SINGLE_STATEMENT_OPTION = "reviewloop_single_statement"
 
 
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
@@ -48,7 +50,10 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(connection: Any) -> None:
-        writes = connection.get_execution_options().get(WRITE_OPTION, False)
+        options = connection.get_execution_options()
+        if options.get(SINGLE_STATEMENT_OPTION, False):
+            return  # one statement is its own snapshot; a BEGIN would only add a round trip
+        writes = options.get(WRITE_OPTION, False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN DEFERRED")
 
     return engine
@@ -60,6 +65,8 @@ class Database:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine  # for reads: ``async with db.engine.connect()``
         self.writer = engine.execution_options(**{WRITE_OPTION: True})  # for writes; see transaction()
+        # For hot reads of exactly one statement: ``async with db.single_statement.connect()``.
+        self.single_statement = engine.execution_options(**{SINGLE_STATEMENT_OPTION: True})
         self.after_commit: list[Callable[[], None]] = []
         # SQLite has one writer at a time, and its busy handler waits in sleeps that grow to 100 ms
         # (8 concurrent submits saw a p99 over a second). Writers of this process queue here instead,
