@@ -1,10 +1,11 @@
-"""The foundation slice through real processes on SQLite: one client's latency per verb, then the
+"""The foundation slice through real processes: one client's latency per verb, then the
 gateway's throughput with 8 concurrent connections reading a review (gateway -> review_state -> JSON)
 and submitting drafts (every write queues on the store's single writer)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import Api, Databases, draft, start_stack
+from tests.conftest import PG_ENV, Api, Databases, draft, start_stack
 
 ROUNDS = 200
 CONNECTIONS = 8
@@ -35,9 +36,10 @@ async def _load(send: Callable[[], Awaitable[httpx.Response]], expected: int) ->
     return samples, len(samples)
 
 
-async def run() -> list[tuple[str, list[float], str]]:
+async def _slice(backend: str) -> list[tuple[str, list[float], str]]:
     with tempfile.TemporaryDirectory() as tmp:
-        stack = await start_stack(Databases(Path(tmp)), "sqlite", Path(tmp))
+        databases = Databases(Path(tmp))
+        stack = await start_stack(databases, backend, Path(tmp))
         api = Api(stack)
         try:
             agent = await api.agent()
@@ -60,17 +62,26 @@ async def run() -> list[tuple[str, list[float], str]]:
         finally:
             await api.http.aclose()
             stack.stop_all()
+            await databases.drop_all()
     return [
-        ("slice: POST /v1/messages (sqlite)", submit, "gateway -> review_state, one client"),
-        ("slice: POST /v1/reviews/{id}/cancel (sqlite)", cancel, "CAS + outbox row, one client"),
+        (f"slice: POST /v1/messages ({backend})", submit, "gateway -> review_state, one client"),
+        (f"slice: POST /v1/reviews/{{id}}/cancel ({backend})", cancel, "CAS + outbox row, one client"),
         (
-            f"slice: GET /v1/reviews/{{id}} x{CONNECTIONS} connections",
+            f"slice: GET /v1/reviews/{{id}} x{CONNECTIONS} ({backend})",
             loaded,
             f"{count / LOAD_SECONDS:.0f} requests/s; the load generator shares the two cores",
         ),
         (
-            f"slice: POST /v1/messages x{CONNECTIONS} connections",
+            f"slice: POST /v1/messages x{CONNECTIONS} ({backend})",
             written,
-            f"{written_count / LOAD_SECONDS:.0f} requests/s; writers queue on the one SQLite writer",
+            f"{written_count / LOAD_SECONDS:.0f} requests/s",
         ),
     ]
+
+
+async def run() -> list[tuple[str, list[float], str]]:
+    """SQLite always; PostgreSQL too when REVIEWLOOP_TEST_POSTGRES names a server."""
+    rows = await _slice("sqlite")
+    if os.environ.get(PG_ENV):
+        rows += await _slice("postgres")
+    return rows
