@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -74,7 +73,7 @@ class Database:
         # and each starts the moment the previous one commits; other processes still meet the busy
         # timeout.
         self._write_lock = asyncio.Lock() if is_sqlite(engine) else None
-        self._writing: contextvars.ContextVar[bool] = contextvars.ContextVar("writing", default=False)
+        self._writer: asyncio.Task[Any] | None = None  # the task holding the lock, to catch nesting
 
     @property
     def is_sqlite(self) -> bool:
@@ -87,15 +86,15 @@ class Database:
             async with self.writer.begin() as conn:
                 yield conn
             return
-        if self._writing.get():
+        if self._writer is not None and self._writer is asyncio.current_task():
             # On SQLite a second writer inside the first could never begin: say so instead of hanging.
             raise RuntimeError("a write transaction was opened inside another one on the same store")
         async with self._write_lock, self.writer.begin() as conn:
-            token = self._writing.set(True)
+            self._writer = asyncio.current_task()
             try:
                 yield conn
             finally:
-                self._writing.reset(token)
+                self._writer = None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[UnitOfWork]:
