@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import orjson
 import pytest
+from nudge.wakeup import RECHECK_S
 from reviewloop.common.v1 import common_pb2
 from reviewloop.ids import new_id
 from reviewloop.launcher import Stack
@@ -71,7 +72,8 @@ async def test_wait_for_review_event_answers_as_soon_as_a_nudge_lands(producer: 
     started = time.monotonic()
     review_id = await producer.publish(principal, "rejected")
     answered = await asyncio.wait_for(waiting, 10)
-    assert time.monotonic() - started < 0.5
+    # Well inside the server's safety-net recheck: the publish woke the wait (speed is `make bench`'s).
+    assert time.monotonic() - started < RECHECK_S / 2
     assert answered.status_code == 200, answered.text
     (nudge,) = answered.json()["events"]
     assert set(nudge) == {"seq", "id", "reason", "review_id", "payload", "created_at"}  # no empty category_id

@@ -19,7 +19,15 @@ from sqlalchemy import text
 from tests.nudge.factory import AGENT, event
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
-WAKE_BUDGET_S = 0.1
+# The waiter's safety-net recheck, pushed past every bound below: a waiter that answers within those
+# bounds was woken by the publish, however loaded the machine (speed itself is `make bench`'s job).
+RECHECK_S = 60.0
+WOKEN_WITHIN_S = 10.0
+
+
+@pytest.fixture(autouse=True)
+def no_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app, "RECHECK_S", RECHECK_S)
 
 
 @pytest.fixture
@@ -53,19 +61,19 @@ async def until_waiting(db: Database, project_id: str) -> None:
         await asyncio.sleep(0.005)
 
 
-async def test_wait_wakes_within_100ms_of_a_publish_on_another_connection(
+async def test_wait_is_woken_by_a_publish_on_another_connection(
     replicas: tuple[Database, Database],
 ) -> None:
     waiter_db, publisher = replicas
     for round_ in range(3):
-        waiting = asyncio.create_task(timed_wait(waiter_db, 10))
+        waiting = asyncio.create_task(timed_wait(waiter_db, 30))
         await until_waiting(waiter_db, AGENT.project_id)
         await asyncio.sleep(0.05)  # the waiter is parked on the doorbell, not mid-read
         await app.ingest(publisher, [event(f"rr_w{round_}", "rejected")])
         published = time.monotonic()  # committed
         events, woke = await waiting
         assert [(e.review_id, e.reason) for e in events] == [(f"rr_w{round_}", "rejected")]
-        assert woke - published < WAKE_BUDGET_S, f"woke {(woke - published) * 1000:.0f} ms after the publish"
+        assert woke - published < WOKEN_WITHIN_S, f"woke {woke - published:.1f} s after the publish"
         await app.ack(waiter_db, AGENT, [(f"rr_w{round_}", 1)])
 
 
@@ -73,7 +81,7 @@ async def test_wait_times_out_cleanly_with_no_events(replicas: tuple[Database, D
     waiter_db, _ = replicas
     started = time.monotonic()
     assert await app.wait_for_events(waiter_db, AGENT, timeout_s=1, limit=50) == []
-    assert 0.95 <= time.monotonic() - started < 1.5
+    assert 0.95 <= time.monotonic() - started < WOKEN_WITHIN_S
     assert not wakeup.doorbell(waiter_db).waiting(AGENT.project_id)
 
 
@@ -85,7 +93,7 @@ async def test_wait_answers_at_once_when_nudges_are_already_waiting(
     started = time.monotonic()
     events = await app.wait_for_events(waiter_db, AGENT, timeout_s=30, limit=50)
     assert [e.review_id for e in events] == ["rr_now"]
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < WOKEN_WITHIN_S
 
 
 async def test_wait_ignores_nudges_the_caller_cannot_see(replicas: tuple[Database, Database]) -> None:
@@ -137,7 +145,7 @@ async def test_the_listener_reconnects_after_losing_its_connection(
     if waiter_db.is_sqlite:
         pytest.skip("SQLite wakes in-process; there is no listener connection to lose")
     bell = wakeup.doorbell(waiter_db)
-    waiting = asyncio.create_task(timed_wait(waiter_db, 20))
+    waiting = asyncio.create_task(timed_wait(waiter_db, 30))
     await until_waiting(waiter_db, AGENT.project_id)
     async with publisher.engine.connect() as conn:
         killed = await conn.scalar(
@@ -152,6 +160,6 @@ async def test_the_listener_reconnects_after_losing_its_connection(
     await asyncio.wait_for(bell.listening.wait(), 10)
     await app.ingest(publisher, [event("rr_after_reconnect", "rejected")])
     published = time.monotonic()
-    events, woke = await asyncio.wait_for(waiting, 5)
+    events, woke = await asyncio.wait_for(waiting, 30)
     assert [e.review_id for e in events] == ["rr_after_reconnect"]
-    assert woke - published < WAKE_BUDGET_S
+    assert woke - published < WOKEN_WITHIN_S
