@@ -157,6 +157,38 @@ async def _used(conn: AsyncConnection, project: str, category_id: str, day: Any)
 
 
 @dataclass(frozen=True)
+class RunModes:
+    """The run's stored rungs of resolveReviewMode: Run.reviewMode, Run.prWork.review.options.mode
+    and the retained Run.repeatReviewContext.mode."""
+
+    review: ReviewMode | None = None
+    pr_work: ReviewMode | None = None
+    repeat_context: ReviewMode | None = None
+
+    @classmethod
+    def of(cls, row: Any) -> RunModes:
+        def mode(value: str | None) -> ReviewMode | None:
+            return ReviewMode(value) if value else None
+
+        return cls(mode(row.review_mode), mode(row.pr_work_review_mode), mode(row.repeat_review_context_mode))
+
+    def merged(self, update: RunModes) -> RunModes:
+        """``update``'s set rungs over these."""
+        return RunModes(
+            update.review or self.review,
+            update.pr_work or self.pr_work,
+            update.repeat_context or self.repeat_context,
+        )
+
+    def columns(self) -> dict[str, str | None]:
+        return {
+            "review_mode": self.review.value if self.review else None,
+            "pr_work_review_mode": self.pr_work.value if self.pr_work else None,
+            "repeat_review_context_mode": self.repeat_context.value if self.repeat_context else None,
+        }
+
+
+@dataclass(frozen=True)
 class Run:
     run_id: str
     repository: str
@@ -164,6 +196,7 @@ class Run:
     head_sha: str
     status: RunStatus
     scope_key: str
+    modes: RunModes = field(default_factory=RunModes)
 
 
 @dataclass(frozen=True)
@@ -205,10 +238,6 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
-def _run(row: Any) -> Run:
-    return Run(row.run_id, row.repository, row.pr_number, row.head_sha, RunStatus(row.status), row.scope_key)
-
-
 def _receipt(row: Any) -> Receipt:
     return Receipt(
         receipt_id=row.receipt_id,
@@ -241,9 +270,11 @@ async def record_run(
     pr_number: int,
     head_sha: str,
     status: RunStatus | None,
+    modes: RunModes | None = None,
 ) -> Run:
     """Store a run's snapshot. A run that gains a verified repository/PR identity joins the shared PR
-    scope, bringing its admissions and grants; the PR scope's limit is the larger of the two."""
+    scope, bringing its admissions and grants; the PR scope's limit is the larger of the two. Unset
+    review-mode rungs keep what the run had."""
     if not run_id or len(run_id) > 80:
         raise invalid("/run_id", "a run id of 1 to 80 characters is required")
     if pr_number < 0:
@@ -256,6 +287,7 @@ async def record_run(
     async with db.transaction() as uow:
         conn = uow.conn
         prior = await store.get_run(conn, project, run_id)
+        stored = (RunModes.of(prior) if prior is not None else RunModes()).merged(modes or RunModes())
         if prior is not None:
             if (
                 prior.pr_number
@@ -283,6 +315,7 @@ async def record_run(
             "status": (status or RunStatus.ACTIVE).value,
             "scope_key": key,
             "updated_at": utcnow(),
+            **stored.columns(),
         }
         if prior is None:
             await conn.execute(store.runs.insert().values(project_id=project, run_id=run_id, **values))
@@ -294,7 +327,7 @@ async def record_run(
             )
             if prior.scope_key != key:
                 await _merge_scope(conn, project, prior.scope_key, key)
-        return Run(run_id, repository, pr_number, head_sha, status or RunStatus.ACTIVE, key)
+        return Run(run_id, repository, pr_number, head_sha, status or RunStatus.ACTIVE, key, stored)
 
 
 async def _merge_scope(conn: AsyncConnection, project: str, old: str, new: str) -> None:
@@ -368,6 +401,11 @@ async def admit_review_round(
             raise DomainError(Code.NOT_FOUND, f"No admission receipt {receipt_id} is visible to this key.")
         if RunStatus(run.status) in (RunStatus.PUBLISHED, RunStatus.ARCHIVED):
             raise DomainError(Code.WRONG_STATE, f"Run {run_id} is {run.status}; it admits no reviewer.")
+        if selection and not selection.get("mode"):
+            # Admission uses resolveReviewMode's precedence: the run's stored rungs, then COLD.
+            modes = RunModes.of(run)
+            mode, _ = resolve_review_mode(None, modes.review, modes.pr_work, modes.repeat_context)
+            selection = {**selection, "mode": mode.value}
         budget = await _budget(conn, project, run.scope_key, limit)
         refusal = await _refusal(conn, run, attempt_key, trigger, budget.budget)
         if refusal is None:
@@ -847,17 +885,28 @@ async def validate_review_sequence(
     return selections, serialize_request_review(selections)
 
 
-def resolve_mode(
+async def resolve_mode(
+    db: Database,
+    principal: Principal,
     *,
+    run_id: str,
     explicit: ReviewMode | None,
-    run: ReviewMode | None,
-    pr_work: ReviewMode | None,
-    repeat_context: ReviewMode | None,
+    given: RunModes,
     project_default: ReviewMode | None,
     project_config: dict[str, Any] | None,
 ) -> tuple[ReviewMode, str]:
+    """resolveReviewMode; with a ``run_id`` the stored run supplies the rungs the caller left unset."""
     configured = project_default_mode(project_config) if project_config is not None else None
-    return resolve_review_mode(explicit, run, pr_work, repeat_context, project_default or configured)
+    modes = given
+    if run_id:
+        async with db.single_statement.connect() as conn:
+            run = await store.get_run(conn, principal.project_id, run_id)
+        if run is None:
+            raise _run_not_found(run_id)
+        modes = RunModes.of(run).merged(given)
+    return resolve_review_mode(
+        explicit, modes.review, modes.pr_work, modes.repeat_context, project_default or configured
+    )
 
 
 @dataclass(frozen=True)

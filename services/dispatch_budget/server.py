@@ -54,6 +54,10 @@ def _mode(value: Any) -> ReviewMode | None:
     return ReviewMode(name) if name else None
 
 
+def _mode_enum(mode: ReviewMode | None) -> Any:
+    return _to_enum(budget_pb2.ReviewMode, "REVIEW_MODE_", mode.value) if mode else 0
+
+
 def runner_to_proto(spec: RunnerSpec) -> budget_pb2.Runner:
     return budget_pb2.Runner(
         name=spec.name,
@@ -108,6 +112,9 @@ def run_to_proto(run: app.Run) -> budget_pb2.Run:
         head_sha=run.head_sha,
         status=_to_enum(budget_pb2.RunStatus, "RUN_STATUS_", run.status.value),
         scope_key=run.scope_key,
+        review_mode=_mode_enum(run.modes.review),
+        pr_work_review_mode=_mode_enum(run.modes.pr_work),
+        repeat_review_context_mode=_mode_enum(run.modes.repeat_context),
     )
 
 
@@ -273,6 +280,11 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             pr_number=request.pr_number,
             head_sha=request.head_sha,
             status=status,
+            modes=app.RunModes(
+                _mode(request.review_mode),
+                _mode(request.pr_work_review_mode),
+                _mode(request.repeat_review_context_mode),
+            ),
         )
         return run_to_proto(run)
 
@@ -417,7 +429,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
     async def ResolveReviewMode(
         self, request: budget_pb2.ResolveReviewModeRequest, context: grpc.aio.ServicerContext
     ) -> budget_pb2.ResolveReviewModeResponse:
-        Principal.from_proto(request.principal)
+        principal = Principal.from_proto(request.principal)
         config = None
         if request.project_config_json:
             try:
@@ -426,11 +438,16 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
                 raise invalid("/project_config", "not valid JSON") from None
             if not isinstance(config, dict):
                 raise invalid("/project_config", "must be a JSON object")
-        mode, source = app.resolve_mode(
+        mode, source = await app.resolve_mode(
+            self.db,
+            principal,
+            run_id=request.run_id,
             explicit=_mode(request.explicit_mode),
-            run=_mode(request.run_review_mode),
-            pr_work=_mode(request.pr_work_options_mode),
-            repeat_context=_mode(request.repeat_review_context_mode),
+            given=app.RunModes(
+                _mode(request.run_review_mode),
+                _mode(request.pr_work_options_mode),
+                _mode(request.repeat_review_context_mode),
+            ),
             project_default=_mode(request.project_default),
             project_config=config,
         )

@@ -58,6 +58,10 @@ runs = Table(
     Column("status", String(20), nullable=False),
     Column("scope_key", String(300), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # The run's rungs of resolveReviewMode (warm | cold), null when unset.
+    Column("review_mode", String(8)),
+    Column("pr_work_review_mode", String(8)),
+    Column("repeat_review_context_mode", String(8)),
 )
 
 # The admission owner's row per scope: locked by every admission and grant, so they serialize.

@@ -278,6 +278,12 @@ async def test_runners_sequences_mode_and_lineage_through_the_gateway(api: Api) 
         headers=reviewer,
     )
     assert "removed" in str(assert_problem(removed, 400, "bad_request")["detail"])
+    stored = await api.http.put(
+        "/v1/review-rounds/runs/run_modes", json={"pr_work_review_mode": "warm"}, headers=reviewer
+    )
+    assert stored.json()["pr_work_review_mode"] == "warm" and "review_mode" not in stored.json()
+    from_run = await api.http.post("/v1/review-rounds/mode", json={"run_id": "run_modes"}, headers=reviewer)
+    assert from_run.json() == {"mode": "warm", "source": "pr_work"}
 
     base, head, later = "1" * 40, "2" * 40, "3" * 40
     bind = {

@@ -5,6 +5,7 @@ runner-choice-independent eligibility, effort preservation and sequence round tr
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -177,24 +178,45 @@ def test_removed_configuration_keys_are_refused_with_a_conversion_hint(
     assert "removed" in error.violations[0].description or field == "/review/mode"
 
 
-def test_the_project_configuration_supplies_the_default_mode() -> None:
+async def test_the_project_configuration_supplies_the_default_mode(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
     assert project_default_mode({"review": {"mode": "warm"}}) is W
-    assert app.resolve_mode(
-        explicit=None,
-        run=None,
-        pr_work=None,
-        repeat_context=None,
-        project_default=None,
-        project_config={"review": {"mode": "warm"}},
-    ) == (W, "project")
-    assert app.resolve_mode(
-        explicit=C,
-        run=None,
-        pr_work=None,
-        repeat_context=None,
-        project_default=None,
-        project_config={"review": {"mode": "warm"}},
-    ) == (C, "explicit")
+    configured = {"review": {"mode": "warm"}}
+    resolve = partial(app.resolve_mode, db, REVIEWER, run_id="", given=app.RunModes(), project_default=None)
+    assert await resolve(explicit=None, project_config=configured) == (W, "project")
+    assert await resolve(explicit=C, project_config=configured) == (C, "explicit")
+
+
+async def test_a_stored_run_supplies_its_rungs_to_the_resolver_and_to_admission(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    run = partial(
+        app.record_run, db, REVIEWER, run_id="r1", repository="", pr_number=0, head_sha=H1, status=None
+    )
+    await run(modes=app.RunModes(pr_work=W))
+    # A later snapshot that names no mode keeps the stored rung; one that names a rung adds it.
+    stored = await run(modes=app.RunModes(repeat_context=C))
+    assert stored.modes == app.RunModes(None, W, C)
+    resolve = partial(app.resolve_mode, db, REVIEWER, project_default=None, project_config=None)
+    assert await resolve(run_id="r1", explicit=None, given=app.RunModes()) == (W, "pr_work")
+    assert await resolve(run_id="r1", explicit=None, given=app.RunModes(review=C)) == (C, "run")
+    assert await resolve(run_id="r1", explicit=C, given=app.RunModes()) == (C, "explicit")
+    with pytest.raises(DomainError) as missing:
+        await resolve(run_id="nope", explicit=None, given=app.RunModes())
+    assert missing.value.code is Code.NOT_FOUND
+    # Admission fills a selection's missing mode by the same precedence; an explicit mode stands.
+    admit = partial(
+        app.admit_review_round,
+        db,
+        REVIEWER,
+        run_id="r1",
+        kind=AttemptKind.INITIAL,
+        trigger=Trigger.OPERATOR_REQUEST,
+        head_sha=H1,
+    )
+    implied = await admit(attempt_key="a1", selection={"runner": "codex"})
+    assert implied.receipt.selection["mode"] == "warm"
+    chosen = await admit(attempt_key="a2", selection={"runner": "codex", "mode": "cold"})
+    assert chosen.receipt.selection["mode"] == "cold"
 
 
 # --- catalog and lineage on both backends ---

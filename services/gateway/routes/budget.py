@@ -48,6 +48,10 @@ class RunIn(BaseModel):
     pr_number: int = Field(default=0, ge=0, le=INT64_MAX)
     head_sha: Sha = ""
     status: Literal["active", "failed", "interrupted", "published", "archived"] | None = None
+    # The run's rungs of resolveReviewMode; omitted keeps what the run has.
+    review_mode: Mode | None = None
+    pr_work_review_mode: Mode | None = None
+    repeat_review_context_mode: Mode | None = None
 
 
 class AdmitIn(BaseModel):
@@ -209,6 +213,9 @@ def run_json(message: budget_pb2.Run) -> dict[str, Any]:
         body["pr_number"] = message.pr_number
     if message.head_sha:
         body["head_sha"] = message.head_sha
+    for field in ("review_mode", "pr_work_review_mode", "repeat_review_context_mode"):
+        if getattr(message, field):
+            body[field] = _mode(getattr(message, field))
     return body
 
 
@@ -227,6 +234,9 @@ async def record_review_run(run_id: str, body: RunIn, principal: Caller, backend
             status=budget_pb2.RunStatus.Value(f"RUN_STATUS_{body.status.upper()}")
             if body.status
             else budget_pb2.RUN_STATUS_UNSPECIFIED,
+            review_mode=_mode_value(body.review_mode),
+            pr_work_review_mode=_mode_value(body.pr_work_review_mode),
+            repeat_review_context_mode=_mode_value(body.repeat_review_context_mode),
         ),
         timeout=backend.timeout_s,
     )
@@ -414,6 +424,8 @@ class ModeIn(BaseModel):
     repeat_context: Mode | None = None
     project_default: Mode | None = None
     project_config: dict[str, Any] | None = None
+    # A stored run: its rungs fill those left unset here.
+    run_id: str = Field(default="", max_length=80)
 
 
 class BindIn(BaseModel):
@@ -508,6 +520,7 @@ async def resolve_review_mode(body: ModeIn, principal: Caller, backend: Backend)
             project_config_json=orjson.dumps(body.project_config).decode()
             if body.project_config is not None
             else "",
+            run_id=body.run_id,
         ),
         timeout=backend.timeout_s,
     )
