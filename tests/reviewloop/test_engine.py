@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from review_state.__main__ import SPEC
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database
+from reviewloop.storage import Database, make_engine, sqlite
 from reviewloop.storage.schema import OUTBOX
-from sqlalchemy import func, select
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 
@@ -39,3 +41,25 @@ async def test_a_nested_writer_on_sqlite_is_refused_not_hung(open_db: OpenDb) ->
                 pass
     async with db.transaction() as uow:  # the store is still writable afterwards
         uow.emit("nudge", "rr_1", "nudge", {})
+
+
+async def test_the_sqlite_driver_keeps_the_dbapi_contract(tmp_path: Path) -> None:
+    """One thread crossing per statement (storage/sqlite.py), with rows, rowcount, executemany and
+    error translation exactly as SQLAlchemy's aiosqlite adapter gives them."""
+    engine = make_engine(f"sqlite+aiosqlite:///{tmp_path}/contract.db")
+    assert engine.dialect.driver == "aiosqlite" and engine.url.drivername == sqlite.DRIVER
+    table = Table("t", MetaData(), Column("id", Integer, primary_key=True), Column("v", String(10)))
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(table.metadata.create_all)
+            await conn.execute(insert(table), [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}])
+            changed = await conn.execute(update(table).where(table.c.v == "a").values(v="c"))
+            assert changed.rowcount == 1
+            assert (await conn.execute(select(table.c.v).order_by(table.c.id))).scalars().all() == ["c", "b"]
+        with pytest.raises(IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(insert(table), {"id": 1, "v": "dup"})
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(func.count()).select_from(table))).scalar() == 2
+    finally:
+        await engine.dispose()

@@ -12,6 +12,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from reviewloop.storage import sqlite
 from reviewloop.storage.schema import outbox_row, write_rows
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -36,7 +37,9 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
         return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True, **kwargs)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
+    if parsed.drivername == "sqlite+aiosqlite":
+        parsed = parsed.set(drivername=sqlite.DRIVER)  # the same driver, one thread crossing a statement
+    engine = create_async_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _pragmas(dbapi_connection: Any, _record: Any) -> None:
