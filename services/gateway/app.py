@@ -242,7 +242,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     problems.install(app)
     for module in (reviews, events, rules, budget, admin):
         app.include_router(module.router)
-    mcp = McpGateway(app)
+    mcp = McpGateway(app, settings.mcp_allowed_hosts)
     app.state.mcp = mcp
     # An ASGI endpoint (not a Mount), so "/mcp" itself answers without a redirect to "/mcp/".
     app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))

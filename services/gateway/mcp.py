@@ -26,6 +26,7 @@ from fastapi import FastAPI
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import Code, DomainError, http_status
 from starlette.requests import Request
@@ -198,7 +199,7 @@ class McpGateway:
     """The MCP server over the gateway's own routes, mounted at ``/mcp`` (streamable HTTP, stateless,
     JSON responses: any replica answers any call)."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, allowed_hosts: tuple[str, ...]) -> None:
         self.app = app
         self._operations: dict[str, Operation] | None = None
         self._client: httpx.AsyncClient | None = None
@@ -210,7 +211,15 @@ class McpGateway:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
-        self.manager = StreamableHTTPSessionManager(self.server, stateless=True, json_response=True)
+        # Bearer keys already stop a rebound page from acting; checking Host and Origin is the second lock.
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection="*" not in allowed_hosts,
+            allowed_hosts=list(allowed_hosts),
+            allowed_origins=[f"{scheme}://{host}" for host in allowed_hosts for scheme in ("http", "https")],
+        )
+        self.manager = StreamableHTTPSessionManager(
+            self.server, stateless=True, json_response=True, security_settings=security
+        )
 
     @property
     def operations(self) -> dict[str, Operation]:

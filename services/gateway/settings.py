@@ -36,6 +36,9 @@ def load_admin_token(env: Mapping[str, str] = os.environ) -> str:
     return path.read_text().strip()
 
 
+LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     db_url: str
@@ -49,6 +52,8 @@ class GatewaySettings:
     otlp_endpoint: str | None
     # How long an authenticated key is trusted without a store read; see auth.KeyCache.
     key_cache_s: float = 1.0
+    # Host headers /mcp answers (DNS-rebinding protection); "host:*" allows any port, "*" turns it off.
+    mcp_allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
@@ -64,4 +69,9 @@ class GatewaySettings:
             backend_timeout_s=float(env.get("REVIEWLOOP_BACKEND_TIMEOUT_S", "10")),
             otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             key_cache_s=float(env.get("REVIEWLOOP_GATEWAY_KEY_CACHE_S", "1")),
+            mcp_allowed_hosts=tuple(
+                h.strip()
+                for h in env.get("REVIEWLOOP_MCP_ALLOWED_HOSTS", ",".join(LOOPBACK_HOSTS)).split(",")
+                if h.strip()
+            ),
         )

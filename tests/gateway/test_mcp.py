@@ -134,3 +134,17 @@ async def test_mcp_takes_the_same_bearer_keys_and_revocation_is_immediate(api: A
         except Exception:  # the /mcp endpoint itself now answers 401
             failed = True
     assert failed
+
+
+async def test_a_request_for_another_host_is_refused_as_dns_rebinding(api: Api) -> None:
+    agent = await api.agent()
+    url = f"http://{api.stack.address(GATEWAY)}/mcp"
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {**agent, "Accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient() as http:
+        rebound = await http.post(url, json=call, headers={**headers, "Host": "evil.example:8080"})
+        assert rebound.status_code == 421
+        foreign = await http.post(url, json=call, headers={**headers, "Origin": "http://evil.example"})
+        assert foreign.status_code == 403
+        allowed = await http.post(url, json=call, headers=headers)
+        assert allowed.status_code == 200, allowed.text
