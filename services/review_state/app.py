@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from reviewloop.errors import Code, DomainError, FieldViolation, invalid
+from reviewloop.errors import Code, DomainError, FieldViolation, http_status, invalid
 from reviewloop.ids import new_id
 from reviewloop.storage import Database, UnitOfWork, first_delivery, utcnow
 from reviewloop.telemetry import tracer
@@ -1274,9 +1274,10 @@ async def _decide(
         review = await _apply_decision(
             env, principal, current, decision, verb, actor, hold, fields, idempotency_key
         )
-    except DomainError:
-        if receipt is not None:
-            # Refused after admission (a concurrent writer won): the round ends without a verdict.
+    except DomainError as error:
+        if receipt is not None and http_status(error.code) == 409:
+            # A concurrent writer won after admission: the round ends without a verdict. Any other
+            # failure (a peer down) leaves the receipt open, so retrying this decision reattaches to it.
             await _settle_round(env, principal, receipt, no_verdict_reason="superseded")
         raise
     if receipt is not None:

@@ -59,6 +59,7 @@ class FakePeers:
     # run while a round is being admitted: a concurrent writer a test wants to win the race
     on_admit: Callable[[], Awaitable[Any]] | None = None
     down: bool = False
+    diff_down: bool = False
     rules_saved: list[dict[str, Any]] = field(default_factory=list)
     diffs: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
@@ -93,6 +94,8 @@ class FakePeers:
         after: dict[str, Any],
     ) -> DiffResult:
         self._check()
+        if self.diff_down:
+            raise DomainError(Code.UNAVAILABLE, "The diff service is unavailable; nothing was written.")
         changed = [k for k in ("subject", "body_text") if before[k] != after[k]]
         diff_json = orjson.dumps(
             {

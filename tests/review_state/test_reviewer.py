@@ -128,6 +128,21 @@ async def test_a_round_overtaken_after_admission_ends_without_a_verdict(env: Env
     assert [r[2] for r in fake.rounds.values()] == ["superseded"]
 
 
+async def test_a_decision_retried_after_an_outage_reattaches_to_its_round(env: Env) -> None:
+    fake = peers(env)
+    review = await _confident(env)
+    fake.diff_down = True
+    edit = Decision("edit", 1, 1, body="Thursday 2pm?")
+    with pytest.raises(DomainError) as down:
+        await app.reviewer_decide(env, REVIEWER, review.id, edit)
+    assert down.value.code is Code.UNAVAILABLE
+    assert [r[2] for r in fake.rounds.values()] == [""]  # admitted, left open for the retry
+    fake.diff_down = False
+    result = await app.reviewer_decide(env, REVIEWER, review.id, edit)
+    assert result.kind == "sent"
+    assert [r[2] for r in fake.rounds.values()] == ["issues"]  # the same round, settled once
+
+
 async def test_only_a_human_attaches_a_rule_and_only_keys_of_the_plane_decide(env: Env) -> None:
     review = await queued(env)
     with pytest.raises(DomainError) as rule:
