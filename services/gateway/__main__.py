@@ -1,4 +1,4 @@
-"""Boot: ``python -m gateway`` serves the JSON surface with uvicorn on uvloop."""
+"""Boot: ``python -m gateway`` serves the JSON surface with uvicorn on uvloop and httptools."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def main() -> None:
             host=settings.host,
             port=settings.port,
             loop="uvloop",
+            http="httptools",
             log_level="warning",
             timeout_graceful_shutdown=5,
         )
