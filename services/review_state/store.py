@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     func,
     insert,
     select,
@@ -400,6 +401,13 @@ async def list_turns(conn: AsyncConnection, review_id: str) -> list[Turn]:
 
 
 _TURN_LABELS = {column.name: f"turn__{column.name}" for column in turns.c}
+# Built once: the hot read path then skips statement construction and its cache-key walk per call.
+_REVIEW_WITH_TURNS = (
+    select(reviews, *(turns.c[name].label(label) for name, label in _TURN_LABELS.items()))
+    .outerjoin(turns, turns.c.review_id == reviews.c.id)
+    .where(reviews.c.id == bindparam("review_id"), reviews.c.project_id == bindparam("project_id"))
+    .order_by(turns.c.seq)
+)
 
 
 async def get_review_with_turns(
@@ -407,21 +415,16 @@ async def get_review_with_turns(
 ) -> tuple[Review, list[Turn]] | None:
     """The review and its turns in one statement: one round trip and one snapshot for the hot read
     path. Another tenant's review reads as absent."""
-    query = (
-        select(reviews, *(turns.c[name].label(label) for name, label in _TURN_LABELS.items()))
-        .outerjoin(turns, turns.c.review_id == reviews.c.id)
-        .where(reviews.c.id == review_id, reviews.c.project_id == project_id)
-        .order_by(turns.c.seq)
-    )
-    rows = (await conn.execute(query)).all()
+    found = await conn.execute(_REVIEW_WITH_TURNS, {"review_id": review_id, "project_id": project_id})
+    rows = found.all()
     if not rows:
         return None
-    found = [
+    history = [
         Turn(**{name: row._mapping[label] for name, label in _TURN_LABELS.items()})
         for row in rows
         if row._mapping[_TURN_LABELS["id"]] is not None
     ]
-    return _from_row(rows[0]), found
+    return _from_row(rows[0]), history
 
 
 async def get_turn(conn: AsyncConnection, turn_id: str) -> Turn | None:
