@@ -310,14 +310,18 @@ async def add_review(conn: AsyncConnection, review: Review) -> None:
     await conn.execute(insert(reviews), _to_row(review))
 
 
+_REVIEW = select(reviews).where(
+    reviews.c.id == bindparam("review_id"), reviews.c.project_id == bindparam("project_id")
+)
+_REVIEW_FOR_UPDATE = _REVIEW.with_for_update()
+
+
 async def get_review(
     conn: AsyncConnection, project_id: str, review_id: str, *, for_update: bool = False
 ) -> Review | None:
     """The review, if it belongs to ``project_id``; another tenant's review reads as absent."""
-    query = select(reviews).where(reviews.c.id == review_id, reviews.c.project_id == project_id)
-    if for_update:
-        query = query.with_for_update()
-    row = (await conn.execute(query)).first()
+    query = _REVIEW_FOR_UPDATE if for_update else _REVIEW
+    row = (await conn.execute(query, {"review_id": review_id, "project_id": project_id})).first()
     return _from_row(row) if row else None
 
 
@@ -509,32 +513,41 @@ class SendingFacts:
     policy: str | None
 
 
+_RECIPIENT_FLAGS = select(
+    contacts.c.address, contacts.c.blocked, contacts.c.suppressed, contacts.c.contacted_at
+).where(
+    contacts.c.project_id == bindparam("project_id"),
+    contacts.c.address.in_(bindparam("addresses", expanding=True)),
+)
+_PROJECT_SENDING = select(
+    select(func.count())
+    .select_from(messages)
+    .where(
+        messages.c.project_id == bindparam("project_id"),
+        messages.c.direction == "outbound",
+        messages.c.created_at >= bindparam("since"),
+    )
+    .scalar_subquery()
+    .label("sent"),
+    select(review_policies.c.policy)
+    .where(review_policies.c.project_id == bindparam("project_id"))
+    .scalar_subquery()
+    .label("policy"),
+)
+
+
 async def sending_facts(
     conn: AsyncConnection, project_id: str, addresses: Sequence[str], since: datetime
 ) -> SendingFacts:
-    """Two statements for every check of a send (submit, revision, reviewer release, delivery)."""
+    """Two statements (built once) for every check of a send: submit, revision, reviewer release,
+    delivery."""
     lowered = sorted({a.lower() for a in addresses})
     rows = (
-        await conn.execute(
-            select(
-                contacts.c.address, contacts.c.blocked, contacts.c.suppressed, contacts.c.contacted_at
-            ).where(contacts.c.project_id == project_id, contacts.c.address.in_(lowered))
-        )
-    ).all()
-    sent = (
-        select(func.count())
-        .select_from(messages)
-        .where(
-            messages.c.project_id == project_id,
-            messages.c.direction == "outbound",
-            messages.c.created_at >= since,
-        )
-        .scalar_subquery()
+        (await conn.execute(_RECIPIENT_FLAGS, {"project_id": project_id, "addresses": lowered})).all()
+        if lowered
+        else []
     )
-    policy = (
-        select(review_policies.c.policy).where(review_policies.c.project_id == project_id).scalar_subquery()
-    )
-    project = (await conn.execute(select(sent.label("sent"), policy.label("policy")))).one()
+    project = (await conn.execute(_PROJECT_SENDING, {"project_id": project_id, "since": since})).one()
     contacted = {r.address for r in rows if r.contacted_at is not None}
     return SendingFacts(
         blocked=tuple(r.address for r in rows if r.blocked),
