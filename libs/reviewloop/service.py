@@ -9,6 +9,7 @@ a traceback, the outbox relay, and a graceful stop on SIGTERM. A service passes 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import signal
 import sys
@@ -133,41 +134,65 @@ def _refuse_nul(request: Any) -> None:
         raise invalid(where, "must not contain a NUL character")
 
 
+# Every answer carries the contract version, in trailing metadata: it rides the batch that ends the
+# call, where initial metadata would cost a send of its own on every RPC.
+VERSION_METADATA = (("x-contract-version", CONTRACT_VERSION),)
+
+
+class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
+    pass
+
+
+async def _fail(context: grpc.aio.ServicerContext, error: DomainError) -> None:
+    status = rpc_status.to_status(error.to_status())
+    await context.abort_with_status(
+        _Status(status.code, status.details, (*status.trailing_metadata, *VERSION_METADATA))
+    )
+
+
+async def _crash(context: grpc.aio.ServicerContext, behavior: Any) -> None:
+    log.exception("unhandled error in %s", behavior)
+    await context.abort(
+        grpc.StatusCode.INTERNAL, "The service failed to handle the request.", VERSION_METADATA
+    )
+
+
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        context.set_trailing_metadata(VERSION_METADATA)
         try:
             _refuse_nul(request)
             return await behavior(request, context)
         except DomainError as error:
-            await context.abort_with_status(rpc_status.to_status(error.to_status()))
+            await _fail(context, error)
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
         except Exception:
-            log.exception("unhandled error in %s", behavior)
-            await context.abort(grpc.StatusCode.INTERNAL, "The service failed to handle the request.")
+            await _crash(context, behavior)
 
     return unary
 
 
 def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        context.set_trailing_metadata(VERSION_METADATA)
         try:
             _refuse_nul(request)
             async for item in behavior(request, context):
                 yield item
         except DomainError as error:
-            await context.abort_with_status(rpc_status.to_status(error.to_status()))
+            await _fail(context, error)
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
         except Exception:
-            log.exception("unhandled error in %s", behavior)
-            await context.abort(grpc.StatusCode.INTERNAL, "The service failed to handle the request.")
+            await _crash(context, behavior)
 
     return stream
 
 
-class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Maps DomainError to status + details; anything else to a bare INTERNAL with no traceback."""
+class BoundaryInterceptor(grpc.aio.ServerInterceptor):
+    """What every RPC gets at the service boundary: NUL strings refused, DomainError mapped to status +
+    details, anything else a bare INTERNAL with no traceback, and ``x-contract-version`` on the answer."""
 
     async def intercept_service(
         self,
@@ -190,30 +215,6 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         return handler
-
-
-class ContractVersionInterceptor(grpc.aio.ServerInterceptor):
-    """Every response's initial metadata carries ``x-contract-version``."""
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        behavior = handler.unary_unary
-
-        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await context.send_initial_metadata((("x-contract-version", CONTRACT_VERSION),))
-            return await behavior(request, context)
-
-        return grpc.unary_unary_rpc_method_handler(
-            unary,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
 
 
 class RunningService:
@@ -261,8 +262,7 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
     server = grpc.aio.server(
         interceptors=[
             aio_server_interceptor(filter_=filters.negate(filters.service_name(HEALTH_SERVICE))),
-            ContractVersionInterceptor(),
-            ErrorInterceptor(),
+            BoundaryInterceptor(),
         ],
         options=[
             ("grpc.so_reuseport", 0),

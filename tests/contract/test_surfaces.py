@@ -1,6 +1,6 @@
 """CONTRACT_VERSION is one value on every surface (spec 000, "Version"): the package, the OpenAPI
 ``info.version``, the ``X-Contract-Version`` header (successes, problems and /mcp alike), the MCP server
-version, and the ``x-contract-version`` metadata of every gRPC server."""
+version, and the ``x-contract-version`` (trailing) metadata of every gRPC answer."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from reviewloop.config import GATEWAY, SERVICES
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION, package_version_matches
 from reviewloop.launcher import Stack
+from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 
 from tests.conftest import Api
 
@@ -45,4 +46,15 @@ async def test_every_surface_reads_the_same_contract_version(api: Api, stack: St
         async with grpc.aio.insecure_channel(stack.address(name)) as channel:
             call = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
             await call
-            assert dict(await call.initial_metadata())["x-contract-version"] == CONTRACT_VERSION, name
+            assert dict(await call.trailing_metadata())["x-contract-version"] == CONTRACT_VERSION, name
+    # A refusal carries it too, beside its google.rpc details.
+    async with grpc.aio.insecure_channel(stack.address("review_state")) as channel:
+        refused = review_pb2_grpc.ReviewStateServiceStub(channel).GetReview(
+            review_pb2.GetReviewRequest(review_id="rr_nope"), timeout=5
+        )
+        try:
+            await refused
+        except grpc.aio.AioRpcError as error:
+            trailing = dict(error.trailing_metadata())
+        assert trailing["x-contract-version"] == CONTRACT_VERSION
+        assert "grpc-status-details-bin" in trailing
