@@ -402,9 +402,11 @@ async def admit_review_round(
         if RunStatus(run.status) in (RunStatus.PUBLISHED, RunStatus.ARCHIVED):
             raise DomainError(Code.WRONG_STATE, f"Run {run_id} is {run.status}; it admits no reviewer.")
         if selection and not selection.get("mode"):
-            # Admission uses resolveReviewMode's precedence: the run's stored rungs, then COLD.
+            # Admission uses resolveReviewMode's precedence: the run's stored rungs, the project's
+            # configured default, then COLD.
             modes = RunModes.of(run)
-            mode, _ = resolve_review_mode(None, modes.review, modes.pr_work, modes.repeat_context)
+            configured = project_default_mode(await store.review_config(conn, project))
+            mode, _ = resolve_review_mode(None, modes.review, modes.pr_work, modes.repeat_context, configured)
             selection = {**selection, "mode": mode.value}
         budget = await _budget(conn, project, run.scope_key, limit)
         refusal = await _refusal(conn, run, attempt_key, trigger, budget.budget)
@@ -862,6 +864,31 @@ async def register_runner(db: Database, principal: Principal, spec: RunnerSpec) 
     return spec
 
 
+async def set_review_config(
+    db: Database, principal: Principal, config: dict[str, Any]
+) -> tuple[dict[str, Any], ReviewMode | None]:
+    """An admin stores the project review configuration; it is validated first (removed keys are
+    refused with a conversion hint), so a stored configuration always resolves."""
+    if principal.actor_kind is not ActorKind.ADMIN:
+        raise DomainError(Code.FORBIDDEN_ACTOR, "Only an admin sets the project review configuration.")
+    mode = project_default_mode(config)
+    async with db.transaction() as uow:
+        c = store.review_configs.c
+        await uow.conn.execute(store.review_configs.delete().where(c.project_id == principal.project_id))
+        await uow.conn.execute(
+            store.review_configs.insert().values(
+                project_id=principal.project_id, config=config, updated_at=utcnow()
+            )
+        )
+    return config, mode
+
+
+async def get_review_config(db: Database, principal: Principal) -> tuple[dict[str, Any], ReviewMode | None]:
+    async with db.single_statement.connect() as conn:
+        config = await store.review_config(conn, principal.project_id)
+    return config, project_default_mode(config)
+
+
 async def _catalog(conn: AsyncConnection, project: str) -> dict[str, RunnerSpec]:
     rows = (
         await conn.execute(select(store.runners.c.spec).where(store.runners.c.project_id == project))
@@ -895,15 +922,18 @@ async def resolve_mode(
     project_default: ReviewMode | None,
     project_config: dict[str, Any] | None,
 ) -> tuple[ReviewMode, str]:
-    """resolveReviewMode; with a ``run_id`` the stored run supplies the rungs the caller left unset."""
-    configured = project_default_mode(project_config) if project_config is not None else None
+    """resolveReviewMode; with a ``run_id`` the stored run supplies the rungs the caller left unset,
+    and without a configuration in the request the project's stored one supplies the default."""
     modes = given
-    if run_id:
-        async with db.single_statement.connect() as conn:
+    async with db.engine.connect() as conn:
+        if run_id:
             run = await store.get_run(conn, principal.project_id, run_id)
-        if run is None:
-            raise _run_not_found(run_id)
-        modes = RunModes.of(run).merged(given)
+            if run is None:
+                raise _run_not_found(run_id)
+            modes = RunModes.of(run).merged(given)
+        if project_config is None:
+            project_config = await store.review_config(conn, principal.project_id)
+    configured = project_default_mode(project_config)
     return resolve_review_mode(
         explicit, modes.review, modes.pr_work, modes.repeat_context, project_default or configured
     )

@@ -54,6 +54,20 @@ def _mode(value: Any) -> ReviewMode | None:
     return ReviewMode(name) if name else None
 
 
+def _config_object(text: str, field: str) -> dict[str, Any]:
+    try:
+        config = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise invalid(field, "not valid JSON") from None
+    if not isinstance(config, dict):
+        raise invalid(field, "must be a JSON object")
+    return config
+
+
+def _review_config(config: dict[str, Any], mode: ReviewMode | None) -> budget_pb2.ReviewConfig:
+    return budget_pb2.ReviewConfig(config_json=orjson.dumps(config).decode(), mode=_mode_enum(mode))
+
+
 def _mode_enum(mode: ReviewMode | None) -> Any:
     return _to_enum(budget_pb2.ReviewMode, "REVIEW_MODE_", mode.value) if mode else 0
 
@@ -411,6 +425,19 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         runners = await app.list_runners(self.db, Principal.from_proto(request.principal))
         return budget_pb2.ListRunnersResponse(runners=[runner_to_proto(r) for r in runners])
 
+    async def SetReviewConfig(
+        self, request: budget_pb2.SetReviewConfigRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ReviewConfig:
+        config = _config_object(request.config_json, "/config")
+        return _review_config(
+            *await app.set_review_config(self.db, Principal.from_proto(request.principal), config)
+        )
+
+    async def GetReviewConfig(
+        self, request: budget_pb2.GetReviewConfigRequest, context: grpc.aio.ServicerContext
+    ) -> budget_pb2.ReviewConfig:
+        return _review_config(*await app.get_review_config(self.db, Principal.from_proto(request.principal)))
+
     async def ValidateSequence(
         self, request: budget_pb2.ValidateSequenceRequest, context: grpc.aio.ServicerContext
     ) -> budget_pb2.ValidateSequenceResponse:
@@ -430,14 +457,11 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         self, request: budget_pb2.ResolveReviewModeRequest, context: grpc.aio.ServicerContext
     ) -> budget_pb2.ResolveReviewModeResponse:
         principal = Principal.from_proto(request.principal)
-        config = None
-        if request.project_config_json:
-            try:
-                config = orjson.loads(request.project_config_json)
-            except orjson.JSONDecodeError:
-                raise invalid("/project_config", "not valid JSON") from None
-            if not isinstance(config, dict):
-                raise invalid("/project_config", "must be a JSON object")
+        config = (
+            _config_object(request.project_config_json, "/project_config")
+            if request.project_config_json
+            else None
+        )
         mode, source = await app.resolve_mode(
             self.db,
             principal,

@@ -135,6 +135,15 @@ runners = Table(
     Column("spec", Json, nullable=False),
 )
 
+# The project review configuration an admin stored (validated; its mode is the project default).
+review_configs = Table(
+    "review_configs",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("config", Json, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
 review_sessions = Table(
     "review_sessions",
     metadata,
@@ -283,3 +292,10 @@ async def latest_launch_refusal(conn: AsyncConnection, project_id: str, key: str
     for internal in ("id", "project_id", "scope_key"):
         del refusal[internal]
     return refusal
+
+
+async def review_config(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
+    row = (
+        await conn.execute(select(review_configs.c.config).where(review_configs.c.project_id == project_id))
+    ).first()
+    return dict(row.config) if row else {}

@@ -284,6 +284,15 @@ async def test_runners_sequences_mode_and_lineage_through_the_gateway(api: Api) 
     assert stored.json()["pr_work_review_mode"] == "warm" and "review_mode" not in stored.json()
     from_run = await api.http.post("/v1/review-rounds/mode", json={"run_id": "run_modes"}, headers=reviewer)
     assert from_run.json() == {"mode": "warm", "source": "pr_work"}
+    assert (await api.http.get("/v1/review-rounds/config", headers=reviewer)).json() == {"config": {}}
+    refused = await api.http.put(
+        "/v1/review-rounds/config", json={"review": {"mode": "warm"}}, headers=reviewer
+    )
+    assert_problem(refused, 403, "forbidden_actor")
+    stored = await api.http.put("/v1/review-rounds/config", json={"review": {"mode": "warm"}}, headers=admin)
+    assert stored.json() == {"config": {"review": {"mode": "warm"}}, "mode": "warm"}
+    defaulted = await api.http.post("/v1/review-rounds/mode", json={}, headers=reviewer)
+    assert defaulted.json() == {"mode": "warm", "source": "project"}
 
     base, head, later = "1" * 40, "2" * 40, "3" * 40
     bind = {

@@ -219,6 +219,37 @@ async def test_a_stored_run_supplies_its_rungs_to_the_resolver_and_to_admission(
     assert chosen.receipt.selection["mode"] == "cold"
 
 
+async def test_the_stored_project_configuration_is_the_default_everywhere(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    with pytest.raises(DomainError) as agent:
+        await app.set_review_config(db, REVIEWER, {"review": {"mode": "warm"}})
+    assert agent.value.code is Code.FORBIDDEN_ACTOR
+    with pytest.raises(DomainError) as removed:
+        await app.set_review_config(db, ADMIN, {"review": {"mode": "warm", "require_cross_runner": True}})
+    assert removed.value.code is Code.BAD_REQUEST
+    assert await app.get_review_config(db, REVIEWER) == ({}, None)  # the refusal stored nothing
+
+    assert await app.set_review_config(db, ADMIN, {"review": {"mode": "warm"}}) == (
+        {"review": {"mode": "warm"}},
+        W,
+    )
+    resolve = partial(app.resolve_mode, db, REVIEWER, run_id="", given=app.RunModes(), project_default=None)
+    assert await resolve(explicit=None, project_config=None) == (W, "project")
+    assert await resolve(explicit=C, project_config=None) == (C, "explicit")  # explicit COLD beats it
+    await app.record_run(db, REVIEWER, run_id="r1", repository="", pr_number=0, head_sha=H1, status=None)
+    admitted = await app.admit_review_round(
+        db,
+        REVIEWER,
+        run_id="r1",
+        attempt_key="a1",
+        kind=AttemptKind.INITIAL,
+        trigger=Trigger.OPERATOR_REQUEST,
+        head_sha=H1,
+        selection={"runner": "codex"},
+    )
+    assert admitted.receipt.selection["mode"] == "warm"
+
+
 # --- catalog and lineage on both backends ---
 
 

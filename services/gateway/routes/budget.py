@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.common.v1 import common_pb2
@@ -491,6 +491,38 @@ async def list_runners(principal: Caller, backend: Backend) -> dict[str, Any]:
         budget_pb2.ListRunnersRequest(principal=principal.to_proto()), timeout=backend.timeout_s
     )
     return {"runners": [runner_json(r) for r in reply.runners]}
+
+
+def review_config_json(message: budget_pb2.ReviewConfig) -> dict[str, Any]:
+    body: dict[str, Any] = {"config": orjson.loads(message.config_json)}
+    if message.mode:
+        body["mode"] = _mode(message.mode)
+    return body
+
+
+@router.put("/v1/review-rounds/config", operation_id="set_review_config")
+async def set_review_config(
+    config: Annotated[dict[str, Any], Body(examples=[{"review": {"mode": "warm"}}])],
+    principal: AdminKey,
+    backend: Backend,
+) -> dict[str, Any]:
+    """The project review configuration (admin): its `review.mode` is the project default mode of
+    admissions and resolve_review_mode; removed keys are refused with a conversion hint."""
+    reply = await backend.budget.SetReviewConfig(
+        budget_pb2.SetReviewConfigRequest(
+            principal=principal.to_proto(), config_json=orjson.dumps(config).decode()
+        ),
+        timeout=backend.timeout_s,
+    )
+    return review_config_json(reply)
+
+
+@router.get("/v1/review-rounds/config", operation_id="get_review_config")
+async def get_review_config(principal: Caller, backend: Backend) -> dict[str, Any]:
+    reply = await backend.budget.GetReviewConfig(
+        budget_pb2.GetReviewConfigRequest(principal=principal.to_proto()), timeout=backend.timeout_s
+    )
+    return review_config_json(reply)
 
 
 @router.post("/v1/review-rounds/sequences/validate", operation_id="validate_review_sequence")
