@@ -377,7 +377,9 @@ async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any
     Returns the new review, or None when another writer got there first.
     """
     updated = replace(current, version=current.version + 1, **changes)
-    values = {k: v for k, v in _to_row(updated).items() if k not in ("id", "created_at")}
+    before = _to_row(current)
+    # Only what changed: the version CAS already guarantees nobody else wrote the row since.
+    values = {k: v for k, v in _to_row(updated).items() if v != before[k]}
     result = await conn.execute(
         update(reviews)
         .where(reviews.c.id == current.id, reviews.c.version == current.version)
