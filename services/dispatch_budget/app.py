@@ -408,8 +408,9 @@ async def admit_review_round(
             configured = project_default_mode(await store.review_config(conn, project))
             mode, _ = resolve_review_mode(None, modes.review, modes.pr_work, modes.repeat_context, configured)
             selection = {**selection, "mode": mode.value}
-        budget = await _budget(conn, project, run.scope_key, limit)
-        refusal = await _refusal(conn, run, attempt_key, trigger, budget.budget)
+        # The check needs only the counts; the grant and the last refusal are for the answer below.
+        budget = ReviewRoundBudget(*await store.scope_counts(conn, project, run.scope_key), limit)
+        refusal = await _refusal(conn, run, attempt_key, trigger, budget)
         if refusal is None:
             row = {
                 "receipt_id": new_id("rcpt"),
@@ -422,7 +423,7 @@ async def admit_review_round(
                 "head_sha": head_sha or run.head_sha,
                 "selection": selection,
                 "admitted_at": utcnow(),
-                "round": budget.budget.used + 1,
+                "round": budget.used + 1,
                 "outcome": None,
                 "reason": None,
                 "verdict": None,

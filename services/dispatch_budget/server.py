@@ -88,7 +88,7 @@ def binding_to_proto(binding: app.Binding) -> budget_pb2.ReviewSessionBinding:
     return budget_pb2.ReviewSessionBinding(
         review_id=binding.review_id,
         session_id=binding.session_id,
-        mode=_to_enum(budget_pb2.ReviewMode, "REVIEW_MODE_", binding.mode.value),
+        mode=_mode_enum(binding.mode),
         range_base=binding.range_base,
         range_head=binding.range_head,
         fresh_session=binding.fresh_session,
@@ -475,9 +475,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             project_default=_mode(request.project_default),
             project_config=config,
         )
-        return budget_pb2.ResolveReviewModeResponse(
-            mode=_to_enum(budget_pb2.ReviewMode, "REVIEW_MODE_", mode.value), source=source
-        )
+        return budget_pb2.ResolveReviewModeResponse(mode=_mode_enum(mode), source=source)
 
     async def BindReviewSession(
         self, request: budget_pb2.BindReviewSessionRequest, context: grpc.aio.ServicerContext
