@@ -84,7 +84,7 @@ def cmd_migration(args: argparse.Namespace) -> int:
     from reviewloop.storage.migrations import new_revision
 
     if args.service == GATEWAY:
-        from gateway.app import MIGRATIONS
+        from gateway.asgi import MIGRATIONS
         from gateway.store import metadata
 
         asyncio.run(new_revision(MIGRATIONS, metadata, args.message))

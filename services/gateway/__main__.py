@@ -7,7 +7,7 @@ import logging
 import uvicorn
 from reviewloop import telemetry
 
-from gateway.app import create_app
+from gateway.asgi import create_app
 from gateway.settings import GatewaySettings
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from gateway.app import create_app
+from gateway.asgi import create_app
 from gateway.problems import problem_body
 from gateway.settings import GatewaySettings
 from google.protobuf import json_format

@@ -14,7 +14,7 @@ import grpc
 import httpx
 import pytest
 from fastapi import FastAPI
-from gateway.app import create_app
+from gateway.asgi import create_app
 from gateway.settings import GatewaySettings
 from grpc_status import rpc_status
 from reviewloop.config import SERVICES

@@ -11,7 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from diff.__main__ import SPEC as DIFF
 from dispatch_budget.__main__ import SPEC as DISPATCH_BUDGET
-from gateway.app import MIGRATIONS as GATEWAY_MIGRATIONS
+from gateway.asgi import MIGRATIONS as GATEWAY_MIGRATIONS
 from gateway.store import metadata as gateway_metadata
 from nudge.__main__ import SPEC as NUDGE
 from review_state.__main__ import SPEC as REVIEW_STATE

@@ -1,1 +1,43 @@
-"""One router per context, so each context's routes live in one file."""
+"""The gateway's routes, by plane and prefix. Every body a route reads and every answer it gives is a shape
+of ``reviewloop.shapes``; ``gateway.translate`` turns protobuf into those shapes.
+
+| prefix                                              | module                    | spec |
+|-----------------------------------------------------|---------------------------|------|
+| ``/v1/messages``, ``/v1/reviews``, ``/v1/review-policy`` | ``reviews``          | 000  |
+| ``/v1/review-events``                               | ``events``                | 000  |
+| ``/v1/rules``, ``/v1/categories``, ``/v1/risk-dial``  | ``rules``               | 000  |
+| ``/v1/review-rounds/runs``, ``.../admissions``, ``.../budget``, ``/v1/runs/{id}/extend-review-budget`` | ``budget.rounds`` | 003 |
+| ``/v1/journals``                                    | ``budget.journals``       | 002  |
+| ``/v1/review-rounds/runners``, ``.../config``, ``.../sequences``, ``.../mode``, ``.../sessions`` | ``budget.catalog`` | 003 |
+| ``/v1/sessions``, ``/v1/gate-decisions``            | ``budget.gate``           | 001  |
+| ``/v1/admin/projects/{id}/{review-policy,blocks,suppressions,inbound}`` | ``console.reviews`` | 000 |
+| ``/v1/admin/orgs/{id}/rules``, ``/v1/admin/rules``, ``/v1/admin/categories``, ``/v1/admin/projects/{id}/{categories,graduation-proposals,risk-dial,rule-settings}``, ``/v1/admin/composition-keys`` | ``console.rules`` | 000 |
+| ``/v1/admin/projects``, ``/v1/admin/api-keys``      | ``console.projects``      | (gateway) |
+
+``/healthz``, ``/openapi.yaml``, ``/v1/contract-manifest`` and ``/mcp`` are the ASGI app's own
+(``gateway.asgi``). ``ROUTERS`` is the order the app includes them in, which is the order of the paths in
+``/openapi.yaml`` and of the MCP tools.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from gateway.routes import events, reviews, rules
+from gateway.routes.budget import catalog, gate, journals, rounds
+from gateway.routes.console import projects
+from gateway.routes.console import reviews as console_reviews
+from gateway.routes.console import rules as console_rules
+
+ROUTERS: tuple[APIRouter, ...] = (
+    reviews.router,
+    console_reviews.router,
+    events.router,
+    rules.router,
+    console_rules.router,
+    rounds.router,
+    journals.router,
+    catalog.router,
+    gate.router,
+    projects.router,
+)

@@ -1,57 +1,26 @@
-"""Console routes (admin key or bootstrap token): projects and API keys. ``Idempotency-Key`` on these is
-honoured by the gateway's IdempotentMutations middleware (app.py)."""
+"""Console routes (admin key or bootstrap token): projects and API keys, the gateway's own store.
+``Idempotency-Key`` on these is honoured by the gateway's IdempotentMutations middleware (asgi.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
 from reviewloop.errors import Code, DomainError
+from reviewloop.shapes import ApiKeyIn, ApiKeyOut, ProjectIn, ProjectOut, RevokedOut
 from reviewloop.tenancy import ActorKind
 
 from gateway import store
 from gateway.auth import Caller, check_org, require_admin
+from gateway.responses import ShapedRoute
+from gateway.translate import Json
 
-router = APIRouter(prefix="/v1/admin", tags=["console"])
+router = APIRouter(tags=["console"], route_class=ShapedRoute)
 Admin = Annotated[Caller, Depends(require_admin)]
 
 
-class ProjectIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=200)
-    org_id: str | None = Field(default=None, max_length=40)
-
-
-class ProjectOut(BaseModel):
-    org_id: str
-    project_id: str
-    name: str
-
-
-class ApiKeyIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    project_id: str = Field(min_length=1, max_length=40)
-    actor_kind: ActorKind
-    name: str = Field(default="", max_length=200)
-
-
-class ApiKeyOut(BaseModel):
-    key_id: str
-    api_key: str = Field(description="The secret, shown once; only its hash is stored.")
-    actor_kind: ActorKind
-    org_id: str
-    project_id: str
-    agent_id: str | None = None
-
-
-class RevokedOut(BaseModel):
-    key_id: str
-    revoked: bool
-
-
-@router.post("/projects", status_code=201, operation_id="create_project", response_model=ProjectOut)
-async def create_project(body: ProjectIn, caller: Admin, request: Request) -> dict[str, Any]:
+@router.post("/v1/admin/projects", status_code=201, operation_id="create_project", response_model=ProjectOut)
+async def create_project(body: ProjectIn, caller: Admin, request: Request) -> Json:
     """Create a project (and a new org, unless ``org_id`` names one the caller administers)."""
     org_id = body.org_id or (caller.principal.org_id if caller.principal else None)
     async with request.app.state.db.transaction() as uow:
@@ -63,14 +32,8 @@ async def create_project(body: ProjectIn, caller: Admin, request: Request) -> di
     return {"org_id": project.org_id, "project_id": project.project_id, "name": project.name}
 
 
-@router.post(
-    "/api-keys",
-    status_code=201,
-    operation_id="issue_api_key",
-    response_model=ApiKeyOut,
-    response_model_exclude_unset=True,
-)
-async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> dict[str, Any]:
+@router.post("/v1/admin/api-keys", status_code=201, operation_id="issue_api_key", response_model=ApiKeyOut)
+async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> Json:
     """Issue a key bound to a project and an actor kind; agent and review_agent keys get an agent id."""
     if body.actor_kind is ActorKind.SYSTEM:
         raise DomainError(Code.BAD_REQUEST, "/actor_kind: must be agent, human, review_agent or admin")
@@ -80,7 +43,7 @@ async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> dict
             raise DomainError(Code.NOT_FOUND, f"No project {body.project_id}.")
         check_org(caller, project.org_id)
         key, secret = await store.issue_key(uow.conn, project, body.actor_kind, body.name)
-    result: dict[str, Any] = {
+    result: Json = {
         "key_id": key.key_id,
         "api_key": secret,
         "actor_kind": key.actor_kind.value,
@@ -92,8 +55,8 @@ async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> dict
     return result
 
 
-@router.post("/api-keys/{key_id}/revoke", operation_id="revoke_api_key", response_model=RevokedOut)
-async def revoke_api_key(key_id: str, caller: Admin, request: Request) -> dict[str, Any]:
+@router.post("/v1/admin/api-keys/{key_id}/revoke", operation_id="revoke_api_key", response_model=RevokedOut)
+async def revoke_api_key(key_id: str, caller: Admin, request: Request) -> Json:
     """Revoke a key; it is refused from the next request on. Revoking twice is harmless."""
     async with request.app.state.db.transaction() as uow:
         key = await store.get_key(uow.conn, key_id)

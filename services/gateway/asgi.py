@@ -1,4 +1,5 @@
-"""The gateway application: routes, problem+json, contract headers, body limits, health, OpenAPI."""
+"""The gateway's ASGI application: its routers, problem+json, contract headers, body limits, idempotent
+mutations, health, the OpenAPI document and the MCP endpoint."""
 
 from __future__ import annotations
 
@@ -9,15 +10,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 from fastapi import FastAPI, Request
+from fastapi.datastructures import Default
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.service import Peers
-from reviewloop.shapes import ContractManifest, component_schemas
+from reviewloop.shapes import ContractManifest, Health, component_schemas
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.migrations import migrate
 from starlette.responses import Response
@@ -29,17 +29,13 @@ from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
-from gateway.routes import admin, budget, events, reviews, rules
+from gateway.responses import OrjsonResponse
+from gateway.routes import ROUTERS
 from gateway.settings import GatewaySettings
 from gateway.store import metadata
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 BODY_TOO_LARGE = problems.BODY_TOO_LARGE
-
-
-class OrjsonResponse(JSONResponse):
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
 
 
 class ContractHeaders:
@@ -227,7 +223,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         version=CONTRACT_VERSION,
         summary="The review loop for AI-agent output.",
         lifespan=lifespan,
-        default_response_class=OrjsonResponse,
+        # A route with a response_model writes its shape's JSON in one pass (pydantic's dump_json); only a
+        # route without one falls back to orjson. (The class given bare would turn that fast path off.)
+        default_response_class=Default(OrjsonResponse),
         openapi_url="/openapi.json",
         docs_url=None,
         redoc_url=None,
@@ -240,14 +238,14 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.state.settings = settings
     app.state.key_cache = KeyCache(settings.key_cache_s)
     problems.install(app)
-    for module in (reviews, events, rules, budget, admin):
-        app.include_router(module.router)
+    for router in ROUTERS:
+        app.include_router(router)
     mcp = McpGateway(app, settings.mcp_allowed_hosts)
     app.state.mcp = mcp
     # An ASGI endpoint (not a Mount), so "/mcp" itself answers without a redirect to "/mcp/".
     app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
 
-    @app.get("/healthz", tags=["operations"])
+    @app.get("/healthz", tags=["operations"], response_model=Health)
     async def healthz(request: Request) -> Response:
         """200 when every backend reports SERVING; 503 naming the ones that do not."""
         backends = await request.app.state.backends.health()

@@ -1,0 +1,89 @@
+"""Attempt journals (spec 002): a run's events appended as JSON lines (or ``{"events": [...]}``), and the
+evidence marker its journal settles to."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from reviewloop.budget.v1 import budget_pb2
+from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.shapes import EvidenceStatus, JournalAppendResult, JournalIn
+from reviewloop.tenancy import Principal
+
+from gateway.auth import ANY_PROJECT_KEY
+from gateway.backends import Backends, backends
+from gateway.responses import ShapedRoute
+from gateway.routes.budget import JSONL
+from gateway.translate import Json
+
+router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
+Backend = Annotated[Backends, Depends(backends)]
+Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
+
+
+async def _journal_events(request: Request) -> list[str]:
+    """The request's events as JSON texts: a JSON-lines body, or {"events": [...]}."""
+    raw = await request.body()
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type in JSONL:
+        return [line for line in raw.decode(errors="replace").splitlines() if line.strip()]
+    try:
+        body = JournalIn.model_validate(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        raise DomainError(
+            Code.BAD_REQUEST, "The request body is not valid JSON; send a JSON object."
+        ) from None
+    except ValueError as exc:
+        raise invalid(
+            "/events", f"give an events array of at most 500 objects ({exc.__class__.__name__})"
+        ) from None
+    return [orjson.dumps(e).decode() for e in body.events]
+
+
+@router.post(
+    "/v1/journals/{run_id}/events",
+    status_code=201,
+    operation_id="append_journal_events",
+    response_model=JournalAppendResult,
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                # The body is read by hand (JSON lines or JSON), then validated as JournalIn.
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{JournalIn.__name__}"}},
+                "application/x-ndjson": {"schema": {"type": "string"}},
+            }
+        }
+    },
+)
+async def append_journal_events(run_id: str, request: Request, principal: Caller, backend: Backend) -> Json:
+    events = await _journal_events(request)
+    reply = await backend.budget.AppendJournalEvents(
+        budget_pb2.AppendJournalEventsRequest(
+            principal=principal.to_proto(), run_id=run_id, events_json=events
+        ),
+        timeout=backend.timeout_s,
+    )
+    return {
+        "appended": reply.appended,
+        "skipped_ephemeral": reply.skipped_ephemeral,
+        "last_offset": reply.last_offset,
+    }
+
+
+@router.get(
+    "/v1/journals/{run_id}/evidence", operation_id="get_evidence_status", response_model=EvidenceStatus
+)
+async def get_evidence_status(run_id: str, principal: Caller, backend: Backend) -> Json:
+    reply = await backend.budget.GetEvidenceStatus(
+        budget_pb2.GetEvidenceStatusRequest(principal=principal.to_proto(), run_id=run_id),
+        timeout=backend.timeout_s,
+    )
+    body: Json = {"run_id": run_id, "evidence": reply.evidence}
+    if reply.offset:
+        body["offset"] = reply.offset
+        body["schema_version"] = reply.schema_version
+    if reply.evidence_rejected_json:
+        body["evidence_rejected"] = orjson.loads(reply.evidence_rejected_json)
+    return body

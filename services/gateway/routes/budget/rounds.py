@@ -1,0 +1,163 @@
+"""Review rounds (spec 003): a run's record, admissions and their settlement, the round budget, and a
+project admin's scoped extension of it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from reviewloop.budget.v1 import budget_pb2
+from reviewloop.common.v1 import common_pb2
+from reviewloop.errors import invalid
+from reviewloop.shapes import (
+    AdmissionResult,
+    AdmitIn,
+    ExtendIn,
+    ExtensionReceipt,
+    ReviewRun,
+    RoundBudget,
+    RunIn,
+    SettleIn,
+    SettlementResult,
+)
+from reviewloop.tenancy import ActorKind, Principal
+
+from gateway.auth import ANY_PROJECT_KEY, require
+from gateway.backends import Backends, backends
+from gateway.headers import IdempotencyKey
+from gateway.responses import ShapedRoute
+from gateway.translate import Json
+from gateway.translate.budget import (
+    as_admission_receipt,
+    as_extension_receipt,
+    as_review_run,
+    as_round_budget,
+    mode,
+    selection,
+)
+
+router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
+Backend = Annotated[Backends, Depends(backends)]
+Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
+AdminKey = Annotated[Principal, Depends(require(ActorKind.ADMIN))]
+
+
+@router.put("/v1/review-rounds/runs/{run_id}", operation_id="record_review_run", response_model=ReviewRun)
+async def record_review_run(run_id: str, body: RunIn, principal: Caller, backend: Backend) -> Json:
+    reply = await backend.budget.RecordRun(
+        budget_pb2.RecordRunRequest(
+            principal=principal.to_proto(),
+            run_id=run_id,
+            repository=body.repository,
+            pr_number=body.pr_number,
+            head_sha=body.head_sha,
+            status=budget_pb2.RunStatus.Value(f"RUN_STATUS_{body.status.upper()}")
+            if body.status
+            else budget_pb2.RUN_STATUS_UNSPECIFIED,
+            review_mode=mode(body.review_mode),
+            pr_work_review_mode=mode(body.pr_work_review_mode),
+            repeat_review_context_mode=mode(body.repeat_review_context_mode),
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_review_run(reply)
+
+
+@router.post(
+    "/v1/review-rounds/admissions",
+    status_code=201,
+    operation_id="admit_review_round",
+    response_model=AdmissionResult,
+)
+async def admit_review_round(body: AdmitIn, principal: Caller, backend: Backend) -> Json:
+    request = budget_pb2.AdmitReviewRoundRequest(
+        principal=principal.to_proto(),
+        run_id=body.run_id,
+        attempt_key=body.attempt_key,
+        kind=budget_pb2.AttemptKind.Value(f"ATTEMPT_KIND_{body.kind.upper()}"),
+        trigger=budget_pb2.LaunchTrigger.Value(f"LAUNCH_TRIGGER_{body.trigger.upper()}"),
+        head_sha=body.head_sha,
+        receipt_id=body.receipt_id,
+    )
+    if body.selection is not None:
+        request.selection.CopyFrom(selection(body.selection))
+    reply = await backend.budget.AdmitReviewRound(request, timeout=backend.timeout_s)
+    return {
+        "receipt": as_admission_receipt(reply.receipt),
+        "reattached": reply.reattached,
+        "review_round_budget": as_round_budget(reply.budget),
+    }
+
+
+@router.post(
+    "/v1/review-rounds/admissions/{receipt_id}/settlement",
+    operation_id="settle_review_attempt",
+    response_model=SettlementResult,
+)
+async def settle_review_attempt(receipt_id: str, body: SettleIn, principal: Caller, backend: Backend) -> Json:
+    reply = await backend.budget.SettleAttempt(
+        budget_pb2.SettleAttemptRequest(
+            principal=principal.to_proto(),
+            receipt_id=receipt_id,
+            verdict=body.verdict or "",
+            reviewed_head=body.reviewed_head,
+            no_verdict_reason=body.no_verdict_reason,
+            journal_run_id=body.journal_run_id,
+        ),
+        timeout=backend.timeout_s,
+    )
+    return {
+        "receipt": as_admission_receipt(reply.receipt),
+        "review_round_budget": as_round_budget(reply.budget),
+    }
+
+
+@router.get("/v1/review-rounds/budget", operation_id="get_review_round_budget", response_model=RoundBudget)
+async def get_review_round_budget(
+    principal: Caller, backend: Backend, run_id: Annotated[str, Query(min_length=1, max_length=80)]
+) -> Json:
+    reply = await backend.budget.GetRoundBudget(
+        budget_pb2.GetRoundBudgetRequest(principal=principal.to_proto(), run_id=run_id),
+        timeout=backend.timeout_s,
+    )
+    return as_round_budget(reply)
+
+
+@router.post(
+    "/v1/runs/{run_id}/extend-review-budget",
+    status_code=201,
+    operation_id="extend_review_budget",
+    response_model=ExtensionReceipt,
+)
+async def extend_review_budget(
+    run_id: str,
+    body: ExtendIn,
+    principal: AdminKey,
+    backend: Backend,
+    request: Request,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    if idempotency_key and body.request_id and idempotency_key != body.request_id:
+        raise invalid("/request_id", "differs from the Idempotency-Key header; send one key")
+    origin = budget_pb2.RequestOrigin(
+        actor_kind=common_pb2.ACTOR_KIND_ADMIN,
+        actor_id=principal.actor_id,
+        key_id=principal.actor_id,  # an admin key's principal is its key id
+        remote_addr=request.client.host if request.client else "",
+        user_agent=request.headers.get("user-agent", "")[:200],
+    )
+    reply = await backend.budget.ExtendReviewBudget(
+        budget_pb2.ExtendReviewBudgetRequest(
+            principal=principal.to_proto(),
+            run_id=run_id,
+            head_sha=body.head_sha,
+            new_limit=body.limit,
+            expected_prior_limit=body.expected_limit,
+            scope_brief=body.scope_brief,
+            idempotency_key=idempotency_key or body.request_id,
+            origin=origin,
+            request_id=request.headers.get("x-request-id", "")[:200],
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_extension_receipt(reply)

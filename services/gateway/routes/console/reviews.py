@@ -1,0 +1,95 @@
+"""Console routes of review_state: the project's review policy, contact blocks and suppressions, and
+inbound mail (admin key or the bootstrap token)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from reviewloop.review.v1 import review_pb2
+from reviewloop.shapes import AddressIn, Contact, InboundIn, InboundMessage, PolicyIn, ReviewPolicy
+
+from gateway.auth import Caller, console_principal, require_admin
+from gateway.backends import Backends, backends
+from gateway.responses import ShapedRoute
+from gateway.translate import Json
+from gateway.translate.reviews import as_contact, as_inbound_message, as_review_policy
+
+router = APIRouter(tags=["reviews", "console"], route_class=ShapedRoute)
+Backend = Annotated[Backends, Depends(backends)]
+Admin = Annotated[Caller, Depends(require_admin)]
+
+
+@router.put(
+    "/v1/admin/projects/{project_id}/review-policy",
+    operation_id="set_review_policy",
+    response_model=ReviewPolicy,
+)
+async def set_review_policy(
+    project_id: str, body: PolicyIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.review.SetReviewPolicy(
+        review_pb2.SetReviewPolicyRequest(principal=principal.to_proto(), policy=body.policy),
+        timeout=backend.timeout_s,
+    )
+    return as_review_policy(reply)
+
+
+@router.post(
+    "/v1/admin/projects/{project_id}/blocks",
+    status_code=201,
+    operation_id="block_recipient",
+    response_model=Contact,
+)
+async def block_recipient(
+    project_id: str, body: AddressIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.review.AddBlock(
+        review_pb2.ContactRequest(principal=principal.to_proto(), address=body.address),
+        timeout=backend.timeout_s,
+    )
+    return as_contact(reply)
+
+
+@router.post(
+    "/v1/admin/projects/{project_id}/suppressions",
+    status_code=201,
+    operation_id="suppress_recipient",
+    response_model=Contact,
+)
+async def suppress_recipient(
+    project_id: str, body: AddressIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.review.AddSuppression(
+        review_pb2.ContactRequest(principal=principal.to_proto(), address=body.address),
+        timeout=backend.timeout_s,
+    )
+    return as_contact(reply)
+
+
+@router.post(
+    "/v1/admin/projects/{project_id}/inbound",
+    status_code=201,
+    operation_id="record_inbound_mail",
+    response_model=InboundMessage,
+)
+async def record_inbound_mail(
+    project_id: str, body: InboundIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """Record a received message (a provider webhook would call the same), so replies and forwards
+    have a parent."""
+    principal = await console_principal(caller, request, project_id)
+    message = review_pb2.RecordInboundRequest(
+        principal=principal.to_proto(),
+        to=body.to,
+        cc=body.cc,
+        subject=body.subject,
+        body_text=body.body_text,
+        headers=body.headers,
+    )
+    setattr(message, "from", body.from_)
+    reply = await backend.review.RecordInbound(message, timeout=backend.timeout_s)
+    return as_inbound_message(reply)

@@ -1,0 +1,298 @@
+"""Console routes of the rules service (admin key or the bootstrap token): house-style rules, a rule
+lineage's undo / approve / reject / retire, categories and graduation, the risk dial, rule settings, and the
+composition-token key rotation."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from reviewloop.errors import Code, DomainError
+from reviewloop.rules.v1 import rules_pb2
+from reviewloop.shapes import (
+    AdminCategoryIn,
+    Category,
+    CategoryPatch,
+    CompositionKey,
+    GraduateIn,
+    GraduationProposalList,
+    HouseRuleIn,
+    RevIn,
+    RiskDial,
+    RiskDialIn,
+    Rule,
+    RuleIn,
+    RuleSettings,
+    RuleSettingsIn,
+)
+from reviewloop.tenancy import ActorKind, Principal
+from sqlalchemy import select
+
+from gateway import store
+from gateway.auth import Caller, admin_actor_id, check_org, console_principal, require_admin
+from gateway.backends import Backends, backends
+from gateway.responses import ShapedRoute
+from gateway.routes.rules import IdempotencyKey, save_request
+from gateway.translate import Json
+from gateway.translate.rules import as_category, as_graduation_proposal, as_risk_dial, as_rule, risk_values
+
+router = APIRouter(tags=["rules", "console"], route_class=ShapedRoute)
+Backend = Annotated[Backends, Depends(backends)]
+Admin = Annotated[Caller, Depends(require_admin)]
+
+
+async def _org_principal(caller: Caller, request: Request, org_id: str) -> Principal:
+    """An admin principal for org-level work: the admin key's own project, or (bootstrap token) any
+    project of the org, since every service scopes a principal to a project."""
+    check_org(caller, org_id)
+    if caller.principal is not None:
+        return Principal(org_id, caller.principal.project_id, ActorKind.ADMIN, admin_actor_id(caller))
+    async with request.app.state.db.engine.connect() as conn:
+        row = (
+            await conn.execute(
+                select(store.projects.c.project_id).where(store.projects.c.org_id == org_id).limit(1)
+            )
+        ).first()
+    if row is None:
+        raise DomainError(Code.NOT_FOUND, f"No org {org_id}.")
+    return Principal(org_id, row.project_id, ActorKind.ADMIN, admin_actor_id(caller))
+
+
+async def _owner_principal(
+    caller: Caller, request: Request, backend: Backends, *, category_id: str = "", lineage_id: str = ""
+) -> Principal:
+    """The admin principal for a route that names only a category or a rule lineage."""
+    owner = rules_pb2.ResolveOwnerRequest()
+    if category_id:
+        owner.category_id = category_id
+    else:
+        owner.lineage_id = lineage_id
+    reply = await backend.rules.ResolveOwner(owner, timeout=backend.timeout_s)
+    if reply.project_id:
+        check_org(caller, reply.org_id)
+        return Principal(reply.org_id, reply.project_id, ActorKind.ADMIN, admin_actor_id(caller))
+    return await _org_principal(caller, request, reply.org_id)
+
+
+# --- rules ---------------------------------------------------------------------------------------
+
+
+@router.post(
+    "/v1/admin/orgs/{org_id}/rules",
+    status_code=201,
+    operation_id="save_house_style_rule",
+    response_model=Rule,
+)
+async def save_house_style_rule(
+    org_id: str,
+    body: HouseRuleIn,
+    caller: Admin,
+    request: Request,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    """Org house style: inherited by every project of the org (console only)."""
+    principal = await _org_principal(caller, request, org_id)
+    rule = RuleIn(
+        rule_text=body.rule_text,
+        kind=body.kind,
+        priority=body.priority,
+        lineage_id=body.lineage_id,
+        expected_rev=body.expected_rev,
+    )
+    reply = await backend.rules.SaveRule(
+        save_request(principal, rule, "org", idempotency_key), timeout=backend.timeout_s
+    )
+    return as_rule(reply)
+
+
+async def _lineage_verb(
+    verb: str, lineage_id: str, body: RevIn, caller: Caller, request: Request, backend: Backends
+) -> Json:
+    principal = await _owner_principal(caller, request, backend, lineage_id=lineage_id)
+    call = getattr(backend.rules, verb)
+    reply = await call(
+        rules_pb2.RuleActionRequest(
+            principal=principal.to_proto(), lineage_id=lineage_id, expected_rev=body.rev
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_rule(reply)
+
+
+@router.post("/v1/admin/rules/{lineage_id}/undo", operation_id="undo_rule", response_model=Rule)
+async def undo_rule(lineage_id: str, body: RevIn, caller: Admin, request: Request, backend: Backend) -> Json:
+    """Restore the revision in force before the last change (a new revision)."""
+    return await _lineage_verb("UndoRule", lineage_id, body, caller, request, backend)
+
+
+@router.post("/v1/admin/rules/{lineage_id}/approve", operation_id="approve_rule", response_model=Rule)
+async def approve_rule(
+    lineage_id: str, body: RevIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """Accept a proposed (staged) revision into the effective stack."""
+    return await _lineage_verb("ApproveRule", lineage_id, body, caller, request, backend)
+
+
+@router.post("/v1/admin/rules/{lineage_id}/reject", operation_id="reject_rule", response_model=Rule)
+async def reject_rule(
+    lineage_id: str, body: RevIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    return await _lineage_verb("RejectRule", lineage_id, body, caller, request, backend)
+
+
+@router.post("/v1/admin/rules/{lineage_id}/retire", operation_id="retire_rule", response_model=Rule)
+async def retire_rule(
+    lineage_id: str, body: RevIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    return await _lineage_verb("RetireRule", lineage_id, body, caller, request, backend)
+
+
+# --- categories and graduation -------------------------------------------------------------------
+
+
+@router.post(
+    "/v1/admin/projects/{project_id}/categories",
+    status_code=201,
+    operation_id="predefine_category",
+    response_model=Category,
+)
+async def predefine_category(
+    project_id: str,
+    body: AdminCategoryIn,
+    caller: Admin,
+    request: Request,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.rules.CreateCategory(
+        rules_pb2.CreateCategoryRequest(
+            principal=principal.to_proto(),
+            name=body.name,
+            description=body.description,
+            scope=body.scope,
+            never_graduate=body.never_graduate,
+            idempotency_key=idempotency_key,
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_category(reply)
+
+
+@router.patch("/v1/admin/categories/{category_id}", operation_id="update_category", response_model=Category)
+async def update_category(
+    category_id: str, body: CategoryPatch, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """Rename, redescribe, or set the never_graduate lock (ids never change)."""
+    principal = await _owner_principal(caller, request, backend, category_id=category_id)
+    patch = rules_pb2.UpdateCategoryRequest(principal=principal.to_proto(), category_id=category_id)
+    if body.name is not None:
+        patch.name = body.name
+    if body.description is not None:
+        patch.description = body.description
+    if body.never_graduate is not None:
+        patch.never_graduate = body.never_graduate
+    return as_category(await backend.rules.UpdateCategory(patch, timeout=backend.timeout_s))
+
+
+@router.post(
+    "/v1/admin/categories/{category_id}/graduate", operation_id="graduate_category", response_model=Category
+)
+async def graduate_category(
+    category_id: str, body: GraduateIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """A human flips the rung: one up (auto_silent through the maturity gate), or any down."""
+    principal = await _owner_principal(caller, request, backend, category_id=category_id)
+    reply = await backend.rules.Graduate(
+        rules_pb2.GraduateRequest(
+            principal=principal.to_proto(), category_id=category_id, to_state=body.to_state
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_category(reply)
+
+
+@router.get(
+    "/v1/admin/projects/{project_id}/graduation-proposals",
+    operation_id="list_graduation_proposals",
+    response_model=GraduationProposalList,
+)
+async def list_graduation_proposals(
+    project_id: str, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """The proposals waiting for a human, newest first, each with its category's graduation status."""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.rules.ListGraduationProposals(
+        rules_pb2.ListGraduationProposalsRequest(principal=principal.to_proto()),
+        timeout=backend.timeout_s,
+    )
+    return {"proposals": [as_graduation_proposal(p) for p in reply.proposals]}
+
+
+# --- the risk dial, rule settings, signing keys ---------------------------------------------------
+
+
+@router.put(
+    "/v1/admin/projects/{project_id}/risk-dial", operation_id="set_risk_dial", response_model=RiskDial
+)
+async def set_risk_dial(
+    project_id: str, body: RiskDialIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """Account fields merge (``null`` resets one); each listed category's overrides are replaced."""
+    principal = await console_principal(caller, request, project_id)
+    message = rules_pb2.SetRiskDialRequest(principal=principal.to_proto())
+    if body.account is not None:
+        values, cleared = risk_values(body.account)
+        message.account.CopyFrom(values)
+        message.account_clear.extend(cleared)
+    for entry in body.categories:
+        values, inherited = risk_values(entry)
+        message.categories.append(
+            rules_pb2.CategoryRisk(category_id=entry.category_id, overrides=values, inherit_fields=inherited)
+        )
+    return as_risk_dial(await backend.rules.SetRiskDial(message, timeout=backend.timeout_s))
+
+
+@router.get(
+    "/v1/admin/projects/{project_id}/rule-settings",
+    operation_id="get_rule_settings",
+    response_model=RuleSettings,
+)
+async def get_rule_settings(project_id: str, caller: Admin, request: Request, backend: Backend) -> Json:
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.rules.GetRuleSettings(
+        rules_pb2.GetRuleSettingsRequest(principal=principal.to_proto()), timeout=backend.timeout_s
+    )
+    return {"project_id": reply.project_id, "write_approval": reply.write_approval}
+
+
+@router.put(
+    "/v1/admin/projects/{project_id}/rule-settings",
+    operation_id="set_rule_settings",
+    response_model=RuleSettings,
+)
+async def set_rule_settings(
+    project_id: str, body: RuleSettingsIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """``write_approval``: agent-authored rules are born ``proposed`` and wait for a human."""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.rules.SetRuleSettings(
+        rules_pb2.SetRuleSettingsRequest(principal=principal.to_proto(), write_approval=body.write_approval),
+        timeout=backend.timeout_s,
+    )
+    return {"project_id": reply.project_id, "write_approval": reply.write_approval}
+
+
+@router.post(
+    "/v1/admin/composition-keys/rotate", operation_id="rotate_composition_key", response_model=CompositionKey
+)
+async def rotate_composition_key(caller: Admin, backend: Backend) -> Json:
+    """A new signing key for composition tokens (operator only: the key serves every org)."""
+    if caller.principal is not None:
+        raise DomainError(Code.FORBIDDEN_ACTOR, "Rotating the signing key takes the bootstrap admin token.")
+    operator = Principal("*", "*", ActorKind.ADMIN, "bootstrap")
+    reply = await backend.rules.RotateCompositionKey(
+        rules_pb2.RotateCompositionKeyRequest(principal=operator.to_proto()), timeout=backend.timeout_s
+    )
+    return {"key_id": reply.key_id}

@@ -1,0 +1,24 @@
+"""Protobuf to the spec's JSON and back, one module per context.
+
+Each ``as_<shape>`` constructor reads a backend's answer into the fields of the ``reviewloop.shapes`` model
+of the same name: snake_case keys, lowercase enums, RFC 3339 UTC, and an absent optional left out (never
+``null``, unless the shape says ``null`` means something). The model is the declaration; a constructor only
+says where each field comes from.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+Json = dict[str, Any]
+
+
+def timestamp(value: Timestamp) -> str:
+    return value.ToDatetime(tzinfo=UTC).isoformat().replace("+00:00", "Z")
+
+
+def enum_name(enum: Any, value: int, prefix: str) -> str:
+    return str(enum.Name(value)).removeprefix(prefix).lower()

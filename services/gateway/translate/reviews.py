@@ -1,0 +1,176 @@
+"""review_state's messages as the review shapes (``Review``, ``SubmitResult``, ``ReviewFeedback`` ...), and
+the composer's attachments and intent as protobuf."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import orjson
+from reviewloop.errors import invalid
+from reviewloop.review.v1 import review_pb2
+from reviewloop.shapes import AttachmentIn, ReviewIntent
+
+from gateway.translate import Json, enum_name, timestamp
+
+
+def review_state(value: int) -> str:
+    return enum_name(review_pb2.ReviewState, value, "REVIEW_STATE_")
+
+
+def as_review_turn(turn: review_pb2.Turn) -> Json:
+    body: Json = {
+        "id": turn.id,
+        "seq": turn.seq,
+        "turn_type": turn.turn_type,
+        "actor_kind": turn.actor_kind,
+        "body": turn.body,
+        "revision": turn.revision,
+        "created_at": timestamp(turn.created_at),
+    }
+    if turn.action:
+        body["action"] = turn.action
+    if turn.diff_json:
+        body["diff_json"] = orjson.loads(turn.diff_json)
+    return body
+
+
+def as_review(review: review_pb2.Review) -> Json:
+    """``Review``. ``category_id`` and ``intent`` are always present (``null`` when the draft has none)."""
+    body: Json = {
+        "id": review.id,
+        "state": review_state(review.state),
+        "revision": review.revision,
+        "version": review.version,
+        "closed": review.closed,
+        "org_id": review.org_id,
+        "project_id": review.project_id,
+        "agent_id": review.agent_id,
+        "category_id": review.category_id or None,
+        "kind": enum_name(review_pb2.MessageKind, review.kind, "MESSAGE_KIND_"),
+        "from_address": review.from_address,
+        "to": list(review.to),
+        "cc": list(review.cc),
+        "bcc": list(review.bcc),
+        "subject": review.subject,
+        "body_text": review.body_text,
+        "intent": None,
+        "created_at": timestamp(review.created_at),
+        "updated_at": timestamp(review.updated_at),
+    }
+    if review.HasField("intent"):
+        intent: Json = {"summary": review.intent.summary}
+        if review.intent.meta_json:
+            intent["meta"] = orjson.loads(review.intent.meta_json)
+        body["intent"] = intent
+    for name in (  # optional fields, present exactly when the message has them
+        "message_id",
+        "thread_ref",
+        "send_path",
+        "send_error",
+        "gate_outcome",
+        "body_html",
+        "reply_to",
+        "parent_message_id",
+        "confidence",
+    ):
+        if review.HasField(name):
+            body[name] = getattr(review, name)
+    if review.headers:
+        body["headers"] = dict(review.headers)
+    if review.attachments:
+        body["attachments"] = [
+            {
+                "filename": a.filename,
+                "content_type": a.content_type,
+                "size": len(a.content),
+                "content_base64": base64.b64encode(a.content).decode(),
+            }
+            for a in review.attachments
+        ]
+    for name in ("decided_at", "sent_at"):
+        if review.HasField(name):  # type: ignore[arg-type]
+            body[name] = timestamp(getattr(review, name))
+    if review.turns:
+        body["turns"] = [as_review_turn(t) for t in review.turns]
+    return body
+
+
+def as_review_chat_result(reply: review_pb2.PostChatResponse) -> Json:
+    return {**as_review(reply.review), "turn": as_review_turn(reply.turn)}
+
+
+def as_submit_result(reply: review_pb2.SubmitResponse) -> Json:
+    review = as_review(reply.review)
+    body: Json = {"status": reply.status, "review_id": review["id"], "state": review["state"]}
+    for name in ("message_id", "thread_ref", "send_error", "gate_outcome"):
+        if name in review:
+            body[name] = review[name]
+    body["review"] = review
+    return body
+
+
+def as_review_feedback(reply: review_pb2.Feedback) -> Json:
+    body: Json = {"review_id": reply.review_id, "decision": reply.decision}
+    if reply.diff_unified:
+        body["diff_unified"] = reply.diff_unified
+    if reply.diff_json:
+        body["diff_json"] = orjson.loads(reply.diff_json)
+    body["comments"] = [
+        {"turn_id": c.turn_id, "actor_kind": c.actor_kind, "body": c.body} for c in reply.comments
+    ]
+    body["new_rules"] = list(reply.new_rules)
+    return body
+
+
+def as_reviewer_decision_result(result: review_pb2.ReviewerDecision) -> Json:
+    answer: Json = {"kind": result.kind, "sent": result.sent, "sent_to_human": result.sent_to_human}
+    if result.message_id:
+        answer["message_id"] = result.message_id
+    if result.thread_id:
+        answer["thread_id"] = result.thread_id
+    answer["review"] = {
+        "id": result.review.id,
+        "state": review_state(result.review.state),
+        "revision": result.review.revision,
+    }
+    if result.forced_by_breaker:
+        answer["forced_by_breaker"] = result.forced_by_breaker
+    return answer
+
+
+def as_review_policy(reply: review_pb2.ReviewPolicy) -> Json:
+    return {"policy": reply.policy, "source": reply.source}
+
+
+def as_contact(reply: review_pb2.Contact) -> Json:
+    return {"address": reply.address, "blocked": reply.blocked, "suppressed": reply.suppressed}
+
+
+def as_inbound_message(reply: review_pb2.InboundMessage) -> Json:
+    return {
+        "message_id": reply.message_id,
+        "thread_ref": reply.thread_ref,
+        "rfc_message_id": reply.rfc_message_id,
+    }
+
+
+# --- JSON to protobuf -----------------------------------------------------------------------------
+
+
+def attachments(items: list[AttachmentIn]) -> list[review_pb2.Attachment]:
+    result = []
+    for i, item in enumerate(items):
+        try:
+            content = base64.b64decode(item.content_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise invalid(f"/attachments/{i}/content_base64", "is not valid base64") from None
+        result.append(
+            review_pb2.Attachment(filename=item.filename, content_type=item.content_type, content=content)
+        )
+    return result
+
+
+def set_intent(target: review_pb2.Intent, intent: ReviewIntent) -> None:
+    target.summary = intent.summary
+    target.meta_json = orjson.dumps(intent.meta).decode() if intent.meta is not None else ""

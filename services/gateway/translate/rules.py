@@ -1,0 +1,135 @@
+"""The rules service's messages as the rule shapes (``Rule``, ``Category``, ``GraduationStatus``,
+``RiskDial`` ...), and the console's dial values as protobuf."""
+
+from __future__ import annotations
+
+from reviewloop.rules.v1 import rules_pb2
+from reviewloop.shapes import RISK_DIAL_FIELDS, DialValues
+
+from gateway.translate import Json, timestamp
+
+
+def as_rule(rule: rules_pb2.Rule) -> Json:
+    """``Rule``; optional ids (project of a house-style rule, category of a general rule, source review,
+    per-agent agent) are omitted when absent."""
+    body: Json = {
+        "id": rule.id,
+        "lineage_id": rule.lineage_id,
+        "rev": rule.rev,
+        "rule_layer": rule.rule_layer,
+        "org_id": rule.org_id,
+    }
+    if rule.project_id:
+        body["project_id"] = rule.project_id
+    body["scope"] = rule.scope
+    if rule.category_id:
+        body["category_id"] = rule.category_id
+    body.update(kind=rule.kind, priority=rule.priority, rule_text=rule.rule_text)
+    if rule.source_review_id:
+        body["source_review_id"] = rule.source_review_id
+    body.update(author_kind=rule.author_kind, status=rule.status)
+    if rule.agent_id:
+        body["agent_id"] = rule.agent_id
+    return body
+
+
+def as_rule_revision(rule: rules_pb2.Rule) -> Json:
+    """``RuleRevision``: the rule as it was, plus the audit facts of the change."""
+    body = as_rule(rule)
+    body.update(action=rule.action, changed_by_kind=rule.changed_by_kind, changed_by_id=rule.changed_by_id)
+    if rule.supersedes_id:
+        body["supersedes_id"] = rule.supersedes_id
+    if rule.high_water:
+        body["rule_high_water"] = rule.high_water
+    body["created_at"] = timestamp(rule.created_at)
+    return body
+
+
+def as_rule_list(reply: rules_pb2.GetRulesResponse) -> Json:
+    """``RuleList``; the versions and the composition token come with an unfiltered read only."""
+    body: Json = {"rules": [as_rule(r) for r in reply.rules], "next_cursor": None}
+    if reply.composition_token:
+        body.update(
+            house_style_version=reply.house_style_version,
+            category_rules_version=reply.category_rules_version,
+            rule_high_water=reply.rule_high_water,
+            composition_token=reply.composition_token,
+            composition_token_expires_at=timestamp(reply.composition_token_expires_at),
+        )
+    return body
+
+
+def as_category(category: rules_pb2.Category) -> Json:
+    return {
+        "id": category.id,
+        "name": category.name,
+        "description": category.description,
+        "scope": category.scope,
+        "state": category.state,
+        "author_kind": category.author_kind,
+        "rule_high_water": category.rule_high_water,
+        "rules_version": category.rules_version,
+        "never_graduate": category.never_graduate,
+        "clean_approval_count": category.clean_approval_count,
+        "drift_count": category.drift_count,
+    }
+
+
+def as_graduation_status(status: rules_pb2.GraduationStatus) -> Json:
+    body: Json = {"category_id": status.category_id, "state": status.state}
+    if status.next_state:
+        body["next_state"] = status.next_state
+    body.update(
+        never_graduate=status.never_graduate,
+        clean_approval_count=status.clean_approval_count,
+        graduate_min_approvals=status.graduate_min_approvals,
+        approvals_met=status.approvals_met,
+        age_hours=status.age_hours,
+        graduate_min_age_hours=status.graduate_min_age_hours,
+        age_met=status.age_met,
+        maturity_gate_met=status.maturity_gate_met,
+        drift_count=status.drift_count,
+        drift_demote_after=status.drift_demote_after,
+        can_graduate=status.can_graduate,
+    )
+    return body
+
+
+def as_graduation_proposal(proposal: rules_pb2.GraduationProposal) -> Json:
+    return {
+        "id": proposal.id,
+        "category_id": proposal.category_id,
+        "from_state": proposal.from_state,
+        "to_state": proposal.to_state,
+        "proposed_by": proposal.proposed_by,
+        "note": proposal.note,
+        "status": proposal.status,
+        "created_at": timestamp(proposal.created_at),
+        "graduation": as_graduation_status(proposal.graduation),
+    }
+
+
+def _risk_values(values: rules_pb2.RiskValues) -> Json:
+    return {name: getattr(values, name) for name in RISK_DIAL_FIELDS if values.HasField(name)}  # type: ignore[arg-type]
+
+
+def as_risk_dial(dial: rules_pb2.RiskDial) -> Json:
+    categories = []
+    for entry in dial.categories:
+        written = _risk_values(entry.overrides)
+        item: Json = {"category_id": entry.category_id}
+        for name in RISK_DIAL_FIELDS:  # as the console wrote them: set values, and explicit nulls
+            if name in written:
+                item[name] = written[name]
+            elif name in entry.inherit_fields:
+                item[name] = None
+        item["effective"] = _risk_values(entry.effective)
+        categories.append(item)
+    return {"account": _risk_values(dial.account), "categories": categories}
+
+
+def risk_values(values: DialValues) -> tuple[rules_pb2.RiskValues, list[str]]:
+    """The dial fields a console request set, as (the values set, the fields explicitly null)."""
+    given = {name: getattr(values, name) for name in values.model_fields_set if name in RISK_DIAL_FIELDS}
+    message = rules_pb2.RiskValues(**{k: v for k, v in given.items() if v is not None})
+    return message, sorted((k for k, v in given.items() if v is None), key=RISK_DIAL_FIELDS.index)
