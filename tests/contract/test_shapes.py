@@ -25,8 +25,8 @@ from tests.contract.examples import CANONICAL, NUDGES, PROBLEM, RULE
 EXAMPLES = [pytest.param(shape, example, id=name) for shape, name, example in CANONICAL]
 
 
-def openapi_document(tmp: Path) -> dict[str, Any]:
-    settings = GatewaySettings(
+def gateway_settings(tmp: Path) -> GatewaySettings:
+    return GatewaySettings(
         db_url=f"sqlite+aiosqlite:///{tmp}/gateway.db",
         host="127.0.0.1",
         port=0,
@@ -37,7 +37,10 @@ def openapi_document(tmp: Path) -> dict[str, Any]:
         backend_timeout_s=1.0,
         otlp_endpoint=None,
     )
-    return create_app(settings).openapi()
+
+
+def openapi_document(tmp: Path) -> dict[str, Any]:
+    return create_app(gateway_settings(tmp)).openapi()
 
 
 @pytest.fixture(scope="module")
