@@ -10,14 +10,23 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from fastapi.routing import APIRoute
 from gateway.asgi import create_app
 from gateway.routes import ROUTERS
-from gateway.translate.reviews import as_review, as_submit_result
+from gateway.translate.budget import as_gate_decision, as_runner
+from gateway.translate.events import as_review_event
+from gateway.translate.reviews import as_review, as_review_chat_result, as_submit_result
+from gateway.translate.rules import as_category, as_rule_list, as_rule_revision
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 from pydantic.json_schema import models_json_schema
 from reviewloop import shapes
+from reviewloop.budget.v1 import budget_pb2
+from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.review.v1 import review_pb2
+from reviewloop.rules.v1 import rules_pb2
 
 from tests.contract.test_shapes import gateway_settings, openapi_document
 
@@ -120,67 +129,84 @@ def test_an_inline_or_foreign_schema_is_caught(document: dict[str, Any]) -> None
     ]
 
 
-def _full_review() -> review_pb2.Review:
-    review = review_pb2.Review(
-        id="rr_1",
-        org_id="org_1",
-        project_id="prj_1",
-        agent_id="agt_1",
-        category_id="cat_1",
-        kind=review_pb2.MESSAGE_KIND_REPLY,
-        state=review_pb2.REVIEW_STATE_SENT,
-        revision=2,
-        version=5,
-        closed=True,
-        to=["vp@acme.com"],
-        cc=["cc@acme.com"],
-        subject="Re: Q3 pilot",
-        body_text="Can you do Thursday 2pm?",
-        intent=review_pb2.Intent(summary="Book the pilot call", meta_json='{"goal": "book_meeting"}'),
-        message_id="msg_1",
-        thread_ref="thread_1",
-        send_path="human_reviewed",
-        send_error="",
-        gate_outcome="",
-        body_html="<p>Can you do Thursday 2pm?</p>",
-        reply_to="me@example.com",
-        headers={"X-Campaign": "q3"},
-        attachments=[
-            review_pb2.Attachment(filename="a.pdf", content_type="application/pdf", content=b"%PDF")
-        ],
-        parent_message_id="msg_0",
-        from_address="me@example.com",
-        confidence=0.9,
-        turns=[
-            review_pb2.Turn(
-                id="turn_1",
-                seq=1,
-                turn_type="decision",
-                actor_kind="human",
-                body="tightened the CTA",
-                revision=2,
-                action="edit",
-                diff_json='{"fields_changed": ["body_text"], "hunks": [{"field": "body_text", "op": "replace",'
-                ' "before": "a\\n", "after": "b\\n", "before_start": 1, "after_start": 1}]}',
-            )
-        ],
+# Realistic values for the string fields the shapes type as closed sets, and the JSON carried as text.
+_STRINGS = {
+    "Rule.rule_layer": "project",
+    "Rule.scope": "category",
+    "Rule.kind": "soft",
+    "Rule.author_kind": "human",
+    "Rule.status": "active",
+    "Category.scope": "org_shared",
+    "Category.state": "supervised",
+    "Category.author_kind": "agent",
+    "GraduationStatus.state": "supervised",
+    "GraduationStatus.next_state": "auto_notify",
+    "Review.send_path": "human_reviewed",
+    "Turn.actor_kind": "human",
+    "SubmitResponse.status": "queued_for_review",
+    "Intent.meta_json": '{"goal": "book_meeting"}',
+    "Turn.diff_json": '{"fields_changed": ["body_text"], "hunks": [{"field": "body_text", "op": "replace",'
+    ' "before": "a\\n", "after": "b\\n", "before_start": 1, "after_start": 1}]}',
+    "Nudge.payload_json": '{"state": "sent", "message_id": "msg_1"}',
+}
+
+
+def filled(message: Message, depth: int = 0) -> Message:
+    """``message`` with every field set (two of each repeated one), as a backend would answer."""
+    for field in message.DESCRIPTOR.fields:
+        value: Any = getattr(message, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value["key"] = "value"
+        elif field.message_type is not None and field.message_type.full_name == "google.protobuf.Timestamp":
+            for stamp in [value.add(), value.add()] if field.is_repeated else [value]:
+                stamp.FromSeconds(1_760_000_000)
+        elif field.message_type is not None:
+            if depth < 3:
+                for _ in range(2 if field.is_repeated else 1):
+                    filled(value.add() if field.is_repeated else value, depth + 1)
+        else:
+            scalar: Any = {
+                FieldDescriptor.TYPE_STRING: _STRINGS.get(f"{message.DESCRIPTOR.name}.{field.name}", "x"),
+                FieldDescriptor.TYPE_BYTES: b"%PDF",
+                FieldDescriptor.TYPE_BOOL: True,
+                FieldDescriptor.TYPE_DOUBLE: 0.5,
+                FieldDescriptor.TYPE_ENUM: 1,
+            }.get(field.type, 1)
+            if field.is_repeated:
+                value.extend([scalar, scalar])
+            else:
+                setattr(message, field.name, scalar)
+    return message
+
+
+# Every answer a route writes unvalidated (gateway.responses.encoded), from a full backend reply.
+UNVALIDATED: list[tuple[type[Any], Any]] = [
+    (shapes.Review, lambda: as_review(filled(review_pb2.Review()))),
+    (shapes.Review, lambda: as_review(review_pb2.Review(kind=1, state=1))),  # every optional absent
+    (shapes.SubmitResult, lambda: as_submit_result(filled(review_pb2.SubmitResponse()))),
+    (shapes.ReviewList, lambda: {"reviews": [as_review(filled(review_pb2.Review()))], "next_cursor": None}),
+    (shapes.ReviewChatResult, lambda: as_review_chat_result(filled(review_pb2.PostChatResponse()))),
+    (shapes.ReviewEventList, lambda: {"events": [as_review_event(filled(nudge_pb2.Nudge()))]}),
+    (shapes.RuleList, lambda: as_rule_list(filled(rules_pb2.GetRulesResponse()))),
+    (
+        shapes.RuleHistory,
+        lambda: {"lineage_id": "rln_1", "revisions": [as_rule_revision(filled(rules_pb2.Rule()))]},
+    ),
+    (
+        shapes.CategoryList,
+        lambda: {"categories": [as_category(filled(rules_pb2.Category()))], "next_cursor": None},
+    ),
+    (shapes.RunnerList, lambda: {"runners": [as_runner(filled(budget_pb2.Runner()))]}),
+    (shapes.GateDecisionList, lambda: {"decisions": [as_gate_decision(filled(budget_pb2.GateDecision()))]}),
+]
+
+
+@pytest.mark.parametrize(("shape", "build"), UNVALIDATED, ids=[shape.__name__ for shape, _ in UNVALIDATED])
+def test_an_unvalidated_answer_is_exactly_its_shape(shape: type[Any], build: Any) -> None:
+    """The routes that skip response validation for speed (gateway.responses) still answer their shape,
+    value for value what validating against it would have answered (48, not 48.0; "...Z" stamps)."""
+    answer = build()
+    validated = shape.model_validate(answer).model_dump(mode="json", exclude_unset=True)
+    assert orjson.dumps(answer, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+        validated, option=orjson.OPT_SORT_KEYS
     )
-    for stamp in (
-        review.created_at,
-        review.updated_at,
-        review.decided_at,
-        review.sent_at,
-        review.turns[0].created_at,
-    ):
-        stamp.FromSeconds(1_760_000_000)
-    return review
-
-
-def test_the_hot_routes_unvalidated_answers_conform_to_their_shapes() -> None:
-    """get_review and the submit verbs skip response validation for speed (gateway.responses): what their
-    constructors build must still be exactly their shape."""
-    review = _full_review()
-    shapes.Review.model_validate(as_review(review))
-    shapes.Review.model_validate(as_review(review_pb2.Review(kind=1, state=1)))
-    submitted = review_pb2.SubmitResponse(status="sent", review=review)
-    shapes.SubmitResult.model_validate(as_submit_result(submitted))

@@ -1,18 +1,23 @@
 """The gateway's routes, by plane and prefix. Every body a route reads and every answer it gives is a shape
 of ``reviewloop.shapes``; ``gateway.translate`` turns protobuf into those shapes.
 
-| prefix                                              | module                    | spec |
-|-----------------------------------------------------|---------------------------|------|
-| ``/v1/messages``, ``/v1/reviews``, ``/v1/review-policy`` | ``reviews``          | 000  |
-| ``/v1/review-events``                               | ``events``                | 000  |
-| ``/v1/rules``, ``/v1/categories``, ``/v1/risk-dial``  | ``rules``               | 000  |
-| ``/v1/review-rounds/runs``, ``.../admissions``, ``.../budget``, ``/v1/runs/{id}/extend-review-budget`` | ``budget.rounds`` | 003 |
-| ``/v1/journals``                                    | ``budget.journals``       | 002  |
-| ``/v1/review-rounds/runners``, ``.../config``, ``.../sequences``, ``.../mode``, ``.../sessions`` | ``budget.catalog`` | 003 |
-| ``/v1/sessions``, ``/v1/gate-decisions``            | ``budget.gate``           | 001  |
-| ``/v1/admin/projects/{id}/{review-policy,blocks,suppressions,inbound}`` | ``console.reviews`` | 000 |
-| ``/v1/admin/orgs/{id}/rules``, ``/v1/admin/rules``, ``/v1/admin/categories``, ``/v1/admin/projects/{id}/{categories,graduation-proposals,risk-dial,rule-settings}``, ``/v1/admin/composition-keys`` | ``console.rules`` | 000 |
-| ``/v1/admin/projects``, ``/v1/admin/api-keys``      | ``console.projects``      | (gateway) |
+Route table, prefix -> module (spec):
+
+    /v1/messages, /v1/reviews, /v1/review-policy          -> reviews              (000: composer, reviewers)
+    /v1/review-events                                     -> events               (000, nudges)
+    /v1/rules, /v1/categories, /v1/risk-dial              -> rules                (000)
+    /v1/review-rounds/{runs,admissions,budget}            -> budget.rounds        (003)
+    /v1/runs/{run_id}/extend-review-budget                -> budget.rounds        (003)
+    /v1/journals                                          -> budget.journals      (002)
+    /v1/review-rounds/{runners,config,sequences,mode,sessions}
+                                                          -> budget.catalog       (003)
+    /v1/sessions, /v1/gate-decisions                      -> budget.gate          (001)
+    /v1/admin/projects/{id}/{review-policy,blocks,suppressions,inbound}
+                                                          -> console.reviews      (000)
+    /v1/admin/{orgs/{id}/rules,rules,categories,composition-keys}
+    /v1/admin/projects/{id}/{categories,graduation-proposals,risk-dial,rule-settings}
+                                                          -> console.rules        (000)
+    /v1/admin/projects, /v1/admin/api-keys                -> console.projects     (gateway store)
 
 ``/healthz``, ``/openapi.yaml``, ``/v1/contract-manifest`` and ``/mcp`` are the ASGI app's own
 (``gateway.asgi``). ``ROUTERS`` is the order the app includes them in, which is the order of the paths in

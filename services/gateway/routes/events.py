@@ -11,7 +11,7 @@ from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
-from gateway.responses import ShapedRoute
+from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.translate import Json
 from gateway.translate.events import as_review_event
 
@@ -26,14 +26,16 @@ async def list_review_events(
     backend: Backend,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str, Query(max_length=64)] = "",
-) -> Json:
+) -> OrjsonResponse:
     """The caller's un-acked nudges across its reviews, oldest first, a page at a time
     (`next_cursor`). An acked nudge never re-surfaces."""
     reply = await backend.nudge.ListEvents(
         nudge_pb2.ListEventsRequest(principal=principal.to_proto(), limit=limit, cursor=cursor),
         timeout=backend.timeout_s,
     )
-    return {"events": [as_review_event(n) for n in reply.events], "next_cursor": reply.next_cursor or None}
+    return encoded(
+        {"events": [as_review_event(n) for n in reply.events], "next_cursor": reply.next_cursor or None}
+    )
 
 
 @router.get("/v1/review-events/wait", operation_id="wait_for_review_event", response_model=ReviewEventList)
@@ -42,14 +44,14 @@ async def wait_for_review_event(
     backend: Backend,
     timeout_s: Annotated[float, Query(ge=1, le=60)] = 30,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-) -> Json:
+) -> OrjsonResponse:
     """Long-poll: answers as soon as one of the caller's nudges is un-acked and visible, or with
     `{"events": []}` after `timeout_s` (1..60 s)."""
     reply = await backend.nudge.WaitForEvents(
         nudge_pb2.WaitForEventsRequest(principal=principal.to_proto(), timeout_s=timeout_s, limit=limit),
         timeout=timeout_s + backend.timeout_s,
     )
-    return {"events": [as_review_event(n) for n in reply.events]}
+    return encoded({"events": [as_review_event(n) for n in reply.events]})
 
 
 @router.post("/v1/review-events/ack", operation_id="ack_review_events", response_model=AckReviewEventsResult)

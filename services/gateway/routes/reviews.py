@@ -31,7 +31,7 @@ from reviewloop.tenancy import ActorKind, Principal
 from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, require
 from gateway.backends import Backends, backends
 from gateway.headers import IdempotencyKey
-from gateway.responses import OrjsonResponse, ShapedRoute
+from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.translate import Json
 from gateway.translate.reviews import (
     as_review,
@@ -83,8 +83,7 @@ async def _submit(
     if body.confidence is not None:
         request.confidence = body.confidence
     reply = await backend.review.Submit(request, timeout=backend.timeout_s)
-    # A hot route: the SubmitResult is encoded once, unvalidated (see gateway.responses).
-    return OrjsonResponse(as_submit_result(reply), status_code=202)
+    return encoded(as_submit_result(reply), status_code=202)
 
 
 # --- the composer's plane -------------------------------------------------------------------------
@@ -145,8 +144,7 @@ async def get_review(
         review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
         timeout=backend.timeout_s,
     )
-    # A hot route: the Review is encoded once, unvalidated (see gateway.responses).
-    return OrjsonResponse(as_review(reply))
+    return encoded(as_review(reply))
 
 
 _STATES = {
@@ -165,7 +163,7 @@ async def list_reviews(
     category_id: Annotated[str, Query(max_length=40)] = "",
     cursor: Annotated[str, Query(max_length=64)] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-) -> Json:
+) -> OrjsonResponse:
     unknown = [s for s in state if s not in _STATES]
     if unknown:
         raise invalid("/state", f"unknown state {unknown[0]!r}; one of {', '.join(_STATES)}")
@@ -180,7 +178,9 @@ async def list_reviews(
         ),
         timeout=backend.timeout_s,
     )
-    return {"reviews": [as_review(r) for r in reply.reviews], "next_cursor": reply.next_cursor or None}
+    return encoded(
+        {"reviews": [as_review(r) for r in reply.reviews], "next_cursor": reply.next_cursor or None}
+    )
 
 
 @router.post("/v1/reviews/{review_id}/revisions", operation_id="submit_revision", response_model=Review)
@@ -190,7 +190,7 @@ async def submit_revision(
     principal: Annotated[Principal, Depends(AGENT)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
-) -> Json:
+) -> OrjsonResponse:
     """Redraft (bumps revision). A composition_token the rules report stale is 409 born_stale."""
     request = review_pb2.SubmitRevisionRequest(
         principal=principal.to_proto(),
@@ -215,7 +215,7 @@ async def submit_revision(
     if body.intent is not None:
         set_intent(request.intent, body.intent)
     reply = await backend.review.SubmitRevision(request, timeout=backend.timeout_s)
-    return as_review(reply)
+    return encoded(as_review(reply))
 
 
 @router.post("/v1/reviews/{review_id}/restamp", operation_id="restamp_review", response_model=Review)
@@ -225,7 +225,7 @@ async def restamp_review(
     principal: Annotated[Principal, Depends(AGENT)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
-) -> Json:
+) -> OrjsonResponse:
     """The honest "I re-read the rules and nothing needed to change"."""
     reply = await backend.review.Restamp(
         review_pb2.RestampRequest(
@@ -237,7 +237,7 @@ async def restamp_review(
         ),
         timeout=backend.timeout_s,
     )
-    return as_review(reply)
+    return encoded(as_review(reply))
 
 
 @router.post("/v1/reviews/{review_id}/cancel", operation_id="cancel_review", response_model=Review)
@@ -247,7 +247,7 @@ async def cancel_review(
     principal: Annotated[Principal, Depends(COMPOSER_OR_HUMAN)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
-) -> Json:
+) -> OrjsonResponse:
     reply = await backend.review.Cancel(
         review_pb2.CancelRequest(
             principal=principal.to_proto(),
@@ -257,7 +257,7 @@ async def cancel_review(
         ),
         timeout=backend.timeout_s,
     )
-    return as_review(reply)
+    return encoded(as_review(reply))
 
 
 @router.post("/v1/reviews/{review_id}/chat", operation_id="post_review_chat", response_model=ReviewChatResult)
@@ -267,7 +267,7 @@ async def post_review_chat(
     principal: Annotated[Principal, Depends(COMPOSER_OR_HUMAN)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
-) -> Json:
+) -> OrjsonResponse:
     """An agent question or a human comment; idempotent on the Idempotency-Key header."""
     reply = await backend.review.PostChat(
         review_pb2.PostChatRequest(
@@ -278,7 +278,7 @@ async def post_review_chat(
         ),
         timeout=backend.timeout_s,
     )
-    return as_review_chat_result(reply)
+    return encoded(as_review_chat_result(reply))
 
 
 @router.get(
@@ -315,7 +315,7 @@ async def open_review(
     principal: Annotated[Principal, Depends(HUMAN)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
-) -> Json:
+) -> OrjsonResponse:
     """A human picks a draft up (needs_review -> in_review)."""
     reply = await backend.review.Open(
         review_pb2.OpenRequest(
@@ -327,7 +327,7 @@ async def open_review(
         ),
         timeout=backend.timeout_s,
     )
-    return as_review(reply)
+    return encoded(as_review(reply))
 
 
 @router.post(
@@ -362,6 +362,6 @@ async def decide_review(
         request.new_rule.scope = body.new_rule.scope
         request.new_rule.category_id = body.new_rule.category_id or ""
     if principal.actor_kind is not ActorKind.REVIEW_AGENT:
-        return as_review(await backend.review.Decide(request, timeout=backend.timeout_s))
+        return encoded(as_review(await backend.review.Decide(request, timeout=backend.timeout_s)))
     result = await backend.review.ReviewerDecide(request, timeout=backend.timeout_s)
     return as_reviewer_decision_result(result)

@@ -24,7 +24,7 @@ from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
-from gateway.responses import ShapedRoute
+from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.translate import Json
 from gateway.translate.rules import (
     as_category,
@@ -69,7 +69,7 @@ async def get_rules(
     category_id: Annotated[str, Query(max_length=40)] = "",
     agent_id: Annotated[str, Query(max_length=40)] = "",
     status: Annotated[str, Query(max_length=16)] = "",
-) -> Json:
+) -> OrjsonResponse:
     """The effective rule stack, ladder applied. Unfiltered (no scope or status), it also carries the
     versions, the rule high-water and a composition token to submit drafts with."""
     reply = await backend.rules.GetRules(
@@ -82,7 +82,7 @@ async def get_rules(
         ),
         timeout=backend.timeout_s,
     )
-    return as_rule_list(reply)
+    return encoded(as_rule_list(reply))
 
 
 @router.post("/v1/rules", status_code=201, operation_id="save_rule", response_model=Rule)
@@ -97,13 +97,15 @@ async def save_rule(
 
 
 @router.get("/v1/rules/{lineage_id}/history", operation_id="get_rule_history", response_model=RuleHistory)
-async def get_rule_history(lineage_id: str, principal: ProjectKey, backend: Backend) -> Json:
+async def get_rule_history(lineage_id: str, principal: ProjectKey, backend: Backend) -> OrjsonResponse:
     """Every revision of a rule lineage, oldest first: the audit log."""
     reply = await backend.rules.GetRuleHistory(
         rules_pb2.GetRuleHistoryRequest(principal=principal.to_proto(), lineage_id=lineage_id),
         timeout=backend.timeout_s,
     )
-    return {"lineage_id": reply.lineage_id, "revisions": [as_rule_revision(r) for r in reply.revisions]}
+    return encoded(
+        {"lineage_id": reply.lineage_id, "revisions": [as_rule_revision(r) for r in reply.revisions]}
+    )
 
 
 @router.get("/v1/categories", operation_id="list_categories", response_model=CategoryList)
@@ -112,15 +114,14 @@ async def list_categories(
     backend: Backend,
     cursor: Annotated[str, Query(max_length=64)] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-) -> Json:
+) -> OrjsonResponse:
     reply = await backend.rules.ListCategories(
         rules_pb2.ListCategoriesRequest(principal=principal.to_proto(), cursor=cursor, limit=limit),
         timeout=backend.timeout_s,
     )
-    return {
-        "categories": [as_category(c) for c in reply.categories],
-        "next_cursor": reply.next_cursor or None,
-    }
+    return encoded(
+        {"categories": [as_category(c) for c in reply.categories], "next_cursor": reply.next_cursor or None}
+    )
 
 
 @router.post("/v1/categories", status_code=201, operation_id="create_category", response_model=Category)

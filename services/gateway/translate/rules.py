@@ -110,7 +110,8 @@ def as_graduation_proposal(proposal: rules_pb2.GraduationProposal) -> Json:
 
 
 def _risk_values(values: rules_pb2.RiskValues) -> Json:
-    return {name: getattr(values, name) for name in RISK_DIAL_FIELDS if values.HasField(name)}  # type: ignore[arg-type]
+    present = (name for name in RISK_DIAL_FIELDS if values.HasField(name))  # type: ignore[arg-type]
+    return {name: getattr(values, name) for name in present}
 
 
 def as_risk_dial(dial: rules_pb2.RiskDial) -> Json:

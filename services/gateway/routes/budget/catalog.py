@@ -25,7 +25,7 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from gateway.auth import ANY_PROJECT_KEY, require
 from gateway.backends import Backends, backends
-from gateway.responses import ShapedRoute
+from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.translate import Json
 from gateway.translate.budget import (
     as_review_config,
@@ -57,11 +57,11 @@ async def register_runner(body: RunnerIn, principal: AdminKey, backend: Backend)
 
 
 @router.get("/v1/review-rounds/runners", operation_id="list_runners", response_model=RunnerList)
-async def list_runners(principal: Caller, backend: Backend) -> Json:
+async def list_runners(principal: Caller, backend: Backend) -> OrjsonResponse:
     reply = await backend.budget.ListRunners(
         budget_pb2.ListRunnersRequest(principal=principal.to_proto()), timeout=backend.timeout_s
     )
-    return {"runners": [as_runner(r) for r in reply.runners]}
+    return encoded({"runners": [as_runner(r) for r in reply.runners]})
 
 
 @router.put("/v1/review-rounds/config", operation_id="set_review_config", response_model=ReviewConfig)

@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
-from gateway.responses import ShapedRoute
+from gateway.responses import ShapedRoute, encoded
 from gateway.routes.budget import JSONL
 from gateway.translate import Json
 from gateway.translate.budget import as_gate_decision, as_turn_result, digest
@@ -102,7 +102,9 @@ async def list_gate_decisions(
         lines = b"".join(orjson.dumps(as_gate_decision(d, spec_keys=True)) + b"\n" for d in reply.decisions)
         headers = {"X-Next-Cursor": reply.next_cursor} if reply.next_cursor else None
         return Response(lines, media_type="application/x-ndjson", headers=headers)
-    return {
-        "decisions": [as_gate_decision(d) for d in reply.decisions],
-        "next_cursor": reply.next_cursor or None,
-    }
+    return encoded(
+        {
+            "decisions": [as_gate_decision(d) for d in reply.decisions],
+            "next_cursor": reply.next_cursor or None,
+        }
+    )
