@@ -30,10 +30,13 @@ from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
 from sqlalchemy import MetaData
 
 from reviewloop import telemetry
+from reviewloop.common.v1 import common_pb2
 from reviewloop.config import ServiceConfig
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import DomainError, invalid
+from reviewloop.rpc_errors import to_status
 from reviewloop.storage import Database, make_engine
+from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.migrations import migrate
 from reviewloop.storage.outbox import Relay, ingest_method
 
@@ -41,14 +44,6 @@ log = logging.getLogger(__name__)
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
 SHUTDOWN_GRACE_S = 5.0
-
-# Who ingests outbox events sent to each destination.
-INGEST_SERVICES: Mapping[str, str] = {
-    "review_state": "reviewloop.review.v1.ReviewStateService",
-    "rules": "reviewloop.rules.v1.RulesService",
-    "nudge": "reviewloop.nudge.v1.NudgeService",
-}
-
 
 # A restarted peer is found again within a second instead of after gRPC's default backoff (up to 120 s).
 # Messages carry whole drafts (2 MiB per body field) and their diffs, past gRPC's 4 MiB default.
@@ -94,8 +89,9 @@ class ServiceSpec:
     metadata: MetaData
     migrations_dir: Path
     servicers: Callable[[Database, Peers], Sequence[Registration]]
-    # Outbox destinations this service's relay delivers to (keys of INGEST_SERVICES).
-    subscribers: Sequence[str] = field(default_factory=tuple)
+    # Outbox destination -> the full name of the gRPC service whose ``Ingest`` receives its events
+    # (the destination is also the peer's name in the service config).
+    subscribers: Mapping[str, str] = field(default_factory=dict)
     # Background tasks a service runs beside its server (sweeps, listeners).
     background: Callable[[Database, Peers], Sequence[Callable[[], Coroutine[Any, Any, None]]]] | None = None
 
@@ -144,7 +140,7 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
 
 
 async def _fail(context: grpc.aio.ServicerContext, error: DomainError) -> None:
-    status = rpc_status.to_status(error.to_status())
+    status = rpc_status.to_status(to_status(error))
     await context.abort_with_status(
         _Status(status.code, status.details, (*status.trailing_metadata, *VERSION_METADATA))
     )
@@ -249,6 +245,17 @@ class RunningService:
         await self.db.dispose()
 
 
+async def ingest(
+    db: Database,
+    request: common_pb2.IngestRequest,
+    subscriptions: Mapping[str, Subscription[Any]],
+    on_commit: Callable[[Any], None] | None = None,
+) -> common_pb2.IngestResponse:
+    """The ``Ingest`` RPC of every subscribing service: each event handled once (``ingest_each``)."""
+    done = await ingest_each(db, request.events, subscriptions, on_commit)
+    return common_pb2.IngestResponse(accepted=done.accepted, duplicates=done.duplicates)
+
+
 class PortTakenError(RuntimeError):
     pass
 
@@ -293,7 +300,7 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
     if spec.subscribers:
         relay = Relay(
             db,
-            {dest: ingest_method(peers.channel(dest), INGEST_SERVICES[dest]) for dest in spec.subscribers},
+            {dest: ingest_method(peers.channel(dest), name) for dest, name in spec.subscribers.items()},
             poll_interval_s=config.relay_poll_s,
             retention=timedelta(seconds=config.outbox_retention_s),
         )

@@ -6,6 +6,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from reviewloop.nudge.v1 import nudge_pb2
+from reviewloop.rules.v1 import rules_pb2
 from reviewloop.service import Peers, ServiceSpec, main
 from reviewloop.storage import Database
 
@@ -36,7 +38,10 @@ SPEC = ServiceSpec(
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
     servicers=servicers,
-    subscribers=("nudge", "rules"),
+    subscribers={
+        "nudge": nudge_pb2.DESCRIPTOR.services_by_name["NudgeService"].full_name,
+        "rules": rules_pb2.DESCRIPTOR.services_by_name["RulesService"].full_name,
+    },
     background=background,
 )
 

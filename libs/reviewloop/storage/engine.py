@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import Message
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -122,7 +123,9 @@ class UnitOfWork:
         self._pending: list[dict[str, Any]] = []
         self.wrote_events = False
 
-    def emit(self, destination: str, aggregate_id: str, type_: str, payload: dict[str, Any]) -> None:
+    def emit(
+        self, destination: str, aggregate_id: str, type_: str, payload: Message | dict[str, Any]
+    ) -> None:
         """Queue an event for ``destination``; it is written to the outbox in this transaction."""
         self._pending.append(outbox_row(destination, aggregate_id, type_, payload))
 
