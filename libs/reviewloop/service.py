@@ -65,6 +65,9 @@ class Peers:
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def channel(self, service: str) -> grpc.aio.Channel:
+        """The channel to ``service``, which must be one of the peers the ServiceSpec declares."""
+        if service not in self._addresses:
+            raise KeyError(f"{service} is not a declared peer of this service (ServiceSpec.peers)")
         if service not in self._channels:
             self._channels[service] = grpc.aio.insecure_channel(
                 self._addresses[service], options=CHANNEL_OPTIONS, interceptors=aio_client_interceptors()
@@ -88,12 +91,20 @@ class ServiceSpec:
     name: str
     metadata: MetaData
     migrations_dir: Path
-    servicers: Callable[[Database, Peers], Sequence[Registration]]
+    servicers: Callable[[Database, Peers], Sequence[Registration]] = lambda db, peers: ()
+    # The services this one calls (its relay's destinations are added to them).
+    peers: Sequence[str] = ()
     # Outbox destination -> the full name of the gRPC service whose ``Ingest`` receives its events
     # (the destination is also the peer's name in the service config).
     subscribers: Mapping[str, str] = field(default_factory=dict)
     # Background tasks a service runs beside its server (sweeps, listeners).
     background: Callable[[Database, Peers], Sequence[Callable[[], Coroutine[Any, Any, None]]]] | None = None
+    # The process entry point of a part that is not a gRPC service (the gateway); None serves ``main``.
+    entrypoint: Callable[[], None] | None = None
+
+    def all_peers(self) -> tuple[str, ...]:
+        """Every service this one talks to: the ones it calls and its relay's destinations."""
+        return tuple(dict.fromkeys((*self.peers, *self.subscribers)))
 
 
 def nul_field(message: Message, path: str = "") -> str | None:
@@ -317,7 +328,7 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
 def main(spec: ServiceSpec) -> None:
     """Process entry point: run ``spec`` until SIGTERM or SIGINT, then stop gracefully."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config = ServiceConfig.from_env(spec.name)
+    config = ServiceConfig.from_env(spec.name, spec.all_peers())
     provider = telemetry.setup(spec.name, config.data_dir, config.otlp_endpoint)
 
     async def run() -> None:
