@@ -57,7 +57,8 @@ DEFAULT_RETRIES = 2
 
 class ReviewloopError(Exception):
     """A problem+json answer. ``code`` is the closed enum (unknown codes read as ``internal``);
-    ``facts`` holds the recovery facts (``state``, ``revision``, ``version``, ``allowed_action``...)."""
+    ``facts`` holds the recovery facts (``state``, ``revision``, ``version``, ``allowed_action``...).
+    """
 
     def __init__(self, status: int, problem: Json, retry_after: float | None = None) -> None:
         self.status = status

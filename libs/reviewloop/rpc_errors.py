@@ -67,7 +67,8 @@ def to_status(error: DomainError) -> status_pb2.Status:
     """Pack into ``google.rpc.Status`` with ErrorInfo, RecoveryFacts and BadRequest details.
 
     The status travels in a trailer, which gRPC caps at 8 KiB: the detail and the list of field
-    violations are cut to fit, never dropped whole."""
+    violations are cut to fit, never dropped whole.
+    """
     facts = common_pb2.RecoveryFacts(
         allowed_actions=list(error.allowed_actions),
         hints=[common_pb2.Hint(name=n, value=v) for n, v in error.hints],

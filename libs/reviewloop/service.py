@@ -111,7 +111,8 @@ def nul_field(message: Message, path: str = "") -> str | None:
     """The JSON-pointer path of the first string holding a NUL character, or None.
 
     PostgreSQL cannot store NUL in text, so every service refuses it at the door with a 400 rather than
-    failing (500) at the first write; SQLite stores it, which would make the two backends disagree."""
+    failing (500) at the first write; SQLite stores it, which would make the two backends disagree.
+    """
     for descriptor, value in message.ListFields():
         where = f"{path}/{descriptor.name}"
         if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
@@ -199,7 +200,8 @@ def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., A
 
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
     """What every RPC gets at the service boundary: NUL strings refused, DomainError mapped to status +
-    details, anything else a bare INTERNAL with no traceback, and ``x-contract-version`` on the answer."""
+    details, anything else a bare INTERNAL with no traceback, and ``x-contract-version`` on the answer.
+    """
 
     async def intercept_service(
         self,
