@@ -70,7 +70,9 @@ class Peers:
             raise KeyError(f"{service} is not a declared peer of this service (ServiceSpec.peers)")
         if service not in self._channels:
             self._channels[service] = grpc.aio.insecure_channel(
-                self._addresses[service], options=CHANNEL_OPTIONS, interceptors=aio_client_interceptors()
+                self._addresses[service],
+                options=CHANNEL_OPTIONS,
+                interceptors=aio_client_interceptors(),  # type: ignore[no-untyped-call]  # otel ships it untyped
             )
         return self._channels[service]
 
@@ -205,9 +207,9 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
@@ -281,7 +283,7 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
     peers = Peers(config.peers)
     server = grpc.aio.server(
         interceptors=[
-            aio_server_interceptor(filter_=filters.negate(filters.service_name(HEALTH_SERVICE))),
+            aio_server_interceptor(filter_=filters.negate(filters.service_name(HEALTH_SERVICE))),  # type: ignore[no-untyped-call]
             BoundaryInterceptor(),
         ],
         options=[

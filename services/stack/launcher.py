@@ -109,7 +109,7 @@ class Stack:
                 return False
         try:
             async with grpc.aio.insecure_channel(self.address(name)) as channel:
-                reply = await health_pb2_grpc.HealthStub(channel).Check(
+                reply = await health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]  # stubs declare no methods
                     health_pb2.HealthCheckRequest(service=""), timeout=2
                 )
             return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
