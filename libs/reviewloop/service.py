@@ -77,6 +77,7 @@ class Peers:
         return self._channels[service]
 
     async def close(self) -> None:
+        """Close every channel opened so far; a later ``channel()`` opens a fresh one."""
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
@@ -201,8 +202,10 @@ def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., A
 
 
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
-    """What every RPC gets at the service boundary: NUL strings refused, DomainError mapped to status +
-    details, anything else a bare INTERNAL with no traceback, and ``x-contract-version`` on the answer.
+    """Apply the service-boundary guarantees to every unary and server-streaming RPC.
+
+    NUL strings are refused, a DomainError is mapped to status + details, anything else becomes a bare
+    INTERNAL with no traceback, and every answer carries ``x-contract-version``.
     """
 
     async def intercept_service(
@@ -210,6 +213,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Wrap the method's handler; a client-streaming or bidi handler is passed through unchanged."""
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
@@ -246,6 +250,11 @@ class RunningService:
         self._stopped = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """Report NOT_SERVING, drain in-flight RPCs, then stop background tasks, relay, peers and store.
+
+        Args:
+            grace: Seconds in-flight RPCs get to finish before they are cancelled.
+        """
         if self._stopped:
             return
         self._stopped = True
@@ -272,7 +281,7 @@ async def ingest(
 
 
 class PortTakenError(RuntimeError):
-    pass
+    """The service could not bind its listen address, usually because another process holds the port."""
 
 
 async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
