@@ -128,10 +128,12 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
 
     Returns (accepted, duplicates), as the ``Ingest`` RPC answers them.
     """
+    # map(_legacy_dict_event, ...) removed when review_state emits NudgeRequested: pass `events`.
     done = await ingest_each(db, map(_legacy_dict_event, events), SUBSCRIPTIONS, on_commit(db))
     return done.accepted, done.duplicates
 
 
+# removed when review_state emits NudgeRequested (with its calls in ingest and NudgeServicer.Ingest)
 def _legacy_dict_event(event: common_pb2.Event) -> common_pb2.Event:
     """A ``nudge`` event whose payload is the old dict envelope ``{reason, review_id, ..., payload}``,
     rewritten as the ``NudgeRequested`` it stands for; every other event as it came. One the typed
