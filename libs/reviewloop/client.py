@@ -57,7 +57,8 @@ DEFAULT_RETRIES = 2
 
 class ReviewloopError(Exception):
     """A problem+json answer. ``code`` is the closed enum (unknown codes read as ``internal``);
-    ``facts`` holds the recovery facts (``state``, ``revision``, ``version``, ``allowed_action``...)."""
+    ``facts`` holds the recovery facts (``state``, ``revision``, ``version``, ``allowed_action``...).
+    """
 
     def __init__(self, status: int, problem: Json, retry_after: float | None = None) -> None:
         self.status = status
@@ -374,16 +375,16 @@ class _Base:
 def _async(
     builder: Callable[P, Call[T]],
 ) -> Callable[Concatenate[AsyncReviewloop, P], Coroutine[Any, Any, T]]:
-    async def verb(self: AsyncReviewloop, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self.run(builder(*args, **kwargs))
+    async def verb(client: AsyncReviewloop, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await client.run(builder(*args, **kwargs))
 
     verb.__name__, verb.__doc__ = builder.__name__, builder.__doc__
     return verb
 
 
 def _sync(builder: Callable[P, Call[T]]) -> Callable[Concatenate[Reviewloop, P], T]:
-    def verb(self: Reviewloop, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.run(builder(*args, **kwargs))
+    def verb(client: Reviewloop, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return client.run(builder(*args, **kwargs))
 
     verb.__name__, verb.__doc__ = builder.__name__, builder.__doc__
     return verb

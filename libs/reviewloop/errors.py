@@ -15,7 +15,8 @@ from enum import StrEnum
 
 class Code(StrEnum):
     """The closed problem ``code`` enum (spec 000 and its SDK). Additive only; clients coerce unknowns
-    to ``internal``."""
+    to ``internal``.
+    """
 
     BAD_REQUEST = "bad_request"
     UNAUTHORIZED = "unauthorized"

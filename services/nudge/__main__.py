@@ -28,7 +28,10 @@ def settings_from(environ: Mapping[str, str]) -> app.Settings:
     return app.Settings(
         retention=timedelta(seconds=float(retention_s)),
         compact_every_s=float(environ.get("REVIEWLOOP_NUDGE_COMPACT_EVERY_S", defaults.compact_every_s)),
-        inbox_retention=timedelta(seconds=ServiceConfig.from_env("nudge", environ).outbox_retention_s),
+        # The shared outbox retention, read without the rest of ServiceConfig (which needs the address).
+        inbox_retention=timedelta(
+            seconds=float(environ.get("REVIEWLOOP_OUTBOX_RETENTION_S", ServiceConfig.outbox_retention_s))
+        ),
     )
 
 

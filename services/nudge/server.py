@@ -32,14 +32,18 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         self.db = env.db
 
     async def Ingest(
-        self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
+        self,
+        request: common_pb2.IngestRequest,
+        context: grpc.aio.ServicerContext[common_pb2.IngestRequest, common_pb2.IngestResponse],
     ) -> common_pb2.IngestResponse:
         # Removed when review_state emits NudgeRequested: pass `request` to ingest as it came.
         request = common_pb2.IngestRequest(events=map(app._legacy_dict_event, request.events))
         return await ingest(self.db, request, app.SUBSCRIPTIONS, app.on_commit(self.db))
 
     async def ListEvents(
-        self, request: nudge_pb2.ListEventsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: nudge_pb2.ListEventsRequest,
+        context: grpc.aio.ServicerContext[nudge_pb2.ListEventsRequest, nudge_pb2.ListEventsResponse],
     ) -> nudge_pb2.ListEventsResponse:
         events, next_cursor = await app.list_events(
             self.db, Principal.from_proto(request.principal), limit=request.limit, cursor=request.cursor
@@ -49,7 +53,9 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         )
 
     async def Ack(
-        self, request: nudge_pb2.AckRequest, context: grpc.aio.ServicerContext
+        self,
+        request: nudge_pb2.AckRequest,
+        context: grpc.aio.ServicerContext[nudge_pb2.AckRequest, nudge_pb2.AckResponse],
     ) -> nudge_pb2.AckResponse:
         acked = await app.ack(
             self.db, Principal.from_proto(request.principal), [(a.review_id, a.seq) for a in request.acks]
@@ -57,7 +63,9 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         return nudge_pb2.AckResponse(acked=acked)
 
     async def WaitForEvents(
-        self, request: nudge_pb2.WaitForEventsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: nudge_pb2.WaitForEventsRequest,
+        context: grpc.aio.ServicerContext[nudge_pb2.WaitForEventsRequest, nudge_pb2.WaitForEventsResponse],
     ) -> nudge_pb2.WaitForEventsResponse:
         events = await app.wait_for_events(
             self.db, Principal.from_proto(request.principal), timeout_s=request.timeout_s, limit=request.limit
@@ -65,7 +73,9 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         return nudge_pb2.WaitForEventsResponse(events=[nudge_to_proto(e) for e in events])
 
     async def Subscribe(
-        self, request: nudge_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
+        self,
+        request: nudge_pb2.SubscribeRequest,
+        context: grpc.aio.ServicerContext[nudge_pb2.SubscribeRequest, nudge_pb2.SubscribeResponse],
     ) -> AsyncIterator[nudge_pb2.SubscribeResponse]:
         principal = Principal.from_proto(request.principal)
         async for nudge, cursor in app.subscribe(self.db, principal, cursor=request.cursor):

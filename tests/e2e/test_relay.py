@@ -8,10 +8,10 @@ from pathlib import Path
 import grpc
 import pytest
 from reviewloop.common.v1 import common_pb2
-from reviewloop.launcher import Stack
 from reviewloop.nudge.v1 import nudge_pb2_grpc
 from reviewloop.review.v1.events_pb2 import NudgeRequested
 from reviewloop.storage.codec import encode
+from stack.launcher import Stack
 
 from tests.conftest import Api, Databases, draft, start_stack
 from tests.e2e.helpers import events_until

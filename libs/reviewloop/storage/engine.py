@@ -32,7 +32,8 @@ SINGLE_STATEMENT_OPTION = "reviewloop_single_statement"
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine for ``url``. SQLite gets WAL, foreign keys and a busy timeout; a unit of work
     begins IMMEDIATE (two writers queue on the lock instead of failing on upgrade), while reads begin
-    DEFERRED, so under WAL they never wait for a writer."""
+    DEFERRED, so under WAL they never wait for a writer.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True, **kwargs)

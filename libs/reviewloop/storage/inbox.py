@@ -28,7 +28,8 @@ M = TypeVar("M", bound=Message)
 @dataclass(frozen=True)
 class Subscription(Generic[M]):
     """How one event type is handled: its payload message and the handler, run in the event's
-    unit of work. What the handler returns is passed to ``ingest_each``'s ``on_commit``."""
+    unit of work. What the handler returns is passed to ``ingest_each``'s ``on_commit``.
+    """
 
     message: type[M]
     handle: Callable[[UnitOfWork, M], Awaitable[Any]]

@@ -117,7 +117,8 @@ class Relay:
 
     async def drain_once(self) -> int:
         """Claim the current heads, deliver them in outbox order, record the outcome. Returns how many
-        were delivered."""
+        were delivered.
+        """
         claimed = await self._claim()
         delivered = 0
         for row in claimed:
