@@ -9,12 +9,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from reviewloop.storage.schema import Json, insert_ignore, new_metadata
+from reviewloop.storage.idempotency import idempotency_table
+from reviewloop.storage.schema import Json, UtcDateTime, insert_ignore, new_metadata
 from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
-    DateTime,
     Float,
     Index,
     Integer,
@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
+from review_state.domain.review import Review, Turn
 from review_state.domain.submission import Attachment, Parent
 
 metadata = new_metadata()
@@ -70,10 +71,10 @@ reviews = Table(
     Column("send_error", Text),
     Column("gate_outcome", String(64)),
     Column("reviewer_hops", Integer, nullable=False, server_default="0"),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
-    Column("decided_at", DateTime(timezone=True)),
-    Column("sent_at", DateTime(timezone=True)),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("decided_at", UtcDateTime),
+    Column("sent_at", UtcDateTime),
     Index("ix_reviews_project_id_id", "project_id", "id"),
     Index("ix_reviews_org_id_state", "org_id", "state"),
 )
@@ -94,7 +95,7 @@ turns = Table(
     Column("diff_json", Json),
     Column("diff_unified", Text),
     Column("rule_ids", Json, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
     Index("ix_turns_review_id_seq", "review_id", "seq", unique=True),
 )
 
@@ -115,7 +116,7 @@ messages = Table(
     Column("body_text", Text, nullable=False),
     Column("headers", Json, nullable=False),
     Column("review_id", String(40)),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
     Index("ix_messages_project_id_rfc_message_id", "project_id", "rfc_message_id"),
     Index("ix_messages_project_id_direction_created_at", "project_id", "direction", "created_at"),
 )
@@ -127,7 +128,7 @@ review_policies = Table(
     Column("org_id", String(40), nullable=False),
     Column("policy", String(32), nullable=False),
     Column("updated_by", String(40), nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
 )
 
 contacts = Table(
@@ -138,8 +139,8 @@ contacts = Table(
     Column("blocked", Boolean, nullable=False, server_default="0"),
     Column("suppressed", Boolean, nullable=False, server_default="0"),
     # Set once mail went to or came from the address: it is no longer a first contact.
-    Column("contacted_at", DateTime(timezone=True)),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("contacted_at", UtcDateTime),
+    Column("updated_at", UtcDateTime, nullable=False),
     PrimaryKeyConstraint("project_id", "address"),
 )
 
@@ -153,82 +154,17 @@ delivery_attempts = Table(
     Column("rfc_message_id", String(255), nullable=False),
     Column("send_path", String(24), nullable=False),
     Column("status", String(16), nullable=False),  # in_flight | delivered | refused
-    Column("started_at", DateTime(timezone=True), nullable=False),
-    Column("finished_at", DateTime(timezone=True)),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime),
     Column("error", Text),
     Index("ix_delivery_attempts_status_started_at", "status", "started_at"),
 )
 
-idempotency_keys = Table(
-    "idempotency_keys",
+idempotency_keys = idempotency_table(
     metadata,
-    Column("project_id", String(40), nullable=False),
-    Column("actor_id", String(40), nullable=False),
-    Column("key", String(255), nullable=False),
-    Column("request_hash", String(64), nullable=False),
     Column("review_id", String(40), nullable=False),
     Column("result_id", String(40), nullable=False, server_default=""),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    PrimaryKeyConstraint("project_id", "actor_id", "key"),
 )
-
-
-@dataclass(frozen=True)
-class Review:
-    id: str
-    org_id: str
-    project_id: str
-    agent_id: str
-    category_id: str
-    kind: str
-    state: State
-    revision: int
-    version: int
-    to: list[str]
-    cc: list[str]
-    bcc: list[str]
-    subject: str
-    body_text: str
-    intent: dict[str, Any] | None
-    created_at: datetime
-    updated_at: datetime
-    body_html: str | None = None
-    reply_to: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    attachments: tuple[Attachment, ...] = ()
-    from_address: str = ""
-    confidence: float | None = None
-    rule_high_water: int = 0
-    parent_message_id: str | None = None
-    in_reply_to: str | None = None
-    references_hdr: str | None = None
-    message_id: str | None = None
-    rfc_message_id: str | None = None
-    thread_ref: str | None = None
-    send_path: str | None = None
-    send_error: str | None = None
-    gate_outcome: str | None = None
-    reviewer_hops: int = 0
-    decided_at: datetime | None = None
-    sent_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Turn:
-    id: str
-    review_id: str
-    seq: int
-    turn_type: str
-    actor_kind: str
-    actor_id: str
-    body: str
-    revision: int
-    created_at: datetime
-    action: str = ""
-    changed: bool = False
-    diff_json: dict[str, Any] | None = None
-    diff_unified: str | None = None
-    rule_ids: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -608,24 +544,41 @@ async def set_policy(
         )
 
 
-async def flag_contact(
-    conn: AsyncConnection, project_id: str, address: str, flag: str, now: datetime
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Contact:
+    address: str
+    blocked: bool
+    suppressed: bool
+
+
+async def block_contact(conn: AsyncConnection, project_id: str, address: str, now: datetime) -> Contact:
+    """Put ``address`` on the project's block list: no mail goes to it, at submit or at delivery."""
+    return await _flag(conn, project_id, address, contacts.c.blocked, now)
+
+
+async def suppress_contact(conn: AsyncConnection, project_id: str, address: str, now: datetime) -> Contact:
+    """Record that ``address`` unsubscribed from the project's mail."""
+    return await _flag(conn, project_id, address, contacts.c.suppressed, now)
+
+
+async def _flag(
+    conn: AsyncConnection, project_id: str, address: str, flag: Column[bool], now: datetime
+) -> Contact:
     address = address.lower()
     key = (contacts.c.project_id == project_id) & (contacts.c.address == address)
-    updated = await conn.execute(update(contacts).where(key).values(**{flag: True, "updated_at": now}))
+    updated = await conn.execute(update(contacts).where(key).values({flag: True, "updated_at": now}))
     if updated.rowcount == 0:
         await conn.execute(
             insert(contacts).values(
                 project_id=project_id,
                 address=address,
-                blocked=flag == "blocked",
-                suppressed=flag == "suppressed",
+                blocked=flag is contacts.c.blocked,
+                suppressed=flag is contacts.c.suppressed,
                 updated_at=now,
             )
         )
     row = (await conn.execute(select(contacts).where(key))).one()
-    return {"address": row.address, "blocked": row.blocked, "suppressed": row.suppressed}
+    return Contact(row.address, row.blocked, row.suppressed)
 
 
 # --- delivery attempts ----------------------------------------------------------------------------
@@ -652,10 +605,26 @@ async def start_attempt(
     )
 
 
-async def get_attempt(conn: AsyncConnection, review_id: str) -> Any:
-    return (
+@dataclass(frozen=True)
+class Attempt:
+    """A review's one delivery attempt, and the ids it was sent under."""
+
+    review_id: str
+    message_id: str
+    rfc_message_id: str
+    send_path: str
+    started_at: datetime
+
+
+def _attempt(row: Any) -> Attempt:
+    return Attempt(row.review_id, row.message_id, row.rfc_message_id, row.send_path, row.started_at)
+
+
+async def get_attempt(conn: AsyncConnection, review_id: str) -> Attempt | None:
+    row = (
         await conn.execute(select(delivery_attempts).where(delivery_attempts.c.review_id == review_id))
     ).first()
+    return _attempt(row) if row else None
 
 
 async def finish_attempt(
@@ -670,7 +639,9 @@ async def finish_attempt(
     return bool(result.rowcount == 1)
 
 
-async def parked_attempts(conn: AsyncConnection, started_before: datetime, limit: int = 100) -> list[Any]:
+async def parked_attempts(
+    conn: AsyncConnection, started_before: datetime, limit: int = 100
+) -> list[Attempt]:
     """In-flight attempts older than a live send could take: their outcome is unknown."""
     rows = await conn.execute(
         select(delivery_attempts)
@@ -678,44 +649,4 @@ async def parked_attempts(conn: AsyncConnection, started_before: datetime, limit
         .order_by(delivery_attempts.c.started_at)
         .limit(limit)
     )
-    return list(rows)
-
-
-# --- idempotency keys -----------------------------------------------------------------------------
-
-
-async def find_idempotent(conn: AsyncConnection, project_id: str, actor_id: str, key: str) -> Any:
-    return (
-        await conn.execute(
-            select(
-                idempotency_keys.c.request_hash, idempotency_keys.c.review_id, idempotency_keys.c.result_id
-            ).where(
-                idempotency_keys.c.project_id == project_id,
-                idempotency_keys.c.actor_id == actor_id,
-                idempotency_keys.c.key == key,
-            )
-        )
-    ).first()
-
-
-async def remember_idempotent(
-    conn: AsyncConnection,
-    project_id: str,
-    actor_id: str,
-    key: str,
-    request_hash: str,
-    review_id: str,
-    now: datetime,
-    result_id: str = "",
-) -> None:
-    await conn.execute(
-        insert(idempotency_keys).values(
-            project_id=project_id,
-            actor_id=actor_id,
-            key=key,
-            request_hash=request_hash,
-            review_id=review_id,
-            result_id=result_id,
-            created_at=now,
-        )
-    )
+    return [_attempt(row) for row in rows]

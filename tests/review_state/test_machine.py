@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -63,9 +65,9 @@ def test_nothing_leaves_a_terminal_state_and_failed_only_closes_out() -> None:
 def test_a_hinted_verb_never_409s_and_an_unhinted_one_always_does(
     state: State, actor: Actor, verb: Verb, revision: int, parent: int
 ) -> None:
-    kwargs = dict(state=state, verb=verb, actor=actor, revision=revision, version=3, parent_revision=parent)
+    review = SimpleNamespace(state=state, revision=revision, version=3, message_id=None)
     try:
-        target = check_transition(**kwargs)  # type: ignore[arg-type]
+        target = check_transition(review, verb, actor, parent_revision=parent)  # type: ignore[arg-type]
     except DomainError as error:
         assert error.allowed_actions, "a 409 always carries hints"
         if state in TERMINAL:
