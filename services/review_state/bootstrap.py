@@ -41,7 +41,10 @@ def provider_from_env(data: Path, environ: Mapping[str, str] = os.environ) -> Pr
 def build_env(db: Database, peers: Peers, environ: Mapping[str, str] = os.environ) -> Env:
     """The production wiring: peers over gRPC, the provider and the settings from the environment."""
     return Env(
-        db, GrpcCollaborators(peers), provider_from_env(data_dir(environ), environ), settings_from_env(environ)
+        db,
+        GrpcCollaborators(peers),
+        provider_from_env(data_dir(environ), environ),
+        settings_from_env(environ),
     )
 
 

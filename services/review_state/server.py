@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import grpc
 import orjson
@@ -20,6 +20,9 @@ from review_state.app import Decision, Env, Revision
 from review_state.domain.machine import CLOSED, State
 from review_state.domain.review import Review, Turn
 from review_state.domain.submission import Attachment, Draft
+
+if TYPE_CHECKING:
+    Context = grpc.aio.ServicerContext[Any, Any]
 
 _KIND, _STATE = "MESSAGE_KIND_", "REVIEW_STATE_"
 
@@ -121,9 +124,7 @@ def _intent(message: Any, has: bool) -> dict[str, object] | None:
 
 
 def _contact(contact: store.Contact) -> review_pb2.Contact:
-    return review_pb2.Contact(
-        address=contact.address, blocked=contact.blocked, suppressed=contact.suppressed
-    )
+    return review_pb2.Contact(address=contact.address, blocked=contact.blocked, suppressed=contact.suppressed)
 
 
 def _optional(message: Any, name: str) -> Any:
@@ -153,9 +154,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     def __init__(self, env: Env) -> None:
         self.env = env
 
-    async def Submit(
-        self, request: review_pb2.SubmitRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.SubmitResponse:
+    async def Submit(self, request: review_pb2.SubmitRequest, context: Context) -> review_pb2.SubmitResponse:
         kind = enum_name(review_pb2.MessageKind, _KIND, request.kind)
         if not kind:
             raise DomainError(Code.BAD_REQUEST, "kind must be send, reply or forward.")
@@ -184,16 +183,14 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_pb2.SubmitResponse(status=status, review=review_to_proto(review))
 
-    async def GetReview(
-        self, request: review_pb2.GetReviewRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def GetReview(self, request: review_pb2.GetReviewRequest, context: Context) -> review_pb2.Review:
         review, turns = await app.get_review(
             self.env, Principal.from_proto(request.principal), request.review_id
         )
         return review_to_proto(review, turns)
 
     async def ListReviews(
-        self, request: review_pb2.ListReviewsRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.ListReviewsRequest, context: Context
     ) -> review_pb2.ListReviewsResponse:
         reviews, next_cursor = await app.list_reviews(
             self.env,
@@ -208,9 +205,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor
         )
 
-    async def Cancel(
-        self, request: review_pb2.CancelRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def Cancel(self, request: review_pb2.CancelRequest, context: Context) -> review_pb2.Review:
         review = await app.cancel(
             self.env,
             Principal.from_proto(request.principal),
@@ -221,7 +216,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         return review_to_proto(review)
 
     async def SubmitRevision(
-        self, request: review_pb2.SubmitRevisionRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.SubmitRevisionRequest, context: Context
     ) -> review_pb2.Review:
         def addresses(name: Literal["to", "cc", "bcc"]) -> list[str] | None:
             return list(getattr(request, name).addresses) if request.HasField(name) else None
@@ -250,9 +245,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_to_proto(review)
 
-    async def Restamp(
-        self, request: review_pb2.RestampRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def Restamp(self, request: review_pb2.RestampRequest, context: Context) -> review_pb2.Review:
         review = await app.restamp(
             self.env,
             Principal.from_proto(request.principal),
@@ -264,7 +257,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         return review_to_proto(review)
 
     async def PostChat(
-        self, request: review_pb2.PostChatRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.PostChatRequest, context: Context
     ) -> review_pb2.PostChatResponse:
         review, turn = await app.post_chat(
             self.env,
@@ -275,9 +268,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_pb2.PostChatResponse(review=review_to_proto(review), turn=turn_to_proto(turn))
 
-    async def Open(
-        self, request: review_pb2.OpenRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def Open(self, request: review_pb2.OpenRequest, context: Context) -> review_pb2.Review:
         review = await app.open_review(
             self.env,
             Principal.from_proto(request.principal),
@@ -288,9 +279,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_to_proto(review)
 
-    async def Decide(
-        self, request: review_pb2.DecideRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def Decide(self, request: review_pb2.DecideRequest, context: Context) -> review_pb2.Review:
         review = await app.decide(
             self.env,
             Principal.from_proto(request.principal),
@@ -301,7 +290,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         return review_to_proto(review)
 
     async def ReviewerDecide(
-        self, request: review_pb2.DecideRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.DecideRequest, context: Context
     ) -> review_pb2.ReviewerDecision:
         result = await app.reviewer_decide(
             self.env,
@@ -325,7 +314,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
 
     async def GetFeedback(
-        self, request: review_pb2.GetFeedbackRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.GetFeedbackRequest, context: Context
     ) -> review_pb2.Feedback:
         feedback = await app.get_feedback(
             self.env, Principal.from_proto(request.principal), request.review_id
@@ -343,7 +332,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
 
     async def RecordInbound(
-        self, request: review_pb2.RecordInboundRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.RecordInboundRequest, context: Context
     ) -> review_pb2.InboundMessage:
         message = await app.record_inbound(
             self.env,
@@ -360,36 +349,32 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
 
     async def GetReviewPolicy(
-        self, request: review_pb2.GetReviewPolicyRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.GetReviewPolicyRequest, context: Context
     ) -> review_pb2.ReviewPolicy:
         policy, source = await app.get_policy(self.env, Principal.from_proto(request.principal))
         return review_pb2.ReviewPolicy(policy=policy, source=source)
 
     async def SetReviewPolicy(
-        self, request: review_pb2.SetReviewPolicyRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.SetReviewPolicyRequest, context: Context
     ) -> review_pb2.ReviewPolicy:
         policy, source = await app.set_policy(
             self.env, Principal.from_proto(request.principal), request.policy
         )
         return review_pb2.ReviewPolicy(policy=policy, source=source)
 
-    async def AddBlock(
-        self, request: review_pb2.ContactRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Contact:
+    async def AddBlock(self, request: review_pb2.ContactRequest, context: Context) -> review_pb2.Contact:
         contact = await app.add_block(self.env, Principal.from_proto(request.principal), request.address)
         return _contact(contact)
 
     async def AddSuppression(
-        self, request: review_pb2.ContactRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.ContactRequest, context: Context
     ) -> review_pb2.Contact:
         contact = await app.add_suppression(
             self.env, Principal.from_proto(request.principal), request.address
         )
         return _contact(contact)
 
-    async def Ingest(
-        self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
-    ) -> common_pb2.IngestResponse:
+    async def Ingest(self, request: common_pb2.IngestRequest, context: Context) -> common_pb2.IngestResponse:
         return await service.ingest(self.env.db, request, app.SUBSCRIPTIONS)
 
 

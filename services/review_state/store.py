@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -639,9 +639,7 @@ async def finish_attempt(
     return bool(result.rowcount == 1)
 
 
-async def parked_attempts(
-    conn: AsyncConnection, started_before: datetime, limit: int = 100
-) -> list[Attempt]:
+async def parked_attempts(conn: AsyncConnection, started_before: datetime, limit: int = 100) -> list[Attempt]:
     """In-flight attempts older than a live send could take: their outcome is unknown."""
     rows = await conn.execute(
         select(delivery_attempts)

@@ -14,14 +14,13 @@ from review_state import app
 from review_state.__main__ import SPEC
 from review_state.app import Env, Settings
 from review_state.clients import CategoryInfo, DiffResult, TokenCheck
-from review_state.providers import EmlProvider, OutcomeUnknown, Refused
-from review_state.domain.submission import Dial, Draft
 from review_state.domain.review import Review
+from review_state.domain.submission import Dial, Draft
+from review_state.providers import EmlProvider, OutcomeUnknown, Refused
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import codec
-from reviewloop.storage import Database
+from reviewloop.storage import Database, codec
 from reviewloop.storage.schema import OUTBOX
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy import select

@@ -10,8 +10,8 @@ import pytest
 from review_state import app
 from review_state.app import Decision, Env
 from review_state.domain.review import Review
-from review_state.store import Message
 from review_state.domain.submission import Attachment, Draft, forward_subject, reply_subject
+from review_state.store import Message
 from reviewloop.errors import Code, DomainError
 
 from tests.review_state.conftest import ADMIN, AGENT, HUMAN, INTENT, outbox

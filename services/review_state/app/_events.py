@@ -39,6 +39,9 @@ class Facts:
     breaker: str = ""  # the circuit breaker that held a review agent's release
 
 
+NO_FACTS = Facts()
+
+
 def publish(uow: UnitOfWork, review: Review, reason: Reason, payload: Message) -> None:
     """Queue a nudge for ``review``'s agent, stamped with the review's tenancy and category."""
     event = N(
@@ -97,9 +100,7 @@ def _rejected(edge: Edge, facts: Facts) -> N.Rejected:
 
 def _redraft_requested(edge: Edge, facts: Facts) -> N.RedraftRequested:
     if edge.verb is Verb.HOLD:
-        return N.RedraftRequested(
-            revision=edge.after.revision, by="breaker", forced_by_breaker=facts.breaker
-        )
+        return N.RedraftRequested(revision=edge.after.revision, by="breaker", forced_by_breaker=facts.breaker)
     return N.RedraftRequested(
         revision=edge.after.revision, by=edge.actor.value, action=edge.verb.value, feedback=facts.said
     )
@@ -164,9 +165,7 @@ def born_stale(review: Review, detail: str) -> N.RuleChanged:
     return N.RuleChanged(born_stale=True, revision=review.revision, detail=detail)
 
 
-def rule_changed(
-    draft: Review, change: rules_events.RuleChanged, high_water: int
-) -> N.RuleChanged:
+def rule_changed(draft: Review, change: rules_events.RuleChanged, high_water: int) -> N.RuleChanged:
     """A category rule in the draft's scope moved; the rule as the change named it."""
     payload = N.RuleChanged(rule_high_water=high_water, revision=draft.revision)
     if change.HasField("rule"):

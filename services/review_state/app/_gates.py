@@ -19,7 +19,9 @@ from review_state.domain.submission import GRADUATED, auto_send_hold, breaker
 QUOTA_WINDOW = timedelta(days=1)  # the outbound quota counts messages sent in the last 24 hours
 
 
-async def sending_facts(conn: AsyncConnection, project_id: str, addresses: Sequence[str]) -> store.SendingFacts:
+async def sending_facts(
+    conn: AsyncConnection, project_id: str, addresses: Sequence[str]
+) -> store.SendingFacts:
     return await store.sending_facts(conn, project_id, addresses, utcnow() - QUOTA_WINDOW)
 
 

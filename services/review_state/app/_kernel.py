@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state import store
 from review_state.app import _events
-from review_state.app._events import Facts
+from review_state.app._events import NO_FACTS, Facts
 from review_state.domain.machine import (
     CLOSED,
     REFUSAL_NUDGES,
@@ -151,7 +151,7 @@ async def move(
     *,
     parent_revision: int | None = None,
     expected_version: int | None = None,
-    facts: Facts = Facts(),
+    facts: Facts = NO_FACTS,
     **changes: Any,
 ) -> Edge:
     """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
@@ -188,7 +188,7 @@ async def transition(
     parent_revision: int | None,
     *,
     expected_version: int | None = None,
-    facts: Facts = Facts(),
+    facts: Facts = NO_FACTS,
     **changes: Any,
 ) -> Edge:
     """Load the review and ``move`` it as the caller."""

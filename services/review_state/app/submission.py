@@ -16,7 +16,14 @@ from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
 from review_state.domain.machine import State
 from review_state.domain.review import Review
-from review_state.domain.submission import Draft, Route, materialize, resolve_policy, route_for, validate_draft
+from review_state.domain.submission import (
+    Draft,
+    Route,
+    materialize,
+    resolve_policy,
+    route_for,
+    validate_draft,
+)
 
 
 async def submit(
