@@ -128,18 +128,17 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
 
     Returns (accepted, duplicates), as the ``Ingest`` RPC answers them.
     """
-    # map(_legacy_dict_event, ...) removed when review_state emits NudgeRequested: pass `events`.
     done = await ingest_each(db, map(_legacy_dict_event, events), SUBSCRIPTIONS, on_commit(db))
     return done.accepted, done.duplicates
 
 
-# removed when review_state emits NudgeRequested (with its calls in ingest and NudgeServicer.Ingest)
 def _legacy_dict_event(event: common_pb2.Event) -> common_pb2.Event:
-    """A ``nudge`` event whose payload is the old dict envelope ``{reason, review_id, ..., payload}``,
-    rewritten as the ``NudgeRequested`` it stands for; every other event as it came. One the typed
-    message cannot hold is left as it came, so the inbox drops it as unreadable (logged).
+    """A ``nudge`` event in the envelope of contract 0.1.0-pre.6 (``{reason, ..., payload}``), rewritten as
+    the ``NudgeRequested`` it stands for; every other event as it came.
 
-    Removed when review_state emits NudgeRequested.
+    An upgrade finds such rows still waiting in review_state's outbox: without this they would be
+    dropped as unreadable, terminal nudges among them. One the typed message cannot hold is left as it
+    came, so the inbox drops it (logged). Delete once no deployment runs 0.1.0-pre.6.
     """
     try:
         body = orjson.loads(event.payload)

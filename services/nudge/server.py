@@ -8,7 +8,7 @@ import grpc
 from reviewloop.common.v1 import common_pb2
 from reviewloop.nudge.v1 import nudge_pb2, nudge_pb2_grpc
 from reviewloop.protoconv import stamp
-from reviewloop.service import Registration, ingest
+from reviewloop.service import Registration
 from reviewloop.tenancy import Principal
 
 from nudge import app
@@ -36,9 +36,8 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: common_pb2.IngestRequest,
         context: grpc.aio.ServicerContext[common_pb2.IngestRequest, common_pb2.IngestResponse],
     ) -> common_pb2.IngestResponse:
-        # Removed when review_state emits NudgeRequested: pass `request` to ingest as it came.
-        request = common_pb2.IngestRequest(events=map(app._legacy_dict_event, request.events))
-        return await ingest(self.db, request, app.SUBSCRIPTIONS, app.on_commit(self.db))
+        accepted, duplicates = await app.ingest(self.db, request.events)
+        return common_pb2.IngestResponse(accepted=accepted, duplicates=duplicates)
 
     async def ListEvents(
         self,

@@ -276,3 +276,21 @@ async def test_the_service_sweep_compacts_acked_nudges(
         await asyncio.gather(*jobs, return_exceptions=True)
     assert await stored(db, "rr_u") == []
     assert await stored(db, "rr_v") == [("rejected", 1)]
+
+
+async def test_a_nudge_in_the_envelope_of_an_older_release_is_stored_as_its_typed_twin(
+    open_db: OpenDb,
+) -> None:
+    # An upgrade finds rows that review_state 0.1.0-pre.6 wrote ({reason, ..., payload}) still in its outbox.
+    db = await open_db(SPEC)
+    typed = event_body("rr_old", "rejected")
+    older = {
+        **as_json_object(envelope("rr_old")),
+        "reason": "rejected",
+        "payload": {"revision": 1, "feedback": "too long", "by": "human"},
+    }
+    assert await app.ingest(db, [raw(older, aggregate_id="rr_old")]) == (1, 0)
+    events, _ = await app.list_events(db, AGENT, limit=10, cursor="")
+    assert [(e.reason, orjson.loads(e.payload_json)) for e in events] == [
+        ("rejected", as_json_object(typed.rejected))
+    ]
