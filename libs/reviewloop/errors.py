@@ -1,9 +1,9 @@
-"""The error model: one closed set of codes, one exception, one mapping to and from gRPC status.
+"""The error model: one closed set of codes and one exception, free of any transport.
 
 A domain error carries the spec's closed problem ``code``, a ``detail`` that says the whole fix,
-and the recovery facts of the 409 taxonomy. Services raise it; the gRPC interceptor packs it into
-``google.rpc.Status`` (``ErrorInfo.reason`` = code, plus ``RecoveryFacts`` and ``BadRequest``);
-the gateway unpacks it into RFC 9457 problem+json.
+and the recovery facts of the 409 taxonomy. Domains raise it and import nothing else of ``libs``
+but ``reviewloop.ids``; ``reviewloop.rpc_errors`` packs it into ``google.rpc.Status`` at the gRPC
+edge, and the gateway turns it into RFC 9457 problem+json.
 """
 
 from __future__ import annotations
@@ -12,23 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-import grpc
-from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-from grpc_status import rpc_status
-
-from reviewloop.common.v1 import common_pb2
-
-ERROR_DOMAIN = "reviewloop.dev"
-# Bounds that keep a packed status under gRPC's 8 KiB metadata limit.
-MAX_DETAIL_CHARS = 2000
-MAX_VIOLATIONS = 25
-MAX_FIELD_CHARS = 120
-
 
 class Code(StrEnum):
-    """The closed problem ``code`` enum (spec 000 and its SDK). Additive only; clients coerce unknowns
-    to ``internal``."""
+    """The closed problem ``code`` enum (spec 000 and its SDK).
+
+    Additive only: a value is never renamed or removed, and clients coerce unknowns to ``internal``.
+    """
 
     BAD_REQUEST = "bad_request"
     UNAUTHORIZED = "unauthorized"
@@ -65,41 +54,41 @@ class Code(StrEnum):
     TIMEOUT = "timeout"
 
 
-# The gRPC status each code travels with, and the HTTP status the gateway answers with.
-_STATUS: dict[Code, tuple[grpc.StatusCode, int]] = {
-    Code.BAD_REQUEST: (grpc.StatusCode.INVALID_ARGUMENT, 400),
-    Code.UNAUTHORIZED: (grpc.StatusCode.UNAUTHENTICATED, 401),
-    Code.FORBIDDEN_SCOPE: (grpc.StatusCode.PERMISSION_DENIED, 403),
-    Code.FORBIDDEN_ACTOR: (grpc.StatusCode.PERMISSION_DENIED, 403),
-    Code.NOT_FOUND: (grpc.StatusCode.NOT_FOUND, 404),
-    Code.CONFLICT: (grpc.StatusCode.ABORTED, 409),
-    Code.SUPPORT_RECORD_DELETED: (grpc.StatusCode.NOT_FOUND, 410),
-    Code.IDEMPOTENCY_CONFLICT: (grpc.StatusCode.ALREADY_EXISTS, 409),
-    Code.BREADTH_REQUIRED: (grpc.StatusCode.INVALID_ARGUMENT, 422),
-    Code.QUOTA_EXCEEDED: (grpc.StatusCode.RESOURCE_EXHAUSTED, 403),
-    Code.RATE_LIMITED: (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),
-    Code.DOMAIN_NOT_ALLOWED: (grpc.StatusCode.PERMISSION_DENIED, 403),
-    Code.RECIPIENT_BLOCKED: (grpc.StatusCode.PERMISSION_DENIED, 403),
-    Code.RECIPIENT_SUPPRESSED: (grpc.StatusCode.FAILED_PRECONDITION, 422),
-    Code.NOT_CONFIGURED: (grpc.StatusCode.FAILED_PRECONDITION, 422),
-    Code.DOMAIN_UNAVAILABLE: (grpc.StatusCode.FAILED_PRECONDITION, 422),
-    Code.INTERNAL: (grpc.StatusCode.INTERNAL, 500),
-    Code.REPLY_CONTEXT_REQUIRED: (grpc.StatusCode.INVALID_ARGUMENT, 422),
-    Code.REPLY_CONTEXT_CHANGED: (grpc.StatusCode.ABORTED, 409),
-    Code.REPLY_WORKFLOW_REQUIRED: (grpc.StatusCode.FAILED_PRECONDITION, 422),
-    Code.REPLY_ALREADY_PENDING: (grpc.StatusCode.ALREADY_EXISTS, 409),
-    Code.INTENT_REQUIRED: (grpc.StatusCode.INVALID_ARGUMENT, 422),
-    Code.WRONG_STATE: (grpc.StatusCode.FAILED_PRECONDITION, 409),
-    Code.TERMINAL: (grpc.StatusCode.FAILED_PRECONDITION, 409),
-    Code.STALE: (grpc.StatusCode.ABORTED, 409),
-    Code.BORN_STALE: (grpc.StatusCode.ABORTED, 409),
-    Code.SEND_NEEDS_RECONCILIATION: (grpc.StatusCode.FAILED_PRECONDITION, 409),
-    Code.GRADUATION_LOCKED: (grpc.StatusCode.FAILED_PRECONDITION, 409),
-    Code.MATURITY_GATE_UNMET: (grpc.StatusCode.FAILED_PRECONDITION, 409),
-    Code.SCOPE_TAKEN: (grpc.StatusCode.ALREADY_EXISTS, 409),
-    Code.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, 503),
-    Code.PAYLOAD_TOO_LARGE: (grpc.StatusCode.INVALID_ARGUMENT, 413),
-    Code.TIMEOUT: (grpc.StatusCode.DEADLINE_EXCEEDED, 504),
+# The HTTP status the gateway answers each code with (its gRPC status is in reviewloop.rpc_errors).
+_HTTP_STATUS: dict[Code, int] = {
+    Code.BAD_REQUEST: 400,
+    Code.UNAUTHORIZED: 401,
+    Code.FORBIDDEN_SCOPE: 403,
+    Code.FORBIDDEN_ACTOR: 403,
+    Code.NOT_FOUND: 404,
+    Code.CONFLICT: 409,
+    Code.SUPPORT_RECORD_DELETED: 410,
+    Code.IDEMPOTENCY_CONFLICT: 409,
+    Code.BREADTH_REQUIRED: 422,
+    Code.QUOTA_EXCEEDED: 403,
+    Code.RATE_LIMITED: 429,
+    Code.DOMAIN_NOT_ALLOWED: 403,
+    Code.RECIPIENT_BLOCKED: 403,
+    Code.RECIPIENT_SUPPRESSED: 422,
+    Code.NOT_CONFIGURED: 422,
+    Code.DOMAIN_UNAVAILABLE: 422,
+    Code.INTERNAL: 500,
+    Code.REPLY_CONTEXT_REQUIRED: 422,
+    Code.REPLY_CONTEXT_CHANGED: 409,
+    Code.REPLY_WORKFLOW_REQUIRED: 422,
+    Code.REPLY_ALREADY_PENDING: 409,
+    Code.INTENT_REQUIRED: 422,
+    Code.WRONG_STATE: 409,
+    Code.TERMINAL: 409,
+    Code.STALE: 409,
+    Code.BORN_STALE: 409,
+    Code.SEND_NEEDS_RECONCILIATION: 409,
+    Code.GRADUATION_LOCKED: 409,
+    Code.MATURITY_GATE_UNMET: 409,
+    Code.SCOPE_TAKEN: 409,
+    Code.UNAVAILABLE: 503,
+    Code.PAYLOAD_TOO_LARGE: 413,
+    Code.TIMEOUT: 504,
 }
 
 _TITLES: dict[Code, str] = {
@@ -114,10 +103,12 @@ _TITLES: dict[Code, str] = {
 
 
 def http_status(code: Code) -> int:
-    return _STATUS[code][1]
+    """The HTTP status the gateway answers ``code`` with (``409`` for every conflict of the taxonomy)."""
+    return _HTTP_STATUS[code]
 
 
 def title(code: Code) -> str:
+    """The problem+json ``title`` of ``code``: a fixed phrase, the same for every occurrence."""
     return _TITLES.get(code, code.value.replace("_", " ").capitalize())
 
 
@@ -146,99 +137,9 @@ class DomainError(Exception):
     def __post_init__(self) -> None:
         super().__init__(f"{self.code}: {self.detail}")
 
-    @property
-    def grpc_code(self) -> grpc.StatusCode:
-        return _STATUS[self.code][0]
-
-    def to_status(self) -> status_pb2.Status:
-        """Pack into ``google.rpc.Status`` with ErrorInfo, RecoveryFacts and BadRequest details.
-
-        The status travels in a trailer, which gRPC caps at 8 KiB: the detail and the list of field
-        violations are cut to fit, never dropped whole."""
-        facts = common_pb2.RecoveryFacts(
-            allowed_actions=list(self.allowed_actions),
-            hints=[common_pb2.Hint(name=n, value=v) for n, v in self.hints],
-        )
-        if self.state is not None:
-            facts.state = self.state
-        if self.revision is not None:
-            facts.revision = self.revision
-        if self.version is not None:
-            facts.version = self.version
-        if self.sent_message_id is not None:
-            facts.sent_message_id = self.sent_message_id
-        details = [error_details_pb2.ErrorInfo(reason=self.code.value, domain=ERROR_DOMAIN), facts]
-        if self.violations:
-            details.append(
-                error_details_pb2.BadRequest(
-                    field_violations=[
-                        error_details_pb2.BadRequest.FieldViolation(
-                            field=v.field[:MAX_FIELD_CHARS], description=v.description[:MAX_FIELD_CHARS]
-                        )
-                        for v in self.violations[:MAX_VIOLATIONS]
-                    ]
-                )
-            )
-        packed = []
-        for message in details:
-            any_msg = any_pb2.Any()
-            any_msg.Pack(message)
-            packed.append(any_msg)
-        detail = (
-            self.detail if len(self.detail) <= MAX_DETAIL_CHARS else self.detail[: MAX_DETAIL_CHARS - 1] + "…"
-        )
-        return status_pb2.Status(code=self.grpc_code.value[0], message=detail, details=packed)
-
 
 def invalid(field_pointer: str, description: str, code: Code = Code.BAD_REQUEST) -> DomainError:
     """A one-field validation error whose detail names the field."""
     return DomainError(
         code, f"{field_pointer}: {description}", violations=(FieldViolation(field_pointer, description),)
     )
-
-
-# A backend's transport failures, as the gateway reports them.
-_TRANSPORT: dict[grpc.StatusCode, Code] = {
-    grpc.StatusCode.UNAVAILABLE: Code.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED: Code.TIMEOUT,
-    grpc.StatusCode.CANCELLED: Code.UNAVAILABLE,
-}
-
-
-def from_rpc_error(error: grpc.aio.AioRpcError) -> DomainError:
-    """Rebuild the DomainError a service raised, or classify a transport failure."""
-    try:
-        status = rpc_status.from_call(error)
-    except ValueError:  # a status whose trailer does not match its code: treat as transport trouble
-        status = None
-    if status is None or status.code == code_pb2.OK:
-        code = _TRANSPORT.get(error.code(), Code.INTERNAL)
-        detail = (
-            "A backend service is unavailable; retry shortly."
-            if code is not Code.INTERNAL
-            else ("The server failed to handle the request.")
-        )
-        return DomainError(code, detail)
-    result = DomainError(Code.INTERNAL, status.message)
-    for detail_any in status.details:
-        if detail_any.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail_any.Unpack(info)
-            try:
-                result.code = Code(info.reason)
-            except ValueError:
-                result.code = Code.INTERNAL
-        elif detail_any.Is(common_pb2.RecoveryFacts.DESCRIPTOR):
-            facts = common_pb2.RecoveryFacts()
-            detail_any.Unpack(facts)
-            result.state = facts.state if facts.HasField("state") else None
-            result.revision = facts.revision if facts.HasField("revision") else None
-            result.version = facts.version if facts.HasField("version") else None
-            result.sent_message_id = facts.sent_message_id if facts.HasField("sent_message_id") else None
-            result.allowed_actions = tuple(facts.allowed_actions)
-            result.hints = tuple((h.name, h.value) for h in facts.hints)
-        elif detail_any.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail_any.Unpack(bad)
-            result.violations = tuple(FieldViolation(v.field, v.description) for v in bad.field_violations)
-    return result

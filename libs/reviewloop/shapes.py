@@ -1,5 +1,6 @@
-"""Every JSON shape of the contract, declared once (spec 000, "The five canonical shapes" and "The rest of
-the surface"): each gateway route reads its body as one of these and answers with one as ``response_model=``.
+"""Every JSON shape of the contract, declared once (spec 000, "The five canonical shapes" and more).
+
+Each gateway route reads its body as one of these and answers with one as ``response_model=``.
 
 Each model is an OpenAPI component schema of the same name, registered even before a route answers with it
 (``SHAPES``), so ``/openapi.yaml`` always carries the whole surface that ``CONTRACT_MANIFEST`` names. Shapes
@@ -46,6 +47,8 @@ MAX_RULE_BODY = 20_000  # save_rule: the service lints the real limit and says s
 
 
 class Shape(BaseModel):
+    """A contract shape: exact, so an unknown (or renamed) field is refused."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -81,14 +84,18 @@ CategoryState = Literal["supervised", "auto_notify", "auto_silent"]
 
 
 class ReviewIntent(Shape):
-    """The agent's one-sentence summary for the human reviewer, required whenever the resolved mode is
-    ``review``. Keep ``summary`` to one sentence (8-200 characters)."""
+    """The agent's one-sentence summary for the human reviewer.
+
+    Required whenever the resolved mode is ``review``. Keep ``summary`` to one sentence (8-200 characters).
+    """
 
     summary: str = Field(max_length=2000, examples=["Re-engage cold lead at Acme about Q3 pilot"])
     meta: dict[str, JsonValue] | None = None
 
 
 class AttachmentIn(Shape):
+    """An attachment a draft carries, its content base64-encoded."""
+
     filename: str = Field(min_length=1, max_length=255)
     content_type: str = Field(min_length=3, max_length=255)
     content_base64: str
@@ -111,6 +118,8 @@ class _Composed(Shape):
 
 
 class SendIn(_Composed):
+    """``send_email``: a new outbound message to ``to``."""
+
     to: Addresses = Field(min_length=1, max_length=100)
     subject: str = Field(max_length=998)
 
@@ -131,6 +140,8 @@ class ForwardIn(_Composed):
 
 
 class CancelIn(Shape):
+    """``cancel_review``: withdraw the draft at ``parent_revision``."""
+
     parent_revision: int = Field(ge=1, le=INT64_MAX)
 
 
@@ -153,6 +164,8 @@ class RevisionIn(Shape):
 
 
 class RestampIn(Shape):
+    """``restamp_review``: the draft at ``parent_revision`` stands as is, composed under a new token."""
+
     parent_revision: int = Field(ge=1, le=INT64_MAX)
     composition_token: str | None = Field(default=None, max_length=4096)
 
@@ -167,6 +180,8 @@ class ReviewChatRequest(Shape):
 
 
 class OpenIn(Shape):
+    """``open_review``: a human picks up the draft at ``revision`` and ``version``."""
+
     revision: int = Field(ge=1, le=INT64_MAX)
     version: int = Field(ge=1, le=INT64_MAX)
 
@@ -220,6 +235,8 @@ class DiffJson(Shape):
 
 
 class ReviewComment(Shape):
+    """One comment of the reviewer's thread, as the feedback carries it."""
+
     turn_id: str
     actor_kind: ActorKindName
     body: str
@@ -302,6 +319,8 @@ class Review(Shape):
 
 
 class ReviewList(Shape):
+    """``list_reviews``: a page of reviews."""
+
     reviews: list[Review]
     next_cursor: str | None = None
 
@@ -333,6 +352,8 @@ class ReviewPolicy(Shape):
 
 
 class ReviewerDecisionReview(Shape):
+    """The review a reviewer decision leaves behind."""
+
     id: str
     state: ReviewStateName
     revision: int
@@ -357,14 +378,20 @@ class ReviewerDecisionResult(Shape):
 
 
 class PolicyIn(Shape):
+    """``set_review_policy``: the project's review policy."""
+
     policy: str = Field(max_length=32)
 
 
 class AddressIn(Shape):
+    """A recipient address to block or suppress."""
+
     address: Address
 
 
 class InboundIn(Shape):
+    """A received message to record, so a reply or forward has a parent."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     from_: Address = Field(alias="from")
     to: Addresses = Field(min_length=1, max_length=100)
@@ -394,8 +421,10 @@ class InboundMessage(Shape):
 
 
 class ReviewEvent(Shape):
-    """A nudge: an element of ``list_review_events``. ``reason`` is additive across 0.x: ack and ignore
-    one you do not know."""
+    """A nudge: an element of ``list_review_events``.
+
+    ``reason`` is additive across 0.x: ack and ignore one you do not know.
+    """
 
     seq: int
     id: str
@@ -412,20 +441,28 @@ class ReviewEvent(Shape):
 
 
 class ReviewEventList(Shape):
+    """``list_review_events`` (a page) and ``wait_for_review_event`` (no cursor)."""
+
     events: list[ReviewEvent]
     next_cursor: str | None = None
 
 
 class ReviewEventAck(Shape):
+    """Acknowledge a review's nudges up to ``seq``."""
+
     review_id: str = Field(max_length=40)
     seq: int = Field(ge=1, le=INT64_MAX)
 
 
 class AckReviewEventsRequest(Shape):
+    """``ack_review_events``: one cursor per review, all or nothing."""
+
     acks: list[ReviewEventAck] = Field(min_length=1, max_length=100)
 
 
 class AckReviewEventsResult(Shape):
+    """How many review cursors moved."""
+
     acked: int
 
 
@@ -447,6 +484,8 @@ class RuleIn(Shape):
 
 
 class HouseRuleIn(Shape):
+    """``save_house_style_rule``: an org rule, new or a revision of ``lineage_id``."""
+
     rule_text: str = Field(max_length=MAX_RULE_BODY)
     kind: str = Field(default="", max_length=16)
     priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
@@ -455,6 +494,8 @@ class HouseRuleIn(Shape):
 
 
 class RevIn(Shape):
+    """A rule lineage verb (undo, approve, reject, retire) names the rev it read."""
+
     rev: int = Field(ge=1, le=INT64_MAX, description="The lineage's current rev, as you read it.")
 
 
@@ -509,10 +550,14 @@ class RuleHistory(Shape):
 
 
 class RuleSettingsIn(Shape):
+    """``set_rule_settings``."""
+
     write_approval: bool
 
 
 class RuleSettings(Shape):
+    """A project's rule settings."""
+
     project_id: str
     write_approval: bool = Field(description="agent-authored rules are born proposed and wait for a human")
 
@@ -527,27 +572,37 @@ class CompositionKey(Shape):
 
 
 class CategoryIn(Shape):
+    """``create_category``: an agent adds a category."""
+
     name: str = Field(max_length=1000)
     description: str = Field(default="", max_length=10_000)
     scope: str = Field(default="", max_length=16)
 
 
 class AdminCategoryIn(CategoryIn):
+    """``predefine_category``: the console adds a category, possibly locked from graduating."""
+
     never_graduate: bool = False
 
 
 class CategoryPatch(Shape):
+    """``update_category``: an absent field is untouched."""
+
     name: str | None = Field(default=None, max_length=1000)
     description: str | None = Field(default=None, max_length=10_000)
     never_graduate: bool | None = None
 
 
 class ProposalIn(Shape):
+    """``propose_graduation``: the rung proposed, and why."""
+
     to_state: str = Field(default="", max_length=16)
     note: str = Field(default="", max_length=10_000)
 
 
 class GraduateIn(Shape):
+    """``graduate_category``: the rung a human sets."""
+
     to_state: str = Field(max_length=16)
 
 
@@ -571,6 +626,8 @@ class Category(Shape):
 
 
 class CategoryList(Shape):
+    """``list_categories``: a page of categories."""
+
     categories: list[Category]
     next_cursor: str | None = None
 
@@ -609,6 +666,8 @@ class GraduationProposal(Shape):
 
 
 class GraduationProposalList(Shape):
+    """The graduation proposals waiting for a human."""
+
     proposals: list[GraduationProposal]
 
 
@@ -628,10 +687,14 @@ class DialValues(Shape):
 
 
 class CategoryDialIn(DialValues):
+    """A category's dial overrides; ``null`` inherits the account's value."""
+
     category_id: str = Field(max_length=40)
 
 
 class RiskDialIn(Shape):
+    """``set_risk_dial``: account fields merge, each listed category's overrides are replaced."""
+
     account: DialValues | None = None
     categories: list[CategoryDialIn] = Field(default_factory=list, max_length=500)
 
@@ -676,6 +739,8 @@ RISK_DIAL_FIELDS: tuple[str, ...] = tuple(RiskValues.model_fields)
 
 
 class Mode(StrEnum):
+    """A review mode of spec 003."""
+
     WARM = "warm"
     COLD = "cold"
 
@@ -702,6 +767,8 @@ class SelectionIn(Shape):
 
 
 class RunIn(Shape):
+    """``record_review_run``: a run's record; an omitted field keeps what the run has."""
+
     repository: str = Field(default="", max_length=200)
     pr_number: int = Field(default=0, ge=0, le=INT64_MAX)
     head_sha: Sha = ""
@@ -713,6 +780,8 @@ class RunIn(Shape):
 
 
 class AdmitIn(Shape):
+    """``admit_review_round``: ask the round budget for one reviewer round."""
+
     run_id: str = Field(min_length=1, max_length=80)
     attempt_key: str = Field(default="", max_length=200)
     kind: AttemptKindName
@@ -723,6 +792,8 @@ class AdmitIn(Shape):
 
 
 class SettleIn(Shape):
+    """``settle_review_attempt``: a verdict, or why there is none."""
+
     verdict: Literal["pass", "issues"] | None = None
     reviewed_head: Sha = ""
     no_verdict_reason: str = Field(default="", max_length=40)
@@ -755,6 +826,8 @@ class ReviewRun(Shape):
 
 
 class Settlement(Shape):
+    """How an admitted round settled."""
+
     outcome: Literal["counted", "no_verdict"]
     settled_at: datetime
     reason: str | None = None
@@ -778,6 +851,8 @@ class AdmissionReceipt(Shape):
 
 
 class RequestOrigin(Shape):
+    """Who granted an extension, and from where."""
+
     actor_kind: ActorKindName
     actor_id: str
     key_id: str | None = None
@@ -803,6 +878,8 @@ class ExtensionReceipt(Shape):
 
 
 class LaunchRefusal(Shape):
+    """The last reviewer launch the budget refused, and why."""
+
     run_id: str
     attempt_key: str
     trigger: LaunchTriggerName
@@ -828,12 +905,16 @@ class RoundBudget(Shape):
 
 
 class AdmissionResult(Shape):
+    """``admit_review_round``: the receipt, and the budget after it."""
+
     receipt: AdmissionReceipt
     reattached: bool
     review_round_budget: RoundBudget
 
 
 class SettlementResult(Shape):
+    """``settle_review_attempt``: the settled receipt, and the budget after it."""
+
     receipt: AdmissionReceipt
     review_round_budget: RoundBudget
 
@@ -854,6 +935,8 @@ class RunnerIn(Shape):
 
 
 class RunnerList(Shape):
+    """``list_runners``: the selection catalog."""
+
     runners: list[RunnerIn]
 
 
@@ -884,6 +967,8 @@ class SequenceValidation(Shape):
 
 
 class ModeIn(Shape):
+    """``resolve_review_mode``: the rungs given; a stored run's fill those left unset."""
+
     explicit: Mode | None = None
     run: Mode | None = None
     pr_work: Mode | None = None
@@ -895,11 +980,15 @@ class ModeIn(Shape):
 
 
 class ResolvedReviewMode(Shape):
+    """The mode resolveReviewMode settles on, and the rung that decided it."""
+
     mode: Mode
     source: str = Field(description="the rung of resolveReviewMode that decided")
 
 
 class BindIn(Shape):
+    """``bind_review_session``: bind a review lineage to a reviewer session."""
+
     repository: str = Field(min_length=1, max_length=200)
     pr_number: int = Field(ge=1, le=INT64_MAX)
     selection: SelectionIn
@@ -910,10 +999,14 @@ class BindIn(Shape):
 
 
 class CompleteIn(Shape):
+    """``complete_review_session``: the head the session reviewed."""
+
     reviewed_head: Sha
 
 
 class DiffRange(Shape):
+    """The diff range a review session covers."""
+
     base: str
     head: str
 
@@ -934,10 +1027,14 @@ class ReviewSessionBinding(Shape):
 
 
 class JournalIn(Shape):
+    """``append_journal_events`` as JSON (JSON lines are accepted as well)."""
+
     events: list[dict[str, Any]] = Field(max_length=500)
 
 
 class JournalAppendResult(Shape):
+    """What a journal append stored."""
+
     appended: int
     skipped_ephemeral: int
     last_offset: int
@@ -965,6 +1062,8 @@ class DigestIn(Shape):
 
 
 class TurnIn(Shape):
+    """``record_turn``: one finished turn of a session."""
+
     origin: str = Field(default="", max_length=40)
     depth: int = Field(default=0, ge=0, le=100)
     status: Literal["completed", "aborted", "failed"]
@@ -973,15 +1072,21 @@ class TurnIn(Shape):
 
 
 class ReviewIn(Shape):
+    """``review_now``: ask the gate for a review now."""
+
     now: bool = False
     digest: DigestIn = Field(default_factory=DigestIn)
 
 
 class EnabledIn(Shape):
+    """``set_review_enabled``: switch the session's gate on or off."""
+
     enabled: bool
 
 
 class FinishIn(Shape):
+    """``finish_review``: how the session's review ended."""
+
     succeeded: bool
 
 
@@ -1003,11 +1108,15 @@ class GateDecision(Shape):
 
 
 class GateDecisionList(Shape):
+    """``list_gate_decisions``: a page of the decision log."""
+
     decisions: list[GateDecision]
     next_cursor: str | None = None
 
 
 class SessionCounters(Shape):
+    """A session's turn counters (spec 001)."""
+
     turns: int
     tools: int
     turn_index: int
@@ -1029,23 +1138,31 @@ class TurnResult(Shape):
 
 
 class ProjectIn(Shape):
+    """``create_project``: in a new org, or in ``org_id``."""
+
     name: str = Field(min_length=1, max_length=200)
     org_id: str | None = Field(default=None, max_length=40)
 
 
 class ProjectOut(Shape):
+    """A created project."""
+
     org_id: str
     project_id: str
     name: str
 
 
 class ApiKeyIn(Shape):
+    """``issue_api_key``: a key for a project and an actor kind."""
+
     project_id: str = Field(min_length=1, max_length=40)
     actor_kind: ActorKind
     name: str = Field(default="", max_length=200)
 
 
 class ApiKeyOut(Shape):
+    """An issued key; the secret is shown once."""
+
     key_id: str
     api_key: str = Field(description="The secret, shown once; only its hash is stored.")
     actor_kind: ActorKind
@@ -1055,6 +1172,8 @@ class ApiKeyOut(Shape):
 
 
 class RevokedOut(Shape):
+    """A revoked key."""
+
     key_id: str
     revoked: bool
 
@@ -1063,8 +1182,11 @@ class RevokedOut(Shape):
 
 
 class ProblemError(Shape):
-    """One recovery fact or bad field: ``field`` is a JSON pointer; ``code`` names the fact
-    (``state``, ``revision``, ``version``, ``allowed_action``, ``sent_message_id``, ...)."""
+    """One recovery fact or bad field.
+
+    ``field`` is a JSON pointer; ``code`` names the fact (``state``, ``revision``, ``version``,
+    ``allowed_action``, ``sent_message_id``, ...).
+    """
 
     field: str | None = None
     code: str | None = None
@@ -1084,6 +1206,8 @@ class Problem(Shape):
 
 
 class ContractManifest(Shape):
+    """The machine-readable contract a harness pins against."""
+
     version: str
     stability: Literal["provisional"]
     kind: Literal["sdk+skill-contract"]

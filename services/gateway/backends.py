@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import grpc
 from fastapi import Request
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from reviewloop.budget.v1 import budget_pb2_grpc
-from reviewloop.config import SERVICES
 from reviewloop.diff.v1 import diff_pb2_grpc
 from reviewloop.nudge.v1 import nudge_pb2_grpc
 from reviewloop.review.v1 import review_pb2_grpc
 from reviewloop.rules.v1 import rules_pb2_grpc
 from reviewloop.service import Peers
+
+from gateway.settings import BACKENDS
 
 
 class Backends:
@@ -30,16 +32,16 @@ class Backends:
         """Each backend's health status name (SERVING, NOT_SERVING, or UNAVAILABLE)."""
 
         async def check(name: str) -> str:
+            # Any: types-grpcio-health-checking 1.0.0.20261021 declares HealthStub without its methods.
+            stub: Any = health_pb2_grpc.HealthStub(self.peers.channel(name))
             try:
-                reply = await health_pb2_grpc.HealthStub(self.peers.channel(name)).Check(
-                    health_pb2.HealthCheckRequest(service=""), timeout=1.0
-                )
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
             except grpc.aio.AioRpcError:
                 return "UNAVAILABLE"
             return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
-        results = await asyncio.gather(*(check(name) for name in SERVICES))
-        return dict(zip(SERVICES, results, strict=True))
+        results = await asyncio.gather(*(check(name) for name in BACKENDS))
+        return dict(zip(BACKENDS, results, strict=True))
 
 
 async def backends(request: Request) -> Backends:

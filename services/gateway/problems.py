@@ -9,7 +9,8 @@ import grpc
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from reviewloop.errors import Code, DomainError, FieldViolation, from_rpc_error, http_status, title
+from reviewloop.errors import Code, DomainError, FieldViolation, http_status, title
+from reviewloop.rpc_errors import from_rpc_error
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 

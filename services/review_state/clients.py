@@ -13,7 +13,8 @@ from typing import Any, Protocol
 import grpc
 from reviewloop.budget.v1 import budget_pb2, budget_pb2_grpc
 from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
-from reviewloop.errors import Code, DomainError, from_rpc_error
+from reviewloop.errors import Code, DomainError
+from reviewloop.rpc_errors import from_rpc_error
 from reviewloop.rules.v1 import rules_pb2, rules_pb2_grpc
 from reviewloop.service import Peers
 from reviewloop.tenancy import Principal

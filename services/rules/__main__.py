@@ -4,6 +4,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from reviewloop.review.v1 import review_pb2
 from reviewloop.service import Peers, ServiceSpec, main
 from reviewloop.storage import Database
 
@@ -22,7 +23,7 @@ SPEC = ServiceSpec(
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
     servicers=servicers,
-    subscribers=("review_state",),
+    subscribers={"review_state": review_pb2.DESCRIPTOR.services_by_name["ReviewStateService"].full_name},
     background=background,
 )
 

@@ -16,7 +16,8 @@ from gateway.problems import problem_body
 from gateway.settings import GatewaySettings
 from google.protobuf import json_format
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
-from reviewloop.errors import Code, DomainError, from_rpc_error
+from reviewloop.errors import Code, DomainError
+from reviewloop.rpc_errors import from_rpc_error, grpc_code, to_status
 
 from tests.conftest import Api
 from tests.contract.conformance import parse_proto, proto_message, renamed, schema_errors
@@ -77,9 +78,9 @@ def test_the_problem_example_travels_as_a_google_rpc_status_and_back() -> None:
         version=facts["version"],
         allowed_actions=[e["detail"] for e in PROBLEM["errors"] if e["code"] == "allowed_action"],
     )
-    status = raised.to_status()
+    status = to_status(raised)
     wire = grpc.aio.AioRpcError(
-        raised.grpc_code,
+        grpc_code(raised),
         grpc.aio.Metadata(),
         grpc.aio.Metadata(("grpc-status-details-bin", status.SerializeToString())),
         details=status.message,

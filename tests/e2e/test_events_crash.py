@@ -17,13 +17,14 @@ from typing import Any
 import grpc
 import pytest
 from reviewloop.config import db_url
-from reviewloop.launcher import Stack
-from reviewloop.service import CHANNEL_OPTIONS, INGEST_SERVICES
+from reviewloop.nudge.v1 import nudge_pb2
+from reviewloop.service import CHANNEL_OPTIONS
 from reviewloop.storage import Database, make_engine, new_metadata
 from reviewloop.storage.outbox import Relay, ingest_method
 from reviewloop.storage.schema import OUTBOX
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy import func, select
+from stack.launcher import Stack
 
 from tests.conftest import Api, Databases, draft, start_stack
 from tests.nudge.factory import body
@@ -89,7 +90,7 @@ async def test_sigkill_while_the_relay_delivers_loses_and_doubles_nothing(
     channel = grpc.aio.insecure_channel(own_stack.address("nudge"), options=CHANNEL_OPTIONS)
     relay = Relay(
         producer,
-        {"nudge": ingest_method(channel, INGEST_SERVICES["nudge"])},
+        {"nudge": ingest_method(channel, nudge_pb2.DESCRIPTOR.services_by_name["NudgeService"].full_name)},
         poll_interval_s=0.05,
         batch_size=10,
     )

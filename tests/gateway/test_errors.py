@@ -17,11 +17,12 @@ from fastapi import FastAPI
 from gateway.asgi import create_app
 from gateway.settings import GatewaySettings
 from grpc_status import rpc_status
-from reviewloop.config import SERVICES
-from reviewloop.errors import MAX_VIOLATIONS, Code, DomainError, FieldViolation
-from reviewloop.launcher import free_port
+from reviewloop.errors import Code, DomainError, FieldViolation
 from reviewloop.nudge.v1 import nudge_pb2, nudge_pb2_grpc
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
+from reviewloop.rpc_errors import MAX_VIOLATIONS, to_status
+from stack.launcher import free_port
+from stack.topology import SERVICES
 
 ADMIN = "rladm_errors_test"
 TIMEOUT_S = 0.3
@@ -49,7 +50,7 @@ class OverflowingReview(review_pb2_grpc.ReviewStateServiceServicer):
                 FieldViolation(f"/bcc/{i}", "not an email address " * 5) for i in range(self.violations)
             ],
         )
-        await context.abort_with_status(rpc_status.to_status(error.to_status()))
+        await context.abort_with_status(rpc_status.to_status(to_status(error)))
         raise AssertionError("unreachable")
 
 
@@ -165,7 +166,7 @@ async def test_an_error_too_big_for_grpc_metadata_is_still_a_problem(start: Star
     gateway = await start(review_state=OverflowingReview(violations))  # type: ignore[abstract]
     agent = await agent_key(gateway)
     problem = assert_problem(await gateway.get("/v1/reviews/rr_x", headers=agent), 400, "bad_request")
-    # The service caps what it packs (errors.MAX_VIOLATIONS); the gateway copes with what still overflows.
+    # The service caps what it packs (rpc_errors.MAX_VIOLATIONS); the gateway copes with what still overflows.
     assert "/openapi.yaml" in problem["detail"] or len(problem["errors"]) == min(violations, MAX_VIOLATIONS)
 
 

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import Message
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -19,6 +20,7 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
 def is_sqlite(engine: AsyncEngine) -> bool:
+    """Whether ``engine`` is SQLite, whose single writer and locking need the special handling here."""
     return engine.dialect.name == "sqlite"
 
 
@@ -29,9 +31,12 @@ SINGLE_STATEMENT_OPTION = "reviewloop_single_statement"
 
 
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
-    """An async engine for ``url``. SQLite gets WAL, foreign keys and a busy timeout; a unit of work
-    begins IMMEDIATE (two writers queue on the lock instead of failing on upgrade), while reads begin
-    DEFERRED, so under WAL they never wait for a writer."""
+    """An async engine for ``url``, on SQLite or PostgreSQL.
+
+    SQLite gets WAL, foreign keys and a busy timeout; a unit of work begins IMMEDIATE (two writers queue
+    on the lock instead of failing on upgrade), while reads begin DEFERRED, so under WAL they never wait
+    for a writer.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True, **kwargs)
@@ -80,6 +85,7 @@ class Database:
 
     @property
     def is_sqlite(self) -> bool:
+        """Whether the store is SQLite."""
         return is_sqlite(self.engine)
 
     @asynccontextmanager
@@ -111,6 +117,7 @@ class Database:
                 hook()
 
     async def dispose(self) -> None:
+        """Close the engine's pooled connections; the store is not used after this."""
         await self.engine.dispose()
 
 
@@ -122,11 +129,18 @@ class UnitOfWork:
         self._pending: list[dict[str, Any]] = []
         self.wrote_events = False
 
-    def emit(self, destination: str, aggregate_id: str, type_: str, payload: dict[str, Any]) -> None:
+    def emit(
+        self, destination: str, aggregate_id: str, type_: str, payload: Message | dict[str, Any]
+    ) -> None:
         """Queue an event for ``destination``; it is written to the outbox in this transaction."""
         self._pending.append(outbox_row(destination, aggregate_id, type_, payload))
 
     async def flush_events(self) -> None:
+        """Write the events emitted so far to the outbox, in this transaction.
+
+        ``Database.transaction`` calls this before it commits; call it earlier only to make the rows
+        visible to a later statement of the same unit of work.
+        """
         if self._pending:
             await write_rows(self.conn, self._pending)
             self._pending = []

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from google.protobuf.message import Message
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -17,12 +18,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
     insert,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from reviewloop.ids import new_id
+from reviewloop.storage import codec
 from reviewloop.telemetry import current_traceparent
 
 NAMING_CONVENTION = {
@@ -39,7 +42,30 @@ Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 
 def utcnow() -> datetime:
+    """Now, as an aware UTC datetime."""
     return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime column on every backend.
+
+    PostgreSQL keeps the zone; SQLite hands back naive values, which are UTC by construction here.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        """Store an aware value in UTC; a naive value is taken to be UTC already."""
+        if value is None or value.tzinfo is None:  # naive values are UTC already
+            return value
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        """Read a value back as an aware UTC datetime, whatever the backend returned."""
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
 
 
 def new_metadata() -> MetaData:
@@ -78,14 +104,17 @@ OUTBOX = _SHARED.tables["outbox"]
 INBOX = _SHARED.tables["inbox"]
 
 
-def outbox_row(destination: str, aggregate_id: str, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+def outbox_row(
+    destination: str, aggregate_id: str, type_: str, payload: Message | dict[str, Any]
+) -> dict[str, Any]:
+    """The outbox row of one event: ``payload`` is the event's typed message (see ``codec``)."""
     now = utcnow()
     return {
         "event_id": new_id("evt"),
         "destination": destination,
         "aggregate_id": aggregate_id,
         "type": type_,
-        "payload": orjson.dumps(payload).decode(),
+        "payload": codec.encode(payload) if isinstance(payload, Message) else orjson.dumps(payload).decode(),
         "traceparent": current_traceparent(),
         "occurred_at": now,
         "attempts": 0,
@@ -94,6 +123,7 @@ def outbox_row(destination: str, aggregate_id: str, type_: str, payload: dict[st
 
 
 async def write_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows`` (built by ``outbox_row``) into the outbox, in ``conn``'s transaction."""
     await conn.execute(insert(OUTBOX), rows)
 
 

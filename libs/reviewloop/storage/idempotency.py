@@ -1,0 +1,125 @@
+"""Idempotency-Key: run a mutation once per (project, actor, key); a retry gets the first answer.
+
+A retry with the same body replays the first result; the same key with another body is
+``idempotency_conflict``. The key is remembered in the mutation's own transaction, so a crash leaves
+either both or neither. Each store adds the table with ``idempotency_table(metadata, *extra)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import orjson
+from sqlalchemy import Column, DateTime, MetaData, PrimaryKeyConstraint, Row, String, Table, insert, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from reviewloop.errors import Code, DomainError
+from reviewloop.storage.engine import Database, UnitOfWork
+from reviewloop.storage.schema import utcnow
+
+T = TypeVar("T")
+
+
+def idempotency_table(metadata: MetaData, *extra: Column[Any]) -> Table:
+    """The ``idempotency_keys`` table on ``metadata``, with a store's ``extra`` result columns."""
+    return Table(
+        "idempotency_keys",
+        metadata,
+        Column("project_id", String(40), nullable=False),
+        Column("actor_id", String(40), nullable=False),
+        Column("key", String(255), nullable=False),
+        Column("request_hash", String(64), nullable=False),
+        *extra,
+        Column("created_at", DateTime(timezone=True), nullable=False),
+        PrimaryKeyConstraint("project_id", "actor_id", "key"),
+    )
+
+
+def request_hash(fields: Mapping[str, Any]) -> str:
+    """A stable hash of a request's fields (key order does not matter)."""
+    return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+async def seen(
+    conn: AsyncConnection, table: Table, project_id: str, actor_id: str, key: str, fields_hash: str
+) -> Row[Any] | None:
+    """The row remembered for this key, or None; another body under the key is a conflict.
+
+    Raises:
+        DomainError: ``idempotency_conflict`` when the key was used with a different body.
+    """
+    row = (
+        await conn.execute(
+            select(table).where(
+                table.c.project_id == project_id, table.c.actor_id == actor_id, table.c.key == key
+            )
+        )
+    ).first()
+    if row is not None and row.request_hash != fields_hash:
+        raise DomainError(
+            Code.IDEMPOTENCY_CONFLICT,
+            "This Idempotency-Key was already used with a different request body; "
+            "use a new key for a new request.",
+        )
+    return row
+
+
+async def once(
+    db: Database,
+    table: Table,
+    project_id: str,
+    actor_id: str,
+    key: str,
+    fields: Mapping[str, Any],
+    act: Callable[[UnitOfWork], Awaitable[T]],
+    record: Callable[[T], Mapping[str, Any]],
+    replay: Callable[[AsyncConnection, Row[Any]], Awaitable[T]],
+) -> tuple[T, bool]:
+    """Run ``act`` in one unit of work, at most once per Idempotency-Key.
+
+    Args:
+        db: the store the key and the mutation share.
+        table: the store's ``idempotency_table``.
+        project_id: the caller's project; keys are scoped to it and to ``actor_id``.
+        actor_id: the caller.
+        key: the Idempotency-Key; empty runs ``act`` with no memory.
+        fields: the request, hashed to tell a retry from a different request.
+        act: the mutation; its result is remembered through ``record``.
+        record: the extra columns that remember ``act``'s result.
+        replay: rebuilds the result from the remembered row, in the replaying transaction.
+
+    Returns:
+        The result, and whether it was replayed.
+
+    Raises:
+        DomainError: ``idempotency_conflict`` for the key with another body; ``conflict`` when a
+            concurrent twin holds the key twice in a row.
+    """
+    if not key:
+        async with db.transaction() as uow:
+            return await act(uow), False
+    fields_hash = request_hash(fields)
+    for _ in range(2):  # a concurrent twin may win the key's insert; the second pass then reads it
+        try:
+            async with db.transaction() as uow:
+                row = await seen(uow.conn, table, project_id, actor_id, key, fields_hash)
+                if row is not None:
+                    return await replay(uow.conn, row), True
+                result = await act(uow)
+                await uow.conn.execute(
+                    insert(table).values(
+                        project_id=project_id,
+                        actor_id=actor_id,
+                        key=key,
+                        request_hash=fields_hash,
+                        created_at=utcnow(),
+                        **record(result),
+                    )
+                )
+                return result, False
+        except IntegrityError:
+            continue
+    raise DomainError(Code.CONFLICT, "A concurrent request with this Idempotency-Key is in flight; retry.")
