@@ -6,6 +6,8 @@ cannot: a route answering an inline schema, or a shape shadowed by another of th
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from reviewloop.rules.v1 import rules_pb2
 
 from tests.contract.test_shapes import gateway_settings, openapi_document
 
+ROOT = Path(__file__).resolve().parents[2]
 SHAPE_NAMES = {model.__name__ for model in shapes.SHAPES}
 JSON = "application/json"
 
@@ -210,3 +213,33 @@ def test_an_unvalidated_answer_is_exactly_its_shape(shape: type[Any], build: Any
     assert orjson.dumps(answer, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
         validated, option=orjson.OPT_SORT_KEYS
     )
+
+
+RUFF = Path(sys.executable).parent / "ruff"
+
+
+def _ruff(path: str, source: str) -> str:
+    """Ruff's findings for ``source`` as if it were the repository file ``path`` (the project's config)."""
+    result = subprocess.run(
+        [str(RUFF), "check", "--no-cache", "--output-format", "concise", "--stdin-filename", path, "-"],
+        input=source,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return result.stdout
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from pydantic import BaseModel\n",
+        "import pydantic\n\nModel = pydantic.RootModel\n",
+        "from reviewloop.shapes import Shape\n",
+    ],
+    ids=["base-model", "root-model", "shape-base"],
+)
+def test_a_model_declared_outside_shapes_fails_lint(source: str) -> None:
+    assert "TID251" in _ruff("services/gateway/routes/leak.py", source)
+    assert "TID251" not in _ruff("libs/reviewloop/shapes.py", source)
