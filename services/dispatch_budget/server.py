@@ -4,7 +4,7 @@ back. Authorization and every rule live in the use cases."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import grpc
 import orjson
@@ -23,6 +23,19 @@ from dispatch_budget.domain.rounds import Budget, ExtensionReceipt, Origin, Rece
 from dispatch_budget.domain.selection import ReviewMode, RunnerSpec
 from dispatch_budget.env import Env
 
+if TYPE_CHECKING:
+    from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper
+
+    Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+
+V = TypeVar("V", bound=int)
+
+
+def _number(enum: _EnumTypeWrapper[V], prefix: str, name: str) -> V:
+    """``protoconv.to_enum``, typed as the generated enum's own value type."""
+    return cast(V, to_enum(enum, prefix, name))
+
+
 MODE = (budget_pb2.ReviewMode, "REVIEW_MODE_")
 RUN_STATUS = (budget_pb2.RunStatus, "RUN_STATUS_")
 ATTEMPT_KIND = (budget_pb2.AttemptKind, "ATTEMPT_KIND_")
@@ -36,8 +49,8 @@ def _mode(number: int) -> ReviewMode | None:
     return from_enum(ReviewMode, *MODE, number)
 
 
-def _mode_number(mode: ReviewMode | None) -> int:
-    return to_enum(*MODE, mode.value) if mode else budget_pb2.REVIEW_MODE_UNSPECIFIED
+def _mode_number(mode: ReviewMode | None) -> budget_pb2.ReviewMode.ValueType:
+    return _number(*MODE, mode.value) if mode else budget_pb2.REVIEW_MODE_UNSPECIFIED
 
 
 def _modes(review: int, pr_work: int, repeat_context: int) -> RunModes:
@@ -117,7 +130,7 @@ def selection_to_proto(selection: dict[str, str]) -> budget_pb2.ReviewSelection:
         runner=selection.get("runner", ""),
         model=selection.get("model", ""),
         effort=selection.get("effort", ""),
-        mode=to_enum(*MODE, mode) if mode else budget_pb2.REVIEW_MODE_UNSPECIFIED,
+        mode=_number(*MODE, mode) if mode else budget_pb2.REVIEW_MODE_UNSPECIFIED,
     )
 
 
@@ -127,7 +140,7 @@ def run_to_proto(run: Run) -> budget_pb2.Run:
         repository=run.repository,
         pr_number=run.pr_number,
         head_sha=run.head_sha,
-        status=to_enum(*RUN_STATUS, run.status),
+        status=_number(*RUN_STATUS, run.status),
         scope_key=run.scope_key,
         review_mode=_mode_number(run.modes.review),
         pr_work_review_mode=_mode_number(run.modes.pr_work),
@@ -141,8 +154,8 @@ def receipt_to_proto(receipt: Receipt) -> budget_pb2.AdmissionReceipt:
         run_id=receipt.run_id,
         scope_key=receipt.scope_key,
         attempt_key=receipt.attempt_key,
-        kind=to_enum(*ATTEMPT_KIND, receipt.kind),
-        trigger=to_enum(*TRIGGER, receipt.trigger),
+        kind=_number(*ATTEMPT_KIND, receipt.kind),
+        trigger=_number(*TRIGGER, receipt.trigger),
         head_sha=receipt.head_sha,
         selection=selection_to_proto(receipt.selection),
         admitted_at=stamp(receipt.admitted_at),
@@ -150,7 +163,7 @@ def receipt_to_proto(receipt: Receipt) -> budget_pb2.AdmissionReceipt:
     )
     if receipt.outcome is not None:
         settlement = message.settlement
-        settlement.outcome = to_enum(*OUTCOME, receipt.outcome)
+        settlement.outcome = _number(*OUTCOME, receipt.outcome)
         settlement.reason = receipt.reason or ""
         settlement.verdict = receipt.verdict or ""
         if receipt.settled_at is not None:
@@ -173,7 +186,7 @@ def extension_to_proto(receipt: ExtensionReceipt) -> budget_pb2.ExtensionReceipt
         new_limit=receipt.new_limit,
         scope_brief=receipt.scope_brief,
         origin=budget_pb2.RequestOrigin(
-            actor_kind=to_enum(*ACTOR_KIND, origin.actor_kind),
+            actor_kind=_number(*ACTOR_KIND, origin.actor_kind),
             actor_id=origin.actor_id,
             key_id=origin.key_id,
             remote_addr=origin.remote_addr,
@@ -214,7 +227,7 @@ def budget_to_proto(budget: Budget) -> budget_pb2.RoundBudget:
             budget_pb2.LaunchRefusal(
                 run_id=refusal.run_id,
                 attempt_key=refusal.attempt_key,
-                trigger=to_enum(*TRIGGER, refusal.trigger),
+                trigger=_number(*TRIGGER, refusal.trigger),
                 no_verdict=refusal.no_verdict,
                 reason=refusal.reason,
                 refused_at=stamp(refusal.refused_at),
@@ -270,7 +283,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         self.gate = env.gate
 
     async def ConsumeAutoSend(
-        self, request: budget_pb2.ConsumeAutoSendRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ConsumeAutoSendRequest, context: Context
     ) -> budget_pb2.ConsumeAutoSendResponse:
         result = await app.consume_auto_send(
             self.db,
@@ -283,9 +296,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             allowed=result.allowed, used_today=result.used_today, cap_per_day=result.cap_per_day
         )
 
-    async def RecordRun(
-        self, request: budget_pb2.RecordRunRequest, context: grpc.aio.ServicerContext
-    ) -> budget_pb2.Run:
+    async def RecordRun(self, request: budget_pb2.RecordRunRequest, context: Context) -> budget_pb2.Run:
         status = None
         if request.status:
             status = RunStatus(required_enum(*RUN_STATUS, request.status, "/status"))
@@ -304,7 +315,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return run_to_proto(run)
 
     async def AdmitReviewRound(
-        self, request: budget_pb2.AdmitReviewRoundRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.AdmitReviewRoundRequest, context: Context
     ) -> budget_pb2.AdmitReviewRoundResponse:
         principal = Principal.from_proto(request.principal)
         kind = AttemptKind(required_enum(*ATTEMPT_KIND, request.kind, "/kind"))
@@ -327,7 +338,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def SettleAttempt(
-        self, request: budget_pb2.SettleAttemptRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.SettleAttemptRequest, context: Context
     ) -> budget_pb2.SettleAttemptResponse:
         receipt, budget = await app.settle_attempt(
             self.db,
@@ -343,13 +354,13 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def GetRoundBudget(
-        self, request: budget_pb2.GetRoundBudgetRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.GetRoundBudgetRequest, context: Context
     ) -> budget_pb2.RoundBudget:
         budget = await app.get_round_budget(self.db, Principal.from_proto(request.principal), request.run_id)
         return budget_to_proto(budget)
 
     async def ExtendReviewBudget(
-        self, request: budget_pb2.ExtendReviewBudgetRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ExtendReviewBudgetRequest, context: Context
     ) -> budget_pb2.ExtensionReceipt:
         receipt = await app.extend_review_budget(
             self.db,
@@ -368,7 +379,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return extension_to_proto(receipt)
 
     async def AppendJournalEvents(
-        self, request: budget_pb2.AppendJournalEventsRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.AppendJournalEventsRequest, context: Context
     ) -> budget_pb2.AppendJournalEventsResponse:
         events = [_json(raw, f"/events/{index}") for index, raw in enumerate(request.events_json)]
         result = await app.append_journal_events(
@@ -381,7 +392,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def GetEvidenceStatus(
-        self, request: budget_pb2.GetEvidenceStatusRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.GetEvidenceStatusRequest, context: Context
     ) -> budget_pb2.GetEvidenceStatusResponse:
         evidence = await app.get_evidence_status(
             self.db, Principal.from_proto(request.principal), request.run_id
@@ -394,7 +405,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def RegisterRunner(
-        self, request: budget_pb2.RegisterRunnerRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.RegisterRunnerRequest, context: Context
     ) -> budget_pb2.Runner:
         spec = await app.register_runner(
             self.db, Principal.from_proto(request.principal), runner_from_proto(request.runner)
@@ -402,13 +413,13 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return runner_to_proto(spec)
 
     async def ListRunners(
-        self, request: budget_pb2.ListRunnersRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ListRunnersRequest, context: Context
     ) -> budget_pb2.ListRunnersResponse:
         runners = await app.list_runners(self.db, Principal.from_proto(request.principal))
         return budget_pb2.ListRunnersResponse(runners=[runner_to_proto(r) for r in runners])
 
     async def SetReviewConfig(
-        self, request: budget_pb2.SetReviewConfigRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.SetReviewConfigRequest, context: Context
     ) -> budget_pb2.ReviewConfig:
         config = _json_object(request.config_json, "/config")
         return review_config_to_proto(
@@ -416,14 +427,14 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def GetReviewConfig(
-        self, request: budget_pb2.GetReviewConfigRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.GetReviewConfigRequest, context: Context
     ) -> budget_pb2.ReviewConfig:
         return review_config_to_proto(
             *await app.get_review_config(self.db, Principal.from_proto(request.principal))
         )
 
     async def ValidateSequence(
-        self, request: budget_pb2.ValidateSequenceRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ValidateSequenceRequest, context: Context
     ) -> budget_pb2.ValidateSequenceResponse:
         rows = _json(request.sequence_json, "/sequence")
         selections, payload = await app.validate_review_sequence(
@@ -435,7 +446,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def ResolveReviewMode(
-        self, request: budget_pb2.ResolveReviewModeRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ResolveReviewModeRequest, context: Context
     ) -> budget_pb2.ResolveReviewModeResponse:
         config = (
             _json_object(request.project_config_json, "/project_config")
@@ -456,7 +467,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return budget_pb2.ResolveReviewModeResponse(mode=_mode_number(mode), source=source)
 
     async def BindReviewSession(
-        self, request: budget_pb2.BindReviewSessionRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.BindReviewSessionRequest, context: Context
     ) -> budget_pb2.ReviewSessionBinding:
         binding = await app.bind_review_session(
             self.db,
@@ -472,7 +483,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return binding_to_proto(binding)
 
     async def CompleteReviewSession(
-        self, request: budget_pb2.CompleteReviewSessionRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.CompleteReviewSessionRequest, context: Context
     ) -> budget_pb2.ReviewSessionBinding:
         binding = await app.complete_review_session(
             self.db, Principal.from_proto(request.principal), request.session_id, request.reviewed_head
@@ -480,7 +491,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return binding_to_proto(binding)
 
     async def RecordTurn(
-        self, request: budget_pb2.RecordTurnRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.RecordTurnRequest, context: Context
     ) -> budget_pb2.RecordTurnResponse:
         status = enum_name(*TURN_STATUS, request.status)
         if not status:
@@ -506,7 +517,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return reply
 
     async def DecideReview(
-        self, request: budget_pb2.DecideReviewRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.DecideReviewRequest, context: Context
     ) -> budget_pb2.DecideReviewResponse:
         result = await app.decide_review(
             self.db,
@@ -525,7 +536,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return reply
 
     async def SetReviewEnabled(
-        self, request: budget_pb2.SetReviewEnabledRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.SetReviewEnabledRequest, context: Context
     ) -> budget_pb2.SetReviewEnabledResponse:
         state = await app.set_review_enabled(
             self.db, Principal.from_proto(request.principal), request.session_id, request.enabled
@@ -533,7 +544,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return budget_pb2.SetReviewEnabledResponse(counters=counters_to_proto(request.session_id, state))
 
     async def FinishReview(
-        self, request: budget_pb2.FinishReviewRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.FinishReviewRequest, context: Context
     ) -> budget_pb2.SessionCounters:
         state = await app.finish_review(
             self.db, Principal.from_proto(request.principal), request.session_id, request.succeeded
@@ -541,7 +552,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return counters_to_proto(request.session_id, state)
 
     async def ListGateDecisions(
-        self, request: budget_pb2.ListGateDecisionsRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ListGateDecisionsRequest, context: Context
     ) -> budget_pb2.ListGateDecisionsResponse:
         records, cursor = await app.list_gate_decisions(
             self.db,
