@@ -4,6 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PROTOS := $(shell find proto -name '*.proto')
 STAMP  := $(VENV)/.installed
+# buf from its npm package (the binary ships inside it); the proto contract is checked against main.
+BUF_VERSION := 1.75.0
+BUF    := .tools/node_modules/.bin/buf
+BUF_AGAINST ?= .git\#branch=main
 
 .DEFAULT_GOAL := help
 .PHONY: help setup proto run test lint bench clean
@@ -31,18 +35,24 @@ proto: $(STAMP) ## generate protobuf/gRPC stubs (and mypy stubs) into libs/revie
 run: setup ## start every service and the gateway on 127.0.0.1:8080 (SQLite under .data/)
 	$(BIN)/reviewloop up
 
-test: setup ## the whole suite: SQLite always, PostgreSQL where REVIEWLOOP_TEST_POSTGRES is set
+test: setup $(BUF) ## the whole suite: SQLite always, PostgreSQL where REVIEWLOOP_TEST_POSTGRES is set
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-lint: setup ## ruff and mypy
+$(BUF):
+	npm install --no-audit --no-fund --silent --prefix .tools @bufbuild/buf@$(BUF_VERSION)
+
+lint: setup $(BUF) ## ruff, mypy, the import contracts, buf lint and buf breaking against main
 	$(BIN)/ruff check libs services tests
 	$(BIN)/ruff format --check libs services tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BUF) lint
+	$(BUF) breaking --against '$(BUF_AGAINST)'
 
 bench: setup ## benchmarks, printed as a table of medians
 	$(BIN)/python -m tests.bench $(BENCH)
 
 clean: ## remove the venv, generated stubs, data and caches
-	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .tools .data .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find libs -path '*/v1' -type d -prune -exec rm -rf {} +
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -12,12 +12,12 @@ import asyncpg
 import httpx
 import pytest
 from hypothesis import settings
-from reviewloop.config import GATEWAY, SERVICES
-from reviewloop.launcher import ALL, Stack, free_port
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.migrations import migrate
 from sqlalchemy.engine import make_url
+from stack.launcher import ALL, Stack, free_port
+from stack.topology import GATEWAY, SERVICES
 
 # CI replays the same examples on every run, so a landing never hangs on a lucky draw; local runs
 # keep exploring fresh ones (and a failure found there is pinned with @example).

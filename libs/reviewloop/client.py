@@ -56,8 +56,20 @@ DEFAULT_RETRIES = 2
 
 
 class ReviewloopError(Exception):
-    """A problem+json answer. ``code`` is the closed enum (unknown codes read as ``internal``);
-    ``facts`` holds the recovery facts (``state``, ``revision``, ``version``, ``allowed_action``...)."""
+    """A problem+json answer from the gateway.
+
+    Branch on ``code``, never on ``status`` alone: several distinct conflicts share ``409``. ``code`` is
+    the closed enum, and a code this client does not know yet reads as ``internal``. :meth:`facts`
+    reads the recovery facts the problem carries (``state``, ``revision``, ``version``,
+    ``allowed_action``, ``sent_message_id``), so a ``409 stale`` retry needs no extra read.
+
+    Attributes:
+        status: The HTTP status.
+        problem: The problem+json body as received.
+        retry_after: The ``Retry-After`` seconds of a ``503 unavailable``, if the server sent one.
+        code: The problem ``code``.
+        detail: The problem's ``detail``: the whole fix, in a sentence or two.
+    """
 
     def __init__(self, status: int, problem: Json, retry_after: float | None = None) -> None:
         self.status = status
@@ -77,6 +89,7 @@ class ReviewloopError(Exception):
 
     @property
     def allowed_actions(self) -> list[str]:
+        """The verbs legal from the review's current state, as the problem's hints name them."""
         return [str(v) for v in self.facts("allowed_action")]
 
 
@@ -102,6 +115,7 @@ class Call(Generic[T]):
 
     @property
     def mutation(self) -> bool:
+        """Whether the verb writes; a mutation is always sent with an ``Idempotency-Key``."""
         return self.method != "GET"
 
 
@@ -114,7 +128,12 @@ def _drop_none(values: Mapping[str, Any]) -> Json:
 
 
 class Verbs:
-    """Builds the Call of every agent verb (DESIGN.md's agent-plane table), named as the spec names it."""
+    """Builds the Call of every agent verb (DESIGN.md's agent-plane table), named as the spec names it.
+
+    Each builder's docstring is also the docstring of the same-named method on :class:`AsyncReviewloop`
+    and :class:`Reviewloop`: its ``Returns`` names the shape the answer parses into, and its ``Raises``
+    the problems the clients raise as :class:`ReviewloopError`.
+    """
 
     @staticmethod
     def send_email(
@@ -130,6 +149,40 @@ class Verbs:
         idempotency_key: str | None = None,
         **extra: Any,
     ) -> Call[SubmitResult]:
+        """Submit a new outbound message (``POST /v1/messages``).
+
+        The project's review policy decides what happens to it: under ``require_review`` a human decides;
+        under ``allow_direct`` a call without ``intent`` is released at once. Either way a review row is
+        created, and its terminal nudge reports the outcome.
+
+        Args:
+            to: The recipients.
+            subject: The subject line.
+            body_text: The plain-text body.
+            intent: The summary for the human reviewer, ``{"summary": ..., "meta": {...}}``; required
+                whenever the resolved mode is review.
+            cc: Carbon-copy recipients.
+            bcc: Blind-copy recipients.
+            category_id: The ``cat_`` id the draft was matched to.
+            composition_token: The token of the unfiltered :meth:`get_rules` snapshot the draft was
+                composed against.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **extra: Further request fields (``body_html``, ``reply_to``, ``headers``, ``attachments``,
+                ``confidence``, ...), sent as given.
+
+        Returns:
+            A :class:`SubmitResult` (``202``) with the ``review_id`` to come back to: ``status`` is
+            ``queued_for_review``, or ``sent`` when the policy released the message at once.
+
+        Raises:
+            ReviewloopError: ``422 intent_required`` when the resolved mode is review and no ``intent``
+                was given (nothing sent, nothing queued); before that gate, ``403 recipient_blocked``,
+                ``422 recipient_suppressed`` or ``403 quota_exceeded``, which an intent would not fix;
+                ``409 born_stale`` when ``composition_token`` predates the current rules (``get_rules``
+                again), ``400 bad_request`` when it has expired; ``409 idempotency_conflict`` when
+                ``idempotency_key`` was used with a different body.
+        """
         body = _drop_none(
             dict(
                 to=list(to),
@@ -154,6 +207,28 @@ class Verbs:
         idempotency_key: str | None = None,
         **extra: Any,
     ) -> Call[SubmitResult]:
+        """Reply to a recorded message (``POST /v1/messages/{message_id}/reply``).
+
+        The ``Re:`` subject and the recipients are materialized at submit, so the reviewer sees the exact
+        bytes that will be delivered. The review policy applies as for :meth:`send_email`.
+
+        Args:
+            message_id: The message replied to.
+            body_text: The plain-text body of the reply.
+            intent: The summary for the human reviewer; required whenever the resolved mode is review.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **extra: Further request fields (``composition_token``, ``cc``, ``body_html``, ...), sent as
+                given.
+
+        Returns:
+            A :class:`SubmitResult` (``202``) with the ``review_id`` to come back to: ``status`` is
+            ``queued_for_review``, or ``sent`` when the policy released the message at once.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a message this project does not hold; otherwise as
+                :meth:`send_email`.
+        """
         body = _drop_none(dict(body_text=body_text, intent=intent, **extra))
         return Call(
             "POST", f"/v1/messages/{_id(message_id)}/reply", _shape(SubmitResult), body=body,
@@ -170,6 +245,28 @@ class Verbs:
         idempotency_key: str | None = None,
         **extra: Any,
     ) -> Call[SubmitResult]:
+        """Forward a recorded message to new recipients (``POST /v1/messages/{message_id}/forward``).
+
+        A forward goes through review like any send: the quoted parent is part of the reviewed body, and
+        the delivered message is not threaded to its parent.
+
+        Args:
+            message_id: The message forwarded.
+            to: The new recipients.
+            body_text: The text placed above the quoted parent.
+            intent: The summary for the human reviewer; required whenever the resolved mode is review.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **extra: Further request fields (``composition_token``, ``subject``, ...), sent as given.
+
+        Returns:
+            A :class:`SubmitResult` (``202``) with the ``review_id`` to come back to: ``status`` is
+            ``queued_for_review``, or ``sent`` when the policy released the message at once.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a message this project does not hold; otherwise as
+                :meth:`send_email`.
+        """
         body = _drop_none(dict(to=list(to), body_text=body_text, intent=intent, **extra))
         return Call(
             "POST", f"/v1/messages/{_id(message_id)}/forward", _shape(SubmitResult), body=body,
@@ -178,6 +275,20 @@ class Verbs:
 
     @staticmethod
     def get_review(review_id: str) -> Call[Review]:
+        """Read one review (``GET /v1/reviews/{review_id}``), legal from every state.
+
+        The definitive per-review poll: ``closed`` is true once the review is ``sent``, ``auto_sent``,
+        ``cancelled`` or ``failed``; ``send_error`` and ``send_path`` say how it ended.
+
+        Args:
+            review_id: The ``rr_`` id.
+
+        Returns:
+            The :class:`Review`, with its current ``state``, ``revision`` and ``version``.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a review outside the caller's project.
+        """
         return Call("GET", f"/v1/reviews/{_id(review_id)}", _shape(Review))
 
     @staticmethod
@@ -189,6 +300,24 @@ class Verbs:
         cursor: str | None = None,
         limit: int | None = None,
     ) -> Call[ReviewList]:
+        """List the project's reviews (``GET /v1/reviews``), a page at a time.
+
+        After a crash, this is how an agent re-derives its open work: filter on ``needs_review`` and
+        ``rejected`` with its own ``agent_id``, then read each with :meth:`get_review`.
+
+        Args:
+            state: Only reviews in one of these states (empty: any).
+            agent_id: Only reviews composed by this agent.
+            category_id: Only reviews in this category.
+            cursor: The ``next_cursor`` of the previous page.
+            limit: Page size (1..200; the server's default is 50).
+
+        Returns:
+            A :class:`ReviewList`; its ``next_cursor`` is ``None`` on the last page.
+
+        Raises:
+            ReviewloopError: ``400 bad_request`` for an unknown state.
+        """
         params = _drop_none(
             dict(
                 state=list(state) or None,
@@ -204,7 +333,29 @@ class Verbs:
     def submit_revision(
         review_id: str, *, parent_revision: int, idempotency_key: str | None = None, **fields: Any
     ) -> Call[Review]:
-        """``fields``: the redraft (``subject``, ``body_text``, ``composition_token``, ...)."""
+        """Redraft a review (``POST /v1/reviews/{review_id}/revisions``); this bumps its ``revision``.
+
+        Legal from ``needs_review``, ``chatting`` and ``rejected``. Pass the ``composition_token`` of the
+        rule snapshot the redraft applied, so a draft built against older rules is caught.
+
+        Args:
+            review_id: The ``rr_`` id.
+            parent_revision: The ``revision`` the redraft was built on (the optimistic check).
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **fields: The redraft: ``subject``, ``body_text``, ``composition_token``, ``intent``,
+                ``attachments`` (omit to keep them, ``[]`` to clear them), ...
+
+        Returns:
+            The :class:`Review` at its new revision.
+
+        Raises:
+            ReviewloopError: ``409 stale`` when a human moved the draft since ``parent_revision`` (re-read,
+                re-apply, retry up to 3 times); ``409 born_stale`` when the token predates the current rules
+                (``get_rules`` and re-apply, or :meth:`restamp_review`); ``409 wrong_state`` when a redraft is
+                not legal now (read ``allowed_actions``); ``409 terminal`` when the review is already closed
+                (stop: a ``front_run_next`` nudge carries the outcome).
+        """
         body = _drop_none(dict(parent_revision=parent_revision, **fields))
         return Call(
             "POST", f"/v1/reviews/{_id(review_id)}/revisions", _shape(Review), body=body,
@@ -215,6 +366,25 @@ class Verbs:
     def restamp_review(
         review_id: str, *, parent_revision: int, idempotency_key: str | None = None, **fields: Any
     ) -> Call[Review]:
+        """Re-stamp a draft against the current rules without changing it (``POST .../{review_id}/restamp``).
+
+        For the honest case only: the rules were re-read and nothing needed to change. Restamping a draft
+        whose body did change makes it lie to the born-stale accounting.
+
+        Args:
+            review_id: The ``rr_`` id.
+            parent_revision: The ``revision`` that was re-checked.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **fields: Further request fields, chiefly the ``composition_token`` of the rules re-read.
+
+        Returns:
+            The :class:`Review`, stamped with the current rule high-water.
+
+        Raises:
+            ReviewloopError: ``409 stale``, ``409 wrong_state`` or ``409 terminal``, as for
+                :meth:`submit_revision`.
+        """
         body = _drop_none(dict(parent_revision=parent_revision, **fields))
         return Call(
             "POST", f"/v1/reviews/{_id(review_id)}/restamp", _shape(Review), body=body,
@@ -225,6 +395,25 @@ class Verbs:
     def cancel_review(
         review_id: str, *, parent_revision: int, idempotency_key: str | None = None
     ) -> Call[Review]:
+        """Withdraw a review (``POST /v1/reviews/{review_id}/cancel``).
+
+        Legal from every state but ``approved`` and the closed ones, and the one close-out of a ``failed``
+        send. A ``cancelled`` terminal nudge follows, even for the caller's own cancel.
+
+        Args:
+            review_id: The ``rr_`` id.
+            parent_revision: The ``revision`` the caller last read.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+
+        Returns:
+            The :class:`Review`, now ``cancelled``.
+
+        Raises:
+            ReviewloopError: ``409 stale`` when the draft moved since ``parent_revision``;
+                ``409 wrong_state`` while it is ``approved`` (being delivered); ``409 terminal`` once it is
+                ``sent``, ``auto_sent`` or ``cancelled``.
+        """
         return Call(
             "POST", f"/v1/reviews/{_id(review_id)}/cancel", _shape(Review),
             body={"parent_revision": parent_revision}, idempotency_key=idempotency_key,
@@ -232,6 +421,25 @@ class Verbs:
 
     @staticmethod
     def post_review_chat(review_id: str, *, text: str, idempotency_key: str | None = None) -> Call[Json]:
+        """Ask the human a question on the review thread (``POST /v1/reviews/{review_id}/chat``).
+
+        Posts an ``agent_question`` turn. From ``in_review`` it flips the review to ``chatting``; from
+        ``needs_review`` it does not open the draft. Retrying with the same ``idempotency_key`` never
+        doubles the turn.
+
+        Args:
+            review_id: The ``rr_`` id.
+            text: The question.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+
+        Returns:
+            The review's JSON, with the posted ``turn`` added.
+
+        Raises:
+            ReviewloopError: ``409 wrong_state`` from a state where chat is not legal; ``409 terminal`` once
+                the review is closed.
+        """
         return Call(
             "POST", f"/v1/reviews/{_id(review_id)}/chat", _raw, body={"text": text},
             idempotency_key=idempotency_key,
@@ -239,15 +447,51 @@ class Verbs:
 
     @staticmethod
     def get_review_feedback(review_id: str) -> Call[ReviewFeedback]:
+        """Read the human's decision on a review (``GET /v1/reviews/{review_id}/feedback``).
+
+        Args:
+            review_id: The ``rr_`` id.
+
+        Returns:
+            The :class:`ReviewFeedback`: the decision, the unified and structured diff of the human's edit,
+            their comments, and the ``rule_`` ids born from this review.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a review outside the caller's project.
+        """
         return Call("GET", f"/v1/reviews/{_id(review_id)}/feedback", _shape(ReviewFeedback))
 
     @staticmethod
     def list_review_events(*, limit: int | None = None, cursor: str | None = None) -> Call[ReviewEventList]:
+        """Drain the caller's un-acked nudges, oldest first (``GET /v1/review-events``).
+
+        A nudge keeps re-surfacing until :meth:`ack_review_events` acks it. Handle every ``reason`` and ack
+        and ignore the ones this agent does not know: the enum grows across 0.x.
+
+        Args:
+            limit: Page size (1..200; the server's default is 50).
+            cursor: The ``next_cursor`` of the previous page.
+
+        Returns:
+            A :class:`ReviewEventList`; its ``next_cursor`` is ``None`` on the last page.
+        """
         params = _drop_none(dict(limit=limit, cursor=cursor))
         return Call("GET", "/v1/review-events", _shape(ReviewEventList), params=params)
 
     @staticmethod
     def wait_for_review_event(*, timeout_s: float = 30.0, limit: int | None = None) -> Call[ReviewEventList]:
+        """Long-poll for the caller's next un-acked nudges (``GET /v1/review-events/wait``).
+
+        Answers as soon as a nudge is visible, or with no events once ``timeout_s`` has passed; the HTTP
+        read timeout is set past it.
+
+        Args:
+            timeout_s: How long the server may hold the request (1..60 s).
+            limit: The most events answered (1..200; the server's default is 50).
+
+        Returns:
+            A :class:`ReviewEventList`, empty when nothing arrived in time.
+        """
         params = _drop_none(dict(timeout_s=timeout_s, limit=limit))
         # The server holds the request up to timeout_s: read for longer than that.
         return Call(
@@ -258,6 +502,25 @@ class Verbs:
     def ack_review_events(
         acks: Sequence[tuple[str, int]], *, idempotency_key: str | None = None
     ) -> Call[AckReviewEventsResult]:
+        """Advance each review's ack cursor (``POST /v1/review-events/ack``).
+
+        Idempotent, never backwards, all or nothing. An acked nudge never re-surfaces, so ack a terminal
+        nudge only once its outcome is recorded.
+
+        Args:
+            acks: ``(review_id, seq)`` pairs: every nudge of that review up to ``seq`` is acked.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+
+        Returns:
+            An :class:`AckReviewEventsResult`; ``acked`` counts the acks accepted, a repeated one
+        included.
+
+        Raises:
+            ReviewloopError: ``400 bad_request`` for no acks, more than 100, or a ``seq`` past the
+                review's newest nudge (nothing is acked); ``404 not_found`` for a review whose
+                nudges the caller cannot see.
+        """
         body = {"acks": [{"review_id": review_id, "seq": seq} for review_id, seq in acks]}
         return Call(
             "POST", "/v1/review-events/ack", _shape(AckReviewEventsResult), body=body,
@@ -266,7 +529,19 @@ class Verbs:
 
     @staticmethod
     def get_rules(*, scope: str | None = None, category_id: str | None = None) -> Call[RuleList]:
-        """Unfiltered, the answer carries the ``composition_token`` to pass with the draft."""
+        """Read the effective rule stack, precedence ladder applied (``GET /v1/rules``).
+
+        Compose with the whole stack: unfiltered, the answer also carries the rule versions, the rule
+        high-water and a short-lived ``composition_token`` to pass with the draft. A filtered query is for
+        browsing and carries no token.
+
+        Args:
+            scope: Only rules of this scope (``general`` or ``category``).
+            category_id: Only rules that apply to this category.
+
+        Returns:
+            A :class:`RuleList`, with the ``composition_token`` when unfiltered.
+        """
         return Call(
             "GET",
             "/v1/rules",
@@ -283,28 +558,106 @@ class Verbs:
         idempotency_key: str | None = None,
         **fields: Any,
     ) -> Call[Rule]:
+        """Save a project-layer writing rule, or revise one (``POST /v1/rules``).
+
+        An agent always writes the ``project`` layer; org-wide house style is authored from the console.
+
+        Args:
+            rule_text: The rule, as the composing agent should apply it.
+            scope: ``general`` or ``category``.
+            category_id: The category a ``category`` rule applies to.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **fields: Further request fields: to revise, ``lineage_id`` and the ``expected_rev`` that was
+                read; also ``kind``, ``priority``, ``source_review_id``, ...
+
+        Returns:
+            The saved :class:`Rule` (``201``).
+
+        Raises:
+            ReviewloopError: ``409 stale`` when ``expected_rev`` is no longer the lineage's current
+                revision (re-read, re-apply, save again); ``409 conflict`` when a rule in the same
+                scope already says this; ``400 bad_request`` for a ``category`` rule without its
+                category, or a ``general`` one with one.
+        """
         body = _drop_none(dict(rule_text=rule_text, scope=scope, category_id=category_id, **fields))
         return Call("POST", "/v1/rules", _shape(Rule), body=body, idempotency_key=idempotency_key)
 
     @staticmethod
     def list_categories(*, cursor: str | None = None) -> Call[CategoryList]:
+        """List the category registry a draft is matched against (``GET /v1/categories``).
+
+        The matching is the agent's: categories are keyed on the opaque ``cat_`` id, and their names are
+        mutable display metadata.
+
+        Args:
+            cursor: The ``next_cursor`` of the previous page.
+
+        Returns:
+            A :class:`CategoryList`; its ``next_cursor`` is ``None`` on the last page.
+        """
         return Call("GET", "/v1/categories", _shape(CategoryList), params=_drop_none(dict(cursor=cursor)))
 
     @staticmethod
     def create_category(
         *, name: str, description: str = "", idempotency_key: str | None = None, **fields: Any
     ) -> Call[Category]:
+        """Add a category to the registry (``POST /v1/categories``), authored by the agent.
+
+        Args:
+            name: The display name.
+            description: What kind of message belongs in it, for matching.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **fields: Further request fields (``scope``: ``org_shared``, the default, or ``project``).
+
+        Returns:
+            The created :class:`Category` (``201``), starting ``supervised``.
+
+        Raises:
+            ReviewloopError: ``409 conflict`` when a category already has that name (its id is in
+                the hints: use it rather than a twin); ``400 bad_request`` for an unknown scope.
+        """
         body = _drop_none(dict(name=name, description=description, **fields))
         return Call("POST", "/v1/categories", _shape(Category), body=body, idempotency_key=idempotency_key)
 
     @staticmethod
     def get_graduation_status(category_id: str) -> Call[GraduationStatus]:
+        """Read a category's progress toward its next rung (``GET /v1/categories/{category_id}/graduation``).
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            The :class:`GraduationStatus`: the next state, the maturity counters against their thresholds,
+            and ``can_graduate``, whether a human's graduate would succeed now.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a category outside the caller's project.
+        """
         return Call("GET", f"/v1/categories/{_id(category_id)}/graduation", _shape(GraduationStatus))
 
     @staticmethod
     def propose_graduation(
         category_id: str, *, idempotency_key: str | None = None, **fields: Any
     ) -> Call[Json]:
+        """Propose graduating a category to its next rung (``POST .../{category_id}/graduation-proposals``).
+
+        An agent only proposes; a human flips the bit.
+
+        Args:
+            category_id: The ``cat_`` id.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **fields: The proposal: ``to_state`` and a ``note`` for the human.
+
+        Returns:
+            The proposal's JSON (``201``), with the category's graduation status.
+
+        Raises:
+            ReviewloopError: ``409 graduation_locked`` for a category marked ``never_graduate``;
+                ``400 bad_request`` when ``to_state`` is not the category's next rung.
+        """
         return Call(
             "POST", f"/v1/categories/{_id(category_id)}/graduation-proposals", _raw, body=dict(fields),
             idempotency_key=idempotency_key,
@@ -312,16 +665,37 @@ class Verbs:
 
     @staticmethod
     def get_risk_dial(*, category_id: str | None = None) -> Call[RiskDial]:
+        """Read the brand-risk dial in force (``GET /v1/risk-dial``); only a human can change it.
+
+        Args:
+            category_id: Only this category's overrides.
+
+        Returns:
+            The :class:`RiskDial`: the account defaults, and each category's overrides with its effective
+            values (a ``None`` override inherits the account default).
+        """
         return Call(
             "GET", "/v1/risk-dial", _shape(RiskDial), params=_drop_none(dict(category_id=category_id))
         )
 
     @staticmethod
     def get_effective_review_policy() -> Call[Json]:
+        """Read the project's resolved review policy before sending (``GET /v1/review-policy``).
+
+        Returns:
+            ``{"policy", "source"}``: ``require_review``, ``allow_direct`` or ``auto_send_graduated``, and
+            where that value comes from.
+        """
         return Call("GET", "/v1/review-policy", _raw)
 
     @staticmethod
     def get_contract_manifest() -> Call[ContractManifest]:
+        """Read the contract manifest the server implements (``GET /v1/contract-manifest``).
+
+        Returns:
+            The :class:`ContractManifest`: the contract version to pin, and the shapes and skills it
+            covers.
+        """
         return Call("GET", "/v1/contract-manifest", _shape(ContractManifest))
 
 
@@ -374,16 +748,16 @@ class _Base:
 def _async(
     builder: Callable[P, Call[T]],
 ) -> Callable[Concatenate[AsyncReviewloop, P], Coroutine[Any, Any, T]]:
-    async def verb(self: AsyncReviewloop, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self.run(builder(*args, **kwargs))
+    async def verb(client: AsyncReviewloop, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await client.run(builder(*args, **kwargs))
 
     verb.__name__, verb.__doc__ = builder.__name__, builder.__doc__
     return verb
 
 
 def _sync(builder: Callable[P, Call[T]]) -> Callable[Concatenate[Reviewloop, P], T]:
-    def verb(self: Reviewloop, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.run(builder(*args, **kwargs))
+    def verb(client: Reviewloop, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return client.run(builder(*args, **kwargs))
 
     verb.__name__, verb.__doc__ = builder.__name__, builder.__doc__
     return verb
@@ -413,10 +787,24 @@ class AsyncReviewloop(_Base):
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the HTTP connection pool; ``async with`` does this on exit."""
         await self.http.aclose()
 
     async def run(self, call: Call[T]) -> T:
-        """Run one verb (``await rl.run(Verbs.get_review(id))``); every verb method is this."""
+        """Run one verb (``await rl.run(Verbs.get_review(id))``); every verb method is this.
+
+        A ``503 unavailable`` is retried up to ``max_retries`` times, after its ``Retry-After``; the
+        call's ``Idempotency-Key`` makes that safe for a mutation.
+
+        Args:
+            call: The verb, as a :class:`Verbs` builder returns it.
+
+        Returns:
+            The answer, parsed into the call's shape.
+
+        Raises:
+            ReviewloopError: The server answered a problem.
+        """
         request = self._request(call)
         attempt = 0
         while True:
@@ -476,9 +864,24 @@ class Reviewloop(_Base):
         self.close()
 
     def close(self) -> None:
+        """Close the HTTP connection pool; ``with`` does this on exit."""
         self.http.close()
 
     def run(self, call: Call[T]) -> T:
+        """Run one verb (``rl.run(Verbs.get_review(id))``); every verb method is this.
+
+        A ``503 unavailable`` is retried up to ``max_retries`` times, after its ``Retry-After``; the
+        call's ``Idempotency-Key`` makes that safe for a mutation.
+
+        Args:
+            call: The verb, as a :class:`Verbs` builder returns it.
+
+        Returns:
+            The answer, parsed into the call's shape.
+
+        Raises:
+            ReviewloopError: The server answered a problem.
+        """
         request = self._request(call)
         attempt = 0
         while True:

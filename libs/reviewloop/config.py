@@ -1,31 +1,24 @@
 """Configuration, read once from the environment into frozen dataclasses.
 
 Every service reads ``REVIEWLOOP_<SERVICE>_DB`` (its store) and ``REVIEWLOOP_<SERVICE>_ADDR`` (where it
-listens, and where its peers find it). Unset, the embedded default is SQLite under the data directory
-and the fixed loopback ports below.
+listens, and where its peers find it). An unset store is SQLite under the data directory. Addresses have
+no default here: the product's composition root (``stack``) knows the parts and fills them in.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-SERVICES = ("review_state", "rules", "diff", "nudge", "dispatch_budget")
-GATEWAY = "gateway"
 
-DEFAULT_PORTS: Mapping[str, int] = {
-    "review_state": 50151,
-    "rules": 50152,
-    "diff": 50153,
-    "nudge": 50154,
-    "dispatch_budget": 50155,
-    GATEWAY: 8080,
-}
+class ConfigError(RuntimeError):
+    """A setting the process cannot start without is missing or malformed."""
 
 
 def data_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """Where SQLite files, logs, traces and the generated admin token live (``REVIEWLOOP_DATA_DIR``)."""
     return Path(env.get("REVIEWLOOP_DATA_DIR", ".data"))
 
 
@@ -40,8 +33,24 @@ def db_url(service: str, env: Mapping[str, str] = os.environ) -> str:
     return url
 
 
-def address(service: str, env: Mapping[str, str] = os.environ) -> str:
-    return env.get(f"REVIEWLOOP_{service.upper()}_ADDR", f"127.0.0.1:{DEFAULT_PORTS[service]}")
+def address_variable(name: str) -> str:
+    """The environment variable that places part ``name``."""
+    return f"REVIEWLOOP_{name.upper()}_ADDR"
+
+
+def address(name: str, env: Mapping[str, str] = os.environ) -> str:
+    """Where part ``name`` listens (``host:port``).
+
+    Raises:
+        ConfigError: the variable is unset.
+    """
+    value = env.get(address_variable(name))
+    if not value:
+        raise ConfigError(
+            f"{address_variable(name)} is not set: start reviewloop with `reviewloop up` or "
+            f"`reviewloop serve {name}`, which place every part, or set it to host:port."
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -58,13 +67,16 @@ class ServiceConfig:
     outbox_retention_s: float = 7 * 24 * 3600
 
     @classmethod
-    def from_env(cls, service: str, env: Mapping[str, str] = os.environ) -> ServiceConfig:
+    def from_env(
+        cls, service: str, peers: Iterable[str] = (), env: Mapping[str, str] = os.environ
+    ) -> ServiceConfig:
+        """Read the configuration of ``service``, which calls ``peers``."""
         return cls(
             service=service,
             db_url=db_url(service, env),
             listen=address(service, env),
             data_dir=data_dir(env),
-            peers={name: address(name, env) for name in SERVICES},
+            peers={name: address(name, env) for name in peers},
             otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             relay_poll_s=float(env.get("REVIEWLOOP_RELAY_POLL_S", "0.5")),
             outbox_retention_s=float(env.get("REVIEWLOOP_OUTBOX_RETENTION_S", 7 * 24 * 3600)),

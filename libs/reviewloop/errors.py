@@ -14,8 +14,10 @@ from enum import StrEnum
 
 
 class Code(StrEnum):
-    """The closed problem ``code`` enum (spec 000 and its SDK). Additive only; clients coerce unknowns
-    to ``internal``."""
+    """The closed problem ``code`` enum (spec 000 and its SDK).
+
+    Additive only: a value is never renamed or removed, and clients coerce unknowns to ``internal``.
+    """
 
     BAD_REQUEST = "bad_request"
     UNAUTHORIZED = "unauthorized"
@@ -101,10 +103,12 @@ _TITLES: dict[Code, str] = {
 
 
 def http_status(code: Code) -> int:
+    """The HTTP status the gateway answers ``code`` with (``409`` for every conflict of the taxonomy)."""
     return _HTTP_STATUS[code]
 
 
 def title(code: Code) -> str:
+    """The problem+json ``title`` of ``code``: a fixed phrase, the same for every occurrence."""
     return _TITLES.get(code, code.value.replace("_", " ").capitalize())
 
 

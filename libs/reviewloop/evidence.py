@@ -66,7 +66,8 @@ def _lookup(payload: Mapping[Any, Any], name: str) -> tuple[bool, Any]:
 
 def normalize_evidence(value: Any) -> EvidenceStatus:
     """A stamped marker value as an enum; anything unrecognized (a future value, a forged string, a
-    garbage type) is ``unknown``, never ``accepted``."""
+    garbage type) is ``unknown``, never ``accepted``.
+    """
     text = _key_text(value) if not isinstance(value, bool) else None
     if text is None:
         return EvidenceStatus.UNKNOWN
@@ -133,7 +134,8 @@ def _sanitize_key(key: Any) -> str:
 
 def sanitize_payload(payload: Mapping[Any, Any]) -> dict[str, Any]:
     """Coerce a payload into a JSON-encodable dict: a term JSON cannot carry (an object, a tuple
-    key, a NaN) becomes its text instead of crashing the journal append."""
+    key, a NaN) becomes its text instead of crashing the journal append.
+    """
     result = _sanitize(payload, 0)
     return result if isinstance(result, dict) else {"value": result}
 

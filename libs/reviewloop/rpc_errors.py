@@ -6,6 +6,8 @@ The server interceptor packs (``ErrorInfo.reason`` = the problem code, plus ``Re
 
 from __future__ import annotations
 
+from typing import cast
+
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -67,7 +69,8 @@ def to_status(error: DomainError) -> status_pb2.Status:
     """Pack into ``google.rpc.Status`` with ErrorInfo, RecoveryFacts and BadRequest details.
 
     The status travels in a trailer, which gRPC caps at 8 KiB: the detail and the list of field
-    violations are cut to fit, never dropped whole."""
+    violations are cut to fit, never dropped whole.
+    """
     facts = common_pb2.RecoveryFacts(
         allowed_actions=list(error.allowed_actions),
         hints=[common_pb2.Hint(name=n, value=v) for n, v in error.hints],
@@ -114,7 +117,8 @@ _TRANSPORT: dict[grpc.StatusCode, Code] = {
 def from_rpc_error(error: grpc.aio.AioRpcError) -> DomainError:
     """Rebuild the DomainError a service raised, or classify a transport failure."""
     try:
-        status = rpc_status.from_call(error)
+        # An AioRpcError carries code(), details() and trailing_metadata(): all that from_call reads.
+        status = rpc_status.from_call(cast(grpc.Call, error))
     except ValueError:  # a status whose trailer does not match its code: treat as transport trouble
         status = None
     if status is None or status.code == code_pb2.OK:

@@ -65,13 +65,19 @@ class Peers:
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def channel(self, service: str) -> grpc.aio.Channel:
+        """The channel to ``service``, which must be one of the peers the ServiceSpec declares."""
+        if service not in self._addresses:
+            raise KeyError(f"{service} is not a declared peer of this service (ServiceSpec.peers)")
         if service not in self._channels:
             self._channels[service] = grpc.aio.insecure_channel(
-                self._addresses[service], options=CHANNEL_OPTIONS, interceptors=aio_client_interceptors()
+                self._addresses[service],
+                options=CHANNEL_OPTIONS,
+                interceptors=aio_client_interceptors(),  # type: ignore[no-untyped-call]  # otel ships it untyped
             )
         return self._channels[service]
 
     async def close(self) -> None:
+        """Close every channel opened so far; a later ``channel()`` opens a fresh one."""
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
@@ -88,19 +94,28 @@ class ServiceSpec:
     name: str
     metadata: MetaData
     migrations_dir: Path
-    servicers: Callable[[Database, Peers], Sequence[Registration]]
+    servicers: Callable[[Database, Peers], Sequence[Registration]] = lambda db, peers: ()
+    # The services this one calls (its relay's destinations are added to them).
+    peers: Sequence[str] = ()
     # Outbox destination -> the full name of the gRPC service whose ``Ingest`` receives its events
     # (the destination is also the peer's name in the service config).
     subscribers: Mapping[str, str] = field(default_factory=dict)
     # Background tasks a service runs beside its server (sweeps, listeners).
     background: Callable[[Database, Peers], Sequence[Callable[[], Coroutine[Any, Any, None]]]] | None = None
+    # The process entry point of a part that is not a gRPC service (the gateway); None serves ``main``.
+    entrypoint: Callable[[], None] | None = None
+
+    def all_peers(self) -> tuple[str, ...]:
+        """Every service this one talks to: the ones it calls and its relay's destinations."""
+        return tuple(dict.fromkeys((*self.peers, *self.subscribers)))
 
 
 def nul_field(message: Message, path: str = "") -> str | None:
     """The JSON-pointer path of the first string holding a NUL character, or None.
 
     PostgreSQL cannot store NUL in text, so every service refuses it at the door with a 400 rather than
-    failing (500) at the first write; SQLite stores it, which would make the two backends disagree."""
+    failing (500) at the first write; SQLite stores it, which would make the two backends disagree.
+    """
     for descriptor, value in message.ListFields():
         where = f"{path}/{descriptor.name}"
         if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
@@ -187,14 +202,18 @@ def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., A
 
 
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
-    """What every RPC gets at the service boundary: NUL strings refused, DomainError mapped to status +
-    details, anything else a bare INTERNAL with no traceback, and ``x-contract-version`` on the answer."""
+    """Apply the service-boundary guarantees to every unary and server-streaming RPC.
+
+    NUL strings are refused, a DomainError is mapped to status + details, anything else becomes a bare
+    INTERNAL with no traceback, and every answer carries ``x-contract-version``.
+    """
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Wrap the method's handler; a client-streaming or bidi handler is passed through unchanged."""
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
@@ -231,6 +250,11 @@ class RunningService:
         self._stopped = False
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """Report NOT_SERVING, drain in-flight RPCs, then stop background tasks, relay, peers and store.
+
+        Args:
+            grace: Seconds in-flight RPCs get to finish before they are cancelled.
+        """
         if self._stopped:
             return
         self._stopped = True
@@ -257,7 +281,7 @@ async def ingest(
 
 
 class PortTakenError(RuntimeError):
-    pass
+    """The service could not bind its listen address, usually because another process holds the port."""
 
 
 async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
@@ -268,7 +292,7 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
     peers = Peers(config.peers)
     server = grpc.aio.server(
         interceptors=[
-            aio_server_interceptor(filter_=filters.negate(filters.service_name(HEALTH_SERVICE))),
+            aio_server_interceptor(filter_=filters.negate(filters.service_name(HEALTH_SERVICE))),  # type: ignore[no-untyped-call]
             BoundaryInterceptor(),
         ],
         options=[
@@ -317,7 +341,7 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
 def main(spec: ServiceSpec) -> None:
     """Process entry point: run ``spec`` until SIGTERM or SIGINT, then stop gracefully."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config = ServiceConfig.from_env(spec.name)
+    config = ServiceConfig.from_env(spec.name, spec.all_peers())
     provider = telemetry.setup(spec.name, config.data_dir, config.otlp_endpoint)
 
     async def run() -> None:

@@ -44,7 +44,8 @@ ActorKindName = Literal["agent", "human", "review_agent", "admin", "system"]
 
 class ReviewIntent(Shape):
     """The agent's one-sentence summary for the human reviewer, required whenever the resolved mode is
-    ``review``. Keep ``summary`` to one sentence (8-200 characters)."""
+    ``review``. Keep ``summary`` to one sentence (8-200 characters).
+    """
 
     summary: str = Field(max_length=2000, examples=["Re-engage cold lead at Acme about Q3 pilot"])
     meta: dict[str, JsonValue] | None = None
@@ -119,7 +120,8 @@ class RuleList(Shape):
 
 class ReviewEvent(Shape):
     """A nudge: an element of ``list_review_events``. ``reason`` is additive across 0.x: ack and ignore
-    one you do not know."""
+    one you do not know.
+    """
 
     seq: int
     id: str
@@ -319,7 +321,8 @@ class ReviewerDecisionResult(Shape):
 
 class ProblemError(Shape):
     """One recovery fact or bad field: ``field`` is a JSON pointer; ``code`` names the fact
-    (``state``, ``revision``, ``version``, ``allowed_action``, ``sent_message_id``, ...)."""
+    (``state``, ``revision``, ``version``, ``allowed_action``, ``sent_message_id``, ...).
+    """
 
     field: str | None = None
     code: str | None = None

@@ -32,17 +32,24 @@ class JsonLinesExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Append ``spans`` as one write, so a batch's lines never interleave with another process's."""
         lines = b"".join(orjson.dumps(span_record(span)) + b"\n" for span in spans)
         with self._lock:
             os.write(self._fd, lines)
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
+        """Close the file; the exporter cannot be used again."""
         with self._lock:
             os.close(self._fd)
 
 
 def span_record(span: ReadableSpan) -> dict[str, Any]:
+    """The JSON-lines record of a finished span, as ``reviewloop traces`` reads it back.
+
+    Ids are lowercase hex (trace id 32 digits, span id 16), times are epoch nanoseconds, and
+    ``parent_span_id`` is ``None`` for a root span.
+    """
     ctx = span.get_span_context()
     assert ctx is not None
     return {

@@ -10,6 +10,8 @@ from reviewloop.errors import Code, DomainError
 
 
 class ActorKind(StrEnum):
+    """Who a principal acts as; the review state machine decides which verbs each kind may use."""
+
     AGENT = "agent"
     HUMAN = "human"
     REVIEW_AGENT = "review_agent"
@@ -23,6 +25,11 @@ _FROM_PROTO = {value: kind for kind, value in _TO_PROTO.items()}
 
 @dataclass(frozen=True)
 class Principal:
+    """The tenant (``org_id``, ``project_id``) and the actor a request runs as.
+
+    Every service scopes its reads and writes to the principal's project.
+    """
+
     org_id: str
     project_id: str
     actor_kind: ActorKind
@@ -37,6 +44,7 @@ class Principal:
         return cls(message.org_id, message.project_id, kind, message.actor_id)
 
     def to_proto(self) -> common_pb2.Principal:
+        """The principal as the ``Principal`` message every service RPC carries."""
         return common_pb2.Principal(
             org_id=self.org_id,
             project_id=self.project_id,

@@ -11,6 +11,7 @@ import orjson
 
 
 def read_spans(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield the span records of the JSON-lines file at ``path``; none when it does not exist yet."""
     if not path.exists():
         return
     with path.open("rb") as lines:
@@ -28,6 +29,15 @@ def trace_ids_for(spans: list[dict[str, Any]], key: str) -> list[str]:
 
 
 def print_trace(path: Path, key: str) -> int:
+    """Print every trace ``key`` names, each as a tree of its spans.
+
+    Args:
+        path: The JSON-lines span file.
+        key: A trace id, or a review id that some span carries as ``reviewloop.review_id``.
+
+    Returns:
+        The command's exit status: 0, or 1 when no trace matches ``key``.
+    """
     spans = list(read_spans(path))
     trace_ids = trace_ids_for(spans, key)
     if not trace_ids:
@@ -40,6 +50,11 @@ def print_trace(path: Path, key: str) -> int:
 
 
 def print_tree(members: list[dict[str, Any]]) -> None:
+    """Print the spans of one trace indented under their parents, with duration and status.
+
+    A span whose parent is not among ``members`` (recorded by a process that has not flushed yet) is
+    printed as a root; siblings keep the order of ``members``.
+    """
     ids = {s["span_id"] for s in members}
     children: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
     for span in members:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import uvicorn
 from reviewloop import telemetry
+from reviewloop.service import ServiceSpec
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from gateway.store import metadata
 
 
 def main() -> None:
@@ -32,6 +35,11 @@ def main() -> None:
     finally:
         provider.shutdown()
 
+
+# The gateway serves HTTP, not gRPC: it has a store and migrations like the services, and its own entry point.
+SPEC = ServiceSpec(
+    name="gateway", metadata=metadata, migrations_dir=Path(__file__).parent / "migrations", entrypoint=main
+)
 
 if __name__ == "__main__":
     main()

@@ -8,12 +8,13 @@ import grpc
 from fastapi import Request
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from reviewloop.budget.v1 import budget_pb2_grpc
-from reviewloop.config import SERVICES
 from reviewloop.diff.v1 import diff_pb2_grpc
 from reviewloop.nudge.v1 import nudge_pb2_grpc
 from reviewloop.review.v1 import review_pb2_grpc
 from reviewloop.rules.v1 import rules_pb2_grpc
 from reviewloop.service import Peers
+
+from gateway.settings import BACKENDS
 
 
 class Backends:
@@ -38,8 +39,8 @@ class Backends:
                 return "UNAVAILABLE"
             return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
-        results = await asyncio.gather(*(check(name) for name in SERVICES))
-        return dict(zip(SERVICES, results, strict=True))
+        results = await asyncio.gather(*(check(name) for name in BACKENDS))
+        return dict(zip(BACKENDS, results, strict=True))
 
 
 async def backends(request: Request) -> Backends:

@@ -8,7 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reviewloop.config import GATEWAY, SERVICES, address, data_dir, db_url
+from reviewloop.config import address, data_dir, db_url
+
+GATEWAY = "gateway"
+# The services the gateway fronts (its peers).
+BACKENDS = ("review_state", "rules", "diff", "nudge", "dispatch_budget")
 
 ADMIN_TOKEN_ENV = "REVIEWLOOP_ADMIN_TOKEN"
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
@@ -63,7 +67,7 @@ class GatewaySettings:
             host=host,
             port=int(port),
             data_dir=data_dir(env),
-            peers={name: address(name, env) for name in SERVICES},
+            peers={name: address(name, env) for name in BACKENDS},
             admin_token=load_admin_token(env),
             max_body_bytes=int(env.get("REVIEWLOOP_MAX_BODY_BYTES", DEFAULT_MAX_BODY)),
             backend_timeout_s=float(env.get("REVIEWLOOP_BACKEND_TIMEOUT_S", "10")),

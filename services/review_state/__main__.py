@@ -38,6 +38,7 @@ SPEC = ServiceSpec(
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
     servicers=servicers,
+    peers=("rules", "diff", "dispatch_budget"),
     subscribers={
         "nudge": nudge_pb2.DESCRIPTOR.services_by_name["NudgeService"].full_name,
         "rules": rules_pb2.DESCRIPTOR.services_by_name["RulesService"].full_name,

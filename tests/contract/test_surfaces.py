@@ -10,10 +10,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from reviewloop.config import GATEWAY, SERVICES
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION, package_version_matches
-from reviewloop.launcher import Stack
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
+from stack.launcher import Stack
+from stack.topology import GATEWAY, SERVICES
 
 from tests.conftest import Api
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION, package_version_matches
-from reviewloop.launcher import Stack
+from stack.launcher import Stack
 
 from tests.conftest import Api
 

@@ -10,9 +10,9 @@ import pytest
 from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
 from reviewloop.errors import Code
 from reviewloop.ids import new_id
-from reviewloop.launcher import Stack
 from reviewloop.rpc_errors import from_rpc_error
 from reviewloop.tenancy import ActorKind, Principal
+from stack.launcher import Stack
 
 MIB = 1024 * 1024
 TENANT = Principal("org_1", "prj_1", ActorKind.REVIEW_AGENT, "agt_1").to_proto()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from reviewloop.cli import main
+from stack.cli import main
 
 
 def test_review_request_builds_the_shared_payload_from_flags(capsys: pytest.CaptureFixture[str]) -> None:

@@ -360,7 +360,7 @@ async def test_session_turns_gate_decisions_and_their_json_lines(api: Api) -> No
 async def test_the_extend_budget_command_grants_through_the_gateway(api: Api, monkeypatch: Any) -> None:
     import asyncio
 
-    from reviewloop.cli import main
+    from stack.cli import main
 
     reviewer, admin, _ = await _keys(api)
     await api.http.put("/v1/review-rounds/runs/run_1", json={"head_sha": HEAD}, headers=reviewer)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
-from reviewloop.launcher import Stack, free_port
+from stack.launcher import Stack, free_port
 
 from tests.conftest import Api, Databases, draft, start_stack
 from tests.e2e.helpers import events_until

@@ -17,7 +17,6 @@ from typing import Any
 import grpc
 import pytest
 from reviewloop.config import db_url
-from reviewloop.launcher import Stack
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.service import CHANNEL_OPTIONS
 from reviewloop.storage import Database, make_engine, new_metadata
@@ -25,6 +24,7 @@ from reviewloop.storage.outbox import Relay, ingest_method
 from reviewloop.storage.schema import OUTBOX
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy import func, select
+from stack.launcher import Stack
 
 from tests.conftest import Api, Databases, draft, start_stack
 from tests.nudge.factory import body

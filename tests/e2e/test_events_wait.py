@@ -12,9 +12,9 @@ import pytest
 from nudge.wakeup import RECHECK_S
 from reviewloop.common.v1 import common_pb2
 from reviewloop.ids import new_id
-from reviewloop.launcher import Stack
 from reviewloop.nudge.v1 import nudge_pb2, nudge_pb2_grpc
 from reviewloop.tenancy import ActorKind, Principal
+from stack.launcher import Stack
 
 from tests.conftest import Api, draft
 from tests.e2e.helpers import events_until

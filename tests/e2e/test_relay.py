@@ -9,8 +9,8 @@ import grpc
 import orjson
 import pytest
 from reviewloop.common.v1 import common_pb2
-from reviewloop.launcher import Stack
 from reviewloop.nudge.v1 import nudge_pb2_grpc
+from stack.launcher import Stack
 
 from tests.conftest import Api, Databases, draft, start_stack
 from tests.e2e.helpers import events_until

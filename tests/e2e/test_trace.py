@@ -9,8 +9,8 @@ import sys
 import time
 from typing import Any
 
-from reviewloop.launcher import Stack
 from reviewloop.tracetree import read_spans
+from stack.launcher import Stack
 
 from tests.conftest import Api, draft
 from tests.e2e.helpers import events_until
@@ -85,7 +85,7 @@ async def test_traces_command_prints_the_review_as_a_tree(api: Api, stack: Stack
     deadline = time.monotonic() + 15
     while True:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "reviewloop.cli", "traces", review_id, env=env, stdout=subprocess.PIPE
+            sys.executable, "-m", "stack", "traces", review_id, env=env, stdout=subprocess.PIPE
         )
         lines = (await proc.communicate())[0].decode().splitlines()
         if nested(lines) or time.monotonic() > deadline:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from reviewloop.config import GATEWAY
-from reviewloop.launcher import ALL, free_port
+from stack.launcher import ALL, free_port
+from stack.topology import GATEWAY
 
 from tests.conftest import draft
 
@@ -65,7 +65,7 @@ def _wait_for_line(proc: subprocess.Popen[str], needle: str, timeout_s: float) -
 def test_up_serves_the_slice_and_sigterm_stops_every_child(tmp_path: Path) -> None:
     env = _env(tmp_path)
     up = subprocess.Popen(
-        [sys.executable, "-m", "reviewloop.cli", "up"],
+        [sys.executable, "-m", "stack", "up"],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -126,7 +126,7 @@ def test_up_with_a_taken_port_exits_non_zero_with_a_clear_message(tmp_path: Path
         holder.bind((host, int(port)))
         holder.listen()
         result = subprocess.run(
-            [sys.executable, "-m", "reviewloop.cli", "up"],
+            [sys.executable, "-m", "stack", "up"],
             env=env,
             cwd=tmp_path,
             capture_output=True,

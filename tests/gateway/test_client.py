@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 from reviewloop.client import AsyncReviewloop, Reviewloop, ReviewloopError, Verbs
-from reviewloop.config import GATEWAY
 from reviewloop.contract import CONTRACT_VERSION
+from stack.topology import GATEWAY
 
 from tests.conftest import INTENT, Api
 

@@ -17,12 +17,12 @@ from fastapi import FastAPI
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from grpc_status import rpc_status
-from reviewloop.config import SERVICES
 from reviewloop.errors import Code, DomainError, FieldViolation
-from reviewloop.launcher import free_port
 from reviewloop.nudge.v1 import nudge_pb2, nudge_pb2_grpc
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from reviewloop.rpc_errors import MAX_VIOLATIONS, to_status
+from stack.launcher import free_port
+from stack.topology import SERVICES
 
 ADMIN = "rladm_errors_test"
 TIMEOUT_S = 0.3

@@ -11,8 +11,8 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from reviewloop.config import GATEWAY
 from reviewloop.contract import CONTRACT_VERSION
+from stack.topology import GATEWAY
 
 from tests.conftest import Api, draft
 

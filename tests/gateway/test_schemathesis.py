@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from reviewloop.config import GATEWAY
-from reviewloop.launcher import Stack
+from stack.launcher import Stack
+from stack.topology import GATEWAY
 
 from tests.conftest import Api
 

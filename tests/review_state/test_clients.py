@@ -13,9 +13,9 @@ from review_state.clients import GrpcCollaborators
 from reviewloop.budget.v1 import budget_pb2_grpc
 from reviewloop.diff.v1 import diff_pb2_grpc
 from reviewloop.errors import Code, DomainError
-from reviewloop.launcher import free_port
 from reviewloop.rules.v1 import rules_pb2_grpc
 from reviewloop.service import Peers
+from stack.launcher import free_port
 
 from tests.review_state.conftest import AGENT, HUMAN, opened, outbox, queued
 

@@ -17,7 +17,7 @@ from review_state import app
 from review_state.app import Decision, Env
 from review_state.delivery import SmtpProvider, parse_smtp_url
 from reviewloop.errors import Code, DomainError
-from reviewloop.launcher import free_port
+from stack.launcher import free_port
 
 from tests.review_state.conftest import AGENT, HUMAN, opened, outbox, reasons
 

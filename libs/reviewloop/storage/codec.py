@@ -30,8 +30,11 @@ def decode(payload: str | bytes, message_type: type[M]) -> M:
 
 
 def as_json_object(message: Message) -> dict[str, Any]:
-    """``message`` as the JSON object an agent reads: proto field names, unset ``optional`` fields
-    absent, every other field present (a ``false``, ``0`` or ``""`` included)."""
+    """``message`` as the JSON object an agent reads.
+
+    Fields keep their proto names; an unset ``optional`` field is absent, and every other field is
+    present, a ``false``, ``0`` or ``""`` included.
+    """
     return json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )

@@ -20,6 +20,7 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
 def is_sqlite(engine: AsyncEngine) -> bool:
+    """Whether ``engine`` is SQLite, whose single writer and locking need the special handling here."""
     return engine.dialect.name == "sqlite"
 
 
@@ -30,9 +31,12 @@ SINGLE_STATEMENT_OPTION = "reviewloop_single_statement"
 
 
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
-    """An async engine for ``url``. SQLite gets WAL, foreign keys and a busy timeout; a unit of work
-    begins IMMEDIATE (two writers queue on the lock instead of failing on upgrade), while reads begin
-    DEFERRED, so under WAL they never wait for a writer."""
+    """An async engine for ``url``, on SQLite or PostgreSQL.
+
+    SQLite gets WAL, foreign keys and a busy timeout; a unit of work begins IMMEDIATE (two writers queue
+    on the lock instead of failing on upgrade), while reads begin DEFERRED, so under WAL they never wait
+    for a writer.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True, **kwargs)
@@ -81,6 +85,7 @@ class Database:
 
     @property
     def is_sqlite(self) -> bool:
+        """Whether the store is SQLite."""
         return is_sqlite(self.engine)
 
     @asynccontextmanager
@@ -112,6 +117,7 @@ class Database:
                 hook()
 
     async def dispose(self) -> None:
+        """Close the engine's pooled connections; the store is not used after this."""
         await self.engine.dispose()
 
 
@@ -130,6 +136,11 @@ class UnitOfWork:
         self._pending.append(outbox_row(destination, aggregate_id, type_, payload))
 
     async def flush_events(self) -> None:
+        """Write the events emitted so far to the outbox, in this transaction.
+
+        ``Database.transaction`` calls this before it commits; call it earlier only to make the rows
+        visible to a later statement of the same unit of work.
+        """
         if self._pending:
             await write_rows(self.conn, self._pending)
             self._pending = []

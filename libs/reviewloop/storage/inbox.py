@@ -27,8 +27,11 @@ M = TypeVar("M", bound=Message)
 
 @dataclass(frozen=True)
 class Subscription(Generic[M]):
-    """How one event type is handled: its payload message and the handler, run in the event's
-    unit of work. What the handler returns is passed to ``ingest_each``'s ``on_commit``."""
+    """How one event type is handled: its payload message and the handler.
+
+    The handler runs in the event's unit of work. What it returns is passed to ``ingest_each``'s
+    ``on_commit`` once that unit of work has committed.
+    """
 
     message: type[M]
     handle: Callable[[UnitOfWork, M], Awaitable[Any]]

@@ -61,11 +61,14 @@ def ingest_method(channel: grpc.aio.Channel, service_full_name: str) -> Deliver:
 
 @dataclass(frozen=True)
 class Failure:
+    """Why one delivery failed: the receiver's gRPC status and the text recorded as ``last_error``."""
+
     code: grpc.StatusCode
     text: str
 
 
 def backoff_s(attempts: int) -> float:
+    """Seconds to wait after ``attempts`` failures: 0.2 s doubling per failure, capped at 30 s."""
     return float(min(MAX_BACKOFF_S, 0.2 * 2 ** min(attempts, 10)))
 
 
@@ -89,9 +92,11 @@ class Relay:
         self._down_until: dict[str, float] = {}
 
     def start(self) -> None:
+        """Start relaying in a background task on the running event loop."""
         self._task = asyncio.create_task(self._run(), name="outbox-relay")
 
     async def stop(self) -> None:
+        """Cancel the relay task and wait for it; undelivered rows stay for the next start."""
         if self._task:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -116,8 +121,11 @@ class Relay:
                 await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
 
     async def drain_once(self) -> int:
-        """Claim the current heads, deliver them in outbox order, record the outcome. Returns how many
-        were delivered."""
+        """Claim the current heads, deliver them in outbox order, and record each outcome.
+
+        Returns:
+            How many rows were delivered; 0 tells the loop to wait for a commit or the poll interval.
+        """
         claimed = await self._claim()
         delivered = 0
         for row in claimed:

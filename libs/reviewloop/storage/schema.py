@@ -56,11 +56,13 @@ class UtcDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        """Store an aware value in UTC; a naive value is taken to be UTC already."""
         if value is None or value.tzinfo is None:  # naive values are UTC already
             return value
         return value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        """Read a value back as an aware UTC datetime, whatever the backend returned."""
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
@@ -121,6 +123,7 @@ def outbox_row(
 
 
 async def write_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows`` (built by ``outbox_row``) into the outbox, in ``conn``'s transaction."""
     await conn.execute(insert(OUTBOX), rows)
 
 

@@ -87,10 +87,13 @@ class _DBAPI(AsyncAdapt_aiosqlite_dbapi):
 
 
 class SQLiteDialectOneCrossing(SQLiteDialect_aiosqlite):
+    """SQLAlchemy's aiosqlite dialect with one thread crossing per statement, registered as ``DRIVER``."""
+
     supports_statement_cache = True
 
     @classmethod
     def import_dbapi(cls) -> AsyncAdapt_aiosqlite_dbapi:
+        """The adapted DB-API module whose connections run each statement in one crossing."""
         return _DBAPI(__import__("aiosqlite"), __import__("sqlite3"))
 
 

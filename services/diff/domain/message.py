@@ -23,14 +23,13 @@ randomness), so the diff is content-addressed by ``input_sha256``.
 from __future__ import annotations
 
 import hashlib
+import json
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import compress, count
 from typing import Any
-
-import orjson
 
 from diff.domain.lines import Opcode, opcodes
 
@@ -88,6 +87,11 @@ class MessageFields:
     attachments: tuple[Attachment, ...] = ()
 
 
+def _canonical_json(value: Any, sort_keys: bool = False) -> str:
+    # The stored bytes and content addresses of every diff ever computed: UTF-8 as is, no whitespace.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
+
+
 @dataclass(frozen=True)
 class Diff:
     fields_changed: tuple[str, ...]
@@ -97,7 +101,7 @@ class Diff:
     @property
     def diff_json(self) -> str:
         """The spec's DiffJson, as canonical bytes: keys in spec order, no whitespace."""
-        return orjson.dumps({"fields_changed": list(self.fields_changed), "hunks": list(self.hunks)}).decode()
+        return _canonical_json({"fields_changed": list(self.fields_changed), "hunks": list(self.hunks)})
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,7 @@ def _canonical(fields: MessageFields) -> dict[str, Any]:
 def input_sha256(before: MessageFields, after: MessageFields) -> str:
     """The content address of a diff: SHA-256 over the algorithm version and both inputs, canonical JSON."""
     body = {"algorithm": ALGORITHM, "before": _canonical(before), "after": _canonical(after)}
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return hashlib.sha256(_canonical_json(body, sort_keys=True).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # --- text ---------------------------------------------------------------------------------------

@@ -45,7 +45,8 @@ def sign(claims: Claims, secret: bytes) -> str:
                 "hw": claims.high_water,
                 "exp": claims.expires_at,
             },
-            separators=(",", ":"),  # compact, as tokens have always been minted
+            separators=(",", ":"),
+            ensure_ascii=False,
         ).encode()
     )
     mac = hmac.new(secret, body.encode(), hashlib.sha256).digest()
@@ -70,7 +71,7 @@ def read_unverified(token: str) -> Claims | None:
             high_water=int(data["hw"]),
             expires_at=int(data["exp"]),
         )
-    except (ValueError, KeyError, TypeError):  # JSONDecodeError is a ValueError
+    except (ValueError, KeyError, TypeError):  # json.JSONDecodeError is a ValueError
         return None
 
 

@@ -6,26 +6,33 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from reviewloop.config import GATEWAY, SERVICES, address, data_dir
-from reviewloop.launcher import ALL, LaunchError, Stack
+from dispatch_budget import cli as budget_cli
+from reviewloop.config import data_dir
+
+from stack.launcher import LaunchError, Stack
+from stack.topology import ALL, GATEWAY, SERVICES, address, with_defaults
 
 
-def _spec(service: str) -> Any:
-    return importlib.import_module(f"{service}.__main__").SPEC
+def _spec(part: str) -> Any:
+    # Imported on demand: `reviewloop traces` need not load every service.
+    return importlib.import_module(f"{part}.__main__").SPEC
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    if args.service == GATEWAY:
-        importlib.import_module("gateway.__main__").main()
+    os.environ.update(with_defaults())
+    spec = _spec(args.service)
+    if spec.entrypoint is not None:
+        spec.entrypoint()
     else:
         from reviewloop.service import main
 
-        main(_spec(args.service))
+        main(spec)
     return 0
 
 
@@ -83,14 +90,8 @@ def cmd_traces(args: argparse.Namespace) -> int:
 def cmd_migration(args: argparse.Namespace) -> int:
     from reviewloop.storage.migrations import new_revision
 
-    if args.service == GATEWAY:
-        from gateway.app import MIGRATIONS
-        from gateway.store import metadata
-
-        asyncio.run(new_revision(MIGRATIONS, metadata, args.message))
-    else:
-        spec = _spec(args.service)
-        asyncio.run(new_revision(spec.migrations_dir, spec.metadata, args.message))
+    spec = _spec(args.service)
+    asyncio.run(new_revision(spec.migrations_dir, spec.metadata, args.message))
     return 0
 
 
@@ -106,10 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     traces.add_argument("id")
     traces.set_defaults(func=cmd_traces)
     migration = sub.add_parser("migration", help="autogenerate a migration for a service's store")
-    migration.add_argument("service", choices=(*SERVICES, GATEWAY))
+    migration.add_argument("service", choices=ALL)
     migration.add_argument("-m", "--message", required=True)
     migration.set_defaults(func=cmd_migration)
-    importlib.import_module("dispatch_budget.cli").register(sub)  # review, gate-stats
+    budget_cli.register(sub)  # review, gate-stats
     args = parser.parse_args(argv)
     return int(args.func(args))
 

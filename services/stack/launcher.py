@@ -1,4 +1,4 @@
-"""Run every service and the gateway as separate processes: ``reviewloop up`` and the e2e tests.
+"""Run every part as its own process: ``reviewloop up`` and the e2e tests.
 
 Each child logs to ``<data dir>/logs/<name>.log``. A taken port or a dead child is a clear error,
 never a hang; ``stop()`` terminates every child and waits for it.
@@ -19,10 +19,9 @@ from pathlib import Path
 import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from reviewloop.config import address, data_dir
 
-from reviewloop.config import GATEWAY, SERVICES, address, data_dir
-
-ALL = (*SERVICES, GATEWAY)
+from stack.topology import ALL, GATEWAY, with_defaults
 
 
 class LaunchError(RuntimeError):
@@ -49,7 +48,7 @@ class Stack:
     """The processes of one reviewloop deployment on this machine."""
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        self.env = dict(os.environ if env is None else env)
+        self.env = with_defaults(os.environ if env is None else env)
         self.data_dir = data_dir(self.env)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -110,7 +109,7 @@ class Stack:
                 return False
         try:
             async with grpc.aio.insecure_channel(self.address(name)) as channel:
-                reply = await health_pb2_grpc.HealthStub(channel).Check(
+                reply = await health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]  # stubs declare no methods
                     health_pb2.HealthCheckRequest(service=""), timeout=2
                 )
             return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
