@@ -18,6 +18,9 @@ from rules import app
 from rules.domain import risk
 from rules.domain.graduation import Status
 
+# No RPC here reads its context: the boundary interceptor answers errors and the metadata.
+Context = grpc.aio.ServicerContext[Any, Any]
+
 
 def rule_to_proto(view: app.RuleView) -> rules_pb2.Rule:
     r = view.rule
@@ -130,13 +133,11 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
     def __init__(self, env: app.Env) -> None:
         self.env = env
 
-    async def Ingest(
-        self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
-    ) -> common_pb2.IngestResponse:
+    async def Ingest(self, request: common_pb2.IngestRequest, context: Context) -> common_pb2.IngestResponse:
         return await service.ingest(self.env.db, request, app.SUBSCRIPTIONS)
 
     async def ValidateCompositionToken(
-        self, request: rules_pb2.ValidateCompositionTokenRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ValidateCompositionTokenRequest, context: Context
     ) -> rules_pb2.ValidateCompositionTokenResponse:
         check = await app.validate_composition_token(
             self.env, _principal(request), request.composition_token, request.category_id
@@ -150,18 +151,16 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         )
 
     async def GetCategory(
-        self, request: rules_pb2.GetCategoryRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetCategoryRequest, context: Context
     ) -> rules_pb2.Category:
         return category_to_proto(await app.get_category(self.env, _principal(request), request.category_id))
 
     async def GetRiskDial(
-        self, request: rules_pb2.GetRiskDialRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetRiskDialRequest, context: Context
     ) -> rules_pb2.RiskDial:
         return dial_to_proto(await app.get_risk_dial(self.env, _principal(request), request.category_id))
 
-    async def SaveRule(
-        self, request: rules_pb2.SaveRuleRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
+    async def SaveRule(self, request: rules_pb2.SaveRuleRequest, context: Context) -> rules_pb2.Rule:
         body = app.RuleInput(
             rule_text=request.rule_text,
             scope=request.scope,
@@ -178,7 +177,7 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         return rule_to_proto(await app.save_rule(self.env, _principal(request), body))
 
     async def GetRules(
-        self, request: rules_pb2.GetRulesRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetRulesRequest, context: Context
     ) -> rules_pb2.GetRulesResponse:
         snapshot = await app.get_rules(
             self.env,
@@ -199,32 +198,24 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             reply.composition_token_expires_at.CopyFrom(stamp(snapshot.composition_token_expires_at))
         return reply
 
-    async def RetireRule(
-        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
+    async def RetireRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
         view = await app.retire_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
         return rule_to_proto(view)
 
-    async def UndoRule(
-        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
+    async def UndoRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
         view = await app.undo_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
         return rule_to_proto(view)
 
-    async def ApproveRule(
-        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
+    async def ApproveRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
         view = await app.approve_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
         return rule_to_proto(view)
 
-    async def RejectRule(
-        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
+    async def RejectRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
         view = await app.reject_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
         return rule_to_proto(view)
 
     async def GetRuleHistory(
-        self, request: rules_pb2.GetRuleHistoryRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetRuleHistoryRequest, context: Context
     ) -> rules_pb2.RuleHistory:
         views = await app.rule_history(self.env, _principal(request), request.lineage_id)
         return rules_pb2.RuleHistory(
@@ -232,21 +223,21 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         )
 
     async def GetRuleSettings(
-        self, request: rules_pb2.GetRuleSettingsRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetRuleSettingsRequest, context: Context
     ) -> rules_pb2.RuleSettings:
         principal = _principal(request)
         on = await app.get_rule_settings(self.env, principal)
         return rules_pb2.RuleSettings(project_id=principal.project_id, write_approval=on)
 
     async def SetRuleSettings(
-        self, request: rules_pb2.SetRuleSettingsRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.SetRuleSettingsRequest, context: Context
     ) -> rules_pb2.RuleSettings:
         principal = _principal(request)
         on = await app.set_rule_settings(self.env, principal, request.write_approval)
         return rules_pb2.RuleSettings(project_id=principal.project_id, write_approval=on)
 
     async def CreateCategory(
-        self, request: rules_pb2.CreateCategoryRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.CreateCategoryRequest, context: Context
     ) -> rules_pb2.Category:
         view = await app.create_category(
             self.env,
@@ -260,7 +251,7 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         return category_to_proto(view)
 
     async def UpdateCategory(
-        self, request: rules_pb2.UpdateCategoryRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.UpdateCategoryRequest, context: Context
     ) -> rules_pb2.Category:
         view = await app.update_category(
             self.env,
@@ -273,7 +264,7 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         return category_to_proto(view)
 
     async def ListCategories(
-        self, request: rules_pb2.ListCategoriesRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ListCategoriesRequest, context: Context
     ) -> rules_pb2.ListCategoriesResponse:
         views, next_cursor = await app.list_categories(
             self.env, _principal(request), cursor=request.cursor, limit=request.limit
@@ -283,14 +274,14 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         )
 
     async def GetGraduationStatus(
-        self, request: rules_pb2.GetGraduationStatusRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetGraduationStatusRequest, context: Context
     ) -> rules_pb2.GraduationStatus:
         return status_to_proto(
             await app.graduation_status(self.env, _principal(request), request.category_id)
         )
 
     async def ProposeGraduation(
-        self, request: rules_pb2.ProposeGraduationRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ProposeGraduationRequest, context: Context
     ) -> rules_pb2.GraduationProposal:
         proposal = await app.propose_graduation(
             self.env, _principal(request), request.category_id, request.to_state, request.note
@@ -298,19 +289,17 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         return proposal_to_proto(proposal)
 
     async def ListGraduationProposals(
-        self, request: rules_pb2.ListGraduationProposalsRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ListGraduationProposalsRequest, context: Context
     ) -> rules_pb2.ListGraduationProposalsResponse:
         proposals = await app.list_graduation_proposals(self.env, _principal(request))
         return rules_pb2.ListGraduationProposalsResponse(proposals=[proposal_to_proto(p) for p in proposals])
 
-    async def Graduate(
-        self, request: rules_pb2.GraduateRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Category:
+    async def Graduate(self, request: rules_pb2.GraduateRequest, context: Context) -> rules_pb2.Category:
         view = await app.graduate(self.env, _principal(request), request.category_id, request.to_state)
         return category_to_proto(view)
 
     async def SetRiskDial(
-        self, request: rules_pb2.SetRiskDialRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.SetRiskDialRequest, context: Context
     ) -> rules_pb2.RiskDial:
         account: dict[str, Any] | None = None
         if request.HasField("account") or request.account_clear:
@@ -327,13 +316,13 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         return dial_to_proto(dial)
 
     async def RotateCompositionKey(
-        self, request: rules_pb2.RotateCompositionKeyRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.RotateCompositionKeyRequest, context: Context
     ) -> rules_pb2.RotateCompositionKeyResponse:
         key_id = await app.rotate_composition_key(self.env, _principal(request))
         return rules_pb2.RotateCompositionKeyResponse(key_id=key_id)
 
     async def ResolveOwner(
-        self, request: rules_pb2.ResolveOwnerRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ResolveOwnerRequest, context: Context
     ) -> rules_pb2.ResolveOwnerResponse:
         org_id, project_id = await app.resolve_owner(
             self.env, category_id=request.category_id, lineage_id=request.lineage_id
