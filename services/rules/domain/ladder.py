@@ -172,9 +172,9 @@ def parse_choice(enum: type[E], value: str, pointer: str, default: E) -> E:
 
 @dataclass(frozen=True)
 class Draft:
-    """A rule write whose fields are each checked. ``layer``, ``scope``, ``category_id`` and
-    ``agent_id`` are as the writer gave them ("" = not given): a new lineage takes them (with their
-    defaults); a revision inherits its lineage's and may only repeat them."""
+    """A rule write, its text, kind and priority already checked. ``layer``, ``scope``,
+    ``category_id`` and ``agent_id`` are as the writer gave them ("" = not given): a new lineage
+    takes them (with their defaults); a revision inherits its lineage's and may only repeat them."""
 
     rule_text: str
     kind: Kind
