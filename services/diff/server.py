@@ -56,7 +56,9 @@ class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
         self.db = db
 
     async def ComputeDiff(
-        self, request: diff_pb2.ComputeDiffRequest, context: grpc.aio.ServicerContext
+        self,
+        request: diff_pb2.ComputeDiffRequest,
+        context: grpc.aio.ServicerContext[diff_pb2.ComputeDiffRequest, diff_pb2.Diff],
     ) -> diff_pb2.Diff:
         """Compute and store, or read back, the diff of ``before`` -> ``after`` under the key.
 
@@ -69,7 +71,9 @@ class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
         return diff_to_proto(stored)
 
     async def GetDiff(
-        self, request: diff_pb2.GetDiffRequest, context: grpc.aio.ServicerContext
+        self,
+        request: diff_pb2.GetDiffRequest,
+        context: grpc.aio.ServicerContext[diff_pb2.GetDiffRequest, diff_pb2.Diff],
     ) -> diff_pb2.Diff:
         """The stored diff under the key. Errors: NOT_FOUND ``not_found``, INVALID_ARGUMENT ``bad_request``."""
         return diff_to_proto(await app.get_diff(self.db, _key(request)))

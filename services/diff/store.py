@@ -7,10 +7,10 @@ different input for the same key is refused by the app (the primary key makes th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
-from reviewloop.storage.schema import Json, insert_ignore, new_metadata
-from sqlalchemy import BigInteger, Column, DateTime, String, Table, Text, select
+from reviewloop.storage.schema import Json, UtcDateTime, insert_ignore, new_metadata
+from sqlalchemy import BigInteger, Column, String, Table, Text, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 metadata = new_metadata()
@@ -28,7 +28,7 @@ diffs = Table(
     Column("fields_changed", Json, nullable=False),
     Column("diff_unified", Text, nullable=False),
     Column("diff_json", Text, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
 )
 
 
@@ -69,8 +69,7 @@ async def get_diff(conn: AsyncConnection, key: DiffKey) -> StoredDiff | None:
         fields_changed=tuple(row.fields_changed),
         diff_unified=row.diff_unified,
         diff_json=row.diff_json,
-        # SQLite hands back naive datetimes; every stored time is UTC.
-        created_at=row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC),
+        created_at=row.created_at,
     )
 
 

@@ -1,4 +1,4 @@
-"""Boot: ``python -m nudge``.
+"""Boot: ``python -m nudge``. The composition root: the only place that reads the environment.
 
 Beside the server it runs the PostgreSQL listener that wakes long-polls for nudges any replica
 commits, and the retention sweep. ``REVIEWLOOP_NUDGE_RETENTION_S`` is the age after which an acked
@@ -9,31 +9,46 @@ nudge is compacted (default 7 days; un-acked nudges are never dropped),
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from reviewloop.config import ServiceConfig
-from reviewloop.service import Peers, ServiceSpec, main
+from reviewloop.service import Peers, Registration, ServiceSpec, main
 from reviewloop.storage import Database
 
-from nudge import app, wakeup
-from nudge.server import servicers
+from nudge import app, server, wakeup
 from nudge.store import metadata
 
-DEFAULT_RETENTION_S = 7 * 24 * 3600.0
-DEFAULT_COMPACT_EVERY_S = 60.0
+
+def settings_from(environ: Mapping[str, str]) -> app.Settings:
+    defaults = app.Settings()
+    retention_s = environ.get("REVIEWLOOP_NUDGE_RETENTION_S", defaults.retention.total_seconds())
+    return app.Settings(
+        retention=timedelta(seconds=float(retention_s)),
+        compact_every_s=float(environ.get("REVIEWLOOP_NUDGE_COMPACT_EVERY_S", defaults.compact_every_s)),
+        # The shared outbox retention, read without the rest of ServiceConfig (which needs the address).
+        inbox_retention=timedelta(
+            seconds=float(environ.get("REVIEWLOOP_OUTBOX_RETENTION_S", ServiceConfig.outbox_retention_s))
+        ),
+    )
+
+
+def bootstrap(db: Database, environ: Mapping[str, str] = os.environ) -> app.Env:
+    """The production wiring of one process."""
+    return app.Env(db, settings_from(environ))
+
+
+def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
+    return server.servicers(bootstrap(db))
 
 
 def background(db: Database, peers: Peers) -> Sequence[Callable[[], Coroutine[Any, Any, None]]]:
-    retention = timedelta(seconds=float(os.environ.get("REVIEWLOOP_NUDGE_RETENTION_S", DEFAULT_RETENTION_S)))
-    every_s = float(os.environ.get("REVIEWLOOP_NUDGE_COMPACT_EVERY_S", DEFAULT_COMPACT_EVERY_S))
-    # Received event ids are kept as long as the shared outbox retention, like every other inbox.
-    inbox_retention = timedelta(seconds=ServiceConfig.from_env("nudge").outbox_retention_s)
+    env = bootstrap(db)
 
     async def sweep() -> None:
-        await app.sweep_forever(db, every_s=every_s, retention=retention, inbox_retention=inbox_retention)
+        await app.sweep_forever(env)
 
     async def listen() -> None:
         await wakeup.listen(db)

@@ -10,23 +10,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import orjson
+from google.protobuf import json_format
+from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
-from reviewloop.storage import Database, UnitOfWork, first_delivery, utcnow
+from reviewloop.review.v1.events_pb2 import NudgeRequested
+from reviewloop.storage import Database, UnitOfWork, utcnow
+from reviewloop.storage.codec import as_json_object, encode
+from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.outbox import prune
 from reviewloop.tenancy import Principal
-from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nudge import store
-from nudge.domain.payloads import Invalid, parse
+from nudge.domain.payloads import Incoming, Invalid, check
 from nudge.domain.reasons import TERMINAL, collapse_key, refusal
+from nudge.store import Nudge
 from nudge.wakeup import RECHECK_S, doorbell
 
 log = logging.getLogger(__name__)
@@ -34,68 +38,51 @@ log = logging.getLogger(__name__)
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
 MAX_ACKS = 100
 WAIT_MIN_S, WAIT_MAX_S = 1.0, 60.0
+WEEK = timedelta(days=7)
 
 
 @dataclass(frozen=True)
-class Nudge:
-    pos: int
-    seq: int
-    id: str
-    reason: str
-    review_id: str
-    category_id: str
-    # The stored JSON object, passed through as text: the servicer never re-encodes it.
-    payload_json: str
-    created_at: datetime
+class Settings:
+    """The nudge service's own configuration (``__main__`` reads it from the environment)."""
 
-    @property
-    def payload(self) -> dict[str, Any]:
-        payload: dict[str, Any] = orjson.loads(self.payload_json)
-        return payload
-
-    @classmethod
-    def from_row(cls, row: Row[Any]) -> Nudge:
-        return cls(
-            pos=row.pos,
-            seq=row.seq,
-            id=row.id,
-            reason=row.reason,
-            review_id=row.review_id,
-            category_id=row.category_id,
-            payload_json=row.payload,
-            created_at=row.created_at,
-        )
+    # An acked nudge older than this is compacted; un-acked nudges are never dropped.
+    retention: timedelta = WEEK
+    compact_every_s: float = 60.0
+    # Received event ids are kept as long as the shared outbox retention, like every other inbox.
+    inbox_retention: timedelta = WEEK
 
 
-async def ingest(db: Database, events: list[Any]) -> tuple[int, int]:
-    """Store each ``nudge`` event once (deduplicated on event_id), assigning the review's next seq.
+@dataclass(frozen=True)
+class Env:
+    """What the servicer and the background jobs run with."""
 
-    An event that is invalid or breaks the terminal guarantee is logged and refused, never stored,
-    and still counts as received: the relay must not retry it forever. Returns (accepted, duplicates).
-    """
-    accepted = duplicates = 0
-    bell = doorbell(db)
-    for event in events:
-        async with db.transaction() as uow:
-            if not await first_delivery(uow.conn, event.event_id):
-                duplicates += 1
-                continue
-            accepted += 1
-            stored = await _store(uow, event)
-        if stored:
-            bell.ring(stored)
-    return accepted, duplicates
+    db: Database
+    settings: Settings = field(default_factory=Settings)
 
 
-async def _store(uow: UnitOfWork, event: Any) -> str | None:
-    """Append the event's nudge; the project it became visible in, or None when refused or collapsed."""
-    if event.type != "nudge":
-        log.warning("nudge ignores event type %s (%s)", event.type, event.event_id)
-        return None
+def _incoming(requested: NudgeRequested) -> Incoming:
+    """The typed event as the domain's plain input; the payload is what the agent will read."""
+    reason = requested.WhichOneof("payload") or ""
+    return check(
+        reason,
+        as_json_object(getattr(requested, reason)) if reason else {},
+        review_id=requested.review_id,
+        org_id=requested.org_id,
+        project_id=requested.project_id,
+        agent_id=requested.agent_id,
+        category_id=requested.category_id,
+    )
+
+
+async def _store(uow: UnitOfWork, requested: NudgeRequested) -> str | None:
+    """Append the requested nudge with the review's next seq; the project it became visible in, or
+    None when refused or collapsed. An event that is invalid or breaks the terminal guarantee is
+    logged and refused, never stored, and still counts as received: the relay must not retry it
+    forever."""
     try:
-        incoming = parse(orjson.loads(event.payload))
-    except (orjson.JSONDecodeError, Invalid) as exc:
-        log.error("refused nudge event %s: %s", event.event_id, exc)
+        incoming = _incoming(requested)
+    except Invalid as exc:
+        log.error("refused nudge event for %s: %s", requested.review_id, exc)
         return None
     conn = uow.conn
     await store.lock_project(conn, incoming.project_id)
@@ -112,7 +99,7 @@ async def _store(uow: UnitOfWork, event: Any) -> str | None:
     terminal = list(head.terminal_reasons)
     why_not = refusal(incoming.reason, terminal)
     if why_not:
-        log.error("refused nudge for %s (event %s): %s", incoming.review_id, event.event_id, why_not)
+        log.error("refused nudge for %s: %s", incoming.review_id, why_not)
         return None
     seq = head.last_seq + 1
     key = collapse_key(incoming.review_id, incoming.reason, incoming.payload)
@@ -125,6 +112,49 @@ async def _store(uow: UnitOfWork, event: Any) -> str | None:
         conn, incoming, nudge_id=new_id("ndg"), seq=seq, terminal_reasons=terminal, created_at=utcnow()
     )
     return incoming.project_id
+
+
+# Each stored nudge, once committed, rings the doorbell of the project it became visible in.
+SUBSCRIPTIONS = {"nudge": Subscription(NudgeRequested, _store)}
+
+
+def on_commit(db: Database) -> Callable[[Any], None]:
+    """What ``ingest_each`` calls with a handler's result (a project id) after its commit."""
+    return doorbell(db).ring
+
+
+async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int, int]:
+    """Store each ``nudge`` event once (deduplicated on event_id), assigning the review's next seq.
+
+    Returns (accepted, duplicates), as the ``Ingest`` RPC answers them.
+    """
+    done = await ingest_each(db, map(_legacy_dict_event, events), SUBSCRIPTIONS, on_commit(db))
+    return done.accepted, done.duplicates
+
+
+def _legacy_dict_event(event: common_pb2.Event) -> common_pb2.Event:
+    """A ``nudge`` event in the envelope of contract 0.1.0-pre.6 (``{reason, ..., payload}``), rewritten as
+    the ``NudgeRequested`` it stands for; every other event as it came.
+
+    An upgrade finds such rows still waiting in review_state's outbox: without this they would be
+    dropped as unreadable, terminal nudges among them. One the typed message cannot hold is left as it
+    came, so the inbox drops it (logged). Delete once no deployment runs 0.1.0-pre.6.
+    """
+    try:
+        body = orjson.loads(event.payload)
+    except orjson.JSONDecodeError:
+        return event
+    if event.type != "nudge" or not isinstance(body, dict) or "reason" not in body:
+        return event
+    reason, payload = body.pop("reason"), body.pop("payload", {})
+    try:
+        requested = json_format.ParseDict({**body, str(reason): payload}, NudgeRequested())
+    except (json_format.ParseError, TypeError, ValueError):
+        return event
+    typed = common_pb2.Event()
+    typed.CopyFrom(event)
+    typed.payload = encode(requested).encode()
+    return typed
 
 
 def _parse_cursor(cursor: str) -> int:
@@ -147,21 +177,8 @@ def _limit(limit: int) -> int:
     return limit or LIST_LIMIT_DEFAULT
 
 
-@contextlib.asynccontextmanager
-async def _one_statement(db: Database) -> AsyncIterator[AsyncConnection]:
-    """A connection for work that is one statement, atomic by itself. On PostgreSQL it runs in
-    autocommit, two round trips fewer than BEGIN ... COMMIT (every long-poll wake, drain page and ack
-    pays them); SQLite keeps its BEGIN IMMEDIATE."""
-    if db.is_sqlite:
-        async with db.transaction() as uow:
-            yield uow.conn
-        return
-    async with db.engine.connect() as conn:
-        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
-
-
-async def _unacked(db: Database, principal: Principal, after: int, limit: int) -> list[Row[Any]]:
-    async with _one_statement(db) as conn:
+async def _unacked(db: Database, principal: Principal, after: int, limit: int) -> list[Nudge]:
+    async with store.one_statement(db) as conn:
         return await store.unacked_nudges(conn, principal, after=after, limit=limit)
 
 
@@ -174,7 +191,7 @@ async def list_events(
     """
     limit = _limit(limit)
     rows = await _unacked(db, principal, _parse_cursor(cursor), limit + 1)
-    events = [Nudge.from_row(r) for r in rows[:limit]]
+    events = rows[:limit]
     next_cursor = str(events[-1].pos) if len(rows) > limit else ""
     return events, next_cursor
 
@@ -197,7 +214,7 @@ async def wait_for_events(db: Database, principal: Principal, *, timeout_s: floa
             rows = await _unacked(db, principal, 0, limit)
             remaining = deadline - loop.time()
             if rows or remaining <= 0:
-                return [Nudge.from_row(r) for r in rows]
+                return rows
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(rung.wait(), min(remaining, RECHECK_S))
 
@@ -213,9 +230,9 @@ async def subscribe(db: Database, principal: Principal, *, cursor: str) -> Async
         while True:
             rung.clear()
             rows = await _unacked(db, principal, after, LIST_LIMIT_MAX)
-            for row in rows:
-                after = row.pos
-                yield Nudge.from_row(row), str(after)
+            for nudge in rows:
+                after = nudge.pos
+                yield nudge, str(after)
             if len(rows) < LIST_LIMIT_MAX:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(rung.wait(), RECHECK_S)
@@ -237,7 +254,7 @@ async def ack(db: Database, principal: Principal, acks: list[tuple[str, int]]) -
         if seq < 1:
             raise DomainError(Code.BAD_REQUEST, f"acks: seq {seq} of {review_id} must be at least 1.")
         wanted[review_id] = max(seq, wanted.get(review_id, 0))
-    async with _one_statement(db) as conn:
+    async with store.one_statement(db) as conn:
         # The happy path is one guarded UPDATE; only when it changes nothing (a repeated ack, or a
         # refused one) do we read the heads, to tell the two apart and name what was wrong.
         if await store.advance_cursors(conn, principal, wanted):
@@ -266,15 +283,16 @@ async def compact(db: Database, *, retention: timedelta, inbox_retention: timede
     return removed
 
 
-async def sweep_forever(
-    db: Database, *, every_s: float, retention: timedelta, inbox_retention: timedelta
-) -> None:
-    """The retention sweep: compact every ``every_s``; a failed round is logged and retried."""
+async def sweep_forever(env: Env) -> None:
+    """The retention sweep: compact every ``compact_every_s``; a failed round is logged and retried."""
+    settings = env.settings
     while True:
         try:
-            removed = await compact(db, retention=retention, inbox_retention=inbox_retention)
+            removed = await compact(
+                env.db, retention=settings.retention, inbox_retention=settings.inbox_retention
+            )
             if removed:
                 log.info("compacted %d acked nudges", removed)
         except Exception:
             log.exception("nudge compaction round failed")
-        await asyncio.sleep(every_s)
+        await asyncio.sleep(settings.compact_every_s)

@@ -4,17 +4,20 @@ terminal guarantee and the ``front_run_next`` collapse outlive the nudges they g
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
-from reviewloop.storage.schema import BigId, Json, insert_ignore, new_metadata
+from reviewloop.storage import Database
+from reviewloop.storage.schema import BigId, Json, UtcDateTime, insert_ignore, new_metadata
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy import (
     BigInteger,
     Column,
     ColumnElement,
-    DateTime,
     Index,
     Row,
     String,
@@ -52,7 +55,7 @@ nudges = Table(
     Column("reason", String(40), nullable=False),
     Column("payload", Text, nullable=False),
     Column("category_id", String(40), nullable=False, server_default=""),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
     UniqueConstraint("review_id", "seq"),
     Index("ix_nudges_created_at", "created_at"),
 )
@@ -93,6 +96,52 @@ collapse_keys = Table(
     Column("review_id", String(40), nullable=False),
     Column("seq", BigInteger, nullable=False),
 )
+
+
+@dataclass(frozen=True)
+class Nudge:
+    """A stored nudge as its reader gets it."""
+
+    pos: int
+    seq: int
+    id: str
+    reason: str
+    review_id: str
+    category_id: str
+    # The stored JSON object, passed through as text: the servicer never re-encodes it.
+    payload_json: str
+    created_at: datetime
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = orjson.loads(self.payload_json)
+        return payload
+
+
+def _nudge(row: Row[Any]) -> Nudge:
+    return Nudge(
+        pos=row.pos,
+        seq=row.seq,
+        id=row.id,
+        reason=row.reason,
+        review_id=row.review_id,
+        category_id=row.category_id,
+        payload_json=row.payload,
+        created_at=row.created_at,
+    )
+
+
+@contextlib.asynccontextmanager
+async def one_statement(db: Database) -> AsyncIterator[AsyncConnection]:
+    """A connection for work that is one statement, atomic by itself. On PostgreSQL it runs in
+    autocommit, two round trips fewer than BEGIN ... COMMIT (every long-poll wake, drain page and ack
+    pays them); SQLite keeps its BEGIN IMMEDIATE."""
+    if db.is_sqlite:
+        async with db.transaction() as uow:
+            yield uow.conn
+        return
+    async with db.engine.connect() as conn:
+        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def visible_to(principal: Principal) -> ColumnElement[bool]:
@@ -189,7 +238,7 @@ async def append(
 
 async def unacked_nudges(
     conn: AsyncConnection, principal: Principal, *, after: int, limit: int
-) -> list[Row[Any]]:
+) -> list[Nudge]:
     """Up to ``limit`` un-acked nudges visible to ``principal`` with ``pos > after``, oldest first."""
     scope = and_(unacked.c.org_id == principal.org_id, unacked.c.project_id == principal.project_id)
     if principal.actor_kind is ActorKind.AGENT:
@@ -201,7 +250,7 @@ async def unacked_nudges(
         .order_by(unacked.c.pos)
         .limit(limit)
     )
-    return list((await conn.execute(query)).all())
+    return [_nudge(row) for row in await conn.execute(query)]
 
 
 async def heads_of(conn: AsyncConnection, principal: Principal, review_ids: list[str]) -> dict[str, int]:

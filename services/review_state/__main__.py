@@ -8,19 +8,24 @@ from typing import Any
 
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.rules.v1 import rules_pb2
-from reviewloop.service import Peers, ServiceSpec, main
+from reviewloop.service import Peers, Registration, ServiceSpec, main
 from reviewloop.storage import Database
 
 from review_state import app
-from review_state.server import make_env, servicers
+from review_state.bootstrap import env_for
+from review_state.server import registrations
 from review_state.store import metadata
 
 log = logging.getLogger(__name__)
 
 
+def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
+    return registrations(env_for(db, peers))
+
+
 def background(db: Database, peers: Peers) -> Sequence[Callable[[], Coroutine[Any, Any, None]]]:
     """The reconciliation sweep: parked send attempts are recovered by Message-ID, never resent."""
-    env = make_env(db, peers)
+    env = env_for(db, peers)
 
     async def sweep() -> None:
         while True:

@@ -3,48 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import grpc
 import orjson
-from google.protobuf.timestamp_pb2 import Timestamp
+from reviewloop import service
 from reviewloop.common.v1 import common_pb2
-from reviewloop.config import data_dir
 from reviewloop.errors import Code, DomainError
+from reviewloop.protoconv import enum_name, required_enum, stamp, to_enum
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
-from reviewloop.service import Peers, Registration
-from reviewloop.storage import Database
+from reviewloop.service import Registration
 from reviewloop.tenancy import Principal
 
-from review_state import app
-from review_state.app import Decision, Env, Revision, Settings
-from review_state.clients import GrpcCollaborators
-from review_state.delivery import provider_from_env
+from review_state import app, store
+from review_state.app import Decision, Env, Revision
 from review_state.domain.machine import CLOSED, State
+from review_state.domain.review import Review, Turn
 from review_state.domain.submission import Attachment, Draft
-from review_state.store import Review, Turn
 
-_KINDS = {
-    "send": review_pb2.MESSAGE_KIND_SEND,
-    "reply": review_pb2.MESSAGE_KIND_REPLY,
-    "forward": review_pb2.MESSAGE_KIND_FORWARD,
-}
-_KIND_NAMES = {v: k for k, v in _KINDS.items()}
+if TYPE_CHECKING:
+    Context = grpc.aio.ServicerContext[Any, Any]
+
+_KIND, _STATE = "MESSAGE_KIND_", "REVIEW_STATE_"
 
 
 def _state_to_proto(state: State) -> review_pb2.ReviewState.ValueType:
-    return review_pb2.ReviewState.Value(f"REVIEW_STATE_{state.name}")
-
-
-def _state_from_proto(value: review_pb2.ReviewState.ValueType) -> str:
-    name = review_pb2.ReviewState.Name(value)
-    return State[name.removeprefix("REVIEW_STATE_")].value
-
-
-def _timestamp(value: object) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(value)  # type: ignore[arg-type]
-    return stamp
+    return review_pb2.ReviewState.ValueType(to_enum(review_pb2.ReviewState, _STATE, state.value))
 
 
 def turn_to_proto(turn: Turn) -> review_pb2.Turn:
@@ -57,7 +41,7 @@ def turn_to_proto(turn: Turn) -> review_pb2.Turn:
         revision=turn.revision,
         action=turn.action,
         diff_json=orjson.dumps(turn.diff_json).decode() if turn.diff_json is not None else "",
-        created_at=_timestamp(turn.created_at),
+        created_at=stamp(turn.created_at),
     )
 
 
@@ -68,7 +52,7 @@ def review_to_proto(review: Review, turns: Sequence[Turn] = ()) -> review_pb2.Re
         project_id=review.project_id,
         agent_id=review.agent_id,
         category_id=review.category_id,
-        kind=_KINDS[review.kind],
+        kind=review_pb2.MessageKind.ValueType(to_enum(review_pb2.MessageKind, _KIND, review.kind)),
         state=_state_to_proto(review.state),
         revision=review.revision,
         version=review.version,
@@ -78,8 +62,8 @@ def review_to_proto(review: Review, turns: Sequence[Turn] = ()) -> review_pb2.Re
         bcc=review.bcc,
         subject=review.subject,
         body_text=review.body_text,
-        created_at=_timestamp(review.created_at),
-        updated_at=_timestamp(review.updated_at),
+        created_at=stamp(review.created_at),
+        updated_at=stamp(review.updated_at),
         headers=review.headers,
         attachments=[_attachment_to_proto(a) for a in review.attachments],
         from_address=review.from_address,
@@ -110,7 +94,7 @@ def review_to_proto(review: Review, turns: Sequence[Turn] = ()) -> review_pb2.Re
     for name in ("decided_at", "sent_at"):
         value = getattr(review, name)
         if value is not None:
-            getattr(message, name).CopyFrom(_timestamp(value))
+            getattr(message, name).CopyFrom(stamp(value))
     return message
 
 
@@ -137,6 +121,10 @@ def _intent(message: Any, has: bool) -> dict[str, object] | None:
             raise DomainError(Code.BAD_REQUEST, "/intent/meta: must be a JSON object")
         intent["meta"] = meta
     return intent
+
+
+def _contact(contact: store.Contact) -> review_pb2.Contact:
+    return review_pb2.Contact(address=contact.address, blocked=contact.blocked, suppressed=contact.suppressed)
 
 
 def _optional(message: Any, name: str) -> Any:
@@ -166,11 +154,9 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     def __init__(self, env: Env) -> None:
         self.env = env
 
-    async def Submit(
-        self, request: review_pb2.SubmitRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.SubmitResponse:
-        kind = _KIND_NAMES.get(request.kind)
-        if kind is None:
+    async def Submit(self, request: review_pb2.SubmitRequest, context: Context) -> review_pb2.SubmitResponse:
+        kind = enum_name(review_pb2.MessageKind, _KIND, request.kind)
+        if not kind:
             raise DomainError(Code.BAD_REQUEST, "kind must be send, reply or forward.")
         draft = Draft(
             to=list(request.to),
@@ -197,21 +183,19 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_pb2.SubmitResponse(status=status, review=review_to_proto(review))
 
-    async def GetReview(
-        self, request: review_pb2.GetReviewRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def GetReview(self, request: review_pb2.GetReviewRequest, context: Context) -> review_pb2.Review:
         review, turns = await app.get_review(
             self.env, Principal.from_proto(request.principal), request.review_id
         )
         return review_to_proto(review, turns)
 
     async def ListReviews(
-        self, request: review_pb2.ListReviewsRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.ListReviewsRequest, context: Context
     ) -> review_pb2.ListReviewsResponse:
         reviews, next_cursor = await app.list_reviews(
             self.env,
             Principal.from_proto(request.principal),
-            states=[_state_from_proto(s) for s in request.states],
+            states=[required_enum(review_pb2.ReviewState, _STATE, s, "/states") for s in request.states],
             agent_id=request.agent_id,
             category_id=request.category_id,
             cursor=request.cursor,
@@ -221,9 +205,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor
         )
 
-    async def Cancel(
-        self, request: review_pb2.CancelRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def Cancel(self, request: review_pb2.CancelRequest, context: Context) -> review_pb2.Review:
         review = await app.cancel(
             self.env,
             Principal.from_proto(request.principal),
@@ -234,7 +216,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         return review_to_proto(review)
 
     async def SubmitRevision(
-        self, request: review_pb2.SubmitRevisionRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.SubmitRevisionRequest, context: Context
     ) -> review_pb2.Review:
         def addresses(name: Literal["to", "cc", "bcc"]) -> list[str] | None:
             return list(getattr(request, name).addresses) if request.HasField(name) else None
@@ -263,9 +245,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_to_proto(review)
 
-    async def Restamp(
-        self, request: review_pb2.RestampRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def Restamp(self, request: review_pb2.RestampRequest, context: Context) -> review_pb2.Review:
         review = await app.restamp(
             self.env,
             Principal.from_proto(request.principal),
@@ -277,7 +257,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         return review_to_proto(review)
 
     async def PostChat(
-        self, request: review_pb2.PostChatRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.PostChatRequest, context: Context
     ) -> review_pb2.PostChatResponse:
         review, turn = await app.post_chat(
             self.env,
@@ -288,9 +268,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_pb2.PostChatResponse(review=review_to_proto(review), turn=turn_to_proto(turn))
 
-    async def Open(
-        self, request: review_pb2.OpenRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def Open(self, request: review_pb2.OpenRequest, context: Context) -> review_pb2.Review:
         review = await app.open_review(
             self.env,
             Principal.from_proto(request.principal),
@@ -301,9 +279,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
         return review_to_proto(review)
 
-    async def Decide(
-        self, request: review_pb2.DecideRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Review:
+    async def Decide(self, request: review_pb2.DecideRequest, context: Context) -> review_pb2.Review:
         review = await app.decide(
             self.env,
             Principal.from_proto(request.principal),
@@ -314,7 +290,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         return review_to_proto(review)
 
     async def ReviewerDecide(
-        self, request: review_pb2.DecideRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.DecideRequest, context: Context
     ) -> review_pb2.ReviewerDecision:
         result = await app.reviewer_decide(
             self.env,
@@ -338,7 +314,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
 
     async def GetFeedback(
-        self, request: review_pb2.GetFeedbackRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.GetFeedbackRequest, context: Context
     ) -> review_pb2.Feedback:
         feedback = await app.get_feedback(
             self.env, Principal.from_proto(request.principal), request.review_id
@@ -356,7 +332,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
 
     async def RecordInbound(
-        self, request: review_pb2.RecordInboundRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.RecordInboundRequest, context: Context
     ) -> review_pb2.InboundMessage:
         message = await app.record_inbound(
             self.env,
@@ -373,52 +349,40 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         )
 
     async def GetReviewPolicy(
-        self, request: review_pb2.GetReviewPolicyRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.GetReviewPolicyRequest, context: Context
     ) -> review_pb2.ReviewPolicy:
         policy, source = await app.get_policy(self.env, Principal.from_proto(request.principal))
         return review_pb2.ReviewPolicy(policy=policy, source=source)
 
     async def SetReviewPolicy(
-        self, request: review_pb2.SetReviewPolicyRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.SetReviewPolicyRequest, context: Context
     ) -> review_pb2.ReviewPolicy:
         policy, source = await app.set_policy(
             self.env, Principal.from_proto(request.principal), request.policy
         )
         return review_pb2.ReviewPolicy(policy=policy, source=source)
 
-    async def AddBlock(
-        self, request: review_pb2.ContactRequest, context: grpc.aio.ServicerContext
-    ) -> review_pb2.Contact:
-        contact = await app.flag_contact(
-            self.env, Principal.from_proto(request.principal), request.address, "blocked"
-        )
-        return review_pb2.Contact(**contact)
+    async def AddBlock(self, request: review_pb2.ContactRequest, context: Context) -> review_pb2.Contact:
+        contact = await app.add_block(self.env, Principal.from_proto(request.principal), request.address)
+        return _contact(contact)
 
     async def AddSuppression(
-        self, request: review_pb2.ContactRequest, context: grpc.aio.ServicerContext
+        self, request: review_pb2.ContactRequest, context: Context
     ) -> review_pb2.Contact:
-        contact = await app.flag_contact(
-            self.env, Principal.from_proto(request.principal), request.address, "suppressed"
+        contact = await app.add_suppression(
+            self.env, Principal.from_proto(request.principal), request.address
         )
-        return review_pb2.Contact(**contact)
+        return _contact(contact)
 
-    async def Ingest(
-        self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
-    ) -> common_pb2.IngestResponse:
-        accepted, duplicates = await app.ingest(self.env, list(request.events))
-        return common_pb2.IngestResponse(accepted=accepted, duplicates=duplicates)
+    async def Ingest(self, request: common_pb2.IngestRequest, context: Context) -> common_pb2.IngestResponse:
+        return await service.ingest(self.env.db, request, app.SUBSCRIPTIONS)
 
 
-def make_env(db: Database, peers: Peers) -> Env:
-    """The production wiring: peers over gRPC, the provider from REVIEWLOOP_SMTP_URL or the .eml outbox."""
-    return Env(db, GrpcCollaborators(peers), provider_from_env(data_dir()), Settings.from_env())
-
-
-def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
+def registrations(env: Env) -> Sequence[Registration]:
     return [
         (
             review_pb2_grpc.add_ReviewStateServiceServicer_to_server,
-            ReviewStateServicer(make_env(db, peers)),
-            "reviewloop.review.v1.ReviewStateService",
+            ReviewStateServicer(env),
+            review_pb2.DESCRIPTOR.services_by_name["ReviewStateService"].full_name,
         )
     ]

@@ -5,12 +5,17 @@ from pathlib import Path
 from typing import Any
 
 from reviewloop.review.v1 import review_pb2
-from reviewloop.service import Peers, ServiceSpec, main
+from reviewloop.service import Peers, Registration, ServiceSpec, main
 from reviewloop.storage import Database
 
+from rules import server
 from rules.app import ensure_token_key
-from rules.server import servicers
+from rules.bootstrap import bootstrap
 from rules.store import metadata
+
+
+def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
+    return server.servicers(bootstrap(db))
 
 
 def background(db: Database, peers: Peers) -> Sequence[Callable[[], Coroutine[Any, Any, None]]]:

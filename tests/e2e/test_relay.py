@@ -6,10 +6,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
-import orjson
 import pytest
 from reviewloop.common.v1 import common_pb2
 from reviewloop.nudge.v1 import nudge_pb2_grpc
+from reviewloop.review.v1.events_pb2 import NudgeRequested
+from reviewloop.storage.codec import encode
 from stack.launcher import Stack
 
 from tests.conftest import Api, Databases, draft, start_stack
@@ -57,17 +58,16 @@ async def test_a_redelivered_event_is_stored_once(stack: Stack) -> None:
         event_id="evt_01JREDELIVERED0000000000" + str(len(key["agent_id"]) % 10),
         aggregate_id="rr_01JREDELIVEREDREVIEW00000",
         type="nudge",
-        payload=orjson.dumps(
-            {
-                "reason": "rejected",
-                "review_id": "rr_01JREDELIVEREDREVIEW00000",
-                "org_id": key["org_id"],
-                "project_id": key["project_id"],
-                "agent_id": key["agent_id"],
-                "category_id": "",
-                "payload": {"state": "rejected"},
-            }
-        ),
+        payload=encode(
+            NudgeRequested(
+                review_id="rr_01JREDELIVEREDREVIEW00000",
+                org_id=key["org_id"],
+                project_id=key["project_id"],
+                agent_id=key["agent_id"],
+                category_id="",
+                rejected=NudgeRequested.Rejected(revision=1, feedback="too long", by="human"),
+            )
+        ).encode(),
     )
     async with grpc.aio.insecure_channel(stack.address("nudge")) as channel:
         stub = nudge_pb2_grpc.NudgeServiceStub(channel)

@@ -8,15 +8,18 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+import orjson
 import pytest
+from google.protobuf.message import Message
 from nudge import app, store
 from nudge.__main__ import SPEC
 from reviewloop.errors import Code, DomainError
 from reviewloop.service import Peers, ServiceSpec
 from reviewloop.storage import Database
+from reviewloop.storage.codec import as_json_object
 from reviewloop.tenancy import ActorKind, Principal
 
-from tests.nudge.factory import AGENT, PAYLOADS, event, raw
+from tests.nudge.factory import AGENT, PAYLOADS, N, changed, envelope, event, foreign, raw
 from tests.nudge.factory import body as event_body
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
@@ -82,7 +85,7 @@ async def test_front_run_next_collapses_per_parent_revision(open_db: OpenDb) -> 
         [
             event("rr_d", "cancelled"),
             *(event("rr_d", "front_run_next", hammer) for _ in range(3)),
-            event("rr_d", "front_run_next", {**hammer, "your_parent_revision": 2}),
+            event("rr_d", "front_run_next", changed(hammer, your_parent_revision=2)),
         ],
     )
     assert await reasons(db) == [
@@ -109,23 +112,23 @@ async def test_redelivery_is_stored_once(open_db: OpenDb) -> None:
 @pytest.mark.parametrize(
     ("reason", "payload"),
     [
-        ("sent", {**PAYLOADS["sent"], "message_id": ""}),
-        ("sent", {**PAYLOADS["sent"], "state": "auto_sent"}),  # auto_sent is the direct / graduated flavour
-        ("sent", {**PAYLOADS["sent"], "thread_ref": ""}),
-        ("sent", {**PAYLOADS["sent"], "sent_at": "yesterday"}),
-        ("sent", {k: v for k, v in PAYLOADS["sent"].items() if k != "decision"}),
-        ("send_failed", {**PAYLOADS["send_failed"], "agent_retryable": True}),
-        ("send_failed", {**PAYLOADS["send_failed"], "from_state": "sending"}),
-        ("propagate_general_rule", {**PAYLOADS["propagate_general_rule"], "suggested_batch": 0}),
-        ("propagate_general_rule", {"rule": {"id": "rule_1"}}),
-        ("rejected", ["not", "an", "object"]),
+        ("sent", changed(PAYLOADS["sent"], message_id="")),
+        ("sent", changed(PAYLOADS["sent"], state="auto_sent")),  # auto_sent is the direct / graduated flavour
+        ("sent", changed(PAYLOADS["sent"], thread_ref="")),
+        ("sent", changed(PAYLOADS["sent"], sent_at="yesterday")),
+        ("sent", changed(PAYLOADS["sent"], drop=("decision",))),
+        ("send_failed", changed(PAYLOADS["send_failed"], agent_retryable=True)),
+        ("send_failed", changed(PAYLOADS["send_failed"], from_state="sending")),
+        ("propagate_general_rule", changed(PAYLOADS["propagate_general_rule"], suggested_batch=0)),
+        ("propagate_general_rule", N.PropagateGeneralRule(rule=N.RuleRef(id="rule_1"))),
+        ("rejected", foreign("rr_i", "rejected", ["not", "an", "object"])),
     ],
 )
 async def test_an_invalid_payload_is_refused_but_acknowledged(
-    open_db: OpenDb, reason: str, payload: object
+    open_db: OpenDb, reason: str, payload: Message | bytes
 ) -> None:
     db = await open_db(SPEC)
-    bad = raw(event_body("rr_i", reason, payload))  # type: ignore[arg-type]
+    bad = raw(payload if isinstance(payload, bytes) else event_body("rr_i", reason, payload))
     assert await app.ingest(db, [bad]) == (1, 0)
     assert await app.ingest(db, [bad]) == (0, 1)  # the relay's retry is a duplicate, not a loop
     assert await stored(db, "rr_i") == []
@@ -136,10 +139,11 @@ async def test_a_malformed_envelope_never_crashes_ingest(open_db: OpenDb) -> Non
     envelopes: list[object] = [
         b"{not json",
         [1, 2],
-        {**event_body("rr_j", "rejected"), "reason": "exploded"},
-        {k: v for k, v in event_body("rr_j", "rejected").items() if k != "review_id"},
-        {**event_body("rr_j", "rejected"), "agent_id": "agt_" + "x" * 60},
-        {**event_body("rr_j", "rejected"), "project_id": 7},
+        foreign("rr_j", "exploded"),
+        changed(event_body("rr_j", "rejected"), review_id=""),
+        changed(event_body("rr_j", "rejected"), agent_id="agt_" + "x" * 60),
+        orjson.dumps({**as_json_object(event_body("rr_j", "rejected")), "project_id": 7}),
+        envelope("rr_j"),  # no payload, so no reason
     ]
     assert await app.ingest(db, [raw(e) for e in envelopes]) == (len(envelopes), 0)
     assert await app.ingest(db, [raw(event_body("rr_j", "rejected"), type_="review_outcome")]) == (1, 0)
@@ -246,7 +250,7 @@ async def test_compaction_drops_only_acked_nudges_and_the_guarantee_survives(ope
             event("rr_q", "redraft_requested"),
             event("rr_q", "sent"),
             event("rr_q", "front_run_next", hammer),
-            event("rr_q", "front_run_next", {**hammer, "your_parent_revision": 4}),
+            event("rr_q", "front_run_next", changed(hammer, your_parent_revision=4)),
         ],
     )
     assert await reasons(db) == [("rr_r", "rejected", 1), ("rr_q", "front_run_next", 4)]
@@ -272,3 +276,21 @@ async def test_the_service_sweep_compacts_acked_nudges(
         await asyncio.gather(*jobs, return_exceptions=True)
     assert await stored(db, "rr_u") == []
     assert await stored(db, "rr_v") == [("rejected", 1)]
+
+
+async def test_a_nudge_in_the_envelope_of_an_older_release_is_stored_as_its_typed_twin(
+    open_db: OpenDb,
+) -> None:
+    # An upgrade finds rows that review_state 0.1.0-pre.6 wrote ({reason, ..., payload}) still in its outbox.
+    db = await open_db(SPEC)
+    typed = event_body("rr_old", "rejected")
+    older = {
+        **as_json_object(envelope("rr_old")),
+        "reason": "rejected",
+        "payload": {"revision": 1, "feedback": "too long", "by": "human"},
+    }
+    assert await app.ingest(db, [raw(older, aggregate_id="rr_old")]) == (1, 0)
+    events, _ = await app.list_events(db, AGENT, limit=10, cursor="")
+    assert [(e.reason, orjson.loads(e.payload_json)) for e in events] == [
+        ("rejected", as_json_object(typed.rejected))
+    ]

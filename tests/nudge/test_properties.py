@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nudge import app, store
@@ -20,7 +21,7 @@ from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database
 from reviewloop.tenancy import ActorKind, Principal
 
-from tests.nudge.factory import PAYLOADS, event
+from tests.nudge.factory import PAYLOADS, changed, event
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 REVIEWS = 3
@@ -44,13 +45,11 @@ async def db(open_db: OpenDb) -> Database:
     return await open_db(SPEC)
 
 
-def payload(reason: str, parent_revision: int, state: str) -> dict[str, Any]:
+def payload(reason: str, parent_revision: int, state: str) -> Message | None:
     if reason != "front_run_next":
-        return PAYLOADS[reason]
-    body: dict[str, Any] = {**PAYLOADS[reason], "state": state, "your_parent_revision": parent_revision}
-    if state == "sent":
-        body["sent_message_id"] = "msg_1"
-    return body
+        return None  # the reason's usual payload
+    sent_message_id = {"sent_message_id": "msg_1"} if state == "sent" else {}
+    return changed(PAYLOADS[reason], state=state, your_parent_revision=parent_revision, **sent_message_id)
 
 
 def collapse_identity(stored_payload: str) -> str:

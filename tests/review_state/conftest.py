@@ -14,12 +14,13 @@ from review_state import app
 from review_state.__main__ import SPEC
 from review_state.app import Env, Settings
 from review_state.clients import CategoryInfo, DiffResult, TokenCheck
-from review_state.delivery import EmlProvider, OutcomeUnknown, Refused
+from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
-from review_state.store import Review
+from review_state.providers import EmlProvider, OutcomeUnknown, Refused
 from reviewloop.errors import Code, DomainError
+from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database
+from reviewloop.storage import Database, codec
 from reviewloop.storage.schema import OUTBOX
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy import select
@@ -177,7 +178,21 @@ async def outbox(env: Env, destination: str = "nudge") -> list[dict[str, Any]]:
                 select(OUTBOX).where(OUTBOX.c.destination == destination).order_by(OUTBOX.c.id)
             )
         ).all()
-    return [orjson.loads(r.payload) for r in rows]
+    return [_as_read(destination, r.payload) for r in rows]
+
+
+def _as_read(destination: str, payload: str) -> dict[str, Any]:
+    """A typed event as its consumer reads it: a nudge's reason is its payload's name."""
+    if destination == "rules":
+        return codec.as_json_object(codec.decode(payload, ReviewOutcome))
+    nudge = codec.decode(payload, NudgeRequested)
+    reason = nudge.WhichOneof("payload")
+    assert reason is not None
+    return {
+        "reason": reason,
+        **{k: v for k, v in codec.as_json_object(nudge).items() if k != reason},
+        "payload": codec.as_json_object(getattr(nudge, reason)),
+    }
 
 
 async def reasons(env: Env, review_id: str) -> list[str]:

@@ -196,7 +196,8 @@ async def test_restamp_records_the_new_high_water_without_a_new_revision(env: En
 async def test_console_verbs_take_an_admin(env: Env) -> None:
     for call in (
         app.set_policy(env, HUMAN, "allow_direct"),
-        app.flag_contact(env, AGENT, "x@y.com", "blocked"),
+        app.add_block(env, AGENT, "x@y.com"),
+        app.add_suppression(env, AGENT, "x@y.com"),
         app.record_inbound(
             env, AGENT, from_address="a@b.com", to=["c@d.com"], cc=[], subject="s", body_text="b", headers={}
         ),

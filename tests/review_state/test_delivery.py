@@ -15,7 +15,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from review_state import app
 from review_state.app import Decision, Env
-from review_state.delivery import SmtpProvider, parse_smtp_url
+from review_state.providers import SmtpProvider, parse_smtp_url
 from reviewloop.errors import Code, DomainError
 from stack.launcher import free_port
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from review_state.domain.machine import (
     CLOSED,
+    NUDGES,
     TERMINAL,
     TRANSITIONS,
     Actor,
+    Reason,
     State,
     Verb,
     allowed_actions,
@@ -63,9 +67,9 @@ def test_nothing_leaves_a_terminal_state_and_failed_only_closes_out() -> None:
 def test_a_hinted_verb_never_409s_and_an_unhinted_one_always_does(
     state: State, actor: Actor, verb: Verb, revision: int, parent: int
 ) -> None:
-    kwargs = dict(state=state, verb=verb, actor=actor, revision=revision, version=3, parent_revision=parent)
+    review = SimpleNamespace(state=state, revision=revision, version=3, message_id=None)
     try:
-        target = check_transition(**kwargs)  # type: ignore[arg-type]
+        target = check_transition(review, verb, actor, parent_revision=parent)  # type: ignore[arg-type]
     except DomainError as error:
         assert error.allowed_actions, "a 409 always carries hints"
         if state in TERMINAL:
@@ -90,3 +94,21 @@ def test_a_hinted_verb_never_409s_and_an_unhinted_one_always_does(
 
 def test_only_the_platform_resolves_approved() -> None:
     assert {key[2] for key in TRANSITIONS if key[0] is State.APPROVED} == {Actor.SYSTEM}
+
+
+def test_every_nudging_edge_is_an_edge_of_the_table() -> None:
+    assert set(NUDGES) <= {(verb, actor) for (_, verb, actor) in TRANSITIONS}
+
+
+def test_every_edge_into_a_closed_state_emits_its_terminal_nudge() -> None:
+    terminal = {State.SENT: Reason.SENT, State.AUTO_SENT: Reason.SENT, State.FAILED: Reason.SEND_FAILED}
+    for (_, verb, actor), target in TRANSITIONS.items():
+        if target in CLOSED:
+            assert NUDGES.get((verb, actor)) is terminal.get(target, Reason.CANCELLED), (verb, actor)
+
+
+def test_an_edge_into_approved_emits_nothing() -> None:
+    # `approved` is transient; its terminal nudge is the delivery's (spec 000: `approved` is reserved).
+    for (_, verb, actor), target in TRANSITIONS.items():
+        if target is State.APPROVED:
+            assert (verb, actor) not in NUDGES

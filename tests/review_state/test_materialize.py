@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from review_state import app
 from review_state.app import Decision, Env
+from review_state.domain.review import Review
 from review_state.domain.submission import Attachment, Draft, forward_subject, reply_subject
+from review_state.store import Message
 from reviewloop.errors import Code, DomainError
 
 from tests.review_state.conftest import ADMIN, AGENT, HUMAN, INTENT, outbox
@@ -27,7 +29,7 @@ def test_forward_subject_is_never_fwd_fwd() -> None:
     assert forward_subject("Fwd: FW: Q3") == "Fwd: Q3"
 
 
-async def _inbound(env: Env, **headers: str) -> app.store.Message:
+async def _inbound(env: Env, **headers: str) -> Message:
     return await app.record_inbound(
         env,
         ADMIN,
@@ -40,7 +42,7 @@ async def _inbound(env: Env, **headers: str) -> app.store.Message:
     )
 
 
-async def _approve(env: Env, review_id: str) -> app.store.Review:
+async def _approve(env: Env, review_id: str) -> Review:
     review, _ = await app.get_review(env, HUMAN, review_id)
     review = await app.open_review(env, HUMAN, review.id, review.revision, review.version)
     return await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))

@@ -7,7 +7,9 @@ from datetime import timedelta
 
 import pytest
 from review_state import app
-from review_state.app import Env, Settings
+from review_state.app import Env
+from review_state.bootstrap import settings_from_env
+from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
 from reviewloop.errors import Code, DomainError
 
@@ -16,7 +18,7 @@ from tests.review_state.conftest import ADMIN, AGENT, DRAFT, outbox, peers
 NO_INTENT = Draft(**{**DRAFT.__dict__, "intent": None})
 
 
-async def _submit(env: Env, draft: Draft = DRAFT, **kwargs: object) -> tuple[str, app.store.Review]:
+async def _submit(env: Env, draft: Draft = DRAFT, **kwargs: object) -> tuple[str, Review]:
     return await app.submit(
         env,
         AGENT,
@@ -140,8 +142,8 @@ async def test_a_peer_that_is_down_fails_closed_with_nothing_written(env: Env) -
 
 
 async def test_blocks_suppression_and_quota_come_before_the_intent_gate(env: Env) -> None:
-    await app.flag_contact(env, ADMIN, "Blocked@Acme.com", "blocked")
-    await app.flag_contact(env, ADMIN, "gone@acme.com", "suppressed")
+    await app.add_block(env, ADMIN, "Blocked@Acme.com")
+    await app.add_suppression(env, ADMIN, "gone@acme.com")
     for address, code in (
         ("blocked@acme.com", Code.RECIPIENT_BLOCKED),
         ("gone@acme.com", Code.RECIPIENT_SUPPRESSED),
@@ -164,7 +166,7 @@ async def test_a_block_added_after_approval_fails_the_delivery(env: Env) -> None
     from tests.review_state.conftest import HUMAN, opened, reasons
 
     review = await opened(env)
-    await app.flag_contact(env, ADMIN, "vp@acme.com", "blocked")
+    await app.add_block(env, ADMIN, "vp@acme.com")
     failed = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
     assert failed.state.value == "failed" and failed.send_error and "recipient_blocked" in failed.send_error
     closed = await app.cancel(env, AGENT, review.id, failed.revision, "")
@@ -173,7 +175,7 @@ async def test_a_block_added_after_approval_fails_the_delivery(env: Env) -> None
 
 
 def test_settings_read_the_environment() -> None:
-    settings = Settings.from_env(
+    settings = settings_from_env(
         {"REVIEWLOOP_OUTBOUND_QUOTA_PER_DAY": "5", "REVIEWLOOP_RECONCILE_AFTER_S": "2"}
     )
     assert settings.outbound_quota_per_day == 5 and settings.reconcile_after == timedelta(seconds=2)

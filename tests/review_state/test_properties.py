@@ -94,13 +94,7 @@ async def test_random_verb_sequences_by_random_actors(
             hinted = [v for v in error.allowed_actions if v not in ("get_review", "list_review_events")]
             for hint in hinted:  # every hinted verb passes the table with the current facts...
                 check_transition(
-                    state=now.state,
-                    verb=Verb(hint),
-                    actor=actor,
-                    revision=now.revision,
-                    version=now.version,
-                    parent_revision=now.revision,
-                    expected_version=now.version,
+                    now, Verb(hint), actor, parent_revision=now.revision, expected_version=now.version
                 )
             if hinted:  # ...and really succeeds
                 provider(env).mode = "ok"

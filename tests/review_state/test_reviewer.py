@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 from review_state import app
 from review_state.app import Decision, Env
+from review_state.domain.review import Review
 from review_state.domain.submission import Dial
 from reviewloop.errors import Code, DomainError
 
 from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, REVIEWER, peers, queued, reasons
 
 
-async def _confident(env: Env) -> app.store.Review:
+async def _confident(env: Env) -> Review:
     _, review = await app.submit(
         env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
     )

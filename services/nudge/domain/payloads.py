@@ -1,10 +1,12 @@
 """What a producer's ``nudge`` event must carry, checked before anything is stored.
 
-The envelope is review_state's outbox payload ``{reason, review_id, org_id, project_id, agent_id,
-category_id, payload}``. Each reason's payload is checked against spec 000's example of it where the
-spec shows one (``sent`` in both flavours, ``send_failed``, ``front_run_next``,
-``propagate_general_rule``); the other reasons need only a JSON object. An invalid event is refused
-with the reason why, never stored, and never allowed to crash the relay that delivered it.
+The envelope is review_state's ``NudgeRequested``: review_id, org_id, project_id, agent_id,
+category_id, and the payload set under the reason's name. The app hands it over as plain values, the
+payload as the JSON object the agent will read. Each reason's payload is checked against spec 000's
+example of it where the spec shows one (``sent`` in both flavours, ``send_failed``,
+``front_run_next``, ``propagate_general_rule``); the message's types already hold for the others. An
+invalid event is refused with the reason why, never stored, and never allowed to crash the relay that
+delivered it.
 """
 
 from __future__ import annotations
@@ -38,11 +40,8 @@ class Incoming:
     payload: dict[str, Any]
 
 
-def _id(body: dict[str, Any], key: str, *, required: bool = True) -> str:
-    value = body.get(key, "")
-    if value is None:
-        value = ""
-    if not isinstance(value, str) or len(value) > ID_MAX or (required and not value):
+def _id(value: str, key: str, *, required: bool = True) -> str:
+    if len(value) > ID_MAX or (required and not value):
         raise Invalid(f"{key} must be a non-empty string of at most {ID_MAX} characters")
     return value
 
@@ -131,26 +130,35 @@ PAYLOAD_CHECKS: dict[Reason, Callable[[dict[str, Any]], None]] = {
 }
 
 
-def parse(body: object) -> Incoming:
-    """The producer's event as an ``Incoming`` nudge, or ``Invalid`` saying what is wrong with it."""
-    if not isinstance(body, dict):
-        raise Invalid("the event payload must be a JSON object")
+def check(
+    reason: str,
+    payload: dict[str, Any],
+    *,
+    review_id: str,
+    org_id: str,
+    project_id: str,
+    agent_id: str,
+    category_id: str,
+) -> Incoming:
+    """The producer's nudge as an ``Incoming``, or ``Invalid`` saying what is wrong with it.
+
+    ``reason`` is the name the event's payload is set under ("" when none is set).
+    """
+    if not reason:
+        raise Invalid("the event names no reason: no payload is set")
     try:
-        reason = Reason(str(body.get("reason")))
+        known = Reason(reason)
     except ValueError as exc:
-        raise Invalid(f"unknown reason {body.get('reason')!r}") from exc
-    payload = body.get("payload", {})
-    if not isinstance(payload, dict):
-        raise Invalid("payload must be a JSON object")
-    check = PAYLOAD_CHECKS.get(reason)
-    if check:
-        check(payload)
+        raise Invalid(f"unknown reason {reason!r}") from exc
+    payload_check = PAYLOAD_CHECKS.get(known)
+    if payload_check:
+        payload_check(payload)
     return Incoming(
-        reason=reason,
-        review_id=_id(body, "review_id"),
-        org_id=_id(body, "org_id"),
-        project_id=_id(body, "project_id"),
-        agent_id=_id(body, "agent_id"),
-        category_id=_id(body, "category_id", required=False),
+        reason=known,
+        review_id=_id(review_id, "review_id"),
+        org_id=_id(org_id, "org_id"),
+        project_id=_id(project_id, "project_id"),
+        agent_id=_id(agent_id, "agent_id"),
+        category_id=_id(category_id, "category_id", required=False),
         payload=payload,
     )

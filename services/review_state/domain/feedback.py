@@ -6,11 +6,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from review_state.domain.review import Turn
+
 
 @dataclass(frozen=True)
 class DecisionTurn:
     action: str  # approve | edit | reject | escalate
     changed: bool  # the edit actually changed subject or body
+
+
+def decisions_of(turns: Sequence[Turn]) -> list[DecisionTurn]:
+    """The reviewer decisions of a review's thread, oldest first."""
+    return [DecisionTurn(t.action, t.changed) for t in turns if t.turn_type == "decision"]
 
 
 def decision_of(decisions: Sequence[DecisionTurn]) -> str:

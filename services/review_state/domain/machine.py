@@ -2,12 +2,14 @@
 
 ``TRANSITIONS`` is the whole table: (state, verb, actor) -> next state. Everything else (legality,
 the ``allowed_action`` hints of a 409, which states are closed) is derived from it, so a hint can
-never advertise a verb that would 409.
+never advertise a verb that would 409. ``NUDGES`` beside it says which edge emits which nudge, and
+``REFUSAL_NUDGES`` / ``RULES_NUDGES`` name the nudges that no edge emits.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Protocol
 
 from reviewloop.errors import Code, DomainError
 
@@ -92,6 +94,56 @@ TRANSITIONS: dict[tuple[State, Verb, Actor], State] = {
     (S.APPROVED, V.DELIVERY_FAILED, A.SYSTEM): S.FAILED,
 }
 
+
+class Reason(StrEnum):
+    """Every nudge reason review_state emits (spec 000 "Every reason that is emitted"). ``staleness``
+    and ``approved`` are reserved there and never emitted."""
+
+    REDRAFT_REQUESTED = "redraft_requested"
+    FEEDBACK_ADDED = "feedback_added"
+    REJECTED = "rejected"
+    RULE_CHANGED = "rule_changed"
+    RECHECK_CATEGORY = "recheck_category"
+    PROPAGATE_GENERAL_RULE = "propagate_general_rule"
+    SENT = "sent"
+    SEND_FAILED = "send_failed"
+    CANCELLED = "cancelled"
+    FRONT_RUN_NEXT = "front_run_next"
+
+
+R = Reason
+
+# Which edge emits which nudge: (verb, actor) of a TRANSITIONS key -> reason, whatever state the edge
+# leaves. An edge that is not here emits nothing (an open, a revision, a restamp, an approval:
+# `approved` is transient, its terminal nudge is `sent` or `send_failed`).
+NUDGES: dict[tuple[Verb, Actor], Reason] = {
+    (V.CANCEL, A.COMPOSER): R.CANCELLED,  # unconditionally, even for the agent's own cancel
+    (V.CANCEL, A.HUMAN): R.CANCELLED,
+    (V.POST_CHAT, A.HUMAN): R.FEEDBACK_ADDED,  # the composer's own question emits nothing
+    (V.REJECT, A.HUMAN): R.REJECTED,
+    (V.REJECT, A.REVIEW_AGENT): R.REDRAFT_REQUESTED,
+    (V.ESCALATE, A.HUMAN): R.REDRAFT_REQUESTED,
+    (V.ESCALATE, A.REVIEW_AGENT): R.REDRAFT_REQUESTED,
+    (V.HOLD, A.SYSTEM): R.REDRAFT_REQUESTED,  # by the breaker, naming it
+    # Both flavours of `sent`: the payload's state is `sent` (with the decision) or `auto_sent`
+    # (with the gate outcome).
+    (V.DELIVERED, A.SYSTEM): R.SENT,
+    (V.AUTO_DELIVERED, A.SYSTEM): R.SENT,
+    (V.DELIVERY_FAILED, A.SYSTEM): R.SEND_FAILED,
+}
+
+# Nudges that depend on more than an edge. A refused verb moves nothing, yet the agent learns why:
+REFUSAL_NUDGES: dict[Code, Reason] = {
+    Code.TERMINAL: R.FRONT_RUN_NEXT,  # what actually happened to the review it chased
+    Code.BORN_STALE: R.RULE_CHANGED,  # with `born_stale`: the rules moved under the redraft
+}
+# ... and a change in the rules context nudges every pending draft in its scope.
+RULES_NUDGES: dict[str, Reason] = {
+    "category_rule": R.RULE_CHANGED,
+    "general_rule": R.PROPAGATE_GENERAL_RULE,  # with the siblings and a small suggested_batch
+    "category": R.RECHECK_CATEGORY,  # graduated, demoted or reconciled
+}
+
 TERMINAL = frozenset({S.SENT, S.AUTO_SENT, S.CANCELLED})
 # `failed` is closed too: nothing re-approves it, so waiting on it would wait forever.
 CLOSED = TERMINAL | {S.FAILED}
@@ -112,19 +164,33 @@ def next_state(state: State, verb: Verb, actor: Actor) -> State | None:
     return TRANSITIONS.get((state, verb, actor))
 
 
+class Position(Protocol):
+    """Where a review stands, as far as the table is concerned (a ``review.Review`` is one)."""
+
+    @property
+    def state(self) -> State: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def message_id(self) -> str | None: ...
+
+
 def check_transition(
-    *,
-    state: State,
+    review: Position,
     verb: Verb,
     actor: Actor,
-    revision: int,
-    version: int,
-    parent_revision: int,
+    *,
+    parent_revision: int | None = None,
     expected_version: int | None = None,
-    sent_message_id: str | None = None,
 ) -> State:
     """The next state, or the 409 the spec names: ``terminal``, ``send_needs_reconciliation`` (a
-    send is in flight or parked), then ``stale``, then ``wrong_state``."""
+    send is in flight or parked), then ``stale``, then ``wrong_state``. ``parent_revision`` None
+    names no revision (chat, the platform's own edges): the review's own is taken."""
+    state, revision, version = review.state, review.revision, review.version
+    if parent_revision is None:
+        parent_revision = revision
     if state in TERMINAL:
         raise DomainError(
             Code.TERMINAL,
@@ -132,7 +198,7 @@ def check_transition(
             "front_run_next event that reports what happened.",
             state=state,
             allowed_actions=allowed_actions(state, actor),
-            sent_message_id=sent_message_id,
+            sent_message_id=review.message_id,
         )
     target = next_state(state, verb, actor)
     if state is S.APPROVED and target is None:

@@ -9,7 +9,33 @@ from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import format_datetime
 
+from review_state.domain.review import Review
 from review_state.domain.submission import Attachment
+
+
+def rfc_message_id(message_id: str, from_address: str) -> str:
+    """The RFC 5322 Message-ID of a message we record or send, in the sender's domain."""
+    domain = from_address.rpartition("@")[2] or "reviewloop.local"
+    return f"<{message_id}@{domain}>"
+
+
+def message_of(review: Review, date: datetime) -> bytes:
+    """The approved review as the bytes the provider delivers."""
+    return build_message(
+        from_address=review.from_address,
+        to=review.to,
+        cc=review.cc,
+        subject=review.subject,
+        body_text=review.body_text,
+        body_html=review.body_html,
+        reply_to=review.reply_to,
+        headers=review.headers,
+        attachments=review.attachments,
+        rfc_message_id=review.rfc_message_id or "",
+        in_reply_to=review.in_reply_to,
+        references=review.references_hdr,
+        date=date,
+    )
 
 
 def build_message(

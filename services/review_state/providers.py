@@ -1,8 +1,8 @@
 """Provider adapters: where an approved review's bytes go.
 
 The embedded default writes each message as an ``.eml`` file into ``<data dir>/outbox/``; the SMTP
-adapter sends through ``aiosmtplib`` to ``REVIEWLOOP_SMTP_URL`` and journals each accepted
-Message-ID. Both can answer "was this Message-ID delivered?", which is how a parked attempt is
+adapter sends through ``aiosmtplib`` to a relay (``REVIEWLOOP_SMTP_URL``, read by ``bootstrap``) and
+journals each accepted Message-ID. Both can answer "was this Message-ID delivered?", which is how a parked attempt is
 recovered without ever sending twice.
 """
 
@@ -145,11 +145,3 @@ class SmtpProvider:
                 return True if any(line.strip() == rfc_message_id for line in handle) else None
 
         return await asyncio.to_thread(lookup)
-
-
-def provider_from_env(data_dir: Path, env: dict[str, str] | None = None) -> Provider:
-    env = dict(os.environ) if env is None else env
-    url = env.get("REVIEWLOOP_SMTP_URL")
-    if url:
-        return SmtpProvider(url, data_dir / "outbox" / "smtp-delivered.log")
-    return EmlProvider(data_dir / "outbox")

@@ -1,0 +1,49 @@
+"""review_state use cases: one function per RPC, each one unit of work around the table's edge.
+
+Calls to other contexts (rules, diff, dispatch_budget) happen before the transaction that writes, so a
+peer that is down fails the request closed with ``unavailable`` and nothing is written. Delivery is the
+one use case with two transactions around an I/O call (``delivery``). The modules, by plane:
+``submission`` (submit), ``composer`` (cancel, redraft, restamp, chat), ``reviewer`` (open, decide),
+``delivery`` (deliver, reconcile), ``reads``, ``console`` and ``ingest`` (events from rules); they run
+on ``_kernel`` (load, check, CAS, Idempotency-Key, refusals), ``_gates`` and ``_events``.
+"""
+
+from review_state.app.composer import cancel, post_chat, restamp, submit_revision
+from review_state.app.console import add_block, add_suppression, get_policy, record_inbound, set_policy
+from review_state.app.delivery import deliver, reconcile
+from review_state.app.env import Env, Settings
+from review_state.app.ingest import SUBSCRIPTIONS, ingest
+from review_state.app.reads import Feedback, get_feedback, get_review, list_reviews
+from review_state.app.reviewer import ReviewerResult, decide, open_review, reviewer_decide
+from review_state.app.submission import submit
+from review_state.domain.decision import Decision
+from review_state.domain.revision import Revision
+
+__all__ = [
+    "SUBSCRIPTIONS",
+    "Decision",
+    "Env",
+    "Feedback",
+    "ReviewerResult",
+    "Revision",
+    "Settings",
+    "add_block",
+    "add_suppression",
+    "cancel",
+    "decide",
+    "deliver",
+    "get_feedback",
+    "get_policy",
+    "get_review",
+    "ingest",
+    "list_reviews",
+    "open_review",
+    "post_chat",
+    "reconcile",
+    "record_inbound",
+    "restamp",
+    "reviewer_decide",
+    "set_policy",
+    "submit",
+    "submit_revision",
+]

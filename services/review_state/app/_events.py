@@ -1,0 +1,200 @@
+"""The events review_state publishes, as the typed messages of ``review.v1.events``.
+
+A nudge's reason is the table's (``machine.NUDGES`` for an edge, ``REFUSAL_NUDGES`` and
+``RULES_NUDGES`` for the rest); this module only says what each reason's payload carries. Its fields
+are exactly what the agent reads as ``payload``: an ``optional`` field is set only where the spec's
+payload has the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+from reviewloop.protoconv import rfc3339, stamp
+from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
+from reviewloop.rules.v1 import events_pb2 as rules_events
+from reviewloop.storage import UnitOfWork
+
+from review_state.domain.feedback import outcome_for_rules
+from review_state.domain.machine import Reason, State, Verb
+from review_state.domain.review import Edge, Review
+
+N = NudgeRequested
+NUDGE = "nudge"  # the outbox destination, and the event type, that the nudge service turns into nudges
+RULES = "rules"  # review outcomes, per category
+OUTCOME = "review_outcome"
+SUGGESTED_BATCH = 3  # propagate_general_rule: a few drafts at a time, never the whole queue
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What an edge's nudge says beyond the review before and after the edge."""
+
+    said: str = ""  # the turn's text: a human's comment, a decision's feedback
+    turn_id: str = ""
+    cancelled_by: str = ""  # the caller's actor kind
+    decision: str = ""  # how the reviewers' decisions read (``feedback.decision_of``), on `sent`
+    breaker: str = ""  # the circuit breaker that held a review agent's release
+
+
+NO_FACTS = Facts()
+
+
+def publish(uow: UnitOfWork, review: Review, reason: Reason, payload: Message) -> None:
+    """Queue a nudge for ``review``'s agent, stamped with the review's tenancy and category."""
+    event = N(
+        review_id=review.id,
+        org_id=review.org_id,
+        project_id=review.project_id,
+        agent_id=review.agent_id,
+        category_id=review.category_id,
+    )
+    getattr(event, reason.value).CopyFrom(payload)  # the payload member is named by the reason
+    uow.emit(NUDGE, review.id, NUDGE, event)
+
+
+def publish_edge(uow: UnitOfWork, edge: Edge, facts: Facts) -> None:
+    """Queue the nudge ``NUDGES`` says the edge emits, if any."""
+    reason = edge.reason
+    if reason is not None:
+        publish(uow, edge.after, reason, _EDGE_PAYLOADS[reason](edge, facts))
+
+
+def publish_outcome(uow: UnitOfWork, review: Review, decision: str) -> None:
+    """A decided review's outcome in its category, for the rules context's maturity counters."""
+    outcome = outcome_for_rules(decision)
+    if outcome and review.category_id:
+        message = ReviewOutcome(
+            review_id=review.id,
+            org_id=review.org_id,
+            project_id=review.project_id,
+            category_id=review.category_id,
+            outcome=outcome,
+        )
+        uow.emit(RULES, review.id, OUTCOME, message)
+
+
+# --- the payload of each edge's reason ---------------------------------------------------------------
+
+
+def _cancelled(edge: Edge, facts: Facts) -> N.Cancelled:
+    return N.Cancelled(
+        state=edge.after.state.value,
+        from_state=edge.before.state.value,
+        cancelled_by=facts.cancelled_by,
+        revision=edge.after.revision,
+    )
+
+
+def _feedback_added(edge: Edge, facts: Facts) -> N.FeedbackAdded:
+    return N.FeedbackAdded(
+        turn_id=facts.turn_id, actor_kind=edge.actor.value, body=facts.said, revision=edge.after.revision
+    )
+
+
+def _rejected(edge: Edge, facts: Facts) -> N.Rejected:
+    return N.Rejected(revision=edge.after.revision, feedback=facts.said, by=edge.actor.value)
+
+
+def _redraft_requested(edge: Edge, facts: Facts) -> N.RedraftRequested:
+    if edge.verb is Verb.HOLD:
+        return N.RedraftRequested(revision=edge.after.revision, by="breaker", forced_by_breaker=facts.breaker)
+    return N.RedraftRequested(
+        revision=edge.after.revision, by=edge.actor.value, action=edge.verb.value, feedback=facts.said
+    )
+
+
+def _sent(edge: Edge, facts: Facts) -> N.Sent:
+    sent = edge.after
+    assert sent.message_id and sent.send_path and sent.sent_at  # written by the delivered edge
+    payload = N.Sent(
+        state=sent.state.value,
+        message_id=sent.message_id,
+        send_path=sent.send_path,
+        sent_at=rfc3339(stamp(sent.sent_at)),
+    )
+    if sent.state is State.SENT:
+        payload.decision = facts.decision
+    else:
+        payload.gate_outcome = sent.gate_outcome or ""
+    if sent.thread_ref:  # an empty one would read as "a thread, unnamed"
+        payload.thread_ref = sent.thread_ref
+    return payload
+
+
+def _send_failed(edge: Edge, facts: Facts) -> N.SendFailed:
+    return N.SendFailed(
+        state=edge.after.state.value,
+        error=edge.after.send_error or "",
+        from_state=edge.before.state.value,
+        agent_retryable=False,  # nothing moves a failed review back to approved
+        next_action="compose_and_submit_a_new_message",
+    )
+
+
+_EDGE_PAYLOADS: dict[Reason, Callable[[Edge, Facts], Message]] = {
+    Reason.CANCELLED: _cancelled,
+    Reason.FEEDBACK_ADDED: _feedback_added,
+    Reason.REJECTED: _rejected,
+    Reason.REDRAFT_REQUESTED: _redraft_requested,
+    Reason.SENT: _sent,
+    Reason.SEND_FAILED: _send_failed,
+}
+
+
+# --- the payloads no edge emits ----------------------------------------------------------------------
+
+
+def front_run_next(review: Review, parent_revision: int, diff_available: bool) -> N.FrontRunNext:
+    """What actually happened to the closed review an agent chased with ``parent_revision``."""
+    payload = N.FrontRunNext(
+        state=review.state.value,
+        your_parent_revision=parent_revision,
+        current_revision=review.revision,
+        diff_available=diff_available,
+    )
+    if review.message_id:
+        payload.sent_message_id = review.message_id
+    return payload
+
+
+def born_stale(review: Review, detail: str) -> N.RuleChanged:
+    """A redraft built against older rules was refused: the agent re-reads the rules."""
+    return N.RuleChanged(born_stale=True, revision=review.revision, detail=detail)
+
+
+def rule_changed(draft: Review, change: rules_events.RuleChanged, high_water: int) -> N.RuleChanged:
+    """A category rule in the draft's scope moved; the rule as the change named it."""
+    payload = N.RuleChanged(rule_high_water=high_water, revision=draft.revision)
+    if change.HasField("rule"):
+        rule = change.rule
+        payload.rule.CopyFrom(
+            N.RuleRef(
+                id=rule.id,
+                lineage_id=rule.lineage_id,
+                rev=rule.rev,
+                rule_text=rule.rule_text,
+                status=rule.status,
+                action=rule.action,
+            )
+        )
+    return payload
+
+
+def propagate_general_rule(
+    draft: Review, change: rules_events.RuleChanged, pending_siblings: int, high_water: int
+) -> N.PropagateGeneralRule:
+    """A general rule moved: this draft and ``pending_siblings`` more of its category, a few at a time."""
+    return N.PropagateGeneralRule(
+        rule=N.RuleRef(id=change.rule.id, rule_text=change.rule.rule_text),
+        siblings=N.Siblings(category_id=draft.category_id, pending_count=pending_siblings),
+        suggested_batch=SUGGESTED_BATCH,
+        rule_high_water=high_water,
+    )
+
+
+def recheck_category(change: rules_events.CategoryChanged) -> N.RecheckCategory:
+    """The draft's category graduated, was demoted or reconciled."""
+    return N.RecheckCategory(category_id=change.category_id, state=change.state, reason=change.reason)

@@ -1,0 +1,135 @@
+"""The gates a message passes on its way out: contact flags and the outbound quota, the composition
+token's rule high-water, graduated auto-send, and the review-agent plane's circuit breakers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.storage import utcnow
+from reviewloop.tenancy import Principal
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from review_state import store
+from review_state.app.env import Env
+from review_state.domain.review import Review
+from review_state.domain.submission import GRADUATED, auto_send_hold, breaker
+
+QUOTA_WINDOW = timedelta(days=1)  # the outbound quota counts messages sent in the last 24 hours
+
+
+async def sending_facts(
+    conn: AsyncConnection, project_id: str, addresses: Sequence[str]
+) -> store.SendingFacts:
+    return await store.sending_facts(conn, project_id, addresses, utcnow() - QUOTA_WINDOW)
+
+
+async def contacts_allow(env: Env, project_id: str, addresses: Sequence[str]) -> store.SendingFacts:
+    """The sending facts of ``addresses``, once ``check_contacts`` let them through."""
+    async with env.db.engine.connect() as conn:
+        facts = await sending_facts(conn, project_id, addresses)
+    check_contacts(env, facts)
+    return facts
+
+
+def check_contacts(env: Env, facts: store.SendingFacts) -> None:
+    """Blocks, unsubscribe suppression and the outbound quota: checked at submit and at delivery,
+    before the intent gate (an intent would not fix them)."""
+    if facts.blocked:
+        raise DomainError(
+            Code.RECIPIENT_BLOCKED,
+            f"{', '.join(facts.blocked)} is on this project's block list; remove the recipient. "
+            "Nothing was queued.",
+            hints=tuple(("recipient", a) for a in facts.blocked),
+        )
+    if facts.suppressed:
+        raise DomainError(
+            Code.RECIPIENT_SUPPRESSED,
+            f"{', '.join(facts.suppressed)} unsubscribed from this project's mail; remove the recipient. "
+            "Nothing was queued.",
+            hints=tuple(("recipient", a) for a in facts.suppressed),
+        )
+    quota = env.settings.outbound_quota_per_day
+    if facts.sent_since >= quota:
+        raise DomainError(
+            Code.QUOTA_EXCEEDED,
+            f"This project sent its outbound quota of {quota} messages in the last 24 hours; "
+            "try again later. Nothing was queued.",
+        )
+
+
+async def check_token(env: Env, principal: Principal, token: str, category_id: str) -> int:
+    """The token's rule high-water, or the 4xx the spec names. STALE is ``409 born_stale`` (whose
+    nudge ``guard`` adds); EXPIRED / INVALID tell the agent to fetch the stack again."""
+    check = await env.peers.validate_token(principal, token, category_id)
+    if check.status == "valid":
+        return check.token_rule_high_water
+    if check.status == "stale":
+        raise DomainError(
+            Code.BORN_STALE,
+            f"This draft was composed against rule high-water {check.token_rule_high_water}, but the rules "
+            f"are at {check.current_rule_high_water}. Nothing changed: call get_rules, re-apply the stack, "
+            "and resubmit with its new composition_token (or restamp_review if nothing needed to change).",
+            hints=(("retry_with", "get_rules"),),
+        )
+    raise invalid(
+        "/composition_token",
+        f"the token is {check.status}; fetch the rules again with get_rules and retry with its "
+        "composition_token. Nothing was sent and nothing was queued",
+    )
+
+
+async def auto_send_gate(
+    env: Env,
+    principal: Principal,
+    review_id: str,
+    category_id: str,
+    confidence: float | None,
+    first_contact: bool,
+) -> str | None:
+    """``auto_send_graduated``: the hold reason, or None when the category is graduated, every gate
+    passes and the daily cap had room (spent atomically by dispatch_budget)."""
+    if not category_id:
+        return "no_category"
+    category = await env.peers.get_category(principal, category_id)
+    graduated = category.state in GRADUATED and not category.never_graduate
+    dial = await env.peers.get_dial(principal, category_id) if graduated else None
+    hold = auto_send_hold(
+        category_id=category_id,
+        category_state=category.state,
+        never_graduate=category.never_graduate,
+        dial=dial,
+        confidence=confidence,
+        first_contact=first_contact,
+        review_id=review_id,
+    )
+    if (
+        hold is None
+        and dial is not None
+        and not await env.peers.consume_auto_send(
+            principal, category_id, review_id, dial.auto_send_cap_per_day
+        )
+    ):
+        hold = "daily_cap"
+    return hold
+
+
+async def reviewer_breaker(env: Env, principal: Principal, review: Review) -> str | None:
+    """The circuit breakers of the review-agent plane, by name, or None when the release may go out."""
+    dial = await env.peers.get_dial(principal, review.category_id)
+    async with env.db.engine.connect() as conn:
+        facts = await sending_facts(conn, review.project_id, review.recipients)
+    tripped = breaker(
+        dial=dial, confidence=review.confidence, first_contact=facts.first_contact, review_id=review.id
+    )
+    # The daily cap is per category (dispatch_budget keys it so); an uncategorized draft has none.
+    if (
+        tripped is None
+        and review.category_id
+        and not await env.peers.consume_auto_send(
+            principal, review.category_id, review.id, dial.auto_send_cap_per_day
+        )
+    ):
+        tripped = "daily_cap"
+    return tripped

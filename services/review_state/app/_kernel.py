@@ -1,0 +1,307 @@
+"""What every use case runs on: who the caller is in the table, load, check, compare-and-set, the
+Idempotency-Key, and the nudges a refused verb still owes the agent.
+
+A mutation reads in this order: a replay of its Idempotency-Key, the table's verdict (``precheck``,
+before any peer is called, so a 409 costs no remote call), the peer calls, then one unit of work
+(``once`` -> ``transition``: the edge's CAS and the nudge ``NUDGES`` gives it). ``guard`` wraps it all,
+so a refusal named in ``REFUSAL_NUDGES`` still leaves its nudge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from reviewloop.errors import Code, DomainError
+from reviewloop.ids import new_id
+from reviewloop.storage import Database, UnitOfWork, idempotency, utcnow
+from reviewloop.telemetry import tracer
+from reviewloop.tenancy import ActorKind, Principal
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from review_state import store
+from review_state.app import _events
+from review_state.app._events import NO_FACTS, Facts
+from review_state.domain.machine import (
+    CLOSED,
+    REFUSAL_NUDGES,
+    Actor,
+    Reason,
+    State,
+    Verb,
+    allowed_actions,
+    check_transition,
+)
+from review_state.domain.review import Edge, Review, Turn
+
+T = TypeVar("T")
+# A mutation's unit of work: the review as it now is, and the id of what it created ("" for none).
+Act = Callable[[UnitOfWork], Awaitable[tuple[Review, str]]]
+
+_TURN_ACTOR = {
+    ActorKind.AGENT: "agent",
+    ActorKind.HUMAN: "human",
+    ActorKind.ADMIN: "human",
+    ActorKind.REVIEW_AGENT: "review_agent",
+    ActorKind.SYSTEM: "system",
+}
+
+
+def not_found(review_id: str) -> DomainError:
+    return DomainError(Code.NOT_FOUND, f"No review {review_id} is visible to this key.")
+
+
+def actor_of(principal: Principal, review: Review) -> Actor:
+    """Which column of the transition table the caller acts in."""
+    if principal.actor_kind is ActorKind.AGENT:
+        if principal.actor_id != review.agent_id:
+            raise DomainError(
+                Code.FORBIDDEN_ACTOR, "Only the agent that composed this review may change it as composer."
+            )
+        return Actor.COMPOSER
+    if principal.actor_kind in (ActorKind.HUMAN, ActorKind.ADMIN):
+        return Actor.HUMAN
+    if principal.actor_kind is ActorKind.REVIEW_AGENT:
+        return Actor.REVIEW_AGENT
+    return Actor.SYSTEM
+
+
+def require_admin(principal: Principal) -> None:
+    if principal.actor_kind is not ActorKind.ADMIN:
+        raise DomainError(Code.FORBIDDEN_ACTOR, "This is a console verb: it takes an admin key.")
+
+
+def span(review: Review, target: State, actor: Actor) -> Any:
+    """The domain span of one state change (DESIGN.md "Traces")."""
+    return tracer.start_as_current_span(
+        "review.transition",
+        attributes={
+            "reviewloop.review_id": review.id,
+            "from_state": review.state.value,
+            "to_state": target.value,
+            "actor_kind": actor.value,
+        },
+    )
+
+
+async def load(conn: AsyncConnection, principal: Principal, review_id: str) -> Review:
+    review = await store.get_review(conn, principal.project_id, review_id)
+    if review is None:
+        raise not_found(review_id)
+    return review
+
+
+# --- the Idempotency-Key ---------------------------------------------------------------------------
+
+
+async def _replay(conn: AsyncConnection, principal: Principal, row: Row[Any]) -> tuple[Review, str]:
+    return await load(conn, principal, row.review_id), row.result_id
+
+
+async def replayed(
+    db: Database, principal: Principal, key: str, fields: Mapping[str, Any]
+) -> tuple[Review, str] | None:
+    """The earlier result of this Idempotency-Key, checked before any peer is called."""
+    if not key:
+        return None
+    async with db.engine.connect() as conn:
+        row = await idempotency.seen(
+            conn,
+            store.idempotency_keys,
+            principal.project_id,
+            principal.actor_id,
+            key,
+            idempotency.request_hash(fields),
+        )
+        return None if row is None else await _replay(conn, principal, row)
+
+
+async def once(
+    db: Database, principal: Principal, key: str, fields: Mapping[str, Any], act: Act
+) -> tuple[Review, str, bool]:
+    """Run ``act`` once per Idempotency-Key: a retry with the same body gets the review as it now is
+    (and the first call's result id). Returns (review, result_id, replayed)."""
+
+    async def replay(conn: AsyncConnection, row: Row[Any]) -> tuple[Review, str]:
+        return await _replay(conn, principal, row)
+
+    (review, result_id), was_replayed = await idempotency.once(
+        db,
+        store.idempotency_keys,
+        principal.project_id,
+        principal.actor_id,
+        key,
+        fields,
+        act,
+        lambda result: {"review_id": result[0].id, "result_id": result[1]},
+        replay,
+    )
+    return review, result_id, was_replayed
+
+
+# --- transitions -----------------------------------------------------------------------------------
+
+
+async def move(
+    uow: UnitOfWork,
+    review: Review,
+    verb: Verb,
+    actor: Actor,
+    *,
+    parent_revision: int | None = None,
+    expected_version: int | None = None,
+    facts: Facts = NO_FACTS,
+    **changes: Any,
+) -> Edge:
+    """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
+    ``parent_revision`` None names no revision (chat, the platform's edges)."""
+    target = check_transition(
+        review, verb, actor, parent_revision=parent_revision, expected_version=expected_version
+    )
+    with span(review, target, actor):
+        updated = await store.compare_and_set(
+            uow.conn, review, **{"updated_at": utcnow(), **changes, "state": target}
+        )
+    if updated is None:
+        # Another writer committed between our read and our write: report the row as it now is.
+        now = await store.get_review(uow.conn, review.project_id, review.id) or review
+        raise DomainError(
+            Code.STALE,
+            f"Another writer changed the review at the same moment (it is now revision {now.revision}, "
+            f"version {now.version}); re-read it, re-apply your change on top, and retry.",
+            state=now.state,
+            revision=now.revision,
+            version=now.version,
+            allowed_actions=allowed_actions(now.state, actor),
+        )
+    edge = Edge(review, updated, verb, actor)
+    _events.publish_edge(uow, edge, facts)
+    return edge
+
+
+async def transition(
+    uow: UnitOfWork,
+    principal: Principal,
+    review_id: str,
+    verb: Verb,
+    parent_revision: int | None,
+    *,
+    expected_version: int | None = None,
+    facts: Facts = NO_FACTS,
+    **changes: Any,
+) -> Edge:
+    """Load the review and ``move`` it as the caller."""
+    review = await load(uow.conn, principal, review_id)
+    return await move(
+        uow,
+        review,
+        verb,
+        actor_of(principal, review),
+        parent_revision=parent_revision,
+        expected_version=expected_version,
+        facts=facts,
+        **changes,
+    )
+
+
+async def precheck(
+    db: Database,
+    principal: Principal,
+    review_id: str,
+    verb: Verb,
+    parent_revision: int,
+    expected_version: int | None = None,
+) -> Review:
+    """The table's verdict before any peer is called, so a 409 costs no remote call."""
+    async with db.engine.connect() as conn:
+        review = await load(conn, principal, review_id)
+    check_transition(
+        review,
+        verb,
+        actor_of(principal, review),
+        parent_revision=parent_revision,
+        expected_version=expected_version,
+    )
+    return review
+
+
+async def add_turn(
+    uow: UnitOfWork,
+    review: Review,
+    principal: Principal,
+    turn_type: str,
+    body: str,
+    *,
+    turn_id: str = "",
+    **extra: Any,
+) -> Turn:
+    return await store.add_turn(
+        uow.conn,
+        Turn(
+            id=turn_id or new_id("turn"),
+            review_id=review.id,
+            seq=0,
+            turn_type=turn_type,
+            actor_kind=_TURN_ACTOR[principal.actor_kind],
+            actor_id=principal.actor_id,
+            body=body,
+            revision=review.revision,
+            created_at=utcnow(),
+            **extra,
+        ),
+    )
+
+
+# --- what a refusal still owes the agent ----------------------------------------------------------
+
+
+async def guard(
+    db: Database,
+    principal: Principal,
+    review_id: str,
+    parent_revision: int,
+    run: Callable[[], Awaitable[T]],
+) -> T:
+    """Runs a mutation; a refusal ``REFUSAL_NUDGES`` names (a ``409 terminal``, a born-stale redraft)
+    also leaves its nudge, in a transaction of its own since the mutation wrote nothing."""
+    try:
+        return await run()
+    except DomainError as error:
+        reason = REFUSAL_NUDGES.get(error.code)
+        if reason is not None:
+            await _ON_REFUSAL[reason](db, principal, review_id, parent_revision, error)
+        raise
+
+
+async def _front_run_next(
+    db: Database, principal: Principal, review_id: str, parent_revision: int, error: DomainError
+) -> None:
+    """The durable answer to a 409 terminal; the nudge service collapses repeats to one row."""
+    async with db.transaction() as uow:
+        review = await store.get_review(uow.conn, principal.project_id, review_id)
+        if review is None or review.state not in CLOSED:
+            return
+        turns = await store.list_turns(uow.conn, review.id)
+        diff_available = any(t.diff_json is not None for t in turns)
+        payload = _events.front_run_next(review, parent_revision, diff_available)
+        _events.publish(uow, review, REFUSAL_NUDGES[Code.TERMINAL], payload)
+
+
+async def _born_stale(
+    db: Database, principal: Principal, review_id: str, parent_revision: int, error: DomainError
+) -> None:
+    """A stale composition token: no mutation, a fresh ``rule_changed`` nudge, and the 409 with facts."""
+    async with db.transaction() as uow:
+        review = await load(uow.conn, principal, review_id)
+        _events.publish(
+            uow, review, REFUSAL_NUDGES[Code.BORN_STALE], _events.born_stale(review, error.detail)
+        )
+    error.state, error.revision, error.version = review.state, review.revision, review.version
+    error.allowed_actions = allowed_actions(review.state, actor_of(principal, review))
+
+
+_ON_REFUSAL: dict[Reason, Callable[[Database, Principal, str, int, DomainError], Awaitable[None]]] = {
+    Reason.FRONT_RUN_NEXT: _front_run_next,
+    Reason.RULE_CHANGED: _born_stale,
+}

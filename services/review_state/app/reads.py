@@ -1,0 +1,81 @@
+"""The reads, legal from every state: a review with its thread, the list, the assembled feedback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from reviewloop.errors import Code, DomainError
+from reviewloop.tenancy import Principal
+
+from review_state import store
+from review_state.app._kernel import not_found
+from review_state.app.env import Env
+from review_state.domain.feedback import decision_of, decisions_of
+from review_state.domain.review import Review, Turn
+
+LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
+
+
+async def get_review(env: Env, principal: Principal, review_id: str) -> tuple[Review, list[Turn]]:
+    async with env.db.single_statement.connect() as conn:
+        found = await store.get_review_with_turns(conn, principal.project_id, review_id)
+    if found is None:
+        raise not_found(review_id)
+    return found
+
+
+async def list_reviews(
+    env: Env,
+    principal: Principal,
+    *,
+    states: list[str],
+    agent_id: str,
+    category_id: str,
+    cursor: str,
+    limit: int,
+) -> tuple[list[Review], str]:
+    if limit < 0 or limit > LIST_LIMIT_MAX:
+        raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
+    limit = limit or LIST_LIMIT_DEFAULT
+    if cursor and not cursor.startswith("rr_"):
+        raise DomainError(
+            Code.BAD_REQUEST, "cursor is not one this service issued; pass next_cursor as given."
+        )
+    async with env.db.single_statement.connect() as conn:
+        rows = await store.list_reviews(
+            conn,
+            principal.project_id,
+            states=states,
+            agent_id=agent_id,
+            category_id=category_id,
+            before_id=cursor,
+            limit=limit + 1,
+        )
+    next_cursor = rows[limit - 1].id if len(rows) > limit else ""
+    return rows[:limit], next_cursor
+
+
+@dataclass(frozen=True)
+class Feedback:
+    review_id: str
+    decision: str
+    diff_unified: str
+    diff_json: dict[str, Any] | None
+    comments: list[Turn]
+    new_rules: list[str]
+
+
+async def get_feedback(env: Env, principal: Principal, review_id: str) -> Feedback:
+    """The human's assembled decision; ``decision`` is derived exactly as the ``sent`` nudge's."""
+    review, turns = await get_review(env, principal, review_id)
+    edits = [t for t in turns if t.turn_type == "decision" and t.diff_json is not None]
+    comments = [t for t in turns if t.actor_kind in ("human", "review_agent") and t.body]
+    return Feedback(
+        review_id=review.id,
+        decision=decision_of(decisions_of(turns)),
+        diff_unified=edits[-1].diff_unified or "" if edits else "",
+        diff_json=edits[-1].diff_json if edits else None,
+        comments=comments,
+        new_rules=[rule for t in turns for rule in t.rule_ids],
+    )

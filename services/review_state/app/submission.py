@@ -1,0 +1,152 @@
+"""``submit``: a send, reply or forward becomes a review, and the resolved review policy decides
+whether it is queued for a reviewer, released directly, or auto-sent (spec 000 "Where a review comes
+from")."""
+
+from __future__ import annotations
+
+from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.ids import new_id
+from reviewloop.storage import UnitOfWork, utcnow
+from reviewloop.tenancy import ActorKind, Principal
+
+from review_state import store
+from review_state.app import _kernel
+from review_state.app._gates import auto_send_gate, check_token, contacts_allow
+from review_state.app.delivery import deliver, start_delivery
+from review_state.app.env import Env
+from review_state.domain.machine import State
+from review_state.domain.review import Review
+from review_state.domain.submission import (
+    Draft,
+    Route,
+    materialize,
+    resolve_policy,
+    route_for,
+    validate_draft,
+)
+
+
+async def submit(
+    env: Env,
+    principal: Principal,
+    *,
+    kind: str,
+    draft: Draft,
+    category_id: str,
+    idempotency_key: str,
+    parent_message_id: str = "",
+    confidence: float | None = None,
+    composition_token: str = "",
+) -> tuple[str, Review]:
+    """Create a review for a send, reply or forward; the resolved review policy decides what happens.
+
+    Order (spec 000): shape, then blocks / suppression / quota, then the intent gate; nothing is
+    stored for a refusal. Returns (status, review): ``queued_for_review``, ``sent`` or ``failed``."""
+    if principal.actor_kind is not ActorKind.AGENT:
+        raise DomainError(Code.FORBIDDEN_ACTOR, "Only an agent key composes outbound messages.")
+    if confidence is not None and not 0.0 <= confidence <= 1.0:
+        raise invalid("/confidence", "must be between 0 and 1")
+    fields = {
+        "verb": "submit",
+        "kind": kind,
+        "parent": parent_message_id,
+        "draft": draft.fingerprint(),
+        "category_id": category_id,
+        "confidence": confidence,
+        "token": composition_token,
+    }
+    replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
+    if replay is not None:
+        return _status(replay[0]), replay[0]
+    parent = await _parent(env, principal, kind, parent_message_id)
+    draft, threading = materialize(kind, draft, parent.as_parent() if parent else None)
+    validate_draft(draft)
+    facts = await contacts_allow(env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
+    policy, _ = resolve_policy(facts.policy)
+    route = route_for(policy, draft.intent)
+    rule_high_water = 0
+    if composition_token:
+        rule_high_water = await check_token(env, principal, composition_token, category_id)
+    review_id = new_id("rr")
+    hold: str | None = None
+    if route is Route.AUTO_CANDIDATE:
+        hold = await auto_send_gate(env, principal, review_id, category_id, confidence, facts.first_contact)
+
+    async def act(uow: UnitOfWork) -> tuple[Review, str]:
+        now = utcnow()
+        released = route is Route.DIRECT or (route is Route.AUTO_CANDIDATE and hold is None)
+        review = Review(
+            id=review_id,
+            org_id=principal.org_id,
+            project_id=principal.project_id,
+            agent_id=principal.actor_id,
+            category_id=category_id,
+            kind=kind,
+            state=State.APPROVED if released else State.NEEDS_REVIEW,
+            revision=1,
+            version=1,
+            to=list(draft.to),
+            cc=list(draft.cc),
+            bcc=list(draft.bcc),
+            subject=draft.subject,
+            body_text=draft.body_text,
+            intent=draft.intent,
+            created_at=now,
+            updated_at=now,
+            body_html=draft.body_html,
+            reply_to=draft.reply_to,
+            headers=dict(draft.headers),
+            attachments=tuple(draft.attachments),
+            from_address=_from_address(env, parent),
+            confidence=confidence,
+            rule_high_water=rule_high_water,
+            parent_message_id=parent.id if parent else None,
+            in_reply_to=threading.in_reply_to,
+            references_hdr=threading.references,
+            thread_ref=threading.thread_ref,
+            gate_outcome=(f"held:{hold}" if hold else "") if route is Route.AUTO_CANDIDATE else None,
+        )
+        await store.add_review(uow.conn, review)
+        if released:
+            path = "agent_direct" if route is Route.DIRECT else "graduated_auto"
+            review = await start_delivery(uow, review, path, now)
+        return review, ""
+
+    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    if not replayed and review.state is State.APPROVED:
+        review = await deliver(env, review)
+    return _status(review), review
+
+
+async def _parent(env: Env, principal: Principal, kind: str, parent_message_id: str) -> store.Message | None:
+    if kind == "send":
+        return None
+    if not parent_message_id:
+        raise DomainError(
+            Code.REPLY_CONTEXT_REQUIRED,
+            f"A {kind} names the message it answers: use /v1/messages/{{id}}/{kind}.",
+        )
+    async with env.db.engine.connect() as conn:
+        parent = await store.get_message(conn, principal.project_id, parent_message_id)
+    if parent is None:
+        raise DomainError(Code.NOT_FOUND, f"No message {parent_message_id} is visible to this key.")
+    return parent
+
+
+def _from_address(env: Env, parent: store.Message | None) -> str:
+    # A reply goes out from the address the inbound mail was sent to.
+    if parent is not None and parent.direction == "inbound" and parent.to:
+        return parent.to[0]
+    if parent is not None and parent.direction == "outbound":
+        return parent.from_address
+    return env.settings.from_address
+
+
+def _status(review: Review) -> str:
+    if review.state in (State.SENT, State.AUTO_SENT):
+        return "sent"
+    if review.state is State.FAILED:
+        return "failed"
+    if review.state is State.APPROVED:
+        return "sending"
+    return "queued_for_review"

@@ -1,0 +1,83 @@
+"""A reviewer's decision (approve | edit | reject | escalate): its shape, its verb, what it writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from reviewloop.errors import invalid
+
+from review_state.domain.machine import Verb
+from review_state.domain.review import Review
+from review_state.domain.submission import CHAT_MAX, MAX_SUBJECT
+
+VERBS = {"approve": Verb.APPROVE, "edit": Verb.EDIT, "reject": Verb.REJECT, "escalate": Verb.ESCALATE}
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    revision: int
+    version: int
+    subject: str | None = None
+    body: str | None = None
+    feedback: str = ""
+    new_rule: dict[str, str] | None = None
+
+    def verb(self) -> Verb:
+        """The table's verb for this decision, or ``bad_request`` naming the field at fault."""
+        verb = VERBS.get(self.action)
+        if verb is None:
+            raise invalid("/action", "must be approve, edit, reject or escalate")
+        if verb is Verb.EDIT and self.subject is None and self.body is None:
+            raise invalid("/body", "an edit carries the new subject and/or body")
+        if verb is not Verb.EDIT and (self.subject is not None or self.body is not None):
+            raise invalid("/action", "subject and body are only for an edit")
+        if self.subject is not None and ("\n" in self.subject or len(self.subject) > MAX_SUBJECT):
+            raise invalid("/subject", "must be one line of at most 998 characters")
+        if len(self.feedback) > CHAT_MAX:
+            raise invalid("/feedback", f"at most {CHAT_MAX} characters")
+        return verb
+
+    def edited(self, current: Review) -> dict[str, str]:
+        """An edit's subject and body: the new ones where it names them, the current ones elsewhere."""
+        return {
+            "subject": current.subject if self.subject is None else self.subject,
+            "body_text": current.body_text if self.body is None else self.body,
+        }
+
+
+def diffable(review: Review) -> dict[str, Any]:
+    """The fields of a draft the diff service compares."""
+    return {
+        "subject": review.subject,
+        "body_text": review.body_text,
+        "body_html": review.body_html,
+        "to": review.to,
+        "cc": review.cc,
+        "bcc": review.bcc,
+        "reply_to": review.reply_to,
+        "headers": review.headers,
+    }
+
+
+def decision_changes(
+    verb: Verb, current: Review, edited: dict[str, str] | None, now: datetime
+) -> dict[str, Any]:
+    """The columns a decision writes besides the state."""
+    changes: dict[str, Any] = {"decided_at": now}
+    if verb is Verb.EDIT and edited is not None:
+        changes.update(edited)
+    if verb in (Verb.EDIT, Verb.REJECT, Verb.ESCALATE):
+        # A reviewer's move starts a new generation of the draft: a composer still naming the old
+        # revision is stale, which is what lets exactly one of concurrent writers win.
+        changes["revision"] = current.revision + 1
+    return changes
+
+
+def changed(edited: dict[str, str] | None, before: Review) -> bool:
+    """Whether an edit actually changed the draft (an edit that changed nothing reads as approved)."""
+    return edited is not None and (
+        edited["subject"] != before.subject or edited["body_text"] != before.body_text
+    )

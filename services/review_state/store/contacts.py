@@ -1,0 +1,155 @@
+"""What decides whether mail may go out: contact flags, the outbound count, the review policy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from reviewloop.storage.schema import insert_ignore
+from sqlalchemy import Column, bindparam, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from review_state.store.tables import contacts, messages, review_policies
+
+
+@dataclass(frozen=True)
+class SendingFacts:
+    """What decides whether mail may go to a set of recipients: their contact flags, the project's
+    outbound count over the quota window and its stored review policy."""
+
+    blocked: tuple[str, ...]
+    suppressed: tuple[str, ...]
+    first_contact: bool  # some recipient has never had mail from, nor written to, this project
+    sent_since: int
+    policy: str | None
+
+
+_RECIPIENT_FLAGS = select(
+    contacts.c.address, contacts.c.blocked, contacts.c.suppressed, contacts.c.contacted_at
+).where(
+    contacts.c.project_id == bindparam("project_id"),
+    contacts.c.address.in_(bindparam("addresses", expanding=True)),
+)
+_PROJECT_SENDING = select(
+    select(func.count())
+    .select_from(messages)
+    .where(
+        messages.c.project_id == bindparam("project_id"),
+        messages.c.direction == "outbound",
+        messages.c.created_at >= bindparam("since"),
+    )
+    .scalar_subquery()
+    .label("sent"),
+    select(review_policies.c.policy)
+    .where(review_policies.c.project_id == bindparam("project_id"))
+    .scalar_subquery()
+    .label("policy"),
+)
+
+
+async def sending_facts(
+    conn: AsyncConnection, project_id: str, addresses: Sequence[str], since: datetime
+) -> SendingFacts:
+    """Two statements (built once) for every check of a send: submit, revision, reviewer release,
+    delivery."""
+    lowered = sorted({a.lower() for a in addresses})
+    rows = (
+        (await conn.execute(_RECIPIENT_FLAGS, {"project_id": project_id, "addresses": lowered})).all()
+        if lowered
+        else []
+    )
+    project = (await conn.execute(_PROJECT_SENDING, {"project_id": project_id, "since": since})).one()
+    contacted = {r.address for r in rows if r.contacted_at is not None}
+    return SendingFacts(
+        blocked=tuple(r.address for r in rows if r.blocked),
+        suppressed=tuple(r.address for r in rows if r.suppressed),
+        first_contact=any(a not in contacted for a in lowered),
+        sent_since=int(project.sent or 0),
+        policy=project.policy,
+    )
+
+
+async def mark_contacted(
+    conn: AsyncConnection, project_id: str, addresses: Sequence[str], now: datetime
+) -> None:
+    for address in sorted({a.lower() for a in addresses}):
+        key = (contacts.c.project_id == project_id) & (contacts.c.address == address)
+        updated = await conn.execute(
+            update(contacts)
+            .where(key, contacts.c.contacted_at.is_(None))
+            .values(contacted_at=now, updated_at=now)
+        )
+        if updated.rowcount == 0:
+            await conn.execute(
+                insert_ignore(conn, contacts).values(
+                    project_id=project_id,
+                    address=address,
+                    blocked=False,
+                    suppressed=False,
+                    contacted_at=now,
+                    updated_at=now,
+                )
+            )
+
+
+# --- the review policy and contacts ---------------------------------------------------------------
+
+
+async def get_policy(conn: AsyncConnection, project_id: str) -> str | None:
+    return (
+        await conn.execute(select(review_policies.c.policy).where(review_policies.c.project_id == project_id))
+    ).scalar()
+
+
+async def set_policy(
+    conn: AsyncConnection, org_id: str, project_id: str, policy: str, actor_id: str, now: datetime
+) -> None:
+    updated = await conn.execute(
+        update(review_policies)
+        .where(review_policies.c.project_id == project_id)
+        .values(policy=policy, updated_by=actor_id, updated_at=now)
+    )
+    if updated.rowcount == 0:
+        await conn.execute(
+            insert(review_policies).values(
+                project_id=project_id, org_id=org_id, policy=policy, updated_by=actor_id, updated_at=now
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Contact:
+    address: str
+    blocked: bool
+    suppressed: bool
+
+
+async def block_contact(conn: AsyncConnection, project_id: str, address: str, now: datetime) -> Contact:
+    """Put ``address`` on the project's block list: no mail goes to it, at submit or at delivery."""
+    return await _flag(conn, project_id, address, contacts.c.blocked, now)
+
+
+async def suppress_contact(conn: AsyncConnection, project_id: str, address: str, now: datetime) -> Contact:
+    """Record that ``address`` unsubscribed from the project's mail."""
+    return await _flag(conn, project_id, address, contacts.c.suppressed, now)
+
+
+async def _flag(
+    conn: AsyncConnection, project_id: str, address: str, flag: Column[bool], now: datetime
+) -> Contact:
+    address = address.lower()
+    key = (contacts.c.project_id == project_id) & (contacts.c.address == address)
+    updated = await conn.execute(update(contacts).where(key).values({flag: True, "updated_at": now}))
+    if updated.rowcount == 0:
+        await conn.execute(
+            insert(contacts).values(
+                project_id=project_id,
+                address=address,
+                blocked=flag is contacts.c.blocked,
+                suppressed=flag is contacts.c.suppressed,
+                updated_at=now,
+            )
+        )
+    row = (await conn.execute(select(contacts).where(key))).one()
+    return Contact(row.address, row.blocked, row.suppressed)

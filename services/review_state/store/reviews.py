@@ -1,0 +1,187 @@
+"""Reviews and the turns of their threads, read and written in the domain's words."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from review_state.domain.machine import PENDING, State
+from review_state.domain.review import Review, Turn
+from review_state.domain.submission import Attachment
+from review_state.store.tables import reviews, turns
+
+_COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
+
+
+def _attachments_to_json(items: Sequence[Attachment]) -> list[dict[str, str]]:
+    return [
+        {
+            "filename": a.filename,
+            "content_type": a.content_type,
+            "content_base64": base64.b64encode(a.content).decode(),
+        }
+        for a in items
+    ]
+
+
+def _attachments_from_json(items: list[dict[str, str]]) -> tuple[Attachment, ...]:
+    return tuple(
+        Attachment(a["filename"], a["content_type"], base64.b64decode(a["content_base64"])) for a in items
+    )
+
+
+def _from_row(row: Any) -> Review:
+    m = dict(row._mapping)
+    values: dict[str, Any] = {}
+    for name in Review.__dataclass_fields__:
+        column = _COLUMN.get(name, name)
+        values[name] = m[column]
+    values["state"] = State(m["state"])
+    values["attachments"] = _attachments_from_json(m["attachments"] or [])
+    values["headers"] = dict(m["headers"] or {})
+    return Review(**values)
+
+
+def _to_row(review: Review) -> dict[str, Any]:
+    row = {_COLUMN.get(name, name): getattr(review, name) for name in Review.__dataclass_fields__}
+    row["state"] = review.state.value
+    row["attachments"] = _attachments_to_json(review.attachments)
+    row["to_addrs"], row["cc_addrs"], row["bcc_addrs"] = list(review.to), list(review.cc), list(review.bcc)
+    return row
+
+
+async def add_review(conn: AsyncConnection, review: Review) -> None:
+    await conn.execute(insert(reviews), _to_row(review))
+
+
+_REVIEW = select(reviews).where(
+    reviews.c.id == bindparam("review_id"), reviews.c.project_id == bindparam("project_id")
+)
+_REVIEW_FOR_UPDATE = _REVIEW.with_for_update()
+
+
+async def get_review(
+    conn: AsyncConnection, project_id: str, review_id: str, *, for_update: bool = False
+) -> Review | None:
+    """The review, if it belongs to ``project_id``; another tenant's review reads as absent."""
+    query = _REVIEW_FOR_UPDATE if for_update else _REVIEW
+    row = (await conn.execute(query, {"review_id": review_id, "project_id": project_id})).first()
+    return _from_row(row) if row else None
+
+
+async def get_review_any(conn: AsyncConnection, review_id: str) -> Review | None:
+    """System use only (the reconciliation sweep): no tenant filter."""
+    row = (await conn.execute(select(reviews).where(reviews.c.id == review_id))).first()
+    return _from_row(row) if row else None
+
+
+async def list_reviews(
+    conn: AsyncConnection,
+    project_id: str,
+    *,
+    states: list[str],
+    agent_id: str,
+    category_id: str,
+    before_id: str,
+    limit: int,
+) -> list[Review]:
+    """Newest first; ``before_id`` is the keyset cursor (ids sort by creation time)."""
+    query = select(reviews).where(reviews.c.project_id == project_id)
+    if states:
+        query = query.where(reviews.c.state.in_(states))
+    if agent_id:
+        query = query.where(reviews.c.agent_id == agent_id)
+    if category_id:
+        query = query.where(reviews.c.category_id == category_id)
+    if before_id:
+        query = query.where(reviews.c.id < before_id)
+    rows = await conn.execute(query.order_by(reviews.c.id.desc()).limit(limit))
+    return [_from_row(row) for row in rows]
+
+
+async def pending_in_scope(
+    conn: AsyncConnection, *, org_id: str, project_id: str, category_id: str, agent_id: str
+) -> list[Review]:
+    """The drafts a rule change or a graduation may still affect, locked against concurrent closes
+    so no nudge lands after a review's terminal one."""
+    query = select(reviews).where(reviews.c.org_id == org_id, reviews.c.state.in_([s.value for s in PENDING]))
+    if project_id:
+        query = query.where(reviews.c.project_id == project_id)
+    if category_id:
+        query = query.where(reviews.c.category_id == category_id)
+    if agent_id:
+        query = query.where(reviews.c.agent_id == agent_id)
+    rows = await conn.execute(query.order_by(reviews.c.id).with_for_update())
+    return [_from_row(row) for row in rows]
+
+
+async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any) -> Review | None:
+    """Write ``changes`` only if the row is still at ``current.version``; the row count decides.
+
+    Returns the new review, or None when another writer got there first.
+    """
+    updated = replace(current, version=current.version + 1, **changes)
+    before = _to_row(current)
+    # Only what changed: the version CAS already guarantees nobody else wrote the row since.
+    values = {k: v for k, v in _to_row(updated).items() if v != before[k]}
+    result = await conn.execute(
+        update(reviews)
+        .where(reviews.c.id == current.id, reviews.c.version == current.version)
+        .values(**values)
+    )
+    return updated if result.rowcount == 1 else None
+
+
+# --- turns --------------------------------------------------------------------------------------
+
+
+async def add_turn(conn: AsyncConnection, turn: Turn) -> Turn:
+    """Appends ``turn`` at the review's next seq (the caller holds the review row via its CAS)."""
+    last = (
+        await conn.execute(select(func.max(turns.c.seq)).where(turns.c.review_id == turn.review_id))
+    ).scalar()
+    turn = replace(turn, seq=(last or 0) + 1)
+    await conn.execute(insert(turns), turn.__dict__)
+    return turn
+
+
+async def list_turns(conn: AsyncConnection, review_id: str) -> list[Turn]:
+    rows = await conn.execute(select(turns).where(turns.c.review_id == review_id).order_by(turns.c.seq))
+    return [Turn(**dict(r._mapping)) for r in rows]
+
+
+_TURN_LABELS = {column.name: f"turn__{column.name}" for column in turns.c}
+# Built once: the hot read path then skips statement construction and its cache-key walk per call.
+_REVIEW_WITH_TURNS = (
+    select(reviews, *(turns.c[name].label(label) for name, label in _TURN_LABELS.items()))
+    .outerjoin(turns, turns.c.review_id == reviews.c.id)
+    .where(reviews.c.id == bindparam("review_id"), reviews.c.project_id == bindparam("project_id"))
+    .order_by(turns.c.seq)
+)
+
+
+async def get_review_with_turns(
+    conn: AsyncConnection, project_id: str, review_id: str
+) -> tuple[Review, list[Turn]] | None:
+    """The review and its turns in one statement: one round trip and one snapshot for the hot read
+    path. Another tenant's review reads as absent."""
+    found = await conn.execute(_REVIEW_WITH_TURNS, {"review_id": review_id, "project_id": project_id})
+    rows = found.all()
+    if not rows:
+        return None
+    history = [
+        Turn(**{name: row._mapping[label] for name, label in _TURN_LABELS.items()})
+        for row in rows
+        if row._mapping[_TURN_LABELS["id"]] is not None
+    ]
+    return _from_row(rows[0]), history
+
+
+async def get_turn(conn: AsyncConnection, turn_id: str) -> Turn | None:
+    row = (await conn.execute(select(turns).where(turns.c.id == turn_id))).first()
+    return Turn(**dict(row._mapping)) if row else None

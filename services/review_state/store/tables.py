@@ -1,0 +1,150 @@
+"""The review_state schema: its tables, on the metadata the migrations are checked against."""
+
+from __future__ import annotations
+
+from reviewloop.storage.idempotency import idempotency_table
+from reviewloop.storage.schema import Json, UtcDateTime, new_metadata
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+metadata = new_metadata()
+
+reviews = Table(
+    "reviews",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("agent_id", String(40), nullable=False),
+    Column("category_id", String(40), nullable=False, server_default=""),
+    Column("kind", String(16), nullable=False),
+    Column("state", String(24), nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("to_addrs", Json, nullable=False),
+    Column("cc_addrs", Json, nullable=False),
+    Column("bcc_addrs", Json, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("body_text", Text, nullable=False),
+    Column("body_html", Text),
+    Column("reply_to", String(320)),
+    Column("headers", Json, nullable=False),
+    Column("attachments", Json, nullable=False),
+    Column("from_address", String(320), nullable=False),
+    Column("intent", Json),
+    Column("confidence", Float),
+    Column("rule_high_water", BigInteger, nullable=False, server_default="0"),
+    Column("parent_message_id", String(40)),
+    Column("in_reply_to", Text),
+    Column("references_hdr", Text),
+    Column("message_id", String(40)),
+    Column("rfc_message_id", String(255)),
+    Column("thread_ref", String(40)),
+    Column("send_path", String(24)),
+    Column("send_error", Text),
+    Column("gate_outcome", String(64)),
+    Column("reviewer_hops", Integer, nullable=False, server_default="0"),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("decided_at", UtcDateTime),
+    Column("sent_at", UtcDateTime),
+    Index("ix_reviews_project_id_id", "project_id", "id"),
+    Index("ix_reviews_org_id_state", "org_id", "state"),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("review_id", String(40), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("turn_type", String(24), nullable=False),
+    Column("actor_kind", String(16), nullable=False),
+    Column("actor_id", String(40), nullable=False),
+    Column("body", Text, nullable=False, server_default=""),
+    Column("revision", BigInteger, nullable=False),
+    Column("action", String(16), nullable=False, server_default=""),
+    Column("changed", Boolean, nullable=False, server_default="0"),
+    Column("diff_json", Json),
+    Column("diff_unified", Text),
+    Column("rule_ids", Json, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_turns_review_id_seq", "review_id", "seq", unique=True),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("direction", String(8), nullable=False),  # inbound | outbound
+    Column("rfc_message_id", String(255), nullable=False),
+    Column("references_hdr", Text, nullable=False, server_default=""),
+    Column("thread_ref", String(40), nullable=False),
+    Column("from_address", String(320), nullable=False),
+    Column("to_addrs", Json, nullable=False),
+    Column("cc_addrs", Json, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("body_text", Text, nullable=False),
+    Column("headers", Json, nullable=False),
+    Column("review_id", String(40)),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_messages_project_id_rfc_message_id", "project_id", "rfc_message_id"),
+    Index("ix_messages_project_id_direction_created_at", "project_id", "direction", "created_at"),
+)
+
+review_policies = Table(
+    "review_policies",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("policy", String(32), nullable=False),
+    Column("updated_by", String(40), nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+contacts = Table(
+    "contacts",
+    metadata,
+    Column("project_id", String(40), nullable=False),
+    Column("address", String(320), nullable=False),
+    Column("blocked", Boolean, nullable=False, server_default="0"),
+    Column("suppressed", Boolean, nullable=False, server_default="0"),
+    # Set once mail went to or came from the address: it is no longer a first contact.
+    Column("contacted_at", UtcDateTime),
+    Column("updated_at", UtcDateTime, nullable=False),
+    PrimaryKeyConstraint("project_id", "address"),
+)
+
+# One attempt per review: a failed send is never re-sent, so the row is the whole delivery history.
+delivery_attempts = Table(
+    "delivery_attempts",
+    metadata,
+    Column("review_id", String(40), primary_key=True),
+    Column("project_id", String(40), nullable=False),
+    Column("message_id", String(40), nullable=False),
+    Column("rfc_message_id", String(255), nullable=False),
+    Column("send_path", String(24), nullable=False),
+    Column("status", String(16), nullable=False),  # in_flight | delivered | refused
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime),
+    Column("error", Text),
+    Index("ix_delivery_attempts_status_started_at", "status", "started_at"),
+)
+
+idempotency_keys = idempotency_table(
+    metadata,
+    Column("review_id", String(40), nullable=False),
+    Column("result_id", String(40), nullable=False, server_default=""),
+)
