@@ -12,7 +12,7 @@ from reviewloop.storage import Database
 from reviewloop.tenancy import Principal
 
 from diff import app
-from diff.domain.message import Attachment, MessageFields
+from diff.domain.fields import Attachment, MessageFields
 from diff.store import DiffKey, StoredDiff
 
 
