@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mappi
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -87,21 +87,35 @@ class Peers:
 Registration = tuple[Callable[[Any, grpc.aio.Server], None], Any, str]
 
 
+Job = Callable[[], Coroutine[Any, Any, None]]
+E = TypeVar("E")
+
+
+def _no_servicers(env: Any) -> Sequence[Registration]:
+    return ()
+
+
 @dataclass(frozen=True)
-class ServiceSpec:
-    """What makes a service itself: its store's schema and migrations, its servicers, its subscribers."""
+class ServiceSpec(Generic[E]):
+    """What makes a service itself: its store's schema and migrations, its servicers, its subscribers.
+
+    ``bootstrap`` is the service's composition root: it builds the one ``Env`` of the process (settings
+    read from the environment, the store, peers, adapters), which the servicers and the background jobs
+    then share.
+    """
 
     name: str
     metadata: MetaData
     migrations_dir: Path
-    servicers: Callable[[Database, Peers], Sequence[Registration]] = lambda db, peers: ()
+    bootstrap: Callable[[Database, Peers], E] | None = None
+    servicers: Callable[[E], Sequence[Registration]] = _no_servicers
     # The services this one calls (its relay's destinations are added to them).
     peers: Sequence[str] = ()
     # Outbox destination -> the full name of the gRPC service whose ``Ingest`` receives its events
     # (the destination is also the peer's name in the service config).
     subscribers: Mapping[str, str] = field(default_factory=dict)
     # Background tasks a service runs beside its server (sweeps, listeners).
-    background: Callable[[Database, Peers], Sequence[Callable[[], Coroutine[Any, Any, None]]]] | None = None
+    background: Callable[[E], Sequence[Job]] | None = None
     # The process entry point of a part that is not a gRPC service (the gateway); None serves ``main``.
     entrypoint: Callable[[], None] | None = None
 
@@ -154,14 +168,14 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
     pass
 
 
-async def _fail(context: grpc.aio.ServicerContext, error: DomainError) -> None:
+async def _fail(context: grpc.aio.ServicerContext[Any, Any], error: DomainError) -> None:
     status = rpc_status.to_status(to_status(error))
     await context.abort_with_status(
         _Status(status.code, status.details, (*status.trailing_metadata, *VERSION_METADATA))
     )
 
 
-async def _crash(context: grpc.aio.ServicerContext, behavior: Any) -> None:
+async def _crash(context: grpc.aio.ServicerContext[Any, Any], behavior: Any) -> None:
     log.exception("unhandled error in %s", behavior)
     await context.abort(
         grpc.StatusCode.INTERNAL, "The service failed to handle the request.", VERSION_METADATA
@@ -169,7 +183,7 @@ async def _crash(context: grpc.aio.ServicerContext, behavior: Any) -> None:
 
 
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         context.set_trailing_metadata(VERSION_METADATA)
         try:
             _refuse_nul(request)
@@ -185,7 +199,7 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaita
 
 
 def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
-    async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         context.set_trailing_metadata(VERSION_METADATA)
         try:
             _refuse_nul(request)
@@ -225,7 +239,8 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream),
+                # grpc.aio runs async generators here; the stubs only know the sync server's type.
+                _wrap_stream(cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -284,7 +299,7 @@ class PortTakenError(RuntimeError):
     """The service could not bind its listen address, usually because another process holds the port."""
 
 
-async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
+async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService:
     """Build, bind, migrate and start ``spec``; health turns SERVING once the store is migrated."""
     engine = make_engine(config.db_url)
     SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine)
@@ -304,7 +319,8 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     names = [HEALTH_SERVICE, reflection.SERVICE_NAME]
-    for add, servicer, full_name in spec.servicers(db, peers):
+    env: Any = spec.bootstrap(db, peers) if spec.bootstrap else db
+    for add, servicer, full_name in spec.servicers(env):
         add(servicer, server)
         names.append(full_name)
     reflection.enable_server_reflection(names, server)
@@ -330,7 +346,7 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
         )
         relay.start()
     tasks: list[asyncio.Task[None]] = [
-        asyncio.create_task(job()) for job in (spec.background(db, peers) if spec.background else ())
+        asyncio.create_task(job()) for job in (spec.background(env) if spec.background else ())
     ]
     for name in ("", *names):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -338,7 +354,7 @@ async def start(spec: ServiceSpec, config: ServiceConfig) -> RunningService:
     return RunningService(server, health, db, peers, relay, tasks, port)
 
 
-def main(spec: ServiceSpec) -> None:
+def main(spec: ServiceSpec[Any]) -> None:
     """Process entry point: run ``spec`` until SIGTERM or SIGINT, then stop gracefully."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = ServiceConfig.from_env(spec.name, spec.all_peers())

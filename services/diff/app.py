@@ -15,7 +15,8 @@ from reviewloop.storage import Database, utcnow
 from reviewloop.telemetry import tracer
 
 from diff import store
-from diff.domain.message import MAX_FIELD_BYTES, MessageFields, compute, input_sha256, oversize
+from diff.domain.fields import MAX_FIELD_BYTES, MessageFields, input_sha256, oversize
+from diff.domain.message import compute
 from diff.store import DiffKey, StoredDiff
 
 REVIEW_ID_MAX = 64

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 import grpc
 from google.protobuf import json_format
 from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
-from reviewloop.service import Peers, Registration
+from reviewloop.service import Registration
 from reviewloop.storage import Database
 from reviewloop.tenancy import Principal
 
 from diff import app
-from diff.domain.message import Attachment, MessageFields
+from diff.domain.fields import Attachment, MessageFields
 from diff.store import DiffKey, StoredDiff
 
 
@@ -79,7 +79,7 @@ class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
         return diff_to_proto(await app.get_diff(self.db, _key(request)))
 
 
-def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
+def servicers(db: Database) -> Sequence[Registration]:
     return [
         (diff_pb2_grpc.add_DiffServiceServicer_to_server, DiffServicer(db), "reviewloop.diff.v1.DiffService")
     ]

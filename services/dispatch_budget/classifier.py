@@ -5,11 +5,8 @@ a missing key keeping the gate on counters after one warning)."""
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -26,30 +23,6 @@ from dispatch_budget.domain.gate import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def config_from_env(env: Mapping[str, str] = os.environ) -> GateConfig:
-    """``REVIEWLOOP_REVIEW_*`` settings; the API key is read from the variable ``..._GATE_API_KEY_ENV``
-    names, so the key itself never sits in the service's own configuration."""
-    prefix = "REVIEWLOOP_REVIEW_"
-
-    def num(name: str, default: float) -> float:
-        return float(env.get(prefix + name, default))
-
-    key_env = env.get(prefix + "GATE_API_KEY_ENV", "")
-    return GateConfig(
-        enabled=env.get(prefix + "ENABLED", "true").lower() not in ("0", "false", "off"),
-        turn_interval=int(num("TURN_INTERVAL", 10)),
-        tool_call_threshold=int(num("TOOL_CALL_THRESHOLD", 15)),
-        cooldown=timedelta(minutes=num("COOLDOWN_MINUTES", 20)),
-        max_per_session=int(num("MAX_PER_SESSION", 8)),
-        gate=GateKind(env.get(prefix + "GATE", "counters")),
-        confident_no=num("CONFIDENT_NO", 0.75),
-        gate_cooldown=timedelta(minutes=num("GATE_COOLDOWN_MINUTES", 5)),
-        timeout_s=num("GATE_TIMEOUT_MS", 2000) / 1000,
-        classifier_url=env.get(prefix + "GATE_URL", ""),
-        api_key=env.get(key_env, "") if key_env else "",
-    )
 
 
 @dataclass(frozen=True)

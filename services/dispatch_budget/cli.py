@@ -6,7 +6,6 @@ goes through the gateway; none writes a receipt (spec 003: no client-written rec
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +17,11 @@ from reviewloop.errors import DomainError
 from dispatch_budget.domain.diffscope import INSTRUCTIONS, POLICY, sensitive_candidates
 from dispatch_budget.domain.gatestats import render, summarize
 from dispatch_budget.domain.selection import serialize_request_review, validate_sequence
+from dispatch_budget.env import client_settings
 
 
 def register(subparsers: Any) -> None:
+    settings = client_settings()
     review = subparsers.add_parser("review", help="review requests and the minimal-diff scope (spec 003)")
     review_sub = review.add_subparsers(dest="review_command", required=True)
 
@@ -36,7 +37,7 @@ def register(subparsers: Any) -> None:
     request.add_argument("--review-sequence", metavar="JSON", help="the whole ReviewSequence as a JSON array")
     request.add_argument(
         "--gateway",
-        default=os.environ.get("REVIEWLOOP_GATEWAY", ""),
+        default=settings.gateway or "",
         help="validate against the catalog at this gateway URL (with REVIEWLOOP_API_KEY)",
     )
     request.set_defaults(func=cmd_review_request)
@@ -65,7 +66,9 @@ def register(subparsers: Any) -> None:
     extend.add_argument(
         "--expected-limit", type=int, help="compare-and-set: refuse unless this is the current limit"
     )
-    extend.add_argument("--gateway", default=os.environ.get("REVIEWLOOP_GATEWAY", "http://127.0.0.1:8080"))
+    extend.add_argument(
+        "--gateway", default="http://127.0.0.1:8080" if settings.gateway is None else settings.gateway
+    )
     extend.set_defaults(func=cmd_extend_budget)
 
     stats = subparsers.add_parser("gate-stats", help="summarize a gates.jsonl review-gate decision log")
@@ -116,7 +119,7 @@ def _validate_remote(gateway: str, rows: list[Any]) -> dict[str, Any]:
     import httpx
     from reviewloop.errors import Code, FieldViolation
 
-    key = os.environ.get("REVIEWLOOP_API_KEY", "")
+    key = client_settings().api_key
     response = httpx.post(
         gateway.rstrip("/") + "/v1/review-rounds/sequences/validate",
         json={"sequence": rows},
@@ -139,7 +142,7 @@ def cmd_extend_budget(args: argparse.Namespace, out: TextIO | None = None) -> in
     import httpx
 
     out = out or sys.stdout
-    headers = {"Authorization": f"Bearer {os.environ.get('REVIEWLOOP_API_KEY', '')}"}
+    headers = {"Authorization": f"Bearer {client_settings().api_key}"}
     base = args.gateway.rstrip("/")
     with httpx.Client(base_url=base, headers=headers, timeout=10) as client:
         expected = args.expected_limit

@@ -1,273 +1,59 @@
-"""The DispatchBudgetService servicer: translate protobuf, call ``app``, return protobuf."""
+"""The DispatchBudgetService servicer: translate protobuf to domain types (``messages``), call
+``app``, translate back. Authorization and every rule live in the use cases."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 import orjson
-from google.protobuf.timestamp_pb2 import Timestamp
 from reviewloop.budget.v1 import budget_pb2, budget_pb2_grpc
-from reviewloop.common.v1 import common_pb2
-from reviewloop.errors import Code, DomainError, invalid
-from reviewloop.service import Peers, Registration
-from reviewloop.storage import Database
-from reviewloop.tenancy import ActorKind, Principal
+from reviewloop.errors import invalid
+from reviewloop.protoconv import enum_name, required_enum
+from reviewloop.service import Registration
+from reviewloop.tenancy import Principal
 
 from dispatch_budget import app
-from dispatch_budget.classifier import ClassifierGate, config_from_env
 from dispatch_budget.domain.budget import AttemptKind, ExtensionInput, RunStatus, Trigger
-from dispatch_budget.domain.gate import SessionState
-from dispatch_budget.domain.selection import ReviewMode, RunnerSpec
+from dispatch_budget.env import Env
+from dispatch_budget.messages import (
+    ATTEMPT_KIND,
+    RUN_STATUS,
+    TRIGGER,
+    TURN_STATUS,
+    binding_to_proto,
+    budget_to_proto,
+    counters_to_proto,
+    decision_to_proto,
+    digest_from_proto,
+    extension_to_proto,
+    json_object,
+    json_value,
+    mode_from_proto,
+    mode_number,
+    modes_from_proto,
+    origin_from_proto,
+    receipt_to_proto,
+    review_config_to_proto,
+    run_to_proto,
+    runner_from_proto,
+    runner_to_proto,
+    selection_to_dict,
+    selection_to_proto,
+)
 
-
-def _stamp(value: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
-
-
-def _enum_value(enum: Any, prefix: str, value: Any, field: str) -> str:
-    """A proto enum as the domain's lowercase name; UNSPECIFIED is refused naming the field."""
-    name = str(enum.Name(value)).removeprefix(prefix).lower() if value in enum.values() else "unspecified"
-    if name == "unspecified":
-        raise invalid(
-            field, f"required; one of {', '.join(n.removeprefix(prefix).lower() for n in enum.keys()[1:])}"
-        )
-    return name
-
-
-def _to_enum(enum: Any, prefix: str, name: str) -> Any:
-    return enum.Value(prefix + name.upper())
-
-
-def _mode_name(value: Any) -> str:
-    if value == budget_pb2.REVIEW_MODE_UNSPECIFIED:
-        return ""
-    return str(budget_pb2.ReviewMode.Name(value)).removeprefix("REVIEW_MODE_").lower()
-
-
-def _mode(value: Any) -> ReviewMode | None:
-    name = _mode_name(value)
-    return ReviewMode(name) if name else None
-
-
-def _config_object(text: str, field: str) -> dict[str, Any]:
-    try:
-        config = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise invalid(field, "not valid JSON") from None
-    if not isinstance(config, dict):
-        raise invalid(field, "must be a JSON object")
-    return config
-
-
-def _review_config(config: dict[str, Any], mode: ReviewMode | None) -> budget_pb2.ReviewConfig:
-    return budget_pb2.ReviewConfig(config_json=orjson.dumps(config).decode(), mode=_mode_enum(mode))
-
-
-def _mode_enum(mode: ReviewMode | None) -> Any:
-    return _to_enum(budget_pb2.ReviewMode, "REVIEW_MODE_", mode.value) if mode else 0
-
-
-def runner_to_proto(spec: RunnerSpec) -> budget_pb2.Runner:
-    return budget_pb2.Runner(
-        name=spec.name,
-        models=list(spec.models),
-        efforts=list(spec.efforts),
-        default_model=spec.default_model,
-        default_effort=spec.default_effort,
-        supports_warm=spec.supports_warm,
-        supports_model_change=spec.supports_model_change,
-    )
-
-
-def binding_to_proto(binding: app.Binding) -> budget_pb2.ReviewSessionBinding:
-    return budget_pb2.ReviewSessionBinding(
-        review_id=binding.review_id,
-        session_id=binding.session_id,
-        mode=_mode_enum(binding.mode),
-        range_base=binding.range_base,
-        range_head=binding.range_head,
-        fresh_session=binding.fresh_session,
-        selection=selection_to_proto(binding.selection.to_json()),
-        busy=binding.busy,
-    )
-
-
-def selection_to_dict(message: budget_pb2.ReviewSelection) -> dict[str, str]:
-    return {
-        "runner": message.runner,
-        "model": message.model,
-        "effort": message.effort,
-        "mode": _mode_name(message.mode),
-    }
-
-
-def selection_to_proto(selection: dict[str, str]) -> budget_pb2.ReviewSelection:
-    mode = selection.get("mode") or ""
-    return budget_pb2.ReviewSelection(
-        runner=selection.get("runner", ""),
-        model=selection.get("model", ""),
-        effort=selection.get("effort", ""),
-        mode=_to_enum(budget_pb2.ReviewMode, "REVIEW_MODE_", mode)
-        if mode
-        else budget_pb2.REVIEW_MODE_UNSPECIFIED,
-    )
-
-
-def run_to_proto(run: app.Run) -> budget_pb2.Run:
-    return budget_pb2.Run(
-        run_id=run.run_id,
-        repository=run.repository,
-        pr_number=run.pr_number,
-        head_sha=run.head_sha,
-        status=_to_enum(budget_pb2.RunStatus, "RUN_STATUS_", run.status.value),
-        scope_key=run.scope_key,
-        review_mode=_mode_enum(run.modes.review),
-        pr_work_review_mode=_mode_enum(run.modes.pr_work),
-        repeat_review_context_mode=_mode_enum(run.modes.repeat_context),
-    )
-
-
-def receipt_to_proto(receipt: app.Receipt) -> budget_pb2.AdmissionReceipt:
-    message = budget_pb2.AdmissionReceipt(
-        receipt_id=receipt.receipt_id,
-        run_id=receipt.run_id,
-        scope_key=receipt.scope_key,
-        attempt_key=receipt.attempt_key,
-        kind=_to_enum(budget_pb2.AttemptKind, "ATTEMPT_KIND_", receipt.kind.value),
-        trigger=_to_enum(budget_pb2.LaunchTrigger, "LAUNCH_TRIGGER_", receipt.trigger.value),
-        head_sha=receipt.head_sha,
-        selection=selection_to_proto(receipt.selection),
-        admitted_at=_stamp(receipt.admitted_at),
-        round=receipt.round,
-    )
-    if receipt.outcome is not None:
-        settlement = message.settlement
-        settlement.outcome = _to_enum(budget_pb2.SettlementOutcome, "SETTLEMENT_OUTCOME_", receipt.outcome)
-        settlement.reason = receipt.reason or ""
-        settlement.verdict = receipt.verdict or ""
-        if receipt.settled_at is not None:
-            settlement.settled_at.CopyFrom(_stamp(receipt.settled_at))
-    return message
-
-
-def extension_to_proto(receipt: dict[str, Any]) -> budget_pb2.ExtensionReceipt:
-    origin = receipt["origin"]
-    return budget_pb2.ExtensionReceipt(
-        receipt_id=receipt["receipt_id"],
-        idempotency_key=receipt["idempotency_key"],
-        request_id=receipt.get("request_id", ""),
-        run_id=receipt["run_id"],
-        repository=receipt["repository"],
-        pr_number=receipt["pr_number"],
-        scope_key=receipt["scope_key"],
-        approved_head=receipt["approved_head"],
-        prior_limit=receipt["prior_limit"],
-        new_limit=receipt["new_limit"],
-        scope_brief=receipt["scope_brief"],
-        origin=budget_pb2.RequestOrigin(
-            actor_kind=common_pb2.ActorKind.Value(f"ACTOR_KIND_{origin['actor_kind'].upper()}"),
-            actor_id=origin["actor_id"],
-            key_id=origin.get("key_id", ""),
-            remote_addr=origin.get("remote_addr", ""),
-            user_agent=origin.get("user_agent", ""),
-        ),
-        granted_at=_stamp(datetime.fromisoformat(receipt["granted_at"])),
-    )
-
-
-def budget_to_proto(budget: app.Budget) -> budget_pb2.RoundBudget:
-    b = budget.budget
-    message = budget_pb2.RoundBudget(
-        scope_key=budget.scope_key,
-        used=b.used,
-        limit=b.limit,
-        admissions=b.admissions,
-        no_verdict=b.no_verdict,
-        no_verdict_limit=b.no_verdict_limit,
-        label=b.label,
-        exhausted=b.exhausted,
-        no_verdict_capped=b.no_verdict_capped,
-    )
-    if budget.extension is not None:
-        message.extension.CopyFrom(extension_to_proto(budget.extension))
-    refusal = budget.last_launch_refusal
-    if refusal is not None:
-        message.last_launch_refusal.CopyFrom(
-            budget_pb2.LaunchRefusal(
-                run_id=refusal["run_id"],
-                attempt_key=refusal["attempt_key"],
-                trigger=_to_enum(budget_pb2.LaunchTrigger, "LAUNCH_TRIGGER_", refusal["trigger"]),
-                no_verdict=refusal["no_verdict"],
-                reason=refusal["reason"],
-                refused_at=_stamp(refusal["refused_at"]),
-            )
-        )
-    return message
-
-
-def _origin(message: budget_pb2.RequestOrigin) -> app.Origin:
-    kinds = {v: k for k, v in common_pb2.ActorKind.items()}
-    kind = kinds.get(message.actor_kind, "ACTOR_KIND_UNSPECIFIED").removeprefix("ACTOR_KIND_").lower()
-    return app.Origin(kind, message.actor_id, message.key_id, message.remote_addr, message.user_agent)
-
-
-def counters_to_proto(session_id: str, state: SessionState) -> budget_pb2.SessionCounters:
-    return budget_pb2.SessionCounters(
-        session_id=session_id,
-        turns=state.turns,
-        tools=state.tools,
-        turn_index=state.turn_index,
-        reviews=state.reviews,
-        in_flight=state.in_flight,
-        enabled=state.enabled,
-    )
-
-
-def decision_to_proto(record: dict[str, Any]) -> budget_pb2.GateDecision:
-    message = budget_pb2.GateDecision(
-        at=_stamp(datetime.fromisoformat(record["at"].replace("Z", "+00:00"))),
-        session=record["session"],
-        turn=record["turn"],
-        decision=record["decision"],
-        source=record["source"],
-        reason=record["reason"],
-        tool_calls=record["toolCalls"],
-        latency_ms=record["latencyMs"],
-        threshold=record["threshold"],
-    )
-    for name in ("choice", "confidence", "probability"):
-        if record.get(name) is not None:
-            setattr(message, name, record[name])
-    return message
-
-
-def _digest(message: budget_pb2.TurnDigest) -> dict[str, Any]:
-    return {
-        "last_human_message": message.last_human_message,
-        "last_assistant_message": message.last_assistant_message,
-        "loaded_skills": list(message.loaded_skills),
-    }
-
-
-_TURN_STATUS = {
-    budget_pb2.TURN_STATUS_COMPLETED: "completed",
-    budget_pb2.TURN_STATUS_ABORTED: "aborted",
-    budget_pb2.TURN_STATUS_FAILED: "failed",
-}
+if TYPE_CHECKING:
+    Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
-    def __init__(self, db: Database, gate: ClassifierGate | None = None) -> None:
-        self.db = db
-        self.gate = gate or ClassifierGate(config_from_env())
+    def __init__(self, env: Env) -> None:
+        self.db = env.db
+        self.gate = env.gate
 
     async def ConsumeAutoSend(
-        self, request: budget_pb2.ConsumeAutoSendRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ConsumeAutoSendRequest, context: Context
     ) -> budget_pb2.ConsumeAutoSendResponse:
         result = await app.consume_auto_send(
             self.db,
@@ -280,12 +66,10 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             allowed=result.allowed, used_today=result.used_today, cap_per_day=result.cap_per_day
         )
 
-    async def RecordRun(
-        self, request: budget_pb2.RecordRunRequest, context: grpc.aio.ServicerContext
-    ) -> budget_pb2.Run:
+    async def RecordRun(self, request: budget_pb2.RecordRunRequest, context: Context) -> budget_pb2.Run:
         status = None
         if request.status:
-            status = RunStatus(_enum_value(budget_pb2.RunStatus, "RUN_STATUS_", request.status, "/status"))
+            status = RunStatus(required_enum(*RUN_STATUS, request.status, "/status"))
         run = await app.record_run(
             self.db,
             Principal.from_proto(request.principal),
@@ -294,22 +78,18 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             pr_number=request.pr_number,
             head_sha=request.head_sha,
             status=status,
-            modes=app.RunModes(
-                _mode(request.review_mode),
-                _mode(request.pr_work_review_mode),
-                _mode(request.repeat_review_context_mode),
+            modes=modes_from_proto(
+                request.review_mode, request.pr_work_review_mode, request.repeat_review_context_mode
             ),
         )
         return run_to_proto(run)
 
     async def AdmitReviewRound(
-        self, request: budget_pb2.AdmitReviewRoundRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.AdmitReviewRoundRequest, context: Context
     ) -> budget_pb2.AdmitReviewRoundResponse:
         principal = Principal.from_proto(request.principal)
-        kind = AttemptKind(_enum_value(budget_pb2.AttemptKind, "ATTEMPT_KIND_", request.kind, "/kind"))
-        trigger = Trigger(
-            _enum_value(budget_pb2.LaunchTrigger, "LAUNCH_TRIGGER_", request.trigger, "/trigger")
-        )
+        kind = AttemptKind(required_enum(*ATTEMPT_KIND, request.kind, "/kind"))
+        trigger = Trigger(required_enum(*TRIGGER, request.trigger, "/trigger"))
         admission = await app.admit_review_round(
             self.db,
             principal,
@@ -328,7 +108,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def SettleAttempt(
-        self, request: budget_pb2.SettleAttemptRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.SettleAttemptRequest, context: Context
     ) -> budget_pb2.SettleAttemptResponse:
         receipt, budget = await app.settle_attempt(
             self.db,
@@ -344,20 +124,17 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def GetRoundBudget(
-        self, request: budget_pb2.GetRoundBudgetRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.GetRoundBudgetRequest, context: Context
     ) -> budget_pb2.RoundBudget:
         budget = await app.get_round_budget(self.db, Principal.from_proto(request.principal), request.run_id)
         return budget_to_proto(budget)
 
     async def ExtendReviewBudget(
-        self, request: budget_pb2.ExtendReviewBudgetRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ExtendReviewBudgetRequest, context: Context
     ) -> budget_pb2.ExtensionReceipt:
-        principal = Principal.from_proto(request.principal)
-        if principal.actor_kind is not ActorKind.ADMIN:
-            raise DomainError(Code.FORBIDDEN_ACTOR, "Only an authenticated admin may extend a review budget.")
         receipt = await app.extend_review_budget(
             self.db,
-            principal,
+            Principal.from_proto(request.principal),
             run_id=request.run_id,
             request=ExtensionInput(
                 head_sha=request.head_sha,
@@ -366,20 +143,15 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
                 scope_brief=request.scope_brief,
                 idempotency_key=request.idempotency_key,
             ),
-            origin=_origin(request.origin),
+            origin=origin_from_proto(request.origin),
             request_id=request.request_id,
         )
         return extension_to_proto(receipt)
 
     async def AppendJournalEvents(
-        self, request: budget_pb2.AppendJournalEventsRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.AppendJournalEventsRequest, context: Context
     ) -> budget_pb2.AppendJournalEventsResponse:
-        events = []
-        for index, raw in enumerate(request.events_json):
-            try:
-                events.append(orjson.loads(raw))
-            except orjson.JSONDecodeError:
-                raise invalid(f"/events/{index}", "not valid JSON") from None
+        events = [json_value(raw, f"/events/{index}") for index, raw in enumerate(request.events_json)]
         result = await app.append_journal_events(
             self.db, Principal.from_proto(request.principal), request.run_id, events
         )
@@ -390,7 +162,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def GetEvidenceStatus(
-        self, request: budget_pb2.GetEvidenceStatusRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.GetEvidenceStatusRequest, context: Context
     ) -> budget_pb2.GetEvidenceStatusResponse:
         evidence = await app.get_evidence_status(
             self.db, Principal.from_proto(request.principal), request.run_id
@@ -403,48 +175,38 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def RegisterRunner(
-        self, request: budget_pb2.RegisterRunnerRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.RegisterRunnerRequest, context: Context
     ) -> budget_pb2.Runner:
-        r = request.runner
-        spec = RunnerSpec(
-            name=r.name,
-            models=tuple(r.models),
-            efforts=tuple(r.efforts),
-            default_model=r.default_model,
-            default_effort=r.default_effort,
-            supports_warm=r.supports_warm,
-            supports_model_change=r.supports_model_change,
+        spec = await app.register_runner(
+            self.db, Principal.from_proto(request.principal), runner_from_proto(request.runner)
         )
-        return runner_to_proto(
-            await app.register_runner(self.db, Principal.from_proto(request.principal), spec)
-        )
+        return runner_to_proto(spec)
 
     async def ListRunners(
-        self, request: budget_pb2.ListRunnersRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ListRunnersRequest, context: Context
     ) -> budget_pb2.ListRunnersResponse:
         runners = await app.list_runners(self.db, Principal.from_proto(request.principal))
         return budget_pb2.ListRunnersResponse(runners=[runner_to_proto(r) for r in runners])
 
     async def SetReviewConfig(
-        self, request: budget_pb2.SetReviewConfigRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.SetReviewConfigRequest, context: Context
     ) -> budget_pb2.ReviewConfig:
-        config = _config_object(request.config_json, "/config")
-        return _review_config(
+        config = json_object(request.config_json, "/config")
+        return review_config_to_proto(
             *await app.set_review_config(self.db, Principal.from_proto(request.principal), config)
         )
 
     async def GetReviewConfig(
-        self, request: budget_pb2.GetReviewConfigRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.GetReviewConfigRequest, context: Context
     ) -> budget_pb2.ReviewConfig:
-        return _review_config(*await app.get_review_config(self.db, Principal.from_proto(request.principal)))
+        return review_config_to_proto(
+            *await app.get_review_config(self.db, Principal.from_proto(request.principal))
+        )
 
     async def ValidateSequence(
-        self, request: budget_pb2.ValidateSequenceRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ValidateSequenceRequest, context: Context
     ) -> budget_pb2.ValidateSequenceResponse:
-        try:
-            rows = orjson.loads(request.sequence_json)
-        except orjson.JSONDecodeError:
-            raise invalid("/sequence", "not valid JSON") from None
+        rows = json_value(request.sequence_json, "/sequence")
         selections, payload = await app.validate_review_sequence(
             self.db, Principal.from_proto(request.principal), rows
         )
@@ -454,31 +216,28 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
     async def ResolveReviewMode(
-        self, request: budget_pb2.ResolveReviewModeRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ResolveReviewModeRequest, context: Context
     ) -> budget_pb2.ResolveReviewModeResponse:
-        principal = Principal.from_proto(request.principal)
         config = (
-            _config_object(request.project_config_json, "/project_config")
+            json_object(request.project_config_json, "/project_config")
             if request.project_config_json
             else None
         )
         mode, source = await app.resolve_mode(
             self.db,
-            principal,
+            Principal.from_proto(request.principal),
             run_id=request.run_id,
-            explicit=_mode(request.explicit_mode),
-            given=app.RunModes(
-                _mode(request.run_review_mode),
-                _mode(request.pr_work_options_mode),
-                _mode(request.repeat_review_context_mode),
+            explicit=mode_from_proto(request.explicit_mode),
+            given=modes_from_proto(
+                request.run_review_mode, request.pr_work_options_mode, request.repeat_review_context_mode
             ),
-            project_default=_mode(request.project_default),
+            project_default=mode_from_proto(request.project_default),
             project_config=config,
         )
-        return budget_pb2.ResolveReviewModeResponse(mode=_mode_enum(mode), source=source)
+        return budget_pb2.ResolveReviewModeResponse(mode=mode_number(mode), source=source)
 
     async def BindReviewSession(
-        self, request: budget_pb2.BindReviewSessionRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.BindReviewSessionRequest, context: Context
     ) -> budget_pb2.ReviewSessionBinding:
         binding = await app.bind_review_session(
             self.db,
@@ -494,7 +253,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return binding_to_proto(binding)
 
     async def CompleteReviewSession(
-        self, request: budget_pb2.CompleteReviewSessionRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.CompleteReviewSessionRequest, context: Context
     ) -> budget_pb2.ReviewSessionBinding:
         binding = await app.complete_review_session(
             self.db, Principal.from_proto(request.principal), request.session_id, request.reviewed_head
@@ -502,9 +261,10 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return binding_to_proto(binding)
 
     async def RecordTurn(
-        self, request: budget_pb2.RecordTurnRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.RecordTurnRequest, context: Context
     ) -> budget_pb2.RecordTurnResponse:
-        if request.status not in _TURN_STATUS:
+        status = enum_name(*TURN_STATUS, request.status)
+        if not status:
             raise invalid("/status", "completed, aborted or failed")
         result = await app.record_turn(
             self.db,
@@ -513,16 +273,12 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             session_id=request.session_id,
             origin=request.origin,
             depth=request.depth,
-            status=_TURN_STATUS[request.status],
+            status=status,
             tool_calls=request.tool_calls,
-            digest=_digest(request.digest),
+            digest=digest_from_proto(request.digest),
         )
-        return self._turn_response(request.session_id, result)
-
-    @staticmethod
-    def _turn_response(session_id: str, result: app.TurnResult) -> budget_pb2.RecordTurnResponse:
         reply = budget_pb2.RecordTurnResponse(
-            counters=counters_to_proto(session_id, result.counters),
+            counters=counters_to_proto(request.session_id, result.counters),
             counted=result.counted,
             not_due_reason=result.not_due_reason or "",
         )
@@ -531,24 +287,34 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return reply
 
     async def DecideReview(
-        self, request: budget_pb2.DecideReviewRequest, context: grpc.aio.ServicerContext
-    ) -> budget_pb2.RecordTurnResponse:
-        principal = Principal.from_proto(request.principal)
-        if request.HasField("set_enabled"):
-            state = await app.set_review_enabled(self.db, principal, request.session_id, request.set_enabled)
-            return budget_pb2.RecordTurnResponse(counters=counters_to_proto(request.session_id, state))
+        self, request: budget_pb2.DecideReviewRequest, context: Context
+    ) -> budget_pb2.DecideReviewResponse:
         result = await app.decide_review(
             self.db,
             self.gate,
-            principal,
+            Principal.from_proto(request.principal),
             session_id=request.session_id,
             review_now=request.now,
-            digest=_digest(request.digest),
+            digest=digest_from_proto(request.digest),
         )
-        return self._turn_response(request.session_id, result)
+        reply = budget_pb2.DecideReviewResponse(
+            counters=counters_to_proto(request.session_id, result.counters),
+            not_due_reason=result.not_due_reason or "",
+        )
+        if result.decision is not None:
+            reply.decision.CopyFrom(decision_to_proto(result.decision))
+        return reply
+
+    async def SetReviewEnabled(
+        self, request: budget_pb2.SetReviewEnabledRequest, context: Context
+    ) -> budget_pb2.SetReviewEnabledResponse:
+        state = await app.set_review_enabled(
+            self.db, Principal.from_proto(request.principal), request.session_id, request.enabled
+        )
+        return budget_pb2.SetReviewEnabledResponse(counters=counters_to_proto(request.session_id, state))
 
     async def FinishReview(
-        self, request: budget_pb2.FinishReviewRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.FinishReviewRequest, context: Context
     ) -> budget_pb2.SessionCounters:
         state = await app.finish_review(
             self.db, Principal.from_proto(request.principal), request.session_id, request.succeeded
@@ -556,7 +322,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         return counters_to_proto(request.session_id, state)
 
     async def ListGateDecisions(
-        self, request: budget_pb2.ListGateDecisionsRequest, context: grpc.aio.ServicerContext
+        self, request: budget_pb2.ListGateDecisionsRequest, context: Context
     ) -> budget_pb2.ListGateDecisionsResponse:
         records, cursor = await app.list_gate_decisions(
             self.db,
@@ -570,11 +336,11 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
 
 
-def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
+def registrations(env: Env) -> Sequence[Registration]:
     return [
         (
             budget_pb2_grpc.add_DispatchBudgetServiceServicer_to_server,
-            DispatchBudgetServicer(db),
+            DispatchBudgetServicer(env),
             "reviewloop.budget.v1.DispatchBudgetService",
         )
     ]

@@ -37,7 +37,7 @@ def main() -> None:
 
 
 # The gateway serves HTTP, not gRPC: it has a store and migrations like the services, and its own entry point.
-SPEC = ServiceSpec(
+SPEC: ServiceSpec[None] = ServiceSpec(
     name="gateway", metadata=metadata, migrations_dir=Path(__file__).parent / "migrations", entrypoint=main
 )
 

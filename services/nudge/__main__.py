@@ -9,13 +9,12 @@ nudge is compacted (default 7 days; un-acked nudges are never dropped),
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from reviewloop.config import ServiceConfig
-from reviewloop.service import Peers, Registration, ServiceSpec, main
+from reviewloop.service import Job, ServiceSpec, main
 from reviewloop.storage import Database
 
 from nudge import app, server, wakeup
@@ -40,18 +39,13 @@ def bootstrap(db: Database, environ: Mapping[str, str] = os.environ) -> app.Env:
     return app.Env(db, settings_from(environ))
 
 
-def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
-    return server.servicers(bootstrap(db))
-
-
-def background(db: Database, peers: Peers) -> Sequence[Callable[[], Coroutine[Any, Any, None]]]:
-    env = bootstrap(db)
+def background(env: app.Env) -> Sequence[Job]:
 
     async def sweep() -> None:
         await app.sweep_forever(env)
 
     async def listen() -> None:
-        await wakeup.listen(db)
+        await wakeup.listen(env.db)
 
     return (listen, sweep)
 
@@ -60,7 +54,8 @@ SPEC = ServiceSpec(
     name="nudge",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
-    servicers=servicers,
+    bootstrap=lambda db, _peers: bootstrap(db),
+    servicers=server.servicers,
     background=background,
 )
 

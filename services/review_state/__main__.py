@@ -2,30 +2,24 @@
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.rules.v1 import rules_pb2
-from reviewloop.service import Peers, Registration, ServiceSpec, main
-from reviewloop.storage import Database
+from reviewloop.service import Job, ServiceSpec, main
 
 from review_state import app
-from review_state.bootstrap import env_for
+from review_state.app import Env
+from review_state.bootstrap import build_env
 from review_state.server import registrations
 from review_state.store import metadata
 
 log = logging.getLogger(__name__)
 
 
-def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
-    return registrations(env_for(db, peers))
-
-
-def background(db: Database, peers: Peers) -> Sequence[Callable[[], Coroutine[Any, Any, None]]]:
+def background(env: Env) -> Sequence[Job]:
     """The reconciliation sweep: parked send attempts are recovered by Message-ID, never resent."""
-    env = env_for(db, peers)
 
     async def sweep() -> None:
         while True:
@@ -42,7 +36,8 @@ SPEC = ServiceSpec(
     name="review_state",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
-    servicers=servicers,
+    bootstrap=build_env,
+    servicers=registrations,
     peers=("rules", "diff", "dispatch_budget"),
     subscribers={
         "nudge": nudge_pb2.DESCRIPTOR.services_by_name["NudgeService"].full_name,

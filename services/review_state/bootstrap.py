@@ -7,7 +7,6 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from weakref import WeakKeyDictionary
 
 from reviewloop.config import data_dir
 from reviewloop.service import Peers
@@ -46,14 +45,3 @@ def build_env(db: Database, peers: Peers, environ: Mapping[str, str] = os.enviro
         provider_from_env(data_dir(environ), environ),
         settings_from_env(environ),
     )
-
-
-_ENVS: WeakKeyDictionary[Database, Env] = WeakKeyDictionary()
-
-
-def env_for(db: Database, peers: Peers) -> Env:
-    """The one ``Env`` of the service running on ``db``: the servicers and the sweep ask separately."""
-    env = _ENVS.get(db)
-    if env is None:
-        env = _ENVS[db] = build_env(db, peers)
-    return env

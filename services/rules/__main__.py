@@ -1,28 +1,28 @@
 """Boot: ``python -m rules``."""
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from reviewloop.review.v1 import review_pb2
-from reviewloop.service import Peers, ServiceSpec, main
-from reviewloop.storage import Database
+from reviewloop.service import Job, ServiceSpec, main
 
-from rules.app import ensure_token_key
-from rules.server import servicers
+from rules import server
+from rules.app import Env, ensure_token_key
+from rules.bootstrap import bootstrap
 from rules.store import metadata
 
 
-def background(db: Database, peers: Peers) -> Sequence[Callable[[], Coroutine[Any, Any, None]]]:
+def background(env: Env) -> Sequence[Job]:
     # The composition-token signing key is generated at first boot (and kept in the store).
-    return [lambda: ensure_token_key(db)]
+    return [lambda: ensure_token_key(env.db)]
 
 
 SPEC = ServiceSpec(
     name="rules",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
-    servicers=servicers,
+    bootstrap=lambda db, _peers: bootstrap(db),
+    servicers=server.servicers,
     subscribers={"review_state": review_pb2.DESCRIPTOR.services_by_name["ReviewStateService"].full_name},
     background=background,
 )

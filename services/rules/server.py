@@ -1,35 +1,25 @@
-"""The RulesService servicer: translate protobuf, call ``app``, return protobuf."""
+"""The RulesService servicer: translate protobuf to the use cases' values, call ``app``, translate
+the answer back. Nothing else lives here."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
+from reviewloop import service
 from reviewloop.common.v1 import common_pb2
+from reviewloop.protoconv import stamp, to_enum
 from reviewloop.rules.v1 import rules_pb2, rules_pb2_grpc
-from reviewloop.service import Peers, Registration
-from reviewloop.storage import Database
+from reviewloop.service import Registration
 from reviewloop.tenancy import Principal
 
 from rules import app
 from rules.domain import risk
 from rules.domain.graduation import Status
 
-_TOKEN_STATUS = {
-    app.TokenStatus.VALID: rules_pb2.TOKEN_STATUS_VALID,
-    app.TokenStatus.EXPIRED: rules_pb2.TOKEN_STATUS_EXPIRED,
-    app.TokenStatus.STALE: rules_pb2.TOKEN_STATUS_STALE,
-    app.TokenStatus.INVALID: rules_pb2.TOKEN_STATUS_INVALID,
-}
-
-
-def _timestamp(value: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
+# No RPC here reads its context: the boundary interceptor answers errors and the metadata.
+Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def rule_to_proto(view: app.RuleView) -> rules_pb2.Rule:
@@ -51,7 +41,7 @@ def rule_to_proto(view: app.RuleView) -> rules_pb2.Rule:
         status=view.status,
         agent_id=r.agent_id,
         supersedes_id=r.supersedes_id,
-        created_at=_timestamp(r.created_at),
+        created_at=stamp(r.created_at),
         action=r.action.value,
         changed_by_kind=r.changed_by_kind,
         changed_by_id=r.changed_by_id,
@@ -75,7 +65,7 @@ def category_to_proto(view: app.CategoryView) -> rules_pb2.Category:
         drift_count=c.drift_count,
         org_id=c.org_id,
         project_id=c.project_id,
-        created_at=_timestamp(c.created_at),
+        created_at=stamp(c.created_at),
     )
 
 
@@ -108,7 +98,7 @@ def proposal_to_proto(proposal: app.Proposal) -> rules_pb2.GraduationProposal:
         note=proposal.note,
         status="proposed",
         graduation=status_to_proto(proposal.status),
-        created_at=_timestamp(proposal.created_at),
+        created_at=stamp(proposal.created_at),
     )
 
 
@@ -140,41 +130,37 @@ def _principal(request: Any) -> Principal:
 
 
 class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
-    def __init__(self, db: Database, settings: app.Settings) -> None:
-        self.db = db
-        self.settings = settings
+    def __init__(self, env: app.Env) -> None:
+        self.env = env
 
-    async def Ingest(
-        self, request: common_pb2.IngestRequest, context: grpc.aio.ServicerContext
-    ) -> common_pb2.IngestResponse:
-        accepted, duplicates = await app.ingest(self.db, list(request.events))
-        return common_pb2.IngestResponse(accepted=accepted, duplicates=duplicates)
+    async def Ingest(self, request: common_pb2.IngestRequest, context: Context) -> common_pb2.IngestResponse:
+        return await service.ingest(self.env.db, request, app.SUBSCRIPTIONS)
 
     async def ValidateCompositionToken(
-        self, request: rules_pb2.ValidateCompositionTokenRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ValidateCompositionTokenRequest, context: Context
     ) -> rules_pb2.ValidateCompositionTokenResponse:
         check = await app.validate_composition_token(
-            self.db, _principal(request), request.composition_token, request.category_id
+            self.env, _principal(request), request.composition_token, request.category_id
         )
         return rules_pb2.ValidateCompositionTokenResponse(
-            status=_TOKEN_STATUS[check.status],
+            status=rules_pb2.TokenStatus.ValueType(
+                to_enum(rules_pb2.TokenStatus, "TOKEN_STATUS_", check.status)
+            ),
             token_rule_high_water=check.token_rule_high_water,
             current_rule_high_water=check.current_rule_high_water,
         )
 
     async def GetCategory(
-        self, request: rules_pb2.GetCategoryRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetCategoryRequest, context: Context
     ) -> rules_pb2.Category:
-        return category_to_proto(await app.get_category(self.db, _principal(request), request.category_id))
+        return category_to_proto(await app.get_category(self.env, _principal(request), request.category_id))
 
     async def GetRiskDial(
-        self, request: rules_pb2.GetRiskDialRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetRiskDialRequest, context: Context
     ) -> rules_pb2.RiskDial:
-        return dial_to_proto(await app.get_risk_dial(self.db, _principal(request), request.category_id))
+        return dial_to_proto(await app.get_risk_dial(self.env, _principal(request), request.category_id))
 
-    async def SaveRule(
-        self, request: rules_pb2.SaveRuleRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
+    async def SaveRule(self, request: rules_pb2.SaveRuleRequest, context: Context) -> rules_pb2.Rule:
         body = app.RuleInput(
             rule_text=request.rule_text,
             scope=request.scope,
@@ -188,14 +174,13 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             agent_id=request.agent_id,
             idempotency_key=request.idempotency_key,
         )
-        return rule_to_proto(await app.save_rule(self.db, _principal(request), body))
+        return rule_to_proto(await app.save_rule(self.env, _principal(request), body))
 
     async def GetRules(
-        self, request: rules_pb2.GetRulesRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetRulesRequest, context: Context
     ) -> rules_pb2.GetRulesResponse:
         snapshot = await app.get_rules(
-            self.db,
-            self.settings,
+            self.env,
             _principal(request),
             scope=request.scope,
             category_id=request.category_id,
@@ -210,60 +195,52 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             composition_token=snapshot.composition_token,
         )
         if snapshot.composition_token_expires_at is not None:
-            reply.composition_token_expires_at.CopyFrom(_timestamp(snapshot.composition_token_expires_at))
+            reply.composition_token_expires_at.CopyFrom(stamp(snapshot.composition_token_expires_at))
         return reply
 
-    async def RetireRule(
-        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
-        view = await app.retire_rule(self.db, _principal(request), request.lineage_id, request.expected_rev)
+    async def RetireRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
+        view = await app.retire_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
         return rule_to_proto(view)
 
-    async def UndoRule(
-        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
-        view = await app.undo_rule(self.db, _principal(request), request.lineage_id, request.expected_rev)
+    async def UndoRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
+        view = await app.undo_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
         return rule_to_proto(view)
 
-    async def ApproveRule(
-        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
-        view = await app.approve_rule(self.db, _principal(request), request.lineage_id, request.expected_rev)
+    async def ApproveRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
+        view = await app.approve_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
         return rule_to_proto(view)
 
-    async def RejectRule(
-        self, request: rules_pb2.RuleActionRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Rule:
-        view = await app.reject_rule(self.db, _principal(request), request.lineage_id, request.expected_rev)
+    async def RejectRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
+        view = await app.reject_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
         return rule_to_proto(view)
 
     async def GetRuleHistory(
-        self, request: rules_pb2.GetRuleHistoryRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetRuleHistoryRequest, context: Context
     ) -> rules_pb2.RuleHistory:
-        views = await app.rule_history(self.db, _principal(request), request.lineage_id)
+        views = await app.rule_history(self.env, _principal(request), request.lineage_id)
         return rules_pb2.RuleHistory(
             lineage_id=request.lineage_id, revisions=[rule_to_proto(v) for v in views]
         )
 
     async def GetRuleSettings(
-        self, request: rules_pb2.GetRuleSettingsRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetRuleSettingsRequest, context: Context
     ) -> rules_pb2.RuleSettings:
         principal = _principal(request)
-        on = await app.get_rule_settings(self.db, principal)
+        on = await app.get_rule_settings(self.env, principal)
         return rules_pb2.RuleSettings(project_id=principal.project_id, write_approval=on)
 
     async def SetRuleSettings(
-        self, request: rules_pb2.SetRuleSettingsRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.SetRuleSettingsRequest, context: Context
     ) -> rules_pb2.RuleSettings:
         principal = _principal(request)
-        on = await app.set_rule_settings(self.db, principal, request.write_approval)
+        on = await app.set_rule_settings(self.env, principal, request.write_approval)
         return rules_pb2.RuleSettings(project_id=principal.project_id, write_approval=on)
 
     async def CreateCategory(
-        self, request: rules_pb2.CreateCategoryRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.CreateCategoryRequest, context: Context
     ) -> rules_pb2.Category:
         view = await app.create_category(
-            self.db,
+            self.env,
             _principal(request),
             name=request.name,
             description=request.description,
@@ -274,10 +251,10 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         return category_to_proto(view)
 
     async def UpdateCategory(
-        self, request: rules_pb2.UpdateCategoryRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.UpdateCategoryRequest, context: Context
     ) -> rules_pb2.Category:
         view = await app.update_category(
-            self.db,
+            self.env,
             _principal(request),
             request.category_id,
             name=request.name if request.HasField("name") else None,
@@ -287,42 +264,42 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         return category_to_proto(view)
 
     async def ListCategories(
-        self, request: rules_pb2.ListCategoriesRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ListCategoriesRequest, context: Context
     ) -> rules_pb2.ListCategoriesResponse:
         views, next_cursor = await app.list_categories(
-            self.db, _principal(request), cursor=request.cursor, limit=request.limit
+            self.env, _principal(request), cursor=request.cursor, limit=request.limit
         )
         return rules_pb2.ListCategoriesResponse(
             categories=[category_to_proto(v) for v in views], next_cursor=next_cursor
         )
 
     async def GetGraduationStatus(
-        self, request: rules_pb2.GetGraduationStatusRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.GetGraduationStatusRequest, context: Context
     ) -> rules_pb2.GraduationStatus:
-        return status_to_proto(await app.graduation_status(self.db, _principal(request), request.category_id))
+        return status_to_proto(
+            await app.graduation_status(self.env, _principal(request), request.category_id)
+        )
 
     async def ProposeGraduation(
-        self, request: rules_pb2.ProposeGraduationRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ProposeGraduationRequest, context: Context
     ) -> rules_pb2.GraduationProposal:
         proposal = await app.propose_graduation(
-            self.db, _principal(request), request.category_id, request.to_state, request.note
+            self.env, _principal(request), request.category_id, request.to_state, request.note
         )
         return proposal_to_proto(proposal)
 
     async def ListGraduationProposals(
-        self, request: rules_pb2.ListGraduationProposalsRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ListGraduationProposalsRequest, context: Context
     ) -> rules_pb2.ListGraduationProposalsResponse:
-        proposals = await app.list_graduation_proposals(self.db, _principal(request))
+        proposals = await app.list_graduation_proposals(self.env, _principal(request))
         return rules_pb2.ListGraduationProposalsResponse(proposals=[proposal_to_proto(p) for p in proposals])
 
-    async def Graduate(
-        self, request: rules_pb2.GraduateRequest, context: grpc.aio.ServicerContext
-    ) -> rules_pb2.Category:
-        view = await app.graduate(self.db, _principal(request), request.category_id, request.to_state)
+    async def Graduate(self, request: rules_pb2.GraduateRequest, context: Context) -> rules_pb2.Category:
+        view = await app.graduate(self.env, _principal(request), request.category_id, request.to_state)
         return category_to_proto(view)
 
     async def SetRiskDial(
-        self, request: rules_pb2.SetRiskDialRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.SetRiskDialRequest, context: Context
     ) -> rules_pb2.RiskDial:
         account: dict[str, Any] | None = None
         if request.HasField("account") or request.account_clear:
@@ -335,29 +312,29 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             )
             for c in request.categories
         ]
-        dial = await app.set_risk_dial(self.db, _principal(request), account=account, categories=categories)
+        dial = await app.set_risk_dial(self.env, _principal(request), account=account, categories=categories)
         return dial_to_proto(dial)
 
     async def RotateCompositionKey(
-        self, request: rules_pb2.RotateCompositionKeyRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.RotateCompositionKeyRequest, context: Context
     ) -> rules_pb2.RotateCompositionKeyResponse:
-        key_id = await app.rotate_composition_key(self.db, _principal(request))
+        key_id = await app.rotate_composition_key(self.env, _principal(request))
         return rules_pb2.RotateCompositionKeyResponse(key_id=key_id)
 
     async def ResolveOwner(
-        self, request: rules_pb2.ResolveOwnerRequest, context: grpc.aio.ServicerContext
+        self, request: rules_pb2.ResolveOwnerRequest, context: Context
     ) -> rules_pb2.ResolveOwnerResponse:
         org_id, project_id = await app.resolve_owner(
-            self.db, category_id=request.category_id, lineage_id=request.lineage_id
+            self.env, category_id=request.category_id, lineage_id=request.lineage_id
         )
         return rules_pb2.ResolveOwnerResponse(org_id=org_id, project_id=project_id)
 
 
-def servicers(db: Database, peers: Peers) -> Sequence[Registration]:
+def servicers(env: app.Env) -> Sequence[Registration]:
     return [
         (
             rules_pb2_grpc.add_RulesServiceServicer_to_server,
-            RulesServicer(db, app.Settings.from_env()),
-            "reviewloop.rules.v1.RulesService",
+            RulesServicer(env),
+            rules_pb2.DESCRIPTOR.services_by_name["RulesService"].full_name,
         )
     ]

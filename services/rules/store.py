@@ -4,15 +4,16 @@ their maturity counters, graduation proposals, the risk dial, rule settings, tok
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
-from reviewloop.storage.schema import Json, insert_ignore, new_metadata, utcnow
+from reviewloop.storage.idempotency import idempotency_table
+from reviewloop.storage.schema import Json, UtcDateTime, insert_ignore, new_metadata, utcnow
 from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
-    DateTime,
     Index,
     Integer,
     PrimaryKeyConstraint,
@@ -56,7 +57,7 @@ rule_revisions = Table(
     Column("changed_by_id", String(40), nullable=False),
     Column("high_water", BigInteger, nullable=False, server_default="0"),
     Column("supersedes_id", String(40), nullable=False, server_default=""),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
     # The compare-and-set of read-before-write: two saves against the same rev insert the same
     # (lineage, rev + 1), and the constraint lets exactly one of them commit.
     UniqueConstraint("lineage_id", "rev"),
@@ -96,8 +97,8 @@ categories = Table(
     Column("clean_approval_count", BigInteger, nullable=False),
     Column("drift_count", BigInteger, nullable=False),
     Column("version", BigInteger, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("state_changed_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("state_changed_at", UtcDateTime, nullable=False),
     Index("ix_categories_org_id_id", "org_id", "id"),
 )
 
@@ -112,7 +113,7 @@ graduation_proposals = Table(
     Column("from_state", String(16), nullable=False),
     Column("to_state", String(16), nullable=False),
     Column("note", Text, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
 )
 
 risk_dials = Table(
@@ -137,61 +138,46 @@ token_keys = Table(
     metadata,
     Column("key_id", String(40), primary_key=True),
     Column("secret", String(128), nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
 )
 
-idempotency_keys = Table(
-    "idempotency_keys",
-    metadata,
-    Column("project_id", String(40), nullable=False),
-    Column("actor_id", String(40), nullable=False),
-    Column("key", String(255), nullable=False),
-    Column("request_hash", String(64), nullable=False),
-    Column("result_id", String(40), nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    PrimaryKeyConstraint("project_id", "actor_id", "key"),
-)
+# save_rule and create_category remember the id they wrote (rules.app.env.idempotent).
+idempotency_keys = idempotency_table(metadata, Column("result_id", String(40), nullable=False))
 
 
-def _aware(value: datetime) -> datetime:
-    # SQLite hands back naive datetimes; every stored time is UTC.
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+async def _put(conn: AsyncConnection, table: Table, keys: dict[str, Any], values: dict[str, Any]) -> None:
+    """Write ``values`` to the row of ``keys``, inserting it if missing: an upsert both dialects
+    speak (an insert that loses a race does nothing, and the update then applies)."""
+    await conn.execute(insert_ignore(conn, table).values(**keys, **values))
+    await conn.execute(update(table).where(*(table.c[k] == v for k, v in keys.items())).values(**values))
 
 
 # --- rules -------------------------------------------------------------------------------------
 
 
+# A revision's columns are its fields; these hold the value of a domain enum.
+_RULE_ENUMS: dict[str, type[StrEnum]] = {
+    "layer": Layer,
+    "scope": Scope,
+    "kind": Kind,
+    "state": State,
+    "action": Action,
+}
+
+
 def _rule(row: Any) -> RuleRev:
     m = row._mapping
-    return RuleRev(
-        id=m["id"],
-        lineage_id=m["lineage_id"],
-        rev=m["rev"],
-        layer=Layer(m["layer"]),
-        org_id=m["org_id"],
-        project_id=m["project_id"],
-        agent_id=m["agent_id"],
-        scope=Scope(m["scope"]),
-        category_id=m["category_id"],
-        kind=Kind(m["kind"]),
-        priority=m["priority"],
-        rule_text=m["rule_text"],
-        source_review_id=m["source_review_id"],
-        author_kind=m["author_kind"],
-        state=State(m["state"]),
-        action=Action(m["action"]),
-        changed_by_kind=m["changed_by_kind"],
-        changed_by_id=m["changed_by_id"],
-        high_water=m["high_water"],
-        supersedes_id=m["supersedes_id"],
-        created_at=_aware(m["created_at"]),
-    )
+    values: dict[str, Any] = {
+        name: _RULE_ENUMS[name](m[name]) if name in _RULE_ENUMS else m[name]
+        for name in RuleRev.__dataclass_fields__
+    }
+    return RuleRev(**values)
 
 
 async def add_revision(conn: AsyncConnection, rule: RuleRev, normalized_text: str) -> None:
     """Append one revision; raises IntegrityError when (lineage, rev) is taken (a lost race)."""
-    values = {k: getattr(rule, k) for k in RuleRev.__dataclass_fields__}
-    for name in ("layer", "scope", "kind", "state", "action"):
+    values = {name: getattr(rule, name) for name in RuleRev.__dataclass_fields__}
+    for name in _RULE_ENUMS:
         values[name] = values[name].value
     await conn.execute(insert(rule_revisions).values(**values, normalized_text=normalized_text))
 
@@ -258,12 +244,7 @@ async def write_approval(conn: AsyncConnection, project_id: str) -> bool:
 
 
 async def set_write_approval(conn: AsyncConnection, org_id: str, project_id: str, on: bool) -> None:
-    await conn.execute(
-        insert_ignore(conn, rule_settings).values(project_id=project_id, org_id=org_id, write_approval=on)
-    )
-    await conn.execute(
-        update(rule_settings).where(rule_settings.c.project_id == project_id).values(write_approval=on)
-    )
+    await _put(conn, rule_settings, {"project_id": project_id, "org_id": org_id}, {"write_approval": on})
 
 
 # --- categories --------------------------------------------------------------------------------
@@ -289,22 +270,8 @@ class CategoryRow:
 
 def _category(row: Any) -> CategoryRow:
     m = row._mapping
-    return CategoryRow(
-        id=m["id"],
-        org_id=m["org_id"],
-        project_id=m["project_id"],
-        scope=m["scope"],
-        name=m["name"],
-        description=m["description"],
-        state=GradRung(m["state"]),
-        author_kind=m["author_kind"],
-        never_graduate=m["never_graduate"],
-        clean_approval_count=m["clean_approval_count"],
-        drift_count=m["drift_count"],
-        version=m["version"],
-        created_at=_aware(m["created_at"]),
-        state_changed_at=_aware(m["state_changed_at"]),
-    )
+    values = {name: m[name] for name in CategoryRow.__dataclass_fields__}
+    return CategoryRow(**{**values, "state": GradRung(m["state"])})
 
 
 def _visible(org_id: str, project_id: str) -> Any:
@@ -389,8 +356,7 @@ async def pending_proposals(conn: AsyncConnection, project_id: str) -> list[dict
         .where(p.project_id == project_id, categories.c.state == p.from_state)
         .order_by(p.created_at.desc(), p.id.desc())
     )
-    rows = (await conn.execute(query)).all()
-    return [{**row._mapping, "created_at": _aware(row.created_at)} for row in rows]
+    return [dict(row._mapping) for row in (await conn.execute(query)).all()]
 
 
 # --- risk dial ---------------------------------------------------------------------------------
@@ -406,12 +372,7 @@ async def account_dial(conn: AsyncConnection, project_id: str) -> dict[str, Any]
 async def save_account_dial(
     conn: AsyncConnection, org_id: str, project_id: str, account: dict[str, Any]
 ) -> None:
-    await conn.execute(
-        insert_ignore(conn, risk_dials).values(project_id=project_id, org_id=org_id, account={})
-    )
-    await conn.execute(
-        update(risk_dials).where(risk_dials.c.project_id == project_id).values(account=account)
-    )
+    await _put(conn, risk_dials, {"project_id": project_id, "org_id": org_id}, {"account": account})
 
 
 async def overrides(
@@ -428,15 +389,8 @@ async def overrides(
 async def save_overrides(
     conn: AsyncConnection, project_id: str, category_id: str, values: dict[str, Any]
 ) -> None:
-    await conn.execute(
-        insert_ignore(conn, risk_overrides).values(
-            project_id=project_id, category_id=category_id, overrides={}
-        )
-    )
-    await conn.execute(
-        update(risk_overrides)
-        .where(risk_overrides.c.project_id == project_id, risk_overrides.c.category_id == category_id)
-        .values(overrides=values)
+    await _put(
+        conn, risk_overrides, {"project_id": project_id, "category_id": category_id}, {"overrides": values}
     )
 
 
@@ -459,33 +413,3 @@ async def token_key(conn: AsyncConnection, key_id: str) -> bytes | None:
 
 async def add_token_key(conn: AsyncConnection, key_id: str, secret: bytes) -> None:
     await conn.execute(insert(token_keys).values(key_id=key_id, secret=secret.hex(), created_at=utcnow()))
-
-
-# --- idempotency -------------------------------------------------------------------------------
-
-
-async def find_idempotent(conn: AsyncConnection, project_id: str, actor_id: str, key: str) -> Any:
-    return (
-        await conn.execute(
-            select(idempotency_keys.c.request_hash, idempotency_keys.c.result_id).where(
-                idempotency_keys.c.project_id == project_id,
-                idempotency_keys.c.actor_id == actor_id,
-                idempotency_keys.c.key == key,
-            )
-        )
-    ).first()
-
-
-async def remember_idempotent(
-    conn: AsyncConnection, project_id: str, actor_id: str, key: str, request_hash: str, result_id: str
-) -> None:
-    await conn.execute(
-        insert(idempotency_keys).values(
-            project_id=project_id,
-            actor_id=actor_id,
-            key=key,
-            request_hash=request_hash,
-            result_id=result_id,
-            created_at=utcnow(),
-        )
-    )

@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from diff.domain.message import MessageFields, compute
+from diff.domain.fields import MessageFields
+from diff.domain.message import compute
 
 ROUNDS = 21
 SIZES = ((100_000, "100 KB"), (1024 * 1024, "1 MiB"), (2 * 1024 * 1024, "2 MiB"))

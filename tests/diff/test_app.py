@@ -9,7 +9,7 @@ import orjson
 import pytest
 from diff import app
 from diff.__main__ import SPEC
-from diff.domain.message import MAX_FIELD_BYTES, Attachment, MessageFields
+from diff.domain.fields import MAX_FIELD_BYTES, Attachment, MessageFields
 from diff.store import DiffKey
 from reviewloop.errors import Code, DomainError
 from reviewloop.service import ServiceSpec

@@ -6,7 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 import orjson
-from diff.domain.message import Attachment, MessageFields, compute
+from diff.domain.fields import Attachment, MessageFields
+from diff.domain.message import compute
 
 BODY = (
     "Hi Dana,\n"

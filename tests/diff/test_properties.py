@@ -7,8 +7,9 @@ from typing import Any
 
 import orjson
 from diff.domain import lines
+from diff.domain.fields import FIELDS, Attachment, Kind, MessageFields
 from diff.domain.lines import opcodes
-from diff.domain.message import FIELDS, Attachment, Kind, MessageFields, compute
+from diff.domain.message import compute
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -7,15 +7,15 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from reviewloop.evidence import (
+from dispatch_budget.domain.evidence import (
     EvidenceStatus,
-    encode_line,
     evidence_rejected,
     evidence_status,
     sanitize_payload,
 )
+from dispatch_budget.store.journals import encode_line
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 A, R, AB, U = EvidenceStatus.ACCEPTED, EvidenceStatus.REJECTED, EvidenceStatus.ABSENT, EvidenceStatus.UNKNOWN
 

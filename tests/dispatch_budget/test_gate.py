@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from dispatch_budget import app
 from dispatch_budget.__main__ import SPEC
-from dispatch_budget.classifier import ClassifierGate, config_from_env
+from dispatch_budget.classifier import ClassifierGate
 from dispatch_budget.domain.gate import GateConfig, GateKind, SessionState, build_digest, not_due_reason
+from dispatch_budget.env import config_from_env
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import ActorKind, Principal
@@ -82,9 +83,7 @@ async def test_counters_become_due_on_turns_or_tools_and_a_review_runs_once(open
     assert (await turn(db, gate)).not_due_reason == "not_due"
     due = await turn(db, gate)
     assert (
-        due.decision is not None
-        and due.decision["decision"] == "review"
-        and due.decision["source"] == "counters"
+        due.decision is not None and due.decision.decision == "review" and due.decision.source == "counters"
     )
     assert due.counters.in_flight and due.counters.reviews == 1
     assert (await turn(db, gate)).not_due_reason == "in_flight"  # no second review while one runs
@@ -108,7 +107,7 @@ async def test_review_now_bypasses_counters_and_cooldown_but_not_the_budget_or_i
     gate = counters_gate(max_per_session=2, enabled=False)
     assert (await turn(db, gate, tool_calls=50)).not_due_reason == "disabled"
     first = await app.decide_review(db, gate, AGENT, session_id="s1", review_now=True, digest={})
-    assert first.decision is not None and first.decision["reason"] == "review now"
+    assert first.decision is not None and first.decision.reason == "review now"
     assert (
         await app.decide_review(db, gate, AGENT, session_id="s1", review_now=True, digest={})
     ).not_due_reason == "in_flight"
@@ -176,13 +175,14 @@ async def test_every_row_of_the_decision_mapping(
     classifier.script(script)
     result = await turn(db, classifier_gate(classifier), tool_calls=2)
     record = result.decision
-    assert record is not None and (record["decision"], record["source"], record["reason"]) == (
+    assert record is not None and (record.decision, record.source, record.reason) == (
         decision,
         "classifier",
         reason,
     )
-    assert record["threshold"] == 0.75 and record["toolCalls"] == 2 and record["turn"] == 1
-    assert isinstance(record["latencyMs"], int)
+    spelled = record.to_json()  # the gates.jsonl record as spec 001 spells it
+    assert spelled["threshold"] == 0.75 and spelled["toolCalls"] == 2 and spelled["turn"] == 1
+    assert isinstance(spelled["latencyMs"], int)
     sent = classifier.requests[0]
     assert sent["choices"] == ["yes", "no", "unclear"] and sent["digest"]["loaded_skills"] == ["deploy"]
     assert classifier.headers[0]["authorization"] == "Bearer sk-test"
@@ -214,7 +214,7 @@ async def test_failures_fall_back_to_review(
     classifier.script(*scripts)
     gate = classifier_gate(classifier)
     record = (await turn(db, gate)).decision
-    assert record is not None and (record["decision"], record["source"], record["reason"]) == (
+    assert record is not None and (record.decision, record.source, record.reason) == (
         "review",
         "counters",
         reason,
@@ -230,7 +230,7 @@ async def test_429_and_5xx_are_retried_once(
     classifier.script(first, answer("no", 0.99))
     gate = classifier_gate(classifier)
     record = (await turn(db, gate)).decision
-    assert record is not None and record["decision"] == "skip" and len(classifier.requests) == 2
+    assert record is not None and record.decision == "skip" and len(classifier.requests) == 2
     assert gate.breaker.consecutive == 0
 
 
@@ -246,14 +246,12 @@ async def test_three_consecutive_failures_open_the_breaker_for_the_process(
     for i in range(6):
         result = await turn(db, gate, session=f"s{i}")
         assert result.decision is not None
-        reasons.append(result.decision["reason"])
+        reasons.append(result.decision.reason)
     # garbage, 404, success (resets), 400, 404, 404 -> open
     assert gate.breaker.open and len(classifier.requests) == 6
     classifier.script(answer("no", 0.99))
     record = (await turn(db, gate, session="s9")).decision
-    assert (
-        record is not None and record["reason"] == "fallback: circuit open" and len(classifier.requests) == 6
-    )
+    assert record is not None and record.reason == "fallback: circuit open" and len(classifier.requests) == 6
     assert reasons[2] == "no (confidence 0.90)"
 
 
@@ -263,13 +261,11 @@ async def test_one_gate_call_per_session_per_gate_cooldown(
     db = await open_db(SPEC)
     gate = classifier_gate(classifier)
     classifier.script(answer("no", 0.95), answer("no", 0.95))
-    assert (await turn(db, gate)).decision["decision"] == "skip"  # type: ignore[index]
+    assert (await turn(db, gate)).decision.decision == "skip"  # type: ignore[union-attr]
     second = (await turn(db, gate)).decision
-    assert (
-        second is not None and second["reason"] == "fallback: gate cooldown" and len(classifier.requests) == 1
-    )
+    assert second is not None and second.reason == "fallback: gate cooldown" and len(classifier.requests) == 1
     other = (await turn(db, gate, session="s2")).decision  # another session has its own gate cooldown
-    assert other is not None and other["decision"] == "skip"
+    assert other is not None and other.decision == "skip"
 
 
 async def test_a_missing_key_keeps_the_gate_on_counters_after_one_warning(
@@ -302,8 +298,8 @@ async def test_the_decision_log_lists_every_record_in_order(
     records, cursor = await app.list_gate_decisions(db, AGENT, limit=1)
     assert len(records) == 1 and cursor
     rest, end = await app.list_gate_decisions(db, AGENT, cursor=cursor)
-    assert [r["session"] for r in records + rest] == ["a", "b"] and end == ""
-    assert set(rest[0]) == {
+    assert [r.session for r in records + rest] == ["a", "b"] and end == ""
+    assert set(rest[0].to_json()) == {
         "at",
         "session",
         "turn",

@@ -62,9 +62,9 @@ async def test_durable_events_are_journaled_with_offsets_and_deltas_are_not(open
     result = await app.append_journal_events(db, RUNNER, "att_1", turn({"final": True, "evidence": "absent"}))
     assert (result.appended, result.skipped_ephemeral, result.last_offset) == (4, 2, 4)
     records = await app.read_journal(db, RUNNER, "att_1")
-    assert [r["id"] for r in records] == [1, 2, 3, 4]
-    assert "item_delta" not in {r["type"] for r in records}
-    assert set(records[0]) == {
+    assert [r.id for r in records] == [1, 2, 3, 4]
+    assert "item_delta" not in {r.type for r in records}
+    assert set(records[0].to_json()) == {
         "v",
         "id",
         "session_id",
@@ -76,7 +76,7 @@ async def test_durable_events_are_journaled_with_offsets_and_deltas_are_not(open
         "payload",
         "schema_version",
     }
-    assert all(r["schema_version"] == "1.1.0" and r["tier"] == "durable" and r["v"] == 0 for r in records)
+    assert all(r.schema_version == "1.1.0" and r.tier == "durable" and r.v == 0 for r in records)
     more = await app.append_journal_events(
         db, RUNNER, "att_1", [{"type": "error", "payload": {"reason": "x"}}]
     )
@@ -87,7 +87,7 @@ async def test_concurrent_appends_keep_offsets_dense(open_db: OpenDb) -> None:
     db = await open_db(SPEC)
     batch = [{"type": "error", "payload": {"reason": "r"}}] * 3
     await asyncio.gather(*(app.append_journal_events(db, RUNNER, "att_1", batch) for _ in range(5)))
-    assert [r["id"] for r in await app.read_journal(db, RUNNER, "att_1")] == list(range(1, 16))
+    assert [r.id for r in await app.read_journal(db, RUNNER, "att_1")] == list(range(1, 16))
 
 
 async def test_a_bad_event_refuses_the_whole_batch(open_db: OpenDb) -> None:

@@ -75,7 +75,7 @@ async def _extend(
     run_id: str = "run_1",
     principal: Principal = ADMIN,
     origin: app.Origin = ADMIN_ORIGIN,
-) -> dict[str, Any]:
+) -> app.ExtensionReceipt:
     return await app.extend_review_budget(db, principal, run_id=run_id, request=request, origin=origin)
 
 
@@ -216,12 +216,12 @@ async def test_at_the_no_verdict_cap_automatic_launches_stop_but_an_operator_req
         # The gate records each stopped launch (the refusal outlives the refused request).
         refusal = (await app.get_round_budget(db, AGENT, "run_1")).last_launch_refusal
         assert refusal is not None
-        assert (refusal["attempt_key"], refusal["trigger"], refusal["no_verdict"]) == (
+        assert (refusal.attempt_key, refusal.trigger, refusal.no_verdict) == (
             f"auto-{trigger}",
             trigger.value,
             3,
         )
-        assert refusal["reason"] == error.detail
+        assert refusal.reason == error.detail
     for trigger in (Trigger.OPERATOR_REQUEST, Trigger.CONTINUE_FIXING, Trigger.SEND_BACK):
         assert not (await _admit(db, f"op-{trigger}", trigger=trigger)).reattached
     budget = await app.get_round_budget(db, AGENT, "run_1")
@@ -305,7 +305,7 @@ async def test_a_failed_or_interrupted_run_can_be_extended_but_an_unrelated_one_
 ) -> None:
     db = await open_db(SPEC)
     await _run(db, status=RunStatus.FAILED)
-    assert (await _extend(db, _grant_input()))["new_limit"] == 7
+    assert (await _extend(db, _grant_input())).new_limit == 7
     other = Principal("org_2", "prj_9", ActorKind.ADMIN, "key_other")
     error = await _refused(
         app.extend_review_budget(
@@ -320,7 +320,7 @@ async def test_the_receipt_records_provenance_and_an_exact_retry_returns_it(open
     await _run(db, pr=42)
     receipt = await _extend(db, _grant_input())
     assert {
-        k: receipt[k]
+        k: getattr(receipt, k)
         for k in ("run_id", "repository", "pr_number", "approved_head", "prior_limit", "new_limit")
     } == {
         "run_id": "run_1",
@@ -330,8 +330,8 @@ async def test_the_receipt_records_provenance_and_an_exact_retry_returns_it(open
         "prior_limit": 5,
         "new_limit": 7,
     }
-    assert receipt["scope_brief"] == "fix the auth race only" and receipt["idempotency_key"] == "grant-1"
-    assert receipt["origin"]["actor_id"] == "key_admin" and receipt["granted_at"]
+    assert receipt.scope_brief == "fix the auth race only" and receipt.idempotency_key == "grant-1"
+    assert receipt.origin.actor_id == "key_admin" and receipt.granted_at
     assert await _extend(db, _grant_input()) == receipt  # exact retry, even though 5 is no longer current
     error = await _refused(_extend(db, _grant_input(new_limit=8)))  # same key, other inputs
     assert error.code is Code.IDEMPOTENCY_CONFLICT

@@ -388,3 +388,22 @@ async def test_the_extend_budget_command_grants_through_the_gateway(api: Api, mo
         await api.http.get("/v1/review-rounds/budget", params={"run_id": "run_1"}, headers=reviewer)
     ).json()
     assert budget["label"] == "0/8" and budget["extension"]["scope_brief"] == "flaky test only"
+
+
+async def test_review_on_off_and_review_now_answer_the_counters_and_why_nothing_was_decided(api: Api) -> None:
+    agent = await api.agent()
+    idle = {"turns": 0, "tools": 0, "turn_index": 0, "reviews": 0, "in_flight": False, "enabled": False}
+    off = await api.http.put("/v1/sessions/s-9/review-enabled", json={"enabled": False}, headers=agent)
+    assert off.status_code == 200, off.text
+    assert off.json() == {"counters": idle, "counted": False}
+    asked = (await api.http.post("/v1/sessions/s-9/review", json={}, headers=agent)).json()
+    assert asked == {"counters": idle, "counted": False, "not_due_reason": "disabled"}
+    now = (await api.http.post("/v1/sessions/s-9/review", json={"now": True}, headers=agent)).json()
+    assert list(now) == ["counters", "counted", "decision"] and now["counted"] is True
+    assert (now["decision"]["decision"], now["decision"]["reason"]) == ("review", "review now")
+    running = {**idle, "reviews": 1, "in_flight": True}
+    assert now["counters"] == running
+    again = (await api.http.post("/v1/sessions/s-9/review", json={"now": True}, headers=agent)).json()
+    assert again == {"counters": running, "counted": False, "not_due_reason": "in_flight"}
+    on = (await api.http.put("/v1/sessions/s-9/review-enabled", json={"enabled": True}, headers=agent)).json()
+    assert on == {"counters": {**running, "enabled": True}, "counted": False}

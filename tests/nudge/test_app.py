@@ -264,8 +264,8 @@ async def test_the_service_sweep_compacts_acked_nudges(
     monkeypatch.setenv("REVIEWLOOP_NUDGE_COMPACT_EVERY_S", "0.05")
     await app.ingest(db, [event("rr_u", "rejected"), event("rr_v", "rejected")])
     await app.ack(db, AGENT, [("rr_u", 1)])
-    assert SPEC.background is not None
-    jobs = [asyncio.create_task(job()) for job in SPEC.background(db, Peers({}))]
+    assert SPEC.background is not None and SPEC.bootstrap is not None
+    jobs = [asyncio.create_task(job()) for job in SPEC.background(SPEC.bootstrap(db, Peers({})))]
     try:
         deadline = time.monotonic() + 10
         while await stored(db, "rr_u") and time.monotonic() < deadline:  # noqa: ASYNC110 - the sweep's task

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from google.protobuf.wrappers_pb2 import Int32Value
 from review_state.__main__ import SPEC
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, make_engine, sqlite
@@ -23,7 +24,7 @@ async def test_concurrent_writers_all_commit(open_db: OpenDb) -> None:
 
     async def write(n: int) -> None:
         async with db.transaction() as uow:
-            uow.emit("nudge", f"rr_{n}", "nudge", {"n": n})
+            uow.emit("nudge", f"rr_{n}", "nudge", Int32Value(value=n))
             await asyncio.sleep(0)  # yield inside the transaction, so the writers really overlap
 
     await asyncio.gather(*(write(n) for n in range(30)))
@@ -40,7 +41,7 @@ async def test_a_nested_writer_on_sqlite_is_refused_not_hung(open_db: OpenDb) ->
             async with asyncio.timeout(5), db.transaction():
                 pass
     async with db.transaction() as uow:  # the store is still writable afterwards
-        uow.emit("nudge", "rr_1", "nudge", {})
+        uow.emit("nudge", "rr_1", "nudge", Int32Value())
 
 
 async def test_the_sqlite_driver_keeps_the_dbapi_contract(tmp_path: Path) -> None:

@@ -10,14 +10,16 @@ import orjson
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
+from reviewloop.rules.v1.events_pb2 import CategoryChanged
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database
+from reviewloop.storage import Database, codec
+from reviewloop.storage.inbox import ingest_each
 from reviewloop.storage.schema import OUTBOX
 from rules import app
 from rules.__main__ import SPEC
 from sqlalchemy import select
 
-from tests.rules.test_app import Tenant
+from tests.rules.test_app import SETTINGS, Tenant
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 
@@ -53,19 +55,25 @@ async def _category_events(db: Database) -> list[dict[str, Any]]:
                 select(OUTBOX).where(OUTBOX.c.type == "category_changed").order_by(OUTBOX.c.id)
             )
         ).all()
-    return [orjson.loads(r.payload) for r in rows]
+    return [codec.as_json_object(codec.decode(r.payload, CategoryChanged)) for r in rows]
 
 
-async def _new_category(db: Database, t: Tenant, **kw: Any) -> str:
+async def ingest(env: app.Env, events: list[common_pb2.Event]) -> tuple[int, int]:
+    """What the Ingest RPC does (``reviewloop.service.ingest``), as (accepted, duplicates)."""
+    done = await ingest_each(env.db, events, app.SUBSCRIPTIONS)
+    return done.accepted, done.duplicates
+
+
+async def _new_category(env: app.Env, t: Tenant, **kw: Any) -> str:
     fields = {"name": "Sales Outreach", "description": "cold outbound", "scope": "", "never_graduate": False}
-    view = await app.create_category(db, t.admin, **{**fields, **kw})
+    view = await app.create_category(env, t.admin, **{**fields, **kw})
     return view.row.id
 
 
 async def test_agents_create_categories_and_twins_are_refused(open_db: OpenDb) -> None:
-    db, t = await open_db(SPEC), Tenant()
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
     made = await app.create_category(
-        db, t.agent, name="Sales Outreach", description="cold outbound", scope="", never_graduate=False
+        env, t.agent, name="Sales Outreach", description="cold outbound", scope="", never_graduate=False
     )
     assert (made.row.author_kind, made.row.scope, made.row.state.value) == (
         "agent",
@@ -75,7 +83,7 @@ async def test_agents_create_categories_and_twins_are_refused(open_db: OpenDb) -
     assert made.row.id.startswith("cat_")
     try:
         await app.create_category(
-            db, t.human, name=" sales   OUTREACH", description="", scope="", never_graduate=False
+            env, t.human, name=" sales   OUTREACH", description="", scope="", never_graduate=False
         )
     except DomainError as error:
         assert error.code is Code.CONFLICT and ("category_id", made.row.id) in error.hints
@@ -83,42 +91,42 @@ async def test_agents_create_categories_and_twins_are_refused(open_db: OpenDb) -
         raise AssertionError("a twin category was created")
     # Org-shared categories reach sibling projects; project ones do not.
     own = await app.create_category(
-        db, t.admin, name="Internal", description="", scope="project", never_graduate=False
+        env, t.admin, name="Internal", description="", scope="project", never_graduate=False
     )
     sibling = t.sibling_project()
-    seen, _ = await app.list_categories(db, sibling, cursor="", limit=0)
+    seen, _ = await app.list_categories(env, sibling, cursor="", limit=0)
     assert [v.row.id for v in seen] == [made.row.id]
-    assert await _code(app.get_category(db, sibling, own.row.id)) is Code.NOT_FOUND
+    assert await _code(app.get_category(env, sibling, own.row.id)) is Code.NOT_FOUND
     # Names are display metadata: a rename keeps the id.
     renamed = await app.update_category(
-        db, t.admin, made.row.id, name="Outbound", description=None, never_graduate=None
+        env, t.admin, made.row.id, name="Outbound", description=None, never_graduate=None
     )
     assert (renamed.row.id, renamed.row.name) == (made.row.id, "Outbound")
     assert (
         await _code(
-            app.update_category(db, t.agent, made.row.id, name="Mine", description=None, never_graduate=None)
+            app.update_category(env, t.agent, made.row.id, name="Mine", description=None, never_graduate=None)
         )
         is Code.FORBIDDEN_ACTOR
     )
 
 
 async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(open_db: OpenDb) -> None:
-    db, t = await open_db(SPEC), Tenant()
-    cat = await _new_category(db, t)
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
+    cat = await _new_category(env, t)
     await app.set_risk_dial(
-        db,
+        env,
         t.admin,
         account=None,
         categories=[(cat, {"graduate_min_approvals": 3, "graduate_min_age_hours": 0})],
     )
-    status = await app.graduation_status(db, t.agent, cat)
+    status = await app.graduation_status(env, t.agent, cat)
     assert (status.state.value, status.next_state, status.can_graduate) == ("supervised", "auto_notify", True)
 
-    proposal = await app.propose_graduation(db, t.agent, cat, "", "18 clean approvals in a row")
+    proposal = await app.propose_graduation(env, t.agent, cat, "", "18 clean approvals in a row")
     assert proposal.to_state == "auto_notify"
-    assert (await app.get_category(db, t.agent, cat)).row.state.value == "supervised"  # nothing flipped
+    assert (await app.get_category(env, t.agent, cat)).row.state.value == "supervised"  # nothing flipped
     # The console's queue holds it until a human acts; agents cannot read the queue.
-    [waiting] = await app.list_graduation_proposals(db, t.admin)
+    [waiting] = await app.list_graduation_proposals(env, t.admin)
     assert (waiting.id, waiting.from_state, waiting.to_state, waiting.note) == (
         proposal.id,
         "supervised",
@@ -126,17 +134,17 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
         "18 clean approvals in a row",
     )
     assert waiting.status.can_graduate
-    assert await _code(app.list_graduation_proposals(db, t.agent)) is Code.FORBIDDEN_ACTOR
-    assert await _code(app.graduate(db, t.agent, cat, "auto_notify")) is Code.FORBIDDEN_ACTOR
+    assert await _code(app.list_graduation_proposals(env, t.agent)) is Code.FORBIDDEN_ACTOR
+    assert await _code(app.graduate(env, t.agent, cat, "auto_notify")) is Code.FORBIDDEN_ACTOR
     assert (
-        await _code(app.graduate(db, t.admin, cat, "auto_silent")) is Code.BAD_REQUEST
+        await _code(app.graduate(env, t.admin, cat, "auto_silent")) is Code.BAD_REQUEST
     )  # one rung at a time
 
-    graduated = await app.graduate(db, t.admin, cat, "auto_notify")
+    graduated = await app.graduate(env, t.admin, cat, "auto_notify")
     assert graduated.row.state.value == "auto_notify"
-    assert await app.list_graduation_proposals(db, t.admin) == []  # acted on: out of the queue
-    assert await _code(app.graduate(db, t.admin, cat, "auto_silent")) is Code.MATURITY_GATE_UNMET
-    gate = await app.graduation_status(db, t.agent, cat)
+    assert await app.list_graduation_proposals(env, t.admin) == []  # acted on: out of the queue
+    assert await _code(app.graduate(env, t.admin, cat, "auto_silent")) is Code.MATURITY_GATE_UNMET
+    gate = await app.graduation_status(env, t.agent, cat)
     assert (gate.approvals_met, gate.age_met, gate.maturity_gate_met, gate.can_graduate) == (
         False,
         True,
@@ -144,50 +152,50 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
         False,
     )
 
-    accepted, _ = await app.ingest(db, [outcome(t, cat, "clean_approval") for _ in range(3)])
+    accepted, _ = await ingest(env, [outcome(t, cat, "clean_approval") for _ in range(3)])
     assert accepted == 3
-    gate = await app.graduation_status(db, t.agent, cat)
+    gate = await app.graduation_status(env, t.agent, cat)
     assert (gate.clean_approval_count, gate.maturity_gate_met, gate.can_graduate) == (3, True, True)
-    top = await app.graduate(db, t.admin, cat, "auto_silent")
+    top = await app.graduate(env, t.admin, cat, "auto_silent")
     assert top.row.state.value == "auto_silent" and top.row.clean_approval_count == 0
-    final = await app.graduation_status(db, t.agent, cat)
+    final = await app.graduation_status(env, t.agent, cat)
     assert (final.next_state, final.can_graduate) == (None, False)
-    assert [(e["state"], e["reason"]) for e in await _category_events(db)] == [
+    assert [(e["state"], e["reason"]) for e in await _category_events(env.db)] == [
         ("auto_notify", "graduated"),
         ("auto_silent", "graduated"),
     ]
 
 
 async def test_never_graduate_locks_the_category(open_db: OpenDb) -> None:
-    db, t = await open_db(SPEC), Tenant()
-    cat = await _new_category(db, t, never_graduate=True)
-    status = await app.graduation_status(db, t.agent, cat)
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
+    cat = await _new_category(env, t, never_graduate=True)
+    status = await app.graduation_status(env, t.agent, cat)
     assert status.never_graduate and not status.can_graduate
-    assert await _code(app.propose_graduation(db, t.agent, cat, "", "")) is Code.GRADUATION_LOCKED
-    assert await _code(app.graduate(db, t.admin, cat, "auto_notify")) is Code.GRADUATION_LOCKED
-    await app.update_category(db, t.admin, cat, name=None, description=None, never_graduate=False)
-    assert (await app.graduate(db, t.admin, cat, "auto_notify")).row.state.value == "auto_notify"
+    assert await _code(app.propose_graduation(env, t.agent, cat, "", "")) is Code.GRADUATION_LOCKED
+    assert await _code(app.graduate(env, t.admin, cat, "auto_notify")) is Code.GRADUATION_LOCKED
+    await app.update_category(env, t.admin, cat, name=None, description=None, never_graduate=False)
+    assert (await app.graduate(env, t.admin, cat, "auto_notify")).row.state.value == "auto_notify"
 
 
 async def test_drift_demotes_a_rung_and_duplicate_outcome_events_count_once(open_db: OpenDb) -> None:
-    db, t = await open_db(SPEC), Tenant()
-    cat = await _new_category(db, t)
-    await app.set_risk_dial(db, t.admin, account={"drift_demote_after": 2}, categories=[])
-    await app.graduate(db, t.admin, cat, "auto_notify")
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
+    cat = await _new_category(env, t)
+    await app.set_risk_dial(env, t.admin, account={"drift_demote_after": 2}, categories=[])
+    await app.graduate(env, t.admin, cat, "auto_notify")
 
     drift = outcome(t, cat, "drift")
-    assert await app.ingest(db, [drift, drift]) == (1, 1)
-    assert await app.ingest(db, [drift]) == (0, 1)
-    assert (await app.get_category(db, t.agent, cat)).row.drift_count == 1
-    await app.ingest(db, [outcome(t, cat, "clean_approval")])
-    await app.ingest(db, [outcome(t, cat, "drift")])
-    demoted = await app.get_category(db, t.agent, cat)
+    assert await ingest(env, [drift, drift]) == (1, 1)
+    assert await ingest(env, [drift]) == (0, 1)
+    assert (await app.get_category(env, t.agent, cat)).row.drift_count == 1
+    await ingest(env, [outcome(t, cat, "clean_approval")])
+    await ingest(env, [outcome(t, cat, "drift")])
+    demoted = await app.get_category(env, t.agent, cat)
     assert (demoted.row.state.value, demoted.row.drift_count, demoted.row.clean_approval_count) == (
         "supervised",
         0,
         0,
     )
-    assert (await _category_events(db))[-1] == {
+    assert (await _category_events(env.db))[-1] == {
         "org_id": t.org,
         "project_id": "",  # an org-shared category's rung holds org-wide
         "category_id": cat,
@@ -195,18 +203,16 @@ async def test_drift_demotes_a_rung_and_duplicate_outcome_events_count_once(open
         "reason": "demoted",
     }
     # At the bottom rung drift accumulates but cannot demote further; unknown outcomes are dropped.
-    await app.ingest(
-        db, [outcome(t, cat, "rejection"), outcome(t, cat, "rejection"), outcome(t, cat, "weird")]
-    )
-    bottom = await app.get_category(db, t.agent, cat)
+    await ingest(env, [outcome(t, cat, "rejection"), outcome(t, cat, "rejection"), outcome(t, cat, "weird")])
+    bottom = await app.get_category(env, t.agent, cat)
     assert (bottom.row.state.value, bottom.row.drift_count) == ("supervised", 2)
-    assert len(await _category_events(db)) == 2
+    assert len(await _category_events(env.db)) == 2
 
 
 async def test_risk_dial_overrides_inherit_the_account_defaults(open_db: OpenDb) -> None:
-    db, t = await open_db(SPEC), Tenant()
-    cat, other = await _new_category(db, t), await _new_category(db, t, name="Support")
-    dial = await app.get_risk_dial(db, t.agent)
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
+    cat, other = await _new_category(env, t), await _new_category(env, t, name="Support")
+    dial = await app.get_risk_dial(env, t.agent)
     assert dial.account == {
         "min_confidence": 0.7,
         "first_contact_gate": True,
@@ -218,7 +224,7 @@ async def test_risk_dial_overrides_inherit_the_account_defaults(open_db: OpenDb)
     }
     assert dial.categories == []
     dial = await app.set_risk_dial(
-        db,
+        env,
         t.admin,
         account={"auto_send_cap_per_day": 50},
         categories=[(cat, {"min_confidence": 0.85, "first_contact_gate": None})],
@@ -228,22 +234,22 @@ async def test_risk_dial_overrides_inherit_the_account_defaults(open_db: OpenDb)
     assert entry.effective == {**dial.account, "min_confidence": 0.85}
     assert entry.effective["auto_send_cap_per_day"] == 50
     # An account change flows into every category that does not override it.
-    dial = await app.set_risk_dial(db, t.admin, account={"first_contact_gate": False}, categories=[])
+    dial = await app.set_risk_dial(env, t.admin, account={"first_contact_gate": False}, categories=[])
     assert dial.categories[0].effective["first_contact_gate"] is False
     # A single category, overridden or not, resolves to the values in force.
-    only = await app.get_risk_dial(db, t.agent, other)
+    only = await app.get_risk_dial(env, t.agent, other)
     assert [(c.category_id, c.overrides) for c in only.categories] == [(other, {})]
     assert only.categories[0].effective == only.account
     # null returns an account field to the built-in default.
-    dial = await app.set_risk_dial(db, t.admin, account={"auto_send_cap_per_day": None}, categories=[])
+    dial = await app.set_risk_dial(env, t.admin, account={"auto_send_cap_per_day": None}, categories=[])
     assert dial.account["auto_send_cap_per_day"] == 200
     for bad in ({"min_confidence": 2}, {"drift_demote_after": 0}, {"canary_rate": "high"}, {"bogus": 1}):
-        assert await _code(app.set_risk_dial(db, t.admin, account=bad, categories=[])) is Code.BAD_REQUEST
+        assert await _code(app.set_risk_dial(env, t.admin, account=bad, categories=[])) is Code.BAD_REQUEST
     assert (
         await _code(
-            app.set_risk_dial(db, t.admin, account=None, categories=[("cat_nope", {"canary_rate": 0.5})])
+            app.set_risk_dial(env, t.admin, account=None, categories=[("cat_nope", {"canary_rate": 0.5})])
         )
         is Code.NOT_FOUND
     )
     # Another project's dial is its own.
-    assert (await app.get_risk_dial(db, t.sibling_project())).account["first_contact_gate"] is True
+    assert (await app.get_risk_dial(env, t.sibling_project())).account["first_contact_gate"] is True

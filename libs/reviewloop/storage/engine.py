@@ -129,9 +129,7 @@ class UnitOfWork:
         self._pending: list[dict[str, Any]] = []
         self.wrote_events = False
 
-    def emit(
-        self, destination: str, aggregate_id: str, type_: str, payload: Message | dict[str, Any]
-    ) -> None:
+    def emit(self, destination: str, aggregate_id: str, type_: str, payload: Message) -> None:
         """Queue an event for ``destination``; it is written to the outbox in this transaction."""
         self._pending.append(outbox_row(destination, aggregate_id, type_, payload))
 

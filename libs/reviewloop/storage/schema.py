@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from google.protobuf.message import Message
 from sqlalchemy import (
     JSON,
@@ -104,9 +103,7 @@ OUTBOX = _SHARED.tables["outbox"]
 INBOX = _SHARED.tables["inbox"]
 
 
-def outbox_row(
-    destination: str, aggregate_id: str, type_: str, payload: Message | dict[str, Any]
-) -> dict[str, Any]:
+def outbox_row(destination: str, aggregate_id: str, type_: str, payload: Message) -> dict[str, Any]:
     """The outbox row of one event: ``payload`` is the event's typed message (see ``codec``)."""
     now = utcnow()
     return {
@@ -114,7 +111,7 @@ def outbox_row(
         "destination": destination,
         "aggregate_id": aggregate_id,
         "type": type_,
-        "payload": codec.encode(payload) if isinstance(payload, Message) else orjson.dumps(payload).decode(),
+        "payload": codec.encode(payload),
         "traceparent": current_traceparent(),
         "occurred_at": now,
         "attempts": 0,

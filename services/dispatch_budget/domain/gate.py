@@ -5,12 +5,17 @@ mapping and the circuit breaker; the HTTP call lives in ``dispatch_budget.classi
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from reviewloop.errors import invalid
+
 DIGEST_TEXT_LIMIT = 3000
+MAX_SESSION_ID = 80
+MAX_PAGE = 1000
 CHOICES = ("yes", "no", "unclear")
 QUESTION = (
     "Does this turn contain a durable, reusable lesson - a correction or standing preference, a "
@@ -56,6 +61,17 @@ class SessionState:
 def counts(origin: str, depth: int, status: str) -> bool:
     """Only completed turns of top-level agents count; subagents and aborted turns never do."""
     return origin != "subagent" and depth == 0 and status == "completed"
+
+
+def check_session_id(session_id: str) -> None:
+    if not session_id or len(session_id) > MAX_SESSION_ID:
+        raise invalid("/session_id", "a session id of 1 to 80 characters is required")
+
+
+def check_turn(session_id: str, tool_calls: int, depth: int) -> None:
+    check_session_id(session_id)
+    if tool_calls < 0 or depth < 0:
+        raise invalid("/tool_calls", "counts are never negative")
 
 
 def after_turn(state: SessionState, tool_calls: int) -> SessionState:
@@ -125,6 +141,128 @@ class Decision:
 def fallback(why: str) -> Decision:
     """The gate did not run (or its answer was unusable): the review proceeds."""
     return Decision("review", GateKind.COUNTERS.value, f"fallback: {why}")
+
+
+def decided_without_the_gate(
+    state: SessionState, config: GateConfig, classifier_active: bool, now: datetime, review_now: bool
+) -> Decision | None:
+    """A claimed review that needs no classifier call: ``review now``, or the gate's own cooldown
+    since this session last called it (the review proceeds). None: ask the gate."""
+    if review_now:
+        return Decision("review", GateKind.COUNTERS.value, "review now")
+    if (
+        classifier_active
+        and state.last_gate_call_at is not None
+        and now - state.last_gate_call_at < config.gate_cooldown
+    ):
+        return fallback("gate cooldown")
+    return None
+
+
+def after_decision(
+    state: SessionState, decision: Decision, now: datetime, last_gate_call_at: datetime | None
+) -> SessionState:
+    """A skip ends the review and resets the counters; a review is one more of the session's budget."""
+    if decision.decision == "skip":
+        state = reset_counters(replace(state, in_flight=False))
+    else:
+        state = replace(state, reviews=state.reviews + 1, last_review_at=now)
+    return replace(state, last_gate_call_at=last_gate_call_at or state.last_gate_call_at)
+
+
+def after_review(state: SessionState, succeeded: bool) -> SessionState:
+    """The review ended: it is no longer in flight; a successful one resets the counters."""
+    state = replace(state, in_flight=False)
+    return reset_counters(state) if succeeded else state
+
+
+@dataclass(frozen=True)
+class GateRecord:
+    """One gates.jsonl record (spec 001 "Observability")."""
+
+    at: datetime
+    session: str
+    turn: int
+    decision: str  # review | skip
+    source: str  # counters | classifier
+    reason: str
+    tool_calls: int
+    latency_ms: int
+    threshold: float
+    choice: str | None = None
+    confidence: float | None = None
+    probability: float | None = None
+
+    @classmethod
+    def of(
+        cls,
+        decision: Decision,
+        *,
+        at: datetime,
+        session: str,
+        state: SessionState,
+        latency_ms: int,
+        threshold: float,
+    ) -> GateRecord:
+        return cls(
+            at=at,
+            session=session,
+            turn=state.turn_index,
+            decision=decision.decision,
+            source=decision.source,
+            reason=decision.reason,
+            tool_calls=state.tools,
+            latency_ms=latency_ms,
+            threshold=threshold,
+            choice=decision.choice,
+            confidence=decision.confidence,
+            probability=decision.probability,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as spec 001 spells it; an unset choice, confidence or probability is absent."""
+        record: dict[str, Any] = {
+            "at": self.at.isoformat().replace("+00:00", "Z"),
+            "session": self.session,
+            "turn": self.turn,
+            "decision": self.decision,
+            "source": self.source,
+            "reason": self.reason,
+            "choice": self.choice,
+            "confidence": self.confidence,
+            "probability": self.probability,
+            "toolCalls": self.tool_calls,
+            "latencyMs": self.latency_ms,
+            "threshold": self.threshold,
+        }
+        return {k: v for k, v in record.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> GateRecord:
+        return cls(
+            at=datetime.fromisoformat(str(record["at"]).replace("Z", "+00:00")),
+            session=record["session"],
+            turn=record["turn"],
+            decision=record["decision"],
+            source=record["source"],
+            reason=record["reason"],
+            tool_calls=record["toolCalls"],
+            latency_ms=record["latencyMs"],
+            threshold=record["threshold"],
+            choice=record.get("choice"),
+            confidence=record.get("confidence"),
+            probability=record.get("probability"),
+        )
+
+
+def page_after(cursor: str, limit: int) -> int:
+    """The decision-log id a page starts after; the cursor is the last id of the page before."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise invalid("/limit", "between 1 and 1000")
+    try:
+        return int(cursor) if cursor else 0
+    except ValueError:
+        raise invalid("/cursor", "pass next_cursor as given") from None
 
 
 def _unit(value: Any) -> float | None:

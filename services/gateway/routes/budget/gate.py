@@ -52,20 +52,28 @@ async def review_now(session_id: str, body: ReviewIn, principal: Caller, backend
         ),
         timeout=backend.timeout_s + 5,
     )
-    return as_turn_result(reply)
+    decided = reply.HasField("decision")  # "counted": the call claimed a review and the gate decided
+    return as_turn_result(
+        budget_pb2.RecordTurnResponse(
+            counters=reply.counters,
+            counted=decided,
+            decision=reply.decision if decided else None,
+            not_due_reason=reply.not_due_reason,
+        )
+    )
 
 
 @router.put(
     "/v1/sessions/{session_id}/review-enabled", operation_id="set_review_enabled", response_model=TurnResult
 )
 async def set_review_enabled(session_id: str, body: EnabledIn, principal: Caller, backend: Backend) -> Json:
-    reply = await backend.budget.DecideReview(
-        budget_pb2.DecideReviewRequest(
-            principal=principal.to_proto(), session_id=session_id, set_enabled=body.enabled
+    reply = await backend.budget.SetReviewEnabled(
+        budget_pb2.SetReviewEnabledRequest(
+            principal=principal.to_proto(), session_id=session_id, enabled=body.enabled
         ),
         timeout=backend.timeout_s,
     )
-    return as_turn_result(reply)
+    return as_turn_result(budget_pb2.RecordTurnResponse(counters=reply.counters, counted=False))
 
 
 @router.post(

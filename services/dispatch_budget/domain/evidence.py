@@ -1,4 +1,4 @@
-"""Spec 002's event envelope helpers and the evidence tri-state decoder with its grandfather rule.
+"""Spec 002's event envelope and the evidence tri-state decoder with its grandfather rule. Pure.
 
 ``evidence_status`` is a decode, not a re-derivation: it reports the marker the producer stamped on a
 ``turn_completed{final: true}`` payload and never re-runs the done gate. It trusts the journal
@@ -12,8 +12,6 @@ import math
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
-
-import orjson
 
 SCHEMA_VERSION = "1.1.0"  # the first journal schema that carries the evidence marker
 ENVELOPE_VERSION = 0
@@ -54,7 +52,8 @@ def _key_text(key: Any) -> str | None:
         if not isinstance(name, str):
             return None
         key = name
-    return key.removeprefix(":")
+    text: str = key
+    return text.removeprefix(":")
 
 
 def _lookup(payload: Mapping[Any, Any], name: str) -> tuple[bool, Any]:
@@ -138,8 +137,3 @@ def sanitize_payload(payload: Mapping[Any, Any]) -> dict[str, Any]:
     """
     result = _sanitize(payload, 0)
     return result if isinstance(result, dict) else {"value": result}
-
-
-def encode_line(record: Mapping[str, Any]) -> bytes:
-    """A journal record as one newline-terminated JSON line, keys sorted."""
-    return orjson.dumps(sanitize_payload(record), option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)

@@ -1,27 +1,22 @@
-"""The dispatch_budget store: auto-send caps, runs and their admission scopes, receipts, settlements,
-extensions, the runner catalog, review lineages, session counters, gate decisions and journals."""
+"""The dispatch_budget schema: auto-send caps, runs and their admission scopes, receipts, settlements,
+extensions, the runner catalog, review lineages, session counters, gate decisions and journals. Its
+Alembic revisions are in ``dispatch_budget/migrations``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from reviewloop.storage.schema import BigId, Json, insert_ignore, new_metadata
+from reviewloop.storage.schema import BigId, Json, UtcDateTime, new_metadata
 from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
     Date,
-    DateTime,
     Index,
     Integer,
     String,
     Table,
     Text,
     UniqueConstraint,
-    func,
-    select,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 metadata = new_metadata()
 
@@ -43,7 +38,7 @@ auto_send_spends = Table(
     Column("review_id", String(40), primary_key=True),
     Column("category_id", String(40), nullable=False),
     Column("day", Date, nullable=False),
-    Column("spent_at", DateTime(timezone=True), nullable=False),
+    Column("spent_at", UtcDateTime(), nullable=False),
 )
 
 # --- runs and round budgets (spec 003) ---
@@ -57,7 +52,7 @@ runs = Table(
     Column("head_sha", String(64), nullable=False, server_default=""),
     Column("status", String(20), nullable=False),
     Column("scope_key", String(300), nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", UtcDateTime(), nullable=False),
     # The run's rungs of resolveReviewMode (warm | cold), null when unset.
     Column("review_mode", String(8)),
     Column("pr_work_review_mode", String(8)),
@@ -85,13 +80,13 @@ admissions = Table(
     Column("trigger", String(30), nullable=False),
     Column("head_sha", String(64), nullable=False),
     Column("selection", Json, nullable=False),
-    Column("admitted_at", DateTime(timezone=True), nullable=False),
+    Column("admitted_at", UtcDateTime(), nullable=False),
     Column("round", Integer, nullable=False),
     # null while unsettled (which counts: fail closed); counted | no_verdict once settled.
     Column("outcome", String(20)),
     Column("reason", String(40)),
     Column("verdict", String(10)),
-    Column("settled_at", DateTime(timezone=True)),
+    Column("settled_at", UtcDateTime()),
     UniqueConstraint("project_id", "attempt_key"),
     Index("ix_admissions_scope", "project_id", "scope_key"),
 )
@@ -105,7 +100,7 @@ extensions = Table(
     Column("request_hash", String(64), nullable=False),
     Column("scope_key", String(300), nullable=False),
     Column("receipt", Json, nullable=False),
-    Column("granted_at", DateTime(timezone=True), nullable=False),
+    Column("granted_at", UtcDateTime(), nullable=False),
     UniqueConstraint("project_id", "idempotency_key"),
     Index("ix_extensions_scope", "project_id", "scope_key"),
 )
@@ -122,7 +117,7 @@ launch_refusals = Table(
     Column("trigger", String(30), nullable=False),
     Column("no_verdict", Integer, nullable=False),
     Column("reason", Text, nullable=False),
-    Column("refused_at", DateTime(timezone=True), nullable=False),
+    Column("refused_at", UtcDateTime(), nullable=False),
     Index("ix_launch_refusals_scope", "project_id", "scope_key", "id"),
 )
 
@@ -141,7 +136,7 @@ review_configs = Table(
     metadata,
     Column("project_id", String(40), primary_key=True),
     Column("config", Json, nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", UtcDateTime(), nullable=False),
 )
 
 review_sessions = Table(
@@ -161,7 +156,7 @@ review_sessions = Table(
     Column("range_head", String(64), nullable=False),
     Column("last_reviewed_head", String(64)),
     Column("busy", Boolean, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", UtcDateTime(), nullable=False),
     Index("ix_review_sessions_lineage", "project_id", "review_id"),
 )
 
@@ -177,8 +172,8 @@ agent_sessions = Table(
     Column("reviews", Integer, nullable=False),
     Column("in_flight", Boolean, nullable=False),
     Column("enabled", Boolean, nullable=False),
-    Column("last_review_at", DateTime(timezone=True)),
-    Column("last_gate_call_at", DateTime(timezone=True)),
+    Column("last_review_at", UtcDateTime()),
+    Column("last_gate_call_at", UtcDateTime()),
 )
 
 gate_decisions = Table(
@@ -188,7 +183,7 @@ gate_decisions = Table(
     Column("project_id", String(40), nullable=False),
     Column("session_id", String(80), nullable=False),
     Column("record", Json, nullable=False),
-    Column("at", DateTime(timezone=True), nullable=False),
+    Column("at", UtcDateTime(), nullable=False),
     Index("ix_gate_decisions_project", "project_id", "id"),
 )
 
@@ -210,92 +205,3 @@ journal_events = Table(
     Column("type", String(30), nullable=False),
     Column("record", Text, nullable=False),
 )
-
-
-async def lock_scope(conn: AsyncConnection, project_id: str, key: str, default_limit: int) -> int:
-    """Create the scope's owner row if needed and lock it; answers its limit. Admissions and grants
-    on one scope serialize here (row lock on PostgreSQL, BEGIN IMMEDIATE on SQLite)."""
-    await conn.execute(
-        insert_ignore(conn, round_scopes).values(
-            project_id=project_id, scope_key=key, round_limit=default_limit
-        )
-    )
-    row = (
-        await conn.execute(
-            select(round_scopes.c.round_limit)
-            .where(round_scopes.c.project_id == project_id, round_scopes.c.scope_key == key)
-            .with_for_update()
-        )
-    ).one()
-    return int(row.round_limit)
-
-
-async def scope_counts(conn: AsyncConnection, project_id: str, key: str) -> tuple[int, int]:
-    """(admissions, no-verdict settlements) in a scope."""
-    row = (
-        await conn.execute(
-            select(
-                func.count(),
-                func.coalesce(func.sum((admissions.c.outcome == "no_verdict").cast(Integer)), 0),
-            ).where(admissions.c.project_id == project_id, admissions.c.scope_key == key)
-        )
-    ).one()
-    return int(row[0]), int(row[1])
-
-
-async def last_failures(conn: AsyncConnection, project_id: str, key: str, count: int = 3) -> list[str]:
-    rows = (
-        await conn.execute(
-            select(admissions.c.reason, admissions.c.settled_at)
-            .where(
-                admissions.c.project_id == project_id,
-                admissions.c.scope_key == key,
-                admissions.c.outcome == "no_verdict",
-            )
-            .order_by(admissions.c.settled_at.desc())
-            .limit(count)
-        )
-    ).all()
-    return [f"{r.reason} at {r.settled_at.isoformat()}" for r in rows]
-
-
-async def get_run(conn: AsyncConnection, project_id: str, run_id: str) -> Any:
-    return (
-        await conn.execute(select(runs).where(runs.c.project_id == project_id, runs.c.run_id == run_id))
-    ).first()
-
-
-async def latest_extension(conn: AsyncConnection, project_id: str, key: str) -> dict[str, Any] | None:
-    row = (
-        await conn.execute(
-            select(extensions.c.receipt)
-            .where(extensions.c.project_id == project_id, extensions.c.scope_key == key)
-            .order_by(extensions.c.granted_at.desc(), extensions.c.receipt_id.desc())
-            .limit(1)
-        )
-    ).first()
-    return dict(row.receipt) if row else None
-
-
-async def latest_launch_refusal(conn: AsyncConnection, project_id: str, key: str) -> dict[str, Any] | None:
-    row = (
-        await conn.execute(
-            select(launch_refusals)
-            .where(launch_refusals.c.project_id == project_id, launch_refusals.c.scope_key == key)
-            .order_by(launch_refusals.c.id.desc())
-            .limit(1)
-        )
-    ).first()
-    if row is None:
-        return None
-    refusal = dict(row._mapping)
-    for internal in ("id", "project_id", "scope_key"):
-        del refusal[internal]
-    return refusal
-
-
-async def review_config(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
-    row = (
-        await conn.execute(select(review_configs.c.config).where(review_configs.c.project_id == project_id))
-    ).first()
-    return dict(row.config) if row else {}

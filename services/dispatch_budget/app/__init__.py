@@ -1,0 +1,96 @@
+"""dispatch_budget use cases: one function per RPC, one unit of work each (the gate's classifier call
+runs between two), one module per plane:
+
+- ``autosend``: the daily auto-send caps;
+- ``rounds``: spec 003 runs, admissions, settlements, scoped extensions;
+- ``catalog``: spec 003 runners, the project review configuration, sequences, mode, lineage binding;
+- ``gate``: spec 001 turns, decisions and the decision log;
+- ``journals``: spec 002 attempt journals and their evidence.
+
+``from dispatch_budget import app; app.admit_review_round(...)`` reaches every use case and the
+records they answer."""
+
+from __future__ import annotations
+
+from dispatch_budget.app.autosend import AutoSend, consume_auto_send
+from dispatch_budget.app.catalog import (
+    bind_review_session,
+    complete_review_session,
+    get_review_config,
+    list_runners,
+    register_runner,
+    resolve_mode,
+    set_review_config,
+    validate_review_sequence,
+)
+from dispatch_budget.app.gate import (
+    TurnResult,
+    decide_review,
+    finish_review,
+    list_gate_decisions,
+    record_turn,
+    set_review_enabled,
+)
+from dispatch_budget.app.journals import (
+    Appended,
+    Evidence,
+    append_journal_events,
+    get_evidence_status,
+    read_journal,
+)
+from dispatch_budget.app.rounds import (
+    Admission,
+    admit_review_round,
+    extend_review_budget,
+    get_round_budget,
+    record_run,
+    settle_attempt,
+)
+from dispatch_budget.domain.lineage import Binding
+from dispatch_budget.domain.rounds import (
+    Budget,
+    ExtensionReceipt,
+    LaunchRefusal,
+    Origin,
+    Receipt,
+    Run,
+    RunModes,
+)
+
+__all__ = [
+    "Admission",
+    "Appended",
+    "AutoSend",
+    "Binding",
+    "Budget",
+    "Evidence",
+    "ExtensionReceipt",
+    "LaunchRefusal",
+    "Origin",
+    "Receipt",
+    "Run",
+    "RunModes",
+    "TurnResult",
+    "admit_review_round",
+    "append_journal_events",
+    "bind_review_session",
+    "complete_review_session",
+    "consume_auto_send",
+    "decide_review",
+    "extend_review_budget",
+    "finish_review",
+    "get_evidence_status",
+    "get_review_config",
+    "get_round_budget",
+    "list_gate_decisions",
+    "list_runners",
+    "read_journal",
+    "record_run",
+    "record_turn",
+    "register_runner",
+    "resolve_mode",
+    "set_review_config",
+    "set_review_enabled",
+    "settle_attempt",
+    "validate_review_sequence",
+]

@@ -1,0 +1,179 @@
+"""Use cases of spec 003's review selection: the runner catalog, the project review configuration,
+sequences, mode resolution, and the WARM/COLD lineage binding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reviewloop.errors import Code, DomainError
+from reviewloop.ids import new_id
+from reviewloop.storage import Database, utcnow
+from reviewloop.tenancy import ActorKind, Principal
+
+from dispatch_budget import store
+from dispatch_budget.domain.lineage import (
+    Binding,
+    check_binding_request,
+    check_lineage_id,
+    check_reviewed_head,
+    cold_session,
+    completed,
+    refuse_warm,
+    warm_continuation,
+)
+from dispatch_budget.domain.rounds import RunModes, run_not_found
+from dispatch_budget.domain.selection import (
+    ReviewMode,
+    ReviewSelection,
+    RunnerSpec,
+    project_default_mode,
+    serialize_request_review,
+    validate_runner,
+    validate_selection,
+    validate_sequence,
+)
+
+
+async def register_runner(db: Database, principal: Principal, spec: RunnerSpec) -> RunnerSpec:
+    """Admins register (or replace) a runner with the models and efforts it supports."""
+    if principal.actor_kind is not ActorKind.ADMIN:
+        raise DomainError(Code.FORBIDDEN_ACTOR, "Only an admin registers runners in the capability catalog.")
+    validate_runner(spec)
+    async with db.transaction() as uow:
+        await store.save_runner(uow.conn, principal.project_id, spec)
+    return spec
+
+
+async def list_runners(db: Database, principal: Principal) -> list[RunnerSpec]:
+    async with db.engine.connect() as conn:
+        catalog = await store.runner_catalog(conn, principal.project_id)
+    return [catalog[name] for name in sorted(catalog)]
+
+
+async def set_review_config(
+    db: Database, principal: Principal, config: dict[str, Any]
+) -> tuple[dict[str, Any], ReviewMode | None]:
+    """An admin stores the project review configuration; it is validated first (removed keys are
+    refused with a conversion hint), so a stored configuration always resolves."""
+    if principal.actor_kind is not ActorKind.ADMIN:
+        raise DomainError(Code.FORBIDDEN_ACTOR, "Only an admin sets the project review configuration.")
+    mode = project_default_mode(config)
+    async with db.transaction() as uow:
+        await store.save_review_config(uow.conn, principal.project_id, config, utcnow())
+    return config, mode
+
+
+async def get_review_config(db: Database, principal: Principal) -> tuple[dict[str, Any], ReviewMode | None]:
+    async with db.single_statement.connect() as conn:
+        config = await store.review_config(conn, principal.project_id)
+    return config, project_default_mode(config)
+
+
+async def validate_review_sequence(
+    db: Database, principal: Principal, rows: Any
+) -> tuple[list[ReviewSelection], dict[str, Any]]:
+    """The rows normalized against the catalog, and the shared request-review serialization."""
+    async with db.engine.connect() as conn:
+        catalog = await store.runner_catalog(conn, principal.project_id)
+    selections = validate_sequence(rows, catalog)
+    return selections, serialize_request_review(selections)
+
+
+async def resolve_mode(
+    db: Database,
+    principal: Principal,
+    *,
+    run_id: str,
+    explicit: ReviewMode | None,
+    given: RunModes,
+    project_default: ReviewMode | None,
+    project_config: dict[str, Any] | None,
+) -> tuple[ReviewMode, str]:
+    """resolveReviewMode; with a ``run_id`` the stored run supplies the rungs the caller left unset,
+    and without a configuration in the request the project's stored one supplies the default."""
+    modes = given
+    async with db.engine.connect() as conn:
+        if run_id:
+            run = await store.get_run(conn, principal.project_id, run_id)
+            if run is None:
+                raise run_not_found(run_id)
+            modes = run.modes.merged(given)
+        if project_config is None:
+            project_config = await store.review_config(conn, principal.project_id)
+    configured = project_default_mode(project_config)
+    return modes.resolve(explicit, project_default or configured)
+
+
+async def bind_review_session(
+    db: Database,
+    principal: Principal,
+    *,
+    repository: str,
+    pr_number: int,
+    selection: Any,
+    base_sha: str,
+    head_sha: str,
+    review_id: str = "",
+    new_review_id: str = "",
+) -> Binding:
+    """COLD: a fresh session over the full base..head. WARM: the lineage's verified previous session
+    over lastReviewedHead..head, or a visible refusal (missing, foreign, busy, incompatible)."""
+    check_binding_request(repository, pr_number, base_sha, head_sha)
+    project = principal.project_id
+    async with db.transaction() as uow:
+        conn = uow.conn
+        catalog = await store.runner_catalog(conn, project)
+        chosen = validate_selection(selection, catalog)
+        if chosen.mode is ReviewMode.COLD:
+            lineage = new_review_id or new_id("rvl")
+            check_lineage_id(lineage)
+            session = cold_session(
+                new_id("rvs"),
+                lineage,
+                chosen,
+                repository=repository,
+                pr_number=pr_number,
+                base_sha=base_sha,
+                head_sha=head_sha,
+                created_at=utcnow(),
+            )
+            await store.add_review_session(conn, project, session)
+            return Binding(lineage, session.session_id, chosen.mode, base_sha, head_sha, True, chosen, True)
+        if not review_id:
+            raise refuse_warm("no review lineage was named (review_id) to continue")
+        session = warm_continuation(
+            await store.lock_lineage_head(conn, project, review_id),
+            chosen,
+            catalog[chosen.runner],
+            review_id=review_id,
+            repository=repository,
+            pr_number=pr_number,
+            head_sha=head_sha,
+        )
+        await store.rebind_review_session(conn, session)
+        return Binding(
+            review_id, session.session_id, chosen.mode, session.range_base, head_sha, False, chosen, True
+        )
+
+
+async def complete_review_session(
+    db: Database, principal: Principal, session_id: str, reviewed_head: str
+) -> Binding:
+    """The session reviewed its range: record the head a later WARM review continues from."""
+    check_reviewed_head(reviewed_head)
+    async with db.transaction() as uow:
+        session = await store.review_session(uow.conn, principal.project_id, session_id)
+        if session is None:
+            raise DomainError(Code.NOT_FOUND, f"No review session {session_id} is visible to this key.")
+        session = completed(session, reviewed_head)
+        await store.complete_review_session(uow.conn, session)
+        return Binding(
+            session.review_id,
+            session_id,
+            session.mode,
+            session.range_base,
+            session.range_head,
+            False,
+            session.selection,
+            False,
+        )

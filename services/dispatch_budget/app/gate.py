@@ -1,0 +1,178 @@
+"""Use cases of spec 001's review-run gate: count turns, claim a due review, ask the gate, log the
+decision, and the session's `review on|off|now`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from reviewloop.storage import Database, utcnow
+from reviewloop.tenancy import Principal
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dispatch_budget import store
+from dispatch_budget.classifier import ClassifierGate, GateOutcome
+from dispatch_budget.domain.gate import (
+    GateRecord,
+    SessionState,
+    after_decision,
+    after_review,
+    after_turn,
+    build_digest,
+    check_session_id,
+    check_turn,
+    counts,
+    decided_without_the_gate,
+    not_due_reason,
+    page_after,
+)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    counters: SessionState
+    counted: bool
+    decision: GateRecord | None
+    not_due_reason: str | None
+
+
+async def record_turn(
+    db: Database,
+    gate: ClassifierGate,
+    principal: Principal,
+    *,
+    session_id: str,
+    origin: str,
+    depth: int,
+    status: str,
+    tool_calls: int,
+    digest: dict[str, Any],
+) -> TurnResult:
+    """Count one turn; when the counters are due, ask the gate and log the decision."""
+    check_turn(session_id, tool_calls, depth)
+    project = principal.project_id
+    async with db.transaction() as uow:
+        state = await store.lock_agent_session(uow.conn, project, session_id)
+        if not counts(origin, depth, status):
+            return TurnResult(state, False, None, "not_counted")
+        state = after_turn(state, tool_calls)
+        claimed, why_not = await _claim(uow.conn, gate, project, session_id, state, review_now=False)
+        if why_not is not None:
+            return TurnResult(state, True, None, why_not)
+    return await _decide(db, gate, project, session_id, claimed, digest, review_now=False)
+
+
+async def decide_review(
+    db: Database,
+    gate: ClassifierGate,
+    principal: Principal,
+    *,
+    session_id: str,
+    review_now: bool,
+    digest: dict[str, Any],
+) -> TurnResult:
+    """Ask for a review outside the turn flow: ``review now`` bypasses enabled, the counters and the
+    cooldown; the session budget and the single in-flight rule still apply."""
+    check_session_id(session_id)
+    project = principal.project_id
+    async with db.transaction() as uow:
+        state = await store.lock_agent_session(uow.conn, project, session_id)
+        claimed, why_not = await _claim(uow.conn, gate, project, session_id, state, review_now)
+        if why_not is not None:
+            return TurnResult(state, False, None, why_not)
+    return await _decide(db, gate, project, session_id, claimed, digest, review_now)
+
+
+async def _claim(
+    conn: AsyncConnection,
+    gate: ClassifierGate,
+    project: str,
+    session_id: str,
+    state: SessionState,
+    review_now: bool,
+) -> tuple[SessionState, str | None]:
+    """Save the counters; when a review may run, mark it in flight before the gate is asked, so
+    two callers never both start one."""
+    why_not = not_due_reason(state, gate.config, utcnow(), review_now)
+    if why_not is None:
+        state = replace(state, in_flight=True)
+    await store.save_agent_session(conn, project, session_id, state)
+    return state, why_not
+
+
+async def _decide(
+    db: Database,
+    gate: ClassifierGate,
+    project: str,
+    session_id: str,
+    state: SessionState,
+    digest: dict[str, Any],
+    review_now: bool,
+) -> TurnResult:
+    # The classifier call runs between two transactions: no row lock is held across a network call.
+    now = utcnow()
+    decided = decided_without_the_gate(state, gate.config, gate.active, now, review_now)
+    if decided is not None:
+        outcome = GateOutcome(decided, 0)
+    else:
+        called = gate.active and not gate.breaker.open
+        outcome = await gate.decide(
+            build_digest(
+                str(digest.get("last_human_message", "")),
+                str(digest.get("last_assistant_message", "")),
+                state.tools,
+                [str(s) for s in digest.get("loaded_skills", [])],
+                state.turn_index,
+            )
+        )
+        if called:
+            state = replace(state, last_gate_call_at=now)
+    record = GateRecord.of(
+        outcome.decision,
+        at=now,
+        session=session_id,
+        state=state,
+        latency_ms=outcome.latency_ms,
+        threshold=gate.config.confident_no,
+    )
+    async with db.transaction() as uow:
+        current = await store.lock_agent_session(uow.conn, project, session_id)
+        current = after_decision(current, outcome.decision, now, state.last_gate_call_at)
+        await store.save_agent_session(uow.conn, project, session_id, current)
+        await store.log_gate_decision(uow.conn, project, record)
+    return TurnResult(current, True, record, None)
+
+
+async def set_review_enabled(
+    db: Database, principal: Principal, session_id: str, enabled: bool
+) -> SessionState:
+    """``review on|off`` for a session: off stops automatic reviews immediately."""
+    check_session_id(session_id)
+    async with db.transaction() as uow:
+        state = await store.lock_agent_session(uow.conn, principal.project_id, session_id)
+        state = replace(state, enabled=enabled)
+        await store.save_agent_session(uow.conn, principal.project_id, session_id, state)
+        return state
+
+
+async def finish_review(db: Database, principal: Principal, session_id: str, succeeded: bool) -> SessionState:
+    """The review ended: it is no longer in flight; a successful one resets the counters."""
+    check_session_id(session_id)
+    async with db.transaction() as uow:
+        state = after_review(
+            await store.lock_agent_session(uow.conn, principal.project_id, session_id), succeeded
+        )
+        await store.save_agent_session(uow.conn, principal.project_id, session_id, state)
+        return state
+
+
+async def list_gate_decisions(
+    db: Database, principal: Principal, *, session_id: str = "", cursor: str = "", limit: int = 100
+) -> tuple[list[GateRecord], str]:
+    """The project's decision log, oldest first (the gates.jsonl records)."""
+    after = page_after(cursor, limit)
+    async with db.engine.connect() as conn:
+        records, more = await store.gate_decision_page(
+            conn, principal.project_id, session_id=session_id, after=after, limit=limit
+        )
+    return records, str(more) if more is not None else ""

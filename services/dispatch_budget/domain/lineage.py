@@ -1,0 +1,152 @@
+"""Review lineages (spec 003 "Session and range"): which reviewer session reviews which range. COLD
+is a fresh session over the full base..head; WARM continues the lineage's verified previous session
+over lastReviewedHead..head, or is refused visibly, never downgraded to COLD. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from reviewloop.errors import Code, DomainError, invalid
+
+from dispatch_budget.domain.budget import FULL_SHA
+from dispatch_budget.domain.selection import ReviewMode, ReviewSelection, RunnerSpec
+
+MAX_LINEAGE_ID = 80
+
+
+@dataclass(frozen=True)
+class ReviewSession:
+    """One reviewer session of a lineage, and the range it was bound to review."""
+
+    session_id: str
+    repository: str
+    pr_number: int
+    review_id: str  # the lineage
+    runner: str
+    model: str
+    effort: str
+    mode: ReviewMode
+    base_sha: str
+    range_base: str
+    range_head: str
+    last_reviewed_head: str | None
+    busy: bool
+    created_at: datetime
+
+    @property
+    def selection(self) -> ReviewSelection:
+        return ReviewSelection(self.runner, self.model, self.effort, self.mode)
+
+
+@dataclass(frozen=True)
+class Binding:
+    review_id: str
+    session_id: str
+    mode: ReviewMode
+    range_base: str
+    range_head: str
+    fresh_session: bool
+    selection: ReviewSelection
+    busy: bool
+
+
+def check_binding_request(repository: str, pr_number: int, base_sha: str, head_sha: str) -> None:
+    if not repository or pr_number < 1:
+        raise invalid("/repository", "a review session binds to a repository/PR")
+    for pointer, sha in (("/base_sha", base_sha), ("/head_sha", head_sha)):
+        if not FULL_SHA.match(sha):
+            raise invalid(pointer, "must be a full commit SHA")
+
+
+def check_lineage_id(review_id: str) -> None:
+    if len(review_id) > MAX_LINEAGE_ID:
+        raise invalid("/new_review_id", "at most 80 characters")
+
+
+def refuse_warm(why: str) -> DomainError:
+    return DomainError(
+        Code.WRONG_STATE,
+        f"WARM review refused: {why}. A WARM review never silently falls back to COLD; request COLD "
+        "explicitly for a fresh session over the full range.",
+        state="warm_unavailable",
+    )
+
+
+def cold_session(
+    session_id: str,
+    review_id: str,
+    chosen: ReviewSelection,
+    *,
+    repository: str,
+    pr_number: int,
+    base_sha: str,
+    head_sha: str,
+    created_at: datetime,
+) -> ReviewSession:
+    """A fresh session over the full base..head, busy with its first review."""
+    return ReviewSession(
+        session_id=session_id,
+        repository=repository,
+        pr_number=pr_number,
+        review_id=review_id,
+        runner=chosen.runner,
+        model=chosen.model,
+        effort=chosen.effort,
+        mode=chosen.mode,
+        base_sha=base_sha,
+        range_base=base_sha,
+        range_head=head_sha,
+        last_reviewed_head=None,
+        busy=True,
+        created_at=created_at,
+    )
+
+
+def warm_continuation(
+    previous: ReviewSession | None,
+    chosen: ReviewSelection,
+    runner: RunnerSpec,
+    *,
+    review_id: str,
+    repository: str,
+    pr_number: int,
+    head_sha: str,
+) -> ReviewSession:
+    """The lineage's previous session, rebound to review lastReviewedHead..head with the chosen model
+    and effort; refused when it is missing, foreign, busy, unverified or incompatible."""
+    if previous is None:
+        raise refuse_warm(f"lineage {review_id} has no previous review session")
+    if (previous.repository, previous.pr_number) != (repository, pr_number):
+        raise refuse_warm(f"lineage {review_id} belongs to another repository/PR")
+    if previous.busy:
+        raise refuse_warm(f"session {previous.session_id} is busy with another review; wait for it")
+    if not previous.last_reviewed_head:
+        raise refuse_warm(f"session {previous.session_id} has no verified reviewed head")
+    if previous.runner != chosen.runner:
+        raise refuse_warm(f"lineage {review_id} runs on {previous.runner}, not {chosen.runner}")
+    if (previous.model, previous.effort) != (
+        chosen.model,
+        chosen.effort,
+    ) and not runner.supports_model_change:
+        raise refuse_warm(f"{chosen.runner}'s session adapter cannot change model or effort mid-session")
+    return replace(
+        previous,
+        model=chosen.model,
+        effort=chosen.effort,
+        range_base=previous.last_reviewed_head,
+        range_head=head_sha,
+        busy=True,
+    )
+
+
+def check_reviewed_head(reviewed_head: str) -> None:
+    if not FULL_SHA.match(reviewed_head):
+        raise invalid("/reviewed_head", "must be a full commit SHA")
+
+
+def completed(session: ReviewSession, reviewed_head: str) -> ReviewSession:
+    """The session reviewed its range: ``reviewed_head`` is where a later WARM review continues."""
+    if reviewed_head != session.range_head:
+        raise invalid("/reviewed_head", f"the session was bound to review up to {session.range_head}")
+    return replace(session, busy=False, last_reviewed_head=reviewed_head)

@@ -1,0 +1,366 @@
+"""The records of spec 003's round budget and the rules over them: a run's snapshot and its
+review-mode rungs, an admission receipt and its settlement, a scoped extension receipt, a stopped
+automatic launch. Pure: plain data in, plain data or a DomainError out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from reviewloop.errors import Code, DomainError, invalid
+
+from dispatch_budget.domain.budget import (
+    FULL_SHA,
+    VERDICTS,
+    AttemptKind,
+    ExtensionInput,
+    NoVerdictReason,
+    ReviewRoundBudget,
+    RunStatus,
+    Trigger,
+    check_extension_limits,
+    scope_key,
+)
+from dispatch_budget.domain.evidence import EvidenceStatus, evidence_status
+from dispatch_budget.domain.journal import JournalRecord
+from dispatch_budget.domain.selection import ReviewMode, resolve_review_mode
+
+MAX_RUN_ID = 80
+MAX_ATTEMPT_KEY = 200
+
+
+# --- runs ---
+
+
+@dataclass(frozen=True)
+class RunModes:
+    """The run's stored rungs of resolveReviewMode: Run.reviewMode, Run.prWork.review.options.mode
+    and the retained Run.repeatReviewContext.mode."""
+
+    review: ReviewMode | None = None
+    pr_work: ReviewMode | None = None
+    repeat_context: ReviewMode | None = None
+
+    def merged(self, update: RunModes) -> RunModes:
+        """``update``'s set rungs over these."""
+        return RunModes(
+            update.review or self.review,
+            update.pr_work or self.pr_work,
+            update.repeat_context or self.repeat_context,
+        )
+
+    def resolve(
+        self, explicit: ReviewMode | None, project_default: ReviewMode | None
+    ) -> tuple[ReviewMode, str]:
+        """resolveReviewMode with these rungs between the explicit mode and the project default."""
+        return resolve_review_mode(explicit, self.review, self.pr_work, self.repeat_context, project_default)
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    repository: str
+    pr_number: int
+    head_sha: str
+    status: RunStatus
+    scope_key: str
+    modes: RunModes = field(default_factory=RunModes)
+
+    @property
+    def closed(self) -> bool:
+        """A published or archived run admits no reviewer and takes no extension."""
+        return self.status in (RunStatus.PUBLISHED, RunStatus.ARCHIVED)
+
+
+def run_not_found(run_id: str) -> DomainError:
+    return DomainError(Code.NOT_FOUND, f"No run {run_id} is visible to this key; record it first.")
+
+
+def check_run_snapshot(run_id: str, repository: str, pr_number: int, head_sha: str) -> None:
+    if not run_id or len(run_id) > MAX_RUN_ID:
+        raise invalid("/run_id", "a run id of 1 to 80 characters is required")
+    if pr_number < 0:
+        raise invalid("/pr_number", "must be a positive PR number, or 0 before a PR exists")
+    if pr_number and not repository:
+        raise invalid("/repository", "a PR identity needs its repository")
+    if head_sha and not FULL_SHA.match(head_sha):
+        raise invalid("/head_sha", "must be a full commit SHA (40 or 64 lowercase hex)")
+
+
+def next_run(
+    prior: Run | None,
+    *,
+    run_id: str,
+    repository: str,
+    pr_number: int,
+    head_sha: str,
+    status: RunStatus | None,
+    modes: RunModes | None,
+) -> Run:
+    """The run after a snapshot: what the snapshot leaves unset keeps what the run had. A verified
+    repository/PR identity is never rebound, and a published or archived run never becomes active."""
+    stored = (prior.modes if prior is not None else RunModes()).merged(modes or RunModes())
+    if prior is not None:
+        if prior.pr_number and pr_number and (prior.pr_number, prior.repository) != (pr_number, repository):
+            raise DomainError(Code.CONFLICT, f"Run {run_id} is already bound to {prior.scope_key}.")
+        repository = repository or prior.repository
+        pr_number = pr_number or prior.pr_number
+        head_sha = head_sha or prior.head_sha
+        if status is None:
+            status = prior.status
+        elif prior.closed and status is RunStatus.ACTIVE:
+            raise DomainError(Code.WRONG_STATE, f"Run {run_id} is {prior.status}; it cannot become active.")
+    return Run(
+        run_id,
+        repository,
+        pr_number,
+        head_sha,
+        status or RunStatus.ACTIVE,
+        scope_key(run_id, repository, pr_number),
+        stored,
+    )
+
+
+# --- admissions and settlements ---
+
+
+class Outcome(StrEnum):
+    """A settled attempt: it counts (a verdict, or an end that fails closed), or it spends no round."""
+
+    COUNTED = "counted"
+    NO_VERDICT = "no_verdict"
+
+
+@dataclass(frozen=True)
+class Settlement:
+    outcome: Outcome
+    reason: str | None = None  # a NoVerdictReason for a no-verdict end
+    verdict: str | None = None  # pass | issues
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """An admission receipt: persisted before the runner starts; ``outcome`` is None while unsettled
+    (which counts: fail closed)."""
+
+    receipt_id: str
+    run_id: str
+    scope_key: str
+    attempt_key: str
+    kind: AttemptKind
+    trigger: Trigger
+    head_sha: str
+    selection: dict[str, str]
+    admitted_at: datetime
+    round: int
+    outcome: Outcome | None = None
+    reason: str | None = None
+    verdict: str | None = None
+    settled_at: datetime | None = None
+
+
+def check_attempt(attempt_key: str, receipt_id: str, head_sha: str) -> None:
+    if not receipt_id and not attempt_key:
+        raise invalid("/attempt_key", "name the attempt (run, engine generation, sequence row)")
+    if len(attempt_key) > MAX_ATTEMPT_KEY:
+        raise invalid("/attempt_key", "at most 200 characters")
+    if head_sha and not FULL_SHA.match(head_sha):
+        raise invalid("/head_sha", "must be the full reviewed head SHA")
+
+
+def reported_settlement(head: str, verdict: str, reviewed_head: str, reason: str) -> Settlement:
+    """A settlement the runner reports: a verdict for the admitted head counts; otherwise one of the
+    spec's no-verdict ends."""
+    if verdict:
+        if verdict not in VERDICTS:
+            raise invalid("/verdict", "must be pass or issues")
+        if reviewed_head != head:
+            raise invalid("/reviewed_head", f"the verdict must be for the admitted head {head}")
+        return Settlement(Outcome.COUNTED, None, verdict)
+    try:
+        return Settlement(Outcome.NO_VERDICT, NoVerdictReason(reason).value)
+    except ValueError:
+        raise invalid(
+            "/no_verdict_reason",
+            f"give a verdict, or one of {', '.join(r.value for r in NoVerdictReason)}",
+        ) from None
+
+
+def journal_settlement(final: JournalRecord | None, head: str) -> Settlement:
+    """The settlement the attempt journal's closing turn_completed implies: accepted with a verdict
+    for the reviewed head counts; unknown fails closed (counts, with no verdict); rejected, absent
+    or no usable verdict are no-verdict ends."""
+    if final is None:
+        return Settlement(Outcome.NO_VERDICT, NoVerdictReason.MISSING_RESULT.value)
+    payload = final.payload
+    status = evidence_status(payload)
+    verdict = payload.get("verdict")
+    verdict = verdict if verdict in VERDICTS else ""
+    if status is EvidenceStatus.UNKNOWN:
+        return Settlement(Outcome.COUNTED, None, verdict or None)
+    if status is EvidenceStatus.ACCEPTED and verdict and payload.get("reviewed_head") == head:
+        return Settlement(Outcome.COUNTED, None, verdict)
+    if status is EvidenceStatus.ABSENT:
+        return Settlement(Outcome.NO_VERDICT, NoVerdictReason.MISSING_RESULT.value)
+    return Settlement(Outcome.NO_VERDICT, NoVerdictReason.UNUSABLE_RESULT.value)
+
+
+def settlement_to_write(receipt_id: str, current: Outcome | None, new: Settlement) -> Settlement | None:
+    """An attempt settles once; a verdict arriving after a no-verdict settlement clears it and the
+    attempt counts. None: a retried settlement, where the first one stands."""
+    if current is None or (current is Outcome.NO_VERDICT and new.outcome is Outcome.COUNTED):
+        return new
+    if current is new.outcome:
+        return None
+    raise DomainError(
+        Code.CONFLICT,
+        f"Receipt {receipt_id} already settled as {current}; an attempt settles once.",
+        state=current.value,
+    )
+
+
+@dataclass(frozen=True)
+class LaunchRefusal:
+    """An automatic launch the no-verdict cap stopped, as the gate recorded it (spec 003)."""
+
+    run_id: str
+    attempt_key: str
+    trigger: Trigger
+    no_verdict: int
+    reason: str
+    refused_at: datetime
+
+
+# --- scoped extensions ---
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The authenticated request origin, set by the gateway from the key, never from the body."""
+
+    actor_kind: str
+    actor_id: str
+    key_id: str = ""
+    remote_addr: str = ""
+    user_agent: str = ""
+
+
+@dataclass(frozen=True)
+class ExtensionReceipt:
+    """run.extendReviewBudget's receipt: who granted how many rounds, for which head and scope."""
+
+    receipt_id: str
+    idempotency_key: str
+    request_id: str
+    run_id: str
+    repository: str
+    pr_number: int
+    scope_key: str
+    approved_head: str
+    prior_limit: int
+    new_limit: int
+    scope_brief: str
+    origin: Origin
+    granted_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """The receipt as it is stored and replayed."""
+        return {
+            "receipt_id": self.receipt_id,
+            "idempotency_key": self.idempotency_key,
+            "request_id": self.request_id,
+            "run_id": self.run_id,
+            "repository": self.repository,
+            "pr_number": self.pr_number,
+            "scope_key": self.scope_key,
+            "approved_head": self.approved_head,
+            "prior_limit": self.prior_limit,
+            "new_limit": self.new_limit,
+            "scope_brief": self.scope_brief,
+            "origin": asdict(self.origin),
+            "granted_at": self.granted_at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ExtensionReceipt:
+        origin = data["origin"]
+        return cls(
+            receipt_id=data["receipt_id"],
+            idempotency_key=data["idempotency_key"],
+            request_id=data.get("request_id", ""),
+            run_id=data["run_id"],
+            repository=data["repository"],
+            pr_number=data["pr_number"],
+            scope_key=data["scope_key"],
+            approved_head=data["approved_head"],
+            prior_limit=data["prior_limit"],
+            new_limit=data["new_limit"],
+            scope_brief=data["scope_brief"],
+            origin=Origin(
+                origin["actor_kind"],
+                origin["actor_id"],
+                origin.get("key_id", ""),
+                origin.get("remote_addr", ""),
+                origin.get("user_agent", ""),
+            ),
+            granted_at=datetime.fromisoformat(data["granted_at"]),
+        )
+
+
+def check_grant(run: Run, request: ExtensionInput, effective_limit: int) -> None:
+    """Only an unpublished, unarchived run at the head the admin approved is extended, by a
+    compare-and-set on its effective limit."""
+    if run.closed:
+        raise DomainError(
+            Code.WRONG_STATE,
+            f"Run {run.run_id} is {run.status}; only an unpublished, unarchived run is extended.",
+        )
+    if not run.head_sha:
+        raise DomainError(Code.STALE, f"Run {run.run_id}'s live head is unknown; record its head first.")
+    if run.head_sha != request.head_sha:
+        raise DomainError(
+            Code.STALE,
+            f"head_sha {request.head_sha} is not run {run.run_id}'s current head; re-read the run and retry.",
+            hints=(("head_sha", run.head_sha),),
+        )
+    check_extension_limits(request, effective_limit)
+
+
+def grant_receipt(
+    receipt_id: str,
+    run: Run,
+    request: ExtensionInput,
+    prior_limit: int,
+    origin: Origin,
+    request_id: str,
+    granted_at: datetime,
+) -> ExtensionReceipt:
+    return ExtensionReceipt(
+        receipt_id=receipt_id,
+        idempotency_key=request.idempotency_key,
+        request_id=request_id,
+        run_id=run.run_id,
+        repository=run.repository,
+        pr_number=run.pr_number,
+        scope_key=run.scope_key,
+        approved_head=run.head_sha,
+        prior_limit=prior_limit,
+        new_limit=request.new_limit,
+        scope_brief=request.scope_brief.strip(),
+        origin=origin,
+        granted_at=granted_at,
+    )
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A scope's round budget as callers read it: the arithmetic, the latest grant, and the latest
+    automatic launch the no-verdict cap stopped."""
+
+    scope_key: str
+    budget: ReviewRoundBudget
+    extension: ExtensionReceipt | None = None
+    last_launch_refusal: LaunchRefusal | None = None

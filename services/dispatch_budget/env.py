@@ -1,0 +1,87 @@
+"""The composition root: the one place that reads the environment and wires the service.
+
+``bootstrap(db)`` builds the ``Env`` the servicer and its use cases run with; ``client_settings()``
+is what the ``reviewloop review ...`` commands read."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from dispatch_budget.domain.gate import GateConfig, GateKind
+
+if TYPE_CHECKING:  # the CLI reads client_settings() without loading the store or the HTTP client
+    from reviewloop.storage import Database
+
+    from dispatch_budget.classifier import ClassifierGate
+
+REVIEW_PREFIX = "REVIEWLOOP_REVIEW_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the service reads from its environment: spec 001's ``review.*`` settings."""
+
+    gate: GateConfig
+
+
+@dataclass(frozen=True)
+class Env:
+    """What the use cases run with: the settings, the store, and the classifier gate (which holds
+    the process-wide circuit breaker)."""
+
+    settings: Settings
+    db: Database
+    gate: ClassifierGate
+
+
+def config_from_env(env: Mapping[str, str] | None = None) -> GateConfig:
+    """``REVIEWLOOP_REVIEW_*`` settings; the API key is read from the variable ``..._GATE_API_KEY_ENV``
+    names, so the key itself never sits in the service's own configuration."""
+    env = os.environ if env is None else env
+
+    def num(name: str, default: float) -> float:
+        return float(env.get(REVIEW_PREFIX + name, default))
+
+    key_env = env.get(REVIEW_PREFIX + "GATE_API_KEY_ENV", "")
+    return GateConfig(
+        enabled=env.get(REVIEW_PREFIX + "ENABLED", "true").lower() not in ("0", "false", "off"),
+        turn_interval=int(num("TURN_INTERVAL", 10)),
+        tool_call_threshold=int(num("TOOL_CALL_THRESHOLD", 15)),
+        cooldown=timedelta(minutes=num("COOLDOWN_MINUTES", 20)),
+        max_per_session=int(num("MAX_PER_SESSION", 8)),
+        gate=GateKind(env.get(REVIEW_PREFIX + "GATE", "counters")),
+        confident_no=num("CONFIDENT_NO", 0.75),
+        gate_cooldown=timedelta(minutes=num("GATE_COOLDOWN_MINUTES", 5)),
+        timeout_s=num("GATE_TIMEOUT_MS", 2000) / 1000,
+        classifier_url=env.get(REVIEW_PREFIX + "GATE_URL", ""),
+        api_key=env.get(key_env, "") if key_env else "",
+    )
+
+
+def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
+    return Settings(gate=config_from_env(env))
+
+
+def bootstrap(db: Database, settings: Settings | None = None) -> Env:
+    """The service's wiring; the defaults are production's (settings from the environment)."""
+    from dispatch_budget.classifier import ClassifierGate
+
+    settings = settings or settings_from_env()
+    return Env(settings=settings, db=db, gate=ClassifierGate(settings.gate))
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """What the CLI commands read: the gateway to talk to (None when unset) and the API key."""
+
+    gateway: str | None
+    api_key: str
+
+
+def client_settings(env: Mapping[str, str] | None = None) -> ClientSettings:
+    env = os.environ if env is None else env
+    return ClientSettings(gateway=env.get("REVIEWLOOP_GATEWAY"), api_key=env.get("REVIEWLOOP_API_KEY", ""))

@@ -1,0 +1,107 @@
+"""The dispatch_budget store, in the domain's words: every statement the use cases run, one module
+per plane (auto-send caps, rounds, catalog and lineages, the gate, journals), over the schema in
+``tables``. Functions take the unit of work's connection and answer domain dataclasses."""
+
+from __future__ import annotations
+
+from dispatch_budget.store.autosend import (
+    AutoSendSpend,
+    auto_send_spend_of,
+    auto_send_used,
+    remember_auto_send_spend,
+    spend_auto_send,
+)
+from dispatch_budget.store.catalog import (
+    add_review_session,
+    complete_review_session,
+    lock_lineage_head,
+    rebind_review_session,
+    review_config,
+    review_session,
+    runner_catalog,
+    save_review_config,
+    save_runner,
+)
+from dispatch_budget.store.gate import (
+    gate_decision_page,
+    lock_agent_session,
+    log_gate_decision,
+    save_agent_session,
+)
+from dispatch_budget.store.journals import (
+    append_journal_events,
+    closing_turn,
+    encode_line,
+    encode_record,
+    journal_records,
+    lock_journal_head,
+)
+from dispatch_budget.store.rounds import (
+    Grant,
+    add_admission,
+    add_grant,
+    add_run,
+    admission,
+    admission_for_attempt,
+    get_run,
+    grant_for_key,
+    last_failures,
+    latest_extension,
+    latest_launch_refusal,
+    lock_scope,
+    move_to_scope,
+    record_launch_refusal,
+    round_limit,
+    scope_counts,
+    set_round_limit,
+    settle_admission,
+    update_run,
+)
+from dispatch_budget.store.tables import metadata
+
+__all__ = [
+    "AutoSendSpend",
+    "Grant",
+    "add_admission",
+    "add_grant",
+    "add_review_session",
+    "add_run",
+    "admission",
+    "admission_for_attempt",
+    "append_journal_events",
+    "auto_send_spend_of",
+    "auto_send_used",
+    "closing_turn",
+    "complete_review_session",
+    "encode_line",
+    "encode_record",
+    "gate_decision_page",
+    "get_run",
+    "grant_for_key",
+    "journal_records",
+    "last_failures",
+    "latest_extension",
+    "latest_launch_refusal",
+    "lock_agent_session",
+    "lock_journal_head",
+    "lock_lineage_head",
+    "lock_scope",
+    "log_gate_decision",
+    "metadata",
+    "move_to_scope",
+    "rebind_review_session",
+    "record_launch_refusal",
+    "remember_auto_send_spend",
+    "review_config",
+    "review_session",
+    "round_limit",
+    "runner_catalog",
+    "save_agent_session",
+    "save_review_config",
+    "save_runner",
+    "scope_counts",
+    "set_round_limit",
+    "settle_admission",
+    "spend_auto_send",
+    "update_run",
+]

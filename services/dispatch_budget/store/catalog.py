@@ -1,0 +1,141 @@
+"""The review selection catalog (runners), the project review configuration, and the review
+lineages' sessions (spec 003)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dispatch_budget.domain.lineage import ReviewSession
+from dispatch_budget.domain.selection import ReviewMode, RunnerSpec
+from dispatch_budget.store.tables import review_configs, review_sessions, runners
+
+# --- runners ---
+
+
+async def runner_catalog(conn: AsyncConnection, project_id: str) -> dict[str, RunnerSpec]:
+    """The project's runners by name."""
+    rows = (await conn.execute(select(runners.c.spec).where(runners.c.project_id == project_id))).all()
+    return {row.spec["name"]: RunnerSpec.from_json(row.spec) for row in rows}
+
+
+async def save_runner(conn: AsyncConnection, project_id: str, spec: RunnerSpec) -> None:
+    """Register the runner, replacing one of the same name."""
+    r = runners.c
+    await conn.execute(runners.delete().where(r.project_id == project_id, r.name == spec.name))
+    await conn.execute(runners.insert().values(project_id=project_id, name=spec.name, spec=spec.to_json()))
+
+
+# --- the project review configuration ---
+
+
+async def review_config(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
+    """The configuration document an admin stored; empty when none was."""
+    row = (
+        await conn.execute(select(review_configs.c.config).where(review_configs.c.project_id == project_id))
+    ).first()
+    return dict(row.config) if row else {}
+
+
+async def save_review_config(
+    conn: AsyncConnection, project_id: str, config: dict[str, Any], at: datetime
+) -> None:
+    c = review_configs.c
+    await conn.execute(review_configs.delete().where(c.project_id == project_id))
+    await conn.execute(review_configs.insert().values(project_id=project_id, config=config, updated_at=at))
+
+
+# --- review sessions ---
+
+
+def _session(row: Any) -> ReviewSession:
+    return ReviewSession(
+        session_id=row.session_id,
+        repository=row.repository,
+        pr_number=row.pr_number,
+        review_id=row.review_id,
+        runner=row.runner,
+        model=row.model,
+        effort=row.effort,
+        mode=ReviewMode(row.mode),
+        base_sha=row.base_sha,
+        range_base=row.range_base,
+        range_head=row.range_head,
+        last_reviewed_head=row.last_reviewed_head,
+        busy=row.busy,
+        created_at=row.created_at,
+    )
+
+
+async def add_review_session(conn: AsyncConnection, project_id: str, session: ReviewSession) -> None:
+    await conn.execute(
+        review_sessions.insert().values(
+            session_id=session.session_id,
+            project_id=project_id,
+            repository=session.repository,
+            pr_number=session.pr_number,
+            review_id=session.review_id,
+            runner=session.runner,
+            model=session.model,
+            effort=session.effort,
+            mode=session.mode.value,
+            base_sha=session.base_sha,
+            range_base=session.range_base,
+            range_head=session.range_head,
+            last_reviewed_head=session.last_reviewed_head,
+            busy=session.busy,
+            created_at=session.created_at,
+        )
+    )
+
+
+async def lock_lineage_head(conn: AsyncConnection, project_id: str, review_id: str) -> ReviewSession | None:
+    """The lineage's latest session, locked until the transaction ends; None for an unknown lineage."""
+    s = review_sessions.c
+    row = (
+        await conn.execute(
+            select(review_sessions)
+            .where(s.project_id == project_id, s.review_id == review_id)
+            .order_by(s.created_at.desc())
+            .limit(1)
+            .with_for_update()
+        )
+    ).first()
+    return _session(row) if row is not None else None
+
+
+async def review_session(conn: AsyncConnection, project_id: str, session_id: str) -> ReviewSession | None:
+    s = review_sessions.c
+    row = (
+        await conn.execute(
+            select(review_sessions).where(s.project_id == project_id, s.session_id == session_id)
+        )
+    ).first()
+    return _session(row) if row is not None else None
+
+
+async def rebind_review_session(conn: AsyncConnection, session: ReviewSession) -> None:
+    """A WARM binding: the session is busy reviewing its new range, maybe with another model/effort."""
+    await conn.execute(
+        update(review_sessions)
+        .where(review_sessions.c.session_id == session.session_id)
+        .values(
+            busy=True,
+            model=session.model,
+            effort=session.effort,
+            range_base=session.range_base,
+            range_head=session.range_head,
+        )
+    )
+
+
+async def complete_review_session(conn: AsyncConnection, session: ReviewSession) -> None:
+    """The session reviewed its range: no longer busy, and its reviewed head recorded."""
+    await conn.execute(
+        update(review_sessions)
+        .where(review_sessions.c.session_id == session.session_id)
+        .values(busy=False, last_reviewed_head=session.last_reviewed_head)
+    )

@@ -1,0 +1,79 @@
+"""The review-run gate (spec 001): per-session counters and the decision log."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from reviewloop.storage.schema import insert_ignore
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from dispatch_budget.domain.gate import GateRecord, SessionState
+from dispatch_budget.store.tables import agent_sessions, gate_decisions
+
+
+async def lock_agent_session(conn: AsyncConnection, project_id: str, session_id: str) -> SessionState:
+    """The session's counters (fresh ones for a new session), locked until the transaction ends."""
+    await conn.execute(
+        insert_ignore(conn, agent_sessions).values(
+            project_id=project_id,
+            session_id=session_id,
+            turns=0,
+            tools=0,
+            turn_index=0,
+            reviews=0,
+            in_flight=False,
+            enabled=True,
+        )
+    )
+    a = agent_sessions.c
+    row = (
+        await conn.execute(
+            select(agent_sessions)
+            .where(a.project_id == project_id, a.session_id == session_id)
+            .with_for_update()
+        )
+    ).one()
+    return SessionState(
+        turns=row.turns,
+        tools=row.tools,
+        turn_index=row.turn_index,
+        reviews=row.reviews,
+        in_flight=row.in_flight,
+        enabled=row.enabled,
+        last_review_at=row.last_review_at,
+        last_gate_call_at=row.last_gate_call_at,
+    )
+
+
+async def save_agent_session(
+    conn: AsyncConnection, project_id: str, session_id: str, state: SessionState
+) -> None:
+    a = agent_sessions.c
+    await conn.execute(
+        update(agent_sessions)
+        .where(a.project_id == project_id, a.session_id == session_id)
+        .values(**asdict(state))
+    )
+
+
+async def log_gate_decision(conn: AsyncConnection, project_id: str, record: GateRecord) -> None:
+    await conn.execute(
+        gate_decisions.insert().values(
+            project_id=project_id, session_id=record.session, record=record.to_json(), at=record.at
+        )
+    )
+
+
+async def gate_decision_page(
+    conn: AsyncConnection, project_id: str, *, session_id: str, after: int, limit: int
+) -> tuple[list[GateRecord], int | None]:
+    """Up to ``limit`` decisions logged after id ``after``, oldest first, and the id the next page
+    starts after (None on the last page)."""
+    g = gate_decisions.c
+    query = select(g.id, g.record).where(g.project_id == project_id, g.id > after)
+    if session_id:
+        query = query.where(g.session_id == session_id)
+    rows = (await conn.execute(query.order_by(g.id).limit(limit + 1))).all()
+    more = int(rows[limit - 1].id) if len(rows) > limit else None
+    return [GateRecord.from_json(row.record) for row in rows[:limit]], more

@@ -1,0 +1,202 @@
+"""Graduation (spec 000, D16; ``domain.graduation``): agents propose the next rung, only a human
+flips it, ``auto_silent`` only through the maturity gate. Every rung move tells review_state
+(``category_changed``), which rechecks the pending drafts of the category.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.ids import new_id
+from reviewloop.rules.v1.events_pb2 import CategoryChanged
+from reviewloop.storage import UnitOfWork, utcnow
+from reviewloop.tenancy import ActorKind, Principal
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rules import store
+from rules.app.authority import require
+from rules.app.categories import CategoryView, get_category, load_category
+from rules.app.dial import dial_for
+from rules.app.env import REVIEW_STATE, Env
+from rules.domain import graduation
+from rules.domain.graduation import Rung as Grad
+from rules.store import CategoryRow
+
+
+@dataclass(frozen=True)
+class Proposal:
+    id: str
+    category_id: str
+    from_state: str
+    to_state: str
+    proposed_by: str
+    note: str
+    status: graduation.Status
+    created_at: datetime
+
+
+def maturity(row: CategoryRow, now: datetime) -> graduation.Maturity:
+    """The category's rung and its counters since it entered it, as of ``now``."""
+    return graduation.Maturity(
+        state=row.state,
+        never_graduate=row.never_graduate,
+        clean_approval_count=row.clean_approval_count,
+        drift_count=row.drift_count,
+        age_hours=max(0.0, (now - row.state_changed_at).total_seconds() / 3600),
+    )
+
+
+async def _status(
+    conn: AsyncConnection, project_id: str, row: CategoryRow, now: datetime
+) -> graduation.Status:
+    dial = await dial_for(conn, project_id, row.id)
+    return graduation.status(row.id, maturity(row, now), dial)
+
+
+def emit_category_changed(uow: UnitOfWork, row: CategoryRow, state: Grad, reason: str) -> None:
+    """A rung moved. An org-shared category's rung holds for every project of the org, so its event
+    names no project (review_state then rechecks the whole org's pending drafts)."""
+    uow.emit(
+        REVIEW_STATE,
+        row.id,
+        "category_changed",
+        CategoryChanged(
+            org_id=row.org_id,
+            project_id="" if row.scope == "org_shared" else row.project_id,
+            category_id=row.id,
+            state=state.value,
+            reason=reason,
+        ),
+    )
+
+
+async def graduation_status(env: Env, principal: Principal, category_id: str) -> graduation.Status:
+    async with env.db.engine.connect() as conn:
+        row = await load_category(conn, principal, category_id)
+        return await _status(conn, principal.project_id, row, utcnow())
+
+
+def _parse_rung(value: str, pointer: str) -> Grad:
+    try:
+        return Grad(value)
+    except ValueError:
+        raise invalid(pointer, f"must be one of {', '.join(r.value for r in graduation.LADDER)}") from None
+
+
+async def propose_graduation(
+    env: Env, principal: Principal, category_id: str, to_state: str, note: str
+) -> Proposal:
+    """Agents propose; only a human flips the rung (D16). The proposal is recorded for the console."""
+    if len(note) > 2000:
+        raise invalid("/note", "must be at most 2000 characters")
+    async with env.db.transaction() as uow:
+        row = await load_category(uow.conn, principal, category_id)
+        upcoming = graduation.next_rung(row.state)
+        target = _parse_rung(to_state, "/to_state") if to_state else upcoming
+        if row.never_graduate:
+            raise DomainError(
+                Code.GRADUATION_LOCKED,
+                f"Category {category_id} is marked never_graduate; it stays supervised.",
+            )
+        if target is None or target != upcoming:
+            raise invalid(
+                "/to_state",
+                f"the category is {row.state}; propose its next rung"
+                + (f" ({upcoming})" if upcoming else " (it is already at the top)"),
+            )
+        proposal_id, now = new_id("gprop"), utcnow()
+        await store.add_proposal(
+            uow.conn,
+            id=proposal_id,
+            category_id=category_id,
+            org_id=principal.org_id,
+            project_id=principal.project_id,
+            proposed_by=principal.actor_id,
+            from_state=row.state.value,
+            to_state=target.value,
+            note=note,
+            created_at=now,
+        )
+        status = await _status(uow.conn, principal.project_id, row, now)
+    return Proposal(
+        proposal_id, category_id, row.state.value, target.value, principal.actor_id, note, status, now
+    )
+
+
+async def list_graduation_proposals(env: Env, principal: Principal) -> list[Proposal]:
+    """The console's queue: proposals a human has not acted on yet, each with its category's
+    graduation status as of now."""
+    require(principal, (ActorKind.ADMIN,), "Listing graduation proposals")
+    now = utcnow()
+    found: list[Proposal] = []
+    async with env.db.engine.connect() as conn:
+        statuses: dict[str, graduation.Status] = {}
+        for row in await store.pending_proposals(conn, principal.project_id):
+            category_id = row["category_id"]
+            if category_id not in statuses:
+                category = await load_category(conn, principal, category_id)
+                statuses[category_id] = await _status(conn, principal.project_id, category, now)
+            found.append(
+                Proposal(
+                    row["id"],
+                    category_id,
+                    row["from_state"],
+                    row["to_state"],
+                    row["proposed_by"],
+                    row["note"],
+                    statuses[category_id],
+                    row["created_at"],
+                )
+            )
+    return found
+
+
+async def graduate(env: Env, principal: Principal, category_id: str, to_state: str) -> CategoryView:
+    """A human flips the rung: one rung up (never past ``never_graduate``; ``auto_silent`` only
+    through the maturity gate) or any rung down. Counters restart in the new rung."""
+    require(principal, (ActorKind.ADMIN,), "Graduating a category")
+    target = _parse_rung(to_state, "/to_state")
+    async with env.db.transaction() as uow:
+        row = await load_category(uow.conn, principal, category_id)
+        if target is not row.state:
+            up = graduation.LADDER.index(target) > graduation.LADDER.index(row.state)
+            if up:
+                await _check_climb(uow.conn, principal, row, target)
+            if not await store.compare_and_set_category(
+                uow.conn,
+                row,
+                state=target,
+                clean_approval_count=0,
+                drift_count=0,
+                state_changed_at=utcnow(),
+            ):
+                raise DomainError(
+                    Code.STALE, "The category changed at the same moment; re-read it and retry."
+                )
+            emit_category_changed(uow, row, target, "graduated" if up else "demoted")
+    return await get_category(env, principal, category_id)
+
+
+async def _check_climb(conn: AsyncConnection, principal: Principal, row: CategoryRow, target: Grad) -> None:
+    """A climb goes one rung at a time, never for a locked category, and into ``auto_silent`` only
+    once the maturity gate is met."""
+    if row.never_graduate:
+        raise DomainError(
+            Code.GRADUATION_LOCKED,
+            f"Category {row.id} is marked never_graduate; clear the lock first.",
+            state=row.state.value,
+        )
+    upcoming = graduation.next_rung(row.state)
+    if target is not upcoming:
+        raise invalid("/to_state", f"graduate one rung at a time; the next rung is {upcoming}")
+    status = await _status(conn, principal.project_id, row, utcnow())
+    if target is Grad.AUTO_SILENT and not status.maturity_gate_met:
+        raise DomainError(
+            Code.MATURITY_GATE_UNMET,
+            f"auto_silent needs {status.graduate_min_approvals} clean approvals (has "
+            f"{status.clean_approval_count}) and {status.graduate_min_age_hours} hours in "
+            f"{row.state} (has {status.age_hours}).",
+            state=row.state.value,
+        )

@@ -1,0 +1,378 @@
+"""Rule writes and reads of one lineage: save, the console's lineage verbs, history, staged approval.
+
+Every write goes through ``save_rule`` or ``_lineage_action``: read-before-write on ``rev``
+(``domain.ladder``), duplicate refusal, credential scanning and lint (``domain.guardrails``),
+staged approval, and an outbox ``rule_changed`` whenever the effective stack moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.ids import has_prefix, new_id
+from reviewloop.rules.v1.events_pb2 import RuleChanged
+from reviewloop.storage import UnitOfWork, utcnow
+from reviewloop.tenancy import ActorKind, Principal
+from sqlalchemy.exc import IntegrityError
+
+from rules import store
+from rules.app.authority import HUMAN_AUTHORITY, author, require, writer
+from rules.app.categories import check_category
+from rules.app.env import REVIEW_STATE, Env, idempotent
+from rules.domain.guardrails import check_rule_text, normalize
+from rules.domain.ladder import (
+    Action,
+    Draft,
+    Kind,
+    Layer,
+    RuleRev,
+    State,
+    in_force,
+    next_revision,
+    parse_choice,
+    restate,
+    stale,
+    status_of,
+)
+
+PRIORITY_RANGE = (-1000, 1000)
+
+
+@dataclass(frozen=True)
+class RuleView:
+    """A revision as the API shows it: the stored revision plus its derived status."""
+
+    rule: RuleRev
+    status: str
+
+
+@dataclass(frozen=True)
+class RuleInput:
+    """A ``save_rule`` request as the writer sent it."""
+
+    rule_text: str
+    scope: str = ""
+    category_id: str = ""
+    kind: str = ""
+    priority: int = 0
+    lineage_id: str = ""
+    expected_rev: int = 0
+    source_review_id: str = ""
+    rule_layer: str = ""
+    agent_id: str = ""
+    idempotency_key: str = ""
+
+
+def _rule_not_found(lineage_id: str) -> DomainError:
+    return DomainError(Code.NOT_FOUND, f"No rule lineage {lineage_id} is visible to this key.")
+
+
+def visible_lineage(principal: Principal, revisions: list[RuleRev], lineage_id: str) -> list[RuleRev]:
+    """``revisions`` of one lineage (oldest first) if the principal may see it, else ``not_found``."""
+    if not revisions:
+        raise _rule_not_found(lineage_id)
+    head = revisions[-1]
+    if head.layer is Layer.PROJECT and head.project_id != principal.project_id:
+        raise _rule_not_found(lineage_id)
+    return revisions
+
+
+def _view(revisions: list[RuleRev], revision: RuleRev) -> RuleView:
+    current = in_force(revisions)
+    return RuleView(revision, status_of(revision, revisions[-1].rev, current.rev if current else None))
+
+
+def _emit_rule_changed(uow: UnitOfWork, rule: RuleRev) -> None:
+    uow.emit(
+        REVIEW_STATE,
+        rule.org_id,  # one aggregate per org: review_state sees the high-water rise in order
+        "rule_changed",
+        RuleChanged(
+            org_id=rule.org_id,
+            project_id=rule.project_id,
+            scope=rule.scope.value,
+            category_id=rule.category_id,
+            agent_id=rule.agent_id,
+            rule=RuleChanged.ChangedRule(
+                id=rule.id,
+                lineage_id=rule.lineage_id,
+                rev=rule.rev,
+                rule_text=rule.rule_text,
+                status=rule.state.value,
+                action=rule.action.value,
+            ),
+            rule_high_water=rule.high_water,
+        ),
+    )
+
+
+def _duplicate_of(candidate: RuleRev, revisions: list[RuleRev]) -> RuleRev | None:
+    """An active or proposed rule of another lineage with the same normalized text in the same scope."""
+    text = normalize(candidate.rule_text)
+    lineages: dict[str, list[RuleRev]] = {}
+    for revision in revisions:
+        lineages.setdefault(revision.lineage_id, []).append(revision)
+    for lineage_id, history in lineages.items():
+        if lineage_id == candidate.lineage_id:
+            continue
+        history.sort(key=lambda r: r.rev)
+        live = [r for r in (in_force(history), history[-1]) if r is not None and r.state is not State.RETIRED]
+        for other in live:
+            same_scope = (other.layer, other.project_id, other.agent_id, other.scope, other.category_id) == (
+                candidate.layer,
+                candidate.project_id,
+                candidate.agent_id,
+                candidate.scope,
+                candidate.category_id,
+            )
+            if same_scope and normalize(other.rule_text) == text:
+                return other
+    return None
+
+
+def _draft(principal: Principal, body: RuleInput) -> Draft:
+    """``body``'s fields, each checked; what depends on the lineage is ``next_revision``'s."""
+    layer = parse_choice(Layer, body.rule_layer, "/rule_layer", Layer.PROJECT)
+    if layer is Layer.ORG:
+        require(principal, (ActorKind.ADMIN,), "Writing org house style")
+    text = check_rule_text(body.rule_text)
+    kind = parse_choice(Kind, body.kind, "/kind", Kind.SOFT)
+    if not PRIORITY_RANGE[0] <= body.priority <= PRIORITY_RANGE[1]:
+        raise invalid("/priority", f"must be between {PRIORITY_RANGE[0]} and {PRIORITY_RANGE[1]}")
+    if body.source_review_id and not has_prefix(body.source_review_id, "rr"):
+        raise invalid("/source_review_id", "must be a review id (rr_...)")
+    agent_id = body.agent_id
+    if principal.actor_kind is ActorKind.AGENT and agent_id and agent_id != principal.actor_id:
+        raise DomainError(Code.FORBIDDEN_ACTOR, "An agent may write per-agent rules for itself only.")
+    if agent_id and not has_prefix(agent_id, "agt"):
+        raise invalid("/agent_id", "must be an agent id (agt_...)")
+    if body.lineage_id and body.expected_rev < 1:
+        raise invalid("/expected_rev", "name the rev you read (read-before-write); get_rules shows it")
+    if not body.lineage_id and body.expected_rev:
+        raise invalid("/lineage_id", "expected_rev revises a lineage; name its lineage_id")
+    return Draft(
+        rule_text=text,
+        kind=kind,
+        priority=body.priority,
+        source_review_id=body.source_review_id,
+        layer=body.rule_layer,
+        scope=body.scope,
+        category_id=body.category_id,
+        agent_id=agent_id,
+        expected_rev=body.expected_rev,
+    )
+
+
+async def save_rule(env: Env, principal: Principal, body: RuleInput) -> RuleView:
+    """Create a lineage or revise one (``lineage_id`` + the ``expected_rev`` read). Agents write the
+    project layer only; with the project's write_approval on, their rules are born ``proposed``."""
+    draft = _draft(principal, body)
+
+    async def act(uow: UnitOfWork) -> str:
+        conn = uow.conn
+        high_water = await store.bump_high_water(conn, principal.org_id)  # also the org's write lock
+        head = None
+        if body.lineage_id:
+            history = visible_lineage(
+                principal, await store.lineage(conn, principal.org_id, body.lineage_id), body.lineage_id
+            )
+            head = history[-1]
+            if head.layer is Layer.ORG:
+                require(principal, (ActorKind.ADMIN,), "Writing org house style")
+        rule = next_revision(
+            head,
+            draft,
+            await writer(conn, principal),
+            rule_id=new_id("rule"),
+            new_lineage_id=new_id("rln"),
+            high_water=high_water,
+            now=utcnow(),
+        )
+        if head is None and rule.category_id:
+            await check_category(conn, principal, rule.category_id)
+        duplicate = _duplicate_of(
+            rule, await store.revisions_on_ladder(conn, principal.org_id, principal.project_id)
+        )
+        if duplicate is not None:
+            raise DomainError(
+                Code.CONFLICT,
+                f"Rule {duplicate.id} (lineage {duplicate.lineage_id}, rev {duplicate.rev}) already says "
+                "this in the same scope; revise that one instead.",
+                hints=(("rule_id", duplicate.id), ("lineage_id", duplicate.lineage_id)),
+            )
+        await _append(uow, rule)
+        return rule.id
+
+    fields = {"verb": "save_rule", **asdict(body)}
+    fields.pop("idempotency_key")
+    rule_id = await idempotent(env, principal, body.idempotency_key, fields, act)
+    return await _rule_by_id(env, principal, rule_id)
+
+
+async def _append(uow: UnitOfWork, rule: RuleRev) -> None:
+    """Append one revision; a lost race on (lineage, rev) is ``stale``. Publishes ``rule_changed``
+    when the revision moved the effective stack."""
+    try:
+        await store.add_revision(uow.conn, rule, normalize(rule.rule_text))
+    except IntegrityError:
+        raise DomainError(
+            Code.STALE,
+            f"Another writer saved rev {rule.rev} of {rule.lineage_id} first; re-read it and retry.",
+            revision=rule.rev,
+        ) from None
+    if rule.high_water:
+        _emit_rule_changed(uow, rule)
+
+
+async def _rule_by_id(env: Env, principal: Principal, rule_id: str) -> RuleView:
+    async with env.db.engine.connect() as conn:
+        owner = await store.rule_lineage_of(conn, rule_id)
+        history = await store.lineage(conn, principal.org_id, owner) if owner else []
+    for revision in history:
+        if revision.id == rule_id:
+            return _view(history, revision)
+    raise DomainError(Code.NOT_FOUND, f"No rule {rule_id} is visible to this key.")
+
+
+# What a console lineage verb decides from the lineage's history: the revision whose content the
+# new rev copies, the action and the new state; or the refusal.
+Decision = tuple[RuleRev, Action, State] | DomainError
+
+
+async def _lineage_action(
+    env: Env,
+    principal: Principal,
+    lineage_id: str,
+    expected_rev: int,
+    decide: Callable[[list[RuleRev]], Decision],
+) -> RuleView:
+    """The console's lineage verbs: CAS on the head rev, then append the revision ``decide`` names."""
+    require(principal, HUMAN_AUTHORITY, "Changing a rule's status")
+    if expected_rev < 1:
+        raise invalid("/rev", "name the rev you read (read-before-write)")
+    async with env.db.transaction() as uow:
+        high_water = await store.bump_high_water(uow.conn, principal.org_id)
+        history = visible_lineage(
+            principal, await store.lineage(uow.conn, principal.org_id, lineage_id), lineage_id
+        )
+        head = history[-1]
+        if head.layer is Layer.ORG:
+            require(principal, (ActorKind.ADMIN,), "Changing org house style")
+        if head.rev != expected_rev:
+            raise stale(head)
+        decided = decide(history)
+        if isinstance(decided, DomainError):
+            raise decided
+        source, action, state = decided
+        rule = restate(
+            history,
+            source,
+            action=action,
+            state=state,
+            author=author(principal),
+            rule_id=new_id("rule"),
+            high_water=high_water,
+            now=utcnow(),
+        )
+        await _append(uow, rule)
+    return _view([*history, rule], rule)
+
+
+def _no_proposal(history: list[RuleRev]) -> DomainError | None:
+    if history[-1].state is State.PROPOSED:
+        return DomainError(
+            Code.WRONG_STATE,
+            f"Rev {history[-1].rev} of {history[-1].lineage_id} is a pending proposal; approve or reject it first.",
+            state=State.PROPOSED.value,
+            revision=history[-1].rev,
+            allowed_actions=("approve_rule", "reject_rule"),
+        )
+    return None
+
+
+def _nothing_proposed(head: RuleRev) -> DomainError:
+    return DomainError(
+        Code.WRONG_STATE,
+        f"Rev {head.rev} of {head.lineage_id} is {head.state}; only a proposed revision is approved or rejected.",
+        state=head.state.value,
+        revision=head.rev,
+    )
+
+
+async def retire_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+    def decide(history: list[RuleRev]) -> Decision:
+        refusal = _no_proposal(history)
+        if refusal:
+            return refusal
+        if history[-1].state is State.RETIRED:
+            return DomainError(
+                Code.WRONG_STATE,
+                f"{lineage_id} is already retired.",
+                state="retired",
+                revision=history[-1].rev,
+            )
+        return history[-1], Action.RETIRED, State.RETIRED
+
+    return await _lineage_action(env, principal, lineage_id, expected_rev, decide)
+
+
+async def undo_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+    """Restore the revision in force before the last change (undoing a creation retires the rule)."""
+
+    def decide(history: list[RuleRev]) -> Decision:
+        refusal = _no_proposal(history)
+        if refusal:
+            return refusal
+        current = in_force(history)
+        assert current is not None  # the head is in force when no proposal is pending
+        previous = in_force([r for r in history if r.rev < current.rev])
+        if previous is None:
+            return current, Action.UNDONE, State.RETIRED
+        return previous, Action.UNDONE, previous.state
+
+    return await _lineage_action(env, principal, lineage_id, expected_rev, decide)
+
+
+async def approve_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+    def decide(history: list[RuleRev]) -> Decision:
+        if history[-1].state is not State.PROPOSED:
+            return _nothing_proposed(history[-1])
+        return history[-1], Action.APPROVED, State.ACTIVE
+
+    return await _lineage_action(env, principal, lineage_id, expected_rev, decide)
+
+
+async def reject_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+    """Refuse a proposal: the revision in force before it stays in force (a new, unmoving rev)."""
+
+    def decide(history: list[RuleRev]) -> Decision:
+        if history[-1].state is not State.PROPOSED:
+            return _nothing_proposed(history[-1])
+        current = in_force(history)
+        if current is None:
+            return history[-1], Action.REJECTED, State.RETIRED
+        return current, Action.REJECTED, current.state
+
+    return await _lineage_action(env, principal, lineage_id, expected_rev, decide)
+
+
+async def rule_history(env: Env, principal: Principal, lineage_id: str) -> list[RuleView]:
+    async with env.db.engine.connect() as conn:
+        history = visible_lineage(
+            principal, await store.lineage(conn, principal.org_id, lineage_id), lineage_id
+        )
+    return [_view(history, r) for r in history]
+
+
+async def get_rule_settings(env: Env, principal: Principal) -> bool:
+    async with env.db.engine.connect() as conn:
+        return await store.write_approval(conn, principal.project_id)
+
+
+async def set_rule_settings(env: Env, principal: Principal, write_approval: bool) -> bool:
+    require(principal, (ActorKind.ADMIN,), "Setting staged approval")
+    async with env.db.transaction() as uow:
+        await store.set_write_approval(uow.conn, principal.org_id, principal.project_id, write_approval)
+    return write_approval
