@@ -242,4 +242,4 @@ def _ruff(path: str, source: str) -> str:
 )
 def test_a_model_declared_outside_shapes_fails_lint(source: str) -> None:
     assert "TID251" in _ruff("services/gateway/routes/leak.py", source)
-    assert "TID251" not in _ruff("libs/reviewloop/shapes.py", source)
+    assert "TID251" not in _ruff("libs/reviewloop/shapes/reviews.py", source)

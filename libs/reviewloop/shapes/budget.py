@@ -1,0 +1,415 @@
+"""Dispatch budget shapes: review rounds and the selection catalog (spec 003), attempt journals (spec 002), the review-run gate (spec 001)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    JsonValue,
+    RootModel,
+    StrictInt,
+)
+
+from reviewloop.shapes._base import INT64_MAX, ActorKindName, Sha, Shape
+
+# --- dispatch budget: review rounds (spec 003) ------------------------------------------------------
+
+
+class Mode(StrEnum):
+    """A review mode of spec 003."""
+
+    WARM = "warm"
+    COLD = "cold"
+
+
+RunStatusName = Literal["active", "failed", "interrupted", "published", "archived"]
+AttemptKindName = Literal["initial", "retry", "pipeline", "standalone", "publish_gate", "recheck"]
+LaunchTriggerName = Literal[
+    "operator_request",
+    "continue_fixing",
+    "send_back",
+    "fix_rereview",
+    "recovered_fix_rereview",
+    "publication_plan",
+]
+
+
+class SelectionIn(Shape):
+    """A review selection: exactly runner, model, effort and mode."""
+
+    runner: str = Field(min_length=1, max_length=80)
+    model: str = Field(default="", max_length=80)
+    effort: str = Field(default="", max_length=40)
+    mode: Mode
+
+
+class RunIn(Shape):
+    """``record_review_run``: a run's record; an omitted field keeps what the run has."""
+
+    repository: str = Field(default="", max_length=200)
+    pr_number: int = Field(default=0, ge=0, le=INT64_MAX)
+    head_sha: Sha = ""
+    status: RunStatusName | None = None
+    # The run's rungs of resolveReviewMode; omitted keeps what the run has.
+    review_mode: Mode | None = None
+    pr_work_review_mode: Mode | None = None
+    repeat_review_context_mode: Mode | None = None
+
+
+class AdmitIn(Shape):
+    """``admit_review_round``: ask the round budget for one reviewer round."""
+
+    run_id: str = Field(min_length=1, max_length=80)
+    attempt_key: str = Field(default="", max_length=200)
+    kind: AttemptKindName
+    trigger: LaunchTriggerName
+    head_sha: Sha = ""
+    selection: SelectionIn | None = None
+    receipt_id: str = Field(default="", max_length=40)
+
+
+class SettleIn(Shape):
+    """``settle_review_attempt``: a verdict, or why there is none."""
+
+    verdict: Literal["pass", "issues"] | None = None
+    reviewed_head: Sha = ""
+    no_verdict_reason: str = Field(default="", max_length=40)
+    journal_run_id: str = Field(default="", max_length=80)
+
+
+class ExtendIn(Shape):
+    """run.extendReviewBudget. ``approved_by`` is accepted and ignored: authority comes from the key."""
+
+    head_sha: Sha
+    limit: StrictInt = Field(ge=1, le=1000)
+    expected_limit: StrictInt = Field(ge=1, le=1000)
+    scope_brief: str = Field(max_length=4000)
+    request_id: str = Field(default="", max_length=255)
+    approved_by: str | None = Field(default=None, max_length=200)
+
+
+class ReviewRun(Shape):
+    """A review run as recorded: its status, its budget scope and its rungs of resolveReviewMode."""
+
+    run_id: str
+    status: RunStatusName
+    scope_key: str
+    repository: str | None = None
+    pr_number: int | None = None
+    head_sha: str | None = None
+    review_mode: Mode | None = None
+    pr_work_review_mode: Mode | None = None
+    repeat_review_context_mode: Mode | None = None
+
+
+class Settlement(Shape):
+    """How an admitted round settled."""
+
+    outcome: Literal["counted", "no_verdict"]
+    settled_at: datetime
+    reason: str | None = None
+    verdict: str | None = None
+
+
+class AdmissionReceipt(Shape):
+    """An admitted reviewer round: what it spent, for which head, and how it settled."""
+
+    receipt_id: str
+    run_id: str
+    scope_key: str
+    attempt_key: str
+    kind: AttemptKindName
+    trigger: LaunchTriggerName
+    head_sha: str
+    round: int
+    admitted_at: datetime
+    selection: SelectionIn | None = None
+    settlement: Settlement | None = None
+
+
+class RequestOrigin(Shape):
+    """Who granted an extension, and from where."""
+
+    actor_kind: ActorKindName
+    actor_id: str
+    key_id: str | None = None
+    remote_addr: str | None = None
+    user_agent: str | None = None
+
+
+class ExtensionReceipt(Shape):
+    """A scoped budget extension, granted by a project admin for one head."""
+
+    receipt_id: str
+    request_id: str
+    run_id: str
+    scope_key: str
+    approved_head: str
+    prior_limit: int
+    new_limit: int
+    scope_brief: str
+    origin: RequestOrigin
+    granted_at: datetime
+    repository: str | None = None
+    pr_number: int | None = None
+
+
+class LaunchRefusal(Shape):
+    """The last reviewer launch the budget refused, and why."""
+
+    run_id: str
+    attempt_key: str
+    trigger: LaunchTriggerName
+    no_verdict: int
+    reason: str
+    refused_at: datetime
+
+
+class RoundBudget(Shape):
+    """The reviewer round budget of a scope: what is used, the limit, and why a launch was refused."""
+
+    scope_key: str
+    used: int
+    limit: int
+    admissions: int
+    no_verdict: int
+    no_verdict_limit: int
+    label: str
+    exhausted: bool
+    no_verdict_capped: bool
+    extension: ExtensionReceipt | None = None
+    last_launch_refusal: LaunchRefusal | None = None
+
+
+class AdmissionResult(Shape):
+    """``admit_review_round``: the receipt, and the budget after it."""
+
+    receipt: AdmissionReceipt
+    reattached: bool
+    review_round_budget: RoundBudget
+
+
+class SettlementResult(Shape):
+    """``settle_review_attempt``: the settled receipt, and the budget after it."""
+
+    receipt: AdmissionReceipt
+    review_round_budget: RoundBudget
+
+
+# --- dispatch budget: the selection catalog, sequences, mode, lineage (spec 003) --------------------
+
+
+class RunnerIn(Shape):
+    """A reviewer runner of the selection catalog and what it supports."""
+
+    name: str = Field(min_length=1, max_length=80)
+    models: list[Annotated[str, Field(max_length=80)]] = Field(min_length=1, max_length=50)
+    efforts: list[Annotated[str, Field(max_length=40)]] = Field(min_length=1, max_length=50)
+    default_model: str = Field(max_length=80)
+    default_effort: str = Field(max_length=40)
+    supports_warm: bool = True
+    supports_model_change: bool = False
+
+
+class RunnerList(Shape):
+    """``list_runners``: the selection catalog."""
+
+    runners: list[RunnerIn]
+
+
+class ReviewConfigIn(RootModel[dict[str, Any]]):
+    """The project review configuration; its ``review.mode`` is the project default mode."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"review": {"mode": "warm"}}]})
+
+
+class ReviewConfig(Shape):
+    """The stored project review configuration and the project default mode it sets."""
+
+    config: dict[str, JsonValue]
+    mode: Mode | None = None
+
+
+class SequenceIn(Shape):
+    """The rows go through the shared validator in the service, which names each bad row's field."""
+
+    sequence: Any
+
+
+class SequenceValidation(Shape):
+    """A review sequence as validated: its rows, and the request_review it resolves to."""
+
+    sequence: list[SelectionIn]
+    request_review: JsonValue
+
+
+class ModeIn(Shape):
+    """``resolve_review_mode``: the rungs given; a stored run's fill those left unset."""
+
+    explicit: Mode | None = None
+    run: Mode | None = None
+    pr_work: Mode | None = None
+    repeat_context: Mode | None = None
+    project_default: Mode | None = None
+    project_config: dict[str, Any] | None = None
+    # A stored run: its rungs fill those left unset here.
+    run_id: str = Field(default="", max_length=80)
+
+
+class ResolvedReviewMode(Shape):
+    """The mode resolveReviewMode settles on, and the rung that decided it."""
+
+    mode: Mode
+    source: str = Field(description="the rung of resolveReviewMode that decided")
+
+
+class BindIn(Shape):
+    """``bind_review_session``: bind a review lineage to a reviewer session."""
+
+    repository: str = Field(min_length=1, max_length=200)
+    pr_number: int = Field(ge=1, le=INT64_MAX)
+    selection: SelectionIn
+    base_sha: Sha
+    head_sha: Sha
+    review_id: str = Field(default="", max_length=80)
+    new_review_id: str = Field(default="", max_length=80)
+
+
+class CompleteIn(Shape):
+    """``complete_review_session``: the head the session reviewed."""
+
+    reviewed_head: Sha
+
+
+class DiffRange(Shape):
+    """The diff range a review session covers."""
+
+    base: str
+    head: str
+
+
+class ReviewSessionBinding(Shape):
+    """The reviewer session a review lineage is bound to, and the diff range it reviews."""
+
+    review_id: str
+    session_id: str
+    mode: Mode
+    range: DiffRange
+    fresh_session: bool
+    selection: SelectionIn
+    busy: bool
+
+
+# --- dispatch budget: attempt journals (spec 002) ---------------------------------------------------
+
+
+class JournalIn(Shape):
+    """``append_journal_events`` as JSON (JSON lines are accepted as well)."""
+
+    events: list[dict[str, Any]] = Field(max_length=500)
+
+
+class JournalAppendResult(Shape):
+    """What a journal append stored."""
+
+    appended: int
+    skipped_ephemeral: int
+    last_offset: int
+
+
+class EvidenceStatus(Shape):
+    """A run's journal evidence marker (spec 002's tri-state) and why it was rejected, if it was."""
+
+    run_id: str
+    evidence: str
+    offset: int | None = None
+    schema_version: str | None = None
+    evidence_rejected: dict[str, JsonValue] | None = None
+
+
+# --- dispatch budget: the review-run gate (spec 001) ------------------------------------------------
+
+
+class DigestIn(Shape):
+    """The bounded digest's inputs; tool output is never accepted here."""
+
+    last_human_message: str = Field(default="", max_length=100_000)
+    last_assistant_message: str = Field(default="", max_length=100_000)
+    loaded_skills: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list, max_length=50)
+
+
+class TurnIn(Shape):
+    """``record_turn``: one finished turn of a session."""
+
+    origin: str = Field(default="", max_length=40)
+    depth: int = Field(default=0, ge=0, le=100)
+    status: Literal["completed", "aborted", "failed"]
+    tool_calls: int = Field(default=0, ge=0, le=100_000)
+    digest: DigestIn = Field(default_factory=DigestIn)
+
+
+class ReviewIn(Shape):
+    """``review_now``: ask the gate for a review now."""
+
+    now: bool = False
+    digest: DigestIn = Field(default_factory=DigestIn)
+
+
+class EnabledIn(Shape):
+    """``set_review_enabled``: switch the session's gate on or off."""
+
+    enabled: bool
+
+
+class FinishIn(Shape):
+    """``finish_review``: how the session's review ended."""
+
+    succeeded: bool
+
+
+class GateDecision(Shape):
+    """One decision of the gate's log (the gates.jsonl record, with snake_case keys)."""
+
+    at: datetime
+    session: str
+    turn: int
+    decision: str
+    source: str
+    reason: str
+    choice: str | None = None
+    confidence: float | None = None
+    probability: float | None = None
+    tool_calls: int
+    latency_ms: int
+    threshold: float
+
+
+class GateDecisionList(Shape):
+    """``list_gate_decisions``: a page of the decision log."""
+
+    decisions: list[GateDecision]
+    next_cursor: str | None = None
+
+
+class SessionCounters(Shape):
+    """A session's turn counters (spec 001)."""
+
+    turns: int
+    tools: int
+    turn_index: int
+    reviews: int
+    in_flight: bool
+    enabled: bool
+
+
+class TurnResult(Shape):
+    """A session's counters after a turn, and the gate's decision when a review came due."""
+
+    counters: SessionCounters
+    counted: bool
+    decision: GateDecision | None = None
+    not_due_reason: str | None = None

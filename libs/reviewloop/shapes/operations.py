@@ -1,0 +1,101 @@
+"""The console's projects and API keys, problems, the contract manifest and health."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import (
+    Field,
+)
+
+from reviewloop.errors import Code
+from reviewloop.shapes._base import Shape
+from reviewloop.tenancy import ActorKind
+
+# --- the console: projects and API keys -------------------------------------------------------------
+
+
+class ProjectIn(Shape):
+    """``create_project``: in a new org, or in ``org_id``."""
+
+    name: str = Field(min_length=1, max_length=200)
+    org_id: str | None = Field(default=None, max_length=40)
+
+
+class ProjectOut(Shape):
+    """A created project."""
+
+    org_id: str
+    project_id: str
+    name: str
+
+
+class ApiKeyIn(Shape):
+    """``issue_api_key``: a key for a project and an actor kind."""
+
+    project_id: str = Field(min_length=1, max_length=40)
+    actor_kind: ActorKind
+    name: str = Field(default="", max_length=200)
+
+
+class ApiKeyOut(Shape):
+    """An issued key; the secret is shown once."""
+
+    key_id: str
+    api_key: str = Field(description="The secret, shown once; only its hash is stored.")
+    actor_kind: ActorKind
+    org_id: str
+    project_id: str
+    agent_id: str | None = None
+
+
+class RevokedOut(Shape):
+    """A revoked key."""
+
+    key_id: str
+    revoked: bool
+
+
+# --- operations -------------------------------------------------------------------------------------
+
+
+class ProblemError(Shape):
+    """One recovery fact or bad field.
+
+    ``field`` is a JSON pointer; ``code`` names the fact (``state``, ``revision``, ``version``,
+    ``allowed_action``, ``sent_message_id``, ...).
+    """
+
+    field: str | None = None
+    code: str | None = None
+    detail: str | int | None = None
+
+
+class Problem(Shape):
+    """RFC 9457 problem details: branch on ``code``, never on ``status`` alone."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: Code
+    errors: list[ProblemError] | None = None
+    request_id: str | None = None
+
+
+class ContractManifest(Shape):
+    """The machine-readable contract a harness pins against."""
+
+    version: str
+    stability: Literal["provisional"]
+    kind: Literal["sdk+skill-contract"]
+    core_shapes: list[str]
+    shapes: list[str]
+    skills: list[str]
+
+
+class Health(Shape):
+    """``ok`` when every backend reports SERVING (200); ``degraded`` names the ones that do not (503)."""
+
+    status: Literal["ok", "degraded"]
+    backends: dict[str, str]

@@ -1,0 +1,360 @@
+"""Review shapes: the composer's verbs, the reviewer planes, what the verbs answer, the console's review policy and contacts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    JsonValue,
+)
+
+from reviewloop.shapes._base import (
+    INT64_MAX,
+    MAX_BODY_TEXT,
+    MAX_RULE_CHARS,
+    ActorKindName,
+    Address,
+    Addresses,
+    ReviewStateName,
+    SendPath,
+    Shape,
+)
+
+# --- reviews: the composer's verbs ------------------------------------------------------------------
+
+
+class ReviewIntent(Shape):
+    """The agent's one-sentence summary for the human reviewer.
+
+    Required whenever the resolved mode is ``review``. Keep ``summary`` to one sentence (8-200 characters).
+    """
+
+    summary: str = Field(max_length=2000, examples=["Re-engage cold lead at Acme about Q3 pilot"])
+    meta: dict[str, JsonValue] | None = None
+
+
+class AttachmentIn(Shape):
+    """An attachment a draft carries, its content base64-encoded."""
+
+    filename: str = Field(min_length=1, max_length=255)
+    content_type: str = Field(min_length=3, max_length=255)
+    content_base64: str
+
+
+class _Composed(Shape):
+    """What every outbound verb may carry besides its recipients and subject."""
+
+    cc: Addresses = Field(default_factory=list, max_length=100)
+    bcc: Addresses = Field(default_factory=list, max_length=100)
+    body_text: str = Field(max_length=MAX_BODY_TEXT)
+    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
+    reply_to: Address | None = None
+    headers: dict[str, str] | None = Field(default=None, max_length=50)
+    attachments: list[AttachmentIn] | None = Field(default=None, max_length=20)
+    intent: ReviewIntent | None = None
+    category_id: str | None = Field(default=None, max_length=40)
+    confidence: float | None = Field(default=None, ge=0, le=1)
+    composition_token: str | None = Field(default=None, max_length=4096)
+
+
+class SendIn(_Composed):
+    """``send_email``: a new outbound message to ``to``."""
+
+    to: Addresses = Field(min_length=1, max_length=100)
+    subject: str = Field(max_length=998)
+
+
+class ReplyIn(_Composed):
+    """A reply's recipients and Re: subject are materialized from the message replied to."""
+
+    to: Addresses = Field(default_factory=list, max_length=100)
+    subject: str = Field(default="", max_length=998)
+
+
+class ForwardIn(_Composed):
+    """A forward's subject and quoted parent body are materialized; ``body_text`` is your note above it."""
+
+    to: Addresses = Field(min_length=1, max_length=100)
+    subject: str = Field(default="", max_length=998)
+    body_text: str = Field(default="", max_length=MAX_BODY_TEXT)
+
+
+class CancelIn(Shape):
+    """``cancel_review``: withdraw the draft at ``parent_revision``."""
+
+    parent_revision: int = Field(ge=1, le=INT64_MAX)
+
+
+class RevisionIn(Shape):
+    """A redraft: omitted fields keep the draft's value; ``attachments: []`` clears them."""
+
+    parent_revision: int = Field(ge=1, le=INT64_MAX)
+    to: Addresses | None = Field(default=None, min_length=1, max_length=100)
+    cc: Addresses | None = Field(default=None, max_length=100)
+    bcc: Addresses | None = Field(default=None, max_length=100)
+    subject: str | None = Field(default=None, max_length=998)
+    body_text: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
+    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
+    reply_to: Address | None = None
+    headers: dict[str, str] | None = Field(default=None, max_length=50)
+    attachments: list[AttachmentIn] | None = Field(default=None, max_length=20)
+    intent: ReviewIntent | None = None
+    confidence: float | None = Field(default=None, ge=0, le=1)
+    composition_token: str | None = Field(default=None, max_length=4096)
+
+
+class RestampIn(Shape):
+    """``restamp_review``: the draft at ``parent_revision`` stands as is, composed under a new token."""
+
+    parent_revision: int = Field(ge=1, le=INT64_MAX)
+    composition_token: str | None = Field(default=None, max_length=4096)
+
+
+class ReviewChatRequest(Shape):
+    """``post_review_chat``: an ``agent_question`` turn on the review thread."""
+
+    text: str = Field(min_length=1, max_length=10_000)
+
+
+# --- reviews: the reviewer planes -------------------------------------------------------------------
+
+
+class OpenIn(Shape):
+    """``open_review``: a human picks up the draft at ``revision`` and ``version``."""
+
+    revision: int = Field(ge=1, le=INT64_MAX)
+    version: int = Field(ge=1, le=INT64_MAX)
+
+
+class NewRule(Shape):
+    """A rule a human reviewer distils from this decision; ``scope`` defaults to ``general``."""
+
+    rule_text: str = Field(min_length=1, max_length=MAX_RULE_CHARS)
+    scope: Literal["general", "category"] = "general"
+    category_id: str | None = Field(default=None, max_length=40)
+
+
+class ReviewerDecisionRequest(Shape):
+    """A reviewer's decision; ``revision`` and ``version`` are the optimistic CAS."""
+
+    action: Literal["approve", "edit", "reject", "escalate"]
+    revision: int = Field(ge=1, le=INT64_MAX)
+    version: int = Field(ge=1, le=INT64_MAX)
+    subject: str | None = Field(default=None, max_length=998)
+    body: str | None = Field(
+        default=None, max_length=MAX_BODY_TEXT, description="the new body_text, for an edit"
+    )
+    feedback: str = Field(default="", max_length=10_000)
+    new_rule: NewRule | None = Field(default=None, description="human reviewers only")
+
+
+# --- reviews: what the review verbs answer ----------------------------------------------------------
+
+
+class DiffHunk(Shape):
+    """One changed field: its value before and after."""
+
+    field: str
+    op: str = Field(description="replace | insert | delete")
+    before: JsonValue = None
+    after: JsonValue = None
+    before_start: int | None = Field(
+        default=None, description="text, list and map fields: the 1-based line (or item) the hunk starts at"
+    )
+    after_start: int | None = None
+    line_endings_only: bool | None = Field(
+        default=None, description="the lines differ only in their endings (CRLF and LF compare equal)"
+    )
+
+
+class DiffJson(Shape):
+    """The structured, deterministic proposed-vs-sent diff."""
+
+    fields_changed: list[str]
+    hunks: list[DiffHunk]
+
+
+class ReviewComment(Shape):
+    """One comment of the reviewer's thread, as the feedback carries it."""
+
+    turn_id: str
+    actor_kind: ActorKindName
+    body: str
+
+
+class ReviewFeedback(Shape):
+    """What ``get_review_feedback`` returns: the human's assembled decision."""
+
+    review_id: str
+    decision: str = Field(description="approved | edited | rejected | escalated")
+    diff_unified: str | None = None
+    diff_json: DiffJson | None = None
+    comments: list[ReviewComment] = Field(default_factory=list)
+    new_rules: list[str] = Field(default_factory=list, description="rule_ ids born from this review")
+
+
+class Attachment(Shape):
+    """An attachment as a review reads it back."""
+
+    filename: str
+    content_type: str
+    size: int
+    content_base64: str
+
+
+class ReviewTurn(Shape):
+    """One turn of a review's thread (chat, decision, revision, ...)."""
+
+    id: str
+    seq: int
+    turn_type: str = Field(
+        description="agent_question | human_comment | decision | revision | restamp | opened | breaker"
+    )
+    actor_kind: ActorKindName
+    body: str
+    revision: int
+    created_at: datetime
+    action: str | None = Field(default=None, description="approve | edit | reject | escalate, on a decision")
+    diff_json: DiffJson | None = None
+
+
+class Review(Shape):
+    """A review row as every read and mutation answers it."""
+
+    id: str
+    state: ReviewStateName
+    revision: int = Field(description="counts the composer's drafts")
+    version: int = Field(description="counts every mutation of the row")
+    closed: bool
+    org_id: str
+    project_id: str
+    agent_id: str
+    category_id: str | None = None
+    kind: Literal["send", "reply", "forward"]
+    from_address: str | None = None
+    to: list[str]
+    cc: list[str]
+    bcc: list[str]
+    subject: str
+    body_text: str
+    intent: ReviewIntent | None = None
+    created_at: datetime
+    updated_at: datetime
+    message_id: str | None = None
+    thread_ref: str | None = None
+    send_path: SendPath | None = None
+    send_error: str | None = None
+    gate_outcome: str | None = None
+    body_html: str | None = None
+    reply_to: str | None = None
+    parent_message_id: str | None = None
+    confidence: float | None = None
+    headers: dict[str, str] | None = None
+    attachments: list[Attachment] | None = None
+    decided_at: datetime | None = None
+    sent_at: datetime | None = None
+    turns: list[ReviewTurn] | None = Field(
+        default=None, description="get_review only: the thread, oldest first"
+    )
+
+
+class ReviewList(Shape):
+    """``list_reviews``: a page of reviews."""
+
+    reviews: list[Review]
+    next_cursor: str | None = None
+
+
+class ReviewChatResult(Review):
+    """``post_review_chat``: the review as it now is, and the turn just added."""
+
+    turn: ReviewTurn
+
+
+class SubmitResult(Shape):
+    """What ``send_email``, ``reply_to_email`` and ``forward_email`` answer (202)."""
+
+    status: Literal["queued_for_review", "sent", "failed"]
+    review_id: str
+    state: ReviewStateName | None = None
+    message_id: str | None = None
+    thread_ref: str | None = None
+    send_error: str | None = None
+    gate_outcome: str | None = None
+    review: Review | None = None
+
+
+class ReviewPolicy(Shape):
+    """The review policy in force for the project, and where it comes from."""
+
+    policy: str
+    source: str = Field(description="project (set by an admin) | default (the require_review floor)")
+
+
+class ReviewerDecisionReview(Shape):
+    """The review a reviewer decision leaves behind."""
+
+    id: str
+    state: ReviewStateName
+    revision: int
+    version: int | None = None
+
+
+class ReviewerDecisionResult(Shape):
+    """The review-agent plane's answer: relayed (``sent``) or returned to the human (``sent_to_human``)."""
+
+    kind: Literal["sent", "sent_to_human"]
+    sent: bool
+    sent_to_human: bool
+    message_id: str | None = None
+    thread_id: str | None = None
+    review: ReviewerDecisionReview
+    forced_by_breaker: str | None = Field(
+        default=None, description="max_hops_reached | review_deadline_passed"
+    )
+
+
+# --- reviews: the console (review policy, contacts, inbound mail) -----------------------------------
+
+
+class PolicyIn(Shape):
+    """``set_review_policy``: the project's review policy."""
+
+    policy: str = Field(max_length=32)
+
+
+class AddressIn(Shape):
+    """A recipient address to block or suppress."""
+
+    address: Address
+
+
+class InboundIn(Shape):
+    """A received message to record, so a reply or forward has a parent."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: Address = Field(alias="from")
+    to: Addresses = Field(min_length=1, max_length=100)
+    cc: Addresses = Field(default_factory=list, max_length=100)
+    subject: str = Field(default="", max_length=998)
+    body_text: str = Field(default="", max_length=MAX_BODY_TEXT)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=100)
+
+
+class Contact(Shape):
+    """A recipient's flags in the project after a block or a suppression."""
+
+    address: str
+    blocked: bool
+    suppressed: bool
+
+
+class InboundMessage(Shape):
+    """A recorded inbound message: the parent a reply or forward names."""
+
+    message_id: str
+    thread_ref: str
+    rfc_message_id: str

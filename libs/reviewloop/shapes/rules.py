@@ -1,0 +1,288 @@
+"""Rules, categories, graduation and the risk dial."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import (
+    Field,
+)
+
+from reviewloop.shapes._base import (
+    INT32_MAX,
+    INT64_MAX,
+    MAX_RULE_BODY,
+    ActorKindName,
+    CategoryState,
+    Hours,
+    Shape,
+)
+
+# --- rules ------------------------------------------------------------------------------------------
+
+
+class RuleIn(Shape):
+    """save_rule: a new lineage, or a revision of one naming the rev it read."""
+
+    rule_text: str = Field(max_length=MAX_RULE_BODY)
+    scope: str = Field(default="", max_length=16)
+    category_id: str = Field(default="", max_length=40)
+    kind: str = Field(default="", max_length=16)
+    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
+    lineage_id: str = Field(default="", max_length=40)
+    expected_rev: int = Field(default=0, ge=0, le=INT64_MAX)
+    source_review_id: str = Field(default="", max_length=40)
+    agent_id: str = Field(default="", max_length=40)
+
+
+class HouseRuleIn(Shape):
+    """``save_house_style_rule``: an org rule, new or a revision of ``lineage_id``."""
+
+    rule_text: str = Field(max_length=MAX_RULE_BODY)
+    kind: str = Field(default="", max_length=16)
+    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
+    lineage_id: str = Field(default="", max_length=40)
+    expected_rev: int = Field(default=0, ge=0, le=INT64_MAX)
+
+
+class RevIn(Shape):
+    """A rule lineage verb (undo, approve, reject, retire) names the rev it read."""
+
+    rev: int = Field(ge=1, le=INT64_MAX, description="The lineage's current rev, as you read it.")
+
+
+class Rule(Shape):
+    """A learned writing preference, an element of ``get_rules``."""
+
+    id: str
+    lineage_id: str
+    rev: int
+    rule_layer: Literal["org", "project"]
+    org_id: str
+    project_id: str | None = None
+    scope: Literal["general", "category"]
+    category_id: str | None = None
+    kind: Literal["soft", "hard"]
+    priority: int
+    rule_text: str
+    source_review_id: str | None = None
+    author_kind: ActorKindName
+    status: Literal["proposed", "active", "superseded", "retired"]
+    agent_id: str | None = None
+    supersedes_id: str | None = None
+    created_at: datetime | None = None
+
+
+class RuleList(Shape):
+    """``get_rules``: the ordered effective ladder; unfiltered, with the composition token."""
+
+    rules: list[Rule]
+    next_cursor: str | None = None
+    house_style_version: int | None = None
+    category_rules_version: int | None = None
+    rule_high_water: int | None = None
+    composition_token: str | None = None
+    composition_token_expires_at: datetime | None = None
+
+
+class RuleRevision(Rule):
+    """A history entry: the rule as it was, plus the audit facts of the change."""
+
+    action: str
+    changed_by_kind: str
+    changed_by_id: str
+    rule_high_water: int | None = None
+
+
+class RuleHistory(Shape):
+    """Every revision of a rule lineage, oldest first: the audit log."""
+
+    lineage_id: str
+    revisions: list[RuleRevision]
+
+
+class RuleSettingsIn(Shape):
+    """``set_rule_settings``."""
+
+    write_approval: bool
+
+
+class RuleSettings(Shape):
+    """A project's rule settings."""
+
+    project_id: str
+    write_approval: bool = Field(description="agent-authored rules are born proposed and wait for a human")
+
+
+class CompositionKey(Shape):
+    """The signing key composition tokens are now issued under."""
+
+    key_id: str
+
+
+# --- categories and graduation ----------------------------------------------------------------------
+
+
+class CategoryIn(Shape):
+    """``create_category``: an agent adds a category."""
+
+    name: str = Field(max_length=1000)
+    description: str = Field(default="", max_length=10_000)
+    scope: str = Field(default="", max_length=16)
+
+
+class AdminCategoryIn(CategoryIn):
+    """``predefine_category``: the console adds a category, possibly locked from graduating."""
+
+    never_graduate: bool = False
+
+
+class CategoryPatch(Shape):
+    """``update_category``: an absent field is untouched."""
+
+    name: str | None = Field(default=None, max_length=1000)
+    description: str | None = Field(default=None, max_length=10_000)
+    never_graduate: bool | None = None
+
+
+class ProposalIn(Shape):
+    """``propose_graduation``: the rung proposed, and why."""
+
+    to_state: str = Field(default="", max_length=16)
+    note: str = Field(default="", max_length=10_000)
+
+
+class GraduateIn(Shape):
+    """``graduate_category``: the rung a human sets."""
+
+    to_state: str = Field(max_length=16)
+
+
+class Category(Shape):
+    """An element of ``list_categories``: keyed on the opaque ``cat_`` id; name is display metadata."""
+
+    id: str
+    name: str
+    description: str
+    scope: Literal["org_shared", "project"]
+    state: CategoryState
+    author_kind: ActorKindName
+    rule_high_water: int
+    rules_version: int
+    never_graduate: bool
+    clean_approval_count: int
+    drift_count: int
+    org_id: str | None = None
+    project_id: str | None = None
+    created_at: datetime | None = None
+
+
+class CategoryList(Shape):
+    """``list_categories``: a page of categories."""
+
+    categories: list[Category]
+    next_cursor: str | None = None
+
+
+class GraduationStatus(Shape):
+    """``get_graduation_status``: read-only progress toward the next rung."""
+
+    category_id: str
+    state: CategoryState
+    next_state: Literal["auto_notify", "auto_silent"] | None = None
+    never_graduate: bool
+    clean_approval_count: int
+    graduate_min_approvals: int
+    approvals_met: bool
+    age_hours: float
+    graduate_min_age_hours: Hours
+    age_met: bool
+    maturity_gate_met: bool
+    drift_count: int
+    drift_demote_after: int
+    can_graduate: bool
+
+
+class GraduationProposal(Shape):
+    """An agent's proposal of the next rung, waiting for a human; with its category's status."""
+
+    id: str
+    category_id: str
+    from_state: str
+    to_state: str
+    proposed_by: str
+    note: str
+    status: str
+    created_at: datetime
+    graduation: GraduationStatus
+
+
+class GraduationProposalList(Shape):
+    """The graduation proposals waiting for a human."""
+
+    proposals: list[GraduationProposal]
+
+
+# --- the risk dial ----------------------------------------------------------------------------------
+
+
+class DialValues(Shape):
+    """Dial fields; an absent field is untouched, ``null`` inherits (or resets the account's)."""
+
+    min_confidence: float | None = None
+    first_contact_gate: bool | None = None
+    drift_demote_after: int | None = Field(default=None, le=INT32_MAX)
+    canary_rate: float | None = None
+    graduate_min_approvals: int | None = Field(default=None, le=INT32_MAX)
+    graduate_min_age_hours: float | None = None
+    auto_send_cap_per_day: int | None = Field(default=None, le=INT32_MAX)
+
+
+class CategoryDialIn(DialValues):
+    """A category's dial overrides; ``null`` inherits the account's value."""
+
+    category_id: str = Field(max_length=40)
+
+
+class RiskDialIn(Shape):
+    """``set_risk_dial``: account fields merge, each listed category's overrides are replaced."""
+
+    account: DialValues | None = None
+    categories: list[CategoryDialIn] = Field(default_factory=list, max_length=500)
+
+
+class RiskValues(Shape):
+    """Every dial value in force."""
+
+    min_confidence: float
+    first_contact_gate: bool
+    drift_demote_after: int
+    canary_rate: float
+    graduate_min_approvals: int
+    graduate_min_age_hours: Hours
+    auto_send_cap_per_day: int
+
+
+class CategoryRiskDial(Shape):
+    """A category's overrides (``null`` inherits the account default) and the values in force."""
+
+    category_id: str
+    min_confidence: float | None = None
+    first_contact_gate: bool | None = None
+    drift_demote_after: int | None = None
+    canary_rate: float | None = None
+    graduate_min_approvals: int | None = None
+    graduate_min_age_hours: Hours | None = None
+    auto_send_cap_per_day: int | None = None
+    effective: RiskValues
+
+
+class RiskDial(Shape):
+    """``get_risk_dial``: the resolved brand-risk dial. Agents read it; the console sets it."""
+
+    account: RiskValues
+    categories: list[CategoryRiskDial] = Field(default_factory=list)
+
+
+RISK_DIAL_FIELDS: tuple[str, ...] = tuple(RiskValues.model_fields)
