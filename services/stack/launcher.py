@@ -29,8 +29,14 @@ class LaunchError(RuntimeError):
 
 
 def port_free(addr: str) -> bool:
+    """Whether a server could listen on ``addr`` now.
+
+    The servers bind with SO_REUSEADDR (gRPC and uvicorn both do), so the probe does too: a port that holds
+    only the TIME_WAIT sockets of a stopped stack is free, and ``reviewloop up`` can start again at once.
+    """
     host, _, port = addr.rpartition(":")
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, int(port)))
         except OSError:
