@@ -85,11 +85,12 @@ async def test_a_receiver_that_was_down_gets_the_backlog_in_outbox_order(
             raise Refused()
         seen.append((event.aggregate_id, number(event)))
 
-    monkeypatch.setattr("reviewloop.storage.outbox.backoff_s", lambda failures: 0.05)
+    # The backoff outlasts a round on a busy machine, so each round probes exactly once.
+    monkeypatch.setattr("reviewloop.storage.outbox.backoff_s", lambda failures: 0.3)
     relay = Relay(db, {"nudge": deliver})
     for _ in range(3):  # rounds while the receiver is down: one probe each, no row charged
         await relay.drain_once()
-        await asyncio.sleep(0.06)
+        await asyncio.sleep(0.31)
     assert calls == 3
     async with db.engine.connect() as conn:
         attempts = (await conn.execute(select(OUTBOX.c.attempts))).scalars().all()
