@@ -134,3 +134,47 @@ async def test_prune_forgets_old_deliveries_and_keeps_undelivered_rows(open_db: 
         left = (await conn.execute(select(OUTBOX.c.payload))).scalars().all()
         seen = (await conn.execute(select(func.count()).select_from(INBOX))).scalar_one()
     assert left == ["1"] and seen == 0
+
+
+async def test_rows_a_crashed_relay_claimed_are_delivered_within_seconds(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=1, aggregates=3)
+    seen: list[str] = []
+
+    async def deliver(event: common_pb2.Event) -> None:
+        seen.append(event.aggregate_id)
+
+    crashed = Relay(db, {"nudge": deliver})
+    assert len(await crashed._claim()) == 3  # claimed, then the process died: no delivery, no release
+    restarted = Relay(db, {"nudge": deliver})
+    assert await restarted.drain_once() == 0  # the lease still holds
+    deadline = asyncio.get_running_loop().time() + 5
+    while not seen and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.2)
+        await restarted.drain_once()
+    assert sorted(seen) == ["rr_0", "rr_1", "rr_2"]
+
+
+async def test_a_live_relay_keeps_its_claims_through_a_slow_delivery(
+    open_db: OpenDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("reviewloop.storage.outbox.LEASE", timedelta(seconds=0.3))
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=1, aggregates=2)
+    seen: list[tuple[str, str]] = []
+
+    def deliver_as(name: str, delay: float) -> Callable[[common_pb2.Event], Awaitable[None]]:
+        async def deliver(event: common_pb2.Event) -> None:
+            await asyncio.sleep(delay)
+            seen.append((name, event.aggregate_id))
+
+        return deliver
+
+    slow = Relay(db, {"nudge": deliver_as("slow", 0.5)})  # each delivery outlasts the lease
+    other = Relay(db, {"nudge": deliver_as("other", 0)})
+    draining = asyncio.create_task(slow.drain_once())
+    for _ in range(8):  # the other replica keeps polling while the slow one works
+        await asyncio.sleep(0.15)
+        await other.drain_once()
+    assert await draining == 2
+    assert seen == [("slow", "rr_0"), ("slow", "rr_1")]  # nothing delivered twice

@@ -34,7 +34,9 @@ from reviewloop.telemetry import context_from_traceparent, tracer
 
 log = logging.getLogger(__name__)
 
-LEASE = timedelta(seconds=30)
+# A claim's lease, renewed every third of it while its relay lives: rows a crashed relay held are
+# claimable again within seconds, while a live relay keeps a slow delivery to itself.
+LEASE = timedelta(seconds=3)
 MAX_BACKOFF_S = 30.0
 MAX_DESTINATION_BACKOFF_S = 10.0
 RECEIVER_DOWN = frozenset(
@@ -127,6 +129,34 @@ class Relay:
             How many rows were delivered; 0 tells the loop to wait for a commit or the poll interval.
         """
         claimed = await self._claim()
+        if not claimed:
+            return 0
+        pending = {row.id for row in claimed}
+        renewing = asyncio.create_task(self._renew(pending), name="outbox-lease")
+        try:
+            return await self._deliver_claimed(claimed, pending)
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+
+    async def _renew(self, pending: set[int]) -> None:
+        """Extend the lease of the rows this round still holds until the round ends."""
+        while True:
+            await asyncio.sleep(LEASE.total_seconds() / 3)
+            if not pending:
+                return
+            try:
+                async with self.db.writing() as conn:
+                    await conn.execute(
+                        update(OUTBOX)
+                        .where(OUTBOX.c.id.in_(list(pending)), OUTBOX.c.claimed_until.is_not(None))
+                        .values(claimed_until=utcnow() + LEASE)
+                    )
+            except Exception:  # the store is briefly unreachable: the next beat tries again
+                log.exception("outbox lease renewal failed")
+
+    async def _deliver_claimed(self, claimed: list[Row[Any]], pending: set[int]) -> int:
         delivered = 0
         for row in claimed:
             values: dict[str, object] = {"claimed_until": None}
@@ -147,6 +177,7 @@ class Relay:
                 )
             async with self.db.transaction() as uow:
                 await uow.conn.execute(update(OUTBOX).where(OUTBOX.c.id == row.id).values(**values))
+            pending.discard(row.id)
         return delivered
 
     def _is_down(self, destination: str) -> bool:
