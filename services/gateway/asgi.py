@@ -29,7 +29,7 @@ from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
-from gateway.responses import OrjsonResponse
+from gateway.responses import REPLAY_ANSWER, OrjsonResponse
 from gateway.routes import ROUTERS
 from gateway.settings import GatewaySettings
 from gateway.store import metadata
@@ -198,7 +198,8 @@ class IdempotentMutations:
         finally:
             async with db.transaction() as uow:
                 if 200 <= status < 300:
-                    await store.remember(uow.conn, owner, key, status, b"".join(chunks))
+                    answer = scope.get(REPLAY_ANSWER, b"".join(chunks))
+                    await store.remember(uow.conn, owner, key, status, answer)
                 else:  # a failed mutation changed nothing: a retry under the same key runs it again
                     await store.forget(uow.conn, owner, key)
 

@@ -42,11 +42,17 @@ class ApiKeyOut(Shape):
     """An issued key; the secret is shown once."""
 
     key_id: str
-    api_key: str = Field(description="The secret, shown once; only its hash is stored.")
+    api_key: str | None = Field(
+        description=(
+            "The secret, shown once: only its hash is stored, so a replay of the issuing request under "
+            "its Idempotency-Key answers null (and a `note`); revoke the key and issue another if it was lost."
+        )
+    )
     actor_kind: ActorKind
     org_id: str
     project_id: str
     agent_id: str | None = None
+    note: str | None = Field(default=None, description="Set on a replay, whose `api_key` is null.")
 
 
 class RevokedOut(Shape):
