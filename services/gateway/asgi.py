@@ -3,10 +3,13 @@ mutations, health, the OpenAPI document and the MCP endpoint."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -151,8 +154,9 @@ class IdempotentMutations:
         ).hexdigest()
         owner = f"{caller.key_id or 'bootstrap'}:{operation}"
         db = self.api.state.db
+        lease = timedelta(seconds=self.api.state.settings.idempotency_lease_s)
         async with db.transaction() as uow:
-            claimed = await store.claim(uow.conn, owner, key, fingerprint)
+            claimed = await store.claim(uow.conn, owner, key, fingerprint, lease)
             prior = None if claimed else await store.remembered(uow.conn, owner, key)
         if prior is not None:
             if prior.request_sha256 != fingerprint:
@@ -193,9 +197,20 @@ class IdempotentMutations:
                 chunks.append(message.get("body", b""))
             await send(message)
 
+        async def renew() -> None:  # a live request keeps its claim however long it runs
+            while True:
+                await asyncio.sleep(lease.total_seconds() / 3)
+                with contextlib.suppress(Exception):  # the store is briefly unreachable: next beat
+                    async with db.transaction() as uow:
+                        await store.renew(uow.conn, owner, key)
+
+        renewing = asyncio.create_task(renew(), name="idempotency-lease")
         try:
             await self.app(scope, replay_body, capture)
         finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
             async with db.transaction() as uow:
                 if 200 <= status < 300:
                     answer = scope.get(REPLAY_ANSWER, b"".join(chunks))

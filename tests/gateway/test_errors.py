@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
 import pytest
-from fastapi import FastAPI
 from gateway.asgi import create_app
 from gateway.settings import GatewaySettings
 from grpc_status import rpc_status
@@ -23,6 +22,8 @@ from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from reviewloop.rpc_errors import MAX_VIOLATIONS, to_status
 from stack.launcher import free_port
 from stack.topology import SERVICES
+
+from tests.gateway.inprocess import lifespan
 
 ADMIN = "rladm_errors_test"
 TIMEOUT_S = 0.3
@@ -96,26 +97,6 @@ ADD: dict[str, Callable[[Any, grpc.aio.Server], None]] = {
     "nudge": nudge_pb2_grpc.add_NudgeServiceServicer_to_server,
     "review_state": review_pb2_grpc.add_ReviewStateServiceServicer_to_server,
 }
-
-
-@asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The app's lifespan in a task of its own: a fixture's setup and teardown run in different tasks,
-    and the MCP session manager's task group must be left from the task that entered it."""
-    started, stop = asyncio.Event(), asyncio.Event()
-
-    async def hold() -> None:
-        async with app.router.lifespan_context(app):
-            started.set()
-            await stop.wait()
-
-    task = asyncio.create_task(hold())
-    await started.wait()
-    try:
-        yield
-    finally:
-        stop.set()
-        await task
 
 
 async def agent_key(client: httpx.AsyncClient) -> dict[str, str]:
@@ -208,7 +189,10 @@ async def test_a_gateway_owned_mutation_runs_once_per_idempotency_key(start: Sta
     assert first.status_code == again.status_code == 201
     assert again.headers["idempotent-replayed"] == "true"
     # The replay names the same key; its secret was shown once and is not kept.
-    assert {**again.json(), "api_key": first.json()["api_key"], "note": None} == {**first.json(), "note": None}
+    assert {**again.json(), "api_key": first.json()["api_key"], "note": None} == {
+        **first.json(),
+        "note": None,
+    }
     # Without a key, each call is its own mutation.
     other = await gateway.post("/v1/admin/api-keys", json=body, headers=admin)
     assert other.json()["key_id"] != first.json()["key_id"]
