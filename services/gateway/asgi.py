@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.datastructures import Default
 from fastapi.openapi.utils import get_openapi
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
@@ -33,7 +33,7 @@ from gateway.backends import Backends
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
 from gateway.responses import REPLAY_ANSWER, OrjsonResponse
-from gateway.routes import ROUTERS
+from gateway.routes import ROUTERS, plain_parameters
 from gateway.settings import GatewaySettings
 from gateway.store import metadata
 
@@ -66,9 +66,7 @@ class ContractHeaders:
 
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            response = problems.problem_response(
-                DomainError(Code.PAYLOAD_TOO_LARGE, f"The request body exceeds {self.max_body_bytes} bytes.")
-            )
+            response = problems.problem_response(problems.body_too_large(self.max_body_bytes))
             await response(scope, receive, send_with_headers)
             return
         received = 0
@@ -80,9 +78,7 @@ class ContractHeaders:
             if received > self.max_body_bytes:
                 # FastAPI turns any failure while it reads a body into a 400; this flag keeps it a 413.
                 scope[BODY_TOO_LARGE] = True
-                raise DomainError(
-                    Code.PAYLOAD_TOO_LARGE, f"The request body exceeds {self.max_body_bytes} bytes."
-                )
+                raise problems.body_too_large(self.max_body_bytes)
             return message
 
         await self.app(scope, limited_receive, send_with_headers)
@@ -132,7 +128,7 @@ class IdempotentMutations:
             return
         if not _IDEMPOTENCY_KEY.match(key):
             error = invalid("/Idempotency-Key", "printable ASCII, 1 to 255 characters")
-            await problems.problem_response(error, request, status=422)(scope, receive, send)
+            await problems.problem_response(error, request)(scope, receive, send)
             return
         try:
             caller = await authenticate(request)  # a revoked key never gets a replay
@@ -255,7 +251,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.state.key_cache = KeyCache(settings.key_cache_s)
     problems.install(app)
     for router in ROUTERS:
-        app.include_router(router)
+        app.include_router(router, dependencies=[Depends(plain_parameters)])
     mcp = McpGateway(app, settings.mcp_allowed_hosts)
     app.state.mcp = mcp
     # An ASGI endpoint (not a Mount), so "/mcp" itself answers without a redirect to "/mcp/".
@@ -298,7 +294,7 @@ _PROBLEM_RESPONSES = {
         "content": {"application/problem+json": {"schema": _PROBLEM_REF}},
     },
     "5XX": {
-        "description": "`unavailable` (503, with Retry-After), `timeout` (504) or `internal` (500).",
+        "description": "`unavailable` (503, or 504 past a deadline; with Retry-After) or `internal` (500).",
         "content": {"application/problem+json": {"schema": _PROBLEM_REF}},
     },
 }

@@ -113,7 +113,7 @@ async def test_the_policy_table_through_the_console_and_the_direct_send_202(api:
     bad = await api.http.put(
         f"/v1/admin/projects/{project}/review-policy", json={"policy": "yolo"}, headers=api.admin
     )
-    assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "/policy"
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "/policy"
     done = await api.http.put(
         f"/v1/admin/projects/{project}/review-policy", json={"policy": "allow_direct"}, headers=api.admin
     )
