@@ -18,7 +18,8 @@ class Code(StrEnum):
 
     Clients coerce an unknown code to ``internal``, so nothing outside the 30 is ever sent. A failure
     the spec has no code of its own for answers the nearest code and keeps its HTTP status: a body over
-    the limit is ``bad_request`` (413) and a backend past its deadline ``unavailable`` (504).
+    the limit is ``bad_request`` (413), a backend past its deadline ``unavailable`` (504), and the wrong
+    kind of key for a verb ``forbidden_scope`` (403).
     """
 
     BAD_REQUEST = "bad_request"
@@ -51,9 +52,6 @@ class Code(StrEnum):
     MATURITY_GATE_UNMET = "maturity_gate_unmet"
     SCOPE_TAKEN = "scope_taken"
     UNAVAILABLE = "unavailable"
-    # Not a code of its own: an alias of FORBIDDEN_SCOPE for the actor checks (the wrong kind of key),
-    # which the spec answers ``403 forbidden_scope``.
-    FORBIDDEN_ACTOR = "forbidden_scope"
 
 
 # The HTTP status the gateway answers each code with (its gRPC status is in reviewloop.rpc_errors).

@@ -100,7 +100,7 @@ def require(*kinds: ActorKind) -> Callable[[Request], Awaitable[Principal]]:
                 else f"a {caller.principal.actor_kind} key"
             )
             raise DomainError(
-                Code.FORBIDDEN_ACTOR, f"This verb takes a key of kind {allowed}; you used {who}."
+                Code.FORBIDDEN_SCOPE, f"This verb takes a key of kind {allowed}; you used {who}."
             )
         return caller.principal
 
@@ -112,7 +112,7 @@ async def require_admin(request: Request) -> Caller:
     caller = await authenticate(request)
     if not caller.is_admin:
         raise DomainError(
-            Code.FORBIDDEN_ACTOR, "Console verbs take an admin key or the bootstrap admin token."
+            Code.FORBIDDEN_SCOPE, "Console verbs take an admin key or the bootstrap admin token."
         )
     return caller
 

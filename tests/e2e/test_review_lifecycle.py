@@ -104,8 +104,14 @@ async def test_the_policy_table_through_the_console_and_the_direct_send_202(api:
     project, agent, _ = await _setup(api)
     assert (await api.http.get("/v1/review-policy", headers=agent)).json() == {
         "policy": "require_review",
-        "source": "default",
+        "source": "floor",
     }
+    no_intent = draft()
+    del no_intent["intent"]
+    floor = await api.http.post("/v1/messages", json=no_intent, headers=agent)
+    assert (floor.status_code, floor.json()["code"]) == (422, "intent_required")
+    hints = {e["code"]: e.get("detail") for e in floor.json()["errors"]}
+    assert hints["policy"] == "require_review (source: floor)"
     refused = await api.http.put(
         f"/v1/admin/projects/{project}/review-policy", json={"policy": "allow_direct"}, headers=agent
     )
@@ -117,7 +123,7 @@ async def test_the_policy_table_through_the_console_and_the_direct_send_202(api:
     done = await api.http.put(
         f"/v1/admin/projects/{project}/review-policy", json={"policy": "allow_direct"}, headers=api.admin
     )
-    assert done.json() == {"policy": "allow_direct", "source": "project"}
+    assert done.json() == {"policy": "allow_direct", "source": "override"}
     assert (await api.http.get("/v1/review-policy", headers=agent)).json()["policy"] == "allow_direct"
 
     body = draft()

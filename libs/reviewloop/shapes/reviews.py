@@ -292,7 +292,9 @@ class ReviewPolicy(Shape):
     """The review policy in force for the project, and where it comes from."""
 
     policy: str
-    source: str = Field(description="project (set by an admin) | default (the require_review floor)")
+    source: str = Field(
+        description="override (the project's, set by an admin) | account default | floor (require_review)"
+    )
 
 
 class ReviewerDecisionReview(Shape):

@@ -16,7 +16,7 @@ from review_state import store
 from review_state.app._kernel import require_admin
 from review_state.app.env import Env
 from review_state.domain.mime import rfc_message_id
-from review_state.domain.submission import Policy, is_address, parse_policy, resolve_policy
+from review_state.domain.submission import OVERRIDE, Policy, is_address, parse_policy, resolve_policy
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:
@@ -109,7 +109,7 @@ async def set_policy(env: Env, principal: Principal, policy: str) -> tuple[str, 
         await store.set_policy(
             uow.conn, principal.org_id, principal.project_id, chosen.value, principal.actor_id, utcnow()
         )
-    return chosen.value, "project"
+    return chosen.value, OVERRIDE
 
 
 async def add_block(env: Env, principal: Principal, address: str) -> store.Contact:

@@ -290,7 +290,7 @@ async def set_rule_settings(
 async def rotate_composition_key(caller: Admin, backend: Backend) -> Json:
     """A new signing key for composition tokens (operator only: the key serves every org)."""
     if caller.principal is not None:
-        raise DomainError(Code.FORBIDDEN_ACTOR, "Rotating the signing key takes the bootstrap admin token.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "Rotating the signing key takes the bootstrap admin token.")
     operator = Principal("*", "*", ActorKind.ADMIN, "bootstrap")
     reply = await backend.rules.RotateCompositionKey(
         rules_pb2.RotateCompositionKeyRequest(principal=operator.to_proto()), timeout=backend.timeout_s
