@@ -12,7 +12,38 @@ from gateway.settings import GatewaySettings
 from reviewloop.errors import Code, DomainError, status_of
 
 SPEC_CODES = frozenset(
-    ["bad_request", "unauthorized", "forbidden_scope", "not_found", "conflict", "support_record_deleted", "idempotency_conflict", "breadth_required", "quota_exceeded", "rate_limited", "domain_not_allowed", "recipient_blocked", "recipient_suppressed", "not_configured", "domain_unavailable", "internal", "reply_context_required", "reply_context_changed", "reply_workflow_required", "reply_already_pending", "intent_required", "wrong_state", "terminal", "stale", "born_stale", "send_needs_reconciliation", "graduation_locked", "maturity_gate_unmet", "scope_taken", "unavailable"]
+    [
+        "bad_request",
+        "unauthorized",
+        "forbidden_scope",
+        "not_found",
+        "conflict",
+        "support_record_deleted",
+        "idempotency_conflict",
+        "breadth_required",
+        "quota_exceeded",
+        "rate_limited",
+        "domain_not_allowed",
+        "recipient_blocked",
+        "recipient_suppressed",
+        "not_configured",
+        "domain_unavailable",
+        "internal",
+        "reply_context_required",
+        "reply_context_changed",
+        "reply_workflow_required",
+        "reply_already_pending",
+        "intent_required",
+        "wrong_state",
+        "terminal",
+        "stale",
+        "born_stale",
+        "send_needs_reconciliation",
+        "graduation_locked",
+        "maturity_gate_unmet",
+        "scope_taken",
+        "unavailable",
+    ]
 )
 ROOT = Path(__file__).resolve().parents[2]
 
