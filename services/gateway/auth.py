@@ -138,6 +138,19 @@ async def console_principal(caller: Caller, request: Request, project_id: str) -
     return Principal(project.org_id, project.project_id, ActorKind.ADMIN, admin_actor_id(caller))
 
 
+async def org_principal(caller: Caller, request: Request, org_id: str) -> Principal:
+    """An admin principal for org-level work: the admin key's own project, or (bootstrap token) any
+    project of the org, since every service scopes a principal to a project."""
+    check_org(caller, org_id)
+    if caller.principal is not None:
+        return Principal(org_id, caller.principal.project_id, ActorKind.ADMIN, admin_actor_id(caller))
+    async with request.app.state.db.engine.connect() as conn:
+        project_id = await store.a_project_of(conn, org_id)
+    if project_id is None:
+        raise DomainError(Code.NOT_FOUND, f"No org {org_id}.")
+    return Principal(org_id, project_id, ActorKind.ADMIN, admin_actor_id(caller))
+
+
 def admin_actor_id(caller: Caller) -> str:
     """Who acted, for audit: the admin key's id, or ``bootstrap`` for the bootstrap token."""
     return caller.key_id or "bootstrap"

@@ -89,9 +89,14 @@ async def get_project(conn: AsyncConnection, project_id: str) -> Project | None:
 
 
 async def org_exists(conn: AsyncConnection, org_id: str) -> bool:
+    return await a_project_of(conn, org_id) is not None
+
+
+async def a_project_of(conn: AsyncConnection, org_id: str) -> str | None:
+    """Some project of ``org_id`` (None when the org has none, so does not exist)."""
     return (
-        await conn.execute(select(projects.c.org_id).where(projects.c.org_id == org_id).limit(1))
-    ).first() is not None
+        await conn.execute(select(projects.c.project_id).where(projects.c.org_id == org_id).limit(1))
+    ).scalar()
 
 
 async def issue_key(

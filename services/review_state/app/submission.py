@@ -61,8 +61,10 @@ async def submit(
     parent = await _parent(env, principal, kind, parent_message_id)
     draft, threading = materialize(kind, draft, parent.as_parent() if parent else None)
     validate_draft(draft)
-    facts = await contacts_allow(env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
-    policy, source = resolve_policy(facts.policy)
+    facts = await contacts_allow(
+        env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc], principal.org_id
+    )
+    policy, source = resolve_policy(facts.policy, facts.account_policy)
     route = route_for(policy, draft.intent, source)
     rule_high_water = 0
     if composition_token:
