@@ -195,7 +195,7 @@ class IdempotentMutations:
 
         async def renew() -> None:  # a live request keeps its claim however long it runs
             while True:
-                await asyncio.sleep(lease.total_seconds() / 3)
+                await asyncio.sleep(max(lease.total_seconds() / 3, 0.01))
                 with contextlib.suppress(Exception):  # the store is briefly unreachable: next beat
                     async with db.transaction() as uow:
                         await store.renew(uow.conn, owner, key)
