@@ -245,3 +245,11 @@ async def session_by_hash(conn: AsyncConnection, secret_hash: str, *, write: boo
 
 async def end_session(conn: AsyncConnection, session_id: str) -> None:
     await conn.execute(delete(console_sessions).where(console_sessions.c.session_id == session_id))
+
+
+async def project_keys(conn: AsyncConnection, project_id: str) -> list[ApiKey]:
+    """The project's keys, newest first (the console's key list; secrets are never readable)."""
+    rows = await conn.execute(
+        select(api_keys).where(api_keys.c.project_id == project_id).order_by(api_keys.c.created_at.desc())
+    )
+    return [_key(row) for row in rows]

@@ -90,8 +90,9 @@ async def queue(request: Request) -> Response:
             f'<td class="state">{h(review["state"])}</td></tr>'
         )
     state_options = "".join(
-        f'<option value="{h(s)}"{" selected" if s == state else ""}>{h(s)}</option>' for s in ["", *_STATES]
-    ).replace('<option value=""></option>', '<option value="">pending (default)</option>', 1)
+        f'<option value="{h(s)}"{" selected" if s == state else ""}>{h(s or "pending (default)")}</option>'
+        for s in ["", *_STATES]
+    )
     category_options = "".join(
         f'<option value="{h(c)}"{" selected" if c == category else ""}>{h(c or "any")}</option>'
         for c in ["", *categories]

@@ -94,6 +94,7 @@
   const queue = document.querySelector("table[data-live]");
   if (queue && window.EventSource) {
     const bar = document.getElementById("new-bar");
+    bar.addEventListener("click", () => window.location.reload());
     const fresh = new Set();
     const source = new EventSource(queue.dataset.live);
     source.addEventListener("review", (message) => {
