@@ -202,7 +202,7 @@ async def categories_page(request: Request) -> Response:
             verbs += _form(
                 session,
                 base + "/graduate",
-                f'<input type="hidden" name="to_state" value="{h(lower)}">',
+                f'<input type="hidden" name="to_state" value="{h(lower)}"><input type="hidden" name="verb" value="demote">',
                 f"Demote {category['name']} to {lower}",
             )
         lock = "false" if status["never_graduate"] else "true"
@@ -278,7 +278,8 @@ async def graduate(request: Request, category_id: str) -> Response:
         ),
         request,
     )
-    return _done("/console/categories", f"now_{to_state}")
+    verb = "demoted" if web.field(form, "verb") == "demote" else "graduated"
+    return _done("/console/categories", f"category_{verb}")
 
 
 @router.post("/categories/{category_id}/never-graduate")
