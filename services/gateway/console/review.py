@@ -356,7 +356,7 @@ async def render_review(
     <label for="rule-text">Rule the agent applies next time (leave empty to save no rule)</label>
     <textarea id="rule-text" name="rule_text">{h(typed_value("rule_text"))}</textarea>
     <label class="check"><input type="radio" name="rule_scope" value="general"{" checked" if typed_value("rule_scope", "general") == "general" else ""}>
-      house style of this project (reaches {house} pending drafts)</label>
+      general: every draft of this project (reaches {house} pending drafts)</label>
     {category_choice}
   </fieldset>
   <p>{button("save-edit", "Save edit and approve", name="action", value="edit")}</p>

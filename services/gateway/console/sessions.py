@@ -67,10 +67,24 @@ async def sign_in(request: Request, response: Response, secret: str) -> None:
         )
     secure = request.url.scheme == "https"
     max_age = int(SESSION_TTL.total_seconds())
-    for name, value, same_site in ((WRITE_COOKIE, write_secret, "strict"), (READ_COOKIE, read_secret, "lax")):
-        response.set_cookie(
-            name, value, max_age=max_age, path="/console", httponly=True, secure=secure, samesite=same_site
-        )
+    response.set_cookie(
+        WRITE_COOKIE,
+        write_secret,
+        max_age=max_age,
+        path="/console",
+        httponly=True,
+        secure=secure,
+        samesite="strict",
+    )
+    response.set_cookie(
+        READ_COOKIE,
+        read_secret,
+        max_age=max_age,
+        path="/console",
+        httponly=True,
+        secure=secure,
+        samesite="lax",
+    )
 
 
 async def current(request: Request, *, write: bool) -> Session | None:
