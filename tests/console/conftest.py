@@ -76,7 +76,8 @@ async def new_page(browser: Browser, base_url: str) -> AsyncIterator[Any]:
         if context is None:
             context = await browser.new_context(base_url=base_url)
             contexts.append(context)
-        return await context.new_page()
+        page: Page = await context.new_page()
+        return page
 
     yield open_
     for context in contexts:

@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Any
 
-from axe_playwright_python.async_playwright import Axe
+from axe_playwright_python.async_playwright import Axe  # type: ignore[import-untyped]
 from playwright.async_api import Page, expect
 
 from tests.conftest import Api, draft
