@@ -244,6 +244,7 @@ async def categories_page(request: Request) -> Response:
 {table("Proposals", ["Category", "Move", "Proposed by", "Status", "Action"], proposal_rows, empty="No proposals.")}
 <h2>New category</h2>
 <form method="post" action="/console/categories">{csrf_field(session)}
+  <input type="hidden" name="idem" value="{web.idempotency_key()}">
   <label for="c-name">Name</label><input type="text" id="c-name" name="name" required>
   <label for="c-description">Description</label><input type="text" id="c-description" name="description" size="60">
   <p><button type="submit">Create category</button></p>
@@ -261,6 +262,7 @@ async def create_category(request: Request) -> Response:
             name=web.field(form, "name"),
             description=web.field(form, "description"),
             scope="project",
+            idempotency_key=web.field(form, "idem"),
         ),
         request,
     )
