@@ -269,3 +269,27 @@ async def test_queue_is_live_and_every_page_is_accessible(capi: Api, new_page: A
         await axe_clean(page, name)
     await page.keyboard.press("?")
     await axe_clean(page, "shortcuts-overlay")
+
+
+async def test_admin_reads_a_run_budget_and_grants_an_extension(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    reviewer = capi.auth((await capi.key(p["project_id"], "review_agent"))["api_key"])
+    head = "e" * 40
+    run = await capi.http.put(
+        "/v1/review-rounds/runs/run_console",
+        json={"repository": "acme/api", "pr_number": 7, "head_sha": head},
+        headers=reviewer,
+    )
+    assert run.status_code == 200, run.text
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/budgets")
+    await page.get_by_label("Run id").fill("run_console")
+    await page.get_by_role("button", name="Show the review-round budget").click()
+    await expect(page.locator("dl.meta")).to_contain_text("0/5")
+    await page.get_by_label("Approved head (commit sha)").fill(head)
+    await page.get_by_label("Scope brief").fill("retry flake fix only")
+    await page.get_by_role("button", name="Grant extension").click()
+    await expect(page.get_by_role("status").first).to_contain_text("extension granted")
+    await expect(page.locator("dl.meta")).to_contain_text("0/6")
+    await expect(page.get_by_text("5 → 6")).to_be_visible()
+    await axe_clean(page, "budgets-run")
