@@ -196,11 +196,19 @@ async def test_admin_flips_risk_dial_and_graduates_a_category(capi: Api, new_pag
     await page.locator("#dial-account-min_confidence").fill("0.9")
     await page.get_by_role("button", name="Save account values").click()
     await expect(page.get_by_role("status").first).to_contain_text("risk dial saved")
-    await expect(page.locator("table").first).to_contain_text("0.9")
+    dial = page.locator("table").first
+    await expect(dial).to_contain_text("0.9")
+    # A category override shows as such; the other values are inherited from the account.
+    await page.get_by_text("Overrides for renewals", exact=True).click()
+    await page.locator("[id^=dial-cat_][id$=-min_confidence]").fill("0.95")
+    await page.get_by_role("button", name="Save overrides for renewals").click()
+    renewals = dial.locator("tbody tr").nth(1)
+    await expect(renewals).to_contain_text("0.95 (override)")
+    await expect(renewals.locator("td").nth(2)).to_have_text("3 (inherited)")
     await axe_clean(page, "settings")
-    dial = await capi.http.get(f"/v1/admin/projects/{p['project_id']}/risk-dial", headers=capi.admin)
-    if dial.status_code == 200:
-        assert dial.json()["account"]["min_confidence"] == 0.9
+    response = await capi.http.get("/v1/risk-dial", headers=capi.auth(p["agent"]))
+    assert response.status_code == 200, response.text
+    assert response.json()["account"]["min_confidence"] == 0.9
 
 
 async def test_deep_link_opens_the_draft_after_sign_in(capi: Api, new_page: Any, base_url: str) -> None:

@@ -302,33 +302,41 @@ async def never_graduate(request: Request, category_id: str) -> Response:
 # --- settings -------------------------------------------------------------------------------------
 
 
+def _shown(value: object) -> str:
+    return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _dial_inputs(prefix: str, values: dict[str, Any], blank: str) -> str:
+    """One input per dial field, with the value the page showed (so a save sends only what changed)."""
     out = []
     for name in RISK_DIAL_FIELDS:
-        current = values.get(name)
+        shown = _shown(values.get(name))
         ident = f"{prefix}-{name}"
+        was = f'<input type="hidden" name="was_{h(name)}" value="{h(shown)}">'
         if name == "first_contact_gate":
             opts = "".join(
-                f'<option value="{v}"{" selected" if str(current).lower() == v or (current is None and v == "") else ""}>{v or blank}</option>'
+                f'<option value="{v}"{" selected" if shown == v else ""}>{v or blank}</option>'
                 for v in ("", "true", "false")
             )
             out.append(
-                f'<label for="{ident}">{h(name)}</label><select id="{ident}" name="{h(name)}">{opts}</select>'
+                f'<label for="{ident}">{h(name)}</label><select id="{ident}" name="{h(name)}">{opts}</select>{was}'
             )
         else:
-            shown = "" if current is None else current
             out.append(
                 f'<label for="{ident}">{h(name)}</label><input type="text" inputmode="decimal" id="{ident}" '
-                f'name="{h(name)}" value="{h(shown)}" placeholder="{h(blank)}">'
+                f'name="{h(name)}" value="{h(shown)}" placeholder="{h(blank)}">{was}'
             )
     return "".join(out)
 
 
-def _dial_values(form: FormData) -> tuple[rules_pb2.RiskValues, list[str]]:
-    """The dial fields as the form set them: a value, or blank (inherit / back to the default)."""
+def _dial_values(form: FormData, *, changed_only: bool) -> tuple[rules_pb2.RiskValues, list[str]]:
+    """The dial fields as the form set them: a value, or blank (inherit / back to the default). The
+    account merges, so it sends only the fields the reviewer changed; the others keep inheriting."""
     values, blank = rules_pb2.RiskValues(), []
     for name in RISK_DIAL_FIELDS:
         text = web.field(form, name).strip()
+        if changed_only and text == web.field(form, f"was_{name}").strip():
+            continue
         if not text:
             blank.append(name)
             continue
@@ -361,12 +369,12 @@ async def _settings(request: Request, session: Session, issued: str = "") -> Res
     overrides = {c["category_id"]: c for c in dial["categories"]}
     dial_rows = [
         "<tr><th scope='row'>account</th>"
-        + "".join(f"<td>{h(dial['account'].get(n, 'default'))}</td>" for n in RISK_DIAL_FIELDS)
+        + "".join(f"<td>{h(_shown(dial['account'].get(n)) or 'default')}</td>" for n in RISK_DIAL_FIELDS)
         + "</tr>"
     ]
     for c in dial["categories"]:
         cells = "".join(
-            f"<td>{h(c['effective'].get(n))}{' (override)' if c.get(n) is not None else ' (inherited)'}</td>"
+            f"<td>{h(_shown(c['effective'].get(n)))}{' (override)' if c.get(n) is not None else ' (inherited)'}</td>"
             for n in RISK_DIAL_FIELDS
         )
         dial_rows.append(f"<tr><th scope='row'>{h(c['category_id'])}</th>{cells}</tr>")
@@ -431,9 +439,9 @@ async def _settings(request: Request, session: Session, issued: str = "") -> Res
 @router.post("/settings/risk-dial")
 async def set_risk_dial(request: Request) -> Response:
     session, form = await _admin_write(request)
-    values, blank = _dial_values(form)
-    message = rules_pb2.SetRiskDialRequest(principal=session.principal.to_proto())
     category_id = web.field(form, "category_id")
+    values, blank = _dial_values(form, changed_only=not category_id)
+    message = rules_pb2.SetRiskDialRequest(principal=session.principal.to_proto())
     if category_id:
         message.categories.append(
             rules_pb2.CategoryRisk(category_id=category_id, overrides=values, inherit_fields=blank)
