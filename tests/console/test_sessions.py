@@ -4,10 +4,15 @@ each cookie may do, CSRF and sign-out (the browser scenarios are in test_console
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import httpx
+from gateway import store
+from reviewloop.storage import Database, make_engine
+from reviewloop.storage.schema import utcnow
+from sqlalchemy import select, update
 
-from tests.conftest import Api
+from tests.conftest import Api, draft
 
 
 async def _sign_in(api: Api, key: str) -> httpx.Response:
@@ -79,3 +84,52 @@ async def test_a_revoked_key_ends_its_sessions(api: Api) -> None:
     assert revoked.status_code == 200, revoked.text
     after = await api.http.get("/console/queue", headers=cookie)
     assert after.status_code == 303
+
+
+async def test_sessions_expire_and_only_hashes_are_stored(api: Api) -> None:
+    project = await api.project()
+    human = (await api.key(project["project_id"], "human"))["api_key"]
+    signed = await _sign_in(api, human)
+    api.http.cookies.clear()
+    read = signed.cookies["rl_console_read"]
+    db = Database(make_engine(api.stack.env["REVIEWLOOP_GATEWAY_DB"]))
+    try:
+        async with db.engine.connect() as conn:
+            rows = (await conn.execute(select(store.console_sessions))).all()
+        stored = " ".join(str(v) for row in rows for v in row)
+        assert read not in stored and signed.cookies["rl_console"] not in stored and human not in stored
+        assert store.hash_key(read) in stored
+        async with db.transaction() as uow:
+            await uow.conn.execute(
+                update(store.console_sessions)
+                .where(store.console_sessions.c.read_hash == store.hash_key(read))
+                .values(expires_at=utcnow() - timedelta(seconds=1))
+            )
+    finally:
+        await db.dispose()
+    expired = await api.http.get("/console/queue", headers={"cookie": f"rl_console_read={read}"})
+    assert expired.status_code == 303 and expired.headers["location"].startswith("/console/sign-in")
+
+
+async def test_a_double_submitted_form_acts_once(api: Api) -> None:
+    """Each rendered form carries its own idempotency key: the same form posted twice is one open, and
+    the second post answers like the first instead of a stale refusal."""
+    project = await api.project()
+    agent = api.auth((await api.key(project["project_id"], "agent"))["api_key"])
+    human = (await api.key(project["project_id"], "human"))["api_key"]
+    submitted = await api.http.post("/v1/messages", json=draft(), headers=agent)
+    review_id = submitted.json()["review_id"]
+    await _sign_in(api, human)  # the client keeps the session's cookies from here on
+    page = (await api.http.get(f"/console/reviews/{review_id}")).text
+    form = re.search(r'action="/console/reviews/[^"]+/open"(.*?)</form>', page, re.S)
+    assert form, page
+    fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', form.group(1)))
+    for _ in range(2):
+        posted = await api.http.post(
+            f"/console/reviews/{review_id}/open", data=fields, follow_redirects=False
+        )
+        assert posted.status_code == 303, posted.text
+        assert posted.headers["location"] == f"/console/reviews/{review_id}?done=open"
+    after = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    assert (after["state"], after["version"]) == ("in_review", 2)
+    api.http.cookies.clear()
