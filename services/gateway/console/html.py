@@ -138,12 +138,21 @@ def page(
     return HTMLResponse(document, status_code=status, headers=headers)
 
 
-def table(caption: str, head: Iterable[str], rows: Iterable[str], *, empty: str = "Nothing here.") -> str:
+def table(
+    caption: str, head: Iterable[str], rows: Iterable[str], *, empty: str = "Nothing here.", live: str = ""
+) -> str:
+    """A captioned table, or ``empty`` when there are no rows. ``live``: the event stream that keeps it
+    current (the table is then rendered, hidden, even when empty, so new rows can be announced)."""
     rows = list(rows)
-    if not rows:
+    attrs = f' data-live="{h(live)}"' if live else ""
+    if not rows and not live:
         return f"<p>{h(empty)}</p>"
     cols = "".join(f'<th scope="col">{h(c)}</th>' for c in head)
-    return f"<table><caption>{h(caption)}</caption><thead><tr>{cols}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    table_ = (
+        f"<table{attrs}{'' if rows else ' hidden'}><caption>{h(caption)}</caption><thead><tr>{cols}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+    return table_ if rows else f"<p>{h(empty)}</p>{table_}"
 
 
 def error_box(message: str) -> str:

@@ -114,11 +114,10 @@ async def queue(request: Request) -> Response:
             ["Intent", "Category", "Kind", "Recipients", "Age", "State"],
             rows,
             empty="No drafts are waiting for review.",
-        ).replace("<table>", f'<table data-live="{h(live)}">', 1)
+            live=live,
+        )
     }
 <p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>"""
-    if not reviews:
-        body += f'<table data-live="{h(live)}" hidden><tbody></tbody></table>'
     return page("Review queue", body, session=session, active="queue", announce=_announcement(request))
 
 
