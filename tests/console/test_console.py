@@ -171,6 +171,7 @@ async def test_whole_review_by_keyboard(capi: Api, new_page: Any) -> None:
     # Focus moves to the next draft and the outcome is announced.
     await expect(page).to_have_url(f"/console/reviews/{second}?done=reject&prev={first}")
     await expect(page.locator("#live")).to_have_text(f"Rejected {first}.")
+    await expect(page.locator("main")).to_be_focused()
     assert (await review(capi, p["agent"], first))["state"] == "rejected"
     # A reviewer can turn single-key shortcuts off.
     await page.keyboard.press("?")

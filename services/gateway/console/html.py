@@ -126,7 +126,7 @@ def page(
 <body data-announce="{h(announce)}" data-keymap="{h(keymap)}">
 <a class="skip" href="#main">Skip to content</a>
 {nav}
-<main id="main" tabindex="-1">
+<main id="main" tabindex="-1"{" data-autofocus" if announce else ""}>
 <h1>{h(title)}</h1>
 {body}
 </main>
