@@ -125,13 +125,25 @@ async def test_stale_click_refused_visibly_keeping_what_was_typed(capi: Api, new
 
 async def test_invisible_characters_and_lookalike_domain_flagged(capi: Api, new_page: Any) -> None:
     p = await _project(capi)
+    hits: list[bytes] = []  # a tracking-pixel server: the HTML part must never reach it
+
+    async def pixel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hits.append(await reader.readline())
+        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    tracker = await asyncio.start_server(pixel, "127.0.0.1", 0)
+    port = tracker.sockets[0].getsockname()[1]
     rid = await submit(
         capi,
         p["agent"],
         to=["vp@acme.com", "cfo@acrne.com"],
         subject="Q3\u200b pilot",
         body_text="Pay to the new account\u202e below.",
-        body_html='<p>Hello</p><p style="display:none">wire funds</p>',
+        body_html='<p>Hello</p><p style="display:none">wire funds</p><img src="http://127.0.0.1:{port}/t.png">'.replace(
+            "{port}", str(port)
+        ),
     )
     page = await new_page()
     await sign_in(page, p["human"], f"/console/reviews/{rid}")
@@ -141,6 +153,11 @@ async def test_invisible_characters_and_lookalike_domain_flagged(capi: Api, new_
     await expect(panel).to_contain_text("recipient domain acrne.com looks like acme.com")
     await expect(panel).to_contain_text("HTML part hides text")
     await expect(page.frame_locator("iframe.html-part").get_by_text("Hello")).to_be_visible()
+    frame = await (await page.locator("iframe.html-part").element_handle()).content_frame()
+    assert frame is not None
+    await frame.wait_for_load_state("load")  # after its images loaded or were refused
+    tracker.close()
+    assert hits == []  # the HTML part loads nothing remote (tracking pixels included)
     await axe_clean(page, "review-warnings")
 
 
