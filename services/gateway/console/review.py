@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2
+from reviewloop.rules.v1 import rules_pb2
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
@@ -55,6 +56,16 @@ async def pending_oldest_first(
     return list(reversed(await _list(request, session, list(PENDING), category_id)))
 
 
+async def category_names(request: Request, session: Session) -> dict[str, str]:
+    """The project's categories, id -> name (the queue shows and filters by name)."""
+    reply = await web.call(
+        web.backend(request).rules.ListCategories,
+        rules_pb2.ListCategoriesRequest(principal=session.principal.to_proto(), limit=200),
+        request,
+    )
+    return {c.id: c.name for c in reply.categories}
+
+
 def _age(created_at: str) -> str:
     seconds = (datetime.now(UTC) - datetime.fromisoformat(created_at.replace("Z", "+00:00"))).total_seconds()
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
@@ -78,14 +89,15 @@ async def queue(request: Request) -> Response:
     category = request.query_params.get("category", "")
     states = [state] if state in _STATES else list(PENDING)
     reviews = list(reversed(await _list(request, session, states, category)))
-    categories = sorted({r["category_id"] for r in reviews if r.get("category_id")} | ({category} - {""}))
+    names = await category_names(request, session)
     rows = []
     for review in reviews:
         recipients = ", ".join([*review["to"], *review["cc"], *review["bcc"]])
         rows.append(
             f'<tr class="row" id="row-{h(review["id"])}">'
             f'<td><a class="summary" href="/console/reviews/{h(review["id"])}">{h(_summary(review))}</a></td>'
-            f"<td>{h(review.get('category_id') or '—')}</td><td>{h(review['kind'])}</td>"
+            f"<td>{h(names.get(review.get('category_id') or '', review.get('category_id') or '—'))}</td>"
+            f"<td>{h(review['kind'])}</td>"
             f"<td>{h(recipients)}</td><td>{h(_age(review['created_at']))}</td>"
             f'<td class="state">{h(review["state"])}</td></tr>'
         )
@@ -94,8 +106,8 @@ async def queue(request: Request) -> Response:
         for s in ["", *_STATES]
     )
     category_options = "".join(
-        f'<option value="{h(c)}"{" selected" if c == category else ""}>{h(c or "any")}</option>'
-        for c in ["", *categories]
+        f'<option value="{h(c)}"{" selected" if c == category else ""}>{h(names.get(c, c) or "any")}</option>'
+        for c in ["", *sorted(names, key=names.__getitem__)]
     )
     since = max(
         (r["updated_at"] for r in reviews), default=datetime.now(UTC).isoformat().replace("+00:00", "Z")
@@ -269,7 +281,7 @@ def _history(review: dict[str, Any]) -> str:
 
 
 async def _reach(request: Request, session: Session, review: dict[str, Any]) -> tuple[int, int]:
-    """How many pending drafts a rule saved at house-style and at category scope will reach."""
+    """How many pending drafts a rule saved for the whole project and for the category will reach."""
     pending = await _list(request, session, ["needs_review", "in_review", "chatting", "rejected"])
     category = review.get("category_id")
     return len(pending), sum(1 for r in pending if category and r.get("category_id") == category)
@@ -302,6 +314,8 @@ async def render_review(
     )
     queue = await pending_oldest_first(request, session)
     ids = [r["id"] for r in queue]
+    names = await category_names(request, session)
+    category_name = names.get(review.get("category_id") or "", review.get("category_id") or "no category")
     nav = []
     if rid in ids:
         at = ids.index(rid)
@@ -332,7 +346,7 @@ async def render_review(
         category = review.get("category_id")
         category_choice = (
             f'<label class="check"><input type="radio" name="rule_scope" value="category"'
-            f"{' checked' if typed_value('rule_scope') == 'category' else ''}> category {h(category)} "
+            f"{' checked' if typed_value('rule_scope') == 'category' else ''}> category {h(category_name)} "
             f"(reaches {in_category} pending drafts)</label>"
             if category
             else ""
@@ -381,7 +395,7 @@ async def render_review(
   <p><button type="submit">Send comment</button></p></form>"""
     intent = review.get("intent") or {}
     body = f"""
-<p class="lede">{h(review["kind"])} · {h(review.get("category_id") or "no category")} · state <strong>{h(state)}</strong> ·
+<p class="lede">{h(review["kind"])} · {h(category_name)} · state <strong>{h(state)}</strong> ·
 revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</code></p>
 <nav aria-label="Drafts" class="actions"><a href="/console/queue">Queue</a>{"".join(nav)}</nav>
 {notice}
