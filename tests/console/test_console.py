@@ -326,3 +326,32 @@ async def test_admin_reads_a_run_budget_and_grants_an_extension(capi: Api, new_p
     await expect(page.locator("dl.meta")).to_contain_text("0/6")
     await expect(page.get_by_text("5 → 6")).to_be_visible()
     await axe_clean(page, "budgets-run")
+
+
+async def test_admin_approves_a_proposed_rule_and_reads_its_history(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    settings = await capi.http.put(
+        f"/v1/admin/projects/{p['project_id']}/rule-settings",
+        json={"write_approval": True},
+        headers=capi.admin,
+    )
+    assert settings.status_code == 200, settings.text
+    saved = await capi.http.post(
+        "/v1/rules",
+        json={"rule_text": "Never promise a discount.", "scope": "general"},
+        headers=capi.auth(p["agent"]),
+    )
+    assert saved.status_code == 201 and saved.json()["status"] == "proposed", saved.text
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/rules")
+    proposed = page.get_by_role("table", name="Proposed rules")
+    await expect(proposed).to_contain_text("Never promise a discount.")
+    await shot(page, "rules-proposed")
+    await proposed.get_by_role("button", name="Approve").click()
+    await expect(page.get_by_role("status").first).to_contain_text("rule approve done")
+    ladder = page.get_by_role("table", name="Effective ladder, in the order a draft applies it")
+    await expect(ladder).to_contain_text("Never promise a discount.")
+    await ladder.get_by_text("History").click()
+    await expect(ladder.locator("details li")).to_have_count(2)
+    rules = await capi.http.get("/v1/rules", headers=capi.auth(p["agent"]))
+    assert "Never promise a discount." in [r["rule_text"] for r in rules.json()["rules"]]
