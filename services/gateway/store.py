@@ -220,6 +220,8 @@ async def create_session(
     conn: AsyncConnection, key_id: str, write_hash: str, read_hash: str, expires_at: datetime
 ) -> ConsoleSession:
     session = ConsoleSession(secrets.token_hex(16), key_id, expires_at)
+    # Expired sessions nobody presents again would otherwise stay forever: each sign-in sweeps them.
+    await conn.execute(delete(console_sessions).where(console_sessions.c.expires_at <= utcnow()))
     await conn.execute(
         insert(console_sessions).values(
             session_id=session.session_id,

@@ -109,6 +109,16 @@ async def test_sessions_expire_and_only_hashes_are_stored(api: Api) -> None:
         await db.dispose()
     expired = await api.http.get("/console/queue", headers={"cookie": f"rl_console_read={read}"})
     assert expired.status_code == 303 and expired.headers["location"].startswith("/console/sign-in")
+    # The next sign-in sweeps expired sessions away.
+    await _sign_in(api, human)
+    api.http.cookies.clear()
+    db = Database(make_engine(api.stack.env["REVIEWLOOP_GATEWAY_DB"]))
+    try:
+        async with db.engine.connect() as conn:
+            left = (await conn.execute(select(store.console_sessions.c.expires_at))).scalars().all()
+    finally:
+        await db.dispose()
+    assert left and all(expires > utcnow() for expires in left)
 
 
 async def test_a_double_submitted_form_acts_once(api: Api) -> None:
