@@ -288,6 +288,8 @@ async def _reach(request: Request, session: Session, review: dict[str, Any]) -> 
 
 
 def _hidden(review: dict[str, Any], session: Session) -> str:
+    """What every action form names: the session's CSRF token, the revision and version the page showed,
+    the last turn it showed, and an idempotency key of its own (a form posted twice acts once)."""
     seen = max((t["seq"] for t in review.get("turns") or []), default=0)
     return (
         f'{csrf_field(session)}<input type="hidden" name="revision" value="{review["revision"]}">'
@@ -335,11 +337,10 @@ async def render_review(
         if found
         else '<section aria-labelledby="warn"><h2 id="warn">Warnings</h2><p>No invisible characters, hidden text, look-alike domains or added recipients.</p></section>'
     )
-    hidden = _hidden(review, session)
     actions = ""
     state = review["state"]
     if state == "needs_review":
-        actions = f"""<form method="post" action="/console/reviews/{h(rid)}/open" class="actions">{hidden}
+        actions = f"""<form method="post" action="/console/reviews/{h(rid)}/open" class="actions">{_hidden(review, session)}
 {button("open", "Open for review")}<span>Pick this draft up before you decide.</span></form>"""
     elif state in ("in_review", "chatting"):
         house, in_category = await _reach(request, session, review)
@@ -352,11 +353,11 @@ async def render_review(
             else ""
         )
         actions = f"""
-<form method="post" action="/console/reviews/{h(rid)}/decide" class="actions">{hidden}
+<form method="post" action="/console/reviews/{h(rid)}/decide" class="actions">{_hidden(review, session)}
   {button("approve", "Approve", name="action", value="approve")}
 </form>
 <details id="edit-panel"{" open" if typed_value("action") == "edit" else ""}><summary>Edit inline (a new version) <kbd aria-hidden="true">e</kbd></summary>
-<form method="post" action="/console/reviews/{h(rid)}/decide">{hidden}
+<form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
   <label for="edit-subject">Subject</label>
   <input type="text" id="edit-subject" name="subject" size="80" value="{h(typed_value("subject", review["subject"]))}">
   <label for="edit-body">Body</label>
@@ -375,13 +376,13 @@ async def render_review(
   <p>{button("save-edit", "Save edit and approve", name="action", value="edit")}</p>
 </form></details>
 <details id="reject-panel"{" open" if typed_value("action") == "reject" else ""}><summary>Reject with feedback <kbd aria-hidden="true">r</kbd></summary>
-<form method="post" action="/console/reviews/{h(rid)}/decide">{hidden}
+<form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
   <label for="reject-feedback">Feedback (the agent gets it verbatim)</label>
   <textarea id="reject-feedback" name="feedback" required>{h(typed_value("feedback") if typed_value("action") == "reject" else "")}</textarea>
   <p>{button("reject-submit", "Reject", name="action", value="reject")}</p>
 </form></details>
 <details id="escalate-panel"{" open" if typed_value("action") == "escalate" else ""}><summary>Escalate <kbd aria-hidden="true">x</kbd></summary>
-<form method="post" action="/console/reviews/{h(rid)}/decide">{hidden}
+<form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
   <label for="escalate-feedback">Why (optional)</label>
   <textarea id="escalate-feedback" name="feedback">{h(typed_value("feedback") if typed_value("action") == "escalate" else "")}</textarea>
   <p>{button("escalate-submit", "Escalate", name="action", value="escalate")}</p>
@@ -390,7 +391,7 @@ async def render_review(
         actions = f"<p>This draft is {h(state)}: nothing to decide.</p>"
     chat = ""
     if state in ("in_review", "chatting", "needs_review"):
-        chat = f"""<form method="post" action="/console/reviews/{h(rid)}/chat">{hidden}
+        chat = f"""<form method="post" action="/console/reviews/{h(rid)}/chat">{_hidden(review, session)}
   <label for="chat-text">Comment to the agent</label><textarea id="chat-text" name="text" required>{h(typed_value("text"))}</textarea>
   <p><button type="submit">Send comment</button></p></form>"""
     intent = review.get("intent") or {}
