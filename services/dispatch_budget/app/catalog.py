@@ -11,6 +11,7 @@ from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
 from dispatch_budget import store
+from dispatch_budget.domain.authority import check_reviewer_plane
 from dispatch_budget.domain.lineage import (
     Binding,
     check_binding_request,
@@ -118,6 +119,7 @@ async def bind_review_session(
 ) -> Binding:
     """COLD: a fresh session over the full base..head. WARM: the lineage's verified previous session
     over lastReviewedHead..head, or a visible refusal (missing, foreign, busy, incompatible)."""
+    check_reviewer_plane(principal, "Binding a review session")
     check_binding_request(repository, pr_number, base_sha, head_sha)
     project = principal.project_id
     async with db.transaction() as uow:
@@ -160,6 +162,7 @@ async def complete_review_session(
     db: Database, principal: Principal, session_id: str, reviewed_head: str
 ) -> Binding:
     """The session reviewed its range: record the head a later WARM review continues from."""
+    check_reviewer_plane(principal, "Completing a review session")
     check_reviewed_head(reviewed_head)
     async with db.transaction() as uow:
         session = await store.review_session(uow.conn, principal.project_id, session_id)

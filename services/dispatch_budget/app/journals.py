@@ -9,6 +9,7 @@ from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import Principal
 
 from dispatch_budget import store
+from dispatch_budget.domain.authority import check_reviewer_plane
 from dispatch_budget.domain.evidence import EvidenceStatus, evidence_rejected, evidence_status
 from dispatch_budget.domain.journal import JournalRecord, check_journal_batch, journal_record
 
@@ -32,6 +33,7 @@ async def append_journal_events(
     db: Database, principal: Principal, run_id: str, events: list[Any]
 ) -> Appended:
     """Append a batch to the run's journal, all or nothing; each record's ``id`` is its offset."""
+    check_reviewer_plane(principal, "Appending to an attempt journal")
     check_journal_batch(run_id, events)
     records = [journal_record(raw, i, utcnow()) for i, raw in enumerate(events)]
     durable = [r for r in records if r is not None]

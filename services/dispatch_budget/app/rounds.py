@@ -13,6 +13,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget import store
+from dispatch_budget.domain.authority import (
+    RUN_OWNERS,
+    check_reviewer_plane,
+    check_run_owner,
+    check_settler,
+    principal_ref,
+)
 from dispatch_budget.domain.budget import (
     MAX_REVIEW_ROUNDS,
     AttemptKind,
@@ -66,6 +73,10 @@ async def record_run(
     scope, bringing its admissions and grants; the PR scope's limit is the larger of the two. Unset
     review-mode rungs keep what the run had."""
     check_run_snapshot(run_id, repository, pr_number, head_sha)
+    if principal.actor_kind not in RUN_OWNERS:
+        check_reviewer_plane(principal, "Recording a review run")
+    if status not in (None, RunStatus.ACTIVE):
+        check_run_owner(principal, f"Marking a run {status}")
     project = principal.project_id
     async with db.transaction() as uow:
         conn = uow.conn
@@ -120,6 +131,7 @@ async def admit_review_round(
 ) -> Admission:
     """Persist an admission receipt before the runner starts, or refuse before anything is consumed.
     A reattach (same attempt key, or a copied history's receipt id) reuses its receipt and settlement."""
+    check_reviewer_plane(principal, "Admitting a reviewer round")
     check_attempt(attempt_key, receipt_id, head_sha)
     project = principal.project_id
     async with db.transaction() as uow:
@@ -163,6 +175,7 @@ async def admit_review_round(
                 selection=selection,
                 admitted_at=utcnow(),
                 round=budget.used + 1,
+                admitted_by=principal_ref(principal),
             )
             await store.add_admission(conn, project, receipt)
             return Admission(receipt, False, await _budget(conn, project, run.scope_key, limit))
@@ -203,12 +216,14 @@ async def settle_attempt(
     """Settle an attempt once. Counted: a pass or issues verdict for the reviewed head (records no
     settlement). No-verdict: one of the spec's ends, recorded with reason and time; it spends no round.
     A verdict arriving after a no-verdict settlement clears it, and the attempt counts."""
+    check_reviewer_plane(principal, "Settling a review attempt")
     project = principal.project_id
     async with db.transaction() as uow:
         conn = uow.conn
         receipt = await store.admission(conn, project, receipt_id)
         if receipt is None:
             raise DomainError(Code.NOT_FOUND, f"No admission receipt {receipt_id} is visible to this key.")
+        check_settler(principal, receipt_id, receipt.admitted_by)
         limit = await store.lock_scope(conn, project, receipt.scope_key, MAX_REVIEW_ROUNDS)
         if journal_run_id:
             settlement = journal_settlement(

@@ -160,6 +160,7 @@ class Receipt:
     reason: str | None = None
     verdict: str | None = None
     settled_at: datetime | None = None
+    admitted_by: str = ""  # the admission owner (kind:id); "" for receipts admitted before it was kept
 
 
 def check_attempt(attempt_key: str, receipt_id: str, head_sha: str) -> None:

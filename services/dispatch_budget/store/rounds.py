@@ -181,6 +181,7 @@ def _receipt(row: Any) -> Receipt:
         reason=row.reason,
         verdict=row.verdict,
         settled_at=row.settled_at,
+        admitted_by=row.admitted_by or "",
     )
 
 
@@ -218,6 +219,7 @@ async def add_admission(conn: AsyncConnection, project_id: str, receipt: Receipt
             selection=receipt.selection,
             admitted_at=receipt.admitted_at,
             round=receipt.round,
+            admitted_by=receipt.admitted_by,
             outcome=None,
             reason=None,
             verdict=None,

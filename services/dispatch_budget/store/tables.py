@@ -87,6 +87,8 @@ admissions = Table(
     Column("reason", String(40)),
     Column("verdict", String(10)),
     Column("settled_at", UtcDateTime()),
+    # The admission owner (actor kind:id), the only principal that may settle the receipt.
+    Column("admitted_by", String(120)),
     UniqueConstraint("project_id", "attempt_key"),
     Index("ix_admissions_scope", "project_id", "scope_key"),
 )
