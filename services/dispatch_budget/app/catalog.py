@@ -11,7 +11,7 @@ from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
 from dispatch_budget import store
-from dispatch_budget.domain.authority import check_reviewer_plane
+from dispatch_budget.app.authority import check_reviewer_plane
 from dispatch_budget.domain.lineage import (
     Binding,
     check_binding_request,

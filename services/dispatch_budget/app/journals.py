@@ -9,7 +9,7 @@ from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import Principal
 
 from dispatch_budget import store
-from dispatch_budget.domain.authority import check_reviewer_plane
+from dispatch_budget.app.authority import check_reviewer_plane
 from dispatch_budget.domain.evidence import EvidenceStatus, evidence_rejected, evidence_status
 from dispatch_budget.domain.journal import JournalRecord, check_journal_batch, journal_record
 

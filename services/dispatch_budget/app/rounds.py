@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget import store
-from dispatch_budget.domain.authority import (
+from dispatch_budget.app.authority import (
     RUN_OWNERS,
     check_reviewer_plane,
     check_run_owner,

@@ -1,8 +1,8 @@
 """Who may use the round budget (spec 003: "only the admission owner", "a service credential retains its
 service identity"). Admissions, settlements, lineage leases and attempt journals belong to the reviewer
 plane: review-agent keys and the owning service (a ``system`` principal, which no API key can carry).
-Run status and extensions belong to admins and the owning service. Composer (agent) and human keys
-read. Pure."""
+Run status belongs to admins and the owning service, extensions to admins. Composer (agent) and human keys
+read."""
 
 from __future__ import annotations
 
