@@ -176,7 +176,9 @@ async def test_no_verdict_spends_no_round_and_a_late_verdict_counts_again(open_d
     assert (budget.budget.used, budget.budget.no_verdict) == (0, 1)
     assert budget.budget.label == "0/5 (no-verdict 1/3)"
     # A retried no-verdict settlement changes nothing; the verdict recovered after a restart clears it.
-    await app.settle_attempt(db, REVIEWER, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="timed_out")
+    await app.settle_attempt(
+        db, REVIEWER, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="timed_out"
+    )
     receipt, budget = await app.settle_attempt(
         db, REVIEWER, receipt_id=admitted.receipt.receipt_id, verdict="issues", reviewed_head=HEAD
     )

@@ -24,6 +24,7 @@ from dispatch_budget.domain.budget import (
     MAX_REVIEW_ROUNDS,
     AttemptKind,
     ExtensionInput,
+    NoVerdictReason,
     ReviewRoundBudget,
     RunStatus,
     Trigger,
@@ -35,20 +36,24 @@ from dispatch_budget.domain.rounds import (
     ExtensionReceipt,
     LaunchRefusal,
     Origin,
+    Outcome,
+    ReadyGate,
     Receipt,
     Run,
     RunModes,
+    Settlement,
     check_attempt,
     check_grant,
     check_run_snapshot,
     grant_receipt,
     journal_settlement,
     next_run,
+    ready_gate,
     reported_settlement,
     run_not_found,
     settlement_to_write,
 )
-from dispatch_budget.domain.selection import project_default_mode
+from dispatch_budget.domain.selection import project_default_mode, required_reviews
 
 
 @dataclass(frozen=True)
@@ -128,9 +133,13 @@ async def admit_review_round(
     head_sha: str,
     selection: dict[str, str],
     receipt_id: str = "",
+    session_id: str = "",
+    review_session_id: str = "",
 ) -> Admission:
     """Persist an admission receipt before the runner starts, or refuse before anything is consumed.
-    A reattach (same attempt key, or a copied history's receipt id) reuses its receipt and settlement."""
+    A reattach (same attempt key, or a copied history's receipt id) reuses its receipt and settlement.
+    Naming the spec 001 ``session_id`` ties the attempt to that session's review in flight, so its
+    timeout settles it; ``review_session_id`` names the reviewer session it runs in."""
     check_reviewer_plane(principal, "Admitting a reviewer round")
     check_attempt(attempt_key, receipt_id, head_sha)
     project = principal.project_id
@@ -176,8 +185,11 @@ async def admit_review_round(
                 admitted_at=utcnow(),
                 round=budget.used + 1,
                 admitted_by=principal_ref(principal),
+                review_session_id=review_session_id,
             )
             await store.add_admission(conn, project, receipt)
+            if session_id:
+                await store.link_in_flight_receipt(conn, project, session_id, receipt.receipt_id)
             return Admission(receipt, False, await _budget(conn, project, run.scope_key, limit))
     raise refusal  # recorded, and committed with the transaction above
 
@@ -237,6 +249,17 @@ async def settle_attempt(
         return receipt, await _budget(conn, project, receipt.scope_key, limit)
 
 
+async def settle_timed_out(conn: AsyncConnection, project: str, receipt_id: str) -> None:
+    """The owning service ends an admitted attempt its session timed out (spec 001 timeoutMinutes): an
+    unsettled receipt settles no-verdict ``timed_out``; a settled one keeps its settlement."""
+    receipt = await store.admission(conn, project, receipt_id)
+    if receipt is None or receipt.outcome is not None:
+        return
+    await store.lock_scope(conn, project, receipt.scope_key, MAX_REVIEW_ROUNDS)
+    timed_out = Settlement(Outcome.NO_VERDICT, NoVerdictReason.TIMED_OUT.value)
+    await store.settle_admission(conn, receipt_id, None, timed_out, utcnow())
+
+
 async def get_round_budget(db: Database, principal: Principal, run_id: str) -> Budget:
     async with db.engine.connect() as conn:
         run = await store.get_run(conn, principal.project_id, run_id)
@@ -244,6 +267,20 @@ async def get_round_budget(db: Database, principal: Principal, run_id: str) -> B
             raise run_not_found(run_id)
         limit = await store.round_limit(conn, principal.project_id, run.scope_key)
         return await _budget(conn, principal.project_id, run.scope_key, limit or MAX_REVIEW_ROUNDS)
+
+
+async def get_ready_gate(db: Database, principal: Principal, run_id: str) -> ReadyGate:
+    """The ready-gate payload a publication gate reads for the run's current head."""
+    project = principal.project_id
+    async with db.engine.connect() as conn:
+        run = await store.get_run(conn, project, run_id)
+        if run is None:
+            raise run_not_found(run_id)
+        limit = await store.round_limit(conn, project, run.scope_key) or MAX_REVIEW_ROUNDS
+        budget = await _budget(conn, project, run.scope_key, limit)
+        qualifying = await store.qualifying_reviews(conn, project, run.scope_key, run.head_sha)
+        required = required_reviews(await store.review_config(conn, project))
+    return ready_gate(run, budget, qualifying, required)
 
 
 async def extend_review_budget(

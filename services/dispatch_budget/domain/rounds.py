@@ -161,6 +161,7 @@ class Receipt:
     verdict: str | None = None
     settled_at: datetime | None = None
     admitted_by: str = ""  # the admission owner (kind:id); "" for receipts admitted before it was kept
+    review_session_id: str = ""  # the reviewer session it ran in, when the runner named it
 
 
 def check_attempt(attempt_key: str, receipt_id: str, head_sha: str) -> None:
@@ -354,6 +355,38 @@ def grant_receipt(
         origin=origin,
         granted_at=granted_at,
     )
+
+
+@dataclass(frozen=True)
+class ReadyGate:
+    """ReadyGatePayload's review side (spec 003): the round budget's display snapshot, the passing
+    reviews of the current head in separate sessions against those required, and whether the
+    approval conditions this gate checks hold. A spent budget is never a blocker; an extension
+    never makes a stale review count (only the current head's verdicts qualify)."""
+
+    run: Run
+    budget: Budget
+    qualifying: int
+    required: int
+    blockers: tuple[str, ...]
+
+    @property
+    def publishable(self) -> bool:
+        return not self.blockers
+
+
+def ready_gate(run: Run, budget: Budget, qualifying: int, required: int) -> ReadyGate:
+    blockers: list[str] = []
+    if run.closed:
+        blockers.append(f"run {run.run_id} is {run.status}")
+    if not run.head_sha:
+        blockers.append("the run's current head is unknown; record it first")
+    elif qualifying < required:
+        blockers.append(
+            f"{qualifying} of {required} required passing reviews of head {run.head_sha} "
+            "in separate reviewer sessions"
+        )
+    return ReadyGate(run, budget, qualifying, required, tuple(blockers))
 
 
 @dataclass(frozen=True)

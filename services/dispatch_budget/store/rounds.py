@@ -182,6 +182,7 @@ def _receipt(row: Any) -> Receipt:
         verdict=row.verdict,
         settled_at=row.settled_at,
         admitted_by=row.admitted_by or "",
+        review_session_id=row.review_session_id or "",
     )
 
 
@@ -220,6 +221,7 @@ async def add_admission(conn: AsyncConnection, project_id: str, receipt: Receipt
             admitted_at=receipt.admitted_at,
             round=receipt.round,
             admitted_by=receipt.admitted_by,
+            review_session_id=receipt.review_session_id or None,
             outcome=None,
             reason=None,
             verdict=None,
@@ -247,6 +249,24 @@ async def settle_admission(
         )
     )
     return _receipt((await conn.execute(select(admissions).where(adm.receipt_id == receipt_id))).one())
+
+
+async def qualifying_reviews(conn: AsyncConnection, project_id: str, scope_key: str, head_sha: str) -> int:
+    """Passing verdicts for ``head_sha`` in the scope, one per separate reviewer session (an attempt
+    that named none is its own session): a recheck or retry in the same session adds nothing."""
+    adm = admissions.c
+    rows = (
+        await conn.execute(
+            select(adm.receipt_id, adm.review_session_id).where(
+                adm.project_id == project_id,
+                adm.scope_key == scope_key,
+                adm.outcome == Outcome.COUNTED.value,
+                adm.verdict == "pass",
+                adm.head_sha == head_sha,
+            )
+        )
+    ).all()
+    return len({row.review_session_id or row.receipt_id for row in rows})
 
 
 # --- stopped launches ---

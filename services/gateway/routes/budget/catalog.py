@@ -11,6 +11,7 @@ from reviewloop.budget.v1 import budget_pb2
 from reviewloop.shapes import (
     BindIn,
     CompleteIn,
+    HeartbeatIn,
     ModeIn,
     ResolvedReviewMode,
     ReviewConfig,
@@ -156,7 +157,29 @@ async def complete_review_session(
 ) -> Json:
     reply = await backend.budget.CompleteReviewSession(
         budget_pb2.CompleteReviewSessionRequest(
-            principal=principal.to_proto(), session_id=session_id, reviewed_head=body.reviewed_head
+            principal=principal.to_proto(),
+            session_id=session_id,
+            reviewed_head=body.reviewed_head,
+            lease_id=body.lease_id,
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_review_session_binding(reply)
+
+
+@router.post(
+    "/v1/review-rounds/sessions/{session_id}/heartbeat",
+    operation_id="heartbeat_review_session",
+    response_model=ReviewSessionBinding,
+)
+async def heartbeat_review_session(
+    session_id: str, body: HeartbeatIn, principal: Caller, backend: Backend
+) -> Json:
+    """The reviewer is alive: its lease on the busy session is renewed. A crashed reviewer's lease
+    lapses and the lineage can be continued again (never silently COLD)."""
+    reply = await backend.budget.HeartbeatReviewSession(
+        budget_pb2.HeartbeatReviewSessionRequest(
+            principal=principal.to_proto(), session_id=session_id, lease_id=body.lease_id
         ),
         timeout=backend.timeout_s,
     )

@@ -14,6 +14,7 @@ from reviewloop.shapes import (
     AdmitIn,
     ExtendIn,
     ExtensionReceipt,
+    ReadyGate,
     ReviewRun,
     RoundBudget,
     RunIn,
@@ -30,6 +31,7 @@ from gateway.translate import Json
 from gateway.translate.budget import (
     as_admission_receipt,
     as_extension_receipt,
+    as_ready_gate,
     as_review_run,
     as_round_budget,
     mode,
@@ -78,6 +80,8 @@ async def admit_review_round(body: AdmitIn, principal: Caller, backend: Backend)
         trigger=budget_pb2.LaunchTrigger.Value(f"LAUNCH_TRIGGER_{body.trigger.upper()}"),
         head_sha=body.head_sha,
         receipt_id=body.receipt_id,
+        session_id=body.session_id,
+        review_session_id=body.review_session_id,
     )
     if body.selection is not None:
         request.selection.CopyFrom(selection(body.selection))
@@ -121,6 +125,20 @@ async def get_review_round_budget(
         timeout=backend.timeout_s,
     )
     return as_round_budget(reply)
+
+
+@router.get("/v1/review-rounds/ready-gate", operation_id="get_ready_gate", response_model=ReadyGate)
+async def get_ready_gate(
+    principal: Caller, backend: Backend, run_id: Annotated[str, Query(min_length=1, max_length=80)]
+) -> Json:
+    """The ready-gate payload a publication gate reads: the round budget's display snapshot, the
+    extension's scope and provenance, qualifying reviews of the current head vs required. A spent
+    round budget never blocks publication."""
+    reply = await backend.budget.GetReadyGate(
+        budget_pb2.GetReadyGateRequest(principal=principal.to_proto(), run_id=run_id),
+        timeout=backend.timeout_s,
+    )
+    return as_ready_gate(reply)
 
 
 @router.post(
