@@ -85,6 +85,16 @@ ROUTES: list[tuple[str, str, Any, frozenset[str], str]] = [
         REVIEWER,
         "forbidden_scope",
     ),
+    (
+        "POST",
+        "/v1/review-rounds/sessions/{session}/heartbeat",
+        {"lease_id": "{lease}"},
+        REVIEWER,
+        "forbidden_scope",
+    ),
+    ("GET", "/v1/review-rounds/ready-gate?run_id={run}", None, READ, ""),
+    ("PUT", "/v1/review-rounds/gate-config", {"timeout_minutes": 5}, ADMIN, "forbidden_scope"),
+    ("GET", "/v1/review-rounds/gate-config", None, READ, ""),
     ("POST", "/v1/sessions/s1/turns", {"status": "completed"}, READ, ""),
     ("POST", "/v1/sessions/s1/review", {}, READ, ""),
     ("PUT", "/v1/sessions/s1/review-enabled", {"enabled": True}, READ, ""),
@@ -148,7 +158,12 @@ async def test_every_budget_route_with_every_key_kind(api: Api) -> None:
         headers=keys["review_agent"],
     )
     assert bound.status_code == 201, bound.text
-    names = {"run": "walk_run", "receipt": receipt, "session": bound.json()["session_id"]}
+    names = {
+        "run": "walk_run",
+        "receipt": receipt,
+        "session": bound.json()["session_id"],
+        "lease": bound.json()["lease_id"],
+    }
     walked = 0
     # The refused kinds first, so the allowed call that may change state (archive) comes last.
     for method, path, body, allowed, code in ROUTES:

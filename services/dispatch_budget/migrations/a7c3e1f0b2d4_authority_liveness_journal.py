@@ -1,4 +1,4 @@
-"""authority, liveness and a faithful journal (issue 14)
+"""authority, liveness and the ready gate (issue 14)
 
 Revision ID: a7c3e1f0b2d4
 Revises: e33ecc107100
@@ -18,11 +18,19 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    # The admission owner; receipts admitted before it was kept stay null (the reviewer plane settles them).
-    op.add_column("admissions", sa.Column("admitted_by", sa.String(length=120), nullable=True))
+    # The admission owner (null for receipts admitted before: the reviewer plane settles those) and the
+    # reviewer session an attempt ran in.
+    with op.batch_alter_table("admissions", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("admitted_by", sa.String(length=120), nullable=True))
+        batch_op.add_column(sa.Column("review_session_id", sa.String(length=40), nullable=True))
     # timeoutMinutes counts from in_flight_since; a review already in flight counts from when it is next seen.
-    op.add_column("agent_sessions", sa.Column("in_flight_since", sa.DateTime(timezone=True), nullable=True))
-    op.add_column("agent_sessions", sa.Column("in_flight_receipt", sa.String(length=40), nullable=True))
+    with op.batch_alter_table("agent_sessions", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("in_flight_since", sa.DateTime(timezone=True), nullable=True))
+        batch_op.add_column(sa.Column("in_flight_receipt", sa.String(length=40), nullable=True))
+    # A busy binding's lease; a busy row from before leases holds none (its lineage is available again).
+    with op.batch_alter_table("review_sessions", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("lease_id", sa.String(length=40), nullable=True))
+        batch_op.add_column(sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True))
     op.create_table(
         "gate_configs",
         sa.Column("project_id", sa.String(length=40), nullable=False),
@@ -38,6 +46,12 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("gate_configs")
-    op.drop_column("agent_sessions", "in_flight_receipt")
-    op.drop_column("agent_sessions", "in_flight_since")
-    op.drop_column("admissions", "admitted_by")
+    with op.batch_alter_table("review_sessions", schema=None) as batch_op:
+        batch_op.drop_column("lease_expires_at")
+        batch_op.drop_column("lease_id")
+    with op.batch_alter_table("agent_sessions", schema=None) as batch_op:
+        batch_op.drop_column("in_flight_receipt")
+        batch_op.drop_column("in_flight_since")
+    with op.batch_alter_table("admissions", schema=None) as batch_op:
+        batch_op.drop_column("review_session_id")
+        batch_op.drop_column("admitted_by")
