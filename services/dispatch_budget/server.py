@@ -170,6 +170,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             appended=result.appended,
             skipped_ephemeral=result.skipped_ephemeral,
             last_offset=result.last_offset,
+            already_journaled=result.already_journaled,
         )
 
     async def GetEvidenceStatus(

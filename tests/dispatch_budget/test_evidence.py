@@ -60,9 +60,11 @@ TABLE: list[tuple[str, Any, EvidenceStatus]] = [
     # Atom-like and string keys and values alike.
     ("atom value", {"evidence": Atom.accepted}, A),
     ("atom value rejected", {"evidence": Atom.rejected}, R),
-    ("colon atom string", {"evidence": ":absent"}, AB),
+    # A JSON string is the wire value exactly: a forged ":accepted" is never accepted.
+    ("colon string value is forged", {"evidence": ":absent"}, U),
+    ("colon accepted is forged", {"evidence": ":accepted", "refs": [3]}, U),
     ("enum key", {Key.EVIDENCE: "accepted"}, A),
-    ("colon atom key", {":evidence": ":rejected"}, R),
+    ("colon atom key", {":evidence": "rejected"}, R),
     ("bytes key and value", {b"evidence": b"accepted"}, A),
     ("atom refs key (legacy)", {Key.REFS: ["i1"]}, A),
     ("colon refs key (legacy)", {":refs": ["i1"], ":final": True}, A),

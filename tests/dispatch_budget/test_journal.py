@@ -92,7 +92,7 @@ async def test_concurrent_appends_keep_offsets_dense(open_db: OpenDb) -> None:
 
 async def test_a_bad_event_refuses_the_whole_batch(open_db: OpenDb) -> None:
     db = await open_db(SPEC)
-    events: list[Any] = [{"type": "turn_started", "payload": {}}, {"type": "telepathy", "payload": {}}]
+    events: list[Any] = [{"type": "turn_started", "payload": {}}, {"type": 7, "payload": {}}]
     with pytest.raises(DomainError) as caught:
         await app.append_journal_events(db, RUNNER, "att_1", events)
     assert caught.value.code is Code.BAD_REQUEST and caught.value.violations[0].field == "/events/1/type"

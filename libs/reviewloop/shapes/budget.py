@@ -345,6 +345,7 @@ class JournalAppendResult(Shape):
     appended: int
     skipped_ephemeral: int
     last_offset: int
+    already_journaled: int = 0
 
 
 class EvidenceStatus(Shape):

@@ -28,7 +28,8 @@ async def _journal_events(request: Request) -> list[str]:
     raw = await request.body()
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type in JSONL:
-        return [line for line in raw.decode(errors="replace").splitlines() if line.strip()]
+        # JSON lines split on "\n" only: U+2028, U+2029 and U+0085 are legal inside JSON strings.
+        return [line for line in raw.decode(errors="replace").split("\n") if line.strip(" \t\r")]
     try:
         body = JournalIn.model_validate(orjson.loads(raw))
     except orjson.JSONDecodeError:
@@ -69,6 +70,7 @@ async def append_journal_events(run_id: str, request: Request, principal: Caller
         "appended": reply.appended,
         "skipped_ephemeral": reply.skipped_ephemeral,
         "last_offset": reply.last_offset,
+        "already_journaled": reply.already_journaled,
     }
 
 
