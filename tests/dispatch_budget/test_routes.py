@@ -207,9 +207,7 @@ async def test_journal_lines_are_appended_and_decoded(api: Api) -> None:
     }
     evidence = (await api.http.get("/v1/journals/att_1/evidence", headers=reviewer)).json()
     assert evidence == {"run_id": "att_1", "evidence": "accepted", "offset": 2, "schema_version": "1.1.0"}
-    bad = await api.http.post(
-        "/v1/journals/att_1/events", json={"events": [{"type": ""}]}, headers=reviewer
-    )
+    bad = await api.http.post("/v1/journals/att_1/events", json={"events": [{"type": ""}]}, headers=reviewer)
     assert assert_problem(bad, 400, "bad_request")["errors"][0]["field"] == "/events/0/type"  # type: ignore[index]
 
 
