@@ -146,6 +146,7 @@ def run_to_proto(run: Run) -> budget_pb2.Run:
         review_mode=mode_number(run.modes.review),
         pr_work_review_mode=mode_number(run.modes.pr_work),
         repeat_review_context_mode=mode_number(run.modes.repeat_context),
+        review_sequence=[selection_to_proto(row) for row in run.review_sequence],
     )
 
 

@@ -84,6 +84,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             modes=modes_from_proto(
                 request.review_mode, request.pr_work_review_mode, request.repeat_review_context_mode
             ),
+            review_sequence=[selection_to_dict(row) for row in request.review_sequence],
         )
         return run_to_proto(run)
 

@@ -58,6 +58,9 @@ class RunIn(Shape):
     review_mode: Mode | None = None
     pr_work_review_mode: Mode | None = None
     repeat_review_context_mode: Mode | None = None
+    # The run's reviewSequence: row 1 selects its pipeline review; its rows are the qualifying
+    # reviews publication requires. Omitted keeps what the run has.
+    review_sequence: list[SelectionIn] | None = Field(default=None, min_length=1, max_length=10)
 
 
 class AdmitIn(Shape):
@@ -108,6 +111,7 @@ class ReviewRun(Shape):
     review_mode: Mode | None = None
     pr_work_review_mode: Mode | None = None
     repeat_review_context_mode: Mode | None = None
+    review_sequence: list[SelectionIn] | None = None
 
 
 class Settlement(Shape):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
@@ -53,7 +54,7 @@ from dispatch_budget.domain.rounds import (
     run_not_found,
     settlement_to_write,
 )
-from dispatch_budget.domain.selection import project_default_mode, required_reviews
+from dispatch_budget.domain.selection import project_default_mode, required_reviews, validate_sequence
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ async def record_run(
     head_sha: str,
     status: RunStatus | None,
     modes: RunModes | None = None,
+    review_sequence: list[Any] | None = None,
 ) -> Run:
     """Store a run's snapshot. A run that gains a verified repository/PR identity joins the shared PR
     scope, bringing its admissions and grants; the PR scope's limit is the larger of the two. Unset
@@ -86,6 +88,10 @@ async def record_run(
     async with db.transaction() as uow:
         conn = uow.conn
         prior = await store.get_run(conn, project, run_id)
+        rows: tuple[dict[str, str], ...] = ()
+        if review_sequence:
+            catalog = await store.runner_catalog(conn, project)
+            rows = tuple(s.to_json() for s in validate_sequence(review_sequence, catalog))
         run = next_run(
             prior,
             run_id=run_id,
@@ -94,6 +100,7 @@ async def record_run(
             head_sha=head_sha,
             status=status,
             modes=modes,
+            review_sequence=rows,
         )
         if prior is None:
             await store.add_run(conn, project, run, utcnow())
@@ -279,7 +286,7 @@ async def get_ready_gate(db: Database, principal: Principal, run_id: str) -> Rea
         limit = await store.round_limit(conn, project, run.scope_key) or MAX_REVIEW_ROUNDS
         budget = await _budget(conn, project, run.scope_key, limit)
         qualifying = await store.qualifying_reviews(conn, project, run.scope_key, run.head_sha)
-        required = required_reviews(await store.review_config(conn, project))
+        required = len(run.review_sequence) or required_reviews(await store.review_config(conn, project))
     return ready_gate(run, budget, qualifying, required)
 
 

@@ -68,6 +68,8 @@ class Run:
     status: RunStatus
     scope_key: str
     modes: RunModes = field(default_factory=RunModes)
+    # The run's reviewSequence (validated rows); empty: the project review configuration decides.
+    review_sequence: tuple[dict[str, str], ...] = ()
 
     @property
     def closed(self) -> bool:
@@ -99,6 +101,7 @@ def next_run(
     head_sha: str,
     status: RunStatus | None,
     modes: RunModes | None,
+    review_sequence: tuple[dict[str, str], ...] = (),
 ) -> Run:
     """The run after a snapshot: what the snapshot leaves unset keeps what the run had. A verified
     repository/PR identity is never rebound, and a published or archived run never becomes active."""
@@ -121,6 +124,7 @@ def next_run(
         status or RunStatus.ACTIVE,
         scope_key(run_id, repository, pr_number),
         stored,
+        review_sequence or (prior.review_sequence if prior is not None else ()),
     )
 
 

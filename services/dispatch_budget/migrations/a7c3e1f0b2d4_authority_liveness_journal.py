@@ -23,6 +23,15 @@ def upgrade() -> None:
     with op.batch_alter_table("admissions", schema=None) as batch_op:
         batch_op.add_column(sa.Column("admitted_by", sa.String(length=120), nullable=True))
         batch_op.add_column(sa.Column("review_session_id", sa.String(length=40), nullable=True))
+    # The run's reviewSequence (run create).
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column(
+                "review_sequence",
+                sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+                nullable=True,
+            )
+        )
     # timeoutMinutes counts from in_flight_since; a review already in flight counts from when it is next seen.
     with op.batch_alter_table("agent_sessions", schema=None) as batch_op:
         batch_op.add_column(sa.Column("in_flight_since", sa.DateTime(timezone=True), nullable=True))
@@ -55,3 +64,5 @@ def downgrade() -> None:
     with op.batch_alter_table("admissions", schema=None) as batch_op:
         batch_op.drop_column("review_session_id")
         batch_op.drop_column("admitted_by")
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.drop_column("review_sequence")

@@ -42,6 +42,7 @@ def _run(row: Any) -> Run:
         modes=RunModes(
             _mode(row.review_mode), _mode(row.pr_work_review_mode), _mode(row.repeat_review_context_mode)
         ),
+        review_sequence=tuple(dict(r) for r in row.review_sequence or ()),
     )
 
 
@@ -57,6 +58,7 @@ def _run_columns(run: Run, at: datetime) -> dict[str, Any]:
         "review_mode": modes.review.value if modes.review else None,
         "pr_work_review_mode": modes.pr_work.value if modes.pr_work else None,
         "repeat_review_context_mode": modes.repeat_context.value if modes.repeat_context else None,
+        "review_sequence": list(run.review_sequence) or None,
     }
 
 

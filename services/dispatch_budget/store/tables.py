@@ -57,6 +57,8 @@ runs = Table(
     Column("review_mode", String(8)),
     Column("pr_work_review_mode", String(8)),
     Column("repeat_review_context_mode", String(8)),
+    # The run's reviewSequence rows (null: none; the project review configuration decides).
+    Column("review_sequence", Json),
 )
 
 # The admission owner's row per scope: locked by every admission and grant, so they serialize.

@@ -48,6 +48,8 @@ def as_review_run(message: budget_pb2.Run) -> Json:
     for field in ("review_mode", "pr_work_review_mode", "repeat_review_context_mode"):
         if getattr(message, field):
             body[field] = mode_name(getattr(message, field))
+    if message.review_sequence:
+        body["review_sequence"] = [as_selection(row) for row in message.review_sequence]
     return body
 
 

@@ -59,6 +59,7 @@ async def record_review_run(run_id: str, body: RunIn, principal: Caller, backend
             review_mode=mode(body.review_mode),
             pr_work_review_mode=mode(body.pr_work_review_mode),
             repeat_review_context_mode=mode(body.repeat_review_context_mode),
+            review_sequence=[selection(row) for row in body.review_sequence or ()],
         ),
         timeout=backend.timeout_s,
     )
