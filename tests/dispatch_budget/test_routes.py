@@ -189,7 +189,7 @@ async def test_journal_lines_are_appended_and_decoded(api: Api) -> None:
             "type": "turn_completed",
             "session_id": "s",
             "turn_id": "t1",
-            "payload": {"final": True, "refs": ["i1"]},
+            "payload": {"final": True, "refs": [1]},
         },
     ]
     body = b"\n".join(orjson.dumps(line) for line in lines) + b"\n"
