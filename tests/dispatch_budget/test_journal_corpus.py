@@ -4,6 +4,7 @@ SQLite and PostgreSQL, through the gateway's JSON-lines body where a user sends 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,11 @@ async def test_unknown_types_null_turn_ids_and_ephemeral_tiers(open_db: OpenDb) 
     assert approval.type == "approval_requested" and approval.kind == "unknown"
     assert approval.turn_id is None and approval.to_json()["turn_id"] is None
     assert all(r.tier == "durable" for r in stored)
+
+
+async def test_concurrent_resends_of_one_batch_journal_it_once(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    chained = records("v1_2_0.jsonl")
+    results = await asyncio.gather(*(app.append_journal_events(db, RUNNER, "att", chained) for _ in range(4)))
+    assert sorted(r.appended for r in results) == [0, 0, 0, 5]
+    assert [r.to_json() for r in await app.read_journal(db, RUNNER, "att")] == chained

@@ -5,6 +5,7 @@ backends; through the gateway where a user sees it."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -199,3 +200,18 @@ async def test_heartbeat_through_the_gateway(api: Api) -> None:
         "wrong_state",
     )
     assert "taken over" in str(problem["detail"])
+
+
+async def test_concurrent_takeovers_of_a_lapsed_lease_bind_once(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    await _catalog(db)
+    cold = await _bind(db, {**WARM, "mode": "cold"}, H1)
+    await app.complete_review_session(db, REVIEWER, cold.session_id, H1)
+    held = await _bind(db, WARM, H2, review_id=cold.review_id)
+    await app.heartbeat_review_session(db, REVIEWER, held.session_id, held.lease_id, timedelta(0))
+    results = await asyncio.gather(
+        *(_bind(db, WARM, H2, review_id=cold.review_id) for _ in range(4)), return_exceptions=True
+    )
+    won = [r for r in results if isinstance(r, app.Binding)]
+    assert len(won) == 1 and won[0].session_id == cold.session_id
+    assert all(isinstance(r, DomainError) and r.code is Code.WRONG_STATE for r in results if r not in won)
