@@ -362,7 +362,11 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         self, request: budget_pb2.FinishReviewRequest, context: Context
     ) -> budget_pb2.SessionCounters:
         state = await app.finish_review(
-            self.db, Principal.from_proto(request.principal), request.session_id, request.succeeded
+            self.db,
+            Principal.from_proto(request.principal),
+            request.session_id,
+            request.succeeded,
+            request.receipt_id,
         )
         return counters_to_proto(request.session_id, state)
 

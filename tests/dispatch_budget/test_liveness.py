@@ -74,6 +74,13 @@ async def test_a_review_in_flight_past_timeout_minutes_ends_and_the_next_due_rev
     # Its admitted attempt settled no-verdict timed_out: no round spent.
     budget = await api.http.get("/v1/review-rounds/budget", params={"run_id": "s1-run"}, headers=agent)
     assert (budget.json()["used"], budget.json()["no_verdict"]) == (0, 1), budget.text
+    # The timed-out reviewer's late finish (naming its receipt) leaves the new review in flight.
+    late = await api.http.post(
+        "/v1/sessions/s1/review/finish",
+        json={"succeeded": True, "receipt_id": admitted.json()["receipt"]["receipt_id"]},
+        headers=agent,
+    )
+    assert late.status_code == 200 and late.json()["counters"]["in_flight"], late.text
 
 
 async def test_gate_configuration_is_per_project_and_admin_only(api: Api) -> None:

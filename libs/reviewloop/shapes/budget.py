@@ -400,6 +400,8 @@ class FinishIn(Shape):
     """``finish_review``: how the session's review ended."""
 
     succeeded: bool
+    # The admission receipt of the review that finished: a late finish of a timed-out review is a no-op.
+    receipt_id: str = Field(default="", max_length=40)
 
 
 class GateDecision(Shape):

@@ -184,13 +184,17 @@ async def set_review_enabled(
         return state
 
 
-async def finish_review(db: Database, principal: Principal, session_id: str, succeeded: bool) -> SessionState:
-    """The review ended: it is no longer in flight; a successful one resets the counters."""
+async def finish_review(
+    db: Database, principal: Principal, session_id: str, succeeded: bool, receipt_id: str = ""
+) -> SessionState:
+    """The review ended: it is no longer in flight; a successful one resets the counters. Naming its
+    receipt, a late finish of a review that already ended (timed out) leaves the current one alone."""
     check_session_id(session_id)
     async with db.transaction() as uow:
-        state = after_review(
-            await store.lock_agent_session(uow.conn, principal.project_id, session_id), succeeded
-        )
+        state = await store.lock_agent_session(uow.conn, principal.project_id, session_id)
+        if receipt_id and receipt_id != state.in_flight_receipt:
+            return state
+        state = after_review(state, succeeded)
         await store.save_agent_session(uow.conn, principal.project_id, session_id, state)
         return state
 

@@ -91,7 +91,10 @@ async def set_review_enabled(session_id: str, body: EnabledIn, principal: Caller
 async def finish_review(session_id: str, body: FinishIn, principal: Caller, backend: Backend) -> Json:
     reply = await backend.budget.FinishReview(
         budget_pb2.FinishReviewRequest(
-            principal=principal.to_proto(), session_id=session_id, succeeded=body.succeeded
+            principal=principal.to_proto(),
+            session_id=session_id,
+            succeeded=body.succeeded,
+            receipt_id=body.receipt_id,
         ),
         timeout=backend.timeout_s,
     )
