@@ -402,3 +402,38 @@ async def test_restart_and_archive_preserve_the_scope_and_its_grant(open_db: Ope
         assert (await _refused(_admit(restarted, "k6", "run_2"))).code is Code.QUOTA_EXCEEDED
     finally:
         await restarted.dispose()
+
+
+async def test_run_status_takes_an_admin_or_the_owning_service_and_settlements_their_owner(
+    open_db: OpenDb,
+) -> None:
+    db = await open_db(SPEC)
+    await _run(db)
+    service = Principal("org_1", "prj_1", ActorKind.SYSTEM, "orchestrator")
+    for status in (RunStatus.FAILED, RunStatus.ARCHIVED, RunStatus.PUBLISHED):
+        for who in (REVIEWER, AGENT):
+            error = await _refused(
+                app.record_run(
+                    db, who, run_id="run_1", repository="acme/api", pr_number=0, head_sha=HEAD, status=status
+                )
+            )
+            assert error.code is Code.FORBIDDEN_SCOPE
+    assert (await _run(db)).status is RunStatus.ACTIVE  # nothing was written
+    admitted = await _admit(db, "k1")
+    # The owning service is not the admission owner of a review agent's receipt.
+    for who in (service, AGENT, ADMIN, Principal("org_1", "prj_1", ActorKind.REVIEW_AGENT, "agt_other")):
+        error = await _refused(
+            app.settle_attempt(db, who, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="exited")
+        )
+        assert error.code is Code.FORBIDDEN_SCOPE
+    assert (await app.get_round_budget(db, REVIEWER, "run_1")).budget.used == 1
+    failed = await app.record_run(
+        db,
+        service,
+        run_id="run_1",
+        repository="acme/api",
+        pr_number=0,
+        head_sha=HEAD,
+        status=RunStatus.FAILED,
+    )
+    assert failed.status is RunStatus.FAILED
