@@ -10,19 +10,20 @@ from tests.conftest import Api
 from tests.e2e.test_bad_input import assert_problem
 
 HEAD = "c" * 40
-KINDS = ("agent", "human", "review_agent", "admin")
+KINDS = ("agent", "human", "review_agent", "service", "admin")
 READ = frozenset(KINDS)
-REVIEWER = frozenset({"review_agent"})
+REVIEWER = frozenset({"review_agent", "service"})
 ADMIN = frozenset({"admin"})
+RUN_OWNERS = frozenset({"admin", "service"})
 SELECTION = {"runner": "codex", "model": "gpt-5", "effort": "high", "mode": "cold"}
 
 # (method, path, json body, kinds allowed, the code the others get). {run}, {receipt}, {session} are
 # filled per project.
 ROUTES: list[tuple[str, str, Any, frozenset[str], str]] = [
     ("PUT", "/v1/review-rounds/runs/{run}", {"head_sha": HEAD}, REVIEWER | ADMIN, "forbidden_scope"),
-    ("PUT", "/v1/review-rounds/runs/{run}", {"status": "archived"}, ADMIN, "forbidden_scope"),
-    ("PUT", "/v1/review-rounds/runs/{run}", {"status": "published"}, ADMIN, "forbidden_scope"),
-    ("PUT", "/v1/review-rounds/runs/{run}", {"status": "failed"}, ADMIN, "forbidden_scope"),
+    ("PUT", "/v1/review-rounds/runs/{run}", {"status": "archived"}, RUN_OWNERS, "forbidden_scope"),
+    ("PUT", "/v1/review-rounds/runs/{run}", {"status": "published"}, RUN_OWNERS, "forbidden_scope"),
+    ("PUT", "/v1/review-rounds/runs/{run}", {"status": "failed"}, RUN_OWNERS, "forbidden_scope"),
     (
         "POST",
         "/v1/review-rounds/admissions",
@@ -34,7 +35,7 @@ ROUTES: list[tuple[str, str, Any, frozenset[str], str]] = [
         "POST",
         "/v1/review-rounds/admissions/{receipt}/settlement",
         {"no_verdict_reason": "timed_out"},
-        REVIEWER,
+        frozenset({"review_agent"}),  # the admission owner only; the walk's receipt is a review agent's
         "forbidden_scope",
     ),
     ("GET", "/v1/review-rounds/budget?run_id={run}", None, READ, ""),
@@ -93,7 +94,7 @@ ROUTES: list[tuple[str, str, Any, frozenset[str], str]] = [
         "forbidden_scope",
     ),
     ("GET", "/v1/review-rounds/ready-gate?run_id={run}", None, READ, ""),
-    ("PUT", "/v1/review-rounds/gate-config", {"timeout_minutes": 5}, ADMIN, "forbidden_scope"),
+    ("PUT", "/v1/review-rounds/gate-config", {"timeout_minutes": 5}, RUN_OWNERS, "forbidden_scope"),
     ("GET", "/v1/review-rounds/gate-config", None, READ, ""),
     ("POST", "/v1/sessions/s1/turns", {"status": "completed"}, READ, ""),
     ("POST", "/v1/sessions/s1/review", {}, READ, ""),
@@ -233,3 +234,52 @@ async def test_only_the_admission_owner_settles_its_receipt(api: Api) -> None:
     )
     assert settled.status_code == 200, settled.text
     assert settled.json()["review_round_budget"]["used"] == 0
+
+
+async def test_a_service_key_is_the_reviewer_plane_and_never_a_person(api: Api) -> None:
+    keys, _ = await _project(api)
+    service = keys["service"]
+    assert (
+        await api.http.put("/v1/review-rounds/runs/run_s", json={"head_sha": HEAD}, headers=service)
+    ).status_code == 200
+    admitted = await api.http.post(
+        "/v1/review-rounds/admissions",
+        json={"run_id": "run_s", "attempt_key": "s:1", "kind": "initial", "trigger": "operator_request"},
+        headers=service,
+    )
+    assert admitted.status_code == 201, admitted.text
+    receipt = admitted.json()["receipt"]["receipt_id"]
+    # The review agent did not admit it, so it cannot settle it; the service that did can.
+    assert_problem(
+        await api.http.post(
+            f"/v1/review-rounds/admissions/{receipt}/settlement",
+            json={"no_verdict_reason": "exited"},
+            headers=keys["review_agent"],
+        ),
+        403,
+        "forbidden_scope",
+    )
+    settled = await api.http.post(
+        f"/v1/review-rounds/admissions/{receipt}/settlement",
+        json={"verdict": "pass", "reviewed_head": HEAD},
+        headers=service,
+    )
+    assert settled.status_code == 200, settled.text
+    # An extension takes a person's authority: a service key cannot claim it, whatever it says.
+    assert_problem(
+        await api.http.post(
+            "/v1/runs/run_s/extend-review-budget",
+            json={
+                "head_sha": HEAD,
+                "limit": 6,
+                "expected_limit": 5,
+                "scope_brief": "x",
+                "approved_by": "lead",
+            },
+            headers={**service, "Idempotency-Key": "svc"},
+        ),
+        403,
+        "forbidden_actor",
+    )
+    failed = await api.http.put("/v1/review-rounds/runs/run_s", json={"status": "failed"}, headers=service)
+    assert failed.status_code == 200 and failed.json()["status"] == "failed"

@@ -1,6 +1,7 @@
 """Who may use the round budget (spec 003: "only the admission owner", "a service credential retains its
 service identity"). Admissions, settlements, lineage leases and attempt journals belong to the reviewer
-plane: review-agent keys and the owning service (a ``system`` principal, which no API key can carry).
+plane: review-agent keys and the owning service (a ``service`` key, or a ``system`` principal over
+gRPC); a service keeps its service identity and never claims to be a person (extensions stay admin).
 Run status belongs to admins and the owning service, extensions to admins. Composer (agent) and human keys
 read."""
 
@@ -9,8 +10,8 @@ from __future__ import annotations
 from reviewloop.errors import Code, DomainError
 from reviewloop.tenancy import ActorKind, Principal
 
-REVIEWER_PLANE = frozenset({ActorKind.REVIEW_AGENT, ActorKind.SYSTEM})
-RUN_OWNERS = frozenset({ActorKind.ADMIN, ActorKind.SYSTEM})
+REVIEWER_PLANE = frozenset({ActorKind.REVIEW_AGENT, ActorKind.SERVICE, ActorKind.SYSTEM})
+RUN_OWNERS = frozenset({ActorKind.ADMIN, ActorKind.SERVICE, ActorKind.SYSTEM})
 
 
 def principal_ref(principal: Principal) -> str:
@@ -42,5 +43,6 @@ def check_settler(principal: Principal, receipt_id: str, admitted_by: str | None
     if admitted_by and admitted_by != principal_ref(principal):
         raise DomainError(
             Code.FORBIDDEN_SCOPE,
-            f"Receipt {receipt_id} was admitted by another principal; only its admission owner settles it.",
+            f"Receipt {receipt_id} was admitted by another principal; only its admission owner settles "
+            f"it, not this {principal.actor_kind.value} key.",
         )

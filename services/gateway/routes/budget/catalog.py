@@ -24,9 +24,10 @@ from reviewloop.shapes import (
 )
 from reviewloop.tenancy import ActorKind, Principal
 
-from gateway.auth import ANY_PROJECT_KEY, require
+from gateway.auth import require
 from gateway.backends import Backends, backends
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
+from gateway.routes.budget import Caller
 from gateway.translate import Json
 from gateway.translate.budget import (
     as_review_config,
@@ -40,7 +41,6 @@ from gateway.translate.budget import (
 
 router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
-Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 AdminKey = Annotated[Principal, Depends(require(ActorKind.ADMIN))]
 
 

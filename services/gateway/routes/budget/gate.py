@@ -18,19 +18,16 @@ from reviewloop.shapes import (
     TurnIn,
     TurnResult,
 )
-from reviewloop.tenancy import Principal
 from starlette.responses import Response
 
-from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
 from gateway.responses import ShapedRoute, encoded
-from gateway.routes.budget import JSONL
+from gateway.routes.budget import JSONL, Caller
 from gateway.translate import Json
 from gateway.translate.budget import as_gate_decision, as_turn_result, digest
 
 router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
-Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 
 
 @router.post("/v1/sessions/{session_id}/turns", operation_id="record_turn", response_model=TurnResult)

@@ -10,17 +10,14 @@ from fastapi import APIRouter, Depends, Request
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.shapes import EvidenceStatus, JournalAppendResult, JournalIn
-from reviewloop.tenancy import Principal
 
-from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
 from gateway.responses import ShapedRoute
-from gateway.routes.budget import JSONL
+from gateway.routes.budget import JSONL, Caller
 from gateway.translate import Json
 
 router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
-Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 
 
 async def _journal_events(request: Request) -> list[str]:

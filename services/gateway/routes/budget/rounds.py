@@ -23,10 +23,11 @@ from reviewloop.shapes import (
 )
 from reviewloop.tenancy import ActorKind, Principal
 
-from gateway.auth import ANY_PROJECT_KEY, require
+from gateway.auth import require
 from gateway.backends import Backends, backends
 from gateway.headers import IdempotencyKey
 from gateway.responses import ShapedRoute
+from gateway.routes.budget import Caller
 from gateway.translate import Json
 from gateway.translate.budget import (
     as_admission_receipt,
@@ -40,7 +41,6 @@ from gateway.translate.budget import (
 
 router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
-Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 AdminKey = Annotated[Principal, Depends(require(ActorKind.ADMIN))]
 
 
