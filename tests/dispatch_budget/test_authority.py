@@ -94,7 +94,7 @@ ROUTES: list[tuple[str, str, Any, frozenset[str], str]] = [
         "forbidden_scope",
     ),
     ("GET", "/v1/review-rounds/ready-gate?run_id={run}", None, READ, ""),
-    ("PUT", "/v1/review-rounds/gate-config", {"timeout_minutes": 5}, RUN_OWNERS, "forbidden_scope"),
+    ("PUT", "/v1/review-rounds/gate-config", {"timeout_minutes": 5}, ADMIN, "forbidden_scope"),
     ("GET", "/v1/review-rounds/gate-config", None, READ, ""),
     ("POST", "/v1/sessions/s1/turns", {"status": "completed"}, READ, ""),
     ("POST", "/v1/sessions/s1/review", {}, READ, ""),

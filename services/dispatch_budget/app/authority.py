@@ -12,6 +12,7 @@ from reviewloop.tenancy import ActorKind, Principal
 
 REVIEWER_PLANE = frozenset({ActorKind.REVIEW_AGENT, ActorKind.SERVICE, ActorKind.SYSTEM})
 RUN_OWNERS = frozenset({ActorKind.ADMIN, ActorKind.SERVICE, ActorKind.SYSTEM})
+ADMINS = frozenset({ActorKind.ADMIN, ActorKind.SYSTEM})
 
 
 def principal_ref(principal: Principal) -> str:
@@ -33,6 +34,11 @@ def check_reviewer_plane(principal: Principal, what: str) -> None:
 def check_run_owner(principal: Principal, what: str) -> None:
     if principal.actor_kind not in RUN_OWNERS:
         raise _forbidden(principal, what, "an admin key or the owning service")
+
+
+def check_admin(principal: Principal, what: str) -> None:
+    if principal.actor_kind not in ADMINS:
+        raise _forbidden(principal, what, "an admin key")
 
 
 def check_settler(principal: Principal, receipt_id: str, admitted_by: str | None) -> None:

@@ -11,7 +11,7 @@ from reviewloop.tenancy import Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget import store
-from dispatch_budget.app.authority import check_run_owner
+from dispatch_budget.app.authority import check_admin
 from dispatch_budget.app.rounds import settle_timed_out
 from dispatch_budget.classifier import ClassifierGate, GateOutcome
 from dispatch_budget.domain.gate import (
@@ -216,7 +216,7 @@ async def set_gate_config(
 ) -> tuple[dict[str, Any], GateConfig]:
     """An admin's gate configuration for the project (enabled, gate kind, thresholds, cooldowns, the
     classifier endpoint); what it leaves unset keeps the environment's default. Replaces the last one."""
-    check_run_owner(principal, "Setting the review gate configuration")
+    check_admin(principal, "Setting the review gate configuration")
     checked = check_gate_overrides(overrides)
     async with db.transaction() as uow:
         await store.set_gate_overrides(uow.conn, principal.project_id, checked, utcnow())
