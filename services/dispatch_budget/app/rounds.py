@@ -262,7 +262,9 @@ async def settle_timed_out(conn: AsyncConnection, project: str, receipt_id: str)
     receipt = await store.admission(conn, project, receipt_id)
     if receipt is None or receipt.outcome is not None:
         return
-    await store.lock_scope(conn, project, receipt.scope_key, MAX_REVIEW_ROUNDS)
+    # No scope lock: the caller holds the session's row, which an admission naming the session takes
+    # after the scope's (a deadlock the other way round). The write is a compare-and-set on an
+    # unsettled receipt, and a round freed beside a concurrent admission only fails closed.
     timed_out = Settlement(Outcome.NO_VERDICT, NoVerdictReason.TIMED_OUT.value)
     await store.settle_admission(conn, receipt_id, None, timed_out, utcnow())
 
