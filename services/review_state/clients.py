@@ -67,6 +67,7 @@ class DiffResult:
     diff_unified: str
     diff_json: str
     fields_changed: list[str]
+    input_sha256: str = ""
 
 
 class Collaborators(Protocol):
@@ -75,16 +76,8 @@ class Collaborators(Protocol):
     async def validate_token(self, principal: Principal, token: str, category_id: str) -> TokenCheck: ...
     async def get_category(self, principal: Principal, category_id: str) -> CategoryInfo: ...
     async def get_dial(self, principal: Principal, category_id: str) -> Dial: ...
-    async def save_rule(
-        self,
-        principal: Principal,
-        *,
-        rule_text: str,
-        scope: str,
-        category_id: str,
-        source_review_id: str,
-        key: str,
-    ) -> str: ...
+    async def check_rule(self, principal: Principal, rule: rules_pb2.SaveRuleRequest) -> None: ...
+    async def stack_high_water(self, principal: Principal, category_id: str) -> int: ...
     async def compute_diff(
         self,
         principal: Principal,
@@ -172,31 +165,23 @@ class GrpcCollaborators:
             auto_send_cap_per_day=values.auto_send_cap_per_day,
         )
 
-    async def save_rule(
-        self,
-        principal: Principal,
-        *,
-        rule_text: str,
-        scope: str,
-        category_id: str,
-        source_review_id: str,
-        key: str,
-    ) -> str:
+    async def check_rule(self, principal: Principal, rule: rules_pb2.SaveRuleRequest) -> None:
+        """Every check the rules context makes of ``rule`` (a dry run: nothing is written)."""
+        request = rules_pb2.SaveRuleRequest()
+        request.CopyFrom(rule)
+        request.principal.CopyFrom(principal.to_proto())
+        request.dry_run = True
+        await _call("rules", "the new rule", self.rules.SaveRule, request)
+
+    async def stack_high_water(self, principal: Principal, category_id: str) -> int:
+        """The rule high-water of the stack a draft of ``category_id`` is composed under now."""
         reply = await _call(
             "rules",
-            "the new rule",
-            self.rules.SaveRule,
-            rules_pb2.SaveRuleRequest(
-                principal=principal.to_proto(),
-                rule_text=rule_text,
-                scope=scope,
-                category_id=category_id,
-                source_review_id=source_review_id,
-                rule_layer="project",
-                idempotency_key=key,
-            ),
+            "the rule stack",
+            self.rules.GetRules,
+            rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
         )
-        return str(reply.id)
+        return int(reply.rule_high_water)
 
     async def compute_diff(
         self,
@@ -218,9 +203,12 @@ class GrpcCollaborators:
                 to_revision=to_revision,
                 before=_fields(before),
                 after=_fields(after),
+                dry_run=True,  # stored through the outbox once the edit committed
             ),
         )
-        return DiffResult(reply.diff_unified, reply.diff_json, list(reply.fields_changed))
+        return DiffResult(
+            reply.diff_unified, reply.diff_json, list(reply.fields_changed), reply.input_sha256
+        )
 
     async def consume_auto_send(
         self, principal: Principal, category_id: str, review_id: str, cap_per_day: int

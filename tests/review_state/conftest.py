@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hashlib
+
 import orjson
 import pytest
+from google.protobuf.json_format import ParseError
 from review_state import app
 from review_state.__main__ import SPEC
 from review_state.app import Env, Settings
@@ -18,7 +21,9 @@ from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
 from review_state.providers import EmlProvider, OutcomeUnknown, Refused
 from reviewloop.errors import Code, DomainError
+from reviewloop.diff.v1.diff_pb2 import DiffCommitted
 from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
+from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, codec
 from reviewloop.storage.schema import OUTBOX
@@ -61,8 +66,9 @@ class FakePeers:
     on_admit: Callable[[], Awaitable[Any]] | None = None
     down: bool = False
     diff_down: bool = False
-    rules_saved: list[dict[str, Any]] = field(default_factory=list)
-    diffs: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    # the new rules decisions had checked (a dry run: the rule itself travels in the outbox)
+    rules_checked: list[SaveRuleRequest] = field(default_factory=list)
+    rule_refusal: DomainError | None = None
 
     def _check(self) -> None:
         if self.down:
@@ -80,10 +86,15 @@ class FakePeers:
         self._check()
         return self.dial
 
-    async def save_rule(self, principal: Principal, **fields: Any) -> str:
+    async def check_rule(self, principal: Principal, rule: SaveRuleRequest) -> None:
         self._check()
-        self.rules_saved.append(fields)
-        return f"rule_{len(self.rules_saved)}"
+        if self.rule_refusal is not None:
+            raise self.rule_refusal
+        self.rules_checked.append(rule)
+
+    async def stack_high_water(self, principal: Principal, category_id: str) -> int:
+        self._check()
+        return self.current_high_water
 
     async def compute_diff(
         self,
@@ -106,10 +117,8 @@ class FakePeers:
                 ],
             }
         ).decode()
-        key = (review_id, from_revision, to_revision)
-        if self.diffs.setdefault(key, diff_json) != diff_json:
-            raise DomainError(Code.CONFLICT, "different inputs for a stored diff")
-        return DiffResult("".join(f"--- {k}\n+++ {k}\n" for k in changed), diff_json, changed)
+        unified = "".join(f"--- {k}\n+++ {k}\n" for k in changed)
+        return DiffResult(unified, diff_json, changed, hashlib.sha256(diff_json.encode()).hexdigest())
 
     async def consume_auto_send(
         self, principal: Principal, category_id: str, review_id: str, cap: int
@@ -184,7 +193,12 @@ async def outbox(env: Env, destination: str = "nudge") -> list[dict[str, Any]]:
 def _as_read(destination: str, payload: str) -> dict[str, Any]:
     """A typed event as its consumer reads it: a nudge's reason is its payload's name."""
     if destination == "rules":
-        return codec.as_json_object(codec.decode(payload, ReviewOutcome))
+        try:
+            return codec.as_json_object(codec.decode(payload, ReviewOutcome))
+        except ParseError:
+            return {"rule_requested": codec.as_json_object(codec.decode(payload, SaveRuleRequest))}
+    if destination == "diff":
+        return codec.as_json_object(codec.decode(payload, DiffCommitted))
     nudge = codec.decode(payload, NudgeRequested)
     reason = nudge.WhichOneof("payload")
     assert reason is not None

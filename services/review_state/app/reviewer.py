@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 from reviewloop.errors import Code, DomainError, http_status, invalid
+from reviewloop.ids import new_id
+from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
@@ -20,7 +22,7 @@ from review_state.app.env import Env
 from review_state.clients import DiffResult
 from review_state.domain.decision import Decision, changed, decision_changes, diffable
 from review_state.domain.feedback import DecisionTurn, decision_of
-from review_state.domain.machine import Actor, State, Verb, allowed_actions
+from review_state.domain.machine import Actor, State, Verb
 from review_state.domain.review import Review
 
 log = logging.getLogger(__name__)
@@ -133,32 +135,33 @@ async def _settle_round(env: Env, principal: Principal, receipt: str, **outcome:
 async def _edit_diff(
     env: Env, principal: Principal, current: Review, decision: Decision
 ) -> tuple[dict[str, str], DiffResult]:
-    """The edit's new fields and its diff from the diff service (stored on the decision turn)."""
+    """The edit's new fields and its diff, computed (not stored) by the diff service: it is stored
+    through the outbox only if the edit wins the compare-and-set."""
     edited = decision.edited(current)
-    try:
-        diff = await env.peers.compute_diff(
-            principal,
-            current.id,
-            current.revision,
-            current.revision + 1,
-            diffable(current),
-            {**diffable(current), **edited},
-        )
-    except DomainError as error:
-        if error.code is not Code.CONFLICT:
-            raise
-        # Another edit of this revision already stored its diff: that edit won the draft.
-        async with env.db.engine.connect() as conn:
-            now = await _kernel.load(conn, principal, current.id)
-        raise DomainError(
-            Code.STALE,
-            "Another reviewer edited this revision first; re-read the review and decide on the current one.",
-            state=now.state,
-            revision=now.revision,
-            version=now.version,
-            allowed_actions=allowed_actions(now.state, _kernel.actor_of(principal, now)),
-        ) from None
+    diff = await env.peers.compute_diff(
+        principal,
+        current.id,
+        current.revision,
+        current.revision + 1,
+        diffable(current),
+        {**diffable(current), **edited},
+    )
     return edited, diff
+
+
+def _rule_request(principal: Principal, current: Review, new_rule: dict[str, str]) -> SaveRuleRequest:
+    """A decision's new rule as the rules context saves it: a general rule names no category; a
+    category rule defaults to the review's. Its id is minted here, so the decision turn names it."""
+    scope = new_rule.get("scope") or "general"
+    return SaveRuleRequest(
+        principal=principal.to_proto(),
+        rule_text=new_rule["rule_text"],
+        scope=scope,
+        category_id=new_rule.get("category_id") or (current.category_id if scope == "category" else ""),
+        source_review_id=current.id,
+        rule_layer="project",
+        rule_id=new_id("rule"),
+    )
 
 
 async def _apply_decision(
@@ -177,18 +180,12 @@ async def _apply_decision(
     diff: DiffResult | None = None
     if verb is Verb.EDIT and hold is None:
         edited, diff = await _edit_diff(env, principal, current, decision)
-    rule_ids: list[str] = []
+    rule: SaveRuleRequest | None = None
     if decision.new_rule and hold is None:
-        rule_ids.append(
-            await env.peers.save_rule(
-                principal,
-                rule_text=decision.new_rule["rule_text"],
-                scope=decision.new_rule.get("scope") or "general",
-                category_id=decision.new_rule.get("category_id") or current.category_id,
-                source_review_id=review_id,
-                key=f"{review_id}:{decision.revision}:{decision.version}:rule",
-            )
-        )
+        # Checked now (a bad rule is the decision's 400), saved by the rules context only once the
+        # decision commits: it travels in the decision's outbox, so a lost race leaves no rule.
+        rule = _rule_request(principal, current, decision.new_rule)
+        await env.peers.check_rule(principal, rule)
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         now = utcnow()
@@ -219,8 +216,12 @@ async def _apply_decision(
             changed=did_change,
             diff_json=orjson.loads(diff.diff_json) if diff is not None and diff.diff_json else None,
             diff_unified=diff.diff_unified if diff is not None else None,
-            rule_ids=rule_ids,
+            rule_ids=[rule.rule_id] if rule is not None else [],
         )
+        if diff is not None:
+            _events.publish_diff(uow, principal, before, diff)
+        if rule is not None:
+            _events.request_rule(uow, after, rule)
         _events.publish_outcome(uow, after, decision_of([DecisionTurn(decision.action, did_change)]))
         if after.state is State.APPROVED:
             path = "human_reviewed" if actor is Actor.HUMAN else "reviewer_approved"
