@@ -9,6 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import grpc
+from reviewloop.common.v1 import common_pb2
+from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
+
 from tests.conftest import Api, draft
 from tests.e2e.helpers import events_until
 
@@ -112,9 +116,98 @@ async def test_a_humans_new_rule_is_saved_with_its_source_review(api: Api) -> No
     assert decided.status_code == 200, decided.text
     feedback = (await api.http.get(f"/v1/reviews/{review['id']}/feedback", headers=agent)).json()
     assert len(feedback["new_rules"]) == 1 and feedback["new_rules"][0].startswith("rule_")
+    saved = await _rule_saved(api, agent, feedback["new_rules"][0])
+    assert saved["source_review_id"] == review["id"]
+
+
+async def _rule_saved(api: Api, headers: dict[str, str], rule_id: str, **query: str) -> dict[str, Any]:
+    """The rule ``rule_id`` once the rules context saved it (it travels in the decision's outbox)."""
+    deadline = time.monotonic() + 15
+    while True:
+        rules = (await api.http.get("/v1/rules", params=query, headers=headers)).json()["rules"]
+        saved = [r for r in rules if r["id"] == rule_id]
+        if saved:
+            return dict(saved[0])
+        assert time.monotonic() < deadline, f"rule {rule_id} was never saved"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_new_rule_on_a_categorized_review_is_saved_only_with_its_decision(api: Api) -> None:
+    project, agent, human = await _setup(api)
+    category = await api.http.post(
+        f"/v1/admin/projects/{project['project_id']}/categories",
+        json={"name": "Sales", "description": "outreach"},
+        headers=api.admin,
+    )
+    assert category.status_code in (200, 201), category.text
+    category_id = category.json()["id"]
+    review = await _opened(api, agent, human, category_id=category_id)
+    rule = {"rule_text": "Always propose a concrete time."}
+    chat = await api.http.post(f"/v1/reviews/{review['id']}/chat", json={"text": "a question"}, headers=agent)
+    assert chat.status_code in (200, 201), chat.text
+    decide = f"/v1/reviews/{review['id']}/decision"
+    stale = await api.http.post(
+        decide,
+        json={"action": "reject", "revision": 1, "version": review["version"], "new_rule": rule},
+        headers=human,
+    )
+    assert stale.status_code == 409 and stale.json()["code"] == "stale", stale.text
+    now = (await api.http.get(f"/v1/reviews/{review['id']}", headers=human)).json()
+    decided = await api.http.post(
+        decide,
+        json={"action": "reject", "revision": 1, "version": now["version"], "new_rule": rule},
+        headers=human,
+    )
+    assert decided.status_code == 200, decided.text  # a general rule on a categorized review; no duplicate
+    feedback = (await api.http.get(f"/v1/reviews/{review['id']}/feedback", headers=agent)).json()
+    [rule_id] = feedback["new_rules"]
+    saved = await _rule_saved(api, agent, rule_id)
+    assert (saved["scope"], saved.get("category_id") or "") == ("general", "")
     rules = (await api.http.get("/v1/rules", headers=agent)).json()["rules"]
-    saved = [r for r in rules if r["id"] == feedback["new_rules"][0]]
-    assert saved and saved[0]["source_review_id"] == review["id"]
+    assert [r["id"] for r in rules if r["rule_text"] == rule["rule_text"]] == [rule_id]  # the stale one left none
+
+
+async def test_concurrent_edits_of_one_revision_leave_only_the_winners_diff(api: Api) -> None:
+    project, agent, human = await _setup(api)
+    review = await _opened(api, agent, human)
+    texts = [f"Edit number {i}." for i in range(4)]
+    answers = await asyncio.gather(
+        *(
+            api.http.post(
+                f"/v1/reviews/{review['id']}/decision",
+                json={"action": "edit", "revision": 1, "version": review["version"], "body": text},
+                headers=human,
+            )
+            for text in texts
+        )
+    )
+    assert sorted(a.status_code for a in answers) == [200, 409, 409, 409], [a.text for a in answers]
+    winner = next(a.json() for a in answers if a.status_code == 200)
+    feedback = (await api.http.get(f"/v1/reviews/{review['id']}/feedback", headers=agent)).json()
+    deadline = time.monotonic() + 15
+    async with grpc.aio.insecure_channel(api.stack.address("diff")) as channel:
+        stub = diff_pb2_grpc.DiffServiceStub(channel)
+        while True:
+            try:
+                stored = await stub.GetDiff(
+                    diff_pb2.GetDiffRequest(
+                        principal=common_pb2.Principal(
+                            org_id=project["org_id"],
+                            project_id=project["project_id"],
+                            actor_kind=common_pb2.ACTOR_KIND_HUMAN,
+                            actor_id="key_test",
+                        ),
+                        review_id=review["id"],
+                        from_revision=1,
+                        to_revision=2,
+                    )
+                )
+                break
+            except grpc.aio.AioRpcError as error:
+                assert error.code() is grpc.StatusCode.NOT_FOUND and time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+    assert [t for t in texts if t in stored.diff_json] == [winner["body_text"]]
+    assert stored.diff_unified == feedback["diff_unified"]
 
 
 async def test_a_stale_composition_token_is_born_stale_with_no_mutation_and_a_rule_changed_nudge(
