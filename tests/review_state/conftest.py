@@ -55,6 +55,7 @@ class FakePeers:
     token_status: str = "valid"
     token_high_water: int = 5
     current_high_water: int = 5
+    stack_high_water_now: int = 0  # the stack's high-water a draft without a token is checked against
     category_state: str = "supervised"
     never_graduate: bool = False
     dial: Dial = field(default_factory=lambda: Dial(0.7, False, 0.0, 200))
@@ -94,7 +95,7 @@ class FakePeers:
 
     async def stack_high_water(self, principal: Principal, category_id: str) -> int:
         self._check()
-        return self.current_high_water
+        return self.stack_high_water_now
 
     async def compute_diff(
         self,

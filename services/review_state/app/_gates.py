@@ -59,6 +59,18 @@ def check_contacts(env: Env, facts: store.SendingFacts) -> None:
         )
 
 
+def born_stale(composed_under: int, current: int, why: str = "") -> DomainError:
+    """``409 born_stale``: the draft was composed under older rules (``guard`` adds its nudge)."""
+    said = f" (it {why})" if why else ""
+    return DomainError(
+        Code.BORN_STALE,
+        f"This draft was composed against rule high-water {composed_under}{said}, but the rules are at "
+        f"{current}. Nothing changed: call get_rules, re-apply the stack, and resubmit with its new "
+        "composition_token (or restamp_review if nothing needed to change).",
+        hints=(("retry_with", "get_rules"),),
+    )
+
+
 async def check_token(env: Env, principal: Principal, token: str, category_id: str) -> int:
     """The token's rule high-water, or the 4xx the spec names. STALE is ``409 born_stale`` (whose
     nudge ``guard`` adds); EXPIRED / INVALID tell the agent to fetch the stack again."""
@@ -66,13 +78,7 @@ async def check_token(env: Env, principal: Principal, token: str, category_id: s
     if check.status == "valid":
         return check.token_rule_high_water
     if check.status == "stale":
-        raise DomainError(
-            Code.BORN_STALE,
-            f"This draft was composed against rule high-water {check.token_rule_high_water}, but the rules "
-            f"are at {check.current_rule_high_water}. Nothing changed: call get_rules, re-apply the stack, "
-            "and resubmit with its new composition_token (or restamp_review if nothing needed to change).",
-            hints=(("retry_with", "get_rules"),),
-        )
+        raise born_stale(check.token_rule_high_water, check.current_rule_high_water)
     raise invalid(
         "/composition_token",
         f"the token is {check.status}; fetch the rules again with get_rules and retry with its "

@@ -64,9 +64,10 @@ async def submit(
     facts = await contacts_allow(env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
     policy, _ = resolve_policy(facts.policy)
     route = route_for(policy, draft.intent)
-    rule_high_water = 0
     if composition_token:
         rule_high_water = await check_token(env, principal, composition_token, category_id)
+    else:
+        rule_high_water = await _stack_high_water(env, principal, category_id)
     review_id = new_id("rr")
     hold: str | None = None
     if route is Route.AUTO_CANDIDATE:
@@ -116,6 +117,18 @@ async def submit(
     if not replayed and review.state is State.APPROVED:
         review = await deliver(env, review)
     return _status(review), review
+
+
+async def _stack_high_water(env: Env, principal: Principal, category_id: str) -> int:
+    """The high-water a draft without a token was composed under: the stack's now, which a later
+    redraft without a token is checked against (born_stale fails closed). A submit does not need the
+    rules context: when it cannot say, 0 (the oldest) makes that redraft prove itself with a token."""
+    try:
+        return await env.peers.stack_high_water(principal, category_id)
+    except DomainError as error:
+        if error.code not in (Code.UNAVAILABLE, Code.NOT_FOUND):
+            raise
+        return 0
 
 
 async def _parent(env: Env, principal: Principal, kind: str, parent_message_id: str) -> store.Message | None:
