@@ -243,6 +243,33 @@ async def test_a_stale_composition_token_is_born_stale_with_no_mutation_and_a_ru
     assert restamped.status_code == 200, restamped.text
 
 
+async def test_a_redraft_without_a_token_after_a_rule_change_is_born_stale(api: Api) -> None:
+    _, agent, _ = await _setup(api)
+    sent = await api.http.post("/v1/messages", json=draft(), headers=agent)  # no composition token
+    assert sent.status_code == 202, sent.text
+    review_id = sent.json()["review_id"]
+    redraft = f"/v1/reviews/{review_id}/revisions"
+    same = await api.http.post(redraft, json={"parent_revision": 1, "body_text": "v2"}, headers=agent)
+    assert same.status_code == 200, same.text  # the stack did not move: no token needed
+    saved = await api.http.post(
+        "/v1/rules", json={"rule_text": "Sign off with the first name only.", "scope": "general"}, headers=agent
+    )
+    assert saved.status_code in (200, 201), saved.text
+    refused = await api.http.post(redraft, json={"parent_revision": 2, "body_text": "v3"}, headers=agent)
+    assert refused.status_code == 409 and refused.json()["code"] == "born_stale", refused.text
+    review = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    assert (review["revision"], review["body_text"]) == (2, "v2")
+    events = await _until(
+        api, agent, lambda es: any(e["reason"] == "rule_changed" and e["payload"].get("born_stale") for e in es)
+    )
+    assert any(e["payload"].get("born_stale") for e in events if e["review_id"] == review_id)
+    fresh = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
+    passed = await api.http.post(
+        redraft, json={"parent_revision": 2, "body_text": "v3", "composition_token": fresh}, headers=agent
+    )
+    assert passed.status_code == 200 and passed.json()["revision"] == 3, passed.text
+
+
 async def test_a_general_rule_propagates_to_pending_drafts_a_few_at_a_time(api: Api) -> None:
     project, agent, _ = await _setup(api)
     ids = []
