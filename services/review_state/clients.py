@@ -92,7 +92,7 @@ class Collaborators(Protocol):
     ) -> bool: ...
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
-    ) -> str | None: ...
+    ) -> str: ...
     async def settle_reviewer_round(
         self, principal: Principal, receipt_id: str, verdict: str = "", no_verdict_reason: str = ""
     ) -> None: ...
@@ -228,8 +228,9 @@ class GrpcCollaborators:
 
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
-    ) -> str | None:
-        """Admit one review-agent round, or None when the review's round budget is spent.
+    ) -> str:
+        """Admit one review-agent round: its receipt. Raises dispatch_budget's ``quota_exceeded`` when
+        the round budget is spent or the no-verdict cap stopped automatic rounds (a ``no_verdict`` hint).
 
         A review is its own canonical run in dispatch_budget (there is no PR), recorded on its first
         round. The attempt key names the (revision, version) decided on, so a retried decision
@@ -246,22 +247,17 @@ class GrpcCollaborators:
         )
         what = "the review-agent round budget"
         try:
-            try:
-                reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
-            except DomainError as error:
-                if error.code is not Code.NOT_FOUND:
-                    raise
-                await _call(
-                    "dispatch_budget",
-                    what,
-                    self.budget.RecordRun,
-                    budget_pb2.RecordRunRequest(principal=principal.to_proto(), run_id=review_id),
-                )
-                reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
+            reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
         except DomainError as error:
-            if error.code is Code.QUOTA_EXCEEDED:
-                return None
-            raise
+            if error.code is not Code.NOT_FOUND:
+                raise
+            await _call(
+                "dispatch_budget",
+                what,
+                self.budget.RecordRun,
+                budget_pb2.RecordRunRequest(principal=principal.to_proto(), run_id=review_id),
+            )
+            reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
         return str(reply.receipt.receipt_id)
 
     async def settle_reviewer_round(

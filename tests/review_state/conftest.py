@@ -61,6 +61,7 @@ class FakePeers:
     dial: Dial = field(default_factory=lambda: Dial(0.7, False, 0.0, 200))
     cap_left: int = 1000
     round_limit: int = 5
+    no_verdict_limit: int = 3  # automatic rounds stop after this many ended without a verdict
     # attempt key -> [review id, receipt id, settlement]; settlement is "" until settled
     rounds: dict[str, list[str]] = field(default_factory=dict)
     # run while a round is being admitted: a concurrent writer a test wants to win the race
@@ -130,13 +131,19 @@ class FakePeers:
 
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
-    ) -> str | None:
+    ) -> str:
         self._check()
         if attempt_key in self.rounds:
             return self.rounds[attempt_key][1]
-        spent = [r for r in self.rounds.values() if r[0] == review_id and r[2] != "superseded"]
-        if len(spent) >= self.round_limit:
-            return None
+        mine = [r for r in self.rounds.values() if r[0] == review_id]
+        spent = [r for r in mine if r[2] != "superseded"]
+        if len(spent) >= self.round_limit:  # dispatch_budget's refusals, as check_admission words them
+            raise DomainError(Code.QUOTA_EXCEEDED, "round budget spent", hints=(("review_round_budget", "5/5"),))
+        no_verdict = len(mine) - len(spent)
+        if not first_round and no_verdict >= self.no_verdict_limit:
+            raise DomainError(
+                Code.QUOTA_EXCEEDED, "automatic launch stopped", hints=(("no_verdict", str(no_verdict)),)
+            )
         self.rounds[attempt_key] = [review_id, f"rcpt_{len(self.rounds) + 1}", ""]
         if self.on_admit is not None:
             await self.on_admit()

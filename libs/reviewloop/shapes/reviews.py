@@ -313,7 +313,9 @@ class ReviewerDecisionResult(Shape):
     thread_id: str | None = None
     review: ReviewerDecisionReview
     forced_by_breaker: str | None = Field(
-        default=None, description="max_hops_reached | review_deadline_passed"
+        default=None,
+        description="max_hops_reached | no_verdict_cap_reached | review_deadline_passed, or the circuit "
+        "breaker that held the release",
     )
 
 

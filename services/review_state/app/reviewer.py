@@ -27,6 +27,10 @@ from review_state.domain.review import Review
 
 log = logging.getLogger(__name__)
 
+# Why a review agent's round was not admitted (``forced_by_breaker``): the draft goes to a human.
+MAX_HOPS = "max_hops_reached"
+NO_VERDICT_CAP = "no_verdict_cap_reached"
+
 
 @dataclass(frozen=True)
 class ReviewerResult:
@@ -98,15 +102,18 @@ async def _decide(
     if actor is Actor.REVIEW_AGENT:
         # Every review-agent round is admitted by dispatch_budget before it acts; a spent budget is
         # the hop limit, and the draft goes to a human whatever the reviewer decided.
-        receipt = await env.peers.admit_reviewer_round(
-            principal,
-            review_id,
-            f"{review_id}:{decision.revision}:{decision.version}",
-            first_round=current.reviewer_hops == 0,
-        )
-        if receipt is None:
-            hold = "max_hops_reached"
-        elif verb in (Verb.APPROVE, Verb.EDIT):
+        try:
+            receipt = await env.peers.admit_reviewer_round(
+                principal,
+                review_id,
+                f"{review_id}:{decision.revision}:{decision.version}",
+                first_round=current.reviewer_hops == 0,
+            )
+        except DomainError as error:
+            if error.code is not Code.QUOTA_EXCEEDED:
+                raise
+            hold = _refused_round(error)
+        if receipt is not None and verb in (Verb.APPROVE, Verb.EDIT):
             hold = await reviewer_breaker(env, principal, current)
     try:
         review = await _apply_decision(
@@ -121,6 +128,14 @@ async def _decide(
     if receipt is not None:
         await _settle_round(env, principal, receipt, verdict="pass" if verb is Verb.APPROVE else "issues")
     return review, hold or ""
+
+
+def _refused_round(error: DomainError) -> str:
+    """Why dispatch_budget admitted no round: the no-verdict cap stopped automatic rounds (its refusal
+    carries the ``no_verdict`` count), or the round budget is spent."""
+    if any(name == "no_verdict" for name, _ in error.hints):
+        return NO_VERDICT_CAP
+    return MAX_HOPS
 
 
 async def _settle_round(env: Env, principal: Principal, receipt: str, **outcome: str) -> None:
