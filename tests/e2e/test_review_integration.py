@@ -58,16 +58,24 @@ async def _auto_send_project(api: Api) -> tuple[dict[str, Any], dict[str, str], 
     )
     assert category.status_code in (200, 201), category.text
     category_id = category.json()["id"]
+    dial = await api.http.put(
+        f"/v1/admin/projects/{pid}/risk-dial",
+        json={
+            "account": {
+                "min_confidence": 0.6,
+                "first_contact_gate": False,
+                "canary_rate": 0.0,
+                "graduate_min_approvals": 0,  # a maturity gate met from the start
+                "graduate_min_age_hours": 0,
+            }
+        },
+        headers=api.admin,
+    )
+    assert dial.status_code == 200, dial.text
     graduated = await api.http.post(
         f"/v1/admin/categories/{category_id}/graduate", json={"to_state": "auto_notify"}, headers=api.admin
     )
     assert graduated.status_code == 200, graduated.text
-    dial = await api.http.put(
-        f"/v1/admin/projects/{pid}/risk-dial",
-        json={"account": {"min_confidence": 0.6, "first_contact_gate": False, "canary_rate": 0.0}},
-        headers=api.admin,
-    )
-    assert dial.status_code == 200, dial.text
     policy = await api.http.put(
         f"/v1/admin/projects/{pid}/review-policy", json={"policy": "auto_send_graduated"}, headers=api.admin
     )

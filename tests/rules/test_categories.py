@@ -110,7 +110,13 @@ async def test_agents_create_categories_and_twins_are_refused(open_db: OpenDb) -
     )
 
 
-async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(open_db: OpenDb) -> None:
+async def _open_gate(env: app.Env, t: Tenant, cat: str) -> None:
+    """A maturity gate met from the start (no approvals, no age), for tests about something else."""
+    gate = {"graduate_min_approvals": 0, "graduate_min_age_hours": 0}
+    await app.set_risk_dial(env, t.admin, account=None, categories=[(cat, gate)])
+
+
+async def test_only_a_human_graduates_and_every_rung_needs_the_maturity_gate(open_db: OpenDb) -> None:
     env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
     cat = await _new_category(env, t)
     await app.set_risk_dial(
@@ -119,8 +125,15 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
         account=None,
         categories=[(cat, {"graduate_min_approvals": 3, "graduate_min_age_hours": 0})],
     )
+    # The spec's canonical status: supervised -> auto_notify with the gate unmet cannot graduate.
     status = await app.graduation_status(env, t.agent, cat)
-    assert (status.state.value, status.next_state, status.can_graduate) == ("supervised", "auto_notify", True)
+    assert (status.state.value, status.next_state, status.maturity_gate_met, status.can_graduate) == (
+        "supervised",
+        "auto_notify",
+        False,
+        False,
+    )
+    assert await _code(app.graduate(env, t.admin, cat, "auto_notify")) is Code.MATURITY_GATE_UNMET
 
     proposal = await app.propose_graduation(env, t.agent, cat, "", "18 clean approvals in a row")
     assert proposal.to_state == "auto_notify"
@@ -133,18 +146,20 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
         "auto_notify",
         "18 clean approvals in a row",
     )
-    assert waiting.status.can_graduate
+    assert not waiting.status.can_graduate
     assert await _code(app.list_graduation_proposals(env, t.agent)) is Code.FORBIDDEN_ACTOR
     assert await _code(app.graduate(env, t.agent, cat, "auto_notify")) is Code.FORBIDDEN_ACTOR
     assert (
         await _code(app.graduate(env, t.admin, cat, "auto_silent")) is Code.BAD_REQUEST
     )  # one rung at a time
 
+    await ingest(env, [outcome(t, cat, "clean_approval") for _ in range(3)])
+    assert (await app.graduation_status(env, t.agent, cat)).can_graduate
     graduated = await app.graduate(env, t.admin, cat, "auto_notify")
     assert graduated.row.state.value == "auto_notify"
     assert await app.list_graduation_proposals(env, t.admin) == []  # acted on: out of the queue
     assert await _code(app.graduate(env, t.admin, cat, "auto_silent")) is Code.MATURITY_GATE_UNMET
-    gate = await app.graduation_status(env, t.agent, cat)
+    gate = await app.graduation_status(env, t.agent, cat)  # the counters restart in the new rung
     assert (gate.approvals_met, gate.age_met, gate.maturity_gate_met, gate.can_graduate) == (
         False,
         True,
@@ -169,6 +184,7 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
 async def test_never_graduate_locks_the_category(open_db: OpenDb) -> None:
     env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
     cat = await _new_category(env, t, never_graduate=True)
+    await _open_gate(env, t, cat)
     status = await app.graduation_status(env, t.agent, cat)
     assert status.never_graduate and not status.can_graduate
     assert await _code(app.propose_graduation(env, t.agent, cat, "", "")) is Code.GRADUATION_LOCKED
@@ -181,6 +197,7 @@ async def test_drift_demotes_a_rung_and_duplicate_outcome_events_count_once(open
     env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
     cat = await _new_category(env, t)
     await app.set_risk_dial(env, t.admin, account={"drift_demote_after": 2}, categories=[])
+    await _open_gate(env, t, cat)
     await app.graduate(env, t.admin, cat, "auto_notify")
 
     drift = outcome(t, cat, "drift")
