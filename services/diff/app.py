@@ -19,8 +19,8 @@ from reviewloop.diff.v1.diff_pb2 import DiffCommitted
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.storage import Database, UnitOfWork, utcnow
 from reviewloop.storage.inbox import Subscription
-from reviewloop.tenancy import Principal
 from reviewloop.telemetry import tracer
+from reviewloop.tenancy import Principal
 
 from diff import store
 from diff.domain.fields import MAX_FIELD_BYTES, MessageFields, input_sha256, oversize

@@ -206,9 +206,7 @@ class GrpcCollaborators:
                 dry_run=True,  # stored through the outbox once the edit committed
             ),
         )
-        return DiffResult(
-            reply.diff_unified, reply.diff_json, list(reply.fields_changed), reply.input_sha256
-        )
+        return DiffResult(reply.diff_unified, reply.diff_json, list(reply.fields_changed), reply.input_sha256)
 
     async def consume_auto_send(
         self, principal: Principal, category_id: str, review_id: str, cap_per_day: int

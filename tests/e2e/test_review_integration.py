@@ -172,7 +172,9 @@ async def test_a_new_rule_on_a_categorized_review_is_saved_only_with_its_decisio
     saved = await _rule_saved(api, agent, rule_id)
     assert (saved["scope"], saved.get("category_id") or "") == ("general", "")
     rules = (await api.http.get("/v1/rules", headers=agent)).json()["rules"]
-    assert [r["id"] for r in rules if r["rule_text"] == rule["rule_text"]] == [rule_id]  # the stale one left none
+    assert [r["id"] for r in rules if r["rule_text"] == rule["rule_text"]] == [
+        rule_id
+    ]  # the stale one left none
 
 
 async def test_concurrent_edits_of_one_revision_leave_only_the_winners_diff(api: Api) -> None:
@@ -260,7 +262,9 @@ async def test_a_redraft_without_a_token_after_a_rule_change_is_born_stale(api: 
     same = await api.http.post(redraft, json={"parent_revision": 1, "body_text": "v2"}, headers=agent)
     assert same.status_code == 200, same.text  # the stack did not move: no token needed
     saved = await api.http.post(
-        "/v1/rules", json={"rule_text": "Sign off with the first name only.", "scope": "general"}, headers=agent
+        "/v1/rules",
+        json={"rule_text": "Sign off with the first name only.", "scope": "general"},
+        headers=agent,
     )
     assert saved.status_code in (200, 201), saved.text
     refused = await api.http.post(redraft, json={"parent_revision": 2, "body_text": "v3"}, headers=agent)
@@ -268,7 +272,9 @@ async def test_a_redraft_without_a_token_after_a_rule_change_is_born_stale(api: 
     review = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
     assert (review["revision"], review["body_text"]) == (2, "v2")
     events = await _until(
-        api, agent, lambda es: any(e["reason"] == "rule_changed" and e["payload"].get("born_stale") for e in es)
+        api,
+        agent,
+        lambda es: any(e["reason"] == "rule_changed" and e["payload"].get("born_stale") for e in es),
     )
     assert any(e["payload"].get("born_stale") for e in events if e["review_id"] == review_id)
     fresh = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]

@@ -3,12 +3,11 @@ in-memory stand-in (the real ones are exercised end to end in tests/e2e), and th
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import hashlib
 
 import orjson
 import pytest
@@ -20,8 +19,8 @@ from review_state.clients import CategoryInfo, DiffResult, TokenCheck
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
 from review_state.providers import EmlProvider, OutcomeUnknown, Refused
-from reviewloop.errors import Code, DomainError
 from reviewloop.diff.v1.diff_pb2 import DiffCommitted
+from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
 from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.service import ServiceSpec
@@ -138,7 +137,9 @@ class FakePeers:
         mine = [r for r in self.rounds.values() if r[0] == review_id]
         spent = [r for r in mine if r[2] != "superseded"]
         if len(spent) >= self.round_limit:  # dispatch_budget's refusals, as check_admission words them
-            raise DomainError(Code.QUOTA_EXCEEDED, "round budget spent", hints=(("review_round_budget", "5/5"),))
+            raise DomainError(
+                Code.QUOTA_EXCEEDED, "round budget spent", hints=(("review_round_budget", "5/5"),)
+            )
         no_verdict = len(mine) - len(spent)
         if not first_round and no_verdict >= self.no_verdict_limit:
             raise DomainError(

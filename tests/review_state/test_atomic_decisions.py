@@ -65,7 +65,9 @@ async def _relay_diffs(env: Env, diff_db: Database) -> None:
             await conn.execute(select(OUTBOX).where(OUTBOX.c.destination == "diff").order_by(OUTBOX.c.id))
         ).all()
     events = [
-        common_pb2.Event(event_id=r.event_id, aggregate_id=r.aggregate_id, type=r.type, payload=r.payload.encode())
+        common_pb2.Event(
+            event_id=r.event_id, aggregate_id=r.aggregate_id, type=r.type, payload=r.payload.encode()
+        )
         for r in rows
     ]
     await ingest_each(diff_db, [*events, *events], diff_app.SUBSCRIPTIONS)
@@ -88,7 +90,9 @@ async def test_an_edit_that_loses_the_race_leaves_no_diff_and_the_next_edit_goes
     # The review agent's edit is admitted, then a human opens the draft before the edit's CAS.
     peers(env).on_admit = lambda: app.open_review(env, HUMAN, review.id, 1, 1)
     with pytest.raises(DomainError) as lost:
-        await app.reviewer_decide(env, REVIEWER, review.id, Decision("edit", 1, 1, body="The reviewer's text."))
+        await app.reviewer_decide(
+            env, REVIEWER, review.id, Decision("edit", 1, 1, body="The reviewer's text.")
+        )
     assert lost.value.code is Code.STALE
     assert await outbox(env, "diff") == []  # the loser queued no diff
     # The human edits the same revision with other text: not refused by the loser's diff.
@@ -126,7 +130,9 @@ async def test_concurrent_edits_of_one_revision_store_only_the_winners_diff(
 async def test_a_new_rule_on_a_categorized_review_is_general_and_goes_out_only_with_its_decision(
     env: Env,
 ) -> None:
-    _, review = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="")
+    _, review = await app.submit(
+        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key=""
+    )
     opened = await app.open_review(env, HUMAN, review.id, 1, 1)
     rule = {"rule_text": "Always propose a concrete time."}
     await app.post_chat(env, AGENT, review.id, "a question")  # moves the version: the decision is stale

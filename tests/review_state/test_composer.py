@@ -114,7 +114,9 @@ async def test_born_stale_fails_closed_a_redraft_without_a_token_after_the_stack
     assert (await app.get_review(env, AGENT, review.id))[0].body_text == "v2"  # no mutation
     assert await reasons(env, review.id) == ["rule_changed"]  # re-nudged, exactly like a stale token
     fake.token_high_water = 7  # a fresh token passes and records its high-water
-    fresh = await app.submit_revision(env, AGENT, review.id, 2, Revision(body_text="v3"), composition_token="t")
+    fresh = await app.submit_revision(
+        env, AGENT, review.id, 2, Revision(body_text="v3"), composition_token="t"
+    )
     assert (fresh.revision, fresh.rule_high_water) == (3, 7)
     fake.stack_high_water_now = 8
     with pytest.raises(DomainError):

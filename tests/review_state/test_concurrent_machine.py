@@ -43,7 +43,9 @@ async def _do(env: Env, actor: str, verb: str, with_rule: bool, seen: Review, n:
     rev, ver = seen.revision, seen.version
     if actor == "composer":
         if verb == "submit_revision":
-            return verb, await app.submit_revision(env, AGENT, seen.id, rev, Revision(body_text=f"redraft {n}"))
+            return verb, await app.submit_revision(
+                env, AGENT, seen.id, rev, Revision(body_text=f"redraft {n}")
+            )
         if verb == "restamp_review":
             return verb, await app.restamp(env, AGENT, seen.id, rev)
         if verb == "cancel_review":

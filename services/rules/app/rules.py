@@ -222,7 +222,9 @@ async def _write(uow: UnitOfWork, principal: Principal, body: RuleInput, draft: 
     )
     if head is None and rule.category_id:
         await check_category(conn, principal, rule.category_id)
-    duplicate = _duplicate_of(rule, await store.revisions_on_ladder(conn, principal.org_id, principal.project_id))
+    duplicate = _duplicate_of(
+        rule, await store.revisions_on_ladder(conn, principal.org_id, principal.project_id)
+    )
     if duplicate is not None:
         raise DomainError(
             Code.CONFLICT,
