@@ -13,7 +13,7 @@ from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
 from reviewloop.errors import Code, DomainError
 
-from tests.review_state.conftest import ADMIN, AGENT, DRAFT, outbox, peers
+from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, outbox, peers
 
 NO_INTENT = Draft(**{**DRAFT.__dict__, "intent": None})
 
@@ -116,6 +116,25 @@ async def test_auto_send_gates(
             "needs_review",
             expected,
         )
+
+
+@pytest.mark.parametrize(("category_state", "notified"), [("auto_notify", True), ("auto_silent", False)])
+async def test_an_auto_send_in_an_auto_notify_category_notifies_the_humans(
+    env: Env, category_state: str, notified: bool
+) -> None:
+    await app.set_policy(env, ADMIN, "auto_send_graduated")
+    fake = peers(env)
+    fake.category_state = category_state
+    _, sent = await _submit(env, category_id="cat_1", confidence=0.9)
+    fake.category_state = "supervised"
+    _, held = await _submit(env, category_id="cat_1", confidence=0.9)
+    assert (sent.state.value, held.state.value) == ("auto_sent", "needs_review")
+    queue, _ = await app.list_reviews(
+        env, HUMAN, states=[], agent_id="", category_id="", cursor="", limit=0, humans_notified=True
+    )
+    assert [r.id for r in queue] == ([sent.id] if notified else [])
+    _, turns = await app.get_review(env, HUMAN, sent.id)
+    assert [t.turn_type for t in turns if t.actor_kind == "system"] == (["humans_notified"] if notified else [])
 
 
 async def test_the_daily_cap_holds_the_send_and_never_drops_it(env: Env) -> None:

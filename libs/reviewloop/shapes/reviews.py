@@ -211,7 +211,8 @@ class ReviewTurn(Shape):
     id: str
     seq: int
     turn_type: str = Field(
-        description="agent_question | human_comment | decision | revision | restamp | opened | breaker"
+        description="agent_question | human_comment | decision | revision | restamp | opened | breaker | "
+        "humans_notified"
     )
     actor_kind: ActorKindName
     body: str

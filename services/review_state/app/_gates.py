@@ -93,11 +93,11 @@ async def auto_send_gate(
     category_id: str,
     confidence: float | None,
     first_contact: bool,
-) -> str | None:
+) -> tuple[str | None, str]:
     """``auto_send_graduated``: the hold reason, or None when the category is graduated, every gate
-    passes and the daily cap had room (spent atomically by dispatch_budget)."""
+    passes and the daily cap had room (spent atomically by dispatch_budget); and the category's rung."""
     if not category_id:
-        return "no_category"
+        return "no_category", ""
     category = await env.peers.get_category(principal, category_id)
     graduated = category.state in GRADUATED and not category.never_graduate
     dial = await env.peers.get_dial(principal, category_id) if graduated else None
@@ -118,7 +118,7 @@ async def auto_send_gate(
         )
     ):
         hold = "daily_cap"
-    return hold
+    return hold, category.state
 
 
 async def reviewer_breaker(env: Env, principal: Principal, review: Review) -> str | None:

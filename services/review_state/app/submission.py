@@ -15,11 +15,13 @@ from review_state.app._gates import auto_send_gate, check_token, contacts_allow
 from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
 from review_state.domain.machine import State
-from review_state.domain.review import Review
+from review_state.domain.review import Review, Turn
 from review_state.domain.submission import (
+    HUMANS_NOTIFIED,
     Draft,
     Route,
     materialize,
+    notifies_humans,
     resolve_policy,
     route_for,
     validate_draft,
@@ -70,8 +72,11 @@ async def submit(
         rule_high_water = await _stack_high_water(env, principal, category_id)
     review_id = new_id("rr")
     hold: str | None = None
+    rung = ""
     if route is Route.AUTO_CANDIDATE:
-        hold = await auto_send_gate(env, principal, review_id, category_id, confidence, facts.first_contact)
+        hold, rung = await auto_send_gate(
+            env, principal, review_id, category_id, confidence, facts.first_contact
+        )
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         now = utcnow()
@@ -108,6 +113,8 @@ async def submit(
             gate_outcome=(f"held:{hold}" if hold else "") if route is Route.AUTO_CANDIDATE else None,
         )
         await store.add_review(uow.conn, review)
+        if released and route is Route.AUTO_CANDIDATE and notifies_humans(rung):
+            await _notify_humans(uow, review)
         if released:
             path = "agent_direct" if route is Route.DIRECT else "graduated_auto"
             review = await start_delivery(uow, review, path, now)
@@ -117,6 +124,25 @@ async def submit(
     if not replayed and review.state is State.APPROVED:
         review = await deliver(env, review)
     return _status(review), review
+
+
+async def _notify_humans(uow: UnitOfWork, review: Review) -> None:
+    """An auto-send in an ``auto_notify`` category tells the project's humans: a turn on the review,
+    in the unit that releases it, which the console lists (``list_reviews(humans_notified=True)``)."""
+    await store.add_turn(
+        uow.conn,
+        Turn(
+            id=new_id("turn"),
+            review_id=review.id,
+            seq=0,
+            turn_type=HUMANS_NOTIFIED,
+            actor_kind="system",
+            actor_id="review_state",
+            body=f"Auto-sent without review: category {review.category_id} is auto_notify.",
+            revision=review.revision,
+            created_at=review.created_at,
+        ),
+    )
 
 
 async def _stack_high_water(env: Env, principal: Principal, category_id: str) -> int:

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
 from review_state.domain.review import Review, Turn
-from review_state.domain.submission import Attachment
+from review_state.domain.submission import HUMANS_NOTIFIED, Attachment
 from review_state.store.tables import reviews, turns
 
 _COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
@@ -89,9 +89,13 @@ async def list_reviews(
     category_id: str,
     before_id: str,
     limit: int,
+    humans_notified: bool = False,
 ) -> list[Review]:
     """Newest first; ``before_id`` is the keyset cursor (ids sort by creation time)."""
     query = select(reviews).where(reviews.c.project_id == project_id)
+    if humans_notified:
+        notified = select(turns.c.id).where(turns.c.review_id == reviews.c.id, turns.c.turn_type == HUMANS_NOTIFIED)
+        query = query.where(notified.exists())
     if states:
         query = query.where(reviews.c.state.in_(states))
     if agent_id:
