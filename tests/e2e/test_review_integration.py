@@ -304,7 +304,7 @@ async def test_a_general_rule_propagates_to_pending_drafts_a_few_at_a_time(api: 
 
 
 async def test_a_graduated_category_auto_sends_when_every_gate_passes(api: Api) -> None:
-    _, agent, category_id = await _auto_send_project(api)
+    project, agent, category_id = await _auto_send_project(api)
     sent = await api.http.post(
         "/v1/messages", json=draft(category_id=category_id, confidence=0.9), headers=agent
     )
@@ -315,6 +315,11 @@ async def test_a_graduated_category_auto_sends_when_every_gate_passes(api: Api) 
         "/v1/messages", json=draft(category_id=category_id, confidence=0.2), headers=agent
     )
     assert held.json()["state"] == "needs_review" and held.json()["gate_outcome"] == "held:low_confidence"
+    # auto_notify: the project's humans are told (the console's queue of mail sent without review).
+    human = api.auth((await api.key(project["project_id"], "human"))["api_key"])
+    queue = await api.http.get("/v1/reviews", params={"humans_notified": "true"}, headers=human)
+    assert queue.status_code == 200, queue.text
+    assert [r["id"] for r in queue.json()["reviews"]] == [sent.json()["review_id"]]
 
 
 async def test_a_review_agent_releases_or_is_overridden_by_a_breaker(api: Api) -> None:
