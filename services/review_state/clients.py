@@ -87,9 +87,6 @@ class Collaborators(Protocol):
         before: dict[str, Any],
         after: dict[str, Any],
     ) -> DiffResult: ...
-    async def consume_auto_send(
-        self, principal: Principal, category_id: str, review_id: str, cap_per_day: int
-    ) -> bool: ...
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
     ) -> str: ...
@@ -207,22 +204,6 @@ class GrpcCollaborators:
             ),
         )
         return DiffResult(reply.diff_unified, reply.diff_json, list(reply.fields_changed), reply.input_sha256)
-
-    async def consume_auto_send(
-        self, principal: Principal, category_id: str, review_id: str, cap_per_day: int
-    ) -> bool:
-        reply = await _call(
-            "dispatch_budget",
-            "the daily auto-send cap",
-            self.budget.ConsumeAutoSend,
-            budget_pb2.ConsumeAutoSendRequest(
-                principal=principal.to_proto(),
-                category_id=category_id,
-                review_id=review_id,
-                cap_per_day=cap_per_day,
-            ),
-        )
-        return bool(reply.allowed)
 
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool

@@ -58,7 +58,6 @@ class FakePeers:
     category_state: str = "supervised"
     never_graduate: bool = False
     dial: Dial = field(default_factory=lambda: Dial(0.7, False, 0.0, 200))
-    cap_left: int = 1000
     round_limit: int = 5
     no_verdict_limit: int = 3  # automatic rounds stop after this many ended without a verdict
     # attempt key -> [review id, receipt id, settlement]; settlement is "" until settled
@@ -120,13 +119,6 @@ class FakePeers:
         ).decode()
         unified = "".join(f"--- {k}\n+++ {k}\n" for k in changed)
         return DiffResult(unified, diff_json, changed, hashlib.sha256(diff_json.encode()).hexdigest())
-
-    async def consume_auto_send(
-        self, principal: Principal, category_id: str, review_id: str, cap: int
-    ) -> bool:
-        self._check()
-        self.cap_left -= 1
-        return self.cap_left >= 0
 
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool

@@ -117,7 +117,7 @@ async def test_concurrent_human_reviewer_and_composer_verbs_on_one_review(
     env: Env, batches: list[tuple[list[tuple[str, str, bool]], str]]
 ) -> None:
     fake = peers(env)
-    fake.cap_left, fake.round_limit = 10**6, 10**6
+    fake.round_limit = 10**6
     _, review = await app.submit(
         env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
     )

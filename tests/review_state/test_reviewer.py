@@ -49,7 +49,7 @@ async def test_a_breaker_returns_the_draft_to_the_human_queue_and_names_itself(
     env: Env, dial: Dial, confidence: float, cap: int, breaker: str
 ) -> None:
     fake = peers(env)
-    fake.dial, fake.cap_left = dial, cap
+    fake.dial = Dial(dial.min_confidence, dial.first_contact_gate, dial.canary_rate, cap)
     _, review = await app.submit(
         env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=confidence
     )

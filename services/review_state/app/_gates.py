@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from reviewloop.errors import Code, DomainError, invalid
-from reviewloop.storage import utcnow
+from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -93,11 +93,12 @@ async def auto_send_gate(
     category_id: str,
     confidence: float | None,
     first_contact: bool,
-) -> tuple[str | None, str]:
-    """``auto_send_graduated``: the hold reason, or None when the category is graduated, every gate
-    passes and the daily cap had room (spent atomically by dispatch_budget); and the category's rung."""
+) -> tuple[str | None, str, int]:
+    """``auto_send_graduated``: the hold reason, or None when the category is graduated and every
+    gate passes; the category's rung; and its daily auto-send cap, which ``spend_cap`` spends in the
+    unit that writes the release."""
     if not category_id:
-        return "no_category", ""
+        return "no_category", "", 0
     category = await env.peers.get_category(principal, category_id)
     graduated = category.state in GRADUATED and not category.never_graduate
     dial = await env.peers.get_dial(principal, category_id) if graduated else None
@@ -110,32 +111,26 @@ async def auto_send_gate(
         first_contact=first_contact,
         review_id=review_id,
     )
-    if (
-        hold is None
-        and dial is not None
-        and not await env.peers.consume_auto_send(
-            principal, category_id, review_id, dial.auto_send_cap_per_day
-        )
-    ):
-        hold = "daily_cap"
-    return hold, category.state
+    return hold, category.state, dial.auto_send_cap_per_day if dial is not None else 0
 
 
-async def reviewer_breaker(env: Env, principal: Principal, review: Review) -> str | None:
-    """The circuit breakers of the review-agent plane, by name, or None when the release may go out."""
+async def reviewer_breaker(env: Env, principal: Principal, review: Review) -> tuple[str | None, int]:
+    """The circuit breakers of the review-agent plane, by name, or None when the release may go out;
+    and the category's daily auto-send cap (spent by ``spend_cap`` in the decision's unit)."""
     dial = await env.peers.get_dial(principal, review.category_id)
     async with env.db.engine.connect() as conn:
         facts = await sending_facts(conn, review.project_id, review.recipients)
     tripped = breaker(
         dial=dial, confidence=review.confidence, first_contact=facts.first_contact, review_id=review.id
     )
-    # The daily cap is per category (dispatch_budget keys it so); an uncategorized draft has none.
-    if (
-        tripped is None
-        and review.category_id
-        and not await env.peers.consume_auto_send(
-            principal, review.category_id, review.id, dial.auto_send_cap_per_day
-        )
-    ):
-        tripped = "daily_cap"
-    return tripped
+    return tripped, dial.auto_send_cap_per_day
+
+
+async def spend_cap(uow: UnitOfWork, project_id: str, category_id: str, cap: int) -> bool:
+    """Spend one unit of the category's daily auto-send cap in ``uow``, the unit that writes the
+    release; False when the cap is spent (the release is held as ``daily_cap``). The cap is per
+    category: an uncategorized release has none."""
+    if not category_id:
+        return True
+    day_start = utcnow().replace(hour=0, minute=0, second=0, microsecond=0)
+    return await store.auto_send_room(uow.conn, project_id, category_id, day_start, cap)

@@ -16,7 +16,7 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from review_state.app import _events, _kernel
 from review_state.app._events import Facts
-from review_state.app._gates import reviewer_breaker
+from review_state.app._gates import reviewer_breaker, spend_cap
 from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
 from review_state.clients import DiffResult
@@ -95,10 +95,11 @@ async def _decide(
     fields = {"verb": f"decide:{actor}", "review_id": review_id, **decision.__dict__}
     replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
     if replay is not None:
-        return replay[0], ""
+        return replay  # the review as it now is, and the breaker that held the first call
     current = await _kernel.precheck(env.db, principal, review_id, verb, decision.revision, decision.version)
     hold: str | None = None
     receipt: str | None = None
+    cap: int | None = None  # the daily auto-send cap a review agent's release spends in its unit
     if actor is Actor.REVIEW_AGENT:
         # Every review-agent round is admitted by dispatch_budget before it acts; a spent budget is
         # the hop limit, and the draft goes to a human whatever the reviewer decided.
@@ -114,10 +115,10 @@ async def _decide(
                 raise
             hold = _refused_round(error)
         if receipt is not None and verb in (Verb.APPROVE, Verb.EDIT):
-            hold = await reviewer_breaker(env, principal, current)
+            hold, cap = await reviewer_breaker(env, principal, current)
     try:
-        review = await _apply_decision(
-            env, principal, current, decision, verb, actor, hold, fields, idempotency_key
+        review, held_by = await _apply_decision(
+            env, principal, current, decision, verb, actor, hold, fields, idempotency_key, cap
         )
     except DomainError as error:
         if receipt is not None and http_status(error.code) == 409:
@@ -127,7 +128,7 @@ async def _decide(
         raise
     if receipt is not None:
         await _settle_round(env, principal, receipt, verdict="pass" if verb is Verb.APPROVE else "issues")
-    return review, hold or ""
+    return review, held_by
 
 
 def _refused_round(error: DomainError) -> str:
@@ -189,7 +190,10 @@ async def _apply_decision(
     hold: str | None,
     fields: dict[str, Any],
     idempotency_key: str,
-) -> Review:
+    cap: int | None = None,
+) -> tuple[Review, str]:
+    """The decision's unit of work: the review as it now is, and the breaker that held a review
+    agent's release ("" for none)."""
     review_id = current.id
     edited: dict[str, str] | None = None
     diff: DiffResult | None = None
@@ -207,6 +211,9 @@ async def _apply_decision(
         if hold is not None:
             return await _hold(uow, principal, review_id, decision, hold)
         before = await _kernel.load(uow.conn, principal, review_id)
+        if cap is not None and not await spend_cap(uow, before.project_id, before.category_id, cap):
+            # The daily cap is spent in this unit: a release that does not commit spends nothing.
+            return await _hold(uow, principal, review_id, decision, "daily_cap")
         edge = await _kernel.move(
             uow,
             before,
@@ -243,10 +250,10 @@ async def _apply_decision(
             after = await start_delivery(uow, after, path, now)
         return after, ""
 
-    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    review, held_by, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
     if not replayed and review.state is State.APPROVED:
         review = await deliver(env, review)
-    return review
+    return review, held_by
 
 
 async def _hold(

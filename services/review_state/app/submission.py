@@ -11,7 +11,7 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
 from review_state.app import _kernel
-from review_state.app._gates import auto_send_gate, check_token, contacts_allow
+from review_state.app._gates import auto_send_gate, check_token, contacts_allow, spend_cap
 from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
 from review_state.domain.machine import State
@@ -72,15 +72,22 @@ async def submit(
         rule_high_water = await _stack_high_water(env, principal, category_id)
     review_id = new_id("rr")
     hold: str | None = None
-    rung = ""
+    rung, cap = "", 0
     if route is Route.AUTO_CANDIDATE:
-        hold, rung = await auto_send_gate(
+        hold, rung, cap = await auto_send_gate(
             env, principal, review_id, category_id, confidence, facts.first_contact
         )
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         now = utcnow()
-        released = route is Route.DIRECT or (route is Route.AUTO_CANDIDATE and hold is None)
+        held = hold
+        if (
+            route is Route.AUTO_CANDIDATE
+            and held is None
+            and not await spend_cap(uow, principal.project_id, category_id, cap)
+        ):
+            held = "daily_cap"  # spent in this unit: a twin or a failed insert spends nothing
+        released = route is Route.DIRECT or (route is Route.AUTO_CANDIDATE and held is None)
         review = Review(
             id=review_id,
             org_id=principal.org_id,
@@ -110,7 +117,7 @@ async def submit(
             in_reply_to=threading.in_reply_to,
             references_hdr=threading.references,
             thread_ref=threading.thread_ref,
-            gate_outcome=(f"held:{hold}" if hold else "") if route is Route.AUTO_CANDIDATE else None,
+            gate_outcome=(f"held:{held}" if held else "") if route is Route.AUTO_CANDIDATE else None,
         )
         await store.add_review(uow.conn, review)
         if released and route is Route.AUTO_CANDIDATE and notifies_humans(rung):
