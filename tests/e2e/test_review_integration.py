@@ -1,5 +1,5 @@
 """review_state with the contexts it calls: diff (edits), rules (composition tokens, saved rules, rule
-and category events, the risk dial) and dispatch_budget (the daily auto-send cap). These need those
+and category events, the risk dial) and dispatch_budget (review-agent round budgets). These need those
 services built; until then review_state answers 503 unavailable and writes nothing."""
 
 from __future__ import annotations
@@ -320,6 +320,31 @@ async def test_a_graduated_category_auto_sends_when_every_gate_passes(api: Api) 
     queue = await api.http.get("/v1/reviews", params={"humans_notified": "true"}, headers=human)
     assert queue.status_code == 200, queue.text
     assert [r["id"] for r in queue.json()["reviews"]] == [sent.json()["review_id"]]
+
+
+async def test_the_daily_auto_send_cap_is_spent_only_by_a_committed_release(api: Api) -> None:
+    project, agent, category_id = await _auto_send_project(api)
+    capped = await api.http.put(
+        f"/v1/admin/projects/{project['project_id']}/risk-dial",
+        json={"account": {"auto_send_cap_per_day": 2}},
+        headers=api.admin,
+    )
+    assert capped.status_code == 200, capped.text
+    body = draft(category_id=category_id, confidence=0.9)
+    twins = await asyncio.gather(
+        *(
+            api.http.post("/v1/messages", json=body, headers={**agent, "Idempotency-Key": "once"})
+            for _ in range(3)
+        )
+    )
+    answered = [t.json()["review_id"] for t in twins if t.status_code == 202]
+    # A twin still running at the gateway may be told so (409); every answer names the one review.
+    assert answered and set(answered) == {answered[0]}, [t.text for t in twins]
+    assert all(t.status_code in (202, 409) for t in twins), [t.text for t in twins]
+    second = await api.http.post("/v1/messages", json=body, headers=agent)
+    assert second.json()["state"] == "auto_sent", second.text  # the twins spent one unit of two
+    third = await api.http.post("/v1/messages", json=body, headers=agent)
+    assert (third.json()["state"], third.json()["gate_outcome"]) == ("needs_review", "held:daily_cap")
 
 
 async def test_a_review_agent_releases_or_is_overridden_by_a_breaker(api: Api) -> None:
