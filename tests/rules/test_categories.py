@@ -11,6 +11,7 @@ from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
 from reviewloop.rules.v1.events_pb2 import CategoryChanged
+from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, codec
 from reviewloop.storage.inbox import ingest_each
@@ -270,3 +271,45 @@ async def test_risk_dial_overrides_inherit_the_account_defaults(open_db: OpenDb)
     )
     # Another project's dial is its own.
     assert (await app.get_risk_dial(env, t.sibling_project())).account["first_contact_gate"] is True
+
+
+def _requested(t: Tenant, rule_id: str, text: str, event_id: str, **fields: str) -> common_pb2.Event:
+    request = SaveRuleRequest(
+        principal=t.human.to_proto(),
+        rule_text=text,
+        rule_layer="project",
+        source_review_id=new_id("rr"),
+        rule_id=rule_id,
+        scope=fields.get("scope", "general"),
+        category_id=fields.get("category_id", ""),
+    )
+    return common_pb2.Event(event_id=event_id, type="rule_requested", payload=codec.encode(request).encode())
+
+
+async def test_a_decisions_rule_is_checked_by_a_dry_run_and_saved_once_from_the_outbox(
+    open_db: OpenDb,
+) -> None:
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
+    cat = await _new_category(env, t)
+    text = "Always propose a concrete time."
+    # The dry run checks what a save checks and writes nothing.
+    dry = app.RuleInput(rule_text=text, scope="general", category_id=cat, dry_run=True)
+    assert await _code(app.save_rule(env, t.human, dry)) is Code.BAD_REQUEST  # a general rule has no category
+    assert (
+        await app.save_rule(env, t.human, app.RuleInput(rule_text=text, scope="general", dry_run=True))
+        is None
+    )
+    assert (await app.get_rules(env, t.agent)).rules == []
+    # The committed decision's rule arrives once, under the id its decision turn names.
+    rule_id = new_id("rule")
+    event = _requested(t, rule_id, text, "evt_r1")
+    assert await ingest(env, [event, event]) == (1, 1)
+    assert [v.rule.id for v in (await app.get_rules(env, t.agent)).rules] == [rule_id]
+    # The same text again (saved since the dry run) keeps the one lineage and holds nothing back.
+    assert await ingest(env, [_requested(t, new_id("rule"), text, "evt_r2")]) == (1, 0)
+    category_rule = _requested(
+        t, new_id("rule"), "Name the start date.", "evt_r3", scope="category", category_id=cat
+    )
+    assert await ingest(env, [category_rule]) == (1, 0)
+    ids = {v.rule.id for v in (await app.get_rules(env, t.agent, category_id=cat)).rules}
+    assert rule_id in ids and len(ids) == 2
