@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import problems, store
+from gateway import operations, problems, store
 from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
@@ -240,6 +240,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     problems.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(operations.router)
     mcp = McpGateway(app, settings.mcp_allowed_hosts)
     app.state.mcp = mcp
     # An ASGI endpoint (not a Mount), so "/mcp" itself answers without a redirect to "/mcp/".
@@ -272,6 +273,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.openapi = lambda: contract_openapi(app)  # type: ignore[method-assign]
     app.add_middleware(IdempotentMutations, api=app)
     app.add_middleware(ContractHeaders, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(operations.Observed)
     return app
 
 

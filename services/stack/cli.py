@@ -82,8 +82,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_traces(args: argparse.Namespace) -> int:
-    from reviewloop.tracetree import print_trace
+    from reviewloop.tracetree import otlp_notice, print_trace
 
+    if notice := otlp_notice(os.environ):
+        print(notice)
+        return 2
     return print_trace(data_dir() / "traces.jsonl", args.id)
 
 
@@ -103,7 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.set_defaults(func=cmd_serve)
     up = sub.add_parser("up", help="start every service and the gateway, migrated and SERVING")
     up.set_defaults(func=cmd_up)
-    traces = sub.add_parser("traces", help="print a trace tree by trace id or review id")
+    traces = sub.add_parser(
+        "traces", help="print a review's life (or one trace) as a timeline of request trees"
+    )
     traces.add_argument("id")
     traces.set_defaults(func=cmd_traces)
     migration = sub.add_parser("migration", help="autogenerate a migration for a service's store")
