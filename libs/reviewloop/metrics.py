@@ -88,15 +88,19 @@ def _gauge_callback(name: str) -> Callable[[CallbackOptions], Iterable[Observati
 for _name, (_unit, _description) in GAUGES.items():
     _meter.create_observable_gauge(_name, [_gauge_callback(_name)], unit=_unit, description=_description)
 
+# Seconds, from a fast read (a few ms) to a long-poll's ceiling (60 s).
+LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 rpc_duration = _meter.create_histogram(
     "reviewloop.rpc.server.duration",
     unit="s",
     description="gRPC calls served, by method, status and problem code (rate, errors and latency).",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
 )
 http_duration = _meter.create_histogram(
     "reviewloop.http.server.duration",
     unit="s",
     description="Gateway requests served, by method, route, status and problem code.",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
 )
 transitions = _meter.create_counter(
     "reviewloop.review.transitions",
@@ -104,7 +108,10 @@ transitions = _meter.create_counter(
     description="Review state changes, by from/to state.",
 )
 scrape_duration = _meter.create_histogram(
-    "reviewloop.metrics.scrape.duration", unit="s", description="Time the store probes of a scrape took."
+    "reviewloop.metrics.scrape.duration",
+    unit="s",
+    description="Time the store probes of a scrape took.",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
 )
 
 
