@@ -27,8 +27,9 @@ def _config(versions_dir: Path, metadata: MetaData) -> Config:
 
 
 def migration_lock_key(versions_dir: Path) -> int:
-    """The PostgreSQL advisory-lock key of one store's migrations: a signed 64-bit number derived from
-    the service's migrations directory name, the same in every replica and every release.
+    """The PostgreSQL advisory-lock key of one store's migrations.
+
+    A signed 64-bit number from the service's directory name: the same in every replica and release.
     """
     digest = hashlib.sha256(f"reviewloop.migrate:{versions_dir.parent.name}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
