@@ -336,6 +336,11 @@ def contract_openapi(app: FastAPI) -> dict[str, Any]:
                 operation[IDEMPOTENCY_EXTENSION] = "service" if passed_on else "gateway"
                 if not passed_on:
                     parameters.append(_GATEWAY_IDEMPOTENCY_PARAMETER)
+                for parameter in parameters:
+                    # A route's `= ""` means "no key": the header is absent, never an empty value, which
+                    # its own pattern refuses (a generated client would send it and get a 422).
+                    if parameter["in"] == "header" and parameter["name"] == IDEMPOTENCY_HEADER:
+                        parameter.get("schema", {}).pop("default", None)
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             responses.update(_PROBLEM_RESPONSES)
