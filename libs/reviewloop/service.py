@@ -33,7 +33,7 @@ from sqlalchemy import MetaData, text
 
 from reviewloop import metrics, telemetry
 from reviewloop.common.v1 import common_pb2
-from reviewloop.config import ServiceConfig
+from reviewloop.config import ConfigError, ServiceConfig
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import DomainError, invalid
 from reviewloop.rpc_errors import grpc_code, to_status
@@ -462,7 +462,7 @@ def main(spec: ServiceSpec[Any]) -> None:
 
     try:
         _run_loop(run())
-    except PortTakenError as exc:
+    except (PortTakenError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     finally:
