@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from reviewloop.trust import Trust
 
 
 class ConfigError(RuntimeError):
@@ -72,6 +74,8 @@ class ServiceConfig:
     outbox_retention_s: float = 7 * 24 * 3600
     # Where /metrics, /livez and /readyz answer (host:port); None serves no such endpoint.
     metrics_listen: str | None = None
+    # How calls to and from this service authenticate (none on the loopback default).
+    trust: Trust = field(default_factory=Trust)
 
     @classmethod
     def from_env(
@@ -88,4 +92,5 @@ class ServiceConfig:
             relay_poll_s=float(env.get("REVIEWLOOP_RELAY_POLL_S", "0.5")),
             outbox_retention_s=float(env.get("REVIEWLOOP_OUTBOX_RETENTION_S", 7 * 24 * 3600)),
             metrics_listen=env.get(metrics_variable(service)) or None,
+            trust=Trust.from_env(service, env),
         )

@@ -41,6 +41,7 @@ from reviewloop.storage import Database, make_engine
 from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.migrations import migrate
 from reviewloop.storage.outbox import Relay, ingest_method, outbox_probe
+from reviewloop.trust import ServiceAuthInterceptor, Trust
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,14 @@ CHANNEL_OPTIONS = (
 
 
 class Peers:
-    """One long-lived, traced channel per peer service, created on first use."""
+    """One long-lived, traced channel per peer service, created on first use.
 
-    def __init__(self, addresses: Mapping[str, str]) -> None:
+    Each presents ``trust``'s credentials (a signed service token, a client certificate) when configured.
+    """
+
+    def __init__(self, addresses: Mapping[str, str], trust: Trust | None = None) -> None:
         self._addresses = addresses
+        self._trust = trust or Trust()
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def channel(self, service: str) -> grpc.aio.Channel:
@@ -72,7 +77,7 @@ class Peers:
         if service not in self._addresses:
             raise KeyError(f"{service} is not a declared peer of this service (ServiceSpec.peers)")
         if service not in self._channels:
-            self._channels[service] = grpc.aio.insecure_channel(
+            self._channels[service] = self._trust.channel(
                 self._addresses[service],
                 options=CHANNEL_OPTIONS,
                 interceptors=aio_client_interceptors(),  # type: ignore[no-untyped-call]  # otel ships it untyped
@@ -388,11 +393,12 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     engine = make_engine(config.db_url)
     SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine)
     db = Database(engine)
-    peers = Peers(config.peers)
+    peers = Peers(config.peers, config.trust)
     server = grpc.aio.server(
         interceptors=[
             aio_server_interceptor(filter_=filters.negate(filters.service_name(HEALTH_SERVICE))),  # type: ignore[no-untyped-call]
             BoundaryInterceptor(),
+            ServiceAuthInterceptor(config.trust),
         ],
         options=[
             ("grpc.so_reuseport", 0),
@@ -411,13 +417,20 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     for name in ("", *names):
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     try:
-        port = server.add_insecure_port(config.listen)
+        port = config.trust.add_port(server, config.listen)
     except RuntimeError as exc:
         port = 0
         log.debug("bind failed: %s", exc)
     if port == 0:
         await engine.dispose()
         raise PortTakenError(f"{spec.name}: cannot listen on {config.listen} (is the port taken?)")
+    if config.trust.key is None and not config.trust.mtls and not _loopback(config.listen):
+        log.warning(
+            "%s listens on %s with no service authentication: any process that reaches the port can act "
+            "as any tenant. Set REVIEWLOOP_SERVICE_AUTH_KEY or REVIEWLOOP_TLS_* (docs/operations.md).",
+            spec.name,
+            config.listen,
+        )
     await server.start()
     await migrate(engine, spec.migrations_dir, spec.metadata)
     relay = None
@@ -441,6 +454,11 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("%s serving on port %d (contract %s)", spec.name, port, CONTRACT_VERSION)
     return running
+
+
+def _loopback(listen: str) -> bool:
+    host = listen.rpartition(":")[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
 
 
 def main(spec: ServiceSpec[Any]) -> None:

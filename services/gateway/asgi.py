@@ -20,6 +20,7 @@ from reviewloop.service import Peers
 from reviewloop.shapes import ContractManifest, Health, component_schemas
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.migrations import migrate
+from reviewloop.trust import Trust
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -208,7 +209,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(make_engine(settings.db_url))
         await migrate(db.engine, MIGRATIONS, metadata)
-        peers = Peers(settings.peers)
+        peers = Peers(settings.peers, Trust.from_env("gateway"))
         app.state.db = db
         app.state.backends = Backends(peers, settings.backend_timeout_s)
         try:

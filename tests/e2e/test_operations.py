@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import grpc
 import httpx
+import pytest
+from reviewloop.common.v1 import common_pb2
+from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from stack.launcher import Stack
 from stack.topology import SERVICES
 
-from tests.conftest import Api, draft
+from tests.conftest import Api, Databases, _pg_server, draft, start_stack
 from tests.e2e.helpers import events_until
 
 
@@ -90,3 +95,35 @@ async def test_liveness_and_readiness(api: Api, stack: Stack) -> None:
             base = f"http://{stack.env[f'REVIEWLOOP_{name.upper()}_METRICS_ADDR']}"
             assert (await client.get(f"{base}/livez")).status_code == 200, name
             assert (await client.get(f"{base}/readyz")).status_code == 200, name
+
+
+async def test_a_stack_with_a_service_key_works_end_to_end_and_refuses_an_anonymous_caller(
+    databases: Databases, backend: str, tmp_path: Path
+) -> None:
+    """Gateway calls, peer calls and outbox deliveries all carry the signed token; a process that only
+    reaches review_state's port cannot act as a tenant."""
+    if backend == "postgres":
+        _pg_server()
+    stack = await start_stack(databases, backend, tmp_path, {"REVIEWLOOP_SERVICE_AUTH_KEY": "s" * 48})
+    api = Api(stack)
+    try:
+        agent = await api.agent()
+        submitted = await api.http.post("/v1/messages", json=draft(), headers=agent)
+        assert submitted.status_code == 202, submitted.text
+        review_id = submitted.json()["review_id"]
+        cancel = await api.http.post(
+            f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent
+        )
+        assert cancel.status_code == 200, cancel.text
+        assert await events_until(api, agent, 1), "the relay's signed delivery reached nudge"
+        async with grpc.aio.insecure_channel(stack.address("review_state")) as anonymous:
+            stub = review_pb2_grpc.ReviewStateServiceStub(anonymous)  # type: ignore[attr-defined]
+            principal = common_pb2.Principal(
+                org_id="org_1", project_id="prj_1", actor_kind=common_pb2.ACTOR_KIND_ADMIN, actor_id="x"
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.GetReview(review_pb2.GetReviewRequest(principal=principal, review_id=review_id))
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        await api.http.aclose()
+        stack.stop_all()
