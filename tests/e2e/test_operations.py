@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -127,3 +129,32 @@ async def test_a_stack_with_a_service_key_works_end_to_end_and_refuses_an_anonym
     finally:
         await api.http.aclose()
         stack.stop_all()
+
+
+async def test_logs_are_json_lines_with_trace_and_review_ids_and_an_access_log(
+    api: Api, stack: Stack
+) -> None:
+    agent = await api.agent()
+    review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+    read = await api.http.get(f"/v1/reviews/{review_id}", headers=agent)
+    assert read.status_code == 200
+
+    def access_lines() -> list[dict[str, Any]]:
+        lines = [
+            json.loads(line)
+            for line in stack.log_path("gateway").read_text().splitlines()
+            if line.startswith("{")
+        ]
+        return [
+            line
+            for line in lines
+            if line["logger"] == "reviewloop.access" and line.get("review_id") == review_id
+        ]
+
+    lines = access_lines()
+    assert {(line["method"], line["route"], line["status"]) for line in lines} >= {
+        ("POST", "/v1/messages", 202),
+        ("GET", "/v1/reviews/{review_id}", 200),
+    }, lines
+    assert all(len(line["trace_id"]) == 32 and len(line["span_id"]) == 16 for line in lines)
+    assert all(isinstance(line["duration_ms"], float) for line in lines)
