@@ -53,7 +53,7 @@ GAUGES: Mapping[str, tuple[str, str]] = {
         "Reviewer-round admissions by outcome (unsettled, counted, no_verdict).",
     ),
     "reviewloop.budget.launch_refusals": ("{refusal}", "Automatic launches the no-verdict cap refused."),
-    "reviewloop.budget.gate_decisions": ("{decision}", "Review-run gate decisions recorded."),
+    "reviewloop.budget.gate_decisions": ("{decision}", "Review-run gate decisions recorded, by source."),
 }
 
 Point = tuple[float, Mapping[str, str]]

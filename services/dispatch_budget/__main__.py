@@ -13,7 +13,7 @@ from dispatch_budget.store import metadata, tables
 
 
 def probes(env: Env) -> Sequence[Probe]:
-    """Admissions by outcome (unsettled until settled), launch refusals and gate decisions recorded."""
+    """Admissions by outcome (unsettled until settled), launch refusals, gate decisions by source."""
 
     async def budget() -> Mapping[str, Sequence[Point]]:
         async with env.db.engine.connect() as conn:
@@ -25,13 +25,14 @@ def probes(env: Env) -> Sequence[Probe]:
             refusals = (
                 await conn.execute(select(func.count()).select_from(tables.launch_refusals))
             ).scalar_one()
-            decisions = (
-                await conn.execute(select(func.count()).select_from(tables.gate_decisions))
-            ).scalar_one()
+            source = tables.gate_decisions.c.record["source"].as_string()
+            decisions = (await conn.execute(select(source, func.count()).group_by(source))).all()
         return {
             "reviewloop.budget.admissions": [(float(n), {"outcome": o or "unsettled"}) for o, n in outcomes],
             "reviewloop.budget.launch_refusals": [(float(refusals), {})],
-            "reviewloop.budget.gate_decisions": [(float(decisions), {})],
+            "reviewloop.budget.gate_decisions": [
+                (float(n), {"source": src or "unknown"}) for src, n in decisions
+            ],
         }
 
     return [budget]
