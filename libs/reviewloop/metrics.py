@@ -37,6 +37,10 @@ GAUGES: Mapping[str, tuple[str, str]] = {
     "reviewloop.outbox.backlog": ("{event}", "Undelivered outbox rows, per destination."),
     "reviewloop.outbox.oldest_age": ("s", "Age of the oldest undelivered outbox row, per destination."),
     "reviewloop.outbox.retrying": ("{event}", "Undelivered outbox rows a receiver refused at least once."),
+    "reviewloop.outbox.dead_letters": (
+        "{event}",
+        "Events a receiver refused for good, set aside, per destination.",
+    ),
     "reviewloop.nudge.backlog": ("{nudge}", "Un-acked nudges, per project."),
     "reviewloop.nudge.oldest_unacked_age": ("s", "Age of the oldest un-acked nudge, per project."),
     "reviewloop.delivery.attempts": (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from reviewloop.ids import new_id
@@ -40,6 +40,7 @@ api_keys = Table(
 )
 
 # Mutations the gateway itself makes idempotent: (scope = caller + operation, key) -> the first answer.
+# While the mutation runs, ``status`` is PENDING and ``created_at`` is when its claim was last renewed.
 idempotency_keys = Table(
     "idempotency_keys",
     metadata,
@@ -88,9 +89,14 @@ async def get_project(conn: AsyncConnection, project_id: str) -> Project | None:
 
 
 async def org_exists(conn: AsyncConnection, org_id: str) -> bool:
+    return await a_project_of(conn, org_id) is not None
+
+
+async def a_project_of(conn: AsyncConnection, org_id: str) -> str | None:
+    """Some project of ``org_id`` (None when the org has none, so does not exist)."""
     return (
-        await conn.execute(select(projects.c.org_id).where(projects.c.org_id == org_id).limit(1))
-    ).first() is not None
+        await conn.execute(select(projects.c.project_id).where(projects.c.org_id == org_id).limit(1))
+    ).scalar()
 
 
 async def issue_key(
@@ -167,8 +173,13 @@ async def remembered(conn: AsyncConnection, scope: str, key: str) -> Remembered 
     return Remembered(row.request_sha256, row.status, row.response.encode()) if row else None
 
 
-async def claim(conn: AsyncConnection, scope: str, key: str, request_sha256: str) -> bool:
-    """Reserve ``(scope, key)`` for a mutation about to run; False when another request holds it."""
+async def claim(conn: AsyncConnection, scope: str, key: str, request_sha256: str, lease: timedelta) -> bool:
+    """Reserve ``(scope, key)`` for a mutation about to run; False when another request holds it.
+
+    A claim not renewed for ``lease`` was left by a gateway that died mid-request: the same request
+    takes it over (one retry wins the compare-and-set), so a key is never ``still running`` forever.
+    """
+    now = utcnow()
     result = await conn.execute(
         insert_ignore(conn, idempotency_keys).values(
             scope=scope,
@@ -176,10 +187,31 @@ async def claim(conn: AsyncConnection, scope: str, key: str, request_sha256: str
             request_sha256=request_sha256,
             status=PENDING,
             response="",
-            created_at=utcnow(),
+            created_at=now,
         )
     )
-    return bool(result.rowcount)
+    if result.rowcount:
+        return True
+    taken_over = await conn.execute(
+        update(idempotency_keys)
+        .where(
+            _scope_key(scope, key),
+            idempotency_keys.c.status == PENDING,
+            idempotency_keys.c.request_sha256 == request_sha256,
+            idempotency_keys.c.created_at < now - lease,
+        )
+        .values(created_at=now)
+    )
+    return bool(taken_over.rowcount)
+
+
+async def renew(conn: AsyncConnection, scope: str, key: str) -> None:
+    """Keep a running mutation's claim from expiring."""
+    await conn.execute(
+        update(idempotency_keys)
+        .where(_scope_key(scope, key), idempotency_keys.c.status == PENDING)
+        .values(created_at=utcnow())
+    )
 
 
 async def remember(conn: AsyncConnection, scope: str, key: str, status: int, response: bytes) -> None:

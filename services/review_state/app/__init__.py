@@ -9,7 +9,14 @@ on ``_kernel`` (load, check, CAS, Idempotency-Key, refusals), ``_gates`` and ``_
 """
 
 from review_state.app.composer import cancel, post_chat, restamp, submit_revision
-from review_state.app.console import add_block, add_suppression, get_policy, record_inbound, set_policy
+from review_state.app.console import (
+    add_block,
+    add_suppression,
+    get_policy,
+    record_inbound,
+    set_account_policy,
+    set_policy,
+)
 from review_state.app.delivery import deliver, reconcile
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
@@ -43,6 +50,7 @@ __all__ = [
     "record_inbound",
     "restamp",
     "reviewer_decide",
+    "set_account_policy",
     "set_policy",
     "submit",
     "submit_revision",
