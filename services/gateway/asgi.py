@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway import operations, problems, store
 from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
+from gateway.console import create_console
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
 from gateway.responses import REPLAY_ANSWER, OrjsonResponse
@@ -254,6 +255,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router, dependencies=[Depends(plain_parameters)])
     app.include_router(operations.router)
+    app.mount("/console", create_console(app.state))  # the reviewer console (server-rendered pages)
     mcp = McpGateway(app, settings.mcp_allowed_hosts)
     app.state.mcp = mcp
     # An ASGI endpoint (not a Mount), so "/mcp" itself answers without a redirect to "/mcp/".
