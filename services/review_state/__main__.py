@@ -5,6 +5,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from reviewloop.diff.v1 import diff_pb2
 from reviewloop.metrics import Point, Probe
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.rules.v1 import rules_pb2
@@ -74,6 +75,7 @@ SPEC = ServiceSpec(
     subscribers={
         "nudge": nudge_pb2.DESCRIPTOR.services_by_name["NudgeService"].full_name,
         "rules": rules_pb2.DESCRIPTOR.services_by_name["RulesService"].full_name,
+        "diff": diff_pb2.DESCRIPTOR.services_by_name["DiffService"].full_name,
     },
     background=background,
     probes=probes,
