@@ -19,14 +19,15 @@ log = logging.getLogger(__name__)
 
 
 def background(env: Env) -> Sequence[Job]:
-    """The reconciliation sweep: parked send attempts are recovered by Message-ID, never resent."""
+    """The delivery sweep, from boot on: attempts a dead worker left are claimed again (a try past DATA
+    only by evidence), retries come due, parked attempts are recovered by Message-ID, never resent."""
 
     async def sweep() -> None:
         while True:
             try:
                 await app.reconcile(env)
             except Exception:  # the store is briefly unreachable: keep sweeping
-                log.exception("reconciliation sweep failed")
+                log.exception("delivery sweep failed")
             await asyncio.sleep(env.settings.sweep_interval_s)
 
     return [sweep]

@@ -14,7 +14,7 @@ from reviewloop.storage import Database
 
 from review_state.app import Env, Settings
 from review_state.clients import GrpcCollaborators
-from review_state.providers import EmlProvider, Provider, SmtpProvider
+from review_state.providers import EmlProvider, ImapSentFolder, Provider, SmtpProvider
 
 
 def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
@@ -24,16 +24,25 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
         outbound_quota_per_day=int(
             environ.get("REVIEWLOOP_OUTBOUND_QUOTA_PER_DAY", default.outbound_quota_per_day)
         ),
-        reconcile_after=timedelta(seconds=float(environ.get("REVIEWLOOP_RECONCILE_AFTER_S", 60))),
+        delivery_lease=timedelta(
+            seconds=float(
+                environ.get("REVIEWLOOP_DELIVERY_LEASE_S", default.delivery_lease.total_seconds())
+            )
+        ),
+        delivery_wait_s=float(environ.get("REVIEWLOOP_DELIVERY_WAIT_S", default.delivery_wait_s)),
         sweep_interval_s=float(environ.get("REVIEWLOOP_RECONCILE_SWEEP_S", default.sweep_interval_s)),
     )
 
 
 def provider_from_env(data: Path, environ: Mapping[str, str] = os.environ) -> Provider:
-    """The SMTP relay ``REVIEWLOOP_SMTP_URL`` names, else the ``.eml`` outbox under the data dir."""
+    """The SMTP relay ``REVIEWLOOP_SMTP_URL`` names (its Sent folder ``REVIEWLOOP_IMAP_URL`` the evidence
+    for a send it could not confirm), else the ``.eml`` outbox under the data dir."""
     url = environ.get("REVIEWLOOP_SMTP_URL")
     if url:
-        return SmtpProvider(url, data / "outbox" / "smtp-delivered.log")
+        imap = environ.get("REVIEWLOOP_IMAP_URL")
+        return SmtpProvider(
+            url, data / "outbox" / "smtp-delivered.log", ImapSentFolder(imap) if imap else None
+        )
     return EmlProvider(data / "outbox")
 
 

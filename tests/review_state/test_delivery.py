@@ -15,7 +15,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from review_state import app
 from review_state.app import Decision, Env
-from review_state.providers import SmtpProvider, parse_smtp_url
+from review_state.providers import AtData, SmtpProvider, parse_smtp_url
 from reviewloop.errors import Code, DomainError
 from stack.launcher import free_port
 
@@ -49,8 +49,10 @@ async def smtp() -> AsyncIterator[tuple[Mailbox, str]]:
 class CrashAfterSend(SmtpProvider):
     """The process dies after the relay took the message and before the outcome is recorded."""
 
-    async def deliver(self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str) -> None:
-        await super().deliver(raw, sender, recipients, rfc_message_id)
+    async def deliver(
+        self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str, at_data: AtData
+    ) -> None:
+        await super().deliver(raw, sender, recipients, rfc_message_id, at_data)
         raise RuntimeError("killed between the provider call and the record")
 
 

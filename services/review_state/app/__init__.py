@@ -4,13 +4,13 @@ Calls to other contexts (rules, diff, dispatch_budget) happen before the transac
 peer that is down fails the request closed with ``unavailable`` and nothing is written. Delivery is the
 one use case with two transactions around an I/O call (``delivery``). The modules, by plane:
 ``submission`` (submit), ``composer`` (cancel, redraft, restamp, chat), ``reviewer`` (open, decide),
-``delivery`` (deliver, reconcile), ``reads``, ``console`` and ``ingest`` (events from rules); they run
+``delivery`` (the durable delivery step: deliver, reconcile, resolve_delivery), ``reads``, ``console`` and ``ingest`` (events from rules); they run
 on ``_kernel`` (load, check, CAS, Idempotency-Key, refusals), ``_gates`` and ``_events``.
 """
 
 from review_state.app.composer import cancel, post_chat, restamp, submit_revision
 from review_state.app.console import add_block, add_suppression, get_policy, record_inbound, set_policy
-from review_state.app.delivery import deliver, reconcile
+from review_state.app.delivery import deliver, delivery_status, get_delivery, reconcile, resolve_delivery
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
 from review_state.app.reads import Feedback, get_feedback, get_review, list_reviews
@@ -32,6 +32,8 @@ __all__ = [
     "cancel",
     "decide",
     "deliver",
+    "delivery_status",
+    "get_delivery",
     "get_feedback",
     "get_policy",
     "get_review",
@@ -41,6 +43,7 @@ __all__ = [
     "post_chat",
     "reconcile",
     "record_inbound",
+    "resolve_delivery",
     "restamp",
     "reviewer_decide",
     "set_policy",

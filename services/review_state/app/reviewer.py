@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReviewerResult:
-    kind: str  # sent | sent_to_human
+    kind: str  # sent | sent_to_human | queued | failed
     review: Review
     forced_by_breaker: str = ""
 
@@ -78,8 +78,15 @@ async def reviewer_decide(
         return await _decide(env, principal, review_id, decision, idempotency_key, Actor.REVIEW_AGENT)
 
     review, forced = await _kernel.guard(env.db, principal, review_id, decision.revision, run)
-    released = review.state in (State.APPROVED, State.SENT, State.FAILED) and not forced
-    return ReviewerResult("sent" if released else "sent_to_human", review, forced)
+    return ReviewerResult(_reviewer_kind(review, forced), review, forced)
+
+
+def _reviewer_kind(review: Review, forced: str) -> str:
+    """``sent`` only for a delivered message; a release whose delivery is still going (or parked)
+    is ``queued``, one the provider refused ``failed``."""
+    if forced or review.send_path is None:
+        return "sent_to_human"
+    return {State.SENT: "sent", State.FAILED: "failed"}.get(review.state, "queued")
 
 
 async def _decide(
@@ -89,7 +96,7 @@ async def _decide(
     fields = {"verb": f"decide:{actor}", "review_id": review_id, **decision.__dict__}
     replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
     if replay is not None:
-        return replay[0], ""
+        return await deliver(env, replay[0]), ""
     current = await _kernel.precheck(env.db, principal, review_id, verb, decision.revision, decision.version)
     hold: str | None = None
     receipt: str | None = None
@@ -227,10 +234,8 @@ async def _apply_decision(
             after = await start_delivery(uow, after, path, now)
         return after, ""
 
-    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
-    if not replayed and review.state is State.APPROVED:
-        review = await deliver(env, review)
-    return review
+    review, _, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    return await deliver(env, review)  # a replay drives a delivery its first call left unfinished
 
 
 async def _hold(
