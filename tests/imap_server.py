@@ -107,5 +107,3 @@ class ImapServer:
             if header is not None and value in str(header).lower():
                 hits.append(str(number))
         return hits
-
-

@@ -25,9 +25,7 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
             environ.get("REVIEWLOOP_OUTBOUND_QUOTA_PER_DAY", default.outbound_quota_per_day)
         ),
         delivery_lease=timedelta(
-            seconds=float(
-                environ.get("REVIEWLOOP_DELIVERY_LEASE_S", default.delivery_lease.total_seconds())
-            )
+            seconds=float(environ.get("REVIEWLOOP_DELIVERY_LEASE_S", default.delivery_lease.total_seconds()))
         ),
         delivery_wait_s=float(environ.get("REVIEWLOOP_DELIVERY_WAIT_S", default.delivery_wait_s)),
         sweep_interval_s=float(environ.get("REVIEWLOOP_RECONCILE_SWEEP_S", default.sweep_interval_s)),

@@ -175,9 +175,6 @@ async def finish_attempt(
 async def parked_attempts(conn: AsyncConnection, limit: int = 100) -> list[Attempt]:
     """Attempts waiting for evidence, oldest first."""
     rows = await conn.execute(
-        select(t)
-        .where(t.c.status == "in_flight", t.c.stage == PARKED)
-        .order_by(t.c.parked_at)
-        .limit(limit)
+        select(t).where(t.c.status == "in_flight", t.c.stage == PARKED).order_by(t.c.parked_at).limit(limit)
     )
     return [_attempt(row) for row in rows]
