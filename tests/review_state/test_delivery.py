@@ -390,3 +390,20 @@ async def test_the_reviewer_plane_answers_what_happened_to_the_delivery(env: Env
             env, REVIEWER, review.id, Decision("approve", review.revision, review.version)
         )
         assert (result.kind, result.review.state.value) == (kind, state)
+
+
+async def test_two_replicas_sweeping_at_once_deliver_a_due_attempt_once(
+    env: Env, smtp: tuple[Mailbox, str], tmp_path: Path
+) -> None:
+    mailbox, url = smtp
+    mailbox.defer = 1
+    env.provider = SmtpProvider(url, tmp_path / "journal.log")
+    review = await opened(env)
+    await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert await delivery(env, review.id) == ("queued", 1)
+    await lapse_leases(env)
+    replicas = [replace(env, workers={}) for _ in range(3)]  # one store, three processes
+    await asyncio.gather(*(app.reconcile(replica) for replica in replicas))
+    sent, _ = await app.get_review(env, AGENT, review.id)
+    assert sent.state.value == "sent" and len(mailbox.received) == 1
+    assert await reasons(env, review.id) == ["sent"]
