@@ -184,10 +184,10 @@ class Run:
             i += 1
 
 
-async def killer(stack: Stack, until: float, rng: random.Random, kills: Counter[str]) -> None:
+async def killer(stack: Stack, until: float, rng: random.Random, kills: Counter[str], focus: str) -> None:
     while time.monotonic() < until:
         await asyncio.sleep(rng.uniform(2.0, 6.0))
-        name = rng.choice(ALL)
+        name = focus if focus and rng.random() < 0.5 else rng.choice(ALL)
         proc = stack.procs.get(name)
         if proc is None or proc.poll() is not None:
             continue
@@ -229,6 +229,11 @@ async def check(run: Run, sink: Sink) -> dict[str, Any]:
         if review["state"] in OPEN:
             read = (await run.client.call("GET", f"/v1/reviews/{review_id}", reader[review_id])).json()
             left[review_id] = {"state": review["state"], "delivery": read.get("delivery")}
+    tries: Counter[int] = Counter()
+    for review_id, review in listed.items():
+        if review["state"] in ("sent", "auto_sent"):
+            read = (await run.client.call("GET", f"/v1/reviews/{review_id}", reader[review_id])).json()
+            tries[read["delivery"]["tries"]] += 1
     delivered = sink.message_ids()
     sent = {rid: r for rid, r in listed.items() if r["state"] in ("sent", "auto_sent")}
     expected = {f"<{r['message_id']}@{r['from_address'].rpartition('@')[2]}>": rid for rid, r in sent.items()}
@@ -250,6 +255,7 @@ async def check(run: Run, sink: Sink) -> dict[str, Any]:
         "reviews": len(listed),
         "states": dict(states),
         "messages_in_sink": len(sink.received),
+        "sent_reviews_by_delivery_tries": dict(sorted(tries.items())),
         "lost": lost,
         "doubled": doubled,
         "left_open": left,
@@ -260,7 +266,7 @@ async def check(run: Run, sink: Sink) -> dict[str, Any]:
     }
 
 
-async def main(seconds: float, workers: int, quiet_s: float, seed: int) -> int:
+async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: str) -> int:
     if not os.environ.get(PG_ENV):
         print(f"{PG_ENV} must name a PostgreSQL server", file=sys.stderr)
         return 2
@@ -292,7 +298,7 @@ async def main(seconds: float, workers: int, quiet_s: float, seed: int) -> int:
         await run.setup()
         until = time.monotonic() + seconds
         await asyncio.gather(
-            killer(stack, until, rng, kills), *(run.worker(n, until) for n in range(workers))
+            killer(stack, until, rng, kills, focus), *(run.worker(n, until) for n in range(workers))
         )
         for name in ALL:  # everything up for the quiet minute
             if name not in stack.procs or stack.procs[name].poll() is not None:
@@ -314,6 +320,7 @@ async def main(seconds: float, workers: int, quiet_s: float, seed: int) -> int:
         "lifecycles": len(run.reviews),
         "kills": dict(kills),
         "kills_total": sum(kills.values()),
+        "imap_evidence_searches": imap.searches,
         "client_retries": dict(stats),
         **report,
     }
@@ -343,5 +350,6 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=4, help="concurrent lifecycles (default 4)")
     parser.add_argument("--quiet", type=float, default=60.0, help="quiet time before checking (default 60)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--focus", choices=ALL, default="", help="this process takes half of the kills")
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.seconds, args.workers, args.quiet, args.seed)))
+    sys.exit(asyncio.run(main(args.seconds, args.workers, args.quiet, args.seed, args.focus)))
