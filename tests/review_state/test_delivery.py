@@ -407,3 +407,21 @@ async def test_two_replicas_sweeping_at_once_deliver_a_due_attempt_once(
     sent, _ = await app.get_review(env, AGENT, review.id)
     assert sent.state.value == "sent" and len(mailbox.received) == 1
     assert await reasons(env, review.id) == ["sent"]
+
+
+async def test_submit_answers_only_the_contracts_statuses_whatever_the_delivery_did(env: Env) -> None:
+    from tests.review_state.conftest import DRAFT, provider
+
+    await app.set_policy(env, ADMIN, "allow_direct")
+    direct = replace(DRAFT, intent=None)
+    for mode, state in (("ok", "auto_sent"), ("refuse", "failed"), ("unknown", "approved")):
+        provider(env).mode = mode
+        status, review = await app.submit(
+            env, AGENT, kind="send", draft=direct, category_id="", idempotency_key=""
+        )
+        assert (status, review.state.value) == ("sent", state)  # released; the state says how far
+    provider(env).mode = "ok"
+    status, review = await app.submit(
+        env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key=""
+    )
+    assert (status, review.state.value) == ("queued_for_review", "needs_review")
