@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
+from reviewloop.client import AsyncReviewloop
 from stack.launcher import Stack, free_port
+from stack.topology import GATEWAY
 
-from tests.conftest import Api, Databases, draft, start_stack
+from tests.conftest import ADMIN_TOKEN, Api, Databases, draft, start_stack
 from tests.e2e.helpers import events_until
 from tests.imap_server import ImapServer
 
@@ -141,11 +143,15 @@ async def test_a_lost_relay_answer_parks_the_review_shows_it_and_the_operator_re
     route = f"/v1/admin/projects/{project_id}/reviews/{review['id']}/delivery-resolution"
     refused = await api.http.post(route, json={"outcome": "delivered", "reason": "x"}, headers=agent)
     assert refused.status_code == 403, refused.text
-    resolved = await api.http.post(
-        route, json={"outcome": "delivered", "reason": "relay log: 250 queued as 4F2A"}, headers=api.admin
+    async with AsyncReviewloop(f"http://{stack.address(GATEWAY)}", ADMIN_TOKEN) as console:
+        resolved = await console.resolve_delivery(
+            project_id, review["id"], outcome="delivered", reason="relay log: 250 queued as 4F2A"
+        )
+    assert resolved.state == "sent" and resolved.delivery is not None
+    assert (resolved.delivery.status, resolved.delivery.resolution) == (
+        "delivered",
+        "bootstrap: relay log: 250 queued as 4F2A",  # who: the bootstrap token
     )
-    assert resolved.status_code == 200, resolved.text
-    assert resolved.json()["state"] == "sent" and resolved.json()["delivery"]["status"] == "delivered"
     again = await api.http.post(route, json={"outcome": "failed", "reason": "oops"}, headers=api.admin)
     assert again.status_code == 409 and again.json()["code"] == "wrong_state"
     events = await events_until(api, agent, 1)

@@ -22,7 +22,7 @@ class Settings:
     # (by the sweep, on any replica) within about this long.
     delivery_lease: timedelta = timedelta(seconds=10)
     # How long a decision or a release waits for its delivery before answering with it still going.
-    delivery_wait_s: float = 10.0
+    delivery_wait_s: float = 5.0
     # Tries that never reached DATA (relay down, 4xx) before the review fails; retries back off.
     delivery_max_tries: int = 8
     delivery_retry_base_s: float = 2.0
