@@ -71,7 +71,7 @@ async def test_any_provider_behaviour_and_sweeps_send_at_most_once_and_end_truth
     for _ in range(sweeps):  # sweeps while leases are still live change nothing
         await app.reconcile(env)
         assert provider.sent[rfc_id] <= 1
-    for _ in range(len(script) + 2):  # every scripted try, then the ``ok`` one
+    for _ in range(len(script) + 1):  # a round per scripted try, then the ``ok`` one
         await lapse_leases(env)
         await app.reconcile(env)
         assert provider.sent[rfc_id] <= 1

@@ -248,13 +248,11 @@ async def _record_failure(env: Env, review_id: str, error: str, resolution: str 
 
 
 async def reconcile(env: Env) -> int:
-    """The sweep: run every attempt no live worker holds (never tried, due for a retry, or left by a
-    dead worker), and recover each parked one by its Message-ID, never by sending again. Returns how
-    many parked attempts it closed or requeued."""
+    """The sweep: recover each parked attempt by its Message-ID, never by sending again, then run every
+    attempt no live worker holds (never tried, due for a retry, disowned by the provider, or left by a
+    dead worker). Returns how many parked attempts it closed or requeued."""
     async with env.db.engine.connect() as conn:
-        due = await store.due_attempts(conn, utcnow())
         parked = await store.parked_attempts(conn)
-    await asyncio.gather(*(start_worker(env, review_id) for review_id in due))
     moved = 0
     for attempt in parked:
         evidence = await env.provider.was_delivered(attempt.rfc_message_id)
@@ -266,6 +264,9 @@ async def reconcile(env: Env) -> int:
         else:
             continue
         moved += 1
+    async with env.db.engine.connect() as conn:
+        due = await store.due_attempts(conn, utcnow())
+    await asyncio.gather(*(start_worker(env, review_id) for review_id in due))
     return moved
 
 

@@ -76,7 +76,7 @@ def _claimable(now: datetime) -> Any:
     return and_(
         t.c.status == "in_flight",
         t.c.stage.in_((QUEUED, DATA)),
-        or_(t.c.lease_until.is_(None), t.c.lease_until < now),
+        or_(t.c.lease_until.is_(None), t.c.lease_until <= now),
     )
 
 
