@@ -90,6 +90,8 @@ class ImapServer:
                     send(f"{tag} BAD {command} is not understood here")
                 await writer.drain()
             await writer.drain()
+        except ConnectionError:
+            pass  # the client died mid-session (a killed process): nothing to answer
         finally:
             writer.close()
 
