@@ -4,7 +4,9 @@ Outside ``make test`` (pytest collects no ``test_*.py`` here). Every service and
 processes on fresh PostgreSQL databases, mail goes to a real aiosmtpd sink whose Sent folder is served
 over IMAP (a relay that keeps a copy, so a send whose answer a kill lost is recovered by evidence). A
 client drives each review the way an operator's agent would: it re-reads the review, acts on its state,
-and retries a lost answer with the same Idempotency-Key. After the load and a quiet minute it checks:
+and retries a lost answer with the same Idempotency-Key; an on-call operator closes a delivery parked for
+30 s (a kill between the DATA journal and the relay's answer, which the Sent folder cannot settle when
+the relay never got it) by the relay's record, through the console's ``resolve_delivery``. After the load and a quiet minute it checks:
 no review lost, doubled, or left approved / pending; every sent review delivered exactly once (messages
 in the sink by Message-ID); exactly one terminal nudge per review. Prints the numbers; exits 1 on a
 failed check.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import email
 import json
 import os
@@ -24,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from email.policy import default
 from pathlib import Path
 from typing import Any
@@ -199,6 +203,36 @@ async def killer(stack: Stack, until: float, rng: random.Random, kills: Counter[
         await stack.wait_serving([name], 90)
 
 
+async def operator(run: Run, sink: Sink, stop: asyncio.Event, stats: Counter[str]) -> None:
+    """The on-call operator: a delivery parked for reconciliation for 30 s is closed by the relay's own
+    record (the sink, by subject): "mark delivered" if it is there, else "mark failed"."""
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    while not stop.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), 5)
+        relayed = {str(email.message_from_bytes(raw, policy=default)["Subject"]) for raw in sink.received}
+        for project in run.projects.values():
+            listed = await run.client.call(
+                "GET", "/v1/reviews", project["human"], params={"state": "approved"}
+            )
+            for review in listed.json()["reviews"]:
+                path = f"/v1/reviews/{review['id']}"
+                delivery = (await run.client.call("GET", path, project["human"])).json().get("delivery") or {}
+                if delivery.get("status") != "send_needs_reconciliation":
+                    continue
+                parked = datetime.fromisoformat(delivery["parked_at"].replace("Z", "+00:00"))
+                if datetime.now(UTC) - parked < timedelta(seconds=30):
+                    continue
+                outcome = "delivered" if review["subject"] in relayed else "failed"
+                answer = await run.client.call(
+                    "POST",
+                    f"/v1/admin/projects/{project['id']}/reviews/{review['id']}/delivery-resolution",
+                    admin,
+                    json={"outcome": outcome, "reason": f"chaos operator: relay log says {outcome}"},
+                )
+                stats[f"operator_marked_{outcome}_{answer.status_code}"] += 1
+
+
 async def all_pages(client: Client, path: str, headers: dict[str, str], field: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     cursor = ""
@@ -297,6 +331,8 @@ async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: s
     try:
         await run.setup()
         until = time.monotonic() + seconds
+        stop = asyncio.Event()
+        on_call = asyncio.create_task(operator(run, sink, stop, stats))
         await asyncio.gather(
             killer(stack, until, rng, kills, focus), *(run.worker(n, until) for n in range(workers))
         )
@@ -305,6 +341,8 @@ async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: s
                 stack.start(name)
         await stack.wait_serving(ALL, 90)
         await asyncio.sleep(quiet_s)
+        stop.set()
+        await on_call
         report = await check(run, sink)
     finally:
         await client.http.aclose()
