@@ -180,7 +180,7 @@ class Verbs:
                 was given (nothing sent, nothing queued); before that gate, ``403 recipient_blocked``,
                 ``422 recipient_suppressed`` or ``403 quota_exceeded``, which an intent would not fix;
                 ``409 born_stale`` when ``composition_token`` predates the current rules (``get_rules``
-                again), ``400 bad_request`` when it has expired; ``409 idempotency_conflict`` when
+                again), ``bad_request`` when it has expired; ``409 idempotency_conflict`` when
                 ``idempotency_key`` was used with a different body.
         """
         body = _drop_none(
@@ -316,7 +316,7 @@ class Verbs:
             A :class:`ReviewList`; its ``next_cursor`` is ``None`` on the last page.
 
         Raises:
-            ReviewloopError: ``400 bad_request`` for an unknown state.
+            ReviewloopError: ``bad_request`` for an unknown state.
         """
         params = _drop_none(
             dict(
@@ -486,7 +486,7 @@ class Verbs:
         read timeout is set past it.
 
         Args:
-            timeout_s: How long the server may hold the request (1..60 s).
+            timeout_s: How long the server may hold the request (clamped to 1..55 s).
             limit: The most events answered (1..200; the server's default is 50).
 
         Returns:
@@ -517,7 +517,7 @@ class Verbs:
         included.
 
         Raises:
-            ReviewloopError: ``400 bad_request`` for no acks, more than 100, or a ``seq`` past the
+            ReviewloopError: ``bad_request`` for no acks, more than 100, or a ``seq`` past the
                 review's newest nudge (nothing is acked); ``404 not_found`` for a review whose
                 nudges the caller cannot see.
         """
@@ -577,7 +577,7 @@ class Verbs:
         Raises:
             ReviewloopError: ``409 stale`` when ``expected_rev`` is no longer the lineage's current
                 revision (re-read, re-apply, save again); ``409 conflict`` when a rule in the same
-                scope already says this; ``400 bad_request`` for a ``category`` rule without its
+                scope already says this; ``bad_request`` for a ``category`` rule without its
                 category, or a ``general`` one with one.
         """
         body = _drop_none(dict(rule_text=rule_text, scope=scope, category_id=category_id, **fields))
@@ -616,7 +616,7 @@ class Verbs:
 
         Raises:
             ReviewloopError: ``409 conflict`` when a category already has that name (its id is in
-                the hints: use it rather than a twin); ``400 bad_request`` for an unknown scope.
+                the hints: use it rather than a twin); ``bad_request`` for an unknown scope.
         """
         body = _drop_none(dict(name=name, description=description, **fields))
         return Call("POST", "/v1/categories", _shape(Category), body=body, idempotency_key=idempotency_key)
@@ -656,7 +656,7 @@ class Verbs:
 
         Raises:
             ReviewloopError: ``409 graduation_locked`` for a category marked ``never_graduate``;
-                ``400 bad_request`` when ``to_state`` is not the category's next rung.
+                ``bad_request`` when ``to_state`` is not the category's next rung.
         """
         return Call(
             "POST", f"/v1/categories/{_id(category_id)}/graduation-proposals", _raw, body=dict(fields),

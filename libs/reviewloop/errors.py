@@ -14,15 +14,17 @@ from enum import StrEnum
 
 
 class Code(StrEnum):
-    """The closed problem ``code`` enum (spec 000 and its SDK).
+    """The closed problem ``code`` enum: exactly the spec's 30 codes (spec 000 and its SDK).
 
-    Additive only: a value is never renamed or removed, and clients coerce unknowns to ``internal``.
+    Clients coerce an unknown code to ``internal``, so nothing outside the 30 is ever sent. A failure
+    the spec has no code of its own for answers the nearest code and keeps its HTTP status: a body over
+    the limit is ``bad_request`` (413), a backend past its deadline ``unavailable`` (504), and the wrong
+    kind of key for a verb ``forbidden_scope`` (403).
     """
 
     BAD_REQUEST = "bad_request"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN_SCOPE = "forbidden_scope"
-    FORBIDDEN_ACTOR = "forbidden_actor"
     NOT_FOUND = "not_found"
     CONFLICT = "conflict"
     SUPPORT_RECORD_DELETED = "support_record_deleted"
@@ -50,8 +52,6 @@ class Code(StrEnum):
     MATURITY_GATE_UNMET = "maturity_gate_unmet"
     SCOPE_TAKEN = "scope_taken"
     UNAVAILABLE = "unavailable"
-    PAYLOAD_TOO_LARGE = "payload_too_large"
-    TIMEOUT = "timeout"
 
 
 # The HTTP status the gateway answers each code with (its gRPC status is in reviewloop.rpc_errors).
@@ -59,12 +59,11 @@ _HTTP_STATUS: dict[Code, int] = {
     Code.BAD_REQUEST: 400,
     Code.UNAUTHORIZED: 401,
     Code.FORBIDDEN_SCOPE: 403,
-    Code.FORBIDDEN_ACTOR: 403,
     Code.NOT_FOUND: 404,
     Code.CONFLICT: 409,
     Code.SUPPORT_RECORD_DELETED: 410,
     Code.IDEMPOTENCY_CONFLICT: 409,
-    Code.BREADTH_REQUIRED: 422,
+    Code.BREADTH_REQUIRED: 400,
     Code.QUOTA_EXCEEDED: 403,
     Code.RATE_LIMITED: 429,
     Code.DOMAIN_NOT_ALLOWED: 403,
@@ -87,8 +86,6 @@ _HTTP_STATUS: dict[Code, int] = {
     Code.MATURITY_GATE_UNMET: 409,
     Code.SCOPE_TAKEN: 409,
     Code.UNAVAILABLE: 503,
-    Code.PAYLOAD_TOO_LARGE: 413,
-    Code.TIMEOUT: 504,
 }
 
 _TITLES: dict[Code, str] = {
@@ -103,8 +100,21 @@ _TITLES: dict[Code, str] = {
 
 
 def http_status(code: Code) -> int:
-    """The HTTP status the gateway answers ``code`` with (``409`` for every conflict of the taxonomy)."""
+    """The HTTP status of ``code`` (``409`` for every conflict of the taxonomy)."""
     return _HTTP_STATUS[code]
+
+
+def status_of(error: DomainError) -> int:
+    """The HTTP status the gateway answers ``error`` with.
+
+    The status it carries (413, 504), else a ``422`` for a validation error that names its fields (the
+    same at the edge and in every service), else its code's.
+    """
+    if error.status is not None:
+        return error.status
+    if error.code is Code.BAD_REQUEST and error.violations:
+        return 422
+    return _HTTP_STATUS[error.code]
 
 
 def title(code: Code) -> str:
@@ -133,6 +143,8 @@ class DomainError(Exception):
     sent_message_id: str | None = None
     hints: Sequence[tuple[str, str]] = ()
     violations: Sequence[FieldViolation] = field(default_factory=tuple)
+    # The HTTP status, where the failure is more specific than its code's usual one (see ``Code``).
+    status: int | None = None
 
     def __post_init__(self) -> None:
         super().__init__(f"{self.code}: {self.detail}")

@@ -27,7 +27,6 @@ _GRPC_STATUS: dict[Code, grpc.StatusCode] = {
     Code.BAD_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
     Code.UNAUTHORIZED: grpc.StatusCode.UNAUTHENTICATED,
     Code.FORBIDDEN_SCOPE: grpc.StatusCode.PERMISSION_DENIED,
-    Code.FORBIDDEN_ACTOR: grpc.StatusCode.PERMISSION_DENIED,
     Code.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     Code.CONFLICT: grpc.StatusCode.ABORTED,
     Code.SUPPORT_RECORD_DELETED: grpc.StatusCode.NOT_FOUND,
@@ -55,8 +54,6 @@ _GRPC_STATUS: dict[Code, grpc.StatusCode] = {
     Code.MATURITY_GATE_UNMET: grpc.StatusCode.FAILED_PRECONDITION,
     Code.SCOPE_TAKEN: grpc.StatusCode.ALREADY_EXISTS,
     Code.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    Code.PAYLOAD_TOO_LARGE: grpc.StatusCode.INVALID_ARGUMENT,
-    Code.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 
@@ -106,11 +103,12 @@ def to_status(error: DomainError) -> status_pb2.Status:
     return status_pb2.Status(code=grpc_code(error).value[0], message=detail, details=packed)
 
 
-# A backend's transport failures, as the gateway reports them.
-_TRANSPORT: dict[grpc.StatusCode, Code] = {
-    grpc.StatusCode.UNAVAILABLE: Code.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED: Code.TIMEOUT,
-    grpc.StatusCode.CANCELLED: Code.UNAVAILABLE,
+# A backend's transport failures, as the gateway reports them: all ``unavailable`` (retry shortly), a
+# deadline with its own 504 (the spec has no code for it).
+_TRANSPORT: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.CANCELLED: 503,
 }
 
 
@@ -122,13 +120,10 @@ def from_rpc_error(error: grpc.aio.AioRpcError) -> DomainError:
     except ValueError:  # a status whose trailer does not match its code: treat as transport trouble
         status = None
     if status is None or status.code == code_pb2.OK:
-        code = _TRANSPORT.get(error.code(), Code.INTERNAL)
-        detail = (
-            "A backend service is unavailable; retry shortly."
-            if code is not Code.INTERNAL
-            else ("The server failed to handle the request.")
-        )
-        return DomainError(code, detail)
+        http = _TRANSPORT.get(error.code())
+        if http is None:
+            return DomainError(Code.INTERNAL, "The server failed to handle the request.")
+        return DomainError(Code.UNAVAILABLE, "A backend service is unavailable; retry shortly.", status=http)
     result = DomainError(Code.INTERNAL, status.message)
     for detail_any in status.details:
         if detail_any.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):

@@ -3,15 +3,18 @@ mutations, health, the OpenAPI document and the MCP endpoint."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.datastructures import Default
 from fastapi.openapi.utils import get_openapi
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
@@ -27,10 +30,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway import problems, store
 from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
+from gateway.console import create_console
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
-from gateway.responses import OrjsonResponse
-from gateway.routes import ROUTERS
+from gateway.responses import REPLAY_ANSWER, OrjsonResponse
+from gateway.routes import ROUTERS, plain_parameters
 from gateway.settings import GatewaySettings
 from gateway.store import metadata
 
@@ -63,9 +67,7 @@ class ContractHeaders:
 
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            response = problems.problem_response(
-                DomainError(Code.PAYLOAD_TOO_LARGE, f"The request body exceeds {self.max_body_bytes} bytes.")
-            )
+            response = problems.problem_response(problems.body_too_large(self.max_body_bytes))
             await response(scope, receive, send_with_headers)
             return
         received = 0
@@ -77,9 +79,7 @@ class ContractHeaders:
             if received > self.max_body_bytes:
                 # FastAPI turns any failure while it reads a body into a 400; this flag keeps it a 413.
                 scope[BODY_TOO_LARGE] = True
-                raise DomainError(
-                    Code.PAYLOAD_TOO_LARGE, f"The request body exceeds {self.max_body_bytes} bytes."
-                )
+                raise problems.body_too_large(self.max_body_bytes)
             return message
 
         await self.app(scope, limited_receive, send_with_headers)
@@ -129,7 +129,7 @@ class IdempotentMutations:
             return
         if not _IDEMPOTENCY_KEY.match(key):
             error = invalid("/Idempotency-Key", "printable ASCII, 1 to 255 characters")
-            await problems.problem_response(error, request, status=422)(scope, receive, send)
+            await problems.problem_response(error, request)(scope, receive, send)
             return
         try:
             caller = await authenticate(request)  # a revoked key never gets a replay
@@ -151,8 +151,9 @@ class IdempotentMutations:
         ).hexdigest()
         owner = f"{caller.key_id or 'bootstrap'}:{operation}"
         db = self.api.state.db
+        lease = timedelta(seconds=self.api.state.settings.idempotency_lease_s)
         async with db.transaction() as uow:
-            claimed = await store.claim(uow.conn, owner, key, fingerprint)
+            claimed = await store.claim(uow.conn, owner, key, fingerprint, lease)
             prior = None if claimed else await store.remembered(uow.conn, owner, key)
         if prior is not None:
             if prior.request_sha256 != fingerprint:
@@ -193,12 +194,24 @@ class IdempotentMutations:
                 chunks.append(message.get("body", b""))
             await send(message)
 
+        async def renew() -> None:  # a live request keeps its claim however long it runs
+            while True:
+                await asyncio.sleep(max(lease.total_seconds() / 3, 0.01))
+                with contextlib.suppress(Exception):  # the store is briefly unreachable: next beat
+                    async with db.transaction() as uow:
+                        await store.renew(uow.conn, owner, key)
+
+        renewing = asyncio.create_task(renew(), name="idempotency-lease")
         try:
             await self.app(scope, replay_body, capture)
         finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
             async with db.transaction() as uow:
                 if 200 <= status < 300:
-                    await store.remember(uow.conn, owner, key, status, b"".join(chunks))
+                    answer = scope.get(REPLAY_ANSWER, b"".join(chunks))
+                    await store.remember(uow.conn, owner, key, status, answer)
                 else:  # a failed mutation changed nothing: a retry under the same key runs it again
                     await store.forget(uow.conn, owner, key)
 
@@ -239,7 +252,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.state.key_cache = KeyCache(settings.key_cache_s)
     problems.install(app)
     for router in ROUTERS:
-        app.include_router(router)
+        app.include_router(router, dependencies=[Depends(plain_parameters)])
+    app.mount("/console", create_console(app.state))  # the reviewer console (server-rendered pages)
     mcp = McpGateway(app, settings.mcp_allowed_hosts)
     app.state.mcp = mcp
     # An ASGI endpoint (not a Mount), so "/mcp" itself answers without a redirect to "/mcp/".
@@ -282,7 +296,7 @@ _PROBLEM_RESPONSES = {
         "content": {"application/problem+json": {"schema": _PROBLEM_REF}},
     },
     "5XX": {
-        "description": "`unavailable` (503, with Retry-After), `timeout` (504) or `internal` (500).",
+        "description": "`unavailable` (503, or 504 past a deadline; with Retry-After) or `internal` (500).",
         "content": {"application/problem+json": {"schema": _PROBLEM_REF}},
     },
 }

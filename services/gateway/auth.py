@@ -100,7 +100,7 @@ def require(*kinds: ActorKind) -> Callable[[Request], Awaitable[Principal]]:
                 else f"a {caller.principal.actor_kind} key"
             )
             raise DomainError(
-                Code.FORBIDDEN_ACTOR, f"This verb takes a key of kind {allowed}; you used {who}."
+                Code.FORBIDDEN_SCOPE, f"This verb takes a key of kind {allowed}; you used {who}."
             )
         return caller.principal
 
@@ -112,7 +112,7 @@ async def require_admin(request: Request) -> Caller:
     caller = await authenticate(request)
     if not caller.is_admin:
         raise DomainError(
-            Code.FORBIDDEN_ACTOR, "Console verbs take an admin key or the bootstrap admin token."
+            Code.FORBIDDEN_SCOPE, "Console verbs take an admin key or the bootstrap admin token."
         )
     return caller
 
@@ -136,6 +136,19 @@ async def console_principal(caller: Caller, request: Request, project_id: str) -
     if project is None or (caller.principal is not None and caller.principal.org_id != project.org_id):
         raise DomainError(Code.NOT_FOUND, f"No project {project_id} is visible to this key.")
     return Principal(project.org_id, project.project_id, ActorKind.ADMIN, admin_actor_id(caller))
+
+
+async def org_principal(caller: Caller, request: Request, org_id: str) -> Principal:
+    """An admin principal for org-level work: the admin key's own project, or (bootstrap token) any
+    project of the org, since every service scopes a principal to a project."""
+    check_org(caller, org_id)
+    if caller.principal is not None:
+        return Principal(org_id, caller.principal.project_id, ActorKind.ADMIN, admin_actor_id(caller))
+    async with request.app.state.db.engine.connect() as conn:
+        project_id = await store.a_project_of(conn, org_id)
+    if project_id is None:
+        raise DomainError(Code.NOT_FOUND, f"No org {org_id}.")
+    return Principal(org_id, project_id, ActorKind.ADMIN, admin_actor_id(caller))
 
 
 def admin_actor_id(caller: Caller) -> str:

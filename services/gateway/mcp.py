@@ -28,7 +28,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from reviewloop.contract import CONTRACT_VERSION
-from reviewloop.errors import Code, DomainError, http_status
+from reviewloop.errors import Code, DomainError, status_of
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -192,7 +192,7 @@ def _error_result(problem: dict[str, Any]) -> types.CallToolResult:
 
 
 def _problem(error: DomainError) -> dict[str, Any]:
-    return problems.problem_body(error, http_status(error.code))
+    return problems.problem_body(error, status_of(error))
 
 
 class McpGateway:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from reviewloop.errors import Code, DomainError, FieldViolation, http_status, title
+from reviewloop.errors import Code, DomainError, FieldViolation, status_of, title
 from reviewloop.rpc_errors import from_rpc_error
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -49,17 +50,33 @@ def problem_body(error: DomainError, status: int, request_id: str | None = None)
 
 
 def problem_response(
-    error: DomainError, request: Request | None = None, status: int | None = None
+    error: DomainError,
+    request: Request | None = None,
+    status: int | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Response:
-    """The problem for ``error``; ``status`` overrides the code's usual HTTP status."""
+    """The problem for ``error``; ``status`` overrides its usual HTTP status (``errors.status_of``)."""
     request_id = request.headers.get("x-request-id") if request is not None else None
-    headers = {"Retry-After": RETRY_AFTER_S} if error.code is Code.UNAVAILABLE else None
-    status = status or http_status(error.code)
+    headers = dict(headers or {})
+    if error.code is Code.UNAVAILABLE:
+        headers["Retry-After"] = RETRY_AFTER_S
+    status = status or status_of(error)
     return Response(
         orjson.dumps(problem_body(error, status, request_id)),
         status_code=status,
         media_type="application/problem+json",
         headers=headers,
+    )
+
+
+def body_too_large(limit: int) -> DomainError:
+    """A body over the limit: ``bad_request`` naming the whole body (pointer ``""``), answered 413."""
+    description = f"the request body exceeds {limit} bytes"
+    return DomainError(
+        Code.BAD_REQUEST,
+        f"The request body exceeds {limit} bytes; send a smaller one.",
+        violations=(FieldViolation("", description),),
+        status=413,
     )
 
 
@@ -97,6 +114,7 @@ def backend_error(exc: grpc.aio.AioRpcError) -> DomainError:
             Code.BAD_REQUEST,
             "The request is invalid in more places than one answer can carry; "
             "check it against the operation's schema in /openapi.yaml and send fewer items.",
+            status=422,  # a validation error, like every other (errors.status_of)
         )
     return error
 
@@ -106,7 +124,6 @@ _HTTP_CODES = {
     403: Code.FORBIDDEN_SCOPE,
     404: Code.NOT_FOUND,
     405: Code.BAD_REQUEST,
-    413: Code.PAYLOAD_TOO_LARGE,
 }
 
 
@@ -127,25 +144,21 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
-        error = validation_error(exc)
         # Malformed JSON is a 400; a well-formed body with bad fields is a 422 naming each field.
-        return problem_response(error, request, status=422 if error.violations else 400)
+        return problem_response(validation_error(exc), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def http(request: Request, exc: StarletteHTTPException) -> Response:
         if request.scope.get(BODY_TOO_LARGE):
-            return problem_response(
-                DomainError(
-                    Code.PAYLOAD_TOO_LARGE,
-                    f"The request body exceeds {request.app.state.settings.max_body_bytes} bytes.",
-                ),
-                request,
-            )
+            return problem_response(body_too_large(request.app.state.settings.max_body_bytes), request)
         code = _HTTP_CODES.get(exc.status_code, Code.BAD_REQUEST)
         detail = (
             str(exc.detail) if exc.status_code != 404 else f"No route {request.method} {request.url.path}."
         )
-        return problem_response(DomainError(code, detail), request, status=exc.status_code)
+        if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:
+            detail = f"{request.url.path} does not take {request.method}; it takes {exc.headers['Allow']}."
+        # A 405 keeps Starlette's Allow header (RFC 9110 requires it).
+        return problem_response(DomainError(code, detail), request, exc.status_code, exc.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:

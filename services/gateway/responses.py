@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from fastapi import Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
@@ -36,3 +37,13 @@ class ShapedRoute(APIRoute):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["response_model_exclude_unset"] = True
         super().__init__(*args, **kwargs)
+
+
+# Set in the ASGI scope by a route whose answer holds a secret: what a replay under the request's
+# Idempotency-Key answers instead, since the gateway stores that answer (asgi.IdempotentMutations).
+REPLAY_ANSWER = "reviewloop.replay_answer"
+
+
+def replay_answer(request: Request, body: dict[str, Any]) -> None:
+    """Store ``body``, not the answer given now, as the answer a replay of this request gets."""
+    request.scope[REPLAY_ANSWER] = orjson.dumps(body)

@@ -58,6 +58,8 @@ class GatewaySettings:
     key_cache_s: float = 1.0
     # Host headers /mcp answers (DNS-rebinding protection); "host:*" allows any port, "*" turns it off.
     mcp_allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    # How long an Idempotency-Key claim outlives a gateway that died holding it; see store.claim.
+    idempotency_lease_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
@@ -73,6 +75,7 @@ class GatewaySettings:
             backend_timeout_s=float(env.get("REVIEWLOOP_BACKEND_TIMEOUT_S", "10")),
             otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             key_cache_s=float(env.get("REVIEWLOOP_GATEWAY_KEY_CACHE_S", "1")),
+            idempotency_lease_s=float(env.get("REVIEWLOOP_GATEWAY_IDEMPOTENCY_LEASE_S", "30")),
             mcp_allowed_hosts=tuple(
                 h.strip()
                 for h in env.get("REVIEWLOOP_MCP_ALLOWED_HOSTS", ",".join(LOOPBACK_HOSTS)).split(",")

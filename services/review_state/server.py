@@ -385,9 +385,8 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     async def SetReviewPolicy(
         self, request: review_pb2.SetReviewPolicyRequest, context: Context
     ) -> review_pb2.ReviewPolicy:
-        policy, source = await app.set_policy(
-            self.env, Principal.from_proto(request.principal), request.policy
-        )
+        set_policy = app.set_account_policy if request.account_default else app.set_policy
+        policy, source = await set_policy(self.env, Principal.from_proto(request.principal), request.policy)
         return review_pb2.ReviewPolicy(policy=policy, source=source)
 
     async def AddBlock(self, request: review_pb2.ContactRequest, context: Context) -> review_pb2.Contact:

@@ -263,7 +263,7 @@ async def test_an_unauthorized_grant_is_refused_and_changes_nothing(
     db = await open_db(SPEC)
     await _run(db)
     error = await _refused(_extend(db, _grant_input(), principal=principal, origin=origin))
-    assert error.code is Code.FORBIDDEN_ACTOR
+    assert error.code is Code.FORBIDDEN_SCOPE
     assert (await app.get_round_budget(db, AGENT, "run_1")).budget.limit == 5
 
 

@@ -73,14 +73,14 @@ async def test_a_budget_runs_out_at_five_and_an_admin_grant_extends_it(api: Api)
             "/v1/runs/run_1/extend-review-budget", json=grant, headers={**reviewer, "Idempotency-Key": "g1"}
         ),
         403,
-        "forbidden_actor",
+        "forbidden_scope",
     )
     assert_problem(
         await api.http.post(
             "/v1/runs/run_1/extend-review-budget", json=grant, headers={**api.admin, "Idempotency-Key": "g1"}
         ),
         403,
-        "forbidden_actor",
+        "forbidden_scope",
     )
     for bad in ({**grant, "limit": 6.0}, {**grant, "limit": "6"}, {**grant, "limit": 6.5}):
         assert_problem(
@@ -92,7 +92,7 @@ async def test_a_budget_runs_out_at_five_and_an_admin_grant_extends_it(api: Api)
         )
     assert_problem(
         await api.http.post("/v1/runs/run_1/extend-review-budget", json=grant, headers=admin),
-        400,
+        422,
         "bad_request",
     )  # no key
     response = await api.http.post(
@@ -148,7 +148,7 @@ async def test_a_no_verdict_settlement_shows_on_the_label(api: Api) -> None:
         json={"no_verdict_reason": "bored"},
         headers=reviewer,
     )
-    assert assert_problem(bad, 400, "bad_request")["errors"][0]["field"] == "/no_verdict_reason"  # type: ignore[index]
+    assert assert_problem(bad, 422, "bad_request")["errors"][0]["field"] == "/no_verdict_reason"  # type: ignore[index]
 
 
 async def test_a_publication_plan_stopped_at_the_no_verdict_cap_is_recorded(api: Api) -> None:
@@ -205,7 +205,7 @@ async def test_journal_lines_are_appended_and_decoded(api: Api) -> None:
     bad = await api.http.post(
         "/v1/journals/att_1/events", json={"events": [{"type": "nope"}]}, headers=reviewer
     )
-    assert assert_problem(bad, 400, "bad_request")["errors"][0]["field"] == "/events/0/type"  # type: ignore[index]
+    assert assert_problem(bad, 422, "bad_request")["errors"][0]["field"] == "/events/0/type"  # type: ignore[index]
 
 
 async def test_consume_auto_send_over_grpc_holds_over_the_cap(api: Api) -> None:
@@ -240,7 +240,7 @@ async def test_runners_sequences_mode_and_lineage_through_the_gateway(api: Api) 
     assert_problem(
         await api.http.post("/v1/review-rounds/runners", json=runner, headers=reviewer),
         403,
-        "forbidden_actor",
+        "forbidden_scope",
     )
     assert (await api.http.post("/v1/review-rounds/runners", json=runner, headers=admin)).status_code == 201
     listed = (await api.http.get("/v1/review-rounds/runners", headers=reviewer)).json()
@@ -264,7 +264,7 @@ async def test_runners_sequences_mode_and_lineage_through_the_gateway(api: Api) 
         json={"sequence": [{"runner": "same", "mode": "cold"}]},
         headers=reviewer,
     )
-    assert assert_problem(bad, 400, "bad_request")["errors"][0]["field"] == "/sequence/0/runner"  # type: ignore[index]
+    assert assert_problem(bad, 422, "bad_request")["errors"][0]["field"] == "/sequence/0/runner"  # type: ignore[index]
 
     mode = await api.http.post(
         "/v1/review-rounds/mode",
@@ -277,7 +277,7 @@ async def test_runners_sequences_mode_and_lineage_through_the_gateway(api: Api) 
         json={"project_config": {"review": {"require_cross_runner": True}}},
         headers=reviewer,
     )
-    assert "removed" in str(assert_problem(removed, 400, "bad_request")["detail"])
+    assert "removed" in str(assert_problem(removed, 422, "bad_request")["detail"])
     stored = await api.http.put(
         "/v1/review-rounds/runs/run_modes", json={"pr_work_review_mode": "warm"}, headers=reviewer
     )
@@ -288,7 +288,7 @@ async def test_runners_sequences_mode_and_lineage_through_the_gateway(api: Api) 
     refused = await api.http.put(
         "/v1/review-rounds/config", json={"review": {"mode": "warm"}}, headers=reviewer
     )
-    assert_problem(refused, 403, "forbidden_actor")
+    assert_problem(refused, 403, "forbidden_scope")
     stored = await api.http.put("/v1/review-rounds/config", json={"review": {"mode": "warm"}}, headers=admin)
     assert stored.json() == {"config": {"review": {"mode": "warm"}}, "mode": "warm"}
     defaulted = await api.http.post("/v1/review-rounds/mode", json={}, headers=reviewer)

@@ -223,7 +223,7 @@ async def test_the_stored_project_configuration_is_the_default_everywhere(open_d
     db = await open_db(SPEC)
     with pytest.raises(DomainError) as agent:
         await app.set_review_config(db, REVIEWER, {"review": {"mode": "warm"}})
-    assert agent.value.code is Code.FORBIDDEN_ACTOR
+    assert agent.value.code is Code.FORBIDDEN_SCOPE
     with pytest.raises(DomainError) as removed:
         await app.set_review_config(db, ADMIN, {"review": {"mode": "warm", "require_cross_runner": True}})
     assert removed.value.code is Code.BAD_REQUEST
@@ -257,7 +257,7 @@ async def test_only_admins_register_runners_and_the_catalog_is_per_project(open_
     db = await open_db(SPEC)
     with pytest.raises(DomainError) as caught:
         await app.register_runner(db, REVIEWER, CODEX)
-    assert caught.value.code is Code.FORBIDDEN_ACTOR
+    assert caught.value.code is Code.FORBIDDEN_SCOPE
     with pytest.raises(DomainError) as caught:
         await app.register_runner(db, ADMIN, RunnerSpec("same", ("m",), ("e",), "m", "e"))
     assert caught.value.violations[0].field == "/name"

@@ -105,10 +105,20 @@ async def test_wait_for_review_event_times_out_with_no_events(api: Api) -> None:
     assert 0.9 <= time.monotonic() - started < 3
 
 
-async def test_wait_for_review_event_refuses_an_unbounded_timeout(api: Api) -> None:
-    agent = await api.agent()
-    for timeout_s in ("0", "61", "forever"):
-        refused = await api.http.get("/v1/review-events/wait", params={"timeout_s": timeout_s}, headers=agent)
+async def test_wait_for_review_event_clamps_its_wait_to_1_to_55_s(producer: Producer) -> None:
+    api = producer.api
+    agent, principal = await producer.agent()
+    # Below the floor: waits 1 s (clamped), not refused.
+    short = await api.http.get("/v1/review-events/wait", params={"timeout_s": "0"}, headers=agent)
+    assert short.status_code == 200 and short.json() == {"events": []}, short.text
+    # Past the ceiling: waits at most 55 s (clamped), not refused; a nudge already there answers at once.
+    review_id = await producer.publish(principal, "rejected")
+    for timeout_s in ("61", "600"):
+        long = await api.http.get("/v1/review-events/wait", params={"timeout_s": timeout_s}, headers=agent)
+        assert long.status_code == 200, long.text
+        assert [e["review_id"] for e in long.json()["events"]] == [review_id]
+    for garbage in ("forever", "inf", "nan"):
+        refused = await api.http.get("/v1/review-events/wait", params={"timeout_s": garbage}, headers=agent)
         assert refused.status_code == 422, refused.text
         assert refused.json()["code"] == "bad_request"
         assert refused.json()["errors"][0]["field"] == "/timeout_s"

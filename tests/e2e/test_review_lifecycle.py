@@ -104,8 +104,14 @@ async def test_the_policy_table_through_the_console_and_the_direct_send_202(api:
     project, agent, _ = await _setup(api)
     assert (await api.http.get("/v1/review-policy", headers=agent)).json() == {
         "policy": "require_review",
-        "source": "default",
+        "source": "floor",
     }
+    no_intent = draft()
+    del no_intent["intent"]
+    floor = await api.http.post("/v1/messages", json=no_intent, headers=agent)
+    assert (floor.status_code, floor.json()["code"]) == (422, "intent_required")
+    hints = {e["code"]: e.get("detail") for e in floor.json()["errors"]}
+    assert hints["policy"] == "require_review (source: floor)"
     refused = await api.http.put(
         f"/v1/admin/projects/{project}/review-policy", json={"policy": "allow_direct"}, headers=agent
     )
@@ -113,11 +119,11 @@ async def test_the_policy_table_through_the_console_and_the_direct_send_202(api:
     bad = await api.http.put(
         f"/v1/admin/projects/{project}/review-policy", json={"policy": "yolo"}, headers=api.admin
     )
-    assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "/policy"
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "/policy"
     done = await api.http.put(
         f"/v1/admin/projects/{project}/review-policy", json={"policy": "allow_direct"}, headers=api.admin
     )
-    assert done.json() == {"policy": "allow_direct", "source": "project"}
+    assert done.json() == {"policy": "allow_direct", "source": "override"}
     assert (await api.http.get("/v1/review-policy", headers=agent)).json()["policy"] == "allow_direct"
 
     body = draft()
@@ -304,3 +310,42 @@ async def test_a_human_reject_nudges_and_the_redraft_goes_back_to_the_queue(api:
     assert redraft.json()["state"] == "needs_review" and redraft.json()["revision"] == 3
     events = await events_until(api, agent, 1)
     assert [(e["reason"], e["payload"]["feedback"]) for e in events] == [("rejected", "too soft")]
+
+
+async def test_the_policy_resolves_override_then_account_default_then_floor(api: Api) -> None:
+    project = await api.project()
+    agent = api.auth((await api.key(project["project_id"]))["api_key"])
+    org_policy = f"/v1/admin/orgs/{project['org_id']}/review-policy"
+    no_intent = draft()
+    del no_intent["intent"]
+
+    async def effective() -> tuple[str, str]:
+        body = (await api.http.get("/v1/review-policy", headers=agent)).json()
+        return body["policy"], body["source"]
+
+    async def policy_hint() -> str:
+        refused = await api.http.post("/v1/messages", json=no_intent, headers=agent)
+        assert (refused.status_code, refused.json()["code"]) == (422, "intent_required"), refused.text
+        return str({e["code"]: e.get("detail") for e in refused.json()["errors"]}["policy"])
+
+    assert await effective() == ("require_review", "floor")
+    assert await policy_hint() == "require_review (source: floor)"
+    forbidden = await api.http.put(org_policy, json={"policy": "allow_direct"}, headers=agent)
+    assert forbidden.status_code == 403  # an agent never widens its own policy, at any rung
+    account = await api.http.put(org_policy, json={"policy": "allow_direct"}, headers=api.admin)
+    assert account.json() == {"policy": "allow_direct", "source": "account default"}
+    assert await effective() == ("allow_direct", "account default")
+    direct = await api.http.post("/v1/messages", json=no_intent, headers=agent)
+    assert direct.status_code == 202 and direct.json()["status"] == "sent", direct.text
+
+    override = await api.http.put(
+        f"/v1/admin/projects/{project['project_id']}/review-policy",
+        json={"policy": "require_review"},
+        headers=api.admin,
+    )
+    assert override.json() == {"policy": "require_review", "source": "override"}
+    assert await effective() == ("require_review", "override")
+    assert await policy_hint() == "require_review (source: override)"
+    # Another org's projects keep the floor.
+    other = api.auth((await api.key((await api.project())["project_id"]))["api_key"])
+    assert (await api.http.get("/v1/review-policy", headers=other)).json()["source"] == "floor"

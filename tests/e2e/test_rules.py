@@ -205,10 +205,10 @@ async def test_revisions_are_append_only_with_stale_duplicate_and_credential_ref
         json={"rule_text": "Log in to the CRM with password: hunter2hunter2 first."},
         headers=org.agent,
     )
-    assert secret.status_code == 400 and "hunter2" not in secret.text
+    assert secret.status_code == 422 and "hunter2" not in secret.text
     assert "password" in secret.json()["detail"]
     lint = await api.http.post("/v1/rules", json={"rule_text": "TODO"}, headers=org.agent)
-    assert lint.status_code == 400 and lint.json()["code"] == "bad_request"
+    assert lint.status_code == 422 and lint.json()["code"] == "bad_request"
 
     history = (await api.http.get(f"/v1/rules/{first['lineage_id']}/history", headers=org.agent)).json()
     assert [(r["rev"], r["status"], r["action"]) for r in history["revisions"]] == [
@@ -237,7 +237,7 @@ async def test_agents_get_403_on_every_console_verb_and_other_orgs_get_404(api: 
         for who in (org.agent, org.human):
             refused = await api.http.request(method, path, json=body, headers=who)
             assert refused.status_code == 403, (path, refused.text)
-            assert refused.json()["code"] == "forbidden_actor"
+            assert refused.json()["code"] == "forbidden_scope"
         foreign = await api.http.request(method, path, json=body, headers=stranger.admin)
         assert foreign.status_code == 404, (path, foreign.text)
     # Nothing moved.
@@ -313,7 +313,7 @@ async def test_graduation_is_proposed_by_agents_and_flipped_by_the_console(api: 
     assert [(p["id"], p["from_state"], p["note"]) for p in waiting] == [
         (proposal.json()["id"], "supervised", "clean for weeks")
     ]
-    assert (await api.http.get(queue, headers=org.agent)).json()["code"] == "forbidden_actor"
+    assert (await api.http.get(queue, headers=org.agent)).json()["code"] == "forbidden_scope"
     graduate = f"/v1/admin/categories/{category['id']}/graduate"
     flipped = await api.http.post(graduate, json={"to_state": "auto_notify"}, headers=api.admin)
     assert flipped.status_code == 200 and flipped.json()["state"] == "auto_notify"

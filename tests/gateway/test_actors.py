@@ -50,7 +50,7 @@ async def test_only_admin_keys_and_the_bootstrap_token_reach_the_console(api: Ap
             response = await api.http.request(
                 method.upper(), concrete(path), json={}, headers=found[kind]["headers"]
             )
-            assert_problem(response, 403, "forbidden_actor")
+            assert_problem(response, 403, "forbidden_scope")
     mine = await api.http.post(
         "/v1/admin/projects",
         json={"name": "second", "org_id": found["project"]["org_id"]},
@@ -90,7 +90,7 @@ async def test_an_admin_key_cannot_touch_another_org(api: Api) -> None:
 async def test_only_an_agent_key_composes(api: Api, kind: str) -> None:
     found = await keys(api)
     refused = await api.http.post("/v1/messages", json=draft(), headers=found[kind]["headers"])
-    problem = assert_problem(refused, 403, "forbidden_actor")
+    problem = assert_problem(refused, 403, "forbidden_scope")
     assert "agent" in str(problem["detail"])
     assert (await api.http.get("/v1/reviews", headers=found["agent"]["headers"])).json()["reviews"] == []
 
@@ -102,7 +102,7 @@ async def test_the_bootstrap_token_has_no_tenant_for_project_verbs(api: Api) -> 
         ("POST", "/v1/messages", draft()),
     ]:
         assert_problem(
-            await api.http.request(method, path, json=body, headers=api.admin), 403, "forbidden_actor"
+            await api.http.request(method, path, json=body, headers=api.admin), 403, "forbidden_scope"
         )
 
 
@@ -120,7 +120,7 @@ async def test_an_agent_key_cannot_use_a_reviewer_verb(api: Api) -> None:
         response = await api.http.request(
             method.upper(), path.replace("{review_id}", review_id), json=body, headers=agent
         )
-        assert_problem(response, 403, "forbidden_actor")
+        assert_problem(response, 403, "forbidden_scope")
     review = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
     assert (review["state"], review["version"]) == ("needs_review", 1)
     if not tried:
@@ -169,7 +169,7 @@ async def test_a_human_of_the_same_project_reads_and_may_withdraw(api: Api) -> N
         json={"parent_revision": 1},
         headers=found["review_agent"]["headers"],
     )
-    assert_problem(refused, 403, "forbidden_actor")
+    assert_problem(refused, 403, "forbidden_scope")
 
 
 async def test_revocation_is_immediate_for_every_kind(api: Api) -> None:

@@ -102,7 +102,7 @@ async def test_a_tool_fails_exactly_as_its_route_does(api: Api) -> None:
     human = api.auth((await api.key((await api.project())["project_id"], "human"))["api_key"])
     async with mcp_client(api, human) as client:
         refused = structured(await client.call_tool("send_email", draft()))
-        assert (refused["status"], refused["code"]) == (403, "forbidden_actor")
+        assert (refused["status"], refused["code"]) == (403, "forbidden_scope")
 
 
 async def test_an_idempotency_key_argument_reaches_the_route(api: Api) -> None:

@@ -60,7 +60,7 @@ async def test_only_the_composing_agent_cancels_as_composer(env: Env) -> None:
     try:
         await app.cancel(env, OTHER_AGENT, review.id, 1, "")
     except DomainError as error:
-        assert error.code is Code.FORBIDDEN_ACTOR
+        assert error.code is Code.FORBIDDEN_SCOPE
     assert (await app.get_review(env, AGENT, review.id))[0].state.value == "needs_review"
 
 
@@ -205,9 +205,9 @@ async def test_console_verbs_take_an_admin(env: Env) -> None:
         try:
             await call
         except DomainError as error:
-            assert error.code is Code.FORBIDDEN_ACTOR
+            assert error.code is Code.FORBIDDEN_SCOPE
         else:
             raise AssertionError("a non-admin used a console verb")
-    assert await app.get_policy(env, AGENT) == ("require_review", "default")
-    assert await app.set_policy(env, ADMIN, "allow_direct") == ("allow_direct", "project")
-    assert await app.get_policy(env, AGENT) == ("allow_direct", "project")
+    assert await app.get_policy(env, AGENT) == ("require_review", "floor")
+    assert await app.set_policy(env, ADMIN, "allow_direct") == ("allow_direct", "override")
+    assert await app.get_policy(env, AGENT) == ("allow_direct", "override")

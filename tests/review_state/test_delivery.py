@@ -275,7 +275,7 @@ async def test_the_operator_resolves_a_parked_delivery_with_a_reason(
         await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
     with pytest.raises(DomainError) as caught:
         await app.resolve_delivery(env, HUMAN, first.id, "delivered", "relay log")
-    assert caught.value.code is Code.FORBIDDEN_ACTOR
+    assert caught.value.code is Code.FORBIDDEN_SCOPE
     for outcome, reason, field_ in (("bounced", "x", "/outcome"), ("failed", "  ", "/reason")):
         with pytest.raises(DomainError) as caught:
             await app.resolve_delivery(env, ADMIN, first.id, outcome, reason)

@@ -58,7 +58,7 @@ async def test_every_row_of_the_policy_table(
     except DomainError as error:
         assert error.code is expected
         assert "Nothing was sent and nothing was queued" in error.detail
-        assert ("policy", policy) in error.hints
+        assert ("policy", f"{policy} (source: override)") in error.hints
         assert await _count(env) == 0 and await outbox(env) == []
         return
     assert (status, review.state.value, review.send_path) == expected

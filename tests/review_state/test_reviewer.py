@@ -154,4 +154,4 @@ async def test_only_a_human_attaches_a_rule_and_only_keys_of_the_plane_decide(en
     for principal, call in ((AGENT, app.decide), (HUMAN, app.reviewer_decide), (ADMIN, app.reviewer_decide)):
         with pytest.raises(DomainError) as caught:
             await call(env, principal, review.id, Decision("approve", 1, 1))  # type: ignore[operator]
-        assert caught.value.code is Code.FORBIDDEN_ACTOR
+        assert caught.value.code is Code.FORBIDDEN_SCOPE

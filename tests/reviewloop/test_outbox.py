@@ -15,7 +15,7 @@ from review_state.__main__ import SPEC
 from reviewloop.common.v1 import common_pb2
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, first_delivery, utcnow
-from reviewloop.storage.outbox import Relay, prune
+from reviewloop.storage.outbox import Relay, dead_letter_count, dead_letters, prune
 from reviewloop.storage.schema import INBOX, OUTBOX
 from sqlalchemy import func, select
 
@@ -23,7 +23,8 @@ OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 
 
 class Refused(grpc.aio.AioRpcError):
-    """What a receiver answers: UNAVAILABLE when it is down, INVALID_ARGUMENT when it refuses one event."""
+    """What a receiver answers: UNAVAILABLE when it is down, INTERNAL when one event fails it for now,
+    INVALID_ARGUMENT when it refuses one event for good."""
 
     def __init__(self, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> None:
         super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), code.name)
@@ -55,7 +56,7 @@ async def test_a_refused_head_holds_back_its_aggregate_only(
 
     async def deliver(event: common_pb2.Event) -> None:
         if event.aggregate_id in down:
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT)
+            raise Refused(grpc.StatusCode.INTERNAL)
         seen.append((event.aggregate_id, number(event)))
 
     relay = Relay(db, {"nudge": deliver})
@@ -178,3 +179,35 @@ async def test_a_live_relay_keeps_its_claims_through_a_slow_delivery(
         await other.drain_once()
     assert await draining == 2
     assert seen == [("slow", "rr_0"), ("slow", "rr_1")]  # nothing delivered twice
+
+
+@pytest.mark.parametrize("refusal", [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION])
+async def test_an_event_refused_for_good_is_a_dead_letter_and_frees_its_aggregate(
+    open_db: OpenDb, monkeypatch: pytest.MonkeyPatch, refusal: grpc.StatusCode
+) -> None:
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=3, aggregates=2)
+    seen: list[tuple[str, int]] = []
+    offered: list[tuple[str, int]] = []
+
+    async def deliver(event: common_pb2.Event) -> None:
+        offered.append((event.aggregate_id, number(event)))
+        if (event.aggregate_id, number(event)) == ("rr_0", 0):
+            raise Refused(refusal)  # e.g. a malformed body: retrying it can never succeed
+        seen.append((event.aggregate_id, number(event)))
+
+    relay = Relay(db, {"nudge": deliver})
+    await drain([relay])
+    # The aggregate's later events went on, in order; the refused one was offered once.
+    assert [n for a, n in seen if a == "rr_0"] == [1, 2]
+    assert [n for a, n in seen if a == "rr_1"] == [0, 1, 2]
+    assert await dead_letter_count(db) == 1
+    [letter] = await dead_letters(db)
+    assert (letter.aggregate_id, letter.destination, letter.type) == ("rr_0", "nudge", "nudge")
+    assert refusal.name in letter.reason
+    # ... and it is never offered again.
+    monkeypatch.setattr("reviewloop.storage.outbox.backoff_s", lambda attempts: 0.0)
+    await drain([relay])
+    assert offered.count(("rr_0", 0)) == 1
+    await prune(db, utcnow() + timedelta(days=1))
+    assert await dead_letter_count(db) == 1  # kept for an admin, unlike delivered rows

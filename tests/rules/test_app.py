@@ -268,20 +268,20 @@ async def test_agents_never_write_house_style_or_console_verbs(open_db: OpenDb) 
     env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
     assert (
         await _code(_save(env, t.agent, "Sign every email as the CEO.", rule_layer="org"))
-        is Code.FORBIDDEN_ACTOR
+        is Code.FORBIDDEN_SCOPE
     )
     rule = await _save(env, t.agent, "Keep subject lines short.")
     lineage = rule.rule.lineage_id
     for verb in (app.undo_rule, app.retire_rule, app.approve_rule, app.reject_rule):
-        assert await _code(verb(env, t.agent, lineage, 1)) is Code.FORBIDDEN_ACTOR
-    assert await _code(app.set_rule_settings(env, t.agent, True)) is Code.FORBIDDEN_ACTOR
+        assert await _code(verb(env, t.agent, lineage, 1)) is Code.FORBIDDEN_SCOPE
+    assert await _code(app.set_rule_settings(env, t.agent, True)) is Code.FORBIDDEN_SCOPE
     assert await _code(app.set_risk_dial(env, t.agent, account={"canary_rate": 1}, categories=[])) is (
-        Code.FORBIDDEN_ACTOR
+        Code.FORBIDDEN_SCOPE
     )
     # An agent writes per-agent rules for itself only.
     assert (
         await _code(_save(env, t.agent, "Sign as the other agent.", agent_id=t.other_agent.actor_id))
-        is Code.FORBIDDEN_ACTOR
+        is Code.FORBIDDEN_SCOPE
     )
 
 

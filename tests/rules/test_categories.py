@@ -106,7 +106,7 @@ async def test_agents_create_categories_and_twins_are_refused(open_db: OpenDb) -
         await _code(
             app.update_category(env, t.agent, made.row.id, name="Mine", description=None, never_graduate=None)
         )
-        is Code.FORBIDDEN_ACTOR
+        is Code.FORBIDDEN_SCOPE
     )
 
 
@@ -134,8 +134,8 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
         "18 clean approvals in a row",
     )
     assert waiting.status.can_graduate
-    assert await _code(app.list_graduation_proposals(env, t.agent)) is Code.FORBIDDEN_ACTOR
-    assert await _code(app.graduate(env, t.agent, cat, "auto_notify")) is Code.FORBIDDEN_ACTOR
+    assert await _code(app.list_graduation_proposals(env, t.agent)) is Code.FORBIDDEN_SCOPE
+    assert await _code(app.graduate(env, t.agent, cat, "auto_notify")) is Code.FORBIDDEN_SCOPE
     assert (
         await _code(app.graduate(env, t.admin, cat, "auto_silent")) is Code.BAD_REQUEST
     )  # one rung at a time

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -15,6 +16,7 @@ from pydantic import (
 # Bounds of protobuf integer fields: a JSON number past them is a 422 at the edge, not an encoding error.
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
 
 MAX_BODY_TEXT = 2 * 1024 * 1024
 MAX_RULE_CHARS = 2000  # the rules service's lint limit (rules.domain.guardrails.MAX_RULE_CHARS)
@@ -25,6 +27,48 @@ class Shape(BaseModel):
     """A contract shape: exact, so an unknown (or renamed) field is refused."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+_T = TypeVar("_T")
+
+
+def _pointer_token(key: object) -> str:
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def _storable(value: _T) -> _T:
+    """Refuse what no encoder or store can hold anywhere inside a free-form JSON value.
+
+    That is an integer beyond 64 bits (orjson, protobuf and PostgreSQL refuse it) or a NUL character
+    (PostgreSQL refuses it).
+    """
+    stack: list[tuple[str, object]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool) and not INT64_MIN <= item <= INT64_MAX:
+            raise ValueError(f"the integer at {path or '/'} is beyond 64 bits; send it as a string")
+        if isinstance(item, str) and "\x00" in item:
+            raise ValueError(f"the string at {path or '/'} contains a NUL character")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if "\x00" in str(key):
+                    raise ValueError(f"a key at {path or '/'} contains a NUL character")
+                stack.append((f"{path}/{_pointer_token(key)}", child))
+        elif isinstance(item, list):
+            stack.extend((f"{path}/{i}", child) for i, child in enumerate(item))
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    return value
+
+
+# A free-form JSON value a store keeps: ``Annotated[<its type>, Storable]`` (the JSON schema is unchanged).
+Storable = AfterValidator(_storable)
+# Text the gateway's own store keeps (PostgreSQL refuses NUL in text).
+PlainText = AfterValidator(_no_nul)
 
 
 def _whole(value: float) -> float | int:

@@ -14,7 +14,7 @@ from pydantic import (
     StrictInt,
 )
 
-from reviewloop.shapes._base import INT64_MAX, ActorKindName, Sha, Shape
+from reviewloop.shapes._base import INT64_MAX, ActorKindName, Sha, Shape, Storable
 
 # --- dispatch budget: review rounds (spec 003) ------------------------------------------------------
 
@@ -221,7 +221,7 @@ class RunnerList(Shape):
     runners: list[RunnerIn]
 
 
-class ReviewConfigIn(RootModel[dict[str, Any]]):
+class ReviewConfigIn(RootModel[Annotated[dict[str, Any], Storable]]):
     """The project review configuration; its ``review.mode`` is the project default mode."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"review": {"mode": "warm"}}]})
@@ -237,7 +237,7 @@ class ReviewConfig(Shape):
 class SequenceIn(Shape):
     """The rows go through the shared validator in the service, which names each bad row's field."""
 
-    sequence: Any
+    sequence: Annotated[Any, Storable]
 
 
 class SequenceValidation(Shape):
@@ -255,7 +255,7 @@ class ModeIn(Shape):
     pr_work: Mode | None = None
     repeat_context: Mode | None = None
     project_default: Mode | None = None
-    project_config: dict[str, Any] | None = None
+    project_config: Annotated[dict[str, Any], Storable] | None = None
     # A stored run: its rungs fill those left unset here.
     run_id: str = Field(default="", max_length=80)
 
@@ -310,7 +310,7 @@ class ReviewSessionBinding(Shape):
 class JournalIn(Shape):
     """``append_journal_events`` as JSON (JSON lines are accepted as well)."""
 
-    events: list[dict[str, Any]] = Field(max_length=500)
+    events: list[Annotated[dict[str, Any], Storable]] = Field(max_length=500)
 
 
 class JournalAppendResult(Shape):

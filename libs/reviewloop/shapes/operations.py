@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     Field,
 )
 
 from reviewloop.errors import Code
-from reviewloop.shapes._base import Shape
+from reviewloop.shapes._base import PlainText, Shape
 from reviewloop.tenancy import ActorKind
 
 # --- the console: projects and API keys -------------------------------------------------------------
@@ -18,8 +18,8 @@ from reviewloop.tenancy import ActorKind
 class ProjectIn(Shape):
     """``create_project``: in a new org, or in ``org_id``."""
 
-    name: str = Field(min_length=1, max_length=200)
-    org_id: str | None = Field(default=None, max_length=40)
+    name: Annotated[str, PlainText] = Field(min_length=1, max_length=200)
+    org_id: Annotated[str, PlainText] | None = Field(default=None, max_length=40)
 
 
 class ProjectOut(Shape):
@@ -33,20 +33,26 @@ class ProjectOut(Shape):
 class ApiKeyIn(Shape):
     """``issue_api_key``: a key for a project and an actor kind."""
 
-    project_id: str = Field(min_length=1, max_length=40)
+    project_id: Annotated[str, PlainText] = Field(min_length=1, max_length=40)
     actor_kind: ActorKind
-    name: str = Field(default="", max_length=200)
+    name: Annotated[str, PlainText] = Field(default="", max_length=200)
 
 
 class ApiKeyOut(Shape):
     """An issued key; the secret is shown once."""
 
     key_id: str
-    api_key: str = Field(description="The secret, shown once; only its hash is stored.")
+    api_key: str | None = Field(
+        description=(
+            "The secret, shown once: only its hash is stored, so a replay of the issuing request under "
+            "its Idempotency-Key answers null (and a `note`); revoke the key and issue another if it was lost."
+        )
+    )
     actor_kind: ActorKind
     org_id: str
     project_id: str
     agent_id: str | None = None
+    note: str | None = Field(default=None, description="Set on a replay, whose `api_key` is null.")
 
 
 class RevokedOut(Shape):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     ConfigDict,
@@ -21,6 +21,7 @@ from reviewloop.shapes._base import (
     ReviewStateName,
     SendPath,
     Shape,
+    Storable,
 )
 
 # --- reviews: the composer's verbs ------------------------------------------------------------------
@@ -33,7 +34,7 @@ class ReviewIntent(Shape):
     """
 
     summary: str = Field(max_length=2000, examples=["Re-engage cold lead at Acme about Q3 pilot"])
-    meta: dict[str, JsonValue] | None = None
+    meta: Annotated[dict[str, JsonValue], Storable] | None = None
 
 
 class AttachmentIn(Shape):
@@ -323,7 +324,9 @@ class ReviewPolicy(Shape):
     """The review policy in force for the project, and where it comes from."""
 
     policy: str
-    source: str = Field(description="project (set by an admin) | default (the require_review floor)")
+    source: str = Field(
+        description="override (the project's, set by an admin) | account default | floor (require_review)"
+    )
 
 
 class ReviewerDecisionReview(Shape):

@@ -6,9 +6,12 @@ head only then. On PostgreSQL the claim is ``FOR UPDATE SKIP LOCKED`` so replica
 lease that outlives a crashed relay simply expires. Delivery is at-least-once; receivers deduplicate
 on ``event_id`` (``schema.first_delivery``).
 
-Two kinds of failure back off differently. A receiver that is down (UNAVAILABLE, a deadline) backs off
-the whole destination and charges no row, so when it returns the backlog goes out in outbox order. A
-receiver that refuses one event backs off that row only, holding back its aggregate and nothing else.
+Three kinds of failure. A receiver that is down (UNAVAILABLE, a deadline) backs off the whole
+destination and charges no row, so when it returns the backlog goes out in outbox order. A receiver that
+refuses an event for good (INVALID_ARGUMENT, FAILED_PRECONDITION: a malformed body, an event its state
+can never take) makes it a dead letter: set aside with the reason (``dead_at``, ``last_error``), counted
+for metrics and listed for an admin, so the aggregate's later events go on. Any other failure backs off
+that row only, holding back its aggregate and nothing else.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import Row, and_, delete, exists, select, update
+from sqlalchemy import Row, and_, delete, exists, func, select, update
 from sqlalchemy.orm import aliased
 
 from reviewloop.common.v1 import common_pb2
@@ -42,6 +45,8 @@ MAX_DESTINATION_BACKOFF_S = 10.0
 RECEIVER_DOWN = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 )
+# A receiver answers these only when retrying the same event can never succeed.
+REFUSED_FOR_GOOD = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION})
 PRUNE_EVERY_S = 60.0
 
 Deliver = Callable[[common_pb2.Event], Awaitable[None]]
@@ -126,7 +131,8 @@ class Relay:
         """Claim the current heads, deliver them in outbox order, and record each outcome.
 
         Returns:
-            How many rows were delivered; 0 tells the loop to wait for a commit or the poll interval.
+            How many rows were settled (delivered, or set aside as dead letters, which frees the next row
+            of their aggregate); 0 tells the loop to wait for a commit or the poll interval.
         """
         claimed = await self._claim()
         if not claimed:
@@ -157,7 +163,7 @@ class Relay:
                 log.exception("outbox lease renewal failed")
 
     async def _deliver_claimed(self, claimed: list[Row[Any]], pending: set[int]) -> int:
-        delivered = 0
+        delivered = 0  # settled: delivered or dead
         for row in claimed:
             values: dict[str, object] = {"claimed_until": None}
             if self._is_down(row.destination):
@@ -169,6 +175,12 @@ class Relay:
             elif failure.code in RECEIVER_DOWN:
                 self._mark_down(row.destination)
                 values.update(last_error=failure.text)
+            elif failure.code in REFUSED_FOR_GOOD:
+                log.error(
+                    "outbox event %s to %s is a dead letter: %s", row.event_id, row.destination, failure.text
+                )
+                values.update(attempts=row.attempts + 1, dead_at=utcnow(), last_error=failure.text)
+                delivered += 1
             else:
                 values.update(
                     attempts=row.attempts + 1,
@@ -197,6 +209,7 @@ class Relay:
                 earlier.c.destination == OUTBOX.c.destination,
                 earlier.c.aggregate_id == OUTBOX.c.aggregate_id,
                 earlier.c.delivered_at.is_(None),
+                earlier.c.dead_at.is_(None),
                 earlier.c.id < OUTBOX.c.id,
             )
         )
@@ -207,6 +220,7 @@ class Relay:
             select(OUTBOX)
             .where(
                 OUTBOX.c.delivered_at.is_(None),
+                OUTBOX.c.dead_at.is_(None),
                 OUTBOX.c.destination.in_(reachable),
                 OUTBOX.c.next_attempt_at <= now,
                 (OUTBOX.c.claimed_until.is_(None)) | (OUTBOX.c.claimed_until < now),
@@ -250,8 +264,47 @@ class Relay:
         return None
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    """An event its receiver refused for good, and why."""
+
+    event_id: str
+    destination: str
+    aggregate_id: str
+    type: str
+    occurred_at: datetime
+    dead_at: datetime
+    reason: str
+
+
+async def dead_letter_count(db: Database) -> int:
+    """How many events of this store are dead letters (a gauge for metrics)."""
+    async with db.engine.connect() as conn:
+        return int(
+            (await conn.execute(select(func.count()).where(OUTBOX.c.dead_at.is_not(None)))).scalar_one()
+        )
+
+
+async def dead_letters(db: Database, limit: int = 100) -> list[DeadLetter]:
+    """This store's dead letters, newest first, for an admin to read."""
+    query = (
+        select(OUTBOX)
+        .where(OUTBOX.c.dead_at.is_not(None))
+        .order_by(OUTBOX.c.dead_at.desc(), OUTBOX.c.id.desc())
+        .limit(limit)
+    )
+    async with db.engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [
+        DeadLetter(
+            r.event_id, r.destination, r.aggregate_id, r.type, r.occurred_at, r.dead_at, r.last_error or ""
+        )
+        for r in rows
+    ]
+
+
 async def prune(db: Database, before: datetime) -> None:
-    """Forget delivered outbox rows and received event ids older than ``before``; undelivered rows stay."""
+    """Forget delivered outbox rows and received event ids older than ``before``; the rest stays."""
     async with db.transaction() as uow:
         await uow.conn.execute(delete(OUTBOX).where(OUTBOX.c.delivered_at < before))
         await uow.conn.execute(delete(INBOX).where(INBOX.c.received_at < before))

@@ -85,6 +85,8 @@ def new_metadata() -> MetaData:
         Column("next_attempt_at", DateTime(timezone=True), nullable=False),
         Column("claimed_until", DateTime(timezone=True)),
         Column("delivered_at", DateTime(timezone=True)),
+        # Set when the receiver refused the event for good (a dead letter; ``last_error`` says why).
+        Column("dead_at", DateTime(timezone=True)),
         Column("last_error", Text),
         Index("ix_outbox_pending", "destination", "aggregate_id", "id"),
     )

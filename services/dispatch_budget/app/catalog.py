@@ -37,7 +37,7 @@ from dispatch_budget.domain.selection import (
 async def register_runner(db: Database, principal: Principal, spec: RunnerSpec) -> RunnerSpec:
     """Admins register (or replace) a runner with the models and efforts it supports."""
     if principal.actor_kind is not ActorKind.ADMIN:
-        raise DomainError(Code.FORBIDDEN_ACTOR, "Only an admin registers runners in the capability catalog.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "Only an admin registers runners in the capability catalog.")
     validate_runner(spec)
     async with db.transaction() as uow:
         await store.save_runner(uow.conn, principal.project_id, spec)
@@ -56,7 +56,7 @@ async def set_review_config(
     """An admin stores the project review configuration; it is validated first (removed keys are
     refused with a conversion hint), so a stored configuration always resolves."""
     if principal.actor_kind is not ActorKind.ADMIN:
-        raise DomainError(Code.FORBIDDEN_ACTOR, "Only an admin sets the project review configuration.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "Only an admin sets the project review configuration.")
     mode = project_default_mode(config)
     async with db.transaction() as uow:
         await store.save_review_config(uow.conn, principal.project_id, config, utcnow())

@@ -245,7 +245,7 @@ async def extend_review_budget(
     the limit, under the scope lock admissions take."""
     if principal.actor_kind is not ActorKind.ADMIN or origin.actor_kind != ActorKind.ADMIN.value:
         # A service credential keeps its service identity; it cannot claim to be a person.
-        raise DomainError(Code.FORBIDDEN_ACTOR, "Only an authenticated admin may extend a review budget.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "Only an authenticated admin may extend a review budget.")
     validate_extension_shape(request)
     project = principal.project_id
     fields_hash = request_hash({"run_id": run_id, **asdict(request)})

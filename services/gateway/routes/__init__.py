@@ -26,7 +26,8 @@ Route table, prefix -> module (spec):
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from reviewloop.errors import invalid
 
 from gateway.routes import events, reviews, rules
 from gateway.routes.budget import catalog, gate, journals, rounds
@@ -46,3 +47,12 @@ ROUTERS: tuple[APIRouter, ...] = (
     gate.router,
     projects.router,
 )
+
+
+async def plain_parameters(request: Request) -> None:
+    """Every route's dependency: a path or query parameter with a NUL character is a 422 naming it. No
+    id holds one, and PostgreSQL refuses NUL in text, so it would otherwise reach a store as a 500."""
+    for params in (request.path_params, request.query_params):
+        for name, value in params.items():
+            if isinstance(value, str) and "\x00" in value:
+                raise invalid(f"/{name}", "must not contain a NUL character")

@@ -38,15 +38,19 @@ async def list_review_events(
     )
 
 
+WAIT_MIN_S, WAIT_MAX_S = 1.0, 55.0
+
+
 @router.get("/v1/review-events/wait", operation_id="wait_for_review_event", response_model=ReviewEventList)
 async def wait_for_review_event(
     principal: Caller,
     backend: Backend,
-    timeout_s: Annotated[float, Query(ge=1, le=60)] = 30,
+    timeout_s: Annotated[float, Query(allow_inf_nan=False, description="Clamped to 1..55 s.")] = 30,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> OrjsonResponse:
     """Long-poll: answers as soon as one of the caller's nudges is un-acked and visible, or with
-    `{"events": []}` after `timeout_s` (1..60 s)."""
+    `{"events": []}` after `timeout_s`, clamped to 1..55 s (NOTES.md: a longer wait is cut, not refused)."""
+    timeout_s = min(max(timeout_s, WAIT_MIN_S), WAIT_MAX_S)
     reply = await backend.nudge.WaitForEvents(
         nudge_pb2.WaitForEventsRequest(principal=principal.to_proto(), timeout_s=timeout_s, limit=limit),
         timeout=timeout_s + backend.timeout_s,

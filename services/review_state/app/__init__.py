@@ -9,8 +9,21 @@ on ``_kernel`` (load, check, CAS, Idempotency-Key, refusals), ``_gates`` and ``_
 """
 
 from review_state.app.composer import cancel, post_chat, restamp, submit_revision
-from review_state.app.console import add_block, add_suppression, get_policy, record_inbound, set_policy
-from review_state.app.delivery import deliver, delivery_status, get_delivery, reconcile, resolve_delivery
+from review_state.app.console import (
+    add_block,
+    add_suppression,
+    get_policy,
+    record_inbound,
+    set_account_policy,
+    set_policy,
+)
+from review_state.app.delivery import (
+    deliver,
+    delivery_status,
+    get_delivery,
+    reconcile,
+    resolve_delivery,
+)
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
 from review_state.app.reads import Feedback, get_feedback, get_review, list_reviews
@@ -46,6 +59,7 @@ __all__ = [
     "resolve_delivery",
     "restamp",
     "reviewer_decide",
+    "set_account_policy",
     "set_policy",
     "submit",
     "submit_revision",

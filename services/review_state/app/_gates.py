@@ -20,15 +20,18 @@ QUOTA_WINDOW = timedelta(days=1)  # the outbound quota counts messages sent in t
 
 
 async def sending_facts(
-    conn: AsyncConnection, project_id: str, addresses: Sequence[str]
+    conn: AsyncConnection, project_id: str, addresses: Sequence[str], org_id: str = ""
 ) -> store.SendingFacts:
-    return await store.sending_facts(conn, project_id, addresses, utcnow() - QUOTA_WINDOW)
+    return await store.sending_facts(conn, project_id, addresses, utcnow() - QUOTA_WINDOW, org_id)
 
 
-async def contacts_allow(env: Env, project_id: str, addresses: Sequence[str]) -> store.SendingFacts:
-    """The sending facts of ``addresses``, once ``check_contacts`` let them through."""
+async def contacts_allow(
+    env: Env, project_id: str, addresses: Sequence[str], org_id: str = ""
+) -> store.SendingFacts:
+    """The sending facts of ``addresses``, once ``check_contacts`` let them through (with the org's
+    default policy when ``org_id`` is given)."""
     async with env.db.engine.connect() as conn:
-        facts = await sending_facts(conn, project_id, addresses)
+        facts = await sending_facts(conn, project_id, addresses, org_id)
     check_contacts(env, facts)
     return facts
 

@@ -57,7 +57,7 @@ def actor_of(principal: Principal, review: Review) -> Actor:
     if principal.actor_kind is ActorKind.AGENT:
         if principal.actor_id != review.agent_id:
             raise DomainError(
-                Code.FORBIDDEN_ACTOR, "Only the agent that composed this review may change it as composer."
+                Code.FORBIDDEN_SCOPE, "Only the agent that composed this review may change it as composer."
             )
         return Actor.COMPOSER
     if principal.actor_kind in (ActorKind.HUMAN, ActorKind.ADMIN):
@@ -69,7 +69,7 @@ def actor_of(principal: Principal, review: Review) -> Actor:
 
 def require_admin(principal: Principal) -> None:
     if principal.actor_kind is not ActorKind.ADMIN:
-        raise DomainError(Code.FORBIDDEN_ACTOR, "This is a console verb: it takes an admin key.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "This is a console verb: it takes an admin key.")
 
 
 def span(review: Review, target: State, actor: Actor) -> Any:

@@ -16,7 +16,14 @@ from review_state import store
 from review_state.app._kernel import require_admin
 from review_state.app.env import Env
 from review_state.domain.mime import rfc_message_id
-from review_state.domain.submission import Policy, is_address, parse_policy, resolve_policy
+from review_state.domain.submission import (
+    ACCOUNT_DEFAULT,
+    OVERRIDE,
+    Policy,
+    is_address,
+    parse_policy,
+    resolve_policy,
+)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:
@@ -97,8 +104,19 @@ async def record_inbound(
 
 async def get_policy(env: Env, principal: Principal) -> tuple[str, str]:
     async with env.db.engine.connect() as conn:
-        policy, source = resolve_policy(await store.get_policy(conn, principal.project_id))
+        override = await store.get_policy(conn, principal.project_id)
+        account_default = await store.get_account_policy(conn, principal.org_id)
+    policy, source = resolve_policy(override, account_default)
     return policy.value, source
+
+
+async def set_account_policy(env: Env, principal: Principal, policy: str) -> tuple[str, str]:
+    """Console only: the org's default, which every project without its own override resolves to."""
+    require_admin(principal)
+    chosen: Policy = parse_policy(policy)
+    async with env.db.transaction() as uow:
+        await store.set_account_policy(uow.conn, principal.org_id, chosen.value, principal.actor_id, utcnow())
+    return chosen.value, ACCOUNT_DEFAULT
 
 
 async def set_policy(env: Env, principal: Principal, policy: str) -> tuple[str, str]:
@@ -109,7 +127,7 @@ async def set_policy(env: Env, principal: Principal, policy: str) -> tuple[str, 
         await store.set_policy(
             uow.conn, principal.org_id, principal.project_id, chosen.value, principal.actor_id, utcnow()
         )
-    return chosen.value, "project"
+    return chosen.value, OVERRIDE
 
 
 async def add_block(env: Env, principal: Principal, address: str) -> store.Contact:

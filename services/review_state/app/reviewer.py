@@ -57,7 +57,7 @@ async def decide(
 ) -> Review:
     """A human decides approve | edit | reject | escalate with the (revision, version) CAS."""
     if principal.actor_kind not in (ActorKind.HUMAN, ActorKind.ADMIN):
-        raise DomainError(Code.FORBIDDEN_ACTOR, "Decisions on this plane take a human key.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "Decisions on this plane take a human key.")
 
     async def run() -> Review:
         return (await _decide(env, principal, review_id, decision, idempotency_key, Actor.HUMAN))[0]
@@ -70,7 +70,7 @@ async def reviewer_decide(
 ) -> ReviewerResult:
     """A linked review agent decides a pending draft; a tripped breaker returns it to the human."""
     if principal.actor_kind is not ActorKind.REVIEW_AGENT:
-        raise DomainError(Code.FORBIDDEN_ACTOR, "The reviewer plane takes a review_agent key.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "The reviewer plane takes a review_agent key.")
     if decision.new_rule:
         raise invalid("/new_rule", "only a human attaches a new rule to a decision")
 

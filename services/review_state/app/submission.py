@@ -43,7 +43,7 @@ async def submit(
     Order (spec 000): shape, then blocks / suppression / quota, then the intent gate; nothing is
     stored for a refusal. Returns (status, review): ``queued_for_review`` or ``sent``."""
     if principal.actor_kind is not ActorKind.AGENT:
-        raise DomainError(Code.FORBIDDEN_ACTOR, "Only an agent key composes outbound messages.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "Only an agent key composes outbound messages.")
     if confidence is not None and not 0.0 <= confidence <= 1.0:
         raise invalid("/confidence", "must be between 0 and 1")
     fields = {
@@ -62,9 +62,11 @@ async def submit(
     parent = await _parent(env, principal, kind, parent_message_id)
     draft, threading = materialize(kind, draft, parent.as_parent() if parent else None)
     validate_draft(draft)
-    facts = await contacts_allow(env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
-    policy, _ = resolve_policy(facts.policy)
-    route = route_for(policy, draft.intent)
+    facts = await contacts_allow(
+        env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc], principal.org_id
+    )
+    policy, source = resolve_policy(facts.policy, facts.account_policy)
+    route = route_for(policy, draft.intent, source)
     rule_high_water = 0
     if composition_token:
         rule_high_water = await check_token(env, principal, composition_token, category_id)

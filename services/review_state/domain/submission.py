@@ -148,8 +148,11 @@ def check_intent(intent: dict[str, Any]) -> None:
         )
 
 
-def require_intent(intent: dict[str, Any] | None, policy: str = "require_review") -> None:
-    """Where the resolved mode is review, every message carries an intent whose summary is one sentence."""
+def require_intent(
+    intent: dict[str, Any] | None, policy: str = "require_review", source: str = "floor"
+) -> None:
+    """Where the resolved mode is review, every message carries an intent whose summary is one sentence.
+    The ``policy`` hint says which policy asked for it and where that policy came from."""
     if intent is None:
         raise DomainError(
             Code.INTENT_REQUIRED,
@@ -157,7 +160,7 @@ def require_intent(intent: dict[str, Any] | None, policy: str = "require_review"
             '{"summary": "<one sentence for the reviewer, 8-200 characters>", "meta": {...}}. '
             "Nothing was sent and nothing was queued; resubmit with an intent.",
             violations=(FieldViolation("/intent", f"required under the {policy} policy"),),
-            hints=(("policy", policy),),
+            hints=(("policy", f"{policy} (source: {source})"),),
         )
     check_intent(intent)
 
@@ -191,17 +194,23 @@ POLICY_TABLE: dict[tuple[Policy, bool], Route | None] = {
 }
 
 
-def resolve_policy(project_override: str | None) -> tuple[Policy, str]:
-    """Override, then the require_review floor every new project starts on; with its source."""
+# Where the effective policy came from, as the spec names it.
+OVERRIDE, ACCOUNT_DEFAULT, FLOOR_SOURCE = "override", "account default", "floor"
+
+
+def resolve_policy(project_override: str | None, account_default: str | None = None) -> tuple[Policy, str]:
+    """The project's override, then the account default, then the require_review floor; with its source."""
     if project_override:
-        return Policy(project_override), "project"
-    return FLOOR, "default"
+        return Policy(project_override), OVERRIDE
+    if account_default:
+        return Policy(account_default), ACCOUNT_DEFAULT
+    return FLOOR, FLOOR_SOURCE
 
 
-def route_for(policy: Policy, intent: dict[str, Any] | None) -> Route:
+def route_for(policy: Policy, intent: dict[str, Any] | None, source: str = FLOOR_SOURCE) -> Route:
     route = POLICY_TABLE[(policy, intent is not None)]
     if route is None:
-        require_intent(intent, policy.value)
+        require_intent(intent, policy.value, source)
         raise AssertionError("unreachable")  # pragma: no cover
     if intent is not None:
         check_intent(intent)

@@ -1,7 +1,7 @@
 """durable delivery: the attempt's stage, tries, lease and parking
 
 Revision ID: a7c41d2e9b10
-Revises: 36d3e642d9dd
+Revises: b3c1a9d27e40
 Create Date: 2026-12-03 12:45:00.000000
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "a7c41d2e9b10"
-down_revision: str | None = "36d3e642d9dd"
+down_revision: str | None = "b3c1a9d27e40"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

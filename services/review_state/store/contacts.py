@@ -10,7 +10,7 @@ from reviewloop.storage.schema import insert_ignore
 from sqlalchemy import Column, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from review_state.store.tables import contacts, messages, review_policies
+from review_state.store.tables import account_review_policies, contacts, messages, review_policies
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,8 @@ class SendingFacts:
     suppressed: tuple[str, ...]
     first_contact: bool  # some recipient has never had mail from, nor written to, this project
     sent_since: int
-    policy: str | None
+    policy: str | None  # the project's override
+    account_policy: str | None  # its org's default
 
 
 _RECIPIENT_FLAGS = select(
@@ -45,21 +46,27 @@ _PROJECT_SENDING = select(
     .where(review_policies.c.project_id == bindparam("project_id"))
     .scalar_subquery()
     .label("policy"),
+    select(account_review_policies.c.policy)
+    .where(account_review_policies.c.org_id == bindparam("org_id"))
+    .scalar_subquery()
+    .label("account_policy"),
 )
 
 
 async def sending_facts(
-    conn: AsyncConnection, project_id: str, addresses: Sequence[str], since: datetime
+    conn: AsyncConnection, project_id: str, addresses: Sequence[str], since: datetime, org_id: str = ""
 ) -> SendingFacts:
     """Two statements (built once) for every check of a send: submit, revision, reviewer release,
-    delivery."""
+    delivery. ``account_policy`` is read only when ``org_id`` is given (submit resolves the policy)."""
     lowered = sorted({a.lower() for a in addresses})
     rows = (
         (await conn.execute(_RECIPIENT_FLAGS, {"project_id": project_id, "addresses": lowered})).all()
         if lowered
         else []
     )
-    project = (await conn.execute(_PROJECT_SENDING, {"project_id": project_id, "since": since})).one()
+    project = (
+        await conn.execute(_PROJECT_SENDING, {"project_id": project_id, "org_id": org_id, "since": since})
+    ).one()
     contacted = {r.address for r in rows if r.contacted_at is not None}
     return SendingFacts(
         blocked=tuple(r.address for r in rows if r.blocked),
@@ -67,6 +74,7 @@ async def sending_facts(
         first_contact=any(a not in contacted for a in lowered),
         sent_since=int(project.sent or 0),
         policy=project.policy,
+        account_policy=project.account_policy,
     )
 
 
@@ -100,6 +108,25 @@ async def get_policy(conn: AsyncConnection, project_id: str) -> str | None:
     return (
         await conn.execute(select(review_policies.c.policy).where(review_policies.c.project_id == project_id))
     ).scalar()
+
+
+async def get_account_policy(conn: AsyncConnection, org_id: str) -> str | None:
+    return (
+        await conn.execute(
+            select(account_review_policies.c.policy).where(account_review_policies.c.org_id == org_id)
+        )
+    ).scalar()
+
+
+async def set_account_policy(
+    conn: AsyncConnection, org_id: str, policy: str, actor_id: str, now: datetime
+) -> None:
+    values = {"policy": policy, "updated_by": actor_id, "updated_at": now}
+    updated = await conn.execute(
+        update(account_review_policies).where(account_review_policies.c.org_id == org_id).values(**values)
+    )
+    if updated.rowcount == 0:
+        await conn.execute(insert(account_review_policies).values(org_id=org_id, **values))
 
 
 async def set_policy(

@@ -114,6 +114,16 @@ review_policies = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
+# The account (org) default policy: a project without its own override resolves to it.
+account_review_policies = Table(
+    "account_review_policies",
+    metadata,
+    Column("org_id", String(40), primary_key=True),
+    Column("policy", String(32), nullable=False),
+    Column("updated_by", String(40), nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
 contacts = Table(
     "contacts",
     metadata,

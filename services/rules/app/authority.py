@@ -48,10 +48,10 @@ async def writer(conn: AsyncConnection, principal: Principal) -> Author:
 
 
 def require(principal: Principal, kinds: Sequence[ActorKind], what: str) -> None:
-    """Refuse ``what`` (``forbidden_actor``) unless the principal is one of ``kinds``."""
+    """Refuse ``what`` (``forbidden_scope``) unless the principal is one of ``kinds``."""
     if principal.actor_kind not in kinds:
         raise DomainError(
-            Code.FORBIDDEN_ACTOR,
+            Code.FORBIDDEN_SCOPE,
             f"{what} is human authority (a console action); a {principal.actor_kind} key cannot do it.",
         )
 

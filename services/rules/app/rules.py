@@ -145,7 +145,7 @@ def _draft(principal: Principal, body: RuleInput) -> Draft:
         raise invalid("/source_review_id", "must be a review id (rr_...)")
     agent_id = body.agent_id
     if principal.actor_kind is ActorKind.AGENT and agent_id and agent_id != principal.actor_id:
-        raise DomainError(Code.FORBIDDEN_ACTOR, "An agent may write per-agent rules for itself only.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "An agent may write per-agent rules for itself only.")
     if agent_id and not has_prefix(agent_id, "agt"):
         raise invalid("/agent_id", "must be an agent id (agt_...)")
     if body.lineage_id and body.expected_rev < 1:

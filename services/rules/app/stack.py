@@ -65,7 +65,7 @@ class TokenCheck:
 def _ladder_agent(principal: Principal, agent_id: str) -> str:
     if principal.actor_kind is ActorKind.AGENT:
         if agent_id and agent_id != principal.actor_id:
-            raise DomainError(Code.FORBIDDEN_ACTOR, "An agent reads its own ladder only; omit agent_id.")
+            raise DomainError(Code.FORBIDDEN_SCOPE, "An agent reads its own ladder only; omit agent_id.")
         return principal.actor_id
     return agent_id
 

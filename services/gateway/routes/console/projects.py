@@ -12,11 +12,15 @@ from reviewloop.tenancy import ActorKind
 
 from gateway import store
 from gateway.auth import Caller, check_org, require_admin
-from gateway.responses import ShapedRoute
+from gateway.responses import ShapedRoute, replay_answer
 from gateway.translate import Json
 
 router = APIRouter(tags=["console"], route_class=ShapedRoute)
 Admin = Annotated[Caller, Depends(require_admin)]
+SHOWN_ONCE = (
+    "This key was issued by an earlier request with this Idempotency-Key and its secret was shown once; "
+    "if it was lost, revoke the key and issue a new one."
+)
 
 
 @router.post("/v1/admin/projects", status_code=201, operation_id="create_project", response_model=ProjectOut)
@@ -52,6 +56,7 @@ async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> Json
     }
     if key.agent_id:
         result["agent_id"] = key.agent_id
+    replay_answer(request, {**result, "api_key": None, "note": SHOWN_ONCE})
     return result
 
 

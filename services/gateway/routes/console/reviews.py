@@ -18,7 +18,7 @@ from reviewloop.shapes import (
     ReviewPolicy,
 )
 
-from gateway.auth import Caller, console_principal, require_admin
+from gateway.auth import Caller, console_principal, org_principal, require_admin
 from gateway.backends import Backends, backends
 from gateway.responses import ShapedRoute
 from gateway.translate import Json
@@ -40,6 +40,26 @@ async def set_review_policy(
     principal = await console_principal(caller, request, project_id)
     reply = await backend.review.SetReviewPolicy(
         review_pb2.SetReviewPolicyRequest(principal=principal.to_proto(), policy=body.policy),
+        timeout=backend.timeout_s,
+    )
+    return as_review_policy(reply)
+
+
+@router.put(
+    "/v1/admin/orgs/{org_id}/review-policy",
+    operation_id="set_account_review_policy",
+    response_model=ReviewPolicy,
+)
+async def set_account_review_policy(
+    org_id: str, body: PolicyIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """The org's default policy (the "account default"): every project without its own override
+    resolves to it, above the require_review floor."""
+    principal = await org_principal(caller, request, org_id)
+    reply = await backend.review.SetReviewPolicy(
+        review_pb2.SetReviewPolicyRequest(
+            principal=principal.to_proto(), policy=body.policy, account_default=True
+        ),
         timeout=backend.timeout_s,
     )
     return as_review_policy(reply)

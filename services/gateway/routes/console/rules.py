@@ -26,10 +26,8 @@ from reviewloop.shapes import (
     RuleSettingsIn,
 )
 from reviewloop.tenancy import ActorKind, Principal
-from sqlalchemy import select
 
-from gateway import store
-from gateway.auth import Caller, admin_actor_id, check_org, console_principal, require_admin
+from gateway.auth import Caller, admin_actor_id, check_org, console_principal, org_principal, require_admin
 from gateway.backends import Backends, backends
 from gateway.responses import ShapedRoute
 from gateway.routes.rules import IdempotencyKey, save_request
@@ -39,23 +37,6 @@ from gateway.translate.rules import as_category, as_graduation_proposal, as_risk
 router = APIRouter(tags=["rules", "console"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
 Admin = Annotated[Caller, Depends(require_admin)]
-
-
-async def _org_principal(caller: Caller, request: Request, org_id: str) -> Principal:
-    """An admin principal for org-level work: the admin key's own project, or (bootstrap token) any
-    project of the org, since every service scopes a principal to a project."""
-    check_org(caller, org_id)
-    if caller.principal is not None:
-        return Principal(org_id, caller.principal.project_id, ActorKind.ADMIN, admin_actor_id(caller))
-    async with request.app.state.db.engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(store.projects.c.project_id).where(store.projects.c.org_id == org_id).limit(1)
-            )
-        ).first()
-    if row is None:
-        raise DomainError(Code.NOT_FOUND, f"No org {org_id}.")
-    return Principal(org_id, row.project_id, ActorKind.ADMIN, admin_actor_id(caller))
 
 
 async def _owner_principal(
@@ -71,7 +52,7 @@ async def _owner_principal(
     if reply.project_id:
         check_org(caller, reply.org_id)
         return Principal(reply.org_id, reply.project_id, ActorKind.ADMIN, admin_actor_id(caller))
-    return await _org_principal(caller, request, reply.org_id)
+    return await org_principal(caller, request, reply.org_id)
 
 
 # --- rules ---------------------------------------------------------------------------------------
@@ -92,7 +73,7 @@ async def save_house_style_rule(
     idempotency_key: IdempotencyKey = "",
 ) -> Json:
     """Org house style: inherited by every project of the org (console only)."""
-    principal = await _org_principal(caller, request, org_id)
+    principal = await org_principal(caller, request, org_id)
     rule = RuleIn(
         rule_text=body.rule_text,
         kind=body.kind,
@@ -290,7 +271,7 @@ async def set_rule_settings(
 async def rotate_composition_key(caller: Admin, backend: Backend) -> Json:
     """A new signing key for composition tokens (operator only: the key serves every org)."""
     if caller.principal is not None:
-        raise DomainError(Code.FORBIDDEN_ACTOR, "Rotating the signing key takes the bootstrap admin token.")
+        raise DomainError(Code.FORBIDDEN_SCOPE, "Rotating the signing key takes the bootstrap admin token.")
     operator = Principal("*", "*", ActorKind.ADMIN, "bootstrap")
     reply = await backend.rules.RotateCompositionKey(
         rules_pb2.RotateCompositionKeyRequest(principal=operator.to_proto()), timeout=backend.timeout_s

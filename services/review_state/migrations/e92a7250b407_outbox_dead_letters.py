@@ -1,0 +1,25 @@
+"""outbox dead letters: an event its receiver refused for good is set aside, not retried forever
+
+Revision ID: e92a7250b407
+Revises: 36d3e642d9dd
+Create Date: 2026-12-03 13:00:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "e92a7250b407"
+down_revision: str | None = "36d3e642d9dd"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.add_column("outbox", sa.Column("dead_at", sa.DateTime(timezone=True), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("outbox") as batch:
+        batch.drop_column("dead_at")
