@@ -5,6 +5,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from reviewloop.diff.v1 import diff_pb2
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.service import Job, ServiceSpec, main
@@ -43,6 +44,7 @@ SPEC = ServiceSpec(
     subscribers={
         "nudge": nudge_pb2.DESCRIPTOR.services_by_name["NudgeService"].full_name,
         "rules": rules_pb2.DESCRIPTOR.services_by_name["RulesService"].full_name,
+        "diff": diff_pb2.DESCRIPTOR.services_by_name["DiffService"].full_name,
     },
     background=background,
 )

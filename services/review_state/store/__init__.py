@@ -34,6 +34,7 @@ from review_state.store.messages import Message, add_message, get_message, messa
 from review_state.store.reviews import (
     add_review,
     add_turn,
+    auto_send_room,
     compare_and_set,
     get_review,
     get_review_any,
@@ -56,6 +57,7 @@ __all__ = [
     "add_message",
     "add_review",
     "add_turn",
+    "auto_send_room",
     "block_contact",
     "claim_attempt",
     "compare_and_set",
