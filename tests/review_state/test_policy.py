@@ -239,9 +239,9 @@ async def test_a_block_added_after_approval_fails_the_delivery(env: Env) -> None
 
 def test_settings_read_the_environment() -> None:
     settings = settings_from_env(
-        {"REVIEWLOOP_OUTBOUND_QUOTA_PER_DAY": "5", "REVIEWLOOP_RECONCILE_AFTER_S": "2"}
+        {"REVIEWLOOP_OUTBOUND_QUOTA_PER_DAY": "5", "REVIEWLOOP_DELIVERY_LEASE_S": "2"}
     )
-    assert settings.outbound_quota_per_day == 5 and settings.reconcile_after == timedelta(seconds=2)
+    assert settings.outbound_quota_per_day == 5 and settings.delivery_lease == timedelta(seconds=2)
 
 
 async def test_a_known_contact_passes_the_first_contact_gate(env: Env) -> None:

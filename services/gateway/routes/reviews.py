@@ -345,7 +345,9 @@ async def decide_review(
     idempotency_key: IdempotencyKey = "",
 ) -> Any:
     """approve | edit | reject | escalate with the (revision, version) CAS. A human key answers the
-    review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``."""
+    review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``, or
+    for a release not (yet) delivered ``queued`` (still going, or parked) / ``failed``, never ``kind: sent``
+    with ``sent: false``."""
     request = review_pb2.DecideRequest(
         principal=principal.to_proto(),
         review_id=review_id,

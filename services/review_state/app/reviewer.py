@@ -34,7 +34,7 @@ NO_VERDICT_CAP = "no_verdict_cap_reached"
 
 @dataclass(frozen=True)
 class ReviewerResult:
-    kind: str  # sent | sent_to_human
+    kind: str  # sent | sent_to_human | queued | failed
     review: Review
     forced_by_breaker: str = ""
 
@@ -84,8 +84,15 @@ async def reviewer_decide(
         return await _decide(env, principal, review_id, decision, idempotency_key, Actor.REVIEW_AGENT)
 
     review, forced = await _kernel.guard(env.db, principal, review_id, decision.revision, run)
-    released = review.state in (State.APPROVED, State.SENT, State.FAILED) and not forced
-    return ReviewerResult("sent" if released else "sent_to_human", review, forced)
+    return ReviewerResult(_reviewer_kind(review, forced), review, forced)
+
+
+def _reviewer_kind(review: Review, forced: str) -> str:
+    """``sent`` only for a delivered message; a release whose delivery is still going (or parked)
+    is ``queued``, one the provider refused ``failed``."""
+    if forced or review.send_path is None:
+        return "sent_to_human"
+    return {State.SENT: "sent", State.FAILED: "failed"}.get(review.state, "queued")
 
 
 async def _decide(
@@ -95,7 +102,9 @@ async def _decide(
     fields = {"verb": f"decide:{actor}", "review_id": review_id, **decision.__dict__}
     replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
     if replay is not None:
-        return replay  # the review as it now is, and the breaker that held the first call
+        # The review as it now is (a replay drives a delivery its first call left unfinished), and the
+        # breaker that held the first call.
+        return await deliver(env, replay[0]), replay[1]
     current = await _kernel.precheck(env.db, principal, review_id, verb, decision.revision, decision.version)
     hold: str | None = None
     receipt: str | None = None
@@ -250,10 +259,8 @@ async def _apply_decision(
             after = await start_delivery(uow, after, path, now)
         return after, ""
 
-    review, held_by, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
-    if not replayed and review.state is State.APPROVED:
-        review = await deliver(env, review)
-    return review, held_by
+    review, held_by, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    return await deliver(env, review), held_by  # a replay drives a delivery left unfinished
 
 
 async def _hold(

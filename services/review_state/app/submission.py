@@ -43,7 +43,7 @@ async def submit(
     """Create a review for a send, reply or forward; the resolved review policy decides what happens.
 
     Order (spec 000): shape, then blocks / suppression / quota, then the intent gate; nothing is
-    stored for a refusal. Returns (status, review): ``queued_for_review``, ``sent`` or ``failed``."""
+    stored for a refusal. Returns (status, review): ``queued_for_review`` or ``sent``."""
     if principal.actor_kind is not ActorKind.AGENT:
         raise DomainError(Code.FORBIDDEN_SCOPE, "Only an agent key composes outbound messages.")
     if confidence is not None and not 0.0 <= confidence <= 1.0:
@@ -59,7 +59,8 @@ async def submit(
     }
     replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
     if replay is not None:
-        return _status(replay[0]), replay[0]
+        review = await deliver(env, replay[0])
+        return _status(review), review
     parent = await _parent(env, principal, kind, parent_message_id)
     draft, threading = materialize(kind, draft, parent.as_parent() if parent else None)
     validate_draft(draft)
@@ -129,9 +130,8 @@ async def submit(
             review = await start_delivery(uow, review, path, now)
         return review, ""
 
-    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
-    if not replayed and review.state is State.APPROVED:
-        review = await deliver(env, review)
+    review, _, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    review = await deliver(env, review)  # a replay drives a delivery its first call left unfinished
     return _status(review), review
 
 
@@ -191,10 +191,8 @@ def _from_address(env: Env, parent: store.Message | None) -> str:
 
 
 def _status(review: Review) -> str:
-    if review.state in (State.SENT, State.AUTO_SENT):
+    """The contract's two statuses: released to delivery (``sent``: the review's state and delivery
+    say how far it got) or waiting for a reviewer."""
+    if review.send_path is not None:
         return "sent"
-    if review.state is State.FAILED:
-        return "failed"
-    if review.state is State.APPROVED:
-        return "sending"
     return "queued_for_review"
