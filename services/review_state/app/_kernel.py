@@ -81,6 +81,7 @@ def span(review: Review, target: State, actor: Actor) -> Any:
             "from_state": review.state.value,
             "to_state": target.value,
             "actor_kind": actor.value,
+            **({"category_id": review.category_id} if review.category_id else {}),
         },
     )
 
