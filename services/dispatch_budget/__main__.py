@@ -2,15 +2,17 @@
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from reviewloop.metrics import Point, Probe
 from reviewloop.service import Job, ServiceSpec, main
+from sqlalchemy import func, select
 
 from dispatch_budget import app
 from dispatch_budget.env import Env, bootstrap
 from dispatch_budget.server import registrations
-from dispatch_budget.store import metadata
+from dispatch_budget.store import metadata, tables
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,32 @@ def background(env: Env) -> Sequence[Job]:
     return [sweep]
 
 
+def probes(env: Env) -> Sequence[Probe]:
+    """Admissions by outcome (unsettled until settled), launch refusals, gate decisions by source."""
+
+    async def budget() -> Mapping[str, Sequence[Point]]:
+        async with env.db.engine.connect() as conn:
+            outcomes = (
+                await conn.execute(
+                    select(tables.admissions.c.outcome, func.count()).group_by(tables.admissions.c.outcome)
+                )
+            ).all()
+            refusals = (
+                await conn.execute(select(func.count()).select_from(tables.launch_refusals))
+            ).scalar_one()
+            source = tables.gate_decisions.c.record["source"].as_string()
+            decisions = (await conn.execute(select(source, func.count()).group_by(source))).all()
+        return {
+            "reviewloop.budget.admissions": [(float(n), {"outcome": o or "unsettled"}) for o, n in outcomes],
+            "reviewloop.budget.launch_refusals": [(float(refusals), {})],
+            "reviewloop.budget.gate_decisions": [
+                (float(n), {"source": src or "unknown"}) for src, n in decisions
+            ],
+        }
+
+    return [budget]
+
+
 SPEC = ServiceSpec(
     name="dispatch_budget",
     metadata=metadata,
@@ -37,6 +65,7 @@ SPEC = ServiceSpec(
     bootstrap=lambda db, _peers: bootstrap(db),
     servicers=registrations,
     background=background,
+    probes=probes,
 )
 
 if __name__ == "__main__":

@@ -200,6 +200,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             category_id=request.category_id,
             cursor=request.cursor,
             limit=request.limit,
+            humans_notified=request.humans_notified,
         )
         return review_pb2.ListReviewsResponse(
             reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor

@@ -213,12 +213,13 @@ async def test_admin_flips_risk_dial_and_graduates_a_category(capi: Api, new_pag
     await page.get_by_label("Name").fill("renewals")
     await page.get_by_role("button", name="Create category").click()
     await expect(page.get_by_role("status").first).to_contain_text("category created")
+    # The maturity gate is unmet (no clean approvals yet): the graduate is refused where the admin sees it.
     await page.get_by_role("button", name="Graduate renewals to auto_notify").click()
-    await expect(page.get_by_role("status").first).to_contain_text("category graduated")
-    await expect(page.locator("tbody tr").first).to_contain_text("auto_notify")
-    await axe_clean(page, "categories")
+    await expect(page.get_by_role("alert")).to_contain_text("needs 20 clean approvals (has 0)")
     await page.goto("/console/settings")
     await page.locator("#dial-account-min_confidence").fill("0.9")
+    await page.locator("#dial-account-graduate_min_approvals").fill("0")
+    await page.locator("#dial-account-graduate_min_age_hours").fill("0")
     await page.get_by_role("button", name="Save account values").click()
     await expect(page.get_by_role("status").first).to_contain_text("risk dial saved")
     dial = page.locator("table").first
@@ -231,6 +232,12 @@ async def test_admin_flips_risk_dial_and_graduates_a_category(capi: Api, new_pag
     await expect(renewals).to_contain_text("0.95 (override)")
     await expect(renewals.locator("td").nth(2)).to_have_text("3 (inherited)")
     await axe_clean(page, "settings")
+    # With the gate opened on the dial, the admin graduates the category.
+    await page.goto("/console/categories")
+    await page.get_by_role("button", name="Graduate renewals to auto_notify").click()
+    await expect(page.get_by_role("status").first).to_contain_text("category graduated")
+    await expect(page.locator("tbody tr").first).to_contain_text("auto_notify")
+    await axe_clean(page, "categories")
     response = await capi.http.get("/v1/risk-dial", headers=capi.auth(p["agent"]))
     assert response.status_code == 200, response.text
     assert response.json()["account"]["min_confidence"] == 0.9

@@ -212,7 +212,8 @@ class ReviewTurn(Shape):
     id: str
     seq: int
     turn_type: str = Field(
-        description="agent_question | human_comment | decision | revision | restamp | opened | breaker"
+        description="agent_question | human_comment | decision | revision | restamp | opened | breaker | "
+        "humans_notified"
     )
     actor_kind: ActorKindName
     body: str
@@ -316,7 +317,9 @@ class ReviewerDecisionResult(Shape):
     thread_id: str | None = None
     review: ReviewerDecisionReview
     forced_by_breaker: str | None = Field(
-        default=None, description="max_hops_reached | review_deadline_passed"
+        default=None,
+        description="max_hops_reached | no_verdict_cap_reached | review_deadline_passed, or the circuit "
+        "breaker that held the release",
     )
 
 

@@ -163,6 +163,7 @@ async def list_reviews(
     category_id: Annotated[str, Query(max_length=40)] = "",
     cursor: Annotated[str, Query(max_length=64)] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    humans_notified: Annotated[bool, Query()] = False,
 ) -> OrjsonResponse:
     unknown = [s for s in state if s not in _STATES]
     if unknown:
@@ -175,6 +176,7 @@ async def list_reviews(
             category_id=category_id,
             cursor=cursor,
             limit=limit,
+            humans_notified=humans_notified,
         ),
         timeout=backend.timeout_s,
     )

@@ -13,6 +13,7 @@ from datetime import datetime
 from reviewloop.errors import DomainError
 from reviewloop.ids import new_id
 from reviewloop.storage import UnitOfWork, utcnow
+from reviewloop.telemetry import REVIEW_ID, tracer
 
 from review_state import store
 from review_state.app import _kernel
@@ -133,16 +134,18 @@ async def reconcile(env: Env) -> int:
         parked = await store.parked_attempts(conn, now - env.settings.reconcile_after)
     closed = 0
     for attempt in parked:
-        delivered = await env.provider.was_delivered(attempt.rfc_message_id)
-        if delivered:
-            await _record_delivered(env, attempt.review_id)
-        elif delivered is False:
-            await _record_failure(
-                env, attempt.review_id, "the send was interrupted before the provider took it"
-            )
-        elif attempt.started_at < now - env.settings.reconcile_deadline:
-            await _record_failure(env, attempt.review_id, "the provider could not confirm the delivery")
-        else:
-            continue
+        # The sweep's own span: its polls record nothing (telemetry.WorkRoots), a parked send does.
+        with tracer.start_as_current_span("delivery.reconcile", attributes={REVIEW_ID: attempt.review_id}):
+            delivered = await env.provider.was_delivered(attempt.rfc_message_id)
+            if delivered:
+                await _record_delivered(env, attempt.review_id)
+            elif delivered is False:
+                await _record_failure(
+                    env, attempt.review_id, "the send was interrupted before the provider took it"
+                )
+            elif attempt.started_at < now - env.settings.reconcile_deadline:
+                await _record_failure(env, attempt.review_id, "the provider could not confirm the delivery")
+            else:
+                continue
         closed += 1
     return closed

@@ -307,6 +307,13 @@ def _replace(draft: Draft, **changes: Any) -> Draft:
 # --- the gates ------------------------------------------------------------------------------
 
 GRADUATED = frozenset({"auto_notify", "auto_silent"})
+# The turn an auto-send in an ``auto_notify`` category leaves for the project's humans (``auto_silent``
+# leaves none): what the console's queue of auto-sent mail lists.
+HUMANS_NOTIFIED = "humans_notified"
+
+
+def notifies_humans(category_state: str) -> bool:
+    return category_state == "auto_notify"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from review_state.store.messages import Message, add_message, get_message, messa
 from review_state.store.reviews import (
     add_review,
     add_turn,
+    auto_send_room,
     compare_and_set,
     get_review,
     get_review_any,
@@ -38,6 +39,7 @@ __all__ = [
     "add_message",
     "add_review",
     "add_turn",
+    "auto_send_room",
     "block_contact",
     "compare_and_set",
     "finish_attempt",
