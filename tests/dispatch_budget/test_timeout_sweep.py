@@ -59,8 +59,8 @@ async def _turn(env: Env, session_id: str = "s1") -> app.TurnResult:
     )
 
 
-async def _in_flight_with_receipt(env: Env, session_id: str = "s1") -> str:
-    """A session's review in flight, its attempt admitted naming the session; answers the receipt."""
+async def _in_flight_with_receipt(env: Env, session_id: str = "s1", name_session: bool = True) -> str:
+    """A session's review in flight, its attempt admitted (naming the session); answers the receipt."""
     claimed = await _turn(env, session_id)
     assert claimed.decision is not None and claimed.decision.decision == "review"
     assert claimed.counters.in_flight
@@ -75,7 +75,7 @@ async def _in_flight_with_receipt(env: Env, session_id: str = "s1") -> str:
         trigger=Trigger.OPERATOR_REQUEST,
         head_sha=HEAD,
         selection={},
-        session_id=session_id,
+        session_id=session_id if name_session else "",
     )
     return admitted.receipt.receipt_id
 
@@ -105,6 +105,22 @@ async def test_a_review_left_in_flight_is_ended_by_the_sweep_alone(open_db: Open
     assert await app.end_overdue_reviews(env.db, env.gate) == 1
     budget = await app.get_round_budget(env.db, AGENT, "s1-run")
     assert (budget.budget.used, budget.budget.no_verdict) == (0, 1)
+
+
+async def test_an_attempt_that_named_no_session_keeps_counting(open_db: OpenDb) -> None:
+    """Nothing but the admission's session_id ties a receipt to a spec 001 session; the sweep ends the
+    review and leaves a receipt it cannot tie unsettled, so it counts (fails closed) until its
+    admission owner settles it."""
+    env = await _env(open_db)
+    receipt = await _in_flight_with_receipt(env, name_session=False)
+    await _overdue_now(env)
+    assert await app.end_overdue_reviews(env.db, env.gate) == 1
+    budget = await app.get_round_budget(env.db, AGENT, "s1-run")
+    assert (budget.budget.used, budget.budget.no_verdict) == (1, 0)
+    receipt_now, _ = await app.settle_attempt(
+        env.db, REVIEWER, receipt_id=receipt, no_verdict_reason="timed_out"
+    )
+    assert receipt_now.outcome is Outcome.NO_VERDICT
 
 
 async def test_the_background_job_runs_the_sweep(open_db: OpenDb) -> None:
