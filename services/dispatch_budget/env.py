@@ -25,11 +25,13 @@ REVIEW_PREFIX = "REVIEWLOOP_REVIEW_"
 @dataclass(frozen=True)
 class Settings:
     """What the service reads from its environment: spec 001's ``review.*`` settings (the deployment
-    default of every project's gate configuration) and how long a busy review session's lease runs
-    between heartbeats."""
+    default of every project's gate configuration), how long a busy review session's lease runs
+    between heartbeats, and how often the timeout sweep looks for reviews in flight past
+    ``timeoutMinutes``."""
 
     gate: GateConfig
     lease: timedelta = DEFAULT_LEASE
+    sweep_interval_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ def config_from_env(env: Mapping[str, str] | None = None) -> GateConfig:
 def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     lease_s = float(env.get(REVIEW_PREFIX + "LEASE_SECONDS", DEFAULT_LEASE.total_seconds()))
-    return Settings(gate=config_from_env(env), lease=timedelta(seconds=lease_s))
+    sweep_s = float(env.get(REVIEW_PREFIX + "SWEEP_SECONDS", Settings.sweep_interval_s))
+    return Settings(gate=config_from_env(env), lease=timedelta(seconds=lease_s), sweep_interval_s=sweep_s)
 
 
 def bootstrap(db: Database, settings: Settings | None = None) -> Env:

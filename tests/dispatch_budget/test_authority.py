@@ -120,9 +120,11 @@ async def _project(api: Api) -> tuple[dict[str, dict[str, str]], str]:
     return keys, project["project_id"]
 
 
-async def _run_and_receipt(api: Api, keys: dict[str, dict[str, str]], run: str) -> str:
+async def _run_and_receipt(
+    api: Api, keys: dict[str, dict[str, str]], run: str, creator: str = "review_agent"
+) -> str:
     recorded = await api.http.put(
-        f"/v1/review-rounds/runs/{run}", json={"head_sha": HEAD}, headers=keys["review_agent"]
+        f"/v1/review-rounds/runs/{run}", json={"head_sha": HEAD}, headers=keys[creator]
     )
     assert recorded.status_code == 200, recorded.text
     admitted = await api.http.post(
@@ -136,7 +138,8 @@ async def _run_and_receipt(api: Api, keys: dict[str, dict[str, str]], run: str) 
 
 async def test_every_budget_route_with_every_key_kind(api: Api) -> None:
     keys, _ = await _project(api)
-    receipt = await _run_and_receipt(api, keys, "walk_run")
+    # The service key creates the run, so it is the run's owning service.
+    receipt = await _run_and_receipt(api, keys, "walk_run", creator="service")
     runner = {
         "name": "codex",
         "models": ["gpt-5"],
@@ -283,3 +286,45 @@ async def test_a_service_key_is_the_reviewer_plane_and_never_a_person(api: Api) 
     )
     failed = await api.http.put("/v1/review-rounds/runs/run_s", json={"status": "failed"}, headers=service)
     assert failed.status_code == 200 and failed.json()["status"] == "failed"
+
+
+async def test_a_service_key_changes_the_status_only_of_runs_it_created(api: Api) -> None:
+    keys, project_id = await _project(api)
+    owner, admin = keys["service"], keys["admin"]
+    other = api.auth((await api.key(project_id, "service"))["api_key"])
+    for run, creator in (("run_mine", owner), ("run_theirs", other), ("run_reviewer", keys["review_agent"])):
+        created = await api.http.put(
+            f"/v1/review-rounds/runs/{run}", json={"head_sha": HEAD}, headers=creator
+        )
+        assert created.status_code == 200, created.text
+    # Another service's run, and a run the reviewer plane created: refused, and nothing written.
+    for run in ("run_theirs", "run_reviewer"):
+        for status in ("archived", "published", "failed"):
+            problem = assert_problem(
+                await api.http.put(f"/v1/review-rounds/runs/{run}", json={"status": status}, headers=owner),
+                403,
+                "forbidden_scope",
+            )
+            assert run in str(problem["detail"]), problem
+        again = await api.http.put(f"/v1/review-rounds/runs/{run}", json={"head_sha": HEAD}, headers=owner)
+        assert again.json()["status"] == "active", again.text
+    # Its own run: the service marks it; an admin marks any run.
+    failed = await api.http.put("/v1/review-rounds/runs/run_mine", json={"status": "failed"}, headers=owner)
+    assert failed.status_code == 200 and failed.json()["status"] == "failed", failed.text
+    # A later snapshot by another principal does not take the run over.
+    retaken = await api.http.put("/v1/review-rounds/runs/run_mine", json={"head_sha": HEAD}, headers=other)
+    assert retaken.status_code == 200, retaken.text
+    assert_problem(
+        await api.http.put("/v1/review-rounds/runs/run_mine", json={"status": "archived"}, headers=other),
+        403,
+        "forbidden_scope",
+    )
+    archived = await api.http.put(
+        "/v1/review-rounds/runs/run_mine", json={"status": "archived"}, headers=owner
+    )
+    assert archived.status_code == 200 and archived.json()["status"] == "archived", archived.text
+    for run in ("run_theirs", "run_reviewer"):
+        marked = await api.http.put(
+            f"/v1/review-rounds/runs/{run}", json={"status": "archived"}, headers=admin
+        )
+        assert marked.status_code == 200 and marked.json()["status"] == "archived", marked.text

@@ -27,6 +27,7 @@ from dispatch_budget.app.catalog import (
 from dispatch_budget.app.gate import (
     TurnResult,
     decide_review,
+    end_overdue_reviews,
     finish_review,
     get_gate_config,
     list_gate_decisions,
@@ -83,6 +84,7 @@ __all__ = [
     "complete_review_session",
     "consume_auto_send",
     "decide_review",
+    "end_overdue_reviews",
     "extend_review_budget",
     "finish_review",
     "get_evidence_status",

@@ -2,8 +2,8 @@
 service identity"). Admissions, settlements, lineage leases and attempt journals belong to the reviewer
 plane: review-agent keys and the owning service (a ``service`` key, or a ``system`` principal over
 gRPC); a service keeps its service identity and never claims to be a person (extensions stay admin).
-Run status belongs to admins and the owning service, extensions to admins. Composer (agent) and human keys
-read."""
+Run status belongs to admins and the owning service (a service key owns the runs it created),
+extensions to admins. Composer (agent) and human keys read."""
 
 from __future__ import annotations
 
@@ -34,6 +34,18 @@ def check_reviewer_plane(principal: Principal, what: str) -> None:
 def check_run_owner(principal: Principal, what: str) -> None:
     if principal.actor_kind not in RUN_OWNERS:
         raise _forbidden(principal, what, "an admin key or the owning service")
+
+
+def check_owns_run(principal: Principal, what: str, run_id: str, owner: str) -> None:
+    """A service key is the owning service only of the runs it created; an admin (or the in-process
+    system principal) changes any run's status. A run from before owners were kept is an admin's."""
+    check_run_owner(principal, what)
+    if principal.actor_kind is ActorKind.SERVICE and owner != principal_ref(principal):
+        raise DomainError(
+            Code.FORBIDDEN_SCOPE,
+            f"{what} takes an admin key or the service that created run {run_id}; this service key "
+            "did not create it.",
+        )
 
 
 def check_admin(principal: Principal, what: str) -> None:

@@ -4,8 +4,11 @@ decision, and the session's `review on|off|now`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -28,9 +31,12 @@ from dispatch_budget.domain.gate import (
     counts,
     decided_without_the_gate,
     not_due_reason,
+    overdue,
     page_after,
     timed_out,
 )
+
+tracer = trace.get_tracer(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,46 @@ async def _lock_live_session(
             await settle_timed_out(conn, project, state.in_flight_receipt)
         state = after_review(state, succeeded=False)
     return state
+
+
+async def end_overdue_reviews(db: Database, gate: ClassifierGate) -> int:
+    """The timeout sweep every replica runs: a review in flight past its project's ``timeoutMinutes``
+    ends as timed out, and its admitted attempt settles no-verdict ``timed_out``, without waiting for
+    the session's next call. Each end is a compare-and-set on the review the sweep saw, so of two
+    replicas (or a sweep and the session's own call) one ends it. Looking records nothing: a sweep that
+    finds no overdue review leaves no span. Answers how many reviews this sweep ended.
+
+    An attempt admitted without naming its session (``session_id``) is not settled here: nothing else
+    ties a receipt to a spec 001 session (its run, attempt key and reviewer session are the reviewer's
+    own names), and settling a guessed receipt would refund a round where spec 003 fails closed. It
+    counts until its admission owner settles it."""
+    now = utcnow()
+    with suppress_instrumentation():
+        async with db.engine.connect() as conn:
+            found = await _overdue(conn, gate, now)
+    if not found:
+        return 0
+    ended = 0
+    with tracer.start_as_current_span("review.timeout_sweep") as span:
+        for seen in found:
+            async with db.transaction() as uow:
+                if await store.end_in_flight(uow.conn, seen):
+                    if seen.receipt:
+                        await settle_timed_out(uow.conn, seen.project_id, seen.receipt)
+                    ended += 1
+        span.set_attributes({"reviewloop.overdue": len(found), "reviewloop.ended": ended})
+    return ended
+
+
+async def _overdue(conn: AsyncConnection, gate: ClassifierGate, now: datetime) -> list[store.InFlight]:
+    configs: dict[str, GateConfig] = {}
+    found = []
+    for seen in await store.reviews_in_flight(conn):
+        if seen.project_id not in configs:
+            configs[seen.project_id] = gate.for_project(await store.gate_overrides(conn, seen.project_id))
+        if overdue(seen.since, configs[seen.project_id], now):
+            found.append(seen)
+    return found
 
 
 async def _claim(

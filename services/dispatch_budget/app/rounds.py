@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from dispatch_budget import store
 from dispatch_budget.app.authority import (
     RUN_OWNERS,
+    check_owns_run,
     check_reviewer_plane,
     check_run_owner,
     check_settler,
@@ -78,7 +79,8 @@ async def record_run(
 ) -> Run:
     """Store a run's snapshot. A run that gains a verified repository/PR identity joins the shared PR
     scope, bringing its admissions and grants; the PR scope's limit is the larger of the two. Unset
-    review-mode rungs keep what the run had."""
+    review-mode rungs keep what the run had. The caller owns a run it creates; a service key changes
+    the status only of its own runs."""
     check_run_snapshot(run_id, repository, pr_number, head_sha)
     if principal.actor_kind not in RUN_OWNERS:
         check_reviewer_plane(principal, "Recording a review run")
@@ -88,6 +90,8 @@ async def record_run(
     async with db.transaction() as uow:
         conn = uow.conn
         prior = await store.get_run(conn, project, run_id)
+        if prior is not None and status not in (None, RunStatus.ACTIVE):
+            check_owns_run(principal, f"Marking a run {status}", run_id, prior.owner)
         rows: tuple[dict[str, str], ...] = ()
         if review_sequence:
             catalog = await store.runner_catalog(conn, project)
@@ -101,6 +105,7 @@ async def record_run(
             status=status,
             modes=modes,
             review_sequence=rows,
+            owner=principal_ref(principal),
         )
         if prior is None:
             await store.add_run(conn, project, run, utcnow())

@@ -184,10 +184,13 @@ def timed_out(state: SessionState, config: GateConfig, now: datetime) -> bool:
     timed out so the session's next due review can run. A row from before the start was kept counts
     from now on (it is stamped when first seen)."""
     return (
-        state.in_flight
-        and state.in_flight_since is not None
-        and now - state.in_flight_since >= config.review_timeout
+        state.in_flight and state.in_flight_since is not None and overdue(state.in_flight_since, config, now)
     )
+
+
+def overdue(in_flight_since: datetime, config: GateConfig, now: datetime) -> bool:
+    """A review in flight since then is past ``timeoutMinutes``."""
+    return now - in_flight_since >= config.review_timeout
 
 
 # --- per-project gate configuration: an admin's overrides over the environment's defaults ---

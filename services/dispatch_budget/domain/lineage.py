@@ -43,7 +43,8 @@ class ReviewSession:
         return ReviewSelection(self.runner, self.model, self.effort, self.mode)
 
     def held(self, now: datetime) -> bool:
-        """Busy under a live lease. A busy row without a lease (from before leases) is not held."""
+        """Busy under a live lease. Every busy row has one: the migration after the lease migration gave
+        those from before leases a default lease (their reviewer may still run, spec 003: wait)."""
         return self.busy and self.lease_expires_at is not None and now < self.lease_expires_at
 
 

@@ -70,6 +70,8 @@ class Run:
     modes: RunModes = field(default_factory=RunModes)
     # The run's reviewSequence (validated rows); empty: the project review configuration decides.
     review_sequence: tuple[dict[str, str], ...] = ()
+    # The principal that created the run (kind:id); "" for runs created before owners were kept.
+    owner: str = ""
 
     @property
     def closed(self) -> bool:
@@ -102,9 +104,11 @@ def next_run(
     status: RunStatus | None,
     modes: RunModes | None,
     review_sequence: tuple[dict[str, str], ...] = (),
+    owner: str = "",
 ) -> Run:
     """The run after a snapshot: what the snapshot leaves unset keeps what the run had. A verified
-    repository/PR identity is never rebound, and a published or archived run never becomes active."""
+    repository/PR identity is never rebound, and a published or archived run never becomes active.
+    ``owner`` (the caller) owns a new run; a stored run keeps its owner."""
     stored = (prior.modes if prior is not None else RunModes()).merged(modes or RunModes())
     if prior is not None:
         if prior.pr_number and pr_number and (prior.pr_number, prior.repository) != (pr_number, repository):
@@ -125,6 +129,7 @@ def next_run(
         scope_key(run_id, repository, pr_number),
         stored,
         review_sequence or (prior.review_sequence if prior is not None else ()),
+        prior.owner if prior is not None else owner,
     )
 
 

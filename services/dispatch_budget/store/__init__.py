@@ -24,11 +24,14 @@ from dispatch_budget.store.catalog import (
     save_runner,
 )
 from dispatch_budget.store.gate import (
+    InFlight,
+    end_in_flight,
     gate_decision_page,
     gate_overrides,
     link_in_flight_receipt,
     lock_agent_session,
     log_gate_decision,
+    reviews_in_flight,
     save_agent_session,
     set_gate_overrides,
 )
@@ -67,6 +70,7 @@ from dispatch_budget.store.tables import metadata
 __all__ = [
     "AutoSendSpend",
     "Grant",
+    "InFlight",
     "add_admission",
     "add_grant",
     "add_review_session",
@@ -79,6 +83,7 @@ __all__ = [
     "closing_turn",
     "complete_review_session",
     "encode_line",
+    "end_in_flight",
     "gate_decision_page",
     "gate_overrides",
     "get_run",
@@ -103,6 +108,7 @@ __all__ = [
     "renew_review_session",
     "review_config",
     "review_session",
+    "reviews_in_flight",
     "round_limit",
     "runner_catalog",
     "save_agent_session",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -113,5 +113,47 @@ async def link_in_flight_receipt(
         update(agent_sessions)
         .where(a.project_id == project_id, a.session_id == session_id, a.in_flight.is_(True))
         .values(in_flight_receipt=receipt_id)
+    )
+    return bool(result.rowcount)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A session's review in flight, as the timeout sweep saw it."""
+
+    project_id: str
+    session_id: str
+    since: datetime
+    receipt: str | None
+
+
+async def reviews_in_flight(conn: AsyncConnection) -> list[InFlight]:
+    """Every review in flight, oldest first (a session has at most one, so these are few)."""
+    a = agent_sessions.c
+    rows = (
+        await conn.execute(
+            select(a.project_id, a.session_id, a.in_flight_since, a.in_flight_receipt)
+            .where(a.in_flight_since.is_not(None), a.in_flight.is_(True))
+            .order_by(a.in_flight_since)
+        )
+    ).all()
+    return [InFlight(r.project_id, r.session_id, r.in_flight_since, r.in_flight_receipt) for r in rows]
+
+
+async def end_in_flight(conn: AsyncConnection, seen: InFlight) -> bool:
+    """End the review in flight as ``after_review(succeeded=False)`` does, if it is still the one
+    ``seen`` (compare-and-set on its start and receipt): of two sweeps, or a sweep and the session's
+    own call, one ends it. True: this call ended it."""
+    a = agent_sessions.c
+    result = await conn.execute(
+        update(agent_sessions)
+        .where(
+            a.project_id == seen.project_id,
+            a.session_id == seen.session_id,
+            a.in_flight.is_(True),
+            a.in_flight_since == seen.since,
+            a.in_flight_receipt.is_(None) if seen.receipt is None else a.in_flight_receipt == seen.receipt,
+        )
+        .values(in_flight=False, in_flight_since=None, in_flight_receipt=None)
     )
     return bool(result.rowcount)

@@ -43,6 +43,7 @@ def _run(row: Any) -> Run:
             _mode(row.review_mode), _mode(row.pr_work_review_mode), _mode(row.repeat_review_context_mode)
         ),
         review_sequence=tuple(dict(r) for r in row.review_sequence or ()),
+        owner=row.created_by or "",
     )
 
 
@@ -71,7 +72,12 @@ async def get_run(conn: AsyncConnection, project_id: str, run_id: str) -> Run | 
 
 async def add_run(conn: AsyncConnection, project_id: str, run: Run, at: datetime) -> None:
     await conn.execute(
-        runs.insert().values(project_id=project_id, run_id=run.run_id, **_run_columns(run, at))
+        runs.insert().values(
+            project_id=project_id,
+            run_id=run.run_id,
+            created_by=run.owner or None,
+            **_run_columns(run, at),
+        )
     )
 
 

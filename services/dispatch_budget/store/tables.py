@@ -59,6 +59,9 @@ runs = Table(
     Column("repeat_review_context_mode", String(8)),
     # The run's reviewSequence rows (null: none; the project review configuration decides).
     Column("review_sequence", Json),
+    # The principal that created the run (kind:id): a service key changes the status only of its own runs.
+    # Null for runs created before owners were kept: only an admin changes those.
+    Column("created_by", String(120)),
 )
 
 # The admission owner's row per scope: locked by every admission and grant, so they serialize.
@@ -186,6 +189,8 @@ agent_sessions = Table(
     # When the review in flight started (timeoutMinutes counts from it) and its admission receipt.
     Column("in_flight_since", UtcDateTime()),
     Column("in_flight_receipt", String(40)),
+    # The timeout sweep reads the reviews in flight (in_flight_since is null otherwise).
+    Index("ix_agent_sessions_in_flight_since", "in_flight_since"),
 )
 
 # An admin's gate configuration per project: overrides of the environment's defaults.
