@@ -179,6 +179,9 @@ class IdempotentMutations:
             await problems.problem_response(refusal, request)(scope, receive, send)
             return
         status, chunks, replayed = 500, [], False
+        # The answer is held until it is remembered: a client that retries the moment it reads a 2xx
+        # must find the replay, not "still running".
+        held: list[Message] = []
 
         async def replay_body() -> Message:
             nonlocal replayed
@@ -193,7 +196,7 @@ class IdempotentMutations:
                 status = message["status"]
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
-            await send(message)
+            held.append(message)
 
         async def renew() -> None:  # a live request keeps its claim however long it runs
             while True:
@@ -215,6 +218,8 @@ class IdempotentMutations:
                     await store.remember(uow.conn, owner, key, status, answer)
                 else:  # a failed mutation changed nothing: a retry under the same key runs it again
                     await store.forget(uow.conn, owner, key)
+        for message in held:
+            await send(message)
 
 
 def create_app(settings: GatewaySettings) -> FastAPI:
