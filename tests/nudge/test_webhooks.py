@@ -1,0 +1,183 @@
+"""Webhooks in the nudge service (issue 19, "Push"): each nudge POSTed to a real receiver on loopback,
+signed (Standard Webhooks), retried in order, failed for good after its bound, secrets rotated with an
+overlap, and no forbidden address reached (checked at registration and again at send time)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import httpx
+import orjson
+import pytest
+from nudge import app, webhooks
+from nudge.__main__ import SPEC
+from nudge.domain.webhooks import parse_networks
+from reviewloop.client import WebhookVerificationError, verify_webhook
+from reviewloop.errors import Code, DomainError
+from reviewloop.service import ServiceSpec
+from reviewloop.storage import Database
+from reviewloop.tenancy import ActorKind, Principal
+
+from tests.nudge.factory import AGENT, event
+from tests.receiver import Receiver, receiving
+
+OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
+ADMIN = Principal(AGENT.org_id, AGENT.project_id, ActorKind.ADMIN, "adm_1")
+SETTINGS = webhooks.WebhookSettings(
+    key=b"test-webhook-key",
+    allowed_networks=parse_networks(["127.0.0.0/8"]),
+    backoff_s=0.0,
+    backoff_cap_s=0.0,
+)
+
+
+async def drain(db: Database, settings: webhooks.WebhookSettings, receiver: Receiver, count: int) -> None:
+    """Run sender rounds until ``count`` requests reached the receiver (each round is deterministic)."""
+    async with webhooks.http_client() as client:
+        for _ in range(50):
+            if len(receiver.received) >= count:
+                return
+            await webhooks.deliver_due(db, settings, client)
+    raise AssertionError(f"{len(receiver.received)} of {count} requests arrived")
+
+
+def verifies(secret: str, headers: dict[str, str], body: bytes, **kwargs: float) -> bool:
+    try:
+        verify_webhook(secret, headers, body, **kwargs)
+    except WebhookVerificationError:
+        return False
+    return True
+
+
+async def test_each_wanted_nudge_is_posted_signed_with_a_stable_id(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    async with receiving() as receiver:
+        everything = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        only_sent = await webhooks.register(db, SETTINGS, ADMIN, receiver.url + "?sent", ["sent"])
+        assert everything.secret.startswith("whsec_") and everything.secret != only_sent.secret
+        await app.ingest(db, [event("rr_1", "rejected"), event("rr_2", "sent")])
+        await drain(db, SETTINGS, receiver, 3)
+        for headers, body in receiver.received:
+            data = orjson.loads(body)["data"]
+            assert headers["webhook-id"] == data["id"] and data["id"].startswith("ndg_")
+            assert headers["content-type"] == "application/json"
+            assert any(verifies(s, headers, body) for s in (everything.secret, only_sent.secret))
+            tampered = body.replace(b"rr_", b"rX_")
+            assert not any(verifies(s, headers, tampered) for s in (everything.secret, only_sent.secret))
+            old = {**headers, "webhook-timestamp": str(int(time.time()) - 3600)}
+            assert not any(verifies(s, old, body) for s in (everything.secret, only_sent.secret))
+        reasons = sorted(orjson.loads(b)["data"]["reason"] for _, b in receiver.received)
+        assert reasons == ["rejected", "sent", "sent"]  # the "sent"-only endpoint got no "rejected"
+        listed = await webhooks.deliveries(db, ADMIN, only_sent.endpoint.id, status="", limit=0)
+        assert [(d.reason, d.status, d.attempts, d.last_status) for d in listed] == [
+            ("sent", "delivered", 1, 200)
+        ]
+
+
+async def test_a_refused_delivery_is_retried_and_later_ones_wait_in_order(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    async with receiving() as receiver:
+        hook = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        receiver.statuses = [500, 503]
+        await app.ingest(db, [event("rr_a", "rejected"), event("rr_b", "cancelled")])
+        await drain(db, SETTINGS, receiver, 4)
+        order = [orjson.loads(b)["data"]["review_id"] for _, b in receiver.received]
+        assert order == ["rr_a", "rr_a", "rr_a", "rr_b"]  # the backlog in order once the receiver is back
+        assert len({h["webhook-id"] for h, _ in receiver.received[:3]}) == 1  # one id across retries
+        listed = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="delivered", limit=10)
+        assert [(d.review_id, d.attempts) for d in listed] == [("rr_b", 1), ("rr_a", 3)]
+
+
+async def test_a_delivery_past_its_retry_bound_fails_visibly_and_the_next_goes(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    settings = dataclasses.replace(SETTINGS, retry_for=timedelta(0))
+    async with receiving() as receiver:
+        hook = await webhooks.register(db, settings, ADMIN, receiver.url, [])
+        receiver.statuses = [500]
+        await app.ingest(db, [event("rr_a", "rejected"), event("rr_b", "cancelled")])
+        await drain(db, settings, receiver, 2)
+    (failed,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="failed", limit=10)
+    assert (failed.review_id, failed.last_status, failed.last_error) == ("rr_a", 500, "HTTP 500")
+    (delivered,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="delivered", limit=10)
+    assert delivered.review_id == "rr_b"
+
+
+async def test_a_rotated_secret_signs_beside_the_new_one_for_its_overlap(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    async with receiving() as receiver:
+        first = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        second = await webhooks.rotate(db, SETTINGS, ADMIN, first.endpoint.id, 3600)
+        assert second.secret_version == 2 and second.secret != first.secret
+        await app.ingest(db, [event("rr_a", "rejected")])
+        await drain(db, SETTINGS, receiver, 1)
+        headers, body = receiver.received[-1]
+        assert len(headers["webhook-signature"].split()) == 2
+        assert verifies(first.secret, headers, body) and verifies(second.secret, headers, body)
+        third = await webhooks.rotate(db, SETTINGS, ADMIN, first.endpoint.id, 0)  # no overlap: cut at once
+        await app.ingest(db, [event("rr_b", "rejected")])
+        await drain(db, SETTINGS, receiver, 2)
+        headers, body = receiver.received[-1]
+        assert verifies(third.secret, headers, body)
+        assert not verifies(second.secret, headers, body) and not verifies(first.secret, headers, body)
+    listed = await webhooks.list_endpoints(db, ADMIN)
+    assert [(e.id, version) for e, version in listed] == [(first.endpoint.id, 3)]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.7/hook",
+        "http://192.168.1.1/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]:8080/hook",
+        "http://[::ffff:10.0.0.1]/hook",
+        "http://0.0.0.0/hook",
+        "http://localhost/hook",  # a name is resolved: loopback (::1 is outside the allowed 127.0.0.0/8)
+        "ftp://example.com/hook",
+        "http://user:pw@example.com/hook",
+    ],
+)
+async def test_a_webhook_to_a_forbidden_address_is_refused(open_db: OpenDb, url: str) -> None:
+    db = await open_db(SPEC)
+    strict = dataclasses.replace(SETTINGS, allowed_networks=())
+    for settings in (strict, SETTINGS) if "localhost" not in url else (strict,):
+        with pytest.raises(DomainError) as refused:
+            await webhooks.register(db, settings, ADMIN, url, [])
+        assert refused.value.code is Code.BAD_REQUEST
+    assert await webhooks.list_endpoints(db, ADMIN) == []
+
+
+async def test_the_address_is_checked_again_at_send_time(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    async with receiving() as receiver:
+        hook = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        # The deployment withdrew its allowance (or the name now resolves elsewhere): nothing is sent.
+        strict = dataclasses.replace(SETTINGS, allowed_networks=(), retry_for=timedelta(0))
+        await app.ingest(db, [event("rr_a", "rejected")])
+        async with httpx.AsyncClient() as client:
+            assert await webhooks.deliver_due(db, strict, client) == 1
+        assert receiver.received == []
+    (failed,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="failed", limit=10)
+    assert failed.last_status is None and "loopback" in failed.last_error
+
+
+async def test_unknown_reasons_and_another_projects_webhook_are_refused(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    with pytest.raises(DomainError) as refused:
+        await webhooks.register(db, SETTINGS, ADMIN, "https://hooks.example.com/x", ["approved"])
+    assert refused.value.code is Code.BAD_REQUEST
+    hook = await webhooks.register(db, SETTINGS, ADMIN, "https://hooks.example.com/x", [])
+    other = Principal(AGENT.org_id, "prj_other", ActorKind.ADMIN, "adm_1")
+    for call in (
+        webhooks.rotate(db, SETTINGS, other, hook.endpoint.id, 0),
+        webhooks.delete(db, other, hook.endpoint.id),
+        webhooks.deliveries(db, other, hook.endpoint.id, status="", limit=0),
+    ):
+        with pytest.raises(DomainError) as missing:
+            await call
+        assert missing.value.code is Code.NOT_FOUND
+    await webhooks.delete(db, ADMIN, hook.endpoint.id)
+    assert await webhooks.list_endpoints(db, ADMIN) == []
