@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.shapes import (
+    ReviewEvent,
     RotateWebhookSecretIn,
     WebhookDeleted,
     WebhookDeliveryList,
@@ -37,7 +38,15 @@ Admin = Annotated[Caller, Depends(require_admin)]
 
 # The extension that keeps a route off the MCP tool list (a stream never answers a tool call).
 NOT_A_TOOL = {"x-mcp-tool": False}
-SSE_RESPONSES = {200: {"description": "text/event-stream", "content": {"text/event-stream": {}}}}
+
+
+REVIEW_EVENT_REF = "#/components/schemas/ReviewEvent"
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events; the route's ``response_model`` documents each event's ``data``."""
+
+    media_type = "text/event-stream"
 
 
 def sse_event(nudge: nudge_pb2.Nudge, cursor: str) -> bytes:
@@ -50,8 +59,9 @@ def sse_event(nudge: nudge_pb2.Nudge, cursor: str) -> bytes:
     "/v1/review-events/stream",
     tags=["review events"],
     operation_id="stream_review_events",
-    response_class=StreamingResponse,
-    responses=SSE_RESPONSES,  # type: ignore[arg-type]
+    response_class=EventStream,
+    response_model=ReviewEvent,
+    responses={200: {"content": {EventStream.media_type: {"schema": {"$ref": REVIEW_EVENT_REF}}}}},
     openapi_extra=NOT_A_TOOL,
 )
 async def stream_review_events(
@@ -66,7 +76,7 @@ async def stream_review_events(
             description="The `id` of the last event seen: the stream resumes right after it.",
         ),
     ] = "",
-) -> StreamingResponse:
+) -> EventStream:
     """Server-sent events of the caller's un-acked nudges (`event: review_event`, `data` a ReviewEvent),
     in `seq` order per review, then each new one as it lands, on any gateway replica. Each event's `id`
     is a resume point: reconnect with `Last-Event-ID` to continue right after it, with no gap and no
@@ -99,9 +109,8 @@ async def stream_review_events(
                 with contextlib.suppress(BaseException):
                     await pending
 
-    return StreamingResponse(
+    return EventStream(
         events(),
-        media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
