@@ -5,6 +5,7 @@ private-range URL is refused, and no secret is stored in the clear."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import orjson
@@ -22,6 +23,7 @@ PUSH_ENV = {
     "REVIEWLOOP_WEBHOOK_BACKOFF_S": "0.05",
     "REVIEWLOOP_WEBHOOK_BACKOFF_CAP_S": "0.2",
     "REVIEWLOOP_WEBHOOK_KEY": "e2e-webhook-key",
+    "REVIEWLOOP_SSE_HEARTBEAT_S": "0.2",
 }
 
 
@@ -135,3 +137,18 @@ async def test_no_webhook_secret_is_stored(producer: Producer, push_stack: Stack
     for shown in (secret, rotated.json()["secret"].encode()):
         assert shown not in stores
         assert not any(shown in p.read_bytes() for p in push_stack.data_dir.rglob("*") if p.is_file())
+
+
+async def test_an_idle_stream_sends_heartbeats(producer: Producer) -> None:
+    agent, _ = await producer.agent()
+    async with (
+        asyncio.timeout(20),
+        producer.api.http.stream("GET", "/v1/review-events/stream", headers=agent) as stream,
+    ):
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        heartbeats = 0
+        async for line in stream.aiter_lines():
+            heartbeats += line == ": heartbeat"
+            if heartbeats == 2:
+                break

@@ -4,6 +4,7 @@ overlap, and no forbidden address reached (checked at registration and again at 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -12,13 +13,15 @@ from datetime import timedelta
 import httpx
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nudge import app, webhooks
 from nudge.__main__ import SPEC
-from nudge.domain.webhooks import parse_networks
+from nudge.domain.webhooks import backoff_s, parse_networks
 from reviewloop.client import WebhookVerificationError, verify_webhook
 from reviewloop.errors import Code, DomainError
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database
+from reviewloop.storage import Database, make_engine
 from reviewloop.tenancy import ActorKind, Principal
 
 from tests.nudge.factory import AGENT, event
@@ -181,3 +184,32 @@ async def test_unknown_reasons_and_another_projects_webhook_are_refused(open_db:
         assert missing.value.code is Code.NOT_FOUND
     await webhooks.delete(db, ADMIN, hook.endpoint.id)
     assert await webhooks.list_endpoints(db, ADMIN) == []
+
+
+async def test_two_senders_deliver_each_nudge_once_and_in_order(open_db: OpenDb) -> None:
+    """Two replicas' senders race on one store: the endpoint claim lets one at a time send."""
+    db = await open_db(SPEC)
+    other = db if db.is_sqlite else Database(make_engine(db.engine.url.render_as_string(hide_password=False)))
+    try:
+        async with receiving() as receiver:
+            await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+            await app.ingest(db, [event(f"rr_{n}", "rejected") for n in range(6)])
+            async with webhooks.http_client() as client:
+                while len(receiver.received) < 6:
+                    await asyncio.gather(
+                        webhooks.deliver_due(db, SETTINGS, client),
+                        webhooks.deliver_due(other, SETTINGS, client),
+                    )
+        order = [orjson.loads(b)["data"]["review_id"] for _, b in receiver.received]
+        assert order == [f"rr_{n}" for n in range(6)]
+    finally:
+        if other is not db:
+            await other.dispose()
+
+
+@given(attempts=st.integers(1, 60), base=st.floats(0.01, 10), cap=st.floats(0.01, 3600))
+def test_the_backoff_grows_is_capped_and_jittered_within_its_bounds(
+    attempts: int, base: float, cap: float
+) -> None:
+    ceiling = min(cap, base * 2.0 ** (attempts - 1))
+    assert ceiling / 2 <= backoff_s(attempts, base, cap) <= ceiling

@@ -105,6 +105,6 @@ def wants(reasons: Sequence[str], reason: str) -> bool:
 def backoff_s(attempts: int, base_s: float, cap_s: float, rng: random.Random | None = None) -> float:
     """The wait before attempt ``attempts + 1``: exponential, capped, with "equal jitter" (half fixed,
     half random) so receivers coming back are not hit by every sender at once."""
-    ceiling = min(cap_s, base_s * 2 ** max(attempts - 1, 0))
+    ceiling = min(cap_s, base_s * 2.0 ** max(attempts - 1, 0))
     jitter: float = (rng or random).uniform(0, ceiling / 2)
     return ceiling / 2 + jitter
