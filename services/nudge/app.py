@@ -276,12 +276,14 @@ async def ack(db: Database, principal: Principal, acks: list[tuple[str, int]]) -
 
 
 async def compact(db: Database, *, retention: timedelta, inbox_retention: timedelta) -> int:
-    """Delete acked nudges older than ``retention`` (un-acked ones stay, whatever their age) and
-    received event ids older than ``inbox_retention``. Review heads and collapse keys stay, so the
+    """Delete acked nudges older than ``retention`` (un-acked ones stay, whatever their age), and
+    received event ids and finished webhook deliveries older than ``inbox_retention``. Review heads and collapse keys stay, so the
     terminal guarantee and the collapse hold after compaction. Returns how many nudges went."""
     now = utcnow()
     async with db.transaction() as uow:
         removed = await store.compact(uow.conn, now - retention)
+        # Finished webhook deliveries are kept as long as the outbox keeps delivered events.
+        await store.prune_deliveries(uow.conn, now - inbox_retention)
     await prune(db, now - inbox_retention)
     return removed
 

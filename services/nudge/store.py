@@ -542,6 +542,16 @@ async def record_attempt(conn: AsyncConnection, pos: int, **values: Any) -> None
     await conn.execute(update(webhook_deliveries).where(webhook_deliveries.c.pos == pos).values(**values))
 
 
+async def prune_deliveries(conn: AsyncConnection, finished_before: datetime) -> int:
+    """Forget delivered and failed deliveries finished before ``finished_before`` (pending ones stay)."""
+    result = await conn.execute(
+        delete(webhook_deliveries).where(
+            webhook_deliveries.c.status != "pending", webhook_deliveries.c.finished_at < finished_before
+        )
+    )
+    return int(result.rowcount or 0)
+
+
 async def deliveries_of(conn: AsyncConnection, endpoint_id: str, status: str, limit: int) -> list[Row[Any]]:
     query = select(webhook_deliveries).where(webhook_deliveries.c.endpoint_id == endpoint_id)
     if status:

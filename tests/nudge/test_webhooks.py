@@ -213,3 +213,18 @@ def test_the_backoff_grows_is_capped_and_jittered_within_its_bounds(
 ) -> None:
     ceiling = min(cap, base * 2.0 ** (attempts - 1))
     assert ceiling / 2 <= backoff_s(attempts, base, cap) <= ceiling
+
+
+async def test_compaction_forgets_finished_deliveries_and_keeps_pending_ones(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    settings = dataclasses.replace(SETTINGS, retry_for=timedelta(0))
+    async with receiving() as receiver:
+        done = await webhooks.register(db, settings, ADMIN, receiver.url, ["rejected"])
+        await app.ingest(db, [event("rr_a", "rejected")])
+        await drain(db, settings, receiver, 1)
+    waiting = await webhooks.register(db, settings, ADMIN, "https://hooks.example.com/x", ["cancelled"])
+    await app.ingest(db, [event("rr_b", "cancelled")])  # pending for the second endpoint (never sent here)
+    await app.compact(db, retention=timedelta(days=7), inbox_retention=timedelta(0))
+    assert await webhooks.deliveries(db, ADMIN, done.endpoint.id, status="", limit=0) == []
+    (pending,) = await webhooks.deliveries(db, ADMIN, waiting.endpoint.id, status="", limit=0)
+    assert pending.status == "pending"
