@@ -249,7 +249,7 @@ async def send(
         why = rules.address_refusal(address, settings.allowed_networks)
         if why:
             return None, f"refused to connect to {host}: {why}"
-    target = addresses[0]
+    target, literal = addresses[0], _is_literal(host)
     netloc = f"[{target}]:{port}" if target.version == 6 else f"{target}:{port}"
     stamp = int(time.time())
     headers = {
@@ -265,7 +265,8 @@ async def send(
             urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, "")),
             content=body,
             headers=headers,
-            extensions={"sni_hostname": host} if parts.scheme == "https" else {},
+            # TLS still names (and verifies) the host, not the address connected to.
+            extensions={"sni_hostname": host} if parts.scheme == "https" and not literal else {},
             timeout=settings.timeout_s,
         )
     except httpx.HTTPError as exc:
@@ -273,6 +274,14 @@ async def send(
     if 200 <= response.status_code < 300:
         return response.status_code, None
     return response.status_code, f"HTTP {response.status_code}"
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def http_client() -> httpx.AsyncClient:

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nudge import app, webhooks
 from nudge.__main__ import SPEC
-from nudge.domain.webhooks import backoff_s, parse_networks
+from nudge.domain.webhooks import backoff_s, parse_networks, sign
 from reviewloop.client import WebhookVerificationError, verify_webhook
 from reviewloop.errors import Code, DomainError
 from reviewloop.service import ServiceSpec
@@ -228,3 +228,26 @@ async def test_compaction_forgets_finished_deliveries_and_keeps_pending_ones(ope
     assert await webhooks.deliveries(db, ADMIN, done.endpoint.id, status="", limit=0) == []
     (pending,) = await webhooks.deliveries(db, ADMIN, waiting.endpoint.id, status="", limit=0)
     assert pending.status == "pending"
+
+
+def test_signatures_match_the_standard_webhooks_reference_vector() -> None:
+    """The example of the Standard Webhooks specification: any receiver library of the scheme verifies
+    what we sign, and our verifier accepts what they sign."""
+    secret, msg_id, stamp, body = (
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "msg_p5jXN8AQM9LWM0D4loKWxJek",
+        1614265330,
+        b'{"test": 2432232314}',
+    )
+    signature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+    assert sign([secret], msg_id, stamp, body) == signature
+    headers = {
+        "Webhook-Id": msg_id,
+        "Webhook-Timestamp": str(stamp),
+        "Webhook-Signature": f"v1,bm9wZQ== {signature}",
+    }
+    verify_webhook(secret, headers, body, now=stamp + 10)
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(secret, headers, body, now=stamp + 301)
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(secret, headers, body + b" ", now=stamp)
