@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator
 
 import orjson
 import pytest
-from reviewloop.client import WebhookVerificationError, verify_webhook
-from stack.launcher import Stack
+from reviewloop.client import AsyncReviewloop, WebhookVerificationError, verify_webhook
+from stack.launcher import Stack, free_port
+from stack.topology import GATEWAY
 
 from tests.conftest import BACKENDS, Api, Databases, _pg_server, start_stack
 from tests.e2e.test_events_wait import Producer
@@ -152,3 +153,31 @@ async def test_an_idle_stream_sends_heartbeats(producer: Producer) -> None:
             heartbeats += line == ": heartbeat"
             if heartbeats == 2:
                 break
+
+
+async def test_a_stream_resumes_on_another_gateway_replica(producer: Producer, push_stack: Stack) -> None:
+    """A second gateway process on the same stores: the client drops its stream on one replica and
+    resumes on the other with Last-Event-ID, no gap, no repeat; a nudge published meanwhile wakes it."""
+    second = Stack({**push_stack.env, "REVIEWLOOP_GATEWAY_ADDR": f"127.0.0.1:{free_port()}"})
+    second.start(GATEWAY)
+    try:
+        await second.wait_serving([GATEWAY])
+        agent, principal = await producer.agent()
+        key = agent["Authorization"].removeprefix("Bearer ")
+        first_review = await producer.publish(principal, "rejected")
+        second_review = await producer.publish(principal, "feedback_added")
+        async with AsyncReviewloop(f"http://{push_stack.address(GATEWAY)}", key) as one:
+            stream = one.stream()
+            seen = await anext(stream)
+            await stream.aclose()
+        assert seen.event.review_id == first_review
+        async with AsyncReviewloop(f"http://{second.address(GATEWAY)}", key) as other:
+            resumed = other.stream(last_event_id=seen.id)
+            got = await anext(resumed)
+            third_review = await producer.publish(principal, "cancelled", first_review)
+            woken = await anext(resumed)
+            await resumed.aclose()
+        assert (got.event.review_id, got.event.reason) == (second_review, "feedback_added")
+        assert (woken.event.review_id, woken.event.reason, woken.event.seq) == (third_review, "cancelled", 2)
+    finally:
+        second.stop_all()
