@@ -4,7 +4,6 @@ webhook endpoints (registered per project, delivered and signed by the nudge ser
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -55,6 +54,12 @@ def sse_event(nudge: nudge_pb2.Nudge, cursor: str) -> bytes:
     return b"id: %s\nevent: review_event\ndata: %s\n\n" % (cursor.encode(), data)
 
 
+def _consume(future: asyncio.Future[nudge_pb2.SubscribeResponse]) -> None:
+    """Retrieve an abandoned read's outcome, so an error of the cancelled call is not logged as lost."""
+    if not future.cancelled():
+        future.exception()
+
+
 @router.get(
     "/v1/review-events/stream",
     tags=["review events"],
@@ -81,14 +86,14 @@ async def stream_review_events(
     in `seq` order per review, then each new one as it lands, on any gateway replica. Each event's `id`
     is a resume point: reconnect with `Last-Event-ID` to continue right after it, with no gap and no
     repeat. A nudge acked before it is read is never shown. A `: heartbeat` comment keeps proxies open."""
-    call = backend.nudge.Subscribe(
-        nudge_pb2.SubscribeRequest(principal=principal.to_proto(), cursor=last_event_id)
-    )
     heartbeat_s = request.app.state.settings.sse_heartbeat_s
+    subscription = nudge_pb2.SubscribeRequest(principal=principal.to_proto(), cursor=last_event_id)
 
     async def events() -> AsyncIterator[bytes]:
+        # Opened here, so the generator's own cleanup always closes it (a disconnect closes the generator).
+        call = backend.nudge.Subscribe(subscription)
         reader = aiter(call)
-        pending: asyncio.Task[nudge_pb2.SubscribeResponse] | None = None
+        pending: asyncio.Future[nudge_pb2.SubscribeResponse] | None = None
         try:
             yield b"retry: 1000\n: connected\n\n"
             while True:
@@ -106,8 +111,7 @@ async def stream_review_events(
             call.cancel()
             if pending is not None:
                 pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
+                pending.add_done_callback(_consume)
 
     return EventStream(
         events(),
