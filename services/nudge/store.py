@@ -123,6 +123,8 @@ webhook_secrets = Table(
     Column("endpoint_id", String(40), primary_key=True),
     Column("version", Integer, primary_key=True, autoincrement=False),
     Column("salt", String(64), nullable=False),
+    # Which webhook key the secret is derived with (domain.webhooks.key_id), so a changed key is noticed.
+    Column("key_id", String(16), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("expires_at", UtcDateTime),
 )
@@ -441,9 +443,13 @@ async def delete_endpoint(conn: AsyncConnection, endpoint_id: str) -> None:
         await conn.execute(delete(table).where(column == endpoint_id))
 
 
-async def add_secret(conn: AsyncConnection, endpoint_id: str, version: int, salt: str, now: datetime) -> None:
+async def add_secret(
+    conn: AsyncConnection, endpoint_id: str, version: int, salt: str, key_id: str, now: datetime
+) -> None:
     await conn.execute(
-        insert(webhook_secrets).values(endpoint_id=endpoint_id, version=version, salt=salt, created_at=now)
+        insert(webhook_secrets).values(
+            endpoint_id=endpoint_id, version=version, salt=salt, key_id=key_id, created_at=now
+        )
     )
 
 
@@ -472,17 +478,17 @@ async def expire_current_secret(conn: AsyncConnection, endpoint_id: str, expires
     return int(current)
 
 
-async def live_secrets(conn: AsyncConnection, endpoint_id: str, now: datetime) -> list[tuple[int, str]]:
-    """(version, salt) of every secret that signs at ``now``, newest first."""
+async def live_secrets(conn: AsyncConnection, endpoint_id: str, now: datetime) -> list[tuple[int, str, str]]:
+    """(version, salt, key_id) of every secret that signs at ``now``, newest first."""
     rows = await conn.execute(
-        select(webhook_secrets.c.version, webhook_secrets.c.salt)
+        select(webhook_secrets.c.version, webhook_secrets.c.salt, webhook_secrets.c.key_id)
         .where(
             webhook_secrets.c.endpoint_id == endpoint_id,
             (webhook_secrets.c.expires_at.is_(None)) | (webhook_secrets.c.expires_at > now),
         )
         .order_by(webhook_secrets.c.version.desc())
     )
-    return [(int(row.version), str(row.salt)) for row in rows]
+    return [(int(row.version), str(row.salt), str(row.key_id)) for row in rows]
 
 
 async def secret_versions(conn: AsyncConnection, endpoint_ids: list[str]) -> dict[str, int]:

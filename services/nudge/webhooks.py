@@ -43,6 +43,10 @@ STATUSES = ("pending", "delivered", "failed")
 MAX_OVERLAP_S = 7 * 24 * 3600.0
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
 RESOLVE_AT_REGISTRATION_S = 2.0
+KEY_CHANGED = (
+    "REVIEWLOOP_WEBHOOK_KEY changed since this webhook's secret was issued, so nothing can sign for it: "
+    "rotate its secret (and give the receiver the new one)."
+)
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,7 @@ async def _new_secret(
     conn: AsyncConnection, settings: WebhookSettings, endpoint_id: str, version: int, now: datetime
 ) -> str:
     salt = secrets.token_urlsafe(24)
-    await store.add_secret(conn, endpoint_id, version, salt, now)
+    await store.add_secret(conn, endpoint_id, version, salt, rules.key_id(settings.key), now)
     return _secret(settings, endpoint_id, version, salt)
 
 
@@ -310,9 +314,12 @@ async def _deliver_endpoint(
                 live = await store.live_secrets(conn, endpoint_id, now)
             if endpoint is None or head is None or head.next_attempt_at > now:
                 break
-            signing = [_secret(settings, endpoint_id, version, salt) for version, salt in live]
-            status, error = await send(
-                client, settings, endpoint.url, head.event_id, head.body.encode(), signing
+            current_key = rules.key_id(settings.key)
+            signing = [_secret(settings, endpoint_id, v, salt) for v, salt, key in live if key == current_key]
+            status, error = (
+                await send(client, settings, endpoint.url, head.event_id, head.body.encode(), signing)
+                if signing
+                else (None, KEY_CHANGED)
             )
             attempts, now = head.attempts + 1, utcnow()
             values: dict[str, Any] = {"attempts": attempts, "last_status": status, "last_error": error}

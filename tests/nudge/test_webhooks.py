@@ -251,3 +251,22 @@ def test_signatures_match_the_standard_webhooks_reference_vector() -> None:
         verify_webhook(secret, headers, body, now=stamp + 301)
     with pytest.raises(WebhookVerificationError):
         verify_webhook(secret, headers, body + b" ", now=stamp)
+
+
+async def test_a_changed_webhook_key_is_named_instead_of_signing_wrongly(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    rekeyed = dataclasses.replace(SETTINGS, key=b"another-key", retry_for=timedelta(0))
+    async with receiving() as receiver:
+        hook = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        await app.ingest(db, [event("rr_a", "rejected")])
+        async with webhooks.http_client() as client:
+            assert await webhooks.deliver_due(db, rekeyed, client) == 1
+        assert receiver.received == []
+        (failed,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="failed", limit=10)
+        assert failed.last_error == webhooks.KEY_CHANGED
+        rotated = await webhooks.rotate(db, rekeyed, ADMIN, hook.endpoint.id, 3600)
+        await app.ingest(db, [event("rr_b", "rejected")])
+        await drain(db, rekeyed, receiver, 1)
+        headers, body = receiver.received[0]
+        assert headers["webhook-signature"].count("v1,") == 1  # the old key's secret cannot sign
+        assert verifies(rotated.secret, headers, body) and not verifies(hook.secret, headers, body)

@@ -37,6 +37,11 @@ def derive_secret(key: bytes, endpoint_id: str, version: int, salt: str) -> str:
     return SECRET_PREFIX + base64.b64encode(material.digest()[:SECRET_BYTES]).decode()
 
 
+def key_id(key: bytes) -> str:
+    """A public name of the webhook key (not the key): a secret derived with another key is noticed."""
+    return hmac.new(key, b"webhook-key-id", hashlib.sha256).hexdigest()[:16]
+
+
 def sign(secrets: Iterable[str], msg_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` header: ``v1,<base64 HMAC-SHA256>`` over ``id.timestamp.body`` per
     live secret, space-separated (two while a rotation's overlap lasts)."""

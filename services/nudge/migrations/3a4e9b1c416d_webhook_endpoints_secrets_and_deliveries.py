@@ -65,6 +65,7 @@ def upgrade() -> None:
         sa.Column("endpoint_id", sa.String(length=40), nullable=False),
         sa.Column("version", sa.Integer(), autoincrement=False, nullable=False),
         sa.Column("salt", sa.String(length=64), nullable=False),
+        sa.Column("key_id", sa.String(length=16), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("endpoint_id", "version", name=op.f("pk_webhook_secrets")),
