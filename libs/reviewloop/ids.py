@@ -27,6 +27,7 @@ PREFIXES = frozenset(
         "rvs",
         "rvl",
         "whk",
+        "lse",
     ]
 )
 

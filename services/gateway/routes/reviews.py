@@ -163,6 +163,7 @@ async def list_reviews(
     category_id: Annotated[str, Query(max_length=40)] = "",
     cursor: Annotated[str, Query(max_length=64)] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    humans_notified: Annotated[bool, Query()] = False,
 ) -> OrjsonResponse:
     unknown = [s for s in state if s not in _STATES]
     if unknown:
@@ -175,6 +176,7 @@ async def list_reviews(
             category_id=category_id,
             cursor=cursor,
             limit=limit,
+            humans_notified=humans_notified,
         ),
         timeout=backend.timeout_s,
     )
@@ -343,7 +345,9 @@ async def decide_review(
     idempotency_key: IdempotencyKey = "",
 ) -> Any:
     """approve | edit | reject | escalate with the (revision, version) CAS. A human key answers the
-    review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``."""
+    review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``, or
+    for a release not (yet) delivered ``queued`` (still going, or parked) / ``failed``, never ``kind: sent``
+    with ``sent: false``."""
     request = review_pb2.DecideRequest(
         principal=principal.to_proto(),
         review_id=review_id,

@@ -93,6 +93,23 @@ def as_review(review: review_pb2.Review) -> Json:
             body[name] = timestamp(getattr(review, name))
     if review.turns:
         body["turns"] = [as_review_turn(t) for t in review.turns]
+    if review.HasField("delivery"):
+        body["delivery"] = as_review_delivery(review.delivery)
+    return body
+
+
+def as_review_delivery(delivery: review_pb2.Delivery) -> Json:
+    body: Json = {
+        "status": delivery.status,
+        "tries": delivery.tries,
+        "started_at": timestamp(delivery.started_at),
+        "age_s": delivery.age_s,
+    }
+    if delivery.HasField("parked_at"):
+        body["parked_at"] = timestamp(delivery.parked_at)
+    for name in ("error", "resolution"):
+        if getattr(delivery, name):
+            body[name] = getattr(delivery, name)
     return body
 
 
