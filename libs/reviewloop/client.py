@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
@@ -866,7 +866,7 @@ class AsyncReviewloop(_Base):
 
     async def stream(
         self, *, last_event_id: str | None = None, reconnect_s: float = 1.0, idle_timeout_s: float = 60.0
-    ) -> AsyncIterator[StreamedEvent]:
+    ) -> AsyncGenerator[StreamedEvent, None]:
         """The caller's nudges as they land (server-sent events), forever: ``async for item in rl.stream()``.
 
         A dropped connection (or ``503``) is reopened after ``reconnect_s`` with ``Last-Event-ID``, so the

@@ -3,7 +3,7 @@ gateway, resumed with Last-Event-ID, read by the Python client's ``stream()``.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import pytest
 from reviewloop.client import AsyncReviewloop, ReviewloopError, StreamedEvent
@@ -18,7 +18,7 @@ def producer(api: object, stack: Stack) -> Producer:
     return Producer(api, stack)  # type: ignore[arg-type]
 
 
-async def take(events: AsyncIterator[StreamedEvent], count: int) -> list[StreamedEvent]:
+async def take(events: AsyncGenerator[StreamedEvent, None], count: int) -> list[StreamedEvent]:
     taken = [await anext(events) for _ in range(count)]
     await events.aclose()  # drops the connection, as a crashed consumer would
     return taken
