@@ -17,9 +17,12 @@ pass yours), so the client's own retry of a ``503 unavailable`` can never double
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
@@ -37,6 +40,7 @@ from reviewloop.shapes import (
     GraduationStatus,
     Problem,
     Review,
+    ReviewEvent,
     ReviewEventList,
     ReviewFeedback,
     ReviewList,
@@ -796,6 +800,17 @@ def _sync(builder: Callable[P, Call[T]]) -> Callable[Concatenate[Reviewloop, P],
     return verb
 
 
+@dataclass(frozen=True)
+class StreamedEvent:
+    """One event of :meth:`AsyncReviewloop.stream`: ``id`` is its resume point (``last_event_id``)."""
+
+    id: str
+    event: ReviewEvent
+
+
+STREAM_PATH = "/v1/review-events/stream"
+
+
 class AsyncReviewloop(_Base):
     """The async client. Use as ``async with AsyncReviewloop(url, key) as rl``."""
 
@@ -848,6 +863,57 @@ class AsyncReviewloop(_Base):
                     raise
                 attempt += 1
                 await asyncio.sleep(error.retry_after or 1.0)
+
+    async def stream(
+        self, *, last_event_id: str | None = None, reconnect_s: float = 1.0, idle_timeout_s: float = 60.0
+    ) -> AsyncGenerator[StreamedEvent, None]:
+        """The caller's nudges as they land (server-sent events), forever: ``async for item in rl.stream()``.
+
+        A dropped connection (or ``503``) is reopened after ``reconnect_s`` with ``Last-Event-ID``, so the
+        stream resumes right after the last event yielded: no gap, no repeat. Keep ``item.id`` and pass it
+        as ``last_event_id`` to resume in a new process. Ack as usual (``ack_review_events``): an acked
+        nudge is never streamed again. ``idle_timeout_s`` must exceed the server's heartbeat (15 s).
+
+        Raises:
+            ReviewloopError: The server refused the stream (401, 403, a bad ``Last-Event-ID``).
+        """
+        cursor = last_event_id
+        refusal: Call[Json] = Call("GET", STREAM_PATH, _raw)
+        while True:
+            headers = {**self.headers, "Accept": "text/event-stream"}
+            if cursor:
+                headers["Last-Event-ID"] = cursor
+            timeout = httpx.Timeout(DEFAULT_TIMEOUT_S, read=idle_timeout_s)
+            try:
+                async with self.http.stream("GET", STREAM_PATH, headers=headers, timeout=timeout) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        try:
+                            self._answer(refusal, response)
+                        except ReviewloopError as error:
+                            if error.code != "unavailable":
+                                raise
+                    else:
+                        event_id, data = "", []
+                        async for line in response.aiter_lines():
+                            if line:
+                                name, _, value = line.partition(":")
+                                value = value.removeprefix(" ")
+                                if name == "id":
+                                    event_id = value
+                                elif name == "data":
+                                    data.append(value)
+                                continue
+                            if data:  # a blank line ends an event; comments (heartbeats) carry no data
+                                item = StreamedEvent(
+                                    event_id, ReviewEvent.model_validate_json("\n".join(data))
+                                )
+                                cursor = event_id or cursor
+                                yield item
+                            event_id, data = "", []
+            except httpx.TransportError:
+                pass  # reconnect below, resuming after the last event yielded
+            await asyncio.sleep(reconnect_s)
 
     send_email = _async(Verbs.send_email)
     reply_to_email = _async(Verbs.reply_to_email)
@@ -963,3 +1029,52 @@ __all__ = [
     "ReviewloopError",
     "Verbs",
 ]
+
+
+class WebhookVerificationError(Exception):
+    """A webhook request whose signature or timestamp does not verify: answer it 400 and drop it."""
+
+
+def verify_webhook(
+    secret: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    tolerance_s: float = 300.0,
+    now: float | None = None,
+) -> None:
+    """Check a reviewloop webhook delivery (Standard Webhooks layout) before trusting its body.
+
+    ``secret`` is the endpoint's ``whsec_...`` secret; ``headers`` the request headers (any case);
+    ``body`` the raw request body, exactly as received. The signature is HMAC-SHA256 over
+    ``"{webhook-id}.{webhook-timestamp}.{body}"``; ``webhook-signature`` may carry several ``v1,<base64>``
+    values (during a secret rotation both secrets sign), and one match suffices. Dedupe on ``webhook-id``:
+    delivery is at-least-once.
+
+    Raises:
+        WebhookVerificationError: Missing headers, a timestamp more than ``tolerance_s`` away from
+            ``now``, or no signature made with ``secret``.
+    """
+    lowered = {name.lower(): value for name, value in headers.items()}
+    msg_id, stamp, signatures = (
+        lowered.get("webhook-id"),
+        lowered.get("webhook-timestamp"),
+        lowered.get("webhook-signature"),
+    )
+    if not msg_id or not stamp or not signatures:
+        raise WebhookVerificationError("missing webhook-id, webhook-timestamp or webhook-signature")
+    try:
+        sent_at = int(stamp)
+    except ValueError:
+        raise WebhookVerificationError("webhook-timestamp is not a number of seconds") from None
+    if abs((time.time() if now is None else now) - sent_at) > tolerance_s:
+        raise WebhookVerificationError("webhook-timestamp is too old or too far in the future")
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    expected = base64.b64encode(
+        hmac.new(key, f"{msg_id}.{stamp}.".encode() + body, hashlib.sha256).digest()
+    ).decode()
+    for signature in signatures.split():
+        version, _, value = signature.partition(",")
+        if version == "v1" and hmac.compare_digest(value, expected):
+            return
+    raise WebhookVerificationError("no signature matches this secret")

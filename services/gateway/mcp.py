@@ -119,7 +119,7 @@ def operations(app: FastAPI) -> dict[str, Operation]:
         if not path.startswith("/v1/") or path.startswith(CONSOLE_PREFIX):
             continue
         for method, spec in item.items():
-            if method.upper() in _METHODS and spec.get("operationId"):
+            if method.upper() in _METHODS and spec.get("operationId") and spec.get("x-mcp-tool", True):
                 found[spec["operationId"]] = _operation(path, method.upper(), spec, components)
     return found
 

@@ -60,6 +60,8 @@ class GatewaySettings:
     mcp_allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     # How long an Idempotency-Key claim outlives a gateway that died holding it; see store.claim.
     idempotency_lease_s: float = 30.0
+    # How often an idle review-event stream sends a comment, so proxies do not close it.
+    sse_heartbeat_s: float = 15.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
@@ -76,6 +78,7 @@ class GatewaySettings:
             otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             key_cache_s=float(env.get("REVIEWLOOP_GATEWAY_KEY_CACHE_S", "1")),
             idempotency_lease_s=float(env.get("REVIEWLOOP_GATEWAY_IDEMPOTENCY_LEASE_S", "30")),
+            sse_heartbeat_s=float(env.get("REVIEWLOOP_SSE_HEARTBEAT_S", "15")),
             mcp_allowed_hosts=tuple(
                 h.strip()
                 for h in env.get("REVIEWLOOP_MCP_ALLOWED_HOSTS", ",".join(LOOPBACK_HOSTS)).split(",")

@@ -4,23 +4,33 @@ Beside the server it runs the PostgreSQL listener that wakes long-polls for nudg
 commits, and the retention sweep. ``REVIEWLOOP_NUDGE_RETENTION_S`` is the age after which an acked
 nudge is compacted (default 7 days; un-acked nudges are never dropped),
 ``REVIEWLOOP_NUDGE_COMPACT_EVERY_S`` how often the sweep runs (default 60 s).
+
+And the webhook sender (issue 19): ``REVIEWLOOP_WEBHOOK_KEY`` derives every signing secret (default: a
+key generated into ``<data dir>/webhook-key``, mode 0600; the store holds no secret),
+``REVIEWLOOP_WEBHOOK_ALLOWED_NETWORKS`` the CIDRs allowed despite the SSRF rule (default none),
+``REVIEWLOOP_WEBHOOK_RETRY_FOR_S`` how long a delivery is retried (default 1 day),
+``REVIEWLOOP_WEBHOOK_BACKOFF_S``/``_BACKOFF_CAP_S`` the first and the longest retry wait (1 s, 600 s).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from reviewloop.config import ServiceConfig
+from reviewloop.config import ServiceConfig, data_dir
 from reviewloop.metrics import Point, Probe
 from reviewloop.service import Job, ServiceSpec, main
 from reviewloop.storage import Database, utcnow
 from reviewloop.storage.outbox import as_utc
 from sqlalchemy import func, select
 
-from nudge import app, server, store, wakeup
+from nudge import app, server, store, wakeup, webhooks
+from nudge.domain.webhooks import parse_networks
 from nudge.store import metadata
 
 
@@ -37,9 +47,38 @@ def settings_from(environ: Mapping[str, str]) -> app.Settings:
     )
 
 
+def webhook_key(environ: Mapping[str, str]) -> bytes:
+    """``REVIEWLOOP_WEBHOOK_KEY``, or the one in ``<data dir>/webhook-key``, generated when absent."""
+    if environ.get("REVIEWLOOP_WEBHOOK_KEY"):
+        return environ["REVIEWLOOP_WEBHOOK_KEY"].encode()
+    path = data_dir(environ) / "webhook-key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            contextlib.suppress(FileExistsError),
+            os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out,
+        ):
+            out.write(secrets.token_urlsafe(32) + "\n")
+    return path.read_text().strip().encode()
+
+
+def webhook_settings(environ: Mapping[str, str]) -> webhooks.WebhookSettings:
+    defaults = webhooks.WebhookSettings()
+    return webhooks.WebhookSettings(
+        key=webhook_key(environ),
+        allowed_networks=parse_networks(environ.get("REVIEWLOOP_WEBHOOK_ALLOWED_NETWORKS", "").split(",")),
+        retry_for=timedelta(
+            seconds=float(environ.get("REVIEWLOOP_WEBHOOK_RETRY_FOR_S", defaults.retry_for.total_seconds()))
+        ),
+        backoff_s=float(environ.get("REVIEWLOOP_WEBHOOK_BACKOFF_S", defaults.backoff_s)),
+        backoff_cap_s=float(environ.get("REVIEWLOOP_WEBHOOK_BACKOFF_CAP_S", defaults.backoff_cap_s)),
+    )
+
+
 def bootstrap(db: Database, environ: Mapping[str, str] = os.environ) -> app.Env:
     """The production wiring of one process."""
-    return app.Env(db, settings_from(environ))
+    settings = dataclasses.replace(settings_from(environ), webhooks=webhook_settings(environ))
+    return app.Env(db, settings)
 
 
 def background(env: app.Env) -> Sequence[Job]:
@@ -50,7 +89,10 @@ def background(env: app.Env) -> Sequence[Job]:
     async def listen() -> None:
         await wakeup.listen(env.db)
 
-    return (listen, sweep)
+    async def deliver() -> None:
+        await webhooks.deliver_forever(env.db, env.settings.webhooks)
+
+    return (listen, sweep, deliver)
 
 
 def probes(env: app.Env) -> Sequence[Probe]:

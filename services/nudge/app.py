@@ -27,7 +27,7 @@ from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.outbox import prune
 from reviewloop.tenancy import Principal
 
-from nudge import store
+from nudge import store, webhooks
 from nudge.domain.payloads import Incoming, Invalid, check
 from nudge.domain.reasons import TERMINAL, collapse_key, refusal
 from nudge.store import Nudge
@@ -50,6 +50,7 @@ class Settings:
     compact_every_s: float = 60.0
     # Received event ids are kept as long as the shared outbox retention, like every other inbox.
     inbox_retention: timedelta = WEEK
+    webhooks: webhooks.WebhookSettings = field(default_factory=webhooks.WebhookSettings)
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,11 @@ async def _store(uow: UnitOfWork, requested: NudgeRequested) -> str | None:
         return None
     if incoming.reason in TERMINAL:
         terminal.append(incoming.reason.value)
+    nudge_id, created_at = new_id("ndg"), utcnow()
     await store.append(
-        conn, incoming, nudge_id=new_id("ndg"), seq=seq, terminal_reasons=terminal, created_at=utcnow()
+        conn, incoming, nudge_id=nudge_id, seq=seq, terminal_reasons=terminal, created_at=created_at
     )
+    await webhooks.enqueue(conn, incoming, nudge_id, seq, created_at)
     return incoming.project_id
 
 
@@ -273,12 +276,14 @@ async def ack(db: Database, principal: Principal, acks: list[tuple[str, int]]) -
 
 
 async def compact(db: Database, *, retention: timedelta, inbox_retention: timedelta) -> int:
-    """Delete acked nudges older than ``retention`` (un-acked ones stay, whatever their age) and
-    received event ids older than ``inbox_retention``. Review heads and collapse keys stay, so the
+    """Delete acked nudges older than ``retention`` (un-acked ones stay, whatever their age), and
+    received event ids and finished webhook deliveries older than ``inbox_retention``. Review heads and collapse keys stay, so the
     terminal guarantee and the collapse hold after compaction. Returns how many nudges went."""
     now = utcnow()
     async with db.transaction() as uow:
         removed = await store.compact(uow.conn, now - retention)
+        # Finished webhook deliveries are kept as long as the outbox keeps delivered events.
+        await store.prune_deliveries(uow.conn, now - inbox_retention)
     await prune(db, now - inbox_retention)
     return removed
 

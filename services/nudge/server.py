@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import grpc
 from reviewloop.common.v1 import common_pb2
@@ -11,8 +12,8 @@ from reviewloop.protoconv import stamp
 from reviewloop.service import Registration
 from reviewloop.tenancy import Principal
 
-from nudge import app
-from nudge.store import Nudge
+from nudge import app, webhooks
+from nudge.store import Endpoint, Nudge
 
 
 def nudge_to_proto(nudge: Nudge) -> nudge_pb2.Nudge:
@@ -27,9 +28,45 @@ def nudge_to_proto(nudge: Nudge) -> nudge_pb2.Nudge:
     )
 
 
+def webhook_to_proto(endpoint: Endpoint, secret_version: int) -> nudge_pb2.Webhook:
+    return nudge_pb2.Webhook(
+        id=endpoint.id,
+        project_id=endpoint.project_id,
+        url=endpoint.url,
+        reasons=endpoint.reasons,
+        created_at=stamp(endpoint.created_at),
+        secret_version=secret_version,
+    )
+
+
+def delivery_to_proto(row: Any) -> nudge_pb2.WebhookDelivery:
+    delivery = nudge_pb2.WebhookDelivery(
+        event_id=row.event_id,
+        reason=row.reason,
+        review_id=row.review_id,
+        status=row.status,
+        attempts=row.attempts,
+        last_status=row.last_status or 0,
+        last_error=row.last_error or "",
+        created_at=stamp(row.created_at),
+    )
+    if row.status == "pending":
+        delivery.next_attempt_at.CopyFrom(stamp(row.next_attempt_at))
+    if row.finished_at is not None:
+        delivery.finished_at.CopyFrom(stamp(row.finished_at))
+    return delivery
+
+
+def _secret_response(registered: webhooks.Registered) -> nudge_pb2.WebhookSecretResponse:
+    return nudge_pb2.WebhookSecretResponse(
+        webhook=webhook_to_proto(registered.endpoint, registered.secret_version), secret=registered.secret
+    )
+
+
 class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
     def __init__(self, env: app.Env) -> None:
         self.db = env.db
+        self.webhooks = env.settings.webhooks
 
     async def Ingest(
         self,
@@ -79,6 +116,68 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         principal = Principal.from_proto(request.principal)
         async for nudge, cursor in app.subscribe(self.db, principal, cursor=request.cursor):
             yield nudge_pb2.SubscribeResponse(nudge=nudge_to_proto(nudge), cursor=cursor)
+
+    async def RegisterWebhook(
+        self,
+        request: nudge_pb2.RegisterWebhookRequest,
+        context: grpc.aio.ServicerContext[nudge_pb2.RegisterWebhookRequest, nudge_pb2.WebhookSecretResponse],
+    ) -> nudge_pb2.WebhookSecretResponse:
+        registered = await webhooks.register(
+            self.db,
+            self.webhooks,
+            Principal.from_proto(request.principal),
+            request.url,
+            list(request.reasons),
+        )
+        return _secret_response(registered)
+
+    async def ListWebhooks(
+        self,
+        request: nudge_pb2.ListWebhooksRequest,
+        context: grpc.aio.ServicerContext[nudge_pb2.ListWebhooksRequest, nudge_pb2.ListWebhooksResponse],
+    ) -> nudge_pb2.ListWebhooksResponse:
+        listed = await webhooks.list_endpoints(self.db, Principal.from_proto(request.principal))
+        return nudge_pb2.ListWebhooksResponse(webhooks=[webhook_to_proto(e, v) for e, v in listed])
+
+    async def RotateWebhookSecret(
+        self,
+        request: nudge_pb2.RotateWebhookSecretRequest,
+        context: grpc.aio.ServicerContext[
+            nudge_pb2.RotateWebhookSecretRequest, nudge_pb2.WebhookSecretResponse
+        ],
+    ) -> nudge_pb2.WebhookSecretResponse:
+        registered = await webhooks.rotate(
+            self.db,
+            self.webhooks,
+            Principal.from_proto(request.principal),
+            request.webhook_id,
+            request.overlap_s,
+        )
+        return _secret_response(registered)
+
+    async def DeleteWebhook(
+        self,
+        request: nudge_pb2.WebhookRef,
+        context: grpc.aio.ServicerContext[nudge_pb2.WebhookRef, nudge_pb2.DeleteWebhookResponse],
+    ) -> nudge_pb2.DeleteWebhookResponse:
+        await webhooks.delete(self.db, Principal.from_proto(request.principal), request.webhook_id)
+        return nudge_pb2.DeleteWebhookResponse(deleted=True)
+
+    async def ListWebhookDeliveries(
+        self,
+        request: nudge_pb2.ListWebhookDeliveriesRequest,
+        context: grpc.aio.ServicerContext[
+            nudge_pb2.ListWebhookDeliveriesRequest, nudge_pb2.ListWebhookDeliveriesResponse
+        ],
+    ) -> nudge_pb2.ListWebhookDeliveriesResponse:
+        rows = await webhooks.deliveries(
+            self.db,
+            Principal.from_proto(request.principal),
+            request.webhook_id,
+            status=request.status,
+            limit=request.limit,
+        )
+        return nudge_pb2.ListWebhookDeliveriesResponse(deliveries=[delivery_to_proto(r) for r in rows])
 
 
 def servicers(env: app.Env) -> Sequence[Registration]:

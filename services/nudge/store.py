@@ -19,6 +19,7 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     Index,
+    Integer,
     Row,
     String,
     Table,
@@ -95,6 +96,58 @@ collapse_keys = Table(
     Column("collapse_key", String(200), primary_key=True),
     Column("review_id", String(40), nullable=False),
     Column("seq", BigInteger, nullable=False),
+)
+
+# --- webhooks (issue 19) ------------------------------------------------------------------------------
+
+# An admin's endpoint of a project. ``lease_until`` is the delivery claim: one replica at a time sends to
+# an endpoint, in order; a replica that dies holding it loses it when it expires.
+webhook_endpoints = Table(
+    "webhook_endpoints",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("reasons", Json, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("lease_until", UtcDateTime),
+    Index("ix_webhook_endpoints_project", "project_id"),
+)
+
+# The versions of an endpoint's signing secret: only the salt each is derived with (domain.webhooks).
+# ``expires_at`` is null for the current one; a rotated-out one signs until its overlap ends.
+webhook_secrets = Table(
+    "webhook_secrets",
+    metadata,
+    Column("endpoint_id", String(40), primary_key=True),
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("salt", String(64), nullable=False),
+    # Which webhook key the secret is derived with (domain.webhooks.key_id), so a changed key is noticed.
+    Column("key_id", String(16), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime),
+)
+
+# The durable delivery queue: one row per (endpoint, nudge), written in the nudge's own transaction.
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("pos", BigId, primary_key=True, autoincrement=True),
+    Column("endpoint_id", String(40), nullable=False),
+    Column("event_id", String(40), nullable=False),
+    Column("reason", String(40), nullable=False),
+    Column("review_id", String(40), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UtcDateTime, nullable=False),
+    Column("last_status", Integer),
+    Column("last_error", Text),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime),
+    UniqueConstraint("endpoint_id", "event_id"),
+    Index("ix_webhook_deliveries_due", "status", "endpoint_id", "pos"),
 )
 
 
@@ -335,3 +388,178 @@ async def review_log(conn: AsyncConnection, review_id: str) -> list[Row[Any]]:
 
 async def head(conn: AsyncConnection, review_id: str) -> Row[Any] | None:
     return (await conn.execute(select(review_heads).where(review_heads.c.review_id == review_id))).first()
+
+
+# --- webhook queries ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    id: str
+    org_id: str
+    project_id: str
+    url: str
+    reasons: list[str]
+    created_at: datetime
+
+
+def _endpoint(row: Row[Any]) -> Endpoint:
+    return Endpoint(row.id, row.org_id, row.project_id, row.url, list(row.reasons), row.created_at)
+
+
+async def add_endpoint(conn: AsyncConnection, endpoint: Endpoint) -> None:
+    await conn.execute(
+        insert(webhook_endpoints).values(
+            id=endpoint.id,
+            org_id=endpoint.org_id,
+            project_id=endpoint.project_id,
+            url=endpoint.url,
+            reasons=endpoint.reasons,
+            created_at=endpoint.created_at,
+        )
+    )
+
+
+async def endpoints_of(conn: AsyncConnection, org_id: str, project_id: str) -> list[Endpoint]:
+    rows = await conn.execute(
+        select(webhook_endpoints)
+        .where(webhook_endpoints.c.org_id == org_id, webhook_endpoints.c.project_id == project_id)
+        .order_by(webhook_endpoints.c.created_at, webhook_endpoints.c.id)
+    )
+    return [_endpoint(row) for row in rows]
+
+
+async def endpoint(conn: AsyncConnection, endpoint_id: str) -> Endpoint | None:
+    row = (await conn.execute(select(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id))).first()
+    return None if row is None else _endpoint(row)
+
+
+async def delete_endpoint(conn: AsyncConnection, endpoint_id: str) -> None:
+    for table, column in (
+        (webhook_deliveries, webhook_deliveries.c.endpoint_id),
+        (webhook_secrets, webhook_secrets.c.endpoint_id),
+        (webhook_endpoints, webhook_endpoints.c.id),
+    ):
+        await conn.execute(delete(table).where(column == endpoint_id))
+
+
+async def add_secret(
+    conn: AsyncConnection, endpoint_id: str, version: int, salt: str, key_id: str, now: datetime
+) -> None:
+    await conn.execute(
+        insert(webhook_secrets).values(
+            endpoint_id=endpoint_id, version=version, salt=salt, key_id=key_id, created_at=now
+        )
+    )
+
+
+async def expire_current_secret(conn: AsyncConnection, endpoint_id: str, expires_at: datetime) -> int:
+    """End the current secret's term at ``expires_at``; cut short every older one still in its overlap.
+    Returns the current version."""
+    current = (
+        await conn.execute(
+            select(func.max(webhook_secrets.c.version)).where(webhook_secrets.c.endpoint_id == endpoint_id)
+        )
+    ).scalar_one()
+    await conn.execute(
+        update(webhook_secrets)
+        .where(
+            webhook_secrets.c.endpoint_id == endpoint_id,
+            webhook_secrets.c.version < current,
+            webhook_secrets.c.expires_at > expires_at,
+        )
+        .values(expires_at=expires_at)
+    )
+    await conn.execute(
+        update(webhook_secrets)
+        .where(webhook_secrets.c.endpoint_id == endpoint_id, webhook_secrets.c.version == current)
+        .values(expires_at=expires_at)
+    )
+    return int(current)
+
+
+async def live_secrets(conn: AsyncConnection, endpoint_id: str, now: datetime) -> list[tuple[int, str, str]]:
+    """(version, salt, key_id) of every secret that signs at ``now``, newest first."""
+    rows = await conn.execute(
+        select(webhook_secrets.c.version, webhook_secrets.c.salt, webhook_secrets.c.key_id)
+        .where(
+            webhook_secrets.c.endpoint_id == endpoint_id,
+            (webhook_secrets.c.expires_at.is_(None)) | (webhook_secrets.c.expires_at > now),
+        )
+        .order_by(webhook_secrets.c.version.desc())
+    )
+    return [(int(row.version), str(row.salt), str(row.key_id)) for row in rows]
+
+
+async def secret_versions(conn: AsyncConnection, endpoint_ids: list[str]) -> dict[str, int]:
+    rows = await conn.execute(
+        select(webhook_secrets.c.endpoint_id, func.max(webhook_secrets.c.version))
+        .where(webhook_secrets.c.endpoint_id.in_(endpoint_ids))
+        .group_by(webhook_secrets.c.endpoint_id)
+    )
+    return {row[0]: int(row[1]) for row in rows}
+
+
+async def enqueue_deliveries(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        await conn.execute(insert(webhook_deliveries), rows)
+
+
+async def endpoints_due(conn: AsyncConnection, now: datetime) -> list[str]:
+    """Endpoints with a pending delivery due now and no live claim."""
+    query = (
+        select(webhook_deliveries.c.endpoint_id)
+        .join(webhook_endpoints, webhook_endpoints.c.id == webhook_deliveries.c.endpoint_id)
+        .where(
+            webhook_deliveries.c.status == "pending",
+            webhook_deliveries.c.next_attempt_at <= now,
+            (webhook_endpoints.c.lease_until.is_(None)) | (webhook_endpoints.c.lease_until < now),
+        )
+        .distinct()
+    )
+    return [str(row[0]) for row in await conn.execute(query)]
+
+
+async def claim_endpoint(
+    conn: AsyncConnection, endpoint_id: str, now: datetime, until: datetime | None
+) -> bool:
+    """Take (``until`` a time) or give back (None) an endpoint's delivery claim; CAS on the lease."""
+    query = update(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id)
+    if until is not None:
+        query = query.where(
+            (webhook_endpoints.c.lease_until.is_(None)) | (webhook_endpoints.c.lease_until < now)
+        )
+    result = await conn.execute(query.values(lease_until=until))
+    return bool(result.rowcount == 1)
+
+
+async def head_delivery(conn: AsyncConnection, endpoint_id: str) -> Row[Any] | None:
+    """The endpoint's oldest pending delivery: deliveries to one endpoint go in order."""
+    query = (
+        select(webhook_deliveries)
+        .where(webhook_deliveries.c.endpoint_id == endpoint_id, webhook_deliveries.c.status == "pending")
+        .order_by(webhook_deliveries.c.pos)
+        .limit(1)
+    )
+    return (await conn.execute(query)).first()
+
+
+async def record_attempt(conn: AsyncConnection, pos: int, **values: Any) -> None:
+    await conn.execute(update(webhook_deliveries).where(webhook_deliveries.c.pos == pos).values(**values))
+
+
+async def prune_deliveries(conn: AsyncConnection, finished_before: datetime) -> int:
+    """Forget delivered and failed deliveries finished before ``finished_before`` (pending ones stay)."""
+    result = await conn.execute(
+        delete(webhook_deliveries).where(
+            webhook_deliveries.c.status != "pending", webhook_deliveries.c.finished_at < finished_before
+        )
+    )
+    return int(result.rowcount or 0)
+
+
+async def deliveries_of(conn: AsyncConnection, endpoint_id: str, status: str, limit: int) -> list[Row[Any]]:
+    query = select(webhook_deliveries).where(webhook_deliveries.c.endpoint_id == endpoint_id)
+    if status:
+        query = query.where(webhook_deliveries.c.status == status)
+    return list(await conn.execute(query.order_by(webhook_deliveries.c.pos.desc()).limit(limit)))

@@ -24,6 +24,8 @@ from nudge.store import NOTIFY_CHANNEL
 log = logging.getLogger(__name__)
 
 RECHECK_S = 5.0
+# A waiter on this "project" is rung for every project (the webhook sender).
+ANY_PROJECT = "*"
 RECONNECT_S = 1.0
 
 
@@ -36,7 +38,7 @@ class Doorbell:
         self.listening = asyncio.Event()
 
     def ring(self, project_id: str) -> None:
-        for event in self._waiters.get(project_id, ()):
+        for event in (*self._waiters.get(project_id, ()), *self._waiters.get(ANY_PROJECT, ())):
             event.set()
 
     def waiting(self, project_id: str) -> int:

@@ -35,6 +35,7 @@ from tests.contract.test_shapes import gateway_settings, openapi_document
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE_NAMES = {model.__name__ for model in shapes.SHAPES}
 JSON = "application/json"
+EVENT_STREAM = "text/event-stream"
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,10 @@ def untyped_operations(document: dict[str, Any]) -> list[str]:
                     found.append(f"{where} request: {names or 'inline schema'}")
             for status, response in operation["responses"].items():
                 if status.startswith("2"):
-                    names = _ref_names(response.get("content", {}).get(JSON, {}).get("schema", {}))
+                    content = response.get("content", {})
+                    # A server-sent event stream documents each event's data as a shape, too.
+                    answer = content.get(JSON) or content.get(EVENT_STREAM, {})
+                    names = _ref_names(answer.get("schema", {}))
                     if names is None or not set(names) <= SHAPE_NAMES:
                         found.append(f"{where} {status}: {names or 'untyped'}")
     return found

@@ -20,6 +20,7 @@ MAX_EXAMPLES = int(os.environ.get("REVIEWLOOP_SCHEMATHESIS_EXAMPLES", "5"))
 # Routes excluded by design, as exact paths.
 EXCLUDED_PATHS: list[str] = [
     "/v1/review-events/wait",  # a long-poll: a generated timeout_s holds each request up to 60 s
+    "/v1/review-events/stream",  # server-sent events: never ends
 ]
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from reviewloop.shapes import _base, budget, events, operations, reviews, rules
+from reviewloop.shapes import _base, budget, events, operations, push, reviews, rules
 from reviewloop.shapes._base import (
     INT32_MAX,
     INT64_MAX,
@@ -110,6 +110,16 @@ from reviewloop.shapes.operations import (
     ProjectIn,
     ProjectOut,
     RevokedOut,
+)
+from reviewloop.shapes.push import (
+    RotateWebhookSecretIn,
+    Webhook,
+    WebhookDeleted,
+    WebhookDelivery,
+    WebhookDeliveryList,
+    WebhookIn,
+    WebhookList,
+    WebhookSecret,
 )
 from reviewloop.shapes.reviews import (
     AddressIn,
@@ -193,7 +203,9 @@ def _declared(module: ModuleType) -> tuple[type[BaseModel], ...]:
 
 # Every shape, in the order the planes declare them.
 SHAPES: tuple[type[BaseModel], ...] = tuple(
-    model for module in (_base, reviews, events, rules, budget, operations) for model in _declared(module)
+    model
+    for module in (_base, reviews, events, rules, budget, operations, push)
+    for model in _declared(module)
 )
 
 
@@ -317,6 +329,7 @@ __all__ = [
     "RiskDial",
     "RiskDialIn",
     "RiskValues",
+    "RotateWebhookSecretIn",
     "RoundBudget",
     "Rule",
     "RuleHistory",
@@ -343,5 +356,12 @@ __all__ = [
     "SubmitResult",
     "TurnIn",
     "TurnResult",
+    "Webhook",
+    "WebhookDeleted",
+    "WebhookDelivery",
+    "WebhookDeliveryList",
+    "WebhookIn",
+    "WebhookList",
+    "WebhookSecret",
     "component_schemas",
 ]

@@ -5,6 +5,8 @@ Route table, prefix -> module (spec):
 
     /v1/messages, /v1/reviews, /v1/review-policy          -> reviews              (000: composer, reviewers)
     /v1/review-events                                     -> events               (000, nudges)
+    /v1/review-events/stream, /v1/admin/projects/{id}/webhooks
+                                                          -> push                 (issue 19)
     /v1/rules, /v1/categories, /v1/risk-dial              -> rules                (000)
     /v1/review-rounds/{runs,admissions,budget}            -> budget.rounds        (003)
     /v1/runs/{run_id}/extend-review-budget                -> budget.rounds        (003)
@@ -29,7 +31,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from reviewloop.errors import invalid
 
-from gateway.routes import events, reviews, rules
+from gateway.routes import events, push, reviews, rules
 from gateway.routes.budget import catalog, gate, journals, rounds
 from gateway.routes.console import projects
 from gateway.routes.console import reviews as console_reviews
@@ -39,6 +41,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     reviews.router,
     console_reviews.router,
     events.router,
+    push.router,
     rules.router,
     console_rules.router,
     rounds.router,

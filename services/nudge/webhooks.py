@@ -1,0 +1,366 @@
+"""Webhook use cases (issue 19, "Push"): an admin's endpoints per project, the durable delivery queue
+filled in each nudge's own transaction, and the sender that drains it.
+
+Delivery is at-least-once and in order per endpoint: the sender claims an endpoint (a lease, so one
+replica at a time), POSTs its oldest pending delivery signed in the Standard Webhooks layout, and only
+moves on once it is acked (2xx) or failed for good. A refused attempt is retried with exponential backoff
+and jitter until ``retry_for`` has passed since the nudge, then marked ``failed`` (listed by
+``ListWebhookDeliveries``) and the next one goes. Every send resolves the host and refuses a forbidden
+address (the SSRF rule of ``domain.webhooks``), then connects to exactly the address it checked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import orjson
+from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.ids import new_id
+from reviewloop.storage import Database, utcnow
+from reviewloop.tenancy import Principal
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nudge import store
+from nudge.domain import webhooks as rules
+from nudge.domain.payloads import Incoming
+from nudge.store import Endpoint
+from nudge.wakeup import ANY_PROJECT, doorbell
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("pending", "delivered", "failed")
+MAX_OVERLAP_S = 7 * 24 * 3600.0
+LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
+RESOLVE_AT_REGISTRATION_S = 2.0
+KEY_CHANGED = (
+    "REVIEWLOOP_WEBHOOK_KEY changed since this webhook's secret was issued, so nothing can sign for it: "
+    "rotate its secret (and give the receiver the new one)."
+)
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    # Secrets are derived from this key (domain.webhooks); empty: registering a webhook is refused.
+    key: bytes = b""
+    # Networks an admin allows despite the SSRF rule (REVIEWLOOP_WEBHOOK_ALLOWED_NETWORKS).
+    allowed_networks: tuple[rules.IpNetwork, ...] = ()
+    # How long a delivery is retried after its nudge before it is marked failed.
+    retry_for: timedelta = timedelta(hours=24)
+    backoff_s: float = 1.0
+    backoff_cap_s: float = 600.0
+    timeout_s: float = 10.0
+    poll_s: float = 1.0
+    lease_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Registered:
+    endpoint: Endpoint
+    secret_version: int
+    secret: str = field(repr=False)
+
+
+def _refused(field_name: str, exc: rules.Refused) -> DomainError:
+    return invalid(field_name, str(exc))
+
+
+async def resolve(host: str, port: int) -> list[rules.IpAddress]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+
+
+async def check_target(url: str, allowed: Sequence[rules.IpNetwork]) -> None:
+    """Refuse a URL this deployment will not send to: a bad URL, a forbidden IP literal, or a host that
+    resolves to a forbidden address now (it is checked again at every send, so DNS cannot sneak past)."""
+    try:
+        host, literal = rules.check_url(url)
+    except rules.Refused as exc:
+        raise _refused("/url", exc) from None
+    if literal is not None:
+        addresses = [ipaddress.ip_address(literal)]
+    else:
+        try:
+            addresses = await asyncio.wait_for(resolve(host, 443), RESOLVE_AT_REGISTRATION_S)
+        except (OSError, TimeoutError):
+            return  # not resolvable yet: every send checks what it resolves to
+    for address in addresses:
+        why = rules.address_refusal(address, allowed)
+        if why:
+            raise invalid("/url", f"{host} is not an address webhooks may reach: {why}")
+
+
+def _secret(settings: WebhookSettings, endpoint_id: str, version: int, salt: str) -> str:
+    return rules.derive_secret(settings.key, endpoint_id, version, salt)
+
+
+async def _new_secret(
+    conn: AsyncConnection, settings: WebhookSettings, endpoint_id: str, version: int, now: datetime
+) -> str:
+    salt = secrets.token_urlsafe(24)
+    await store.add_secret(conn, endpoint_id, version, salt, rules.key_id(settings.key), now)
+    return _secret(settings, endpoint_id, version, salt)
+
+
+def _configured(settings: WebhookSettings) -> None:
+    if not settings.key:
+        raise DomainError(Code.NOT_CONFIGURED, "Webhooks need REVIEWLOOP_WEBHOOK_KEY on the nudge service.")
+
+
+async def register(
+    db: Database, settings: WebhookSettings, principal: Principal, url: str, reasons: Sequence[str]
+) -> Registered:
+    """A new endpoint of the principal's project and its first secret (shown once, never stored).
+
+    Errors: ``bad_request`` for a URL webhooks may not reach or an unknown reason; ``not_configured``
+    without a webhook key."""
+    _configured(settings)
+    try:
+        wanted = rules.check_reasons(reasons)
+    except rules.Refused as exc:
+        raise _refused("/reasons", exc) from None
+    await check_target(url, settings.allowed_networks)
+    endpoint = Endpoint(new_id("whk"), principal.org_id, principal.project_id, url, wanted, utcnow())
+    async with db.transaction() as uow:
+        await store.add_endpoint(uow.conn, endpoint)
+        secret = await _new_secret(uow.conn, settings, endpoint.id, 1, endpoint.created_at)
+    return Registered(endpoint, 1, secret)
+
+
+async def _owned(conn: AsyncConnection, principal: Principal, endpoint_id: str) -> Endpoint:
+    endpoint = await store.endpoint(conn, endpoint_id)
+    if endpoint is None or (endpoint.org_id, endpoint.project_id) != (principal.org_id, principal.project_id):
+        raise DomainError(Code.NOT_FOUND, f"No webhook {endpoint_id} in project {principal.project_id}.")
+    return endpoint
+
+
+async def list_endpoints(db: Database, principal: Principal) -> list[tuple[Endpoint, int]]:
+    """The project's endpoints with their current secret version, oldest first."""
+    async with store.one_statement(db) as conn:
+        endpoints = await store.endpoints_of(conn, principal.org_id, principal.project_id)
+        versions = await store.secret_versions(conn, [e.id for e in endpoints])
+    return [(e, versions.get(e.id, 0)) for e in endpoints]
+
+
+async def rotate(
+    db: Database, settings: WebhookSettings, principal: Principal, endpoint_id: str, overlap_s: float
+) -> Registered:
+    """A new secret for the endpoint; the current one keeps signing beside it for ``overlap_s`` (any
+    older one stops no later than that). Errors: ``bad_request`` (overlap outside 0..7 days),
+    ``not_found``."""
+    _configured(settings)
+    if not 0 <= overlap_s <= MAX_OVERLAP_S:
+        raise invalid("/overlap_s", f"between 0 and {MAX_OVERLAP_S:.0f} seconds")
+    now = utcnow()
+    async with db.transaction() as uow:
+        endpoint = await _owned(uow.conn, principal, endpoint_id)
+        current = await store.expire_current_secret(uow.conn, endpoint_id, now + timedelta(seconds=overlap_s))
+        secret = await _new_secret(uow.conn, settings, endpoint_id, current + 1, now)
+    return Registered(endpoint, current + 1, secret)
+
+
+async def delete(db: Database, principal: Principal, endpoint_id: str) -> None:
+    """Remove the endpoint, its secrets and its deliveries. Errors: ``not_found``."""
+    async with db.transaction() as uow:
+        await _owned(uow.conn, principal, endpoint_id)
+        await store.delete_endpoint(uow.conn, endpoint_id)
+
+
+async def deliveries(
+    db: Database, principal: Principal, endpoint_id: str, *, status: str, limit: int
+) -> list[Any]:
+    """The endpoint's deliveries, newest first. Errors: ``bad_request`` (status, limit), ``not_found``."""
+    if status and status not in STATUSES:
+        raise invalid("/status", f"one of {', '.join(STATUSES)}")
+    if not 0 <= limit <= LIST_LIMIT_MAX:
+        raise invalid("/limit", f"between 1 and {LIST_LIMIT_MAX}")
+    async with store.one_statement(db) as conn:
+        await _owned(conn, principal, endpoint_id)
+        return await store.deliveries_of(conn, endpoint_id, status, limit or LIST_LIMIT_DEFAULT)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def enqueue(
+    conn: AsyncConnection, incoming: Incoming, nudge_id: str, seq: int, created_at: datetime
+) -> None:
+    """In the nudge's own transaction: one pending delivery per endpoint of its project that wants it."""
+    endpoints = await store.endpoints_of(conn, incoming.org_id, incoming.project_id)
+    wanted = [e for e in endpoints if rules.wants(e.reasons, incoming.reason.value)]
+    if not wanted:
+        return
+    data: dict[str, Any] = {
+        "seq": seq,
+        "id": nudge_id,
+        "reason": incoming.reason.value,
+        "review_id": incoming.review_id,
+    }
+    if incoming.category_id:
+        data["category_id"] = incoming.category_id
+    data |= {"payload": incoming.payload, "created_at": _iso(created_at)}
+    body = orjson.dumps({"type": "review_event", "timestamp": _iso(created_at), "data": data}).decode()
+    await store.enqueue_deliveries(
+        conn,
+        [
+            {
+                "endpoint_id": e.id,
+                "event_id": nudge_id,
+                "reason": incoming.reason.value,
+                "review_id": incoming.review_id,
+                "body": body,
+                "status": "pending",
+                "attempts": 0,
+                "next_attempt_at": created_at,
+                "created_at": created_at,
+            }
+            for e in wanted
+        ],
+    )
+
+
+async def send(
+    client: httpx.AsyncClient,
+    settings: WebhookSettings,
+    url: str,
+    msg_id: str,
+    body: bytes,
+    signing_secrets: Sequence[str],
+) -> tuple[int | None, str | None]:
+    """POST one signed delivery: (the receiver's status, or None; why it is not acked, or None).
+
+    The host is resolved here and every address it resolves to must pass the SSRF rule; the request then
+    goes to the checked address itself (Host and TLS SNI still name the host), never to a fresh lookup."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        addresses = await resolve(host, port)
+    except OSError as exc:
+        return None, f"cannot resolve {host}: {exc}"
+    for address in addresses:
+        why = rules.address_refusal(address, settings.allowed_networks)
+        if why:
+            return None, f"refused to connect to {host}: {why}"
+    target, literal = addresses[0], _is_literal(host)
+    netloc = f"[{target}]:{port}" if target.version == 6 else f"{target}:{port}"
+    stamp = int(time.time())
+    headers = {
+        "content-type": "application/json",
+        "user-agent": "reviewloop-webhooks",
+        "host": parts.netloc,
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": rules.sign(signing_secrets, msg_id, stamp, body),
+    }
+    try:
+        response = await client.post(
+            urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, "")),
+            content=body,
+            headers=headers,
+            # TLS still names (and verifies) the host, not the address connected to.
+            extensions={"sni_hostname": host} if parts.scheme == "https" and not literal else {},
+            timeout=settings.timeout_s,
+        )
+    except httpx.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    if 200 <= response.status_code < 300:
+        return response.status_code, None
+    return response.status_code, f"HTTP {response.status_code}"
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def http_client() -> httpx.AsyncClient:
+    """The sender's client: no proxies from the environment (they would bypass the address check), no
+    redirects (a 3xx is a failed attempt)."""
+    return httpx.AsyncClient(trust_env=False, follow_redirects=False)
+
+
+async def _deliver_endpoint(
+    db: Database, settings: WebhookSettings, client: httpx.AsyncClient, endpoint_id: str
+) -> int:
+    """Send the endpoint's due deliveries in order while its claim lasts; how many finished."""
+    started, now = time.monotonic(), utcnow()
+    async with db.transaction() as uow:
+        if not await store.claim_endpoint(
+            uow.conn, endpoint_id, now, now + timedelta(seconds=settings.lease_s)
+        ):
+            return 0
+    finished = 0
+    try:
+        while time.monotonic() - started < settings.lease_s / 2:
+            now = utcnow()
+            async with store.one_statement(db) as conn:
+                endpoint = await store.endpoint(conn, endpoint_id)
+                head = await store.head_delivery(conn, endpoint_id)
+                live = await store.live_secrets(conn, endpoint_id, now)
+            if endpoint is None or head is None or head.next_attempt_at > now:
+                break
+            current_key = rules.key_id(settings.key)
+            signing = [_secret(settings, endpoint_id, v, salt) for v, salt, key in live if key == current_key]
+            status, error = (
+                await send(client, settings, endpoint.url, head.event_id, head.body.encode(), signing)
+                if signing
+                else (None, KEY_CHANGED)
+            )
+            attempts, now = head.attempts + 1, utcnow()
+            values: dict[str, Any] = {"attempts": attempts, "last_status": status, "last_error": error}
+            if error is None:
+                values |= {"status": "delivered", "finished_at": now}
+            elif now - head.created_at >= settings.retry_for:
+                values |= {"status": "failed", "finished_at": now}
+                log.warning(
+                    "webhook %s: delivery of %s failed for good: %s", endpoint_id, head.event_id, error
+                )
+            else:
+                wait = rules.backoff_s(attempts, settings.backoff_s, settings.backoff_cap_s)
+                values["next_attempt_at"] = now + timedelta(seconds=wait)
+            async with db.transaction() as uow:
+                await store.record_attempt(uow.conn, head.pos, **values)
+            if "status" not in values:
+                break  # the head waits for its retry; later deliveries wait behind it (order)
+            finished += 1
+    finally:
+        async with db.transaction() as uow:
+            await store.claim_endpoint(uow.conn, endpoint_id, utcnow(), None)
+    return finished
+
+
+async def deliver_due(db: Database, settings: WebhookSettings, client: httpx.AsyncClient) -> int:
+    """One round of the sender: every endpoint with a due delivery, concurrently; how many finished."""
+    async with store.one_statement(db) as conn:
+        due = await store.endpoints_due(conn, utcnow())
+    done = await asyncio.gather(*(_deliver_endpoint(db, settings, client, e) for e in due))
+    return sum(done)
+
+
+async def deliver_forever(db: Database, settings: WebhookSettings) -> None:
+    """The sender: a round whenever a nudge lands (the doorbell, any replica) or every ``poll_s``."""
+    async with http_client() as client:
+        with doorbell(db).waiter(ANY_PROJECT) as rung:
+            while True:
+                rung.clear()
+                try:
+                    await deliver_due(db, settings, client)
+                except Exception:
+                    log.exception("webhook delivery round failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(rung.wait(), settings.poll_s)

@@ -1,0 +1,197 @@
+"""Webhooks through the gateway against real processes (issue 19, "Push"): an admin registers an
+endpoint, a real receiver on loopback (allowed by REVIEWLOOP_WEBHOOK_ALLOWED_NETWORKS, as a deployment
+would allow an internal network) gets each nudge signed, a 500 is retried, a rotated secret overlaps, a
+private-range URL is refused, and no secret is stored in the clear."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from reviewloop.client import AsyncReviewloop, WebhookVerificationError, verify_webhook
+from stack.launcher import Stack, free_port
+from stack.topology import GATEWAY
+
+from tests.conftest import BACKENDS, Api, Databases, _pg_server, start_stack
+from tests.e2e.test_events_wait import Producer
+from tests.e2e.test_secrets import text_of_every_store
+from tests.receiver import receiving
+
+PUSH_ENV = {
+    "REVIEWLOOP_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+    "REVIEWLOOP_WEBHOOK_BACKOFF_S": "0.05",
+    "REVIEWLOOP_WEBHOOK_BACKOFF_CAP_S": "0.2",
+    "REVIEWLOOP_WEBHOOK_KEY": "e2e-webhook-key",
+    "REVIEWLOOP_SSE_HEARTBEAT_S": "0.2",
+}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+async def push_stack(
+    request: pytest.FixtureRequest, databases: Databases, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    backend = str(request.param)
+    if backend == "postgres":
+        _pg_server()
+    running = await start_stack(databases, backend, tmp_path_factory.mktemp(f"push-{backend}"), PUSH_ENV)
+    yield running
+    running.stop_all()
+
+
+@pytest.fixture
+async def producer(push_stack: Stack) -> AsyncIterator[Producer]:
+    api = Api(push_stack)
+    yield Producer(api, push_stack)
+    await api.http.aclose()
+
+
+async def settled(api: Api, deliveries: str) -> list[dict[str, object]]:
+    """The deliveries once none is pending (the sender records an answer after the receiver has it)."""
+    async with asyncio.timeout(20):
+        for _ in iter(int, 1):
+            listed: list[dict[str, object]] = (await api.http.get(deliveries, headers=api.admin)).json()[
+                "deliveries"
+            ]
+            if all(d["status"] != "pending" for d in listed):
+                return listed
+            await asyncio.sleep(0.05)
+    raise AssertionError("unreachable")
+
+
+def verifies(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    try:
+        verify_webhook(secret, headers, body)
+    except WebhookVerificationError:
+        return False
+    return True
+
+
+async def test_a_registered_webhook_gets_each_nudge_signed_retried_and_rotated(producer: Producer) -> None:
+    api = producer.api
+    _, principal = await producer.agent()
+    hooks = f"/v1/admin/projects/{principal.project_id}/webhooks"
+    async with receiving() as receiver:
+        receiver.statuses = [500]
+        headers = {**api.admin, "Idempotency-Key": "register-1"}
+        registered = await api.http.post(hooks, json={"url": receiver.url}, headers=headers)
+        assert registered.status_code == 201, registered.text
+        secret, webhook = registered.json()["secret"], registered.json()["webhook"]
+        assert secret.startswith("whsec_") and webhook["secret_version"] == 1
+        replayed = await api.http.post(hooks, json={"url": receiver.url}, headers=headers)
+        assert replayed.json()["secret"] is None and replayed.json()["note"]  # shown once
+
+        review_id = await producer.publish(principal, "rejected")
+        await receiver.until(2)  # a 500, then the retry
+        (first_headers, first), (again_headers, again) = receiver.received
+        assert first == again and first_headers["webhook-id"] == again_headers["webhook-id"]
+        assert verifies(secret, again_headers, again)
+        assert not verifies(secret, again_headers, again.replace(b"rejected", b"accepted"))
+        event = orjson.loads(again)
+        assert event["type"] == "review_event"
+        assert (event["data"]["review_id"], event["data"]["reason"]) == (review_id, "rejected")
+
+        deliveries = f"{hooks}/{webhook['webhook_id']}/deliveries"
+        # The receiver has the request before the sender records its 2xx: wait for the record.
+        listed = await settled(api, deliveries)
+        assert [(d["event_id"], d["status"], d["attempts"]) for d in listed] == [
+            (event["data"]["id"], "delivered", 2)
+        ]
+
+        rotated = await api.http.post(
+            f"{hooks}/{webhook['webhook_id']}/rotate-secret", json={"overlap_s": 3600}, headers=api.admin
+        )
+        assert rotated.status_code == 200, rotated.text
+        new_secret = rotated.json()["secret"]
+        await producer.publish(principal, "cancelled", review_id)
+        await receiver.until(3)
+        headers3, body3 = receiver.received[-1]
+        assert verifies(secret, headers3, body3) and verifies(new_secret, headers3, body3)
+
+    listed_hooks = (await api.http.get(hooks, headers=api.admin)).json()["webhooks"]
+    assert [(w["webhook_id"], w["secret_version"]) for w in listed_hooks] == [(webhook["webhook_id"], 2)]
+    assert "secret" not in listed_hooks[0]
+
+
+@pytest.mark.parametrize(
+    "url", ["http://10.1.2.3/hook", "http://169.254.169.254/latest/meta-data", "http://[::1]/hook"]
+)
+async def test_a_private_range_url_is_refused(producer: Producer, url: str) -> None:
+    api = producer.api
+    _, principal = await producer.agent()
+    hooks = f"/v1/admin/projects/{principal.project_id}/webhooks"
+    refused = await api.http.post(hooks, json={"url": url}, headers=api.admin)
+    assert refused.status_code in (400, 422) and refused.json()["code"] == "bad_request", refused.text
+    assert refused.json()["errors"][0]["field"] == "/url"
+    assert (await api.http.get(hooks, headers=api.admin)).json() == {"webhooks": []}
+
+
+async def test_only_an_admin_manages_webhooks(producer: Producer) -> None:
+    api = producer.api
+    agent, principal = await producer.agent()
+    hooks = f"/v1/admin/projects/{principal.project_id}/webhooks"
+    refused = await api.http.post(hooks, json={"url": "https://hooks.example.com/x"}, headers=agent)
+    assert refused.status_code == 403, refused.text
+
+
+async def test_no_webhook_secret_is_stored(producer: Producer, push_stack: Stack) -> None:
+    api = producer.api
+    _, principal = await producer.agent()
+    hooks = f"/v1/admin/projects/{principal.project_id}/webhooks"
+    headers = {**api.admin, "Idempotency-Key": "register-at-rest"}
+    registered = await api.http.post(hooks, json={"url": "https://hooks.example.com/x"}, headers=headers)
+    secret = registered.json()["secret"].encode()
+    rotated = await api.http.post(
+        f"{hooks}/{registered.json()['webhook']['webhook_id']}/rotate-secret",
+        json={},
+        headers=headers | {"Idempotency-Key": "rotate-at-rest"},
+    )
+    stores = await text_of_every_store(push_stack)
+    assert b"hooks.example.com" in stores  # the stores were read
+    for shown in (secret, rotated.json()["secret"].encode()):
+        assert shown not in stores
+        assert not any(shown in p.read_bytes() for p in push_stack.data_dir.rglob("*") if p.is_file())
+
+
+async def test_an_idle_stream_sends_heartbeats(producer: Producer) -> None:
+    agent, _ = await producer.agent()
+    async with (
+        asyncio.timeout(20),
+        producer.api.http.stream("GET", "/v1/review-events/stream", headers=agent) as stream,
+    ):
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        heartbeats = 0
+        async for line in stream.aiter_lines():
+            heartbeats += line == ": heartbeat"
+            if heartbeats == 2:
+                break
+
+
+async def test_a_stream_resumes_on_another_gateway_replica(producer: Producer, push_stack: Stack) -> None:
+    """A second gateway process on the same stores: the client drops its stream on one replica and
+    resumes on the other with Last-Event-ID, no gap, no repeat; a nudge published meanwhile wakes it."""
+    second = Stack({**push_stack.env, "REVIEWLOOP_GATEWAY_ADDR": f"127.0.0.1:{free_port()}"})
+    second.start(GATEWAY)
+    try:
+        await second.wait_serving([GATEWAY])
+        agent, principal = await producer.agent()
+        key = agent["Authorization"].removeprefix("Bearer ")
+        first_review = await producer.publish(principal, "rejected")
+        second_review = await producer.publish(principal, "feedback_added")
+        async with AsyncReviewloop(f"http://{push_stack.address(GATEWAY)}", key) as one:
+            stream = one.stream()
+            seen = await anext(stream)
+            await stream.aclose()
+        assert seen.event.review_id == first_review
+        async with AsyncReviewloop(f"http://{second.address(GATEWAY)}", key) as other:
+            resumed = other.stream(last_event_id=seen.id)
+            got = await anext(resumed)
+            third_review = await producer.publish(principal, "cancelled", first_review)
+            woken = await anext(resumed)
+            await resumed.aclose()
+        assert (got.event.review_id, got.event.reason) == (second_review, "feedback_added")
+        assert (woken.event.review_id, woken.event.reason, woken.event.seq) == (third_review, "cancelled", 2)
+    finally:
+        second.stop_all()

@@ -1,0 +1,272 @@
+"""Webhooks in the nudge service (issue 19, "Push"): each nudge POSTed to a real receiver on loopback,
+signed (Standard Webhooks), retried in order, failed for good after its bound, secrets rotated with an
+overlap, and no forbidden address reached (checked at registration and again at send time)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import httpx
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from nudge import app, webhooks
+from nudge.__main__ import SPEC
+from nudge.domain.webhooks import backoff_s, parse_networks, sign
+from reviewloop.client import WebhookVerificationError, verify_webhook
+from reviewloop.errors import Code, DomainError
+from reviewloop.service import ServiceSpec
+from reviewloop.storage import Database, make_engine
+from reviewloop.tenancy import ActorKind, Principal
+
+from tests.nudge.factory import AGENT, event
+from tests.receiver import Receiver, receiving
+
+OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
+ADMIN = Principal(AGENT.org_id, AGENT.project_id, ActorKind.ADMIN, "adm_1")
+SETTINGS = webhooks.WebhookSettings(
+    key=b"test-webhook-key",
+    allowed_networks=parse_networks(["127.0.0.0/8"]),
+    backoff_s=0.0,
+    backoff_cap_s=0.0,
+)
+
+
+async def drain(db: Database, settings: webhooks.WebhookSettings, receiver: Receiver, count: int) -> None:
+    """Run sender rounds until ``count`` requests reached the receiver (each round is deterministic)."""
+    async with webhooks.http_client() as client:
+        for _ in range(50):
+            if len(receiver.received) >= count:
+                return
+            await webhooks.deliver_due(db, settings, client)
+    raise AssertionError(f"{len(receiver.received)} of {count} requests arrived")
+
+
+def verifies(secret: str, headers: dict[str, str], body: bytes, **kwargs: float) -> bool:
+    try:
+        verify_webhook(secret, headers, body, **kwargs)
+    except WebhookVerificationError:
+        return False
+    return True
+
+
+async def test_each_wanted_nudge_is_posted_signed_with_a_stable_id(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    async with receiving() as receiver:
+        everything = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        only_sent = await webhooks.register(db, SETTINGS, ADMIN, receiver.url + "?sent", ["sent"])
+        assert everything.secret.startswith("whsec_") and everything.secret != only_sent.secret
+        await app.ingest(db, [event("rr_1", "rejected"), event("rr_2", "sent")])
+        await drain(db, SETTINGS, receiver, 3)
+        for headers, body in receiver.received:
+            data = orjson.loads(body)["data"]
+            assert headers["webhook-id"] == data["id"] and data["id"].startswith("ndg_")
+            assert headers["content-type"] == "application/json"
+            assert any(verifies(s, headers, body) for s in (everything.secret, only_sent.secret))
+            tampered = body.replace(b"rr_", b"rX_")
+            assert not any(verifies(s, headers, tampered) for s in (everything.secret, only_sent.secret))
+            old = {**headers, "webhook-timestamp": str(int(time.time()) - 3600)}
+            assert not any(verifies(s, old, body) for s in (everything.secret, only_sent.secret))
+        reasons = sorted(orjson.loads(b)["data"]["reason"] for _, b in receiver.received)
+        assert reasons == ["rejected", "sent", "sent"]  # the "sent"-only endpoint got no "rejected"
+        listed = await webhooks.deliveries(db, ADMIN, only_sent.endpoint.id, status="", limit=0)
+        assert [(d.reason, d.status, d.attempts, d.last_status) for d in listed] == [
+            ("sent", "delivered", 1, 200)
+        ]
+
+
+async def test_a_refused_delivery_is_retried_and_later_ones_wait_in_order(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    async with receiving() as receiver:
+        hook = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        receiver.statuses = [500, 503]
+        await app.ingest(db, [event("rr_a", "rejected"), event("rr_b", "cancelled")])
+        await drain(db, SETTINGS, receiver, 4)
+        order = [orjson.loads(b)["data"]["review_id"] for _, b in receiver.received]
+        assert order == ["rr_a", "rr_a", "rr_a", "rr_b"]  # the backlog in order once the receiver is back
+        assert len({h["webhook-id"] for h, _ in receiver.received[:3]}) == 1  # one id across retries
+        listed = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="delivered", limit=10)
+        assert [(d.review_id, d.attempts) for d in listed] == [("rr_b", 1), ("rr_a", 3)]
+
+
+async def test_a_delivery_past_its_retry_bound_fails_visibly_and_the_next_goes(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    settings = dataclasses.replace(SETTINGS, retry_for=timedelta(0))
+    async with receiving() as receiver:
+        hook = await webhooks.register(db, settings, ADMIN, receiver.url, [])
+        receiver.statuses = [500]
+        await app.ingest(db, [event("rr_a", "rejected"), event("rr_b", "cancelled")])
+        await drain(db, settings, receiver, 2)
+    (failed,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="failed", limit=10)
+    assert (failed.review_id, failed.last_status, failed.last_error) == ("rr_a", 500, "HTTP 500")
+    (delivered,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="delivered", limit=10)
+    assert delivered.review_id == "rr_b"
+
+
+async def test_a_rotated_secret_signs_beside_the_new_one_for_its_overlap(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    async with receiving() as receiver:
+        first = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        second = await webhooks.rotate(db, SETTINGS, ADMIN, first.endpoint.id, 3600)
+        assert second.secret_version == 2 and second.secret != first.secret
+        await app.ingest(db, [event("rr_a", "rejected")])
+        await drain(db, SETTINGS, receiver, 1)
+        headers, body = receiver.received[-1]
+        assert len(headers["webhook-signature"].split()) == 2
+        assert verifies(first.secret, headers, body) and verifies(second.secret, headers, body)
+        third = await webhooks.rotate(db, SETTINGS, ADMIN, first.endpoint.id, 0)  # no overlap: cut at once
+        await app.ingest(db, [event("rr_b", "rejected")])
+        await drain(db, SETTINGS, receiver, 2)
+        headers, body = receiver.received[-1]
+        assert verifies(third.secret, headers, body)
+        assert not verifies(second.secret, headers, body) and not verifies(first.secret, headers, body)
+    listed = await webhooks.list_endpoints(db, ADMIN)
+    assert [(e.id, version) for e, version in listed] == [(first.endpoint.id, 3)]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.7/hook",
+        "http://192.168.1.1/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]:8080/hook",
+        "http://[::ffff:10.0.0.1]/hook",
+        "http://0.0.0.0/hook",
+        "http://localhost/hook",  # a name is resolved: loopback (::1 is outside the allowed 127.0.0.0/8)
+        "ftp://example.com/hook",
+        "http://user:pw@example.com/hook",
+    ],
+)
+async def test_a_webhook_to_a_forbidden_address_is_refused(open_db: OpenDb, url: str) -> None:
+    db = await open_db(SPEC)
+    strict = dataclasses.replace(SETTINGS, allowed_networks=())
+    for settings in (strict, SETTINGS) if "localhost" not in url else (strict,):
+        with pytest.raises(DomainError) as refused:
+            await webhooks.register(db, settings, ADMIN, url, [])
+        assert refused.value.code is Code.BAD_REQUEST
+    assert await webhooks.list_endpoints(db, ADMIN) == []
+
+
+async def test_the_address_is_checked_again_at_send_time(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    async with receiving() as receiver:
+        hook = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        # The deployment withdrew its allowance (or the name now resolves elsewhere): nothing is sent.
+        strict = dataclasses.replace(SETTINGS, allowed_networks=(), retry_for=timedelta(0))
+        await app.ingest(db, [event("rr_a", "rejected")])
+        async with httpx.AsyncClient() as client:
+            assert await webhooks.deliver_due(db, strict, client) == 1
+        assert receiver.received == []
+    (failed,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="failed", limit=10)
+    assert failed.last_status is None and "loopback" in failed.last_error
+
+
+async def test_unknown_reasons_and_another_projects_webhook_are_refused(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    with pytest.raises(DomainError) as refused:
+        await webhooks.register(db, SETTINGS, ADMIN, "https://hooks.example.com/x", ["approved"])
+    assert refused.value.code is Code.BAD_REQUEST
+    hook = await webhooks.register(db, SETTINGS, ADMIN, "https://hooks.example.com/x", [])
+    other = Principal(AGENT.org_id, "prj_other", ActorKind.ADMIN, "adm_1")
+    for call in (
+        webhooks.rotate(db, SETTINGS, other, hook.endpoint.id, 0),
+        webhooks.delete(db, other, hook.endpoint.id),
+        webhooks.deliveries(db, other, hook.endpoint.id, status="", limit=0),
+    ):
+        with pytest.raises(DomainError) as missing:
+            await call
+        assert missing.value.code is Code.NOT_FOUND
+    await webhooks.delete(db, ADMIN, hook.endpoint.id)
+    assert await webhooks.list_endpoints(db, ADMIN) == []
+
+
+async def test_two_senders_deliver_each_nudge_once_and_in_order(open_db: OpenDb) -> None:
+    """Two replicas' senders race on one store: the endpoint claim lets one at a time send."""
+    db = await open_db(SPEC)
+    other = db if db.is_sqlite else Database(make_engine(db.engine.url.render_as_string(hide_password=False)))
+    try:
+        async with receiving() as receiver:
+            await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+            await app.ingest(db, [event(f"rr_{n}", "rejected") for n in range(6)])
+            async with webhooks.http_client() as client:
+                while len(receiver.received) < 6:
+                    await asyncio.gather(
+                        webhooks.deliver_due(db, SETTINGS, client),
+                        webhooks.deliver_due(other, SETTINGS, client),
+                    )
+        order = [orjson.loads(b)["data"]["review_id"] for _, b in receiver.received]
+        assert order == [f"rr_{n}" for n in range(6)]
+    finally:
+        if other is not db:
+            await other.dispose()
+
+
+@given(attempts=st.integers(1, 60), base=st.floats(0.01, 10), cap=st.floats(0.01, 3600))
+def test_the_backoff_grows_is_capped_and_jittered_within_its_bounds(
+    attempts: int, base: float, cap: float
+) -> None:
+    ceiling = min(cap, base * 2.0 ** (attempts - 1))
+    assert ceiling / 2 <= backoff_s(attempts, base, cap) <= ceiling
+
+
+async def test_compaction_forgets_finished_deliveries_and_keeps_pending_ones(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    settings = dataclasses.replace(SETTINGS, retry_for=timedelta(0))
+    async with receiving() as receiver:
+        done = await webhooks.register(db, settings, ADMIN, receiver.url, ["rejected"])
+        await app.ingest(db, [event("rr_a", "rejected")])
+        await drain(db, settings, receiver, 1)
+    waiting = await webhooks.register(db, settings, ADMIN, "https://hooks.example.com/x", ["cancelled"])
+    await app.ingest(db, [event("rr_b", "cancelled")])  # pending for the second endpoint (never sent here)
+    await app.compact(db, retention=timedelta(days=7), inbox_retention=timedelta(0))
+    assert await webhooks.deliveries(db, ADMIN, done.endpoint.id, status="", limit=0) == []
+    (pending,) = await webhooks.deliveries(db, ADMIN, waiting.endpoint.id, status="", limit=0)
+    assert pending.status == "pending"
+
+
+def test_signatures_match_the_standard_webhooks_reference_vector() -> None:
+    """The example of the Standard Webhooks specification: any receiver library of the scheme verifies
+    what we sign, and our verifier accepts what they sign."""
+    secret, msg_id, stamp, body = (
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "msg_p5jXN8AQM9LWM0D4loKWxJek",
+        1614265330,
+        b'{"test": 2432232314}',
+    )
+    signature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+    assert sign([secret], msg_id, stamp, body) == signature
+    headers = {
+        "Webhook-Id": msg_id,
+        "Webhook-Timestamp": str(stamp),
+        "Webhook-Signature": f"v1,bm9wZQ== {signature}",
+    }
+    verify_webhook(secret, headers, body, now=stamp + 10)
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(secret, headers, body, now=stamp + 301)
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(secret, headers, body + b" ", now=stamp)
+
+
+async def test_a_changed_webhook_key_is_named_instead_of_signing_wrongly(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    rekeyed = dataclasses.replace(SETTINGS, key=b"another-key", retry_for=timedelta(0))
+    async with receiving() as receiver:
+        hook = await webhooks.register(db, SETTINGS, ADMIN, receiver.url, [])
+        await app.ingest(db, [event("rr_a", "rejected")])
+        async with webhooks.http_client() as client:
+            assert await webhooks.deliver_due(db, rekeyed, client) == 1
+        assert receiver.received == []
+        (failed,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="failed", limit=10)
+        assert failed.last_error == webhooks.KEY_CHANGED
+        rotated = await webhooks.rotate(db, rekeyed, ADMIN, hook.endpoint.id, 3600)
+        await app.ingest(db, [event("rr_b", "rejected")])
+        await drain(db, rekeyed, receiver, 1)
+        headers, body = receiver.received[0]
+        assert headers["webhook-signature"].count("v1,") == 1  # the old key's secret cannot sign
+        assert verifies(rotated.secret, headers, body) and not verifies(hook.secret, headers, body)
