@@ -461,3 +461,41 @@ async def test_an_auto_notify_send_is_a_line_in_the_queue(capi: Api, new_page: A
     await expect(page.locator(f"#row-{held}")).to_have_count(1)
     await expect(page.locator(f"#row-{sent}")).to_have_count(0)
     await axe_clean(page, "queue-auto-notify")
+
+
+async def _named_key(api: Api, project_id: str, name: str) -> str:
+    response = await api.http.post(
+        "/v1/admin/api-keys",
+        json={"project_id": project_id, "actor_kind": "human", "name": name},
+        headers=api.admin,
+    )
+    assert response.status_code == 201, response.text
+    return str(response.json()["api_key"])
+
+
+async def test_two_reviewers_see_who_has_a_draft_open(capi: Api, new_page: Any) -> None:
+    """Ana opens a draft; Ben's queue shows it open by Ana (live), his review page says so, and Ana's
+    page learns Ben joined as soon as she returns to it."""
+    p = await _project(capi)
+    ana_key = await _named_key(capi, p["project_id"], "Ana")
+    ben_key = await _named_key(capi, p["project_id"], "Ben")
+    first = await submit(capi, p["agent"])
+    second = await submit(capi, p["agent"])
+
+    ana = await new_page()
+    await sign_in(ana, ana_key, f"/console/reviews/{first}")
+    await expect(ana.locator("#presence")).to_have_text("Nobody else has this draft open.")
+
+    ben_queue = await new_page()
+    await sign_in(ben_queue, ben_key)
+    await expect(ben_queue.locator(f"#row-{first} .open-by")).to_have_text("Ana (human)")
+    await expect(ben_queue.locator(f"#row-{second} .open-by")).to_have_text("")
+    await ana.goto(f"/console/reviews/{second}")  # the queue learns it live
+    await expect(ben_queue.locator(f"#row-{second} .open-by")).to_have_text("Ana (human)")
+    await axe_clean(ben_queue, "queue-open-by")
+
+    ben = await new_page(ben_queue.context)
+    await ben.goto(f"/console/reviews/{second}")
+    await expect(ben.locator("#presence")).to_have_text("Also open by Ana (human).")
+    await ana.evaluate("window.dispatchEvent(new Event('focus'))")
+    await expect(ana.locator("#presence")).to_have_text("Also open by Ben (human).")

@@ -19,7 +19,7 @@ from reviewloop.rules.v1 import rules_pb2
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from gateway.console import web
+from gateway.console import presence, web
 from gateway.console.html import button, csrf_field, h, page, table
 from gateway.console.sessions import Session
 from gateway.console.warnings import warnings
@@ -94,6 +94,7 @@ async def queue(request: Request) -> Response:
     states = [state] if state in _STATES else list(PENDING)
     reviews = list(reversed(await _list(request, session, states, category)))
     names = await category_names(request, session)
+    open_by = await presence.by_review(request, session)
     rows = []
     for review in reviews:
         recipients = ", ".join([*review["to"], *review["cc"], *review["bcc"]])
@@ -103,7 +104,8 @@ async def queue(request: Request) -> Response:
             f"<td>{h(names.get(review.get('category_id') or '', review.get('category_id') or '—'))}</td>"
             f"<td>{h(review['kind'])}</td>"
             f"<td>{h(recipients)}</td><td>{h(_age(review['created_at']))}</td>"
-            f'<td class="state">{h(review["state"])}</td></tr>'
+            f'<td class="state">{h(review["state"])}</td>'
+            f'<td class="open-by">{h(", ".join(open_by.get(review["id"], [])))}</td></tr>'
         )
     state_options = "".join(
         f'<option value="{h(s)}"{" selected" if s == state else ""}>{h(s or "pending (default)")}</option>'
@@ -127,7 +129,7 @@ async def queue(request: Request) -> Response:
 {
         table(
             f"{len(reviews)} drafts, oldest first",
-            ["Intent", "Category", "Kind", "Recipients", "Age", "State"],
+            ["Intent", "Category", "Kind", "Recipients", "Age", "State", "Open by"],
             rows,
             empty="No drafts are waiting for review.",
             live=live,
@@ -194,8 +196,16 @@ async def events(request: Request) -> Response:
 
     async def stream() -> AsyncIterator[bytes]:
         mark = parse(since)
+        shown: dict[str, list[str]] | None = None
         yield b"retry: 2000\n\n"
         while not await request.is_disconnected():
+            try:
+                open_by = await presence.by_review(request, session)
+            except Exception:
+                open_by = shown or {}
+            if open_by != shown:  # who has which draft open, whenever it changes
+                shown = open_by
+                yield f"event: presence\ndata: {json.dumps(open_by)}\n\n".encode()
             try:
                 recent = await _list(request, session, [])
             except Exception:
@@ -407,6 +417,11 @@ async def render_review(
             nav.append(
                 f'<a data-next href="/console/reviews/{h(ids[at + 1])}">Next draft <kbd aria-hidden="true">j</kbd></a>'
             )
+    others = await presence.touch(request, session, rid)
+    present = (
+        f'<p id="presence" role="status" data-presence="/console/reviews/{h(rid)}/presence" '
+        f'data-every="{presence.REFRESH_S}" data-csrf="{h(session.csrf)}">{h(presence.others_text(others))}</p>'
+    )
     found = warnings(review)
     warning_panel = (
         '<section class="warnings" aria-labelledby="warn"><h2 id="warn">Warnings: what the rendered mail hides</h2><ul>'
@@ -477,6 +492,7 @@ async def render_review(
 <p class="lede">{h(review["kind"])} · {h(category_name)} · state <strong>{h(state)}</strong> ·
 revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</code></p>
 <nav aria-label="Drafts" class="actions"><a href="/console/queue">Queue</a>{"".join(nav)}</nav>
+{present}
 {notice}
 {warning_panel}
 <section aria-labelledby="act"><h2 id="act">Decide</h2>{actions}</section>
@@ -638,3 +654,8 @@ async def resolve_delivery(request: Request, review_id: str) -> Response:
     except web.REFUSALS as exc:  # every refusal is rendered on the page
         return await _refused(request, session, review_id, form, web.as_domain(exc))
     return RedirectResponse(f"/console/reviews/{review_id}?done=resolved", status_code=303)
+
+
+@router.post("/reviews/{review_id}/presence")
+async def review_presence(request: Request, review_id: str) -> Response:
+    return await presence.refresh(request, review_id)
