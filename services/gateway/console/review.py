@@ -200,13 +200,6 @@ async def events(request: Request) -> Response:
         yield b"retry: 2000\n\n"
         while not await request.is_disconnected():
             try:
-                open_by = await presence.by_review(request, session)
-            except Exception:
-                open_by = shown or {}
-            if open_by != shown:  # who has which draft open, whenever it changes
-                shown = open_by
-                yield f"event: presence\ndata: {json.dumps(open_by)}\n\n".encode()
-            try:
                 recent = await _list(request, session, [])
             except Exception:
                 recent = []
@@ -224,6 +217,13 @@ async def events(request: Request) -> Response:
                     "summary": _summary(review),
                 }
                 yield f"id: {review['updated_at']}\nevent: review\ndata: {json.dumps(data)}\n\n".encode()
+            try:
+                open_by = await presence.by_review(request, session)
+            except Exception:
+                open_by = shown or {}
+            if open_by != shown:  # who has which draft open, whenever it changes
+                shown = open_by
+                yield f"event: presence\ndata: {json.dumps(open_by)}\n\n".encode()
             yield b": tick\n\n"
             await asyncio.sleep(LIVE_POLL_S)
 
