@@ -188,3 +188,27 @@ async def test_presence_shows_the_other_reader_and_expires_unrefreshed(api: Api)
         assert "Ana (human)" not in actors
     finally:
         await db.dispose()
+
+
+async def test_only_an_admin_with_a_reason_may_resolve_a_delivery(api: Api) -> None:
+    """The page's resolution form refuses a human key and a missing reason before anything is asked of
+    review_state, and an unparked delivery is refused by review_state: each refusal is shown, nothing
+    changes."""
+    project = await api.project()
+    agent = api.auth((await api.key(project["project_id"], "agent"))["api_key"])
+    review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+    route = f"/console/reviews/{review_id}/delivery-resolution"
+    cases = [
+        ("human", {"outcome": "delivered", "reason": "relay log"}, "This page is for admin keys"),
+        ("admin", {"outcome": "delivered", "reason": "  "}, "give the reason"),
+        ("admin", {"outcome": "resent", "reason": "relay log"}, "Pick delivered or failed"),
+        ("admin", {"outcome": "failed", "reason": "relay log"}, "Refused: this draft changed"),
+    ]
+    for kind, fields, shown in cases:
+        await _sign_in(api, (await api.key(project["project_id"], kind))["api_key"])
+        page = (await api.http.get(f"/console/reviews/{review_id}")).text
+        posted = await api.http.post(route, data={**fields, "csrf": _csrf(page)}, follow_redirects=False)
+        api.http.cookies.clear()
+        assert posted.status_code in (409, 422) and shown in posted.text, (kind, fields, posted.text)
+    after = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    assert (after["state"], after["version"], after.get("delivery")) == ("needs_review", 1, None)
