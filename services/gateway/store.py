@@ -281,6 +281,54 @@ async def end_session(conn: AsyncConnection, session_id: str) -> None:
     await conn.execute(delete(console_sessions).where(console_sessions.c.session_id == session_id))
 
 
+# Who has a review open in the console: one row per (review, session), refreshed while the page is open
+# and read only while fresh; every touch sweeps the rows nobody refreshed.
+console_presence = Table(
+    "console_presence",
+    metadata,
+    Column("review_id", String(40), primary_key=True),
+    Column("session_id", String(40), primary_key=True),
+    Column("project_id", String(40), nullable=False, index=True),
+    Column("actor", String(200), nullable=False),
+    Column("seen_at", UtcDateTime, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Presence:
+    review_id: str
+    session_id: str
+    actor: str
+
+
+async def touch_presence(
+    conn: AsyncConnection, project_id: str, review_id: str, session_id: str, actor: str, ttl: timedelta
+) -> None:
+    now = utcnow()
+    await conn.execute(delete(console_presence).where(console_presence.c.seen_at <= now - ttl))
+    key = (console_presence.c.review_id == review_id) & (console_presence.c.session_id == session_id)
+    updated = await conn.execute(update(console_presence).where(key).values(actor=actor, seen_at=now))
+    if updated.rowcount == 0:
+        await conn.execute(
+            insert_ignore(conn, console_presence).values(
+                review_id=review_id, session_id=session_id, project_id=project_id, actor=actor, seen_at=now
+            )
+        )
+
+
+async def present(
+    conn: AsyncConnection, project_id: str, ttl: timedelta, review_id: str = ""
+) -> list[Presence]:
+    """Who was seen within ``ttl`` on the project's reviews (or on ``review_id``), oldest first."""
+    query = select(console_presence).where(
+        console_presence.c.project_id == project_id, console_presence.c.seen_at > utcnow() - ttl
+    )
+    if review_id:
+        query = query.where(console_presence.c.review_id == review_id)
+    rows = await conn.execute(query.order_by(console_presence.c.seen_at))
+    return [Presence(row.review_id, row.session_id, row.actor) for row in rows]
+
+
 async def project_keys(conn: AsyncConnection, project_id: str) -> list[ApiKey]:
     """The project's keys, newest first (the console's key list; secrets are never readable)."""
     rows = await conn.execute(

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stack.launcher import Stack
+from aiosmtpd.controller import Controller
+from stack.launcher import Stack, free_port
 from stack.topology import GATEWAY
 
 from tests.conftest import Api, Databases, start_stack
+from tests.e2e.test_delivery_smtp import Relay
 
 CHROMIUM = os.environ.get("REVIEWLOOP_CHROMIUM", "/usr/bin/chromium")
 OUTPUT = Path(__file__).parent / "output"
@@ -33,15 +35,26 @@ def _skip_reason() -> str | None:
 
 
 @pytest.fixture(scope="module")
+def relay() -> Relay:
+    """The module stack's SMTP relay on loopback (a test sets ``drop_after_data`` to park a send)."""
+    return Relay()
+
+
+@pytest.fixture(scope="module")
 async def console_stack(
-    databases: Databases, tmp_path_factory: pytest.TempPathFactory
+    databases: Databases, tmp_path_factory: pytest.TempPathFactory, relay: Relay
 ) -> AsyncIterator[Stack]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    running = await start_stack(databases, "sqlite", tmp_path_factory.mktemp("console-stack"))
+    port = free_port()
+    controller = Controller(relay, hostname="127.0.0.1", port=port)
+    controller.start()
+    smtp = {"REVIEWLOOP_SMTP_URL": f"smtp://127.0.0.1:{port}"}
+    running = await start_stack(databases, "sqlite", tmp_path_factory.mktemp("console-stack"), smtp)
     yield running
     running.stop_all()
+    controller.stop()
 
 
 @pytest.fixture(scope="module")

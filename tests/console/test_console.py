@@ -13,6 +13,7 @@ from playwright.async_api import Page, expect
 from tests.conftest import Api, draft
 from tests.console.conftest import shot
 from tests.e2e.helpers import events_until
+from tests.e2e.test_delivery_smtp import Relay
 
 
 async def _project(api: Api) -> dict[str, Any]:
@@ -362,3 +363,139 @@ async def test_admin_approves_a_proposed_rule_and_reads_its_history(capi: Api, n
     await expect(ladder.locator("details li")).to_have_count(2)
     rules = await capi.http.get("/v1/rules", headers=capi.auth(p["agent"]))
     assert "Never promise a discount." in [r["rule_text"] for r in rules.json()["rules"]]
+
+
+async def _approve_by_api(api: Api, human_key: str, review_id: str) -> dict[str, Any]:
+    human = api.auth(human_key)
+    opened = await api.http.post(
+        f"/v1/reviews/{review_id}/open", json={"revision": 1, "version": 1}, headers=human
+    )
+    assert opened.status_code == 200, opened.text
+    decided = await api.http.post(
+        f"/v1/reviews/{review_id}/decision",
+        json={
+            "action": "approve",
+            "revision": opened.json()["revision"],
+            "version": opened.json()["version"],
+        },
+        headers=human,
+    )
+    assert decided.status_code == 200, decided.text
+    return dict(decided.json())
+
+
+async def test_parked_delivery_shown_and_resolved_by_an_admin_from_the_page(
+    capi: Api, new_page: Any, relay: Relay
+) -> None:
+    """The relay takes the message and drops before its answer: the send parks. The review page shows
+    where it stands; a human cannot close it, an admin marks it delivered with the evidence."""
+    p = await _project(capi)
+    rid = await submit(capi, p["agent"])
+    relay.drop_after_data = True
+    try:
+        decided = await _approve_by_api(capi, p["human"], rid)
+    finally:
+        relay.drop_after_data = False
+    assert decided["state"] == "approved"
+    parked = await review(capi, p["agent"], rid)
+    assert parked["delivery"]["status"] == "send_needs_reconciliation"
+
+    human = await new_page()
+    await sign_in(human, p["human"], f"/console/reviews/{rid}")
+    status = human.locator("#delivery-status")
+    await expect(status).to_contain_text("send_needs_reconciliation")
+    await expect(status).to_contain_text("Parked at")
+    await expect(human.get_by_role("button", name="Mark delivered")).to_have_count(0)
+
+    admin = await new_page()
+    await sign_in(admin, p["admin"], f"/console/reviews/{rid}")
+    await expect(admin.get_by_role("button", name="Mark failed")).to_be_visible()
+    sent_before = len(relay.received)
+    await axe_clean(admin, "review-delivery-parked")
+    await admin.get_by_label("Reason (the evidence; kept with the review)").fill(
+        "relay log: 250 queued as 4F2A"
+    )
+    await admin.get_by_role("button", name="Mark delivered").click()
+    await expect(admin.locator("#live")).to_have_text("Delivery closed; the resolution is recorded.")
+    await expect(admin.locator("#delivery-status")).to_contain_text("delivered")
+    await expect(admin.locator("#delivery-status")).to_contain_text("relay log: 250 queued as 4F2A")
+    await expect(admin.get_by_role("button", name="Mark delivered")).to_have_count(0)
+    after = await review(capi, p["agent"], rid)
+    assert after["state"] == "sent" and after["delivery"]["status"] == "delivered"
+    assert len(relay.received) == sent_before  # closed by evidence, never resent
+
+
+async def test_an_auto_notify_send_is_a_line_in_the_queue(capi: Api, new_page: Any) -> None:
+    """A category graduated to auto_notify auto-sends a confident draft: the humans see it in the queue,
+    under what went out without review; a draft held for review stays in the pending table only."""
+    p = await _project(capi)
+    pid, admin = p["project_id"], capi.auth(p["admin"])
+    category = await _category(capi, pid, "renewals")
+    gate = {
+        "graduate_min_approvals": 0,  # a maturity gate met from the start
+        "graduate_min_age_hours": 0,
+        "min_confidence": 0.6,
+        "first_contact_gate": False,
+        "canary_rate": 0.0,
+    }
+    dial = await capi.http.put(f"/v1/admin/projects/{pid}/risk-dial", json={"account": gate}, headers=admin)
+    assert dial.status_code == 200, dial.text
+    graduated = await capi.http.post(
+        f"/v1/admin/categories/{category}/graduate", json={"to_state": "auto_notify"}, headers=admin
+    )
+    assert graduated.status_code == 200, graduated.text
+    policy = await capi.http.put(
+        f"/v1/admin/projects/{pid}/review-policy", json={"policy": "auto_send_graduated"}, headers=admin
+    )
+    assert policy.status_code == 200, policy.text
+    sent = await submit(capi, p["agent"], subject="renewal sent", category_id=category, confidence=0.9)
+    held = await submit(capi, p["agent"], subject="renewal held", category_id=category, confidence=0.2)
+    assert (await review(capi, p["agent"], sent))["state"] == "auto_sent"
+
+    page = await new_page()
+    await sign_in(page, p["human"])
+    auto = page.locator("tr.auto-row")
+    await expect(auto).to_have_count(1)
+    await expect(auto.first).to_have_id(f"auto-{sent}")
+    await expect(auto.first).to_contain_text("renewals")
+    await expect(page.locator(f"#row-{held}")).to_have_count(1)
+    await expect(page.locator(f"#row-{sent}")).to_have_count(0)
+    await axe_clean(page, "queue-auto-notify")
+
+
+async def _named_key(api: Api, project_id: str, name: str) -> str:
+    response = await api.http.post(
+        "/v1/admin/api-keys",
+        json={"project_id": project_id, "actor_kind": "human", "name": name},
+        headers=api.admin,
+    )
+    assert response.status_code == 201, response.text
+    return str(response.json()["api_key"])
+
+
+async def test_two_reviewers_see_who_has_a_draft_open(capi: Api, new_page: Any) -> None:
+    """Ana opens a draft; Ben's queue shows it open by Ana (live), his review page says so, and Ana's
+    page learns Ben joined as soon as she returns to it."""
+    p = await _project(capi)
+    ana_key = await _named_key(capi, p["project_id"], "Ana")
+    ben_key = await _named_key(capi, p["project_id"], "Ben")
+    first = await submit(capi, p["agent"])
+    second = await submit(capi, p["agent"])
+
+    ana = await new_page()
+    await sign_in(ana, ana_key, f"/console/reviews/{first}")
+    await expect(ana.locator("#presence")).to_have_text("Nobody else has this draft open.")
+
+    ben_queue = await new_page()
+    await sign_in(ben_queue, ben_key)
+    await expect(ben_queue.locator(f"#row-{first} .open-by")).to_have_text("Ana (human)")
+    await expect(ben_queue.locator(f"#row-{second} .open-by")).to_have_text("")
+    await ana.goto(f"/console/reviews/{second}")  # the queue learns it live
+    await expect(ben_queue.locator(f"#row-{second} .open-by")).to_have_text("Ana (human)")
+    await axe_clean(ben_queue, "queue-open-by")
+
+    ben = await new_page(ben_queue.context)
+    await ben.goto(f"/console/reviews/{second}")
+    await expect(ben.locator("#presence")).to_have_text("Also open by Ana (human).")
+    await ana.evaluate("window.dispatchEvent(new Event('focus'))")
+    await expect(ana.locator("#presence")).to_have_text("Also open by Ben (human).")

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import httpx
 from gateway import store
+from gateway.console import presence
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.schema import utcnow
 from sqlalchemy import select, update
@@ -143,3 +144,71 @@ async def test_a_double_submitted_form_acts_once(api: Api) -> None:
     after = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
     assert (after["state"], after["version"]) == ("in_review", 2)
     api.http.cookies.clear()
+
+
+async def test_presence_shows_the_other_reader_and_expires_unrefreshed(api: Api) -> None:
+    """Two reviewers on one draft see each other; a page nobody refreshes past the TTL stops counting
+    and its record is swept by the next refresh."""
+    project = await api.project()
+    agent = api.auth((await api.key(project["project_id"]))["api_key"])
+    review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+    humans = []
+    for name in ("Ana", "Ben"):
+        issued = await api.http.post(
+            "/v1/admin/api-keys",
+            json={"project_id": project["project_id"], "actor_kind": "human", "name": name},
+            headers=api.admin,
+        )
+        humans.append(issued.json()["api_key"])
+    cookies = []
+    for key in humans:
+        signed = await _sign_in(api, key)
+        api.http.cookies.clear()
+        cookies.append(f"rl_console={signed.cookies['rl_console']}")
+    ana, ben = cookies
+    await api.http.get(f"/console/reviews/{review_id}", headers={"cookie": ana})
+    page = await api.http.get(f"/console/reviews/{review_id}", headers={"cookie": ben})
+    assert "Also open by Ana (human)." in page.text
+    route = f"/console/reviews/{review_id}/presence"
+    beat = await api.http.post(route, data={"csrf": _csrf(page.text)}, headers={"cookie": ben})
+    assert beat.json() == {"others": ["Ana (human)"], "text": "Also open by Ana (human)."}
+
+    db = Database(make_engine(api.stack.env["REVIEWLOOP_GATEWAY_DB"]))
+    try:
+        async with db.transaction() as uow:  # Ana's tab closed a TTL ago
+            await uow.conn.execute(
+                update(store.console_presence)
+                .where(store.console_presence.c.actor == "Ana (human)")
+                .values(seen_at=utcnow() - presence.TTL - timedelta(seconds=1))
+            )
+        beat = await api.http.post(route, data={"csrf": _csrf(page.text)}, headers={"cookie": ben})
+        assert beat.json()["others"] == []
+        async with db.engine.connect() as conn:
+            actors = (await conn.execute(select(store.console_presence.c.actor))).scalars().all()
+        assert "Ana (human)" not in actors
+    finally:
+        await db.dispose()
+
+
+async def test_only_an_admin_with_a_reason_may_resolve_a_delivery(api: Api) -> None:
+    """The page's resolution form refuses a human key and a missing reason before anything is asked of
+    review_state, and an unparked delivery is refused by review_state: each refusal is shown, nothing
+    changes."""
+    project = await api.project()
+    agent = api.auth((await api.key(project["project_id"], "agent"))["api_key"])
+    review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+    route = f"/console/reviews/{review_id}/delivery-resolution"
+    cases = [
+        ("human", {"outcome": "delivered", "reason": "relay log"}, "This page is for admin keys"),
+        ("admin", {"outcome": "delivered", "reason": "  "}, "give the reason"),
+        ("admin", {"outcome": "resent", "reason": "relay log"}, "Pick delivered or failed"),
+        ("admin", {"outcome": "failed", "reason": "relay log"}, "Refused: this draft changed"),
+    ]
+    for kind, fields, shown in cases:
+        await _sign_in(api, (await api.key(project["project_id"], kind))["api_key"])
+        page = (await api.http.get(f"/console/reviews/{review_id}")).text
+        posted = await api.http.post(route, data={**fields, "csrf": _csrf(page)}, follow_redirects=False)
+        api.http.cookies.clear()
+        assert posted.status_code in (409, 422) and shown in posted.text, (kind, fields, posted.text)
+    after = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    assert (after["state"], after["version"], after.get("delivery")) == ("needs_review", 1, None)

@@ -3,8 +3,9 @@ graduate (issue 16). It is a sub-application of the gateway sharing its state (s
 settings), so every action goes through the same gRPC calls, authority and idempotency as the JSON routes.
 
 Modules: ``sessions`` (sign-in, cookies, CSRF), ``web`` (what every page shares), ``html`` (the page frame
-and the one keymap), ``review`` (queue, live events, review page and its actions), ``admin`` (rules,
-categories, settings, budgets), ``warnings`` (what rendered mail hides), ``static/`` (one CSS, one JS file).
+and the one keymap), ``review`` (queue, live events, review page and its actions, delivery resolution),
+``presence`` (who has a draft open), ``admin`` (rules, categories, settings, budgets), ``warnings`` (what
+rendered mail hides), ``static/`` (one CSS, one JS file).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from reviewloop.rules.v1 import rules_pb2
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from gateway.console import web
+from gateway.console import presence, web
 from gateway.console.html import button, csrf_field, h, page, table
 from gateway.console.sessions import Session
 from gateway.console.warnings import warnings
@@ -35,7 +35,13 @@ LIVE_POLL_S = 1.0
 
 
 async def _list(
-    request: Request, session: Session, states: list[str], category_id: str = ""
+    request: Request,
+    session: Session,
+    states: list[str],
+    category_id: str = "",
+    *,
+    humans_notified: bool = False,
+    limit: int = 200,
 ) -> list[dict[str, Any]]:
     reply = await web.call(
         web.backend(request).review.ListReviews,
@@ -43,7 +49,8 @@ async def _list(
             principal=session.principal.to_proto(),
             states=[_STATES[s] for s in states],
             category_id=category_id,
-            limit=200,
+            limit=limit,
+            humans_notified=humans_notified,
         ),
         request,
     )
@@ -68,10 +75,7 @@ async def category_names(request: Request, session: Session) -> dict[str, str]:
 
 def _age(created_at: str) -> str:
     seconds = (datetime.now(UTC) - datetime.fromisoformat(created_at.replace("Z", "+00:00"))).total_seconds()
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)} {unit}"
-    return "just now"
+    return "just now" if seconds < 60 else _duration(seconds)
 
 
 def _summary(review: dict[str, Any]) -> str:
@@ -90,6 +94,7 @@ async def queue(request: Request) -> Response:
     states = [state] if state in _STATES else list(PENDING)
     reviews = list(reversed(await _list(request, session, states, category)))
     names = await category_names(request, session)
+    open_by = await presence.by_review(request, session)
     rows = []
     for review in reviews:
         recipients = ", ".join([*review["to"], *review["cc"], *review["bcc"]])
@@ -99,7 +104,8 @@ async def queue(request: Request) -> Response:
             f"<td>{h(names.get(review.get('category_id') or '', review.get('category_id') or '—'))}</td>"
             f"<td>{h(review['kind'])}</td>"
             f"<td>{h(recipients)}</td><td>{h(_age(review['created_at']))}</td>"
-            f'<td class="state">{h(review["state"])}</td></tr>'
+            f'<td class="state">{h(review["state"])}</td>'
+            f'<td class="open-by">{h(", ".join(open_by.get(review["id"], [])))}</td></tr>'
         )
     state_options = "".join(
         f'<option value="{h(s)}"{" selected" if s == state else ""}>{h(s or "pending (default)")}</option>'
@@ -123,14 +129,42 @@ async def queue(request: Request) -> Response:
 {
         table(
             f"{len(reviews)} drafts, oldest first",
-            ["Intent", "Category", "Kind", "Recipients", "Age", "State"],
+            ["Intent", "Category", "Kind", "Recipients", "Age", "State", "Open by"],
             rows,
             empty="No drafts are waiting for review.",
             live=live,
         )
     }
-<p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>"""
+<p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>
+{await _auto_notified(request, session, names, category)}"""
     return page("Review queue", body, session=session, active="queue", announce=_announcement(request))
+
+
+AUTO_NOTIFIED_SHOWN = 20
+
+
+async def _auto_notified(request: Request, session: Session, names: dict[str, str], category: str) -> str:
+    """The mail that went out without review in an ``auto_notify`` category, newest first: the line that
+    tells the project's humans (an ``auto_silent`` one tells nobody)."""
+    sent = await _list(request, session, [], category, humans_notified=True, limit=AUTO_NOTIFIED_SHOWN)
+    rows = [
+        f'<tr class="auto-row" id="auto-{h(r["id"])}">'
+        f'<td><a href="/console/reviews/{h(r["id"])}">{h(_summary(r))}</a></td>'
+        f"<td>{h(names.get(r.get('category_id') or '', r.get('category_id') or '—'))}</td>"
+        f"<td>{h(', '.join([*r['to'], *r['cc'], *r['bcc']]))}</td><td>{h(_age(r['created_at']))}</td>"
+        f"<td>{h(r['state'])}</td></tr>"
+        for r in sent
+    ]
+    return (
+        '<section aria-labelledby="auto-sent"><h2 id="auto-sent">Sent without review (auto_notify)</h2>'
+        + table(
+            f"The latest {len(rows)} auto-sent messages, newest first",
+            ["Intent", "Category", "Recipients", "Sent", "State"],
+            rows,
+            empty="Nothing was auto-sent in an auto_notify category.",
+        )
+        + "</section>"
+    )
 
 
 def _announcement(request: Request) -> str:
@@ -139,6 +173,8 @@ def _announcement(request: Request) -> str:
         return f"{PAST[done]} {prev}."
     if done == "open":
         return "Opened for review; you have it now."
+    if done == "resolved":
+        return "Delivery closed; the resolution is recorded."
     return ""
 
 
@@ -160,6 +196,7 @@ async def events(request: Request) -> Response:
 
     async def stream() -> AsyncIterator[bytes]:
         mark = parse(since)
+        shown: dict[str, list[str]] | None = None
         yield b"retry: 2000\n\n"
         while not await request.is_disconnected():
             try:
@@ -180,6 +217,13 @@ async def events(request: Request) -> Response:
                     "summary": _summary(review),
                 }
                 yield f"id: {review['updated_at']}\nevent: review\ndata: {json.dumps(data)}\n\n".encode()
+            try:
+                open_by = await presence.by_review(request, session)
+            except Exception:
+                open_by = shown or {}
+            if open_by != shown:  # who has which draft open, whenever it changes
+                shown = open_by
+                yield f"event: presence\ndata: {json.dumps(open_by)}\n\n".encode()
             yield b": tick\n\n"
             await asyncio.sleep(LIVE_POLL_S)
 
@@ -251,6 +295,50 @@ def _delivery(review: dict[str, Any]) -> str:
         )
     parts += table("Attachments", ["File", "Type", "Size", "sha256"], attachments, empty="No attachments.")
     return f'<section aria-labelledby="bytes"><h2 id="bytes">What will be delivered</h2><dl class="meta">{meta}</dl>{parts}</section>'
+
+
+OUTCOMES = {"delivered": "Mark delivered", "failed": "Mark failed"}
+
+
+def _delivery_status(review: dict[str, Any], session: Session) -> str:
+    """Where the send stands (status, tries, when it parked and for how long, the last error, who closed
+    it by hand); an admin may close a parked send by evidence the platform cannot see, with a reason."""
+    delivery = review.get("delivery")
+    if not delivery:
+        return ""
+    rows = [
+        ("Status", delivery["status"]),
+        ("Tries", str(delivery["tries"])),
+        ("Released", delivery.get("started_at") or ""),
+        ("Parked at", delivery.get("parked_at") or ""),
+        ("Age", _duration(delivery.get("age_s") or 0.0)),
+        ("Error", delivery.get("error") or ""),
+        ("Resolution", delivery.get("resolution") or ""),
+    ]
+    meta = "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in rows if v)
+    resolve = ""
+    if delivery["status"] == "send_needs_reconciliation":
+        resolve = "<p>The relay may or may not have taken this message: nothing is resent. " + (
+            f"""Check the relay's log or the Sent folder, then close it.</p>
+<form method="post" action="/console/reviews/{h(review["id"])}/delivery-resolution" class="actions">{_hidden(review, session)}
+  <label for="resolution-reason">Reason (the evidence; kept with the review)</label>
+  <input type="text" id="resolution-reason" name="reason" size="60" required>
+  {"".join(f'<button type="submit" name="outcome" value="{o}">{h(label)}</button>' for o, label in OUTCOMES.items())}
+</form>"""
+            if session.is_admin
+            else "An admin closes it once the relay's log or the Sent folder shows what happened.</p>"
+        )
+    return (
+        f'<section aria-labelledby="delivery"><h2 id="delivery">Delivery</h2>'
+        f'<dl class="meta" id="delivery-status">{meta}</dl>{resolve}</section>'
+    )
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 def _thread(review: dict[str, Any]) -> str:
@@ -329,6 +417,11 @@ async def render_review(
             nav.append(
                 f'<a data-next href="/console/reviews/{h(ids[at + 1])}">Next draft <kbd aria-hidden="true">j</kbd></a>'
             )
+    others = await presence.touch(request, session, rid)
+    present = (
+        f'<p id="presence" role="status" data-presence="/console/reviews/{h(rid)}/presence" '
+        f'data-every="{presence.REFRESH_S}" data-csrf="{h(session.csrf)}">{h(presence.others_text(others))}</p>'
+    )
     found = warnings(review)
     warning_panel = (
         '<section class="warnings" aria-labelledby="warn"><h2 id="warn">Warnings: what the rendered mail hides</h2><ul>'
@@ -399,9 +492,11 @@ async def render_review(
 <p class="lede">{h(review["kind"])} · {h(category_name)} · state <strong>{h(state)}</strong> ·
 revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</code></p>
 <nav aria-label="Drafts" class="actions"><a href="/console/queue">Queue</a>{"".join(nav)}</nav>
+{present}
 {notice}
 {warning_panel}
 <section aria-labelledby="act"><h2 id="act">Decide</h2>{actions}</section>
+{_delivery_status(review, session)}
 <div class="grid">
 {_delivery(review)}
 <div>
@@ -536,3 +631,31 @@ async def chat(request: Request, review_id: str) -> Response:
     except web.REFUSALS as exc:  # every refusal is rendered on the page
         return await _refused(request, session, review_id, form, web.as_domain(exc))
     return RedirectResponse(f"/console/reviews/{review_id}", status_code=303)
+
+
+@router.post("/reviews/{review_id}/delivery-resolution")
+async def resolve_delivery(request: Request, review_id: str) -> Response:
+    """An admin closes a parked send as delivered or failed, with the reason (never a resend)."""
+    session, form = await web.writer(request)
+    outcome, reason = web.field(form, "outcome"), web.field(form, "reason").strip()
+    try:
+        web.require_admin(session)
+        if outcome not in OUTCOMES or not reason:
+            raise DomainError(
+                Code.BAD_REQUEST, "Pick delivered or failed and give the reason (the evidence)."
+            )
+        await web.call(
+            web.backend(request).review.ResolveDelivery,
+            review_pb2.ResolveDeliveryRequest(
+                principal=session.principal.to_proto(), review_id=review_id, outcome=outcome, reason=reason
+            ),
+            request,
+        )
+    except web.REFUSALS as exc:  # every refusal is rendered on the page
+        return await _refused(request, session, review_id, form, web.as_domain(exc))
+    return RedirectResponse(f"/console/reviews/{review_id}?done=resolved", status_code=303)
+
+
+@router.post("/reviews/{review_id}/presence")
+async def review_presence(request: Request, review_id: str) -> Response:
+    return await presence.refresh(request, review_id)

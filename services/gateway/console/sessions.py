@@ -34,6 +34,8 @@ class Session:
     key_id: str
     principal: Principal
     csrf: str
+    # The signed-in key's name: how other reviewers see who has a draft open.
+    name: str = ""
 
     @property
     def is_admin(self) -> bool:
@@ -104,7 +106,8 @@ async def current(request: Request, *, write: bool) -> Session | None:
                 await store.end_session(uow.conn, session.session_id)
             continue
         principal = Principal(key.org_id, key.project_id, key.actor_kind, key.agent_id or key.key_id)
-        return Session(session.session_id, key.key_id, principal, _csrf(request, session.session_id))
+        csrf = _csrf(request, session.session_id)
+        return Session(session.session_id, key.key_id, principal, csrf, key.name or key.key_id)
     return None
 
 

@@ -1,5 +1,5 @@
 // reviewloop console: the keymap (declared once, server-side, in body[data-keymap]), the help overlay,
-// focus, the aria-live announcement and the queue's live "N new" bar. No build step.
+// focus, the aria-live announcement, the queue's live "N new" bar and who has a draft open. No build step.
 "use strict";
 (function () {
   const body = document.body;
@@ -113,5 +113,30 @@
         bar.setAttribute("aria-label", fresh.size + " new drafts: show them");
       }
     });
+    source.addEventListener("presence", (message) => {
+      const openBy = JSON.parse(message.data);
+      rows().forEach((row) => {
+        const cell = row.querySelector(".open-by");
+        const text = (openBy[row.id.slice("row-".length)] || []).join(", ");
+        if (cell && cell.textContent !== text) cell.textContent = text;
+      });
+    });
+  }
+
+  // The review page: say "I have this open" while it is, and show who else has (at once on refocus).
+  const here = document.getElementById("presence");
+  if (here) {
+    const refresh = async () => {
+      const form = new FormData();
+      form.append("csrf", here.dataset.csrf);
+      try {
+        const response = await fetch(here.dataset.presence, { method: "POST", body: form, credentials: "same-origin" });
+        if (!response.ok) return;
+        const seen = await response.json();
+        if (here.textContent !== seen.text) here.textContent = seen.text;
+      } catch (error) { /* offline: the next beat retries */ }
+    };
+    setInterval(refresh, Number(here.dataset.every) * 1000);
+    window.addEventListener("focus", refresh);
   }
 })();
