@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 import grpc
+import sqlalchemy
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
@@ -391,7 +392,10 @@ class PortTakenError(RuntimeError):
 async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService:
     """Build, bind, migrate and start ``spec``; health turns SERVING once the store is migrated."""
     engine = make_engine(config.db_url)
-    SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine)
+    instrumented = SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine)
+    if not config.trace_sql:
+        # Keep the pool gauge (db.client.connections.usage), drop the span per statement.
+        sqlalchemy.event.remove(engine.sync_engine, "before_cursor_execute", instrumented._before_cur_exec)
     db = Database(engine)
     peers = Peers(config.peers, config.trust)
     server = grpc.aio.server(
