@@ -79,6 +79,15 @@ class Target:
     pids: list[int]
     datnames: list[str]
     keys: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
+    traces: Path | None = None  # the stack's traces.jsonl, whose lines are spans
+
+
+def spans(path: Path | None) -> int:
+    """How many spans ``path`` holds so far (0 for the floor, which writes none)."""
+    if path is None or not path.exists():
+        return 0
+    with path.open("rb") as lines:
+        return sum(1 for _ in lines)
 
 
 async def backend_pids(admin: asyncpg.Connection, datnames: list[str]) -> list[int]:
@@ -141,13 +150,15 @@ async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]
         base_url=target.base, timeout=30, limits=httpx.Limits(max_connections=4 * AGENTS)
     ) as http:
         pg = await backend_pids(admin, target.datnames)
-        cpu0, pg0 = cpu_s(target.pids), cpu_s(pg)
+        cpu0, pg0, spans0 = cpu_s(target.pids), cpu_s(pg), spans(target.traces)
         started = time.monotonic()
         until = started + LOAD_S
         await asyncio.gather(*(lifecycle_loop(http, a, h, run, until) for a, h in target.keys))
         elapsed = time.monotonic() - started
         pg_after = await backend_pids(admin, target.datnames)
         cpu = cpu_s(target.pids) - cpu0 + cpu_s(pg_after) - pg0 + cpu_s([p for p in pg_after if p not in pg])
+    await asyncio.sleep(0.5)  # each process flushes its spans every 200 ms
+    spans_per = (spans(target.traces) - spans0) / max(1, run.lifecycles)
     assert not run.wrong, run.wrong[:5]
     return {
         "lifecycles_per_s": run.lifecycles / elapsed,
@@ -155,6 +166,7 @@ async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]
         "submit_p99_ms": 1000 * pct(run.submit_s, 0.99),
         "approve_to_nudge_p50_ms": 1000 * pct(run.nudge_s, 0.5),
         "approve_to_nudge_p99_ms": 1000 * pct(run.nudge_s, 0.99),
+        "spans_per_lifecycle": spans_per,
     }
 
 
@@ -206,6 +218,7 @@ FIGURES = [
     ("submit p99 (ms)", "submit_p99_ms", "{:.0f}"),
     ("approve -> terminal nudge seen p50 (ms)", "approve_to_nudge_p50_ms", "{:.1f}"),
     ("approve -> terminal nudge seen p99 (ms)", "approve_to_nudge_p99_ms", "{:.1f}"),
+    ("trace spans per lifecycle", "spans_per_lifecycle", "{:.0f}"),
 ]
 
 
@@ -243,7 +256,10 @@ async def run() -> list[tuple[str, list[float], str]]:
         floor: subprocess.Popen[bytes] | None = None
         try:
             stack = await start_stack(
-                databases, "postgres", Path(tmp) / "stack", {"REVIEWLOOP_RELAY_POLL_S": "0.5"}
+                databases,
+                "postgres",
+                Path(tmp) / "stack",
+                {"REVIEWLOOP_RELAY_POLL_S": "0.5", "REVIEWLOOP_TRACE_SQL": "0"},
             )
             base = f"http://{stack.address(GATEWAY)}"
             ours = Target(
@@ -252,6 +268,7 @@ async def run() -> list[tuple[str, list[float], str]]:
                 [p.pid for p in stack.procs.values()],
                 [make_url(stack.env[f"REVIEWLOOP_{n.upper()}_DB"]).database or "" for n in stack.procs],
                 await stack_keys(base),
+                stack.data_dir / "traces.jsonl",
             )
             floor_url = await databases.url("postgres", "floor")
             floor_db = make_url(floor_url)
