@@ -14,6 +14,7 @@ import json
 import secrets
 import sys
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -31,17 +32,21 @@ CREATE TABLE IF NOT EXISTS nudges (review_id text NOT NULL, seq int NOT NULL, pr
 CREATE INDEX IF NOT EXISTS nudges_unacked ON nudges (project) WHERE NOT acked;
 """
 
-app = FastAPI()
 pool: asyncpg.Pool
 bells: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
 
 
-@app.on_event("startup")  # the plainest app: no lifespan plumbing
-async def _start() -> None:
+@contextlib.asynccontextmanager
+async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     global pool
     pool = await asyncpg.create_pool(sys.argv[1], min_size=4, max_size=20)
     async with pool.acquire() as conn:
         await conn.execute(SCHEMA)
+    yield
+    await pool.close()
+
+
+app = FastAPI(lifespan=lifespan)
 
 
 async def _caller(authorization: str) -> tuple[str, str]:
