@@ -52,14 +52,14 @@ def pct(samples: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))] if ordered else float("nan")
 
 
-def cpu_s(pids: list[int]) -> float:
-    """utime + stime of ``pids`` in seconds (a process that has gone counts 0)."""
-    total = 0
+def cpu_s(pids: list[int]) -> dict[int, float]:
+    """utime + stime of each of ``pids`` in seconds (a process that has gone is left out)."""
+    seconds = {}
     for pid in pids:
         with contextlib.suppress(OSError):
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total / CLK_TCK
+            seconds[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return seconds
 
 
 @dataclass
@@ -76,7 +76,7 @@ class Target:
 
     name: str
     base: str
-    pids: list[int]
+    pids: dict[str, int]  # process name -> pid
     datnames: list[str]
     keys: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
     traces: Path | None = None  # the stack's traces.jsonl, whose lines are spans
@@ -150,13 +150,18 @@ async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]
         base_url=target.base, timeout=30, limits=httpx.Limits(max_connections=4 * AGENTS)
     ) as http:
         pg = await backend_pids(admin, target.datnames)
-        cpu0, pg0, spans0 = cpu_s(target.pids), cpu_s(pg), spans(target.traces)
+        before, spans0 = cpu_s([*target.pids.values(), *pg]), spans(target.traces)
         started = time.monotonic()
         until = started + LOAD_S
         await asyncio.gather(*(lifecycle_loop(http, a, h, run, until) for a, h in target.keys))
         elapsed = time.monotonic() - started
         pg_after = await backend_pids(admin, target.datnames)
-        cpu = cpu_s(target.pids) - cpu0 + cpu_s(pg_after) - pg0 + cpu_s([p for p in pg_after if p not in pg])
+        after = cpu_s([*target.pids.values(), *set(pg) | set(pg_after)])
+        # A backend that connected during the load did all its work in it; one that left is lost.
+        used = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
+        per_process = {name: used.get(pid, 0.0) for name, pid in target.pids.items()}
+        per_process["postgres"] = sum(t for pid, t in used.items() if pid not in target.pids.values())
+        cpu = sum(per_process.values())
     await asyncio.sleep(0.5)  # each process flushes its spans every 200 ms
     spans_per = (spans(target.traces) - spans0) / max(1, run.lifecycles)
     assert not run.wrong, run.wrong[:5]
@@ -167,6 +172,10 @@ async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]
         "approve_to_nudge_p50_ms": 1000 * pct(run.nudge_s, 0.5),
         "approve_to_nudge_p99_ms": 1000 * pct(run.nudge_s, 0.99),
         "spans_per_lifecycle": spans_per,
+        **{
+            f"cpu_ms_per_lifecycle.{name}": 1000 * t / max(1, run.lifecycles)
+            for name, t in per_process.items()
+        },
     }
 
 
@@ -241,6 +250,10 @@ def start_floor(dsn: str, port: int) -> subprocess.Popen[bytes]:
 
 def report(results: dict[str, list[dict[str, float]]]) -> None:
     print("\n".join(table(results)))
+    for name, runs in results.items():
+        keys = sorted(k for k in runs[0] if k.startswith("cpu_ms_per_lifecycle."))
+        parts = [f"{k.split('.', 1)[1]} {statistics.median(r[k] for r in runs):.1f}" for k in keys]
+        print(f"CPU ms per lifecycle, {name}: " + ", ".join(parts))
     if path := os.environ.get("BENCH_JSON"):
         Path(path).write_text(json.dumps(results, indent=2))
 
@@ -265,7 +278,7 @@ async def run() -> list[tuple[str, list[float], str]]:
             ours = Target(
                 "reviewloop",
                 base,
-                [p.pid for p in stack.procs.values()],
+                {name: p.pid for name, p in stack.procs.items()},
                 [make_url(stack.env[f"REVIEWLOOP_{n.upper()}_DB"]).database or "" for n in stack.procs],
                 await stack_keys(base),
                 stack.data_dir / "traces.jsonl",
@@ -279,7 +292,11 @@ async def run() -> list[tuple[str, list[float], str]]:
             floor_base = f"http://127.0.0.1:{port}"
             await wait_http(floor_base, floor)
             theirs = Target(
-                "floor", floor_base, [floor.pid], [floor_db.database or ""], await floor_keys(floor_base)
+                "floor",
+                floor_base,
+                {"floor": floor.pid},
+                [floor_db.database or ""],
+                await floor_keys(floor_base),
             )
             for _ in range(RUNS):
                 for target in (ours, theirs):
