@@ -119,6 +119,7 @@ async def start_stack(
         REVIEWLOOP_DATA_DIR=str(data_dir),
         REVIEWLOOP_ADMIN_TOKEN=ADMIN_TOKEN,
         REVIEWLOOP_RELAY_POLL_S="0.2",
+        REVIEWLOOP_TRACE_SQL="1",  # test_trace follows a request down to its statements
     )
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     env.update(extra_env or {})

@@ -76,6 +76,9 @@ class ServiceConfig:
     metrics_listen: str | None = None
     # How calls to and from this service authenticate (none on the loopback default).
     trust: Trust = field(default_factory=Trust)
+    # A span per store statement (``REVIEWLOOP_TRACE_SQL=1``): off by default, as it cost more CPU
+    # than the statements' own work and tripled the spans of a lifecycle.
+    trace_sql: bool = False
 
     @classmethod
     def from_env(
@@ -93,4 +96,5 @@ class ServiceConfig:
             outbox_retention_s=float(env.get("REVIEWLOOP_OUTBOX_RETENTION_S", 7 * 24 * 3600)),
             metrics_listen=env.get(metrics_variable(service)) or None,
             trust=Trust.from_env(service, env),
+            trace_sql=env.get("REVIEWLOOP_TRACE_SQL", "") not in ("", "0", "false"),
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -21,9 +21,9 @@ from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
 from reviewloop.review.v1.events_pb2 import NudgeRequested
-from reviewloop.storage import Database, UnitOfWork, utcnow
+from reviewloop.storage import Database, UnitOfWork, codec, utcnow
 from reviewloop.storage.codec import as_json_object, encode
-from reviewloop.storage.inbox import Subscription, ingest_each
+from reviewloop.storage.inbox import Subscription, ingest_batch
 from reviewloop.storage.outbox import prune
 from reviewloop.tenancy import Principal
 
@@ -131,8 +131,23 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
 
     Returns (accepted, duplicates), as the ``Ingest`` RPC answers them.
     """
-    done = await ingest_each(db, map(_legacy_dict_event, events), SUBSCRIPTIONS, on_commit(db))
+    done = await ingest_batch(
+        db, map(_legacy_dict_event, events), SUBSCRIPTIONS, on_commit(db), prepare=_lock_projects
+    )
     return done.accepted, done.duplicates
+
+
+async def _lock_projects(uow: UnitOfWork, events: Sequence[common_pb2.Event]) -> None:
+    """Take the append locks of every project the batch names, in one order, before any append: two
+    batches naming the same projects then queue instead of deadlocking (each ``_store`` takes its
+    project's lock again, which a transaction already holding it passes at once)."""
+    projects = set()
+    for event in events:
+        if event.type in SUBSCRIPTIONS:
+            with contextlib.suppress(json_format.ParseError):
+                projects.add(codec.decode(event.payload, NudgeRequested).project_id)
+    for project_id in sorted(projects):
+        await store.lock_project(uow.conn, project_id)
 
 
 def _legacy_dict_event(event: common_pb2.Event) -> common_pb2.Event:

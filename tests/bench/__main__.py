@@ -29,6 +29,8 @@ def main(selected: list[str]) -> None:
         if info.name.startswith("bench_") and (not selected or info.name in selected):
             module = importlib.import_module(f"tests.bench.{info.name}")
             rows.extend(asyncio.run(module.run()))
+    if not rows:
+        return
     width = max(len(name) for name, _, _ in rows)
     print(f"{'benchmark':<{width}}  {'median':>10}  {'p90':>10}  {'n':>5}  note")
     for name, samples, note in rows:

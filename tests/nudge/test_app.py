@@ -7,9 +7,11 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import orjson
 import pytest
+import sqlalchemy
 from google.protobuf.message import Message
 from nudge import app, store
 from nudge.__main__ import SPEC
@@ -294,3 +296,41 @@ async def test_a_nudge_in_the_envelope_of_an_older_release_is_stored_as_its_type
     assert [(e.reason, orjson.loads(e.payload_json)) for e in events] == [
         ("rejected", as_json_object(typed.rejected))
     ]
+
+
+async def test_a_relayed_batch_is_stored_in_one_transaction(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    commits = 0
+
+    def count(_conn: object) -> None:
+        nonlocal commits
+        commits += 1
+
+    sqlalchemy.event.listen(db.engine.sync_engine, "commit", count)
+    batch = [event(f"rr_b{i}", "feedback_added") for i in range(20)] + [event("rr_b0", "rejected")]
+    assert await app.ingest(db, batch) == (21, 0)
+    assert commits == 1  # not one per event
+    assert [r for r in await reasons(db) if r[0] == "rr_b0"] == [
+        ("rr_b0", "feedback_added", 1),
+        ("rr_b0", "rejected", 2),
+    ]
+
+
+async def test_a_batch_that_fails_as_one_stores_each_event_that_can_be(
+    open_db: OpenDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = await open_db(SPEC)
+    append = store.append
+
+    async def append_failing_for_one_review(conn: Any, incoming: Any, **kwargs: Any) -> None:
+        if incoming.review_id == "rr_bad":
+            raise RuntimeError("the store failed this one")
+        await append(conn, incoming, **kwargs)
+
+    monkeypatch.setattr(store, "append", append_failing_for_one_review)
+    with pytest.raises(RuntimeError):
+        await app.ingest(
+            db, [event("rr_ok1", "rejected"), event("rr_bad", "rejected"), event("rr_ok2", "sent")]
+        )
+    # The batch was retried event by event: the first event was stored before the failing one.
+    assert await reasons(db) == [("rr_ok1", "rejected", 1)]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -211,3 +212,83 @@ async def test_an_event_refused_for_good_is_a_dead_letter_and_frees_its_aggregat
     assert offered.count(("rr_0", 0)) == 1
     await prune(db, utcnow() + timedelta(days=1))
     assert await dead_letter_count(db) == 1  # kept for an admin, unlike delivered rows
+
+
+async def test_a_commit_landing_during_an_empty_pass_is_relayed_without_waiting_for_the_poll(
+    open_db: OpenDb,
+) -> None:
+    db = await open_db(SPEC)
+    delivered = asyncio.Event()
+
+    async def deliver(event: common_pb2.Event) -> None:
+        delivered.set()
+
+    relay = Relay(db, {"nudge": deliver}, poll_interval_s=3600)
+    claim = relay._claim
+    passes = 0
+
+    async def claim_with_a_commit_racing_the_first_pass() -> list[Any]:
+        nonlocal passes
+        passes += 1
+        rows = await claim()
+        if passes == 1:  # the pass found nothing, and then a submit commits before it ends
+            await write_events(db, per_aggregate=1, aggregates=1)
+        return rows
+
+    relay._claim = claim_with_a_commit_racing_the_first_pass  # type: ignore[method-assign]
+    relay.start()
+    try:
+        await asyncio.wait_for(delivered.wait(), 30)  # before the fix: the next poll, an hour away
+    finally:
+        await relay.stop()
+
+
+class BatchReceiver:
+    """A receiver that takes batches, refusing for good the events named in ``bad``."""
+
+    def __init__(self, bad: frozenset[tuple[str, int]] = frozenset()) -> None:
+        self.calls: list[list[tuple[str, int]]] = []
+        self.bad = bad
+
+    async def __call__(self, event: common_pb2.Event) -> None:
+        await self.many([event])
+
+    async def many(self, events: Sequence[common_pb2.Event]) -> None:
+        batch = [(e.aggregate_id, number(e)) for e in events]
+        self.calls.append(batch)
+        if self.bad & set(batch):
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT)
+
+
+async def test_a_receiver_that_takes_batches_gets_the_heads_in_one_call_in_outbox_order(
+    open_db: OpenDb,
+) -> None:
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=2, aggregates=3)
+    receiver = BatchReceiver()
+    await drain([Relay(db, {"nudge": receiver})])
+    assert receiver.calls == [
+        [("rr_0", 0), ("rr_1", 0), ("rr_2", 0)],
+        [("rr_0", 1), ("rr_1", 1), ("rr_2", 1)],
+    ]
+
+
+async def test_a_batch_refused_for_one_event_delivers_the_others_and_sets_that_one_aside(
+    open_db: OpenDb,
+) -> None:
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=1, aggregates=3)
+    receiver = BatchReceiver(bad=frozenset({("rr_1", 0)}))
+    await drain([Relay(db, {"nudge": receiver})])
+    assert receiver.calls[1:] == [
+        [("rr_0", 0)],
+        [("rr_1", 0)],
+        [("rr_2", 0)],
+    ]  # one at a time after the batch
+    [letter] = await dead_letters(db)
+    assert letter.aggregate_id == "rr_1"
+    async with db.engine.connect() as conn:
+        undelivered = (
+            await conn.execute(select(func.count()).where(OUTBOX.c.delivered_at.is_(None)))
+        ).scalar_one()
+    assert undelivered == 1  # only the dead letter

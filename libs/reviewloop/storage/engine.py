@@ -39,7 +39,10 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True, **kwargs)
+        # No pre-ping: it cost a round trip on every checkout (4 per approve). A connection found dead
+        # fails its statement once; SQLAlchemy then invalidates it and every older pooled connection
+        # (a restarted server dropped them all), so the caller's retry gets a fresh one.
+        return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=False, **kwargs)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     if parsed.drivername == "sqlite+aiosqlite":

@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
+from opentelemetry import trace
 from sqlalchemy import Row, and_, case, delete, exists, func, select, update
 from sqlalchemy.orm import aliased
 
@@ -52,18 +53,28 @@ PRUNE_EVERY_S = 60.0
 Deliver = Callable[[common_pb2.Event], Awaitable[None]]
 
 
-def ingest_method(channel: grpc.aio.Channel, service_full_name: str) -> Deliver:
-    """A ``Deliver`` that calls ``<service>/Ingest`` on ``channel`` with one event."""
-    call = channel.unary_unary(
-        f"/{service_full_name}/Ingest",
-        request_serializer=common_pb2.IngestRequest.SerializeToString,
-        response_deserializer=common_pb2.IngestResponse.FromString,
-    )
+class IngestMethod:
+    """A ``Deliver`` that calls ``<service>/Ingest``; ``many`` sends a batch of events in one call."""
 
-    async def deliver(event: common_pb2.Event) -> None:
-        await call(common_pb2.IngestRequest(events=[event]), timeout=10)
+    def __init__(self, channel: grpc.aio.Channel, service_full_name: str) -> None:
+        self._call = channel.unary_unary(
+            f"/{service_full_name}/Ingest",
+            request_serializer=common_pb2.IngestRequest.SerializeToString,
+            response_deserializer=common_pb2.IngestResponse.FromString,
+        )
 
-    return deliver
+    async def __call__(self, event: common_pb2.Event) -> None:
+        """Deliver one event."""
+        await self.many([event])
+
+    async def many(self, events: Sequence[common_pb2.Event]) -> None:
+        """Deliver ``events`` in one call: the receiver stores them in order, all or none."""
+        await self._call(common_pb2.IngestRequest(events=events), timeout=10)
+
+
+def ingest_method(channel: grpc.aio.Channel, service_full_name: str) -> IngestMethod:
+    """A ``Deliver`` that calls ``<service>/Ingest`` on ``channel``, batches included."""
+    return IngestMethod(channel, service_full_name)
 
 
 @dataclass(frozen=True)
@@ -122,13 +133,15 @@ class Relay:
                 if loop.time() - last_prune > PRUNE_EVERY_S:
                     last_prune = loop.time()
                     await prune(self.db, utcnow() - self.retention)
+                # Cleared before the pass, not after it: a commit landing during an empty pass still
+                # wakes the next one at once instead of waiting for the poll interval.
+                self._wake.clear()
                 delivered = await self.drain_once()
             except Exception:  # the store is briefly unreachable: log and keep the relay alive
                 log.exception("outbox relay round failed")
                 delivered = 0
             if delivered:
                 continue
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
 
@@ -168,34 +181,71 @@ class Relay:
                 log.exception("outbox lease renewal failed")
 
     async def _deliver_claimed(self, claimed: list[Row[Any]], pending: set[int]) -> int:
-        delivered = 0  # settled: delivered or dead
+        """Deliver each destination's rows, then record every outcome in one transaction.
+
+        A destination that takes batches (``many``) gets its rows in one call; when that call fails for
+        any reason but the receiver being down, its rows go one at a time to find the one at fault.
+        """
+        outcomes: dict[int, dict[str, object] | None] = {}  # None: delivered
+        by_destination: dict[str, list[Row[Any]]] = {}
         for row in claimed:
-            values: dict[str, object] = {"claimed_until": None}
-            if self._is_down(row.destination):
-                pass  # the receiver went down earlier in this round: hand the claim back untouched
-            elif (failure := await self._deliver(row)) is None:
-                self._down_failures.pop(row.destination, None)
-                values.update(delivered_at=utcnow(), last_error=None)
-                delivered += 1
-            elif failure.code in RECEIVER_DOWN:
-                self._mark_down(row.destination)
-                values.update(last_error=failure.text)
-            elif failure.code in REFUSED_FOR_GOOD:
-                log.error(
-                    "outbox event %s to %s is a dead letter: %s", row.event_id, row.destination, failure.text
+            by_destination.setdefault(row.destination, []).append(row)
+        for destination, rows in by_destination.items():
+            many = getattr(self.subscribers[destination], "many", None)
+            if many is not None and len(rows) > 1 and not self._is_down(destination):
+                failure = await self._deliver_batch(rows, many)
+                if failure is None:
+                    self._down_failures.pop(destination, None)
+                    outcomes.update((row.id, None) for row in rows)
+                    continue
+                if failure.code in RECEIVER_DOWN:
+                    self._mark_down(destination)
+                    outcomes.update(
+                        (row.id, {"claimed_until": None, "last_error": failure.text}) for row in rows
+                    )
+                    continue
+                # One event of the batch failed it: find which, one at a time, as below.
+            for row in rows:
+                outcomes[row.id] = await self._deliver_one(row)
+        delivered = [row_id for row_id, values in outcomes.items() if values is None]
+        async with self.db.transaction() as uow:
+            if delivered:
+                await uow.conn.execute(
+                    update(OUTBOX)
+                    .where(OUTBOX.c.id.in_(delivered))
+                    .values(claimed_until=None, delivered_at=utcnow(), last_error=None)
                 )
-                values.update(attempts=row.attempts + 1, dead_at=utcnow(), last_error=failure.text)
-                delivered += 1
-            else:
-                values.update(
-                    attempts=row.attempts + 1,
-                    next_attempt_at=utcnow() + timedelta(seconds=backoff_s(row.attempts)),
-                    last_error=failure.text,
-                )
-            async with self.db.transaction() as uow:
-                await uow.conn.execute(update(OUTBOX).where(OUTBOX.c.id == row.id).values(**values))
-            pending.discard(row.id)
-        return delivered
+            for row_id, values in outcomes.items():
+                if values is not None:
+                    await uow.conn.execute(update(OUTBOX).where(OUTBOX.c.id == row_id).values(**values))
+        pending.clear()
+        # Settled: delivered, or set aside as a dead letter (which frees its aggregate's next row).
+        return len(delivered) + sum(1 for values in outcomes.values() if values and "dead_at" in values)
+
+    async def _deliver_one(self, row: Row[Any]) -> dict[str, object] | None:
+        """Deliver one row; None when delivered, else the values that record its outcome."""
+        values: dict[str, object] = {"claimed_until": None}
+        if self._is_down(row.destination):
+            return values  # the receiver went down earlier in this round: hand the claim back untouched
+        failure = await self._deliver(row)
+        if failure is None:
+            self._down_failures.pop(row.destination, None)
+            return None
+        if failure.code in RECEIVER_DOWN:
+            self._mark_down(row.destination)
+            values.update(last_error=failure.text)
+        elif failure.code in REFUSED_FOR_GOOD:
+            log.error(
+                "outbox event %s to %s is a dead letter: %s", row.event_id, row.destination, failure.text
+            )
+            values.update(attempts=row.attempts + 1, dead_at=utcnow(), last_error=failure.text)
+        else:
+            values.update(
+                attempts=row.attempts + 1,
+                next_attempt_at=utcnow() + timedelta(seconds=backoff_s(row.attempts)),
+                last_error=failure.text,
+            )
+        return values
 
     def _is_down(self, destination: str) -> bool:
         return self._down_until.get(destination, 0.0) > time.monotonic()
@@ -246,16 +296,6 @@ class Relay:
         return rows
 
     async def _deliver(self, row: Row[Any]) -> Failure | None:
-        occurred = Timestamp()
-        occurred.FromDatetime(row.occurred_at)
-        event = common_pb2.Event(
-            event_id=row.event_id,
-            aggregate_id=row.aggregate_id,
-            type=row.type,
-            payload=row.payload.encode(),
-            traceparent=row.traceparent,
-            occurred_at=occurred,
-        )
         with tracer.start_as_current_span(
             f"outbox.relay {row.type}",
             context=context_from_traceparent(row.traceparent),
@@ -266,11 +306,57 @@ class Relay:
             },
         ):
             try:
-                await self.subscribers[row.destination](event)
+                await self.subscribers[row.destination](as_event(row))
             except grpc.aio.AioRpcError as exc:
                 log.warning("outbox delivery to %s failed: %s", row.destination, exc.code())
                 return Failure(exc.code(), f"{exc.code().name}: {exc.details()}"[:1000])
         return None
+
+    async def _deliver_batch(
+        self, rows: list[Row[Any]], many: Callable[[Sequence[common_pb2.Event]], Awaitable[None]]
+    ) -> Failure | None:
+        """Deliver ``rows`` (one destination's, in outbox order) in one call.
+
+        One span, linked to the trace of every row, so each review's trace still reaches its delivery.
+        """
+        links = [
+            trace.Link(context)
+            for row in rows
+            if (
+                context := trace.get_current_span(
+                    context_from_traceparent(row.traceparent)
+                ).get_span_context()
+            ).is_valid
+        ]
+        with tracer.start_as_current_span(
+            f"outbox.relay batch of {len(rows)}",
+            links=links,
+            attributes={
+                "reviewloop.destination": rows[0].destination,
+                "reviewloop.event_id": [row.event_id for row in rows],
+                REVIEW_ID: [row.aggregate_id for row in rows if row.aggregate_id.startswith("rr_")],
+            },
+        ):
+            try:
+                await many([as_event(row) for row in rows])
+            except grpc.aio.AioRpcError as exc:
+                log.warning("outbox batch delivery to %s failed: %s", rows[0].destination, exc.code())
+                return Failure(exc.code(), f"{exc.code().name}: {exc.details()}"[:1000])
+        return None
+
+
+def as_event(row: Row[Any]) -> common_pb2.Event:
+    """An outbox row as the event its receiver ingests."""
+    occurred = Timestamp()
+    occurred.FromDatetime(row.occurred_at)
+    return common_pb2.Event(
+        event_id=row.event_id,
+        aggregate_id=row.aggregate_id,
+        type=row.type,
+        payload=row.payload.encode(),
+        traceparent=row.traceparent,
+        occurred_at=occurred,
+    )
 
 
 def outbox_probe(

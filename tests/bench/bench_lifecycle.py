@@ -1,0 +1,313 @@
+"""The whole review lifecycle on PostgreSQL against its one-process floor (issue 18), in the same run.
+
+The stack starts as ``make run`` does (every service and the gateway its own process), each on its own
+PostgreSQL database; the floor is ``tests.bench.floor_app``. ``AGENTS`` agents, each its own project with
+an agent key and a human key, loop for ``LOAD_S`` seconds: submit, get, human open, human approve (the
+send is the deliver step), long-poll until the review's terminal nudge is seen, ack. Figures are medians
+of ``RUNS`` runs (min..max beside them):
+
+- lifecycles/s;
+- server CPU per lifecycle: utime+stime from /proc/<pid>/stat of every server process and of the
+  PostgreSQL backends connected to the system's databases;
+- submit p99 under that load;
+- approve answered -> terminal nudge seen by the agent's long-poll, p50 and p99.
+
+The benchmark checks its own results: every lifecycle sees exactly one terminal nudge for its review.
+``BENCH_JSON=path`` also writes the figures as JSON, so two runs can be compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+from sqlalchemy.engine import make_url
+from stack.launcher import Stack, free_port
+from stack.topology import GATEWAY
+
+from tests.conftest import ADMIN_TOKEN, PG_ENV, Databases, draft, start_stack
+
+AGENTS = int(os.environ.get("BENCH_AGENTS", "16"))
+LOAD_S = float(os.environ.get("BENCH_LOAD_S", "8"))
+RUNS = int(os.environ.get("BENCH_RUNS", "3"))
+TERMINAL = {"sent", "send_failed", "cancelled", "rejected"}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def cpu_s(pids: list[int]) -> dict[int, float]:
+    """utime + stime of each of ``pids`` in seconds (a process that has gone is left out)."""
+    seconds = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            seconds[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return seconds
+
+
+@dataclass
+class Run:
+    lifecycles: int = 0
+    submit_s: list[float] = field(default_factory=list)
+    nudge_s: list[float] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Target:
+    """A system under load: its base URL, its server pids and the databases of its PostgreSQL backends."""
+
+    name: str
+    base: str
+    pids: dict[str, int]  # process name -> pid
+    datnames: list[str]
+    keys: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
+    traces: Path | None = None  # the stack's traces.jsonl, whose lines are spans
+
+
+def spans(path: Path | None) -> int:
+    """How many spans ``path`` holds so far (0 for the floor, which writes none)."""
+    if path is None or not path.exists():
+        return 0
+    with path.open("rb") as lines:
+        return sum(1 for _ in lines)
+
+
+async def backend_pids(admin: asyncpg.Connection, datnames: list[str]) -> list[int]:
+    rows = await admin.fetch("SELECT pid FROM pg_stat_activity WHERE datname = any($1::text[])", datnames)
+    return [r["pid"] for r in rows]
+
+
+async def lifecycle_loop(
+    http: httpx.AsyncClient, agent: dict[str, str], human: dict[str, str], run: Run, until: float
+) -> None:
+    n = 0
+    while time.monotonic() < until:
+        n += 1
+        started = time.perf_counter()
+        sent = await http.post("/v1/messages", json=draft(subject=f"bench {n}"), headers=agent)
+        run.submit_s.append(time.perf_counter() - started)
+        assert sent.status_code == 202, sent.text
+        review_id = sent.json()["review_id"]
+        got = await http.get(f"/v1/reviews/{review_id}", headers=agent)
+        assert got.status_code == 200, got.text
+        opened = await http.post(
+            f"/v1/reviews/{review_id}/open", json={"revision": 1, "version": 1}, headers=human
+        )
+        assert opened.status_code == 200, opened.text
+        current = opened.json()
+        approved = await http.post(
+            f"/v1/reviews/{review_id}/decision",
+            json={"action": "approve", "revision": current["revision"], "version": current["version"]},
+            headers=human,
+        )
+        assert approved.status_code == 200, approved.text
+        answered = time.perf_counter()
+        terminal: list[dict[str, Any]] = []
+        while not terminal:
+            waited = await http.get("/v1/review-events/wait", params={"timeout_s": 10}, headers=agent)
+            assert waited.status_code == 200, waited.text
+            events = waited.json()["events"]
+            if not events:
+                run.wrong.append(f"{review_id}: no terminal nudge within 10 s")
+                return
+            terminal = [e for e in events if e["review_id"] == review_id and e["reason"] in TERMINAL]
+            heads: dict[str, int] = {}
+            for e in events:
+                heads[e["review_id"]] = max(heads.get(e["review_id"], 0), e["seq"])
+            acked = await http.post(
+                "/v1/review-events/ack",
+                json={"acks": [{"review_id": r, "seq": s} for r, s in heads.items()]},
+                headers=agent,
+            )
+            assert acked.status_code == 200, acked.text
+        run.nudge_s.append(time.perf_counter() - answered)
+        if len(terminal) != 1:
+            run.wrong.append(f"{review_id}: {len(terminal)} terminal nudges")
+        run.lifecycles += 1
+
+
+async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]:
+    run = Run()
+    async with httpx.AsyncClient(
+        base_url=target.base, timeout=30, limits=httpx.Limits(max_connections=4 * AGENTS)
+    ) as http:
+        pg = await backend_pids(admin, target.datnames)
+        before, spans0 = cpu_s([*target.pids.values(), *pg]), spans(target.traces)
+        started = time.monotonic()
+        until = started + LOAD_S
+        await asyncio.gather(*(lifecycle_loop(http, a, h, run, until) for a, h in target.keys))
+        elapsed = time.monotonic() - started
+        pg_after = await backend_pids(admin, target.datnames)
+        after = cpu_s([*target.pids.values(), *set(pg) | set(pg_after)])
+        # A backend that connected during the load did all its work in it; one that left is lost.
+        used = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
+        per_process = {name: used.get(pid, 0.0) for name, pid in target.pids.items()}
+        per_process["postgres"] = sum(t for pid, t in used.items() if pid not in target.pids.values())
+        cpu = sum(per_process.values())
+    await asyncio.sleep(0.5)  # each process flushes its spans every 200 ms
+    spans_per = (spans(target.traces) - spans0) / max(1, run.lifecycles)
+    assert not run.wrong, run.wrong[:5]
+    return {
+        "lifecycles_per_s": run.lifecycles / elapsed,
+        "cpu_ms_per_lifecycle": 1000 * cpu / max(1, run.lifecycles),
+        "submit_p99_ms": 1000 * pct(run.submit_s, 0.99),
+        "approve_to_nudge_p50_ms": 1000 * pct(run.nudge_s, 0.5),
+        "approve_to_nudge_p99_ms": 1000 * pct(run.nudge_s, 0.99),
+        "spans_per_lifecycle": spans_per,
+        **{
+            f"cpu_ms_per_lifecycle.{name}": 1000 * t / max(1, run.lifecycles)
+            for name, t in per_process.items()
+        },
+    }
+
+
+async def stack_keys(base: str) -> list[tuple[dict[str, str], dict[str, str]]]:
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    keys = []
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        for _ in range(AGENTS):
+            project = (await http.post("/v1/admin/projects", json={"name": "bench"}, headers=admin)).json()[
+                "project_id"
+            ]
+            pair = []
+            for kind in ("agent", "human"):
+                made = await http.post(
+                    "/v1/admin/api-keys", json={"project_id": project, "actor_kind": kind}, headers=admin
+                )
+                assert made.status_code == 201, made.text
+                pair.append({"Authorization": f"Bearer {made.json()['api_key']}"})
+            keys.append((pair[0], pair[1]))
+    return keys
+
+
+async def floor_keys(base: str) -> list[tuple[dict[str, str], dict[str, str]]]:
+    keys = []
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        for _ in range(AGENTS):
+            made = (await http.post("/keys")).json()
+            keys.append(
+                ({"Authorization": f"Bearer {made['agent']}"}, {"Authorization": f"Bearer {made['human']}"})
+            )
+    return keys
+
+
+async def wait_http(base: str, proc: subprocess.Popen[bytes]) -> None:
+    async with httpx.AsyncClient(base_url=base, timeout=2) as http:
+        for _ in range(200):
+            if proc.poll() is not None:
+                raise RuntimeError("the floor process died")
+            with contextlib.suppress(httpx.TransportError):
+                await http.get("/docs")
+                return
+            await asyncio.sleep(0.1)
+    raise RuntimeError("the floor never answered")
+
+
+FIGURES = [
+    ("lifecycles/s", "lifecycles_per_s", "{:.1f}"),
+    ("server CPU per lifecycle (ms)", "cpu_ms_per_lifecycle", "{:.1f}"),
+    ("submit p99 (ms)", "submit_p99_ms", "{:.0f}"),
+    ("approve -> terminal nudge seen p50 (ms)", "approve_to_nudge_p50_ms", "{:.1f}"),
+    ("approve -> terminal nudge seen p99 (ms)", "approve_to_nudge_p99_ms", "{:.1f}"),
+    ("trace spans per lifecycle", "spans_per_lifecycle", "{:.0f}"),
+]
+
+
+def table(results: dict[str, list[dict[str, float]]]) -> Iterator[str]:
+    yield f"| figure (median of {RUNS}, min..max) | reviewloop | floor | ratio |"
+    yield "|---|---|---|---|"
+    for label, key, fmt in FIGURES:
+        medians, cells = [], []
+        for name in ("reviewloop", "floor"):
+            values = [r[key] for r in results[name]]
+            medians.append(statistics.median(values))
+            cells.append(f"{fmt.format(medians[-1])} ({fmt.format(min(values))}..{fmt.format(max(values))})")
+        ratio = f"{medians[0] / medians[1]:.2f}" if medians[1] else "-"
+        yield f"| {label} | {cells[0]} | {cells[1]} | {ratio} |"
+
+
+def start_floor(dsn: str, port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "tests.bench.floor_app", dsn, str(port)])
+
+
+def report(results: dict[str, list[dict[str, float]]]) -> None:
+    print("\n".join(table(results)))
+    for name, runs in results.items():
+        keys = sorted(k for k in runs[0] if k.startswith("cpu_ms_per_lifecycle."))
+        parts = [f"{k.split('.', 1)[1]} {statistics.median(r[k] for r in runs):.1f}" for k in keys]
+        print(f"CPU ms per lifecycle, {name}: " + ", ".join(parts))
+    if path := os.environ.get("BENCH_JSON"):
+        Path(path).write_text(json.dumps(results, indent=2))
+
+
+async def run() -> list[tuple[str, list[float], str]]:
+    os.environ.setdefault(PG_ENV, "postgresql://postgres@127.0.0.1:5432/postgres")
+    server = make_url(os.environ[PG_ENV]).set(drivername="postgresql").render_as_string(hide_password=False)
+    results: dict[str, list[dict[str, float]]] = {"reviewloop": [], "floor": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        databases = Databases(Path(tmp))
+        admin = await asyncpg.connect(server)
+        stack: Stack | None = None
+        floor: subprocess.Popen[bytes] | None = None
+        try:
+            stack = await start_stack(
+                databases,
+                "postgres",
+                Path(tmp) / "stack",
+                {"REVIEWLOOP_RELAY_POLL_S": "0.5", "REVIEWLOOP_TRACE_SQL": "0"},
+            )
+            base = f"http://{stack.address(GATEWAY)}"
+            ours = Target(
+                "reviewloop",
+                base,
+                {name: p.pid for name, p in stack.procs.items()},
+                [make_url(stack.env[f"REVIEWLOOP_{n.upper()}_DB"]).database or "" for n in stack.procs],
+                await stack_keys(base),
+                stack.data_dir / "traces.jsonl",
+            )
+            floor_url = await databases.url("postgres", "floor")
+            floor_db = make_url(floor_url)
+            port = free_port()
+            floor = start_floor(
+                floor_db.set(drivername="postgresql").render_as_string(hide_password=False), port
+            )
+            floor_base = f"http://127.0.0.1:{port}"
+            await wait_http(floor_base, floor)
+            theirs = Target(
+                "floor",
+                floor_base,
+                {"floor": floor.pid},
+                [floor_db.database or ""],
+                await floor_keys(floor_base),
+            )
+            for _ in range(RUNS):
+                for target in (ours, theirs):
+                    results[target.name].append(await measure(target, admin))
+        finally:
+            if floor is not None:
+                floor.terminate()
+                floor.wait(10)
+            if stack is not None:
+                stack.stop_all()
+            await admin.close()
+            await databases.drop_all()
+    report(results)
+    return []

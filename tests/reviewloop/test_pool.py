@@ -1,0 +1,40 @@
+"""The PostgreSQL pool without a pre-ping: a server that dropped every connection costs one failed
+statement per process, never a stuck pool."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+from review_state.__main__ import SPEC
+from reviewloop.service import ServiceSpec
+from reviewloop.storage import Database
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
+
+
+async def test_after_the_server_drops_the_pool_the_next_use_gets_a_fresh_connection(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    if db.is_sqlite:
+        pytest.skip("SQLite has no server to drop connections")
+    async with db.engine.connect() as a, db.engine.connect() as b, db.engine.connect() as killer:
+        pids = [
+            await a.scalar(text("SELECT pg_backend_pid()")),
+            await b.scalar(text("SELECT pg_backend_pid()")),
+        ]
+        await a.commit()
+        await b.commit()
+        await killer.execute(
+            text("SELECT pg_terminate_backend(pid) FROM unnest(CAST(:p AS int[])) pid"), {"p": pids}
+        )
+    failures = 0
+    for _ in range(4):
+        try:
+            async with db.transaction() as uow:
+                assert await uow.conn.scalar(text("SELECT 1")) == 1
+        except DBAPIError as exc:
+            assert exc.connection_invalidated
+            failures += 1
+    assert failures <= 1  # the first dead connection fails once; the pool then drops the others
