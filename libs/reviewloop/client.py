@@ -84,8 +84,14 @@ class ReviewloopError(Exception):
         super().__init__(f"{status} {self.code}: {self.detail}")
 
     def facts(self, name: str) -> list[Any]:
-        """Every recovery fact named ``name`` (``allowed_action`` repeats; the others appear once)."""
-        return [e.get("detail") for e in self.problem.get("errors") or [] if e.get("code") == name]
+        """Every recovery fact named ``name`` (``allowed_action`` repeats; the others appear once).
+
+        A fact is the hint whose ``field`` is ``name``; ``revision`` and ``version`` read as ints.
+        """
+        values = [e.get("detail") for e in self.problem.get("errors") or [] if e.get("field") == name]
+        if name in ("revision", "version"):
+            return [int(v) for v in values if str(v).isdigit()]
+        return values
 
     @property
     def allowed_actions(self) -> list[str]:

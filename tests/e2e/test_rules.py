@@ -192,7 +192,7 @@ async def test_revisions_are_append_only_with_stale_duplicate_and_credential_ref
     refused = next(r for r in outcomes if r.status_code == 409)
     assert refused.headers["content-type"] == "application/problem+json"
     assert refused.json()["code"] == "stale"
-    assert {"code": "revision", "detail": 2} in refused.json()["errors"]
+    assert {"field": "revision", "code": "2", "detail": "2"} in refused.json()["errors"]
 
     twin = await api.http.post(
         "/v1/rules", json={"rule_text": "keep emails under 100 WORDS"}, headers=org.agent

@@ -97,7 +97,7 @@ async def test_cancel_of_a_closed_review_is_terminal_and_leaves_one_front_run_ne
         assert refused.status_code == 409
         problem = refused.json()
         assert problem["code"] == "terminal"
-        assert {"code": "allowed_action", "detail": "get_review"} in problem["errors"]
+        assert {"field": "allowed_action", "code": "get_review", "detail": "get_review"} in problem["errors"]
     events = await events_until(api, agent, 2)
     assert [e["reason"] for e in events] == ["cancelled", "front_run_next"]
     assert events[1]["payload"]["your_parent_revision"] == 1
@@ -112,11 +112,11 @@ async def test_stale_parent_revision_is_a_409_with_recovery_facts_and_no_mutatio
     assert refused.status_code == 409
     problem = refused.json()
     assert problem["code"] == "stale"
-    facts = {(e["code"], e["detail"]) for e in problem["errors"]}
+    facts = {(e["field"], e["code"]) for e in problem["errors"]}
     assert {
         ("state", "needs_review"),
-        ("revision", 1),
-        ("version", 1),
+        ("revision", "1"),
+        ("version", "1"),
         ("allowed_action", "cancel_review"),
     } <= facts
     assert (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()["version"] == 1

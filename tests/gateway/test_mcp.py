@@ -69,7 +69,7 @@ async def test_send_email_then_list_review_events_and_a_409_is_a_tool_error(api:
         assert again.is_error
         problem = structured(again)
         assert (problem["status"], problem["code"]) == (409, "terminal")
-        assert {"code": "allowed_action", "detail": "get_review"} in problem["errors"]
+        assert {"field": "allowed_action", "code": "get_review", "detail": "get_review"} in problem["errors"]
 
         events: list[dict[str, Any]] = []
         for _ in range(100):  # the nudges cross the outbox asynchronously

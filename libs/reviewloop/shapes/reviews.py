@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import (
+    AliasChoices,
     ConfigDict,
     Field,
     JsonValue,
@@ -18,6 +19,7 @@ from reviewloop.shapes._base import (
     ActorKindName,
     Address,
     Addresses,
+    ReviewModeName,
     ReviewStateName,
     SendPath,
     Shape,
@@ -45,19 +47,26 @@ class AttachmentIn(Shape):
     content_base64: str
 
 
+# The SDK's request names (``text``, ``html``, ``category_confidence``) are the advertised ones; the
+# spec's own (``body_text``, ``body_html``, ``confidence``) keep working. Sending both is a 422.
+TEXT = AliasChoices("text", "body_text")
+HTML = AliasChoices("html", "body_html")
+CONFIDENCE = AliasChoices("category_confidence", "confidence")
+
+
 class _Composed(Shape):
     """What every outbound verb may carry besides its recipients and subject."""
 
     cc: Addresses = Field(default_factory=list, max_length=100)
     bcc: Addresses = Field(default_factory=list, max_length=100)
-    body_text: str = Field(max_length=MAX_BODY_TEXT)
-    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
+    body_text: str = Field(max_length=MAX_BODY_TEXT, validation_alias=TEXT)
+    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT, validation_alias=HTML)
     reply_to: Address | None = None
     headers: dict[str, str] | None = Field(default=None, max_length=50)
     attachments: list[AttachmentIn] | None = Field(default=None, max_length=20)
     intent: ReviewIntent | None = None
     category_id: str | None = Field(default=None, max_length=40)
-    confidence: float | None = Field(default=None, ge=0, le=1)
+    confidence: float | None = Field(default=None, ge=0, le=1, validation_alias=CONFIDENCE)
     composition_token: str | None = Field(default=None, max_length=4096)
 
 
@@ -76,17 +85,17 @@ class ReplyIn(_Composed):
 
 
 class ForwardIn(_Composed):
-    """A forward's subject and quoted parent body are materialized; ``body_text`` is your note above it."""
+    """A forward's subject and quoted parent body are materialized; ``text`` is your note above it."""
 
     to: Addresses = Field(min_length=1, max_length=100)
     subject: str = Field(default="", max_length=998)
-    body_text: str = Field(default="", max_length=MAX_BODY_TEXT)
+    body_text: str = Field(default="", max_length=MAX_BODY_TEXT, validation_alias=TEXT)
 
 
 class CancelIn(Shape):
-    """``cancel_review``: withdraw the draft at ``parent_revision``."""
+    """``cancel_review``: withdraw the draft; ``parent_revision``, when sent, must be the current one."""
 
-    parent_revision: int = Field(ge=1, le=INT64_MAX)
+    parent_revision: int | None = Field(default=None, ge=1, le=INT64_MAX)
 
 
 class RevisionIn(Shape):
@@ -97,13 +106,15 @@ class RevisionIn(Shape):
     cc: Addresses | None = Field(default=None, max_length=100)
     bcc: Addresses | None = Field(default=None, max_length=100)
     subject: str | None = Field(default=None, max_length=998)
-    body_text: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
-    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
+    body_text: str | None = Field(
+        default=None, max_length=MAX_BODY_TEXT, validation_alias=AliasChoices("text", "body_text", "body")
+    )
+    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT, validation_alias=HTML)
     reply_to: Address | None = None
     headers: dict[str, str] | None = Field(default=None, max_length=50)
     attachments: list[AttachmentIn] | None = Field(default=None, max_length=20)
     intent: ReviewIntent | None = None
-    confidence: float | None = Field(default=None, ge=0, le=1)
+    confidence: float | None = Field(default=None, ge=0, le=1, validation_alias=CONFIDENCE)
     composition_token: str | None = Field(default=None, max_length=4096)
 
 
@@ -143,7 +154,9 @@ class ReviewerDecisionRequest(Shape):
 
     action: Literal["approve", "edit", "reject", "escalate"]
     revision: int = Field(ge=1, le=INT64_MAX)
-    version: int = Field(ge=1, le=INT64_MAX)
+    version: int | None = Field(
+        default=None, ge=1, le=INT64_MAX, description="optional row-version CAS (defense in depth)"
+    )
     subject: str | None = Field(default=None, max_length=998)
     body: str | None = Field(
         default=None, max_length=MAX_BODY_TEXT, description="the new body_text, for an edit"
@@ -184,6 +197,8 @@ class ReviewComment(Shape):
     turn_id: str
     actor_kind: ActorKindName
     body: str
+    actor_id: str | None = None
+    created_at: datetime | None = None
 
 
 class ReviewFeedback(Shape):
@@ -220,6 +235,16 @@ class ReviewTurn(Shape):
     created_at: datetime
     action: str | None = Field(default=None, description="approve | edit | reject | escalate, on a decision")
     diff_json: DiffJson | None = None
+    actor_id: str | None = None
+    metadata: dict[str, JsonValue] | None = None
+
+
+class ReviewTurnList(Shape):
+    """``get_review_turns``: a review's thread, oldest first."""
+
+    items: list[ReviewTurn]
+    total: int
+    next_cursor: str | None = None
 
 
 class Review(Shape):
@@ -260,13 +285,29 @@ class Review(Shape):
     turns: list[ReviewTurn] | None = Field(
         default=None, description="get_review only: the thread, oldest first"
     )
+    # The SDK's names for the same facts (its ``Review`` type reads these).
+    mode: ReviewModeName = Field(description="review | direct: how the draft was asked to travel")
+    effective_mode: ReviewModeName = Field(description="review | direct: how the resolved policy routes it")
+    intent_summary: str = Field(description="the intent's summary; empty when the draft has none")
+    intent_meta: dict[str, JsonValue] | None = None
+    proposed_subject: str
+    proposed_body_text: str
+    proposed_body_html: str | None = None
+    proposed_to: list[str]
+    proposed_cc: list[str]
+    proposed_bcc: list[str]
+    sent_subject: str | None = None
+    sent_body_text: str | None = None
+    sent_message_id: str | None = None
 
 
 class ReviewList(Shape):
-    """``list_reviews``: a page of reviews."""
+    """``list_reviews``: a page of reviews (the SDK's ``Page<Review>``; ``reviews`` is the same list)."""
 
-    reviews: list[Review]
+    items: list[Review]
+    total: int = Field(description="how many reviews this page holds and the pages before it hold")
     next_cursor: str | None = None
+    reviews: list[Review]
 
 
 class ReviewChatResult(Review):
@@ -275,9 +316,22 @@ class ReviewChatResult(Review):
     turn: ReviewTurn
 
 
-class SubmitResult(Shape):
-    """What ``send_email``, ``reply_to_email`` and ``forward_email`` answer (202)."""
+class SentMessage(Shape):
+    """The message a submit delivered (the SDK's ``SentResult.message``)."""
 
+    id: str
+    thread_id: str | None = None
+
+
+class SubmitResult(Shape):
+    """What ``send_email``, ``reply_to_email`` and ``forward_email`` answer (202).
+
+    ``kind`` is the SDK's discriminator (``queued_for_review``: nothing is delivered yet; ``sent``:
+    ``message`` went out); ``status`` is the spec's same value.
+    """
+
+    kind: Literal["queued_for_review", "sent", "failed"]
+    message: SentMessage | None = None
     status: Literal["queued_for_review", "sent", "failed"]
     review_id: str
     state: ReviewStateName | None = None
@@ -314,7 +368,9 @@ class ReviewerDecisionResult(Shape):
     sent_to_human: bool
     message_id: str | None = None
     thread_id: str | None = None
-    review: ReviewerDecisionReview
+    review: Review | ReviewerDecisionReview = Field(
+        description="the whole review (the SDK's type); the spec's example shows its id, state and revision"
+    )
     forced_by_breaker: str | None = Field(
         default=None, description="max_hops_reached | review_deadline_passed"
     )

@@ -70,15 +70,21 @@ class Rule(Shape):
     author_kind: ActorKindName
     status: Literal["proposed", "active", "superseded", "retired"]
     agent_id: str | None = None
+    scope_agent_id: str | None = Field(default=None, description="the SDK's name for agent_id")
     supersedes_id: str | None = None
     created_at: datetime | None = None
 
 
 class RuleList(Shape):
-    """``get_rules``: the ordered effective ladder; unfiltered, with the composition token."""
+    """``get_rules`` (the SDK's ``RuleSnapshot``): the ordered effective ladder.
 
-    rules: list[Rule]
+    Unfiltered, it carries the composition token. ``rules`` is ``items`` under the spec's older name.
+    """
+
+    items: list[Rule]
+    total: int
     next_cursor: str | None = None
+    rules: list[Rule]
     house_style_version: int | None = None
     category_rules_version: int | None = None
     rule_high_water: int | None = None
@@ -165,7 +171,9 @@ class Category(Shape):
     id: str
     name: str
     description: str
-    scope: Literal["org_shared", "project"]
+    scope: Literal["org_shared", "agent_private"] = Field(
+        description="org_shared: every project of the org; agent_private: this project's agents only"
+    )
     state: CategoryState
     author_kind: ActorKindName
     rule_high_water: int
@@ -179,10 +187,15 @@ class Category(Shape):
 
 
 class CategoryList(Shape):
-    """``list_categories``: a page of categories."""
+    """``list_categories``: a page of categories (the SDK's ``Page<Category>``).
 
-    categories: list[Category]
+    ``categories`` is the same list under the spec's older name.
+    """
+
+    items: list[Category]
+    total: int
     next_cursor: str | None = None
+    categories: list[Category]
 
 
 class GraduationStatus(Shape):

@@ -25,7 +25,7 @@ from reviewloop.tenancy import Principal
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
-from gateway.translate import Json
+from gateway.translate import Json, page
 from gateway.translate.rules import (
     as_category,
     as_graduation_proposal,
@@ -34,6 +34,7 @@ from gateway.translate.rules import (
     as_rule,
     as_rule_list,
     as_rule_revision,
+    category_scope,
 )
 
 router = APIRouter(tags=["rules"], route_class=ShapedRoute)
@@ -119,9 +120,7 @@ async def list_categories(
         rules_pb2.ListCategoriesRequest(principal=principal.to_proto(), cursor=cursor, limit=limit),
         timeout=backend.timeout_s,
     )
-    return encoded(
-        {"categories": [as_category(c) for c in reply.categories], "next_cursor": reply.next_cursor or None}
-    )
+    return encoded(page([as_category(c) for c in reply.categories], reply.next_cursor, also_as="categories"))
 
 
 @router.post("/v1/categories", status_code=201, operation_id="create_category", response_model=Category)
@@ -134,7 +133,7 @@ async def create_category(
             principal=principal.to_proto(),
             name=body.name,
             description=body.description,
-            scope=body.scope,
+            scope=category_scope(body.scope),
             idempotency_key=idempotency_key,
         ),
         timeout=backend.timeout_s,

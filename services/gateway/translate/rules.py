@@ -6,7 +6,7 @@ from __future__ import annotations
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import RISK_DIAL_FIELDS, DialValues
 
-from gateway.translate import Json, timestamp
+from gateway.translate import Json, page, timestamp
 
 
 def as_rule(rule: rules_pb2.Rule) -> Json:
@@ -30,6 +30,11 @@ def as_rule(rule: rules_pb2.Rule) -> Json:
     body.update(author_kind=rule.author_kind, status=rule.status)
     if rule.agent_id:
         body["agent_id"] = rule.agent_id
+        body["scope_agent_id"] = rule.agent_id  # the SDK's name
+    if rule.supersedes_id:
+        body["supersedes_id"] = rule.supersedes_id
+    if rule.HasField("created_at"):
+        body["created_at"] = timestamp(rule.created_at)
     return body
 
 
@@ -37,8 +42,6 @@ def as_rule_revision(rule: rules_pb2.Rule) -> Json:
     """``RuleRevision``: the rule as it was, plus the audit facts of the change."""
     body = as_rule(rule)
     body.update(action=rule.action, changed_by_kind=rule.changed_by_kind, changed_by_id=rule.changed_by_id)
-    if rule.supersedes_id:
-        body["supersedes_id"] = rule.supersedes_id
     if rule.high_water:
         body["rule_high_water"] = rule.high_water
     body["created_at"] = timestamp(rule.created_at)
@@ -46,8 +49,9 @@ def as_rule_revision(rule: rules_pb2.Rule) -> Json:
 
 
 def as_rule_list(reply: rules_pb2.GetRulesResponse) -> Json:
-    """``RuleList``; the versions and the composition token come with an unfiltered read only."""
-    body: Json = {"rules": [as_rule(r) for r in reply.rules], "next_cursor": None}
+    """``RuleList`` (the SDK's ``RuleSnapshot``: ``items``, ``total``; ``rules`` is the same list); the
+    versions and the composition token come with an unfiltered read only."""
+    body = page([as_rule(r) for r in reply.rules], also_as="rules")
     if reply.composition_token:
         body.update(
             house_style_version=reply.house_style_version,
@@ -59,12 +63,22 @@ def as_rule_list(reply: rules_pb2.GetRulesResponse) -> Json:
     return body
 
 
+# The SDK's name for a category narrower than the org: ``agent_private``. Ours is the project's.
+CATEGORY_SCOPES = {"project": "agent_private"}
+CATEGORY_SCOPE_NAMES = {sdk: ours for ours, sdk in CATEGORY_SCOPES.items()}
+
+
+def category_scope(scope: str) -> str:
+    """A category scope as a request names it, as the rules service reads it."""
+    return CATEGORY_SCOPE_NAMES.get(scope, scope)
+
+
 def as_category(category: rules_pb2.Category) -> Json:
-    return {
+    body: Json = {
         "id": category.id,
         "name": category.name,
         "description": category.description,
-        "scope": category.scope,
+        "scope": CATEGORY_SCOPES.get(category.scope, category.scope),
         "state": category.state,
         "author_kind": category.author_kind,
         "rule_high_water": category.rule_high_water,
@@ -73,6 +87,9 @@ def as_category(category: rules_pb2.Category) -> Json:
         "clean_approval_count": category.clean_approval_count,
         "drift_count": category.drift_count,
     }
+    if category.HasField("created_at"):
+        body["created_at"] = timestamp(category.created_at)
+    return body
 
 
 def as_graduation_status(status: rules_pb2.GraduationStatus) -> Json:

@@ -32,7 +32,14 @@ from gateway.backends import Backends, backends
 from gateway.responses import ShapedRoute
 from gateway.routes.rules import IdempotencyKey, save_request
 from gateway.translate import Json
-from gateway.translate.rules import as_category, as_graduation_proposal, as_risk_dial, as_rule, risk_values
+from gateway.translate.rules import (
+    as_category,
+    as_graduation_proposal,
+    as_risk_dial,
+    as_rule,
+    category_scope,
+    risk_values,
+)
 
 router = APIRouter(tags=["rules", "console"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
@@ -152,7 +159,7 @@ async def predefine_category(
             principal=principal.to_proto(),
             name=body.name,
             description=body.description,
-            scope=body.scope,
+            scope=category_scope(body.scope),
             never_graduate=body.never_graduate,
             idempotency_key=idempotency_key,
         ),
