@@ -25,7 +25,7 @@ async def test_send_queues_a_review_that_reads_back_and_lists(api: Api) -> None:
     assert "thread_ref" not in review and "message_id" not in review
 
     listed = (await api.http.get("/v1/reviews", headers=agent)).json()
-    assert [r["id"] for r in listed["reviews"]] == [body["review_id"]]
+    assert [r["id"] for r in listed["reviews"]] == [body["review_id"]], listed
     assert listed["next_cursor"] is None
 
 

@@ -181,7 +181,9 @@ async def list_reviews(
     ] = "",
     category_id: Annotated[str, Query(max_length=40)] = "",
     cursor: Annotated[str, Query(max_length=64)] = "",
-    page: Annotated[str, Query(max_length=64, description="the SDK's name for `cursor`")] = "",
+    page_token: Annotated[
+        str, Query(alias="page", max_length=64, description="the SDK's name for `cursor`")
+    ] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> OrjsonResponse:
     """Repeated ``state=`` (the spec) and comma-joined ``state=a,b`` (the SDK) both filter."""
@@ -197,7 +199,7 @@ async def list_reviews(
             states=[_STATES[s] for s in state],
             agent_id=agent_id,
             category_id=category_id,
-            cursor=cursor or page,
+            cursor=cursor or page_token,
             limit=limit,
         ),
         timeout=backend.timeout_s,
