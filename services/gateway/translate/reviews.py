@@ -36,7 +36,8 @@ def as_review_turn(turn: review_pb2.Turn) -> Json:
 
 
 def as_review(review: review_pb2.Review) -> Json:
-    """``Review``. ``category_id`` and ``intent`` are always present (``null`` when the draft has none)."""
+    """``Review``. ``intent`` is always present (``null`` when the draft has none); ``category_id`` is
+    omitted when the draft has none (the SDK types it ``string``, never ``null``)."""
     body: Json = {
         "id": review.id,
         "state": review_state(review.state),
@@ -46,7 +47,6 @@ def as_review(review: review_pb2.Review) -> Json:
         "org_id": review.org_id,
         "project_id": review.project_id,
         "agent_id": review.agent_id,
-        "category_id": review.category_id or None,
         "kind": enum_name(review_pb2.MessageKind, review.kind, "MESSAGE_KIND_"),
         "from_address": review.from_address,
         "to": list(review.to),
@@ -63,6 +63,8 @@ def as_review(review: review_pb2.Review) -> Json:
         if review.intent.meta_json:
             intent["meta"] = orjson.loads(review.intent.meta_json)
         body["intent"] = intent
+    if review.category_id:
+        body["category_id"] = review.category_id
     for name in (  # optional fields, present exactly when the message has them
         "message_id",
         "thread_ref",
