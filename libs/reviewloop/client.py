@@ -30,20 +30,20 @@ from pydantic import BaseModel
 
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.shapes import (
-    AckReviewEventsResult,
+    AckReviewEventResult,
     Category,
     CategoryList,
     ContractManifest,
     GraduationStatus,
     Problem,
     Review,
-    ReviewEventList,
+    ReviewEventsResult,
     ReviewFeedback,
     ReviewList,
     RiskDial,
     Rule,
-    RuleList,
-    SubmitResult,
+    RuleSnapshot,
+    SubmitForReviewResult,
 )
 
 T = TypeVar("T")
@@ -154,7 +154,7 @@ class Verbs:
         composition_token: str | None = None,
         idempotency_key: str | None = None,
         **extra: Any,
-    ) -> Call[SubmitResult]:
+    ) -> Call[SubmitForReviewResult]:
         """Submit a new outbound message (``POST /v1/messages``).
 
         The project's review policy decides what happens to it: under ``require_review`` a human decides;
@@ -178,7 +178,7 @@ class Verbs:
                 ``confidence``, ...), sent as given.
 
         Returns:
-            A :class:`SubmitResult` (``202``) with the ``review_id`` to come back to: ``status`` is
+            A :class:`SubmitForReviewResult` (``202``) with the ``review_id`` to come back to: ``status`` is
             ``queued_for_review``, or ``sent`` when the policy released the message at once.
 
         Raises:
@@ -202,7 +202,9 @@ class Verbs:
                 **extra,
             )
         )
-        return Call("POST", "/v1/messages", _shape(SubmitResult), body=body, idempotency_key=idempotency_key)
+        return Call(
+            "POST", "/v1/messages", _shape(SubmitForReviewResult), body=body, idempotency_key=idempotency_key
+        )
 
     @staticmethod
     def reply_to_email(
@@ -212,7 +214,7 @@ class Verbs:
         intent: Json | None = None,
         idempotency_key: str | None = None,
         **extra: Any,
-    ) -> Call[SubmitResult]:
+    ) -> Call[SubmitForReviewResult]:
         """Reply to a recorded message (``POST /v1/messages/{message_id}/reply``).
 
         The ``Re:`` subject and the recipients are materialized at submit, so the reviewer sees the exact
@@ -228,7 +230,7 @@ class Verbs:
                 given.
 
         Returns:
-            A :class:`SubmitResult` (``202``) with the ``review_id`` to come back to: ``status`` is
+            A :class:`SubmitForReviewResult` (``202``) with the ``review_id`` to come back to: ``status`` is
             ``queued_for_review``, or ``sent`` when the policy released the message at once.
 
         Raises:
@@ -237,7 +239,7 @@ class Verbs:
         """
         body = _drop_none(dict(body_text=body_text, intent=intent, **extra))
         return Call(
-            "POST", f"/v1/messages/{_id(message_id)}/reply", _shape(SubmitResult), body=body,
+            "POST", f"/v1/messages/{_id(message_id)}/reply", _shape(SubmitForReviewResult), body=body,
             idempotency_key=idempotency_key,
         )  # fmt: skip
 
@@ -250,7 +252,7 @@ class Verbs:
         intent: Json | None = None,
         idempotency_key: str | None = None,
         **extra: Any,
-    ) -> Call[SubmitResult]:
+    ) -> Call[SubmitForReviewResult]:
         """Forward a recorded message to new recipients (``POST /v1/messages/{message_id}/forward``).
 
         A forward goes through review like any send: the quoted parent is part of the reviewed body, and
@@ -266,7 +268,7 @@ class Verbs:
             **extra: Further request fields (``composition_token``, ``subject``, ...), sent as given.
 
         Returns:
-            A :class:`SubmitResult` (``202``) with the ``review_id`` to come back to: ``status`` is
+            A :class:`SubmitForReviewResult` (``202``) with the ``review_id`` to come back to: ``status`` is
             ``queued_for_review``, or ``sent`` when the policy released the message at once.
 
         Raises:
@@ -275,7 +277,7 @@ class Verbs:
         """
         body = _drop_none(dict(to=list(to), body_text=body_text, intent=intent, **extra))
         return Call(
-            "POST", f"/v1/messages/{_id(message_id)}/forward", _shape(SubmitResult), body=body,
+            "POST", f"/v1/messages/{_id(message_id)}/forward", _shape(SubmitForReviewResult), body=body,
             idempotency_key=idempotency_key,
         )  # fmt: skip
 
@@ -468,7 +470,9 @@ class Verbs:
         return Call("GET", f"/v1/reviews/{_id(review_id)}/feedback", _shape(ReviewFeedback))
 
     @staticmethod
-    def list_review_events(*, limit: int | None = None, cursor: str | None = None) -> Call[ReviewEventList]:
+    def list_review_events(
+        *, limit: int | None = None, cursor: str | None = None
+    ) -> Call[ReviewEventsResult]:
         """Drain the caller's un-acked nudges, oldest first (``GET /v1/review-events``).
 
         A nudge keeps re-surfacing until :meth:`ack_review_events` acks it. Handle every ``reason`` and ack
@@ -479,13 +483,15 @@ class Verbs:
             cursor: The ``next_cursor`` of the previous page.
 
         Returns:
-            A :class:`ReviewEventList`; its ``next_cursor`` is ``None`` on the last page.
+            A :class:`ReviewEventsResult`; its ``next_cursor`` is ``None`` on the last page.
         """
         params = _drop_none(dict(limit=limit, cursor=cursor))
-        return Call("GET", "/v1/review-events", _shape(ReviewEventList), params=params)
+        return Call("GET", "/v1/review-events", _shape(ReviewEventsResult), params=params)
 
     @staticmethod
-    def wait_for_review_event(*, timeout_s: float = 30.0, limit: int | None = None) -> Call[ReviewEventList]:
+    def wait_for_review_event(
+        *, timeout_s: float = 30.0, limit: int | None = None
+    ) -> Call[ReviewEventsResult]:
         """Long-poll for the caller's next un-acked nudges (``GET /v1/review-events/wait``).
 
         Answers as soon as a nudge is visible, or with no events once ``timeout_s`` has passed; the HTTP
@@ -496,18 +502,22 @@ class Verbs:
             limit: The most events answered (1..200; the server's default is 50).
 
         Returns:
-            A :class:`ReviewEventList`, empty when nothing arrived in time.
+            A :class:`ReviewEventsResult`, empty when nothing arrived in time.
         """
         params = _drop_none(dict(timeout_s=timeout_s, limit=limit))
         # The server holds the request up to timeout_s: read for longer than that.
         return Call(
-            "GET", "/v1/review-events/wait", _shape(ReviewEventList), params=params, timeout_s=timeout_s + 10
+            "GET",
+            "/v1/review-events/wait",
+            _shape(ReviewEventsResult),
+            params=params,
+            timeout_s=timeout_s + 10,
         )
 
     @staticmethod
     def ack_review_events(
         acks: Sequence[tuple[str, int]], *, idempotency_key: str | None = None
-    ) -> Call[AckReviewEventsResult]:
+    ) -> Call[AckReviewEventResult]:
         """Advance each review's ack cursor (``POST /v1/review-events/ack``).
 
         Idempotent, never backwards, all or nothing. An acked nudge never re-surfaces, so ack a terminal
@@ -519,7 +529,7 @@ class Verbs:
                 omitted.
 
         Returns:
-            An :class:`AckReviewEventsResult`; ``acked`` counts the acks accepted, a repeated one
+            An :class:`AckReviewEventResult`; ``acked`` counts the acks accepted, a repeated one
         included.
 
         Raises:
@@ -529,12 +539,12 @@ class Verbs:
         """
         body = {"acks": [{"review_id": review_id, "seq": seq} for review_id, seq in acks]}
         return Call(
-            "POST", "/v1/review-events/ack", _shape(AckReviewEventsResult), body=body,
+            "POST", "/v1/review-events/ack", _shape(AckReviewEventResult), body=body,
             idempotency_key=idempotency_key,
         )  # fmt: skip
 
     @staticmethod
-    def get_rules(*, scope: str | None = None, category_id: str | None = None) -> Call[RuleList]:
+    def get_rules(*, scope: str | None = None, category_id: str | None = None) -> Call[RuleSnapshot]:
         """Read the effective rule stack, precedence ladder applied (``GET /v1/rules``).
 
         Compose with the whole stack: unfiltered, the answer also carries the rule versions, the rule
@@ -546,12 +556,12 @@ class Verbs:
             category_id: Only rules that apply to this category.
 
         Returns:
-            A :class:`RuleList`, with the ``composition_token`` when unfiltered.
+            A :class:`RuleSnapshot`, with the ``composition_token`` when unfiltered.
         """
         return Call(
             "GET",
             "/v1/rules",
-            _shape(RuleList),
+            _shape(RuleSnapshot),
             params=_drop_none(dict(scope=scope, category_id=category_id)),
         )
 

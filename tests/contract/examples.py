@@ -204,7 +204,7 @@ CANONICAL: list[tuple[str, str, dict[str, Any]]] = [
     ("DiffHunk", "hunk", HUNK),
     ("Rule", "rule", RULE),
     *[("ReviewEvent", f"nudge_{name}", nudge) for name, nudge in NUDGES.items()],
-    ("ReviewChatRequest", "chat", CHAT),
+    ("PostReviewChatRequest", "chat", CHAT),
     ("Category", "category", CATEGORY),
     ("GraduationStatus", "graduation", GRADUATION),
     ("RiskDial", "risk_dial", RISK_DIAL),

@@ -187,12 +187,12 @@ def filled(message: Message, depth: int = 0) -> Message:
 UNVALIDATED: list[tuple[type[Any], Any]] = [
     (shapes.Review, lambda: as_review(filled(review_pb2.Review()))),
     (shapes.Review, lambda: as_review(review_pb2.Review(kind=1, state=1))),  # every optional absent
-    (shapes.SubmitResult, lambda: as_submit_result(filled(review_pb2.SubmitResponse()))),
+    (shapes.SubmitForReviewResult, lambda: as_submit_result(filled(review_pb2.SubmitResponse()))),
     (shapes.ReviewList, lambda: page([as_review(filled(review_pb2.Review()))], "c", also_as="reviews")),
     (shapes.ReviewTurnList, lambda: page([as_review_turn(filled(review_pb2.Turn()))])),
     (shapes.ReviewChatResult, lambda: as_review_chat_result(filled(review_pb2.PostChatResponse()))),
-    (shapes.ReviewEventList, lambda: {"events": [as_review_event(filled(nudge_pb2.Nudge()))]}),
-    (shapes.RuleList, lambda: as_rule_list(filled(rules_pb2.GetRulesResponse()))),
+    (shapes.ReviewEventsResult, lambda: {"events": [as_review_event(filled(nudge_pb2.Nudge()))]}),
+    (shapes.RuleSnapshot, lambda: as_rule_list(filled(rules_pb2.GetRulesResponse()))),
     (
         shapes.RuleHistory,
         lambda: {"lineage_id": "rln_1", "revisions": [as_rule_revision(filled(rules_pb2.Rule()))]},

@@ -44,7 +44,7 @@ class ReviewEventCursor(Shape):
     last_acked_seq: int
 
 
-class ReviewEventList(Shape):
+class ReviewEventsResult(Shape):
     """``list_review_events`` (a page) and ``wait_for_review_event`` (no cursor).
 
     The SDK's ``ReviewEventsResult``.
@@ -55,24 +55,24 @@ class ReviewEventList(Shape):
     cursors: list[ReviewEventCursor] | None = None
 
 
-class ReviewEventAck(Shape):
+class AckReviewEventEntry(Shape):
     """Acknowledge a review's nudges up to ``through_seq`` (the SDK's name; ``seq`` is the spec's)."""
 
     review_id: str = Field(max_length=40)
     seq: int = Field(ge=1, le=INT64_MAX, validation_alias=AliasChoices("through_seq", "seq"))
 
 
-class AckReviewEventsRequest(Shape):
+class AckReviewEventRequest(Shape):
     """``ack_review_event``: one cursor per review, all or nothing.
 
     ``broadcast_ids`` marks broadcast nudges done (none are emitted yet, so they are accepted and ignored).
     """
 
-    acks: list[ReviewEventAck] = Field(default_factory=list, max_length=100)
+    acks: list[AckReviewEventEntry] = Field(default_factory=list, max_length=100)
     broadcast_ids: list[str] = Field(default_factory=list, max_length=100)
 
 
-class AckReviewEventsResult(Shape):
+class AckReviewEventResult(Shape):
     """How many review cursors moved, and where each named review's cursor now stands."""
 
     acked: int

@@ -94,9 +94,11 @@ class Problem(Shape):
 class ContractManifest(Shape):
     """The machine-readable contract a harness pins against."""
 
+    name: str
     version: str
     stability: Literal["provisional"]
     kind: Literal["sdk+skill-contract"]
+    spec_ref: str
     core_shapes: list[str]
     shapes: list[str]
     skills: list[str]

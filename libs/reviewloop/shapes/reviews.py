@@ -98,7 +98,7 @@ class CancelIn(Shape):
     parent_revision: int | None = Field(default=None, ge=1, le=INT64_MAX)
 
 
-class RevisionIn(Shape):
+class SubmitRevisionRequest(Shape):
     """A redraft: omitted fields keep the draft's value; ``attachments: []`` clears them."""
 
     parent_revision: int = Field(ge=1, le=INT64_MAX)
@@ -118,14 +118,14 @@ class RevisionIn(Shape):
     composition_token: str | None = Field(default=None, max_length=4096)
 
 
-class RestampIn(Shape):
+class RestampReviewRequest(Shape):
     """``restamp_review``: the draft at ``parent_revision`` stands as is, composed under a new token."""
 
     parent_revision: int = Field(ge=1, le=INT64_MAX)
     composition_token: str | None = Field(default=None, max_length=4096)
 
 
-class ReviewChatRequest(Shape):
+class PostReviewChatRequest(Shape):
     """``post_review_chat``: an ``agent_question`` turn on the review thread."""
 
     text: str = Field(min_length=1, max_length=10_000)
@@ -191,7 +191,7 @@ class DiffJson(Shape):
     hunks: list[DiffHunk]
 
 
-class ReviewComment(Shape):
+class ReviewFeedbackComment(Shape):
     """One comment of the reviewer's thread, as the feedback carries it."""
 
     turn_id: str
@@ -208,7 +208,7 @@ class ReviewFeedback(Shape):
     decision: str = Field(description="approved | edited | rejected | escalated")
     diff_unified: str | None = None
     diff_json: DiffJson | None = None
-    comments: list[ReviewComment] = Field(default_factory=list)
+    comments: list[ReviewFeedbackComment] = Field(default_factory=list)
     new_rules: list[str] = Field(default_factory=list, description="rule_ ids born from this review")
 
 
@@ -323,7 +323,7 @@ class SentMessage(Shape):
     thread_id: str | None = None
 
 
-class SubmitResult(Shape):
+class SubmitForReviewResult(Shape):
     """What ``send_email``, ``reply_to_email`` and ``forward_email`` answer (202).
 
     ``kind`` is the SDK's discriminator (``queued_for_review``: nothing is delivered yet; ``sent``:

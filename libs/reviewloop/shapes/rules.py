@@ -22,7 +22,7 @@ from reviewloop.shapes._base import (
 # --- rules ------------------------------------------------------------------------------------------
 
 
-class RuleIn(Shape):
+class SaveRuleRequest(Shape):
     """save_rule: a new lineage, or a revision of one naming the rev it read."""
 
     rule_text: str = Field(max_length=MAX_RULE_BODY)
@@ -75,7 +75,7 @@ class Rule(Shape):
     created_at: datetime | None = None
 
 
-class RuleList(Shape):
+class RuleSnapshot(Shape):
     """``get_rules`` (the SDK's ``RuleSnapshot``): the ordered effective ladder.
 
     Unfiltered, it carries the composition token. ``rules`` is ``items`` under the spec's older name.
@@ -130,7 +130,7 @@ class CompositionKey(Shape):
 # --- categories and graduation ----------------------------------------------------------------------
 
 
-class CategoryIn(Shape):
+class ProposeCategoryRequest(Shape):
     """``create_category``: an agent adds a category."""
 
     name: str = Field(max_length=1000)
@@ -138,13 +138,13 @@ class CategoryIn(Shape):
     scope: str = Field(default="", max_length=16)
 
 
-class AdminCategoryIn(CategoryIn):
+class AdminCategoryIn(ProposeCategoryRequest):
     """``predefine_category``: the console adds a category, possibly locked from graduating."""
 
     never_graduate: bool = False
 
 
-class CategoryPatch(Shape):
+class UpdateCategoryRequest(Shape):
     """``update_category``: an absent field is untouched."""
 
     name: str | None = Field(default=None, max_length=1000)
@@ -152,7 +152,7 @@ class CategoryPatch(Shape):
     never_graduate: bool | None = None
 
 
-class ProposalIn(Shape):
+class ProposeGraduationRequest(Shape):
     """``propose_graduation``: the rung proposed, and why."""
 
     to_state: str = Field(default="", max_length=16)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from reviewloop.nudge.v1 import nudge_pb2
-from reviewloop.shapes import AckReviewEventsRequest, AckReviewEventsResult, ReviewEventList
+from reviewloop.shapes import AckReviewEventRequest, AckReviewEventResult, ReviewEventsResult
 from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
@@ -20,7 +20,7 @@ Backend = Annotated[Backends, Depends(backends)]
 Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 
 
-@router.get("/v1/review-events", operation_id="list_review_events", response_model=ReviewEventList)
+@router.get("/v1/review-events", operation_id="list_review_events", response_model=ReviewEventsResult)
 async def list_review_events(
     principal: Caller,
     backend: Backend,
@@ -42,7 +42,7 @@ async def list_review_events(
 WAIT_MIN_S, WAIT_MAX_S = 1.0, 55.0
 
 
-@router.get("/v1/review-events/wait", operation_id="wait_for_review_event", response_model=ReviewEventList)
+@router.get("/v1/review-events/wait", operation_id="wait_for_review_event", response_model=ReviewEventsResult)
 async def wait_for_review_event(
     principal: Caller,
     backend: Backend,
@@ -62,8 +62,8 @@ async def wait_for_review_event(
     return encoded({"events": [as_review_event(n) for n in reply.events]})
 
 
-@router.post("/v1/review-events/ack", operation_id="ack_review_events", response_model=AckReviewEventsResult)
-async def ack_review_events(body: AckReviewEventsRequest, principal: Caller, backend: Backend) -> Json:
+@router.post("/v1/review-events/ack", operation_id="ack_review_events", response_model=AckReviewEventResult)
+async def ack_review_events(body: AckReviewEventRequest, principal: Caller, backend: Backend) -> Json:
     """Advance each review's ack cursor to `through_seq` (or `seq`): idempotent, never backwards, all or
     nothing. Acking past a review's head is refused (400); another caller's review is 404."""
     if not body.acks:  # only broadcast ids: no broadcast nudge is emitted yet, so nothing moves

@@ -12,10 +12,10 @@ from reviewloop.shapes import (
     CancelIn,
     ForwardIn,
     OpenIn,
+    PostReviewChatRequest,
     ReplyIn,
-    RestampIn,
+    RestampReviewRequest,
     Review,
-    ReviewChatRequest,
     ReviewChatResult,
     ReviewerDecisionRequest,
     ReviewerDecisionResult,
@@ -23,9 +23,9 @@ from reviewloop.shapes import (
     ReviewList,
     ReviewPolicy,
     ReviewTurnList,
-    RevisionIn,
     SendIn,
-    SubmitResult,
+    SubmitForReviewResult,
+    SubmitRevisionRequest,
 )
 from reviewloop.tenancy import ActorKind, Principal
 
@@ -91,7 +91,7 @@ async def _submit(
 # --- the composer's plane -------------------------------------------------------------------------
 
 
-@router.post("/v1/messages", status_code=202, operation_id="send_email", response_model=SubmitResult)
+@router.post("/v1/messages", status_code=202, operation_id="send_email", response_model=SubmitForReviewResult)
 async def send_email(
     body: SendIn,
     principal: Annotated[Principal, Depends(AGENT)],
@@ -106,7 +106,7 @@ async def send_email(
     "/v1/messages/{message_id}/reply",
     status_code=202,
     operation_id="reply_to_email",
-    response_model=SubmitResult,
+    response_model=SubmitForReviewResult,
 )
 async def reply_to_email(
     message_id: str,
@@ -123,7 +123,7 @@ async def reply_to_email(
     "/v1/messages/{message_id}/forward",
     status_code=202,
     operation_id="forward_email",
-    response_model=SubmitResult,
+    response_model=SubmitForReviewResult,
 )
 async def forward_email(
     message_id: str,
@@ -210,7 +210,7 @@ async def list_reviews(
 @router.post("/v1/reviews/{review_id}/revisions", operation_id="submit_revision", response_model=Review)
 async def submit_revision(
     review_id: str,
-    body: RevisionIn,
+    body: SubmitRevisionRequest,
     principal: Annotated[Principal, Depends(AGENT)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
@@ -245,7 +245,7 @@ async def submit_revision(
 @router.post("/v1/reviews/{review_id}/restamp", operation_id="restamp_review", response_model=Review)
 async def restamp_review(
     review_id: str,
-    body: RestampIn,
+    body: RestampReviewRequest,
     principal: Annotated[Principal, Depends(AGENT)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
@@ -290,7 +290,7 @@ async def cancel_review(
 @router.post("/v1/reviews/{review_id}/chat", operation_id="post_review_chat", response_model=ReviewChatResult)
 async def post_review_chat(
     review_id: str,
-    body: ReviewChatRequest,
+    body: PostReviewChatRequest,
     principal: Annotated[Principal, Depends(COMPOSER_OR_HUMAN)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",

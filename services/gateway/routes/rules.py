@@ -9,16 +9,16 @@ from fastapi import APIRouter, Depends, Header, Query
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
     Category,
-    CategoryIn,
     CategoryList,
     GraduationProposal,
     GraduationStatus,
-    ProposalIn,
+    ProposeCategoryRequest,
+    ProposeGraduationRequest,
     RiskDial,
     Rule,
     RuleHistory,
-    RuleIn,
-    RuleList,
+    RuleSnapshot,
+    SaveRuleRequest,
 )
 from reviewloop.tenancy import Principal
 
@@ -44,7 +44,7 @@ IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", max_length=255)]
 
 
 def save_request(
-    principal: Principal, body: RuleIn, layer: str, idempotency_key: str
+    principal: Principal, body: SaveRuleRequest, layer: str, idempotency_key: str
 ) -> rules_pb2.SaveRuleRequest:
     return rules_pb2.SaveRuleRequest(
         principal=principal.to_proto(),
@@ -62,7 +62,7 @@ def save_request(
     )
 
 
-@router.get("/v1/rules", operation_id="get_rules", response_model=RuleList)
+@router.get("/v1/rules", operation_id="get_rules", response_model=RuleSnapshot)
 async def get_rules(
     principal: ProjectKey,
     backend: Backend,
@@ -88,7 +88,7 @@ async def get_rules(
 
 @router.post("/v1/rules", status_code=201, operation_id="save_rule", response_model=Rule)
 async def save_rule(
-    body: RuleIn, principal: ProjectKey, backend: Backend, idempotency_key: IdempotencyKey = ""
+    body: SaveRuleRequest, principal: ProjectKey, backend: Backend, idempotency_key: IdempotencyKey = ""
 ) -> Json:
     """Save a project-layer rule, or revise one (``lineage_id`` + the ``expected_rev`` you read)."""
     reply = await backend.rules.SaveRule(
@@ -125,7 +125,10 @@ async def list_categories(
 
 @router.post("/v1/categories", status_code=201, operation_id="create_category", response_model=Category)
 async def create_category(
-    body: CategoryIn, principal: ProjectKey, backend: Backend, idempotency_key: IdempotencyKey = ""
+    body: ProposeCategoryRequest,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
 ) -> Json:
     """An agent adds a category to the registry (``author_kind: agent``)."""
     reply = await backend.rules.CreateCategory(
@@ -161,7 +164,7 @@ async def get_graduation_status(category_id: str, principal: ProjectKey, backend
     response_model=GraduationProposal,
 )
 async def propose_graduation(
-    category_id: str, body: ProposalIn, principal: ProjectKey, backend: Backend
+    category_id: str, body: ProposeGraduationRequest, principal: ProjectKey, backend: Backend
 ) -> Json:
     """Propose the next rung; only a human flips it."""
     reply = await backend.rules.ProposeGraduation(

@@ -1,4 +1,4 @@
-"""review_state's messages as the review shapes (``Review``, ``SubmitResult``, ``ReviewFeedback`` ...), and
+"""review_state's messages as the review shapes (``Review``, ``SubmitForReviewResult``, ``ReviewFeedback`` ...), and
 the composer's attachments and intent as protobuf."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def as_review_chat_result(reply: review_pb2.PostChatResponse) -> Json:
 
 
 def as_submit_result(reply: review_pb2.SubmitResponse) -> Json:
-    """``SubmitResult``: the spec's ``status`` and the SDK's ``kind`` discriminator (and ``message`` once
+    """``SubmitForReviewResult``: the spec's ``status`` and the SDK's ``kind`` discriminator (and ``message`` once
     sent), so an SDK never reads a queued draft as delivered."""
     review = as_review(reply.review)
     body: Json = {

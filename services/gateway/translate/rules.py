@@ -49,7 +49,7 @@ def as_rule_revision(rule: rules_pb2.Rule) -> Json:
 
 
 def as_rule_list(reply: rules_pb2.GetRulesResponse) -> Json:
-    """``RuleList`` (the SDK's ``RuleSnapshot``: ``items``, ``total``; ``rules`` is the same list); the
+    """``RuleSnapshot`` (the SDK's ``RuleSnapshot``: ``items``, ``total``; ``rules`` is the same list); the
     versions and the composition token come with an unfiltered read only."""
     body = page([as_rule(r) for r in reply.rules], also_as="rules")
     if reply.composition_token:
