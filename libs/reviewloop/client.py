@@ -40,6 +40,7 @@ from reviewloop.shapes import (
     ReviewEventsResult,
     ReviewFeedback,
     ReviewList,
+    ReviewTurnList,
     RiskDial,
     Rule,
     RuleSnapshot,
@@ -195,7 +196,7 @@ class Verbs:
                 cc=list(cc) or None,
                 bcc=list(bcc) or None,
                 subject=subject,
-                body_text=body_text,
+                text=body_text,  # the SDK's request name (the server also reads body_text)
                 intent=intent,
                 category_id=category_id,
                 composition_token=composition_token,
@@ -237,7 +238,7 @@ class Verbs:
             ReviewloopError: ``404 not_found`` for a message this project does not hold; otherwise as
                 :meth:`send_email`.
         """
-        body = _drop_none(dict(body_text=body_text, intent=intent, **extra))
+        body = _drop_none(dict(text=body_text, intent=intent, **extra))
         return Call(
             "POST", f"/v1/messages/{_id(message_id)}/reply", _shape(SubmitForReviewResult), body=body,
             idempotency_key=idempotency_key,
@@ -275,7 +276,7 @@ class Verbs:
             ReviewloopError: ``404 not_found`` for a message this project does not hold; otherwise as
                 :meth:`send_email`.
         """
-        body = _drop_none(dict(to=list(to), body_text=body_text, intent=intent, **extra))
+        body = _drop_none(dict(to=list(to), text=body_text, intent=intent, **extra))
         return Call(
             "POST", f"/v1/messages/{_id(message_id)}/forward", _shape(SubmitForReviewResult), body=body,
             idempotency_key=idempotency_key,
@@ -300,10 +301,26 @@ class Verbs:
         return Call("GET", f"/v1/reviews/{_id(review_id)}", _shape(Review))
 
     @staticmethod
+    def get_review_turns(review_id: str) -> Call[ReviewTurnList]:
+        """Read a review's append-only thread, oldest first (``GET /v1/reviews/{review_id}/turns``).
+
+        Args:
+            review_id: The ``rr_`` id.
+
+        Returns:
+            A :class:`ReviewTurnList`: the ``items`` (chat, decisions, revisions, ...) and their ``total``.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a review outside the caller's project.
+        """
+        return Call("GET", f"/v1/reviews/{_id(review_id)}/turns", _shape(ReviewTurnList))
+
+    @staticmethod
     def list_reviews(
         *,
         state: Sequence[str] = (),
         agent_id: str | None = None,
+        composer: str | None = None,
         category_id: str | None = None,
         cursor: str | None = None,
         limit: int | None = None,
@@ -316,12 +333,13 @@ class Verbs:
         Args:
             state: Only reviews in one of these states (empty: any).
             agent_id: Only reviews composed by this agent.
+            composer: ``"me"``: only the caller's own drafts (the SDK's filter).
             category_id: Only reviews in this category.
             cursor: The ``next_cursor`` of the previous page.
             limit: Page size (1..200; the server's default is 50).
 
         Returns:
-            A :class:`ReviewList`; its ``next_cursor`` is ``None`` on the last page.
+            A :class:`ReviewList` (``items``, ``total``); its ``next_cursor`` is ``None`` on the last page.
 
         Raises:
             ReviewloopError: ``bad_request`` for an unknown state.
@@ -330,6 +348,7 @@ class Verbs:
             dict(
                 state=list(state) or None,
                 agent_id=agent_id,
+                composer=composer,
                 category_id=category_id,
                 cursor=cursor,
                 limit=limit,
@@ -401,7 +420,7 @@ class Verbs:
 
     @staticmethod
     def cancel_review(
-        review_id: str, *, parent_revision: int, idempotency_key: str | None = None
+        review_id: str, *, parent_revision: int | None = None, idempotency_key: str | None = None
     ) -> Call[Review]:
         """Withdraw a review (``POST /v1/reviews/{review_id}/cancel``).
 
@@ -410,7 +429,7 @@ class Verbs:
 
         Args:
             review_id: The ``rr_`` id.
-            parent_revision: The ``revision`` the caller last read.
+            parent_revision: The ``revision`` the caller last read; omitted, the current one is withdrawn.
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
 
@@ -424,7 +443,7 @@ class Verbs:
         """
         return Call(
             "POST", f"/v1/reviews/{_id(review_id)}/cancel", _shape(Review),
-            body={"parent_revision": parent_revision}, idempotency_key=idempotency_key,
+            body=_drop_none({"parent_revision": parent_revision}), idempotency_key=idempotency_key,
         )  # fmt: skip
 
     @staticmethod
@@ -471,7 +490,7 @@ class Verbs:
 
     @staticmethod
     def list_review_events(
-        *, limit: int | None = None, cursor: str | None = None
+        *, limit: int | None = None, cursor: str | None = None, review_id: str | None = None
     ) -> Call[ReviewEventsResult]:
         """Drain the caller's un-acked nudges, oldest first (``GET /v1/review-events``).
 
@@ -481,11 +500,12 @@ class Verbs:
         Args:
             limit: Page size (1..200; the server's default is 50).
             cursor: The ``next_cursor`` of the previous page.
+            review_id: Only this review's nudges (a page may then be short: follow ``next_cursor``).
 
         Returns:
             A :class:`ReviewEventsResult`; its ``next_cursor`` is ``None`` on the last page.
         """
-        params = _drop_none(dict(limit=limit, cursor=cursor))
+        params = _drop_none(dict(limit=limit, cursor=cursor, review_id=review_id))
         return Call("GET", "/v1/review-events", _shape(ReviewEventsResult), params=params)
 
     @staticmethod
@@ -504,7 +524,7 @@ class Verbs:
         Returns:
             A :class:`ReviewEventsResult`, empty when nothing arrived in time.
         """
-        params = _drop_none(dict(timeout_s=timeout_s, limit=limit))
+        params = _drop_none(dict(wait_seconds=timeout_s, limit=limit))
         # The server holds the request up to timeout_s: read for longer than that.
         return Call(
             "GET",
@@ -524,7 +544,8 @@ class Verbs:
         nudge only once its outcome is recorded.
 
         Args:
-            acks: ``(review_id, seq)`` pairs: every nudge of that review up to ``seq`` is acked.
+            acks: ``(review_id, through_seq)`` pairs: every nudge of that review up to ``through_seq`` is
+                acked.
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
 
@@ -537,11 +558,14 @@ class Verbs:
                 review's newest nudge (nothing is acked); ``404 not_found`` for a review whose
                 nudges the caller cannot see.
         """
-        body = {"acks": [{"review_id": review_id, "seq": seq} for review_id, seq in acks]}
+        body = {"acks": [{"review_id": review_id, "through_seq": seq} for review_id, seq in acks]}
         return Call(
             "POST", "/v1/review-events/ack", _shape(AckReviewEventResult), body=body,
             idempotency_key=idempotency_key,
         )  # fmt: skip
+
+    # The skill catalog's name for the same verb.
+    ack_review_event = ack_review_events
 
     @staticmethod
     def get_rules(*, scope: str | None = None, category_id: str | None = None) -> Call[RuleSnapshot]:
@@ -836,6 +860,7 @@ class AsyncReviewloop(_Base):
     reply_to_email = _async(Verbs.reply_to_email)
     forward_email = _async(Verbs.forward_email)
     get_review = _async(Verbs.get_review)
+    get_review_turns = _async(Verbs.get_review_turns)
     list_reviews = _async(Verbs.list_reviews)
     submit_revision = _async(Verbs.submit_revision)
     restamp_review = _async(Verbs.restamp_review)
@@ -845,6 +870,7 @@ class AsyncReviewloop(_Base):
     list_review_events = _async(Verbs.list_review_events)
     wait_for_review_event = _async(Verbs.wait_for_review_event)
     ack_review_events = _async(Verbs.ack_review_events)
+    ack_review_event = _async(Verbs.ack_review_event)
     get_rules = _async(Verbs.get_rules)
     save_rule = _async(Verbs.save_rule)
     list_categories = _async(Verbs.list_categories)
@@ -913,6 +939,7 @@ class Reviewloop(_Base):
     reply_to_email = _sync(Verbs.reply_to_email)
     forward_email = _sync(Verbs.forward_email)
     get_review = _sync(Verbs.get_review)
+    get_review_turns = _sync(Verbs.get_review_turns)
     list_reviews = _sync(Verbs.list_reviews)
     submit_revision = _sync(Verbs.submit_revision)
     restamp_review = _sync(Verbs.restamp_review)
@@ -922,6 +949,7 @@ class Reviewloop(_Base):
     list_review_events = _sync(Verbs.list_review_events)
     wait_for_review_event = _sync(Verbs.wait_for_review_event)
     ack_review_events = _sync(Verbs.ack_review_events)
+    ack_review_event = _sync(Verbs.ack_review_event)
     get_rules = _sync(Verbs.get_rules)
     save_rule = _sync(Verbs.save_rule)
     list_categories = _sync(Verbs.list_categories)
