@@ -662,6 +662,21 @@ class Verbs:
         return Call("POST", "/v1/categories", _shape(Category), body=body, idempotency_key=idempotency_key)
 
     @staticmethod
+    def get_category(category_id: str) -> Call[Category]:
+        """Read one category (``GET /v1/categories/{category_id}``).
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            The :class:`Category`.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
+        """
+        return Call("GET", f"/v1/categories/{_id(category_id)}", _shape(Category))
+
+    @staticmethod
     def get_graduation_status(category_id: str) -> Call[GraduationStatus]:
         """Read a category's progress toward its next rung (``GET /v1/categories/{category_id}/graduation``).
 
@@ -875,6 +890,7 @@ class AsyncReviewloop(_Base):
     save_rule = _async(Verbs.save_rule)
     list_categories = _async(Verbs.list_categories)
     create_category = _async(Verbs.create_category)
+    get_category = _async(Verbs.get_category)
     get_graduation_status = _async(Verbs.get_graduation_status)
     propose_graduation = _async(Verbs.propose_graduation)
     get_risk_dial = _async(Verbs.get_risk_dial)
@@ -954,6 +970,7 @@ class Reviewloop(_Base):
     save_rule = _sync(Verbs.save_rule)
     list_categories = _sync(Verbs.list_categories)
     create_category = _sync(Verbs.create_category)
+    get_category = _sync(Verbs.get_category)
     get_graduation_status = _sync(Verbs.get_graduation_status)
     propose_graduation = _sync(Verbs.propose_graduation)
     get_risk_dial = _sync(Verbs.get_risk_dial)

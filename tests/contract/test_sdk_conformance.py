@@ -54,6 +54,7 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     )  # fmt: skip
     assert category["scope"] == "agent_private"
     await run.call("Page<Category>", "GET", "/v1/categories", agent)
+    await run.call("Category", "GET", f"/v1/categories/{category['id']}", agent)
     await run.call("GraduationStatus", "GET", f"/v1/categories/{category['id']}/graduation", agent)
     await run.call(
         "Rule", "POST", "/v1/rules", human, 201,

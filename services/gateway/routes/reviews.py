@@ -139,7 +139,7 @@ async def forward_email(
 
 
 async def _current(backend: Backends, principal: Principal, review_id: str) -> review_pb2.Review:
-    return await backend.review.GetReview(  # type: ignore[no-any-return]
+    return await backend.review.GetReview(
         review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
         timeout=backend.timeout_s,
     )

@@ -123,6 +123,16 @@ async def list_categories(
     return encoded(page([as_category(c) for c in reply.categories], reply.next_cursor, also_as="categories"))
 
 
+@router.get("/v1/categories/{category_id}", operation_id="get_category", response_model=Category)
+async def get_category(category_id: str, principal: ProjectKey, backend: Backend) -> Json:
+    """One category of the registry (the catalog's ``get_category``); another project's is 404."""
+    reply = await backend.rules.GetCategory(
+        rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id),
+        timeout=backend.timeout_s,
+    )
+    return as_category(reply)
+
+
 @router.post("/v1/categories", status_code=201, operation_id="create_category", response_model=Category)
 async def create_category(
     body: ProposeCategoryRequest,
