@@ -44,6 +44,7 @@ from reviewloop.shapes import (
     RiskDial,
     Rule,
     RuleSnapshot,
+    ScanBacklogStatus,
     SubmitForReviewResult,
 )
 
@@ -677,6 +678,22 @@ class Verbs:
         return Call("GET", f"/v1/categories/{_id(category_id)}", _shape(Category))
 
     @staticmethod
+    def get_backlog_status(category_id: str) -> Call[ScanBacklogStatus]:
+        """Count a category's queued drafts, current or stale against its rules (``GET .../backlog``).
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            The :class:`ScanBacklogStatus`: ``queued``, ``current_enough`` and ``stale`` (composed under an
+            older rule high-water: redraft them a few at a time, or restamp the ones that need no change).
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
+        """
+        return Call("GET", f"/v1/categories/{_id(category_id)}/backlog", _shape(ScanBacklogStatus))
+
+    @staticmethod
     def get_graduation_status(category_id: str) -> Call[GraduationStatus]:
         """Read a category's progress toward its next rung (``GET /v1/categories/{category_id}/graduation``).
 
@@ -891,6 +908,7 @@ class AsyncReviewloop(_Base):
     list_categories = _async(Verbs.list_categories)
     create_category = _async(Verbs.create_category)
     get_category = _async(Verbs.get_category)
+    get_backlog_status = _async(Verbs.get_backlog_status)
     get_graduation_status = _async(Verbs.get_graduation_status)
     propose_graduation = _async(Verbs.propose_graduation)
     get_risk_dial = _async(Verbs.get_risk_dial)
@@ -971,6 +989,7 @@ class Reviewloop(_Base):
     list_categories = _sync(Verbs.list_categories)
     create_category = _sync(Verbs.create_category)
     get_category = _sync(Verbs.get_category)
+    get_backlog_status = _sync(Verbs.get_backlog_status)
     get_graduation_status = _sync(Verbs.get_graduation_status)
     propose_graduation = _sync(Verbs.propose_graduation)
     get_risk_dial = _sync(Verbs.get_risk_dial)

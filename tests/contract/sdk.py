@@ -239,6 +239,19 @@ SDK: dict[str, dict[str, Any]] = {
             "can_graduate": BOOL,
         }
     ),
+    "ScanBacklogStatus": shape(
+        {
+            "category_id": STRING,
+            "state": enum("supervised", "auto_notify", "auto_silent", "probation"),
+            "queued": INT,
+            "current_enough": INT,
+            "stale": INT,
+            "current_category_rules_version": INT,
+            "current_house_style_version": INT,
+            "staleness_tolerance": INT,
+        },
+        extras={"rule_high_water": INT},
+    ),
     "ProblemField": shape({}, {"field": STRING, "code": STRING, "detail": STRING}),
     "Problem": shape(
         {"type": STRING, "title": STRING, "status": INT, "code": STRING},

@@ -119,6 +119,30 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
         json={"action": "approve", "revision": 1},
     )  # fmt: skip
 
+    # The backlog: a draft composed under the rules in force is current; a new rule makes it stale; an honest
+    # restamp against the new rules makes it current again.
+    backlog = f"/v1/categories/{category['id']}/backlog"
+    token = (await api.http.get("/v1/rules", params={"category_id": category["id"]}, headers=agent)).json()
+    pending = await run.call(
+        "SubmitForReviewResult", "POST", "/v1/messages", agent, 202,
+        json=sdk_send(category_id=category["id"], composition_token=token["composition_token"]),
+    )  # fmt: skip
+    before = await run.call("ScanBacklogStatus", "GET", backlog, agent)
+    assert (before["queued"], before["current_enough"], before["stale"]) == (1, 1, 0)
+    await run.call(
+        "Rule", "POST", "/v1/rules", human, 201,
+        json={"rule_text": "Sign off with a first name.", "scope": "category", "category_id": category["id"]},
+    )  # fmt: skip
+    after = await run.call("ScanBacklogStatus", "GET", backlog, agent)
+    assert (after["queued"], after["stale"]) == (1, 1)
+    token = (await api.http.get("/v1/rules", params={"category_id": category["id"]}, headers=agent)).json()
+    await run.call(
+        "Review", "POST", f"/v1/reviews/{pending['review']['id']}/restamp", agent,
+        json={"parent_revision": 1, "composition_token": token["composition_token"]},
+    )  # fmt: skip
+    restamped = await run.call("ScanBacklogStatus", "GET", backlog, agent)
+    assert (restamped["queued"], restamped["stale"]) == (1, 0)
+
     # A direct send answers the SDK's SentResult.
     await api.http.put(
         f"/v1/admin/projects/{project_id}/review-policy", json={"policy": "allow_direct"}, headers=api.admin
@@ -156,7 +180,7 @@ async def test_every_agent_answer_reads_as_the_sdk_type(answers: list[tuple[str,
     assert {sdk_type for sdk_type, _, _ in answers} >= {
         "Review", "Page<Review>", "Page<ReviewTurn>", "SubmitForReviewResult", "ReviewFeedback",
         "ReviewEventsResult", "AckReviewEventResult", "ReviewerDecisionResult", "Category", "Page<Category>",
-        "Rule", "RuleSnapshot", "GraduationStatus", "Problem",
+        "Rule", "RuleSnapshot", "GraduationStatus", "Problem", "ScanBacklogStatus",
     }  # fmt: skip
 
 

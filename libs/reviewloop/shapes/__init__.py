@@ -170,6 +170,7 @@ from reviewloop.shapes.rules import (
     RuleSettingsIn,
     RuleSnapshot,
     SaveRuleRequest,
+    ScanBacklogStatus,
     UpdateCategoryRequest,
 )
 
@@ -338,6 +339,7 @@ __all__ = [
     "RunnerIn",
     "RunnerList",
     "SaveRuleRequest",
+    "ScanBacklogStatus",
     "SelectionIn",
     "SendIn",
     "SendPath",

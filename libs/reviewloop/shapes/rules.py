@@ -198,6 +198,24 @@ class CategoryList(Shape):
     categories: list[Category]
 
 
+class ScanBacklogStatus(Shape):
+    """``get_backlog_status``: a category's queued drafts, current against its rules or stale.
+
+    A draft is stale when it was composed (or last restamped) under an older rule high-water than the one
+    now in force for its category; a redraft or an honest restamp makes it current again.
+    """
+
+    category_id: str
+    state: CategoryState
+    queued: int = Field(description="drafts in the human queue (needs_review | in_review | chatting)")
+    current_enough: int = Field(description="of the queued, composed under the rule high-water in force")
+    stale: int = Field(description="of the queued, composed under an older rule high-water")
+    current_category_rules_version: int
+    current_house_style_version: int
+    staleness_tolerance: int = Field(description="how many versions behind a draft may be: none")
+    rule_high_water: int = Field(description="the high-water a draft must have been composed under")
+
+
 class GraduationStatus(Shape):
     """``get_graduation_status``: read-only progress toward the next rung."""
 

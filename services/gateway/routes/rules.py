@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query
+from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
     Category,
@@ -19,6 +20,7 @@ from reviewloop.shapes import (
     RuleHistory,
     RuleSnapshot,
     SaveRuleRequest,
+    ScanBacklogStatus,
 )
 from reviewloop.tenancy import Principal
 
@@ -27,6 +29,7 @@ from gateway.backends import Backends, backends
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.translate import Json, page
 from gateway.translate.rules import (
+    as_backlog_status,
     as_category,
     as_graduation_proposal,
     as_graduation_status,
@@ -40,6 +43,7 @@ from gateway.translate.rules import (
 router = APIRouter(tags=["rules"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
 ProjectKey = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
+MAX_PAGE = 200
 IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", max_length=255)]
 
 
@@ -131,6 +135,51 @@ async def get_category(category_id: str, principal: ProjectKey, backend: Backend
         timeout=backend.timeout_s,
     )
     return as_category(reply)
+
+
+QUEUED_STATES = (
+    review_pb2.REVIEW_STATE_NEEDS_REVIEW,
+    review_pb2.REVIEW_STATE_IN_REVIEW,
+    review_pb2.REVIEW_STATE_CHATTING,
+)
+
+
+@router.get(
+    "/v1/categories/{category_id}/backlog",
+    operation_id="get_backlog_status",
+    response_model=ScanBacklogStatus,
+)
+async def get_backlog_status(category_id: str, principal: ProjectKey, backend: Backend) -> Json:
+    """How many of the category's queued drafts were composed under the rules in force, and how many are
+    stale (composed under an older rule high-water: redraft them, or restamp the ones that need no change).
+    Read-only; it counts down as drafts are redrafted, restamped, decided or cancelled."""
+    category = await backend.rules.GetCategory(
+        rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id),
+        timeout=backend.timeout_s,
+    )
+    rules = await backend.rules.GetRules(
+        rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
+        timeout=backend.timeout_s,
+    )
+    queued = stale = 0
+    cursor = ""
+    while True:
+        page_ = await backend.review.ListReviews(
+            review_pb2.ListReviewsRequest(
+                principal=principal.to_proto(),
+                states=QUEUED_STATES,
+                category_id=category_id,
+                cursor=cursor,
+                limit=MAX_PAGE,
+            ),
+            timeout=backend.timeout_s,
+        )
+        queued += len(page_.reviews)
+        stale += sum(r.rule_high_water < rules.rule_high_water for r in page_.reviews)
+        cursor = page_.next_cursor
+        if not cursor:
+            break
+    return as_backlog_status(category, rules, queued, stale)
 
 
 @router.post("/v1/categories", status_code=201, operation_id="create_category", response_model=Category)

@@ -92,6 +92,23 @@ def as_category(category: rules_pb2.Category) -> Json:
     return body
 
 
+def as_backlog_status(
+    category: rules_pb2.Category, rules: rules_pb2.GetRulesResponse, queued: int, stale: int
+) -> Json:
+    """``ScanBacklogStatus``: ``stale`` of the ``queued`` drafts predate the rule high-water in force."""
+    return {
+        "category_id": category.id,
+        "state": category.state,
+        "queued": queued,
+        "current_enough": queued - stale,
+        "stale": stale,
+        "current_category_rules_version": rules.category_rules_version,
+        "current_house_style_version": rules.house_style_version,
+        "staleness_tolerance": 0,
+        "rule_high_water": rules.rule_high_water,
+    }
+
+
 def as_graduation_status(status: rules_pb2.GraduationStatus) -> Json:
     body: Json = {"category_id": status.category_id, "state": status.state}
     if status.next_state:
