@@ -221,7 +221,9 @@ class GraduationStatus(Shape):
 
     category_id: str
     state: CategoryState
-    next_state: Literal["auto_notify", "auto_silent"] | None = None
+    next_state: Literal["auto_notify", "auto_silent", ""] = Field(
+        description="the rung a graduation would move to; empty at the top rung (the SDK's reading)"
+    )
     never_graduate: bool
     clean_approval_count: int
     graduate_min_approvals: int

@@ -110,9 +110,7 @@ def as_backlog_status(
 
 
 def as_graduation_status(status: rules_pb2.GraduationStatus) -> Json:
-    body: Json = {"category_id": status.category_id, "state": status.state}
-    if status.next_state:
-        body["next_state"] = status.next_state
+    body: Json = {"category_id": status.category_id, "state": status.state, "next_state": status.next_state}
     body.update(
         never_graduate=status.never_graduate,
         clean_approval_count=status.clean_approval_count,
