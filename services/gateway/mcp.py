@@ -196,8 +196,7 @@ def _operation(path: str, method: str, spec: dict[str, Any], components: dict[st
     input_schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
         input_schema["required"] = sorted(set(required))
-    if len(path_params) == 1:
-        input_schema["anyOf"] = [{"required": [only]}, {"required": [ID_ARGUMENT]}]
+    # (No top-level anyOf for "one of the two": some clients refuse it. A call naming neither is a 400.)
     output_schema = _output_schema(spec, components)
     summary = spec.get("description") or spec.get("summary") or ""
     return Operation(
@@ -223,10 +222,8 @@ def _output_schema(spec: dict[str, Any], components: dict[str, Any]) -> dict[str
         content = spec.get("responses", {}).get(status, {}).get("content", {}).get("application/json")
         if content is None:
             continue
-        schema = content.get("schema", {})
-        if _resolve(schema, components).get("type") != "object":
-            return None
-        return _with_defs({"type": "object", "allOf": [schema]} if "$ref" in schema else schema, components)
+        schema = _resolve(content.get("schema", {}), components)
+        return _with_defs(schema, components) if schema.get("type") == "object" else None
     return None
 
 

@@ -69,6 +69,8 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
                       composition_token=rules["composition_token"]),
     )  # fmt: skip
     assert queued["kind"] == "queued_for_review"
+    both = await run.call("Problem", "POST", "/v1/messages", agent, 422, json=sdk_send(body_text="Hi"))
+    assert both["errors"][0]["field"] == "/body_text"  # one body, under one of its two names
     review_id = queued["review"]["id"]
     await run.call("Review", "GET", f"/v1/reviews/{review_id}", agent)
     listed = await run.call(
@@ -186,7 +188,7 @@ async def test_every_agent_answer_reads_as_the_sdk_type(answers: list[tuple[str,
 
 async def test_the_sdk_reads_the_recovery_facts_of_a_409(answers: list[tuple[str, str, Any]]) -> None:
     """The SDK's ReviewConflictError reads state, revision and allowed actions from ``code`` by ``field``."""
-    problem = next(body for sdk_type, _, body in answers if sdk_type == "Problem")
+    problem = next(body for sdk_type, _, body in answers if sdk_type == "Problem" and body["code"] == "stale")
     by_field: dict[str, list[str]] = {}
     for hint in problem["errors"]:
         by_field.setdefault(hint["field"], []).append(hint["code"])

@@ -46,7 +46,7 @@ async def test_tools_are_the_routes_named_by_the_spec_verbs(api: Api) -> None:
     send = tools["send_email"].input_schema
     assert {"to", "subject", "text"} <= set(send["required"])
     assert {"idempotency_key", "client_id"} <= set(send["properties"])
-    assert tools["get_review"].input_schema["anyOf"] == [{"required": ["review_id"]}, {"required": ["id"]}]
+    assert {"review_id", "id"} <= set(tools["get_review"].input_schema["properties"])
     assert tools["list_review_events"].annotations is not None
     assert tools["list_review_events"].annotations.read_only_hint is True
 
@@ -69,7 +69,7 @@ async def test_the_catalog_names_arguments_schemas_and_annotations(api: Api) -> 
             assert annotations is not None and annotations.idempotent_hint is True, name
             assert annotations.read_only_hint is False, name
         assert tools["get_review"].output_schema is not None
-        assert "proposed_subject" in tools["get_review"].output_schema["$defs"]["Review"]["properties"]
+        assert "proposed_subject" in tools["get_review"].output_schema["properties"]
 
         first = structured(await client.call_tool("send_email", {**draft(), "client_id": "cat-1"}))
         again = structured(await client.call_tool("send_email", {**draft(), "client_id": "cat-1"}))
