@@ -43,6 +43,7 @@ from reviewloop.shapes import (
     ReviewTurnList,
     RiskDial,
     Rule,
+    RuleAudit,
     RuleSnapshot,
     ScanBacklogStatus,
     SubmitForReviewResult,
@@ -625,6 +626,22 @@ class Verbs:
         return Call("POST", "/v1/rules", _shape(Rule), body=body, idempotency_key=idempotency_key)
 
     @staticmethod
+    def get_rule_audit(lineage_id: str) -> Call[RuleAudit]:
+        """Read the changes of a rule lineage, oldest first (``GET /v1/rules/{lineage_id}/audit``).
+
+        Args:
+            lineage_id: The ``rln_`` id.
+
+        Returns:
+            A :class:`RuleAudit`: each change (``create``, ``supersede``, ``retire``, ``restore``, ...), who
+            made it, the rule before and after, and whether an undo took it back.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a lineage the caller's project cannot see.
+        """
+        return Call("GET", f"/v1/rules/{_id(lineage_id)}/audit", _shape(RuleAudit))
+
+    @staticmethod
     def list_categories(*, cursor: str | None = None) -> Call[CategoryList]:
         """List the category registry a draft is matched against (``GET /v1/categories``).
 
@@ -905,6 +922,7 @@ class AsyncReviewloop(_Base):
     ack_review_event = _async(Verbs.ack_review_event)
     get_rules = _async(Verbs.get_rules)
     save_rule = _async(Verbs.save_rule)
+    get_rule_audit = _async(Verbs.get_rule_audit)
     list_categories = _async(Verbs.list_categories)
     create_category = _async(Verbs.create_category)
     get_category = _async(Verbs.get_category)
@@ -986,6 +1004,7 @@ class Reviewloop(_Base):
     ack_review_event = _sync(Verbs.ack_review_event)
     get_rules = _sync(Verbs.get_rules)
     save_rule = _sync(Verbs.save_rule)
+    get_rule_audit = _sync(Verbs.get_rule_audit)
     list_categories = _sync(Verbs.list_categories)
     create_category = _sync(Verbs.create_category)
     get_category = _sync(Verbs.get_category)

@@ -252,6 +252,18 @@ SDK: dict[str, dict[str, Any]] = {
         },
         extras={"rule_high_water": INT},
     ),
+    "RuleAuditEntry": shape(
+        {
+            "id": STRING,
+            "entity_kind": enum("rule", "category"),
+            "entity_id": STRING,
+            "action": enum("create", "supersede", "retire", "rename", "redescribe", "merge", "restore"),
+            "actor_kind": enum("agent", "human", "system"),
+            "undone": BOOL,
+            "created_at": STAMP,
+        },
+        {"actor_id": STRING, "before_json": STRING, "after_json": STRING},
+    ),
     "ProblemField": shape({}, {"field": STRING, "code": STRING, "detail": STRING}),
     "Problem": shape(
         {"type": STRING, "title": STRING, "status": INT, "code": STRING},
@@ -281,6 +293,7 @@ def page(item: str, extra: str) -> dict[str, Any]:
 SDK["Page<Review>"] = page("Review", "reviews")
 SDK["Page<Category>"] = page("Category", "categories")
 SDK["Page<ReviewTurn>"] = page("ReviewTurn", "turns")
+SDK["Page<RuleAuditEntry>"] = page("RuleAuditEntry", "entries")
 
 
 def sdk_errors(type_name: str, value: Any) -> list[str]:

@@ -21,7 +21,7 @@ from gateway.translate import page
 from gateway.translate.budget import as_gate_decision, as_runner
 from gateway.translate.events import as_review_event
 from gateway.translate.reviews import as_review, as_review_chat_result, as_review_turn, as_submit_result
-from gateway.translate.rules import as_category, as_rule_list, as_rule_revision
+from gateway.translate.rules import as_category, as_rule_audit, as_rule_list, as_rule_revision
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from pydantic.json_schema import models_json_schema
@@ -193,6 +193,7 @@ UNVALIDATED: list[tuple[type[Any], Any]] = [
     (shapes.ReviewChatResult, lambda: as_review_chat_result(filled(review_pb2.PostChatResponse()))),
     (shapes.ReviewEventsResult, lambda: {"events": [as_review_event(filled(nudge_pb2.Nudge()))]}),
     (shapes.RuleSnapshot, lambda: as_rule_list(filled(rules_pb2.GetRulesResponse()))),
+    (shapes.RuleAudit, lambda: as_rule_audit(filled(rules_pb2.RuleHistory()))),
     (
         shapes.RuleHistory,
         lambda: {"lineage_id": "rln_1", "revisions": [as_rule_revision(filled(rules_pb2.Rule()))]},

@@ -56,11 +56,13 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     await run.call("Page<Category>", "GET", "/v1/categories", agent)
     await run.call("Category", "GET", f"/v1/categories/{category['id']}", agent)
     await run.call("GraduationStatus", "GET", f"/v1/categories/{category['id']}/graduation", agent)
-    await run.call(
+    rule = await run.call(
         "Rule", "POST", "/v1/rules", human, 201,
         json={"rule_text": "Propose a concrete time.", "scope": "category", "category_id": category["id"]},
     )  # fmt: skip
     rules = await run.call("RuleSnapshot", "GET", "/v1/rules", agent, params={"category_id": category["id"]})
+    audit = await run.call("Page<RuleAuditEntry>", "GET", f"/v1/rules/{rule['lineage_id']}/audit", agent)
+    assert [(e["action"], e["undone"]) for e in audit["items"]] == [("create", False)]
 
     # A queued send, read back every way the SDK reads it.
     queued = await run.call(
@@ -182,7 +184,7 @@ async def test_every_agent_answer_reads_as_the_sdk_type(answers: list[tuple[str,
     assert {sdk_type for sdk_type, _, _ in answers} >= {
         "Review", "Page<Review>", "Page<ReviewTurn>", "SubmitForReviewResult", "ReviewFeedback",
         "ReviewEventsResult", "AckReviewEventResult", "ReviewerDecisionResult", "Category", "Page<Category>",
-        "Rule", "RuleSnapshot", "GraduationStatus", "Problem", "ScanBacklogStatus",
+        "Rule", "RuleSnapshot", "GraduationStatus", "Problem", "ScanBacklogStatus", "Page<RuleAuditEntry>",
     }  # fmt: skip
 
 

@@ -108,6 +108,30 @@ class RuleHistory(Shape):
     revisions: list[RuleRevision]
 
 
+class RuleAuditEntry(Shape):
+    """One change of a rule lineage, as the catalog's ``get_rule_audit`` reads it (the SDK's type)."""
+
+    id: str = Field(description="the rule_ revision the change produced")
+    entity_kind: Literal["rule"]
+    entity_id: str = Field(description="the rln_ lineage")
+    action: str = Field(
+        description="create | supersede | retire | restore (the SDK's names); approve | reject (ours, no SDK name)"
+    )
+    actor_kind: str
+    actor_id: str | None = None
+    before_json: str | None = Field(default=None, description="the revision before, as JSON")
+    after_json: str = Field(description="this revision, as JSON")
+    undone: bool = Field(description="a later undo restored the revision before this one")
+    created_at: datetime
+
+
+class RuleAudit(Shape):
+    """``get_rule_audit``: a lineage's changes, oldest first."""
+
+    items: list[RuleAuditEntry]
+    total: int
+
+
 class RuleSettingsIn(Shape):
     """``set_rule_settings``."""
 

@@ -17,6 +17,7 @@ from reviewloop.shapes import (
     ProposeGraduationRequest,
     RiskDial,
     Rule,
+    RuleAudit,
     RuleHistory,
     RuleSnapshot,
     SaveRuleRequest,
@@ -35,6 +36,7 @@ from gateway.translate.rules import (
     as_graduation_status,
     as_risk_dial,
     as_rule,
+    as_rule_audit,
     as_rule_list,
     as_rule_revision,
     category_scope,
@@ -111,6 +113,17 @@ async def get_rule_history(lineage_id: str, principal: ProjectKey, backend: Back
     return encoded(
         {"lineage_id": reply.lineage_id, "revisions": [as_rule_revision(r) for r in reply.revisions]}
     )
+
+
+@router.get("/v1/rules/{lineage_id}/audit", operation_id="get_rule_audit", response_model=RuleAudit)
+async def get_rule_audit(lineage_id: str, principal: ProjectKey, backend: Backend) -> OrjsonResponse:
+    """The catalog's audit read of a rule lineage: each change, who made it, before and after, and
+    whether an undo took it back (the same facts as ``get_rule_history``)."""
+    reply = await backend.rules.GetRuleHistory(
+        rules_pb2.GetRuleHistoryRequest(principal=principal.to_proto(), lineage_id=lineage_id),
+        timeout=backend.timeout_s,
+    )
+    return encoded(as_rule_audit(reply))
 
 
 @router.get("/v1/categories", operation_id="list_categories", response_model=CategoryList)

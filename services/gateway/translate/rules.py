@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import orjson
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import RISK_DIAL_FIELDS, DialValues
 
@@ -46,6 +47,37 @@ def as_rule_revision(rule: rules_pb2.Rule) -> Json:
         body["rule_high_water"] = rule.high_water
     body["created_at"] = timestamp(rule.created_at)
     return body
+
+
+# The SDK's audit action names for ours; approve and reject have none there.
+AUDIT_ACTIONS = {"created": "create", "revised": "supersede", "retired": "retire", "undone": "restore",
+                 "approved": "approve", "rejected": "reject"}  # fmt: skip
+
+
+def as_rule_audit(reply: rules_pb2.RuleHistory) -> Json:
+    """``RuleAudit``: each revision of the lineage as the change that produced it."""
+    revisions = [as_rule_revision(r) for r in reply.revisions]
+    items: list[Json] = []
+    for i, revision in enumerate(revisions):
+        entry: Json = {
+            "id": revision["id"],
+            "entity_kind": "rule",
+            "entity_id": reply.lineage_id,
+            "action": AUDIT_ACTIONS.get(revision["action"], revision["action"]),
+            "actor_kind": revision["changed_by_kind"],
+        }
+        if revision["changed_by_id"]:
+            entry["actor_id"] = revision["changed_by_id"]
+        if i:
+            entry["before_json"] = orjson.dumps(revisions[i - 1]).decode()
+        later = revisions[i + 1] if i + 1 < len(revisions) else None
+        entry.update(
+            after_json=orjson.dumps(revision).decode(),
+            undone=later is not None and later["action"] == "undone",
+            created_at=revision["created_at"],
+        )
+        items.append(entry)
+    return page(items)
 
 
 def as_rule_list(reply: rules_pb2.GetRulesResponse) -> Json:
