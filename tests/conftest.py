@@ -111,6 +111,8 @@ async def start_stack(
     env = dict(os.environ)
     for name in ALL:
         env[f"REVIEWLOOP_{name.upper()}_ADDR"] = f"127.0.0.1:{free_port()}"
+    for name in SERVICES:
+        env[f"REVIEWLOOP_{name.upper()}_METRICS_ADDR"] = f"127.0.0.1:{free_port()}"
     for name in (*SERVICES, GATEWAY):
         env[f"REVIEWLOOP_{name.upper()}_DB"] = await databases.url(backend, name)
     env.update(

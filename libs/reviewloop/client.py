@@ -778,6 +778,39 @@ class Verbs:
         return Call("GET", "/v1/review-policy", _raw)
 
     @staticmethod
+    def resolve_delivery(
+        project_id: str, review_id: str, *, outcome: str, reason: str, idempotency_key: str | None = None
+    ) -> Call[Review]:
+        """Close a parked delivery by evidence: an operator's "mark delivered" / "mark failed".
+
+        ``POST /v1/admin/projects/{project_id}/reviews/{review_id}/delivery-resolution``; takes an admin key.
+
+        A delivery whose relay took the message but whose answer was lost is parked
+        (``delivery.status == "send_needs_reconciliation"`` on :meth:`get_review`); the platform never
+        resends it and no timer fails it. Only evidence closes it: the Sent folder over IMAP, or this verb.
+
+        Args:
+            project_id: The review's ``prj_`` project.
+            review_id: The ``rr_`` id.
+            outcome: ``delivered`` (the review becomes ``sent``) or ``failed`` (``failed``, with the reason
+                as its ``send_error``).
+            reason: The evidence, kept on the delivery as its ``resolution``.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+
+        Returns:
+            The :class:`Review`, now ``sent`` / ``auto_sent`` or ``failed``.
+
+        Raises:
+            ReviewloopError: ``409 wrong_state`` unless the delivery is parked; ``403`` for a non-admin key.
+        """
+        return Call(
+            "POST",
+            f"/v1/admin/projects/{_id(project_id)}/reviews/{_id(review_id)}/delivery-resolution",
+            _shape(Review), body={"outcome": outcome, "reason": reason}, idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    @staticmethod
     def get_contract_manifest() -> Call[ContractManifest]:
         """Read the contract manifest the server implements (``GET /v1/contract-manifest``).
 
@@ -931,6 +964,7 @@ class AsyncReviewloop(_Base):
     propose_graduation = _async(Verbs.propose_graduation)
     get_risk_dial = _async(Verbs.get_risk_dial)
     get_effective_review_policy = _async(Verbs.get_effective_review_policy)
+    resolve_delivery = _async(Verbs.resolve_delivery)
     get_contract_manifest = _async(Verbs.get_contract_manifest)
 
 
@@ -1013,6 +1047,7 @@ class Reviewloop(_Base):
     propose_graduation = _sync(Verbs.propose_graduation)
     get_risk_dial = _sync(Verbs.get_risk_dial)
     get_effective_review_policy = _sync(Verbs.get_effective_review_policy)
+    resolve_delivery = _sync(Verbs.resolve_delivery)
     get_contract_manifest = _sync(Verbs.get_contract_manifest)
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from reviewloop.trust import Trust
 
 
 class ConfigError(RuntimeError):
@@ -36,6 +38,11 @@ def db_url(service: str, env: Mapping[str, str] = os.environ) -> str:
 def address_variable(name: str) -> str:
     """The environment variable that places part ``name``."""
     return f"REVIEWLOOP_{name.upper()}_ADDR"
+
+
+def metrics_variable(name: str) -> str:
+    """The environment variable that places the ``/metrics`` endpoint of a gRPC service."""
+    return f"REVIEWLOOP_{name.upper()}_METRICS_ADDR"
 
 
 def address(name: str, env: Mapping[str, str] = os.environ) -> str:
@@ -65,6 +72,10 @@ class ServiceConfig:
     otlp_endpoint: str | None
     relay_poll_s: float = 0.5
     outbox_retention_s: float = 7 * 24 * 3600
+    # Where /metrics, /livez and /readyz answer (host:port); None serves no such endpoint.
+    metrics_listen: str | None = None
+    # How calls to and from this service authenticate (none on the loopback default).
+    trust: Trust = field(default_factory=Trust)
 
     @classmethod
     def from_env(
@@ -80,4 +91,6 @@ class ServiceConfig:
             otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
             relay_poll_s=float(env.get("REVIEWLOOP_RELAY_POLL_S", "0.5")),
             outbox_retention_s=float(env.get("REVIEWLOOP_OUTBOX_RETENTION_S", 7 * 24 * 3600)),
+            metrics_listen=env.get(metrics_variable(service)) or None,
+            trust=Trust.from_env(service, env),
         )

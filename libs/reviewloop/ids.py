@@ -26,6 +26,7 @@ PREFIXES = frozenset(
         "ck",
         "rvs",
         "rvl",
+        "lse",
     ]
 )
 

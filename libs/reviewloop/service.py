@@ -13,6 +13,7 @@ import collections
 import logging
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,25 +26,28 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
+from opentelemetry import trace
 from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor, filters
 from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, text
 
-from reviewloop import telemetry
+from reviewloop import metrics, telemetry
 from reviewloop.common.v1 import common_pb2
-from reviewloop.config import ServiceConfig
+from reviewloop.config import ConfigError, ServiceConfig
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import DomainError, invalid
-from reviewloop.rpc_errors import to_status
+from reviewloop.rpc_errors import grpc_code, to_status
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.migrations import migrate
-from reviewloop.storage.outbox import Relay, ingest_method
+from reviewloop.storage.outbox import Relay, ingest_method, outbox_probe
+from reviewloop.trust import ServiceAuthInterceptor, Trust
 
 log = logging.getLogger(__name__)
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
 SHUTDOWN_GRACE_S = 5.0
+READINESS_EVERY_S = 5.0
 
 # A restarted peer is found again within a second instead of after gRPC's default backoff (up to 120 s).
 # Messages carry whole drafts (2 MiB per body field) and their diffs, past gRPC's 4 MiB default.
@@ -58,10 +62,14 @@ CHANNEL_OPTIONS = (
 
 
 class Peers:
-    """One long-lived, traced channel per peer service, created on first use."""
+    """One long-lived, traced channel per peer service, created on first use.
 
-    def __init__(self, addresses: Mapping[str, str]) -> None:
+    Each presents ``trust``'s credentials (a signed service token, a client certificate) when configured.
+    """
+
+    def __init__(self, addresses: Mapping[str, str], trust: Trust | None = None) -> None:
         self._addresses = addresses
+        self._trust = trust or Trust()
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def channel(self, service: str) -> grpc.aio.Channel:
@@ -69,7 +77,7 @@ class Peers:
         if service not in self._addresses:
             raise KeyError(f"{service} is not a declared peer of this service (ServiceSpec.peers)")
         if service not in self._channels:
-            self._channels[service] = grpc.aio.insecure_channel(
+            self._channels[service] = self._trust.channel(
                 self._addresses[service],
                 options=CHANNEL_OPTIONS,
                 interceptors=aio_client_interceptors(),  # type: ignore[no-untyped-call]  # otel ships it untyped
@@ -118,6 +126,8 @@ class ServiceSpec(Generic[E]):
     background: Callable[[E], Sequence[Job]] | None = None
     # The process entry point of a part that is not a gRPC service (the gateway); None serves ``main``.
     entrypoint: Callable[[], None] | None = None
+    # The store gauges a metrics scrape reads (metrics.GAUGES); the outbox's are added for a relay.
+    probes: Callable[[E], Sequence[metrics.Probe]] | None = None
 
     def all_peers(self) -> tuple[str, ...]:
         """Every service this one talks to: the ones it calls and its relay's destinations."""
@@ -169,6 +179,8 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
 
 
 async def _fail(context: grpc.aio.ServicerContext[Any, Any], error: DomainError) -> None:
+    # gRPC's instrumentation leaves a client error (NOT_FOUND, ABORTED...) UNSET; an SRE filters on ERROR.
+    telemetry.mark_error(error.code.value, error.detail)
     status = rpc_status.to_status(to_status(error))
     await context.abort_with_status(
         _Status(status.code, status.details, (*status.trailing_metadata, *VERSION_METADATA))
@@ -177,40 +189,83 @@ async def _fail(context: grpc.aio.ServicerContext[Any, Any], error: DomainError)
 
 async def _crash(context: grpc.aio.ServicerContext[Any, Any], behavior: Any) -> None:
     log.exception("unhandled error in %s", behavior)
+    telemetry.mark_error("internal")
     await context.abort(
         grpc.StatusCode.INTERNAL, "The service failed to handle the request.", VERSION_METADATA
     )
 
 
-def _wrap_unary(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _annotate(message: Any) -> None:
+    """Put the review a request or answer names on the RPC's server span (the submit's from its answer)."""
+    if isinstance(message, Message):
+        trace.get_current_span().set_attributes(telemetry.review_attributes(message))
+
+
+class _Outcome:
+    """How one call ended, for its metric: the gRPC status name and the problem code."""
+
+    def __init__(self, method: str) -> None:
+        self.method, self.status, self.code = method, "OK", ""
+        self.started = time.perf_counter()
+
+    def failed(self, error: DomainError) -> None:
+        self.status, self.code = grpc_code(error).name, error.code.value
+
+    def record(self) -> None:
+        metrics.record_rpc(self.method, self.status, self.code, time.perf_counter() - self.started)
+
+
+def _wrap_unary(method: str, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         context.set_trailing_metadata(VERSION_METADATA)
+        outcome = _Outcome(method)
         try:
+            _annotate(request)
             _refuse_nul(request)
-            return await behavior(request, context)
+            response = await behavior(request, context)
+            _annotate(response)
+            return response
         except DomainError as error:
+            outcome.failed(error)
             await _fail(context, error)
-        except (grpc.aio.AbortError, asyncio.CancelledError):
+        except asyncio.CancelledError:
+            outcome.status = "CANCELLED"
+            raise
+        except grpc.aio.AbortError:
             raise
         except Exception:
+            outcome.status, outcome.code = "INTERNAL", "internal"
             await _crash(context, behavior)
+        finally:
+            outcome.record()
 
     return unary
 
 
-def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+def _wrap_stream(
+    method: str, behavior: Callable[..., AsyncIterator[Any]]
+) -> Callable[..., AsyncIterator[Any]]:
     async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         context.set_trailing_metadata(VERSION_METADATA)
+        outcome = _Outcome(method)
         try:
+            _annotate(request)
             _refuse_nul(request)
             async for item in behavior(request, context):
                 yield item
         except DomainError as error:
+            outcome.failed(error)
             await _fail(context, error)
-        except (grpc.aio.AbortError, asyncio.CancelledError):
+        except asyncio.CancelledError:
+            outcome.status = "CANCELLED"
+            raise
+        except grpc.aio.AbortError:
             raise
         except Exception:
+            outcome.status, outcome.code = "INTERNAL", "internal"
             await _crash(context, behavior)
+        finally:
+            outcome.record()
 
     return stream
 
@@ -233,14 +288,16 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
             return handler
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary),
+                _wrap_unary(handler_call_details.method, handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 # grpc.aio runs async generators here; the stubs only know the sync server's type.
-                _wrap_stream(cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)),
+                _wrap_stream(
+                    handler_call_details.method, cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)
+                ),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -259,10 +316,40 @@ class RunningService:
         relay: Relay | None,
         tasks: list[asyncio.Task[None]],
         port: int,
+        operations: asyncio.AbstractServer | None = None,
     ) -> None:
         self.server, self.health, self.db, self.peers = server, health, db, peers
         self.relay, self.tasks, self.port = relay, tasks, port
+        self.operations = operations
         self._stopped = False
+
+    async def ready(self) -> bool:
+        """Whether the store answers and the relay (if any) runs: what ``/readyz`` and health report."""
+        if self._stopped or (self.relay is not None and not self.relay.running):
+            return False
+        try:
+            async with self.db.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except Exception:
+            log.warning("readiness: the store does not answer", exc_info=True)
+            return False
+        return True
+
+    async def watch_readiness(self, names: Sequence[str], every_s: float = READINESS_EVERY_S) -> None:
+        """Keep gRPC health in step with ``ready()``: NOT_SERVING while the store or the relay is down."""
+        serving = True
+        while True:
+            await asyncio.sleep(every_s)
+            now = await self.ready()
+            if now != serving and not self._stopped:
+                serving = now
+                status = (
+                    health_pb2.HealthCheckResponse.SERVING
+                    if now
+                    else health_pb2.HealthCheckResponse.NOT_SERVING
+                )
+                for name in ("", *names):
+                    await self.health.set(name, status)
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
         """Report NOT_SERVING, drain in-flight RPCs, then stop background tasks, relay, peers and store.
@@ -274,6 +361,8 @@ class RunningService:
             return
         self._stopped = True
         await self.health.enter_graceful_shutdown()
+        if self.operations is not None:
+            self.operations.close()
         await self.server.stop(grace)
         for task in self.tasks:
             task.cancel()
@@ -304,11 +393,12 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     engine = make_engine(config.db_url)
     SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine)
     db = Database(engine)
-    peers = Peers(config.peers)
+    peers = Peers(config.peers, config.trust)
     server = grpc.aio.server(
         interceptors=[
             aio_server_interceptor(filter_=filters.negate(filters.service_name(HEALTH_SERVICE))),  # type: ignore[no-untyped-call]
             BoundaryInterceptor(),
+            ServiceAuthInterceptor(config.trust),
         ],
         options=[
             ("grpc.so_reuseport", 0),
@@ -327,13 +417,20 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     for name in ("", *names):
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     try:
-        port = server.add_insecure_port(config.listen)
+        port = config.trust.add_port(server, config.listen)
     except RuntimeError as exc:
         port = 0
         log.debug("bind failed: %s", exc)
     if port == 0:
         await engine.dispose()
         raise PortTakenError(f"{spec.name}: cannot listen on {config.listen} (is the port taken?)")
+    if config.trust.key is None and not config.trust.mtls and not _loopback(config.listen):
+        log.warning(
+            "%s listens on %s with no service authentication: any process that reaches the port can act "
+            "as any tenant. Set REVIEWLOOP_SERVICE_AUTH_KEY or REVIEWLOOP_TLS_* (docs/operations.md).",
+            spec.name,
+            config.listen,
+        )
     await server.start()
     await migrate(engine, spec.migrations_dir, spec.metadata)
     relay = None
@@ -348,17 +445,28 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     tasks: list[asyncio.Task[None]] = [
         asyncio.create_task(job()) for job in (spec.background(env) if spec.background else ())
     ]
+    running = RunningService(server, health, db, peers, relay, tasks, port)
+    tasks.append(asyncio.create_task(running.watch_readiness(names), name="readiness"))
+    if config.metrics_listen:
+        probes = [*((outbox_probe(db),) if relay else ()), *(spec.probes(env) if spec.probes else ())]
+        running.operations = await metrics.serve_http(config.metrics_listen, probes, running.ready)
     for name in ("", *names):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("%s serving on port %d (contract %s)", spec.name, port, CONTRACT_VERSION)
-    return RunningService(server, health, db, peers, relay, tasks, port)
+    return running
+
+
+def _loopback(listen: str) -> bool:
+    host = listen.rpartition(":")[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
 
 
 def main(spec: ServiceSpec[Any]) -> None:
     """Process entry point: run ``spec`` until SIGTERM or SIGINT, then stop gracefully."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    telemetry.setup_logging()
     config = ServiceConfig.from_env(spec.name, spec.all_peers())
     provider = telemetry.setup(spec.name, config.data_dir, config.otlp_endpoint)
+    metrics.setup(spec.name)
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -372,7 +480,7 @@ def main(spec: ServiceSpec[Any]) -> None:
 
     try:
         _run_loop(run())
-    except PortTakenError as exc:
+    except (PortTakenError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     finally:

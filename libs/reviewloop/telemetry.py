@@ -1,26 +1,51 @@
 """OpenTelemetry set-up, once per process.
 
 OTLP export when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; otherwise spans are appended as JSON lines
-to ``<data dir>/traces.jsonl``, which ``reviewloop traces`` reads back as a tree.
+to ``<data dir>/traces.jsonl``, which ``reviewloop traces`` reads back as a timeline.
+
+A trace starts only where work starts: a request (a SERVER span) or a span reviewloop opens itself
+(an outbox delivery, a sweep that found something). A store statement or a peer call made outside any
+span (an idle relay or sweep polling) is not sampled, so an idle stack exports nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_ON,
+    Decision,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+)
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.util.types import Attributes
 
+from reviewloop.common.v1 import common_pb2
 from reviewloop.contract import CONTRACT_VERSION
 
 TRACES_FILE = "traces.jsonl"
+
+# Span attribute names (docs/operations.md lists them with the spans that carry them).
+REVIEW_ID = "reviewloop.review_id"
+CATEGORY_ID = "category_id"
+ACTOR_KIND = "actor_kind"
+FROM_STATE = "from_state"
+TO_STATE = "to_state"
+PROBLEM_CODE = "problem_code"
 
 
 class JsonLinesExporter(SpanExporter):
@@ -70,10 +95,40 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+class WorkRoots(Sampler):
+    """Sample a root span only if it starts work.
+
+    Never a CLIENT span (a store statement, a peer call) without a parent: an idle relay or sweep's poll.
+    """
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        """Drop a parentless CLIENT span; record every other root."""
+        if kind is SpanKind.CLIENT:
+            return SamplingResult(Decision.DROP)
+        return ALWAYS_ON.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self) -> str:
+        """The sampler's name in diagnostics."""
+        return "WorkRoots"
+
+
+SAMPLER = ParentBased(root=WorkRoots())
+
+
 def setup(service: str, data_dir: Path, otlp_endpoint: str | None) -> TracerProvider:
     """Install the process-wide tracer provider for ``service``; returns it so boot can flush it."""
     provider = TracerProvider(
-        resource=Resource.create({"service.name": service, "service.version": CONTRACT_VERSION})
+        resource=Resource.create({"service.name": service, "service.version": CONTRACT_VERSION}),
+        sampler=SAMPLER,
     )
     exporter: SpanExporter
     if otlp_endpoint:
@@ -83,8 +138,47 @@ def setup(service: str, data_dir: Path, otlp_endpoint: str | None) -> TracerProv
     else:
         exporter = JsonLinesExporter(data_dir / TRACES_FILE)
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
+    from reviewloop.metrics import TransitionCounter
+
+    provider.add_span_processor(TransitionCounter())
     trace.set_tracer_provider(provider)
     return provider
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per log line.
+
+    With the trace and span ids (and the review id) of the active span, so a line leads to its trace.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as a JSON line."""
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        ctx = trace.get_current_span().get_span_context()
+        if ctx.is_valid:
+            line["trace_id"], line["span_id"] = f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+            review_id = getattr(trace.get_current_span(), "attributes", {}).get(REVIEW_ID)
+            if review_id:
+                line[REVIEW_ID] = review_id
+        line.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(line, default=str).decode()
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Log JSON lines to stderr (``REVIEWLOOP_LOG_FORMAT=text`` for the plain format)."""
+    handler = logging.StreamHandler()
+    if os.environ.get("REVIEWLOOP_LOG_FORMAT", "json") == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
 def current_traceparent() -> str:
@@ -98,6 +192,51 @@ def context_from_traceparent(traceparent: str) -> Any:
     """A context whose parent is the span named by ``traceparent`` (for continuing a trace)."""
     carrier: Mapping[str, str] = {"traceparent": traceparent} if traceparent else {}
     return propagate.extract(carrier)
+
+
+def review_attributes(message: Any) -> dict[str, Any]:
+    """The review attributes a request or an answer names.
+
+    ``reviewloop.review_id`` (from ``review_id``, ``review.id``, the ``review_id`` of repeated items such
+    as acks, or a review event's aggregate; a list when there are several), ``category_id`` and the
+    principal's ``actor_kind``.
+    """
+    found: dict[str, Any] = {}
+    fields = message.DESCRIPTOR.fields_by_name
+    review_ids: list[str] = []
+    if "review_id" in fields and (value := message.review_id):
+        review_ids.append(value)
+    if "review" in fields and message.HasField("review"):
+        review = message.review
+        review_ids.append(review.id)
+        if review.category_id:
+            found[CATEGORY_ID] = review.category_id
+    for name in ("acks", "events"):
+        if name in fields and fields[name].message_type is not None:
+            for item in getattr(message, name):
+                item_fields = item.DESCRIPTOR.fields_by_name
+                if "review_id" in item_fields and item.review_id:
+                    review_ids.append(item.review_id)
+                elif (
+                    name == "events" and "aggregate_id" in item_fields and item.aggregate_id.startswith("rr_")
+                ):
+                    review_ids.append(item.aggregate_id)
+    unique = list(dict.fromkeys(review_ids))
+    if unique:
+        found[REVIEW_ID] = unique[0] if len(unique) == 1 else unique
+    if "category_id" in fields and (value := message.category_id):
+        found[CATEGORY_ID] = value
+    if "principal" in fields and message.HasField("principal"):
+        kind = common_pb2.ActorKind.Name(message.principal.actor_kind)
+        found[ACTOR_KIND] = kind.removeprefix("ACTOR_KIND_").lower()
+    return found
+
+
+def mark_error(code: str, description: str = "") -> None:
+    """Record on the active span that it failed with problem ``code`` (4xx or 5xx alike)."""
+    span = trace.get_current_span()
+    span.set_attribute(PROBLEM_CODE, code)
+    span.set_status(Status(StatusCode.ERROR, description or code))
 
 
 tracer = trace.get_tracer("reviewloop")

@@ -17,6 +17,8 @@ class ActorKind(StrEnum):
     REVIEW_AGENT = "review_agent"
     ADMIN = "admin"
     SYSTEM = "system"
+    # A service key (a code-review orchestrator): keeps its service identity, never a person.
+    SERVICE = "service"
 
 
 _TO_PROTO = {kind: common_pb2.ActorKind.Value(f"ACTOR_KIND_{kind.name}") for kind in ActorKind}

@@ -1,13 +1,19 @@
-"""``reviewloop traces``: read the JSON-lines span file and print one trace as a tree."""
+"""``reviewloop traces``: a review's life (or one trace) as a timeline of request trees.
+
+It reads the JSON-lines span file the embedded exporter writes.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+REVIEW_ID = "reviewloop.review_id"  # telemetry.REVIEW_ID; this reader loads no OpenTelemetry
 
 
 def read_spans(path: Path) -> Iterator[dict[str, Any]]:
@@ -20,16 +26,50 @@ def read_spans(path: Path) -> Iterator[dict[str, Any]]:
                 yield orjson.loads(line)
 
 
+def names_review(span: Mapping[str, Any], review_id: str) -> bool:
+    """Whether ``span`` acts on ``review_id`` (an ack of several reviews carries a list)."""
+    value = span["attributes"].get(REVIEW_ID)
+    return value == review_id or (isinstance(value, list) and review_id in value)
+
+
 def trace_ids_for(spans: list[dict[str, Any]], key: str) -> list[str]:
-    """Trace ids that ``key`` names: a trace id itself, or a review id any span carries."""
+    """Trace ids that ``key`` names, oldest first.
+
+    A trace id names itself; a review id names every trace with a span that acts on the review.
+    """
     if any(s["trace_id"] == key for s in spans):
         return [key]
-    found = {s["trace_id"]: None for s in spans if s["attributes"].get("reviewloop.review_id") == key}
-    return list(found)
+    starts: dict[str, int] = {}
+    for span in spans:
+        if names_review(span, key):
+            starts.setdefault(span["trace_id"], span["start_ns"])
+    for span in spans:
+        if span["trace_id"] in starts:
+            starts[span["trace_id"]] = min(starts[span["trace_id"]], span["start_ns"])
+    return sorted(starts, key=starts.__getitem__)
+
+
+def otlp_notice(env: Mapping[str, str]) -> str | None:
+    """What to say when this process's traces go to an OTLP collector, not to the file."""
+    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not endpoint:
+        return None
+    return (
+        f"traces are exported over OTLP to {endpoint}, not to a file: search your tracing backend for "
+        f"the attribute {REVIEW_ID}=<review id> (unset OTEL_EXPORTER_OTLP_ENDPOINT to record "
+        "traces.jsonl instead)"
+    )
+
+
+def _clock(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def print_trace(path: Path, key: str) -> int:
-    """Print every trace ``key`` names, each as a tree of its spans.
+    """Print every trace ``key`` names as one timeline.
+
+    Each request tree with its wall-clock start and offset from the first; spans with their offset,
+    duration and status.
 
     Args:
         path: The JSON-lines span file.
@@ -43,18 +83,38 @@ def print_trace(path: Path, key: str) -> int:
     if not trace_ids:
         print(f"no trace or review {key} in {path}")
         return 1
+    by_trace: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for span in spans:
+        if span["trace_id"] in trace_ids:
+            by_trace[span["trace_id"]].append(span)
+    first = min(s["start_ns"] for members in by_trace.values() for s in members)
+    if len(trace_ids) > 1 or trace_ids[0] != key:
+        print(f"review {key}: {len(trace_ids)} request trees from {_clock(first)}")
     for trace_id in trace_ids:
-        print(f"trace {trace_id}")
-        print_tree(sorted((s for s in spans if s["trace_id"] == trace_id), key=lambda s: s["start_ns"]))
+        members = sorted(by_trace[trace_id], key=lambda s: s["start_ns"])
+        start = members[0]["start_ns"]
+        print(f"trace {trace_id}  {_clock(start)}  +{(start - first) / 1e9:.3f}s")
+        print_tree(members, start)
     return 0
 
 
-def print_tree(members: list[dict[str, Any]]) -> None:
-    """Print the spans of one trace indented under their parents, with duration and status.
+def _describe(span: Mapping[str, Any]) -> str:
+    attrs = span["attributes"]
+    extra = [
+        f"{name}={attrs[name]}"
+        for name in ("from_state", "to_state", "actor_kind", "problem_code")
+        if attrs.get(name) not in (None, "")
+    ]
+    return f"  [{' '.join(extra)}]" if extra else ""
+
+
+def print_tree(members: list[dict[str, Any]], start_ns: int | None = None) -> None:
+    """Print the spans of one trace indented under their parents, with offset, duration and status.
 
     A span whose parent is not among ``members`` (recorded by a process that has not flushed yet) is
     printed as a root; siblings keep the order of ``members``.
     """
+    origin = start_ns if start_ns is not None else min((s["start_ns"] for s in members), default=0)
     ids = {s["span_id"] for s in members}
     children: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
     for span in members:
@@ -64,7 +124,11 @@ def print_tree(members: list[dict[str, Any]]) -> None:
     def walk(parent: str | None, depth: int) -> None:
         for span in children[parent]:
             ms = (span["end_ns"] - span["start_ns"]) / 1e6
-            print(f"{'  ' * (depth + 1)}{span['service']}: {span['name']}  {ms:.1f} ms  {span['status']}")
+            at = (span["start_ns"] - origin) / 1e6
+            print(
+                f"{'  ' * (depth + 1)}{span['service']}: {span['name']}  +{at:.1f} ms  {ms:.1f} ms  "
+                f"{span['status']}{_describe(span)}"
+            )
             walk(span["span_id"], depth + 1)
 
     walk(None, 0)

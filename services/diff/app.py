@@ -1,23 +1,33 @@
-"""diff use cases: compute (or return the stored) diff, read a stored diff.
+"""diff use cases: compute (or return the stored) diff, compute one without storing it (``dry_run``),
+store a committed one (``diff_committed`` from review_state's outbox), read a stored diff.
 
 The diff is computed outside any transaction (a 2 MiB body must not hold SQLite's write lock), then
 stored in one transaction. Rows are never overwritten: the key's first inputs win, and a different
-input for a taken key is refused with ``conflict``.
+input for a taken key is refused with ``conflict``. review_state dry-runs an edit's diff and stores it
+only once the edit committed, so a writer that lost the review's compare-and-set leaves no row that
+would refuse the winner (or a later edit) of that revision pair.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+from typing import Any
 
+from reviewloop.diff.v1.diff_pb2 import DiffCommitted
 from reviewloop.errors import Code, DomainError, invalid
-from reviewloop.storage import Database, utcnow
+from reviewloop.storage import Database, UnitOfWork, utcnow
+from reviewloop.storage.inbox import Subscription
 from reviewloop.telemetry import tracer
+from reviewloop.tenancy import Principal
 
 from diff import store
 from diff.domain.fields import MAX_FIELD_BYTES, MessageFields, input_sha256, oversize
 from diff.domain.message import compute
 from diff.store import DiffKey, StoredDiff
+
+log = logging.getLogger(__name__)
 
 REVIEW_ID_MAX = 64
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -72,17 +82,21 @@ def _size(fields: MessageFields) -> int:
     return len(fields.subject) + len(fields.body_text) + len(fields.body_html)
 
 
-async def compute_diff(db: Database, key: DiffKey, before: MessageFields, after: MessageFields) -> StoredDiff:
+async def compute_diff(
+    db: Database, key: DiffKey, before: MessageFields, after: MessageFields, *, dry_run: bool = False
+) -> StoredDiff:
     """The diff of ``before`` -> ``after`` stored under ``key``: computed and stored on first call,
-    read back on every same-input call. Raises ``bad_request`` (bad key, a field over 2 MiB, a bad
-    attachment hash; nothing stored) and ``conflict`` (the key holds a diff of other inputs)."""
+    read back on every same-input call. ``dry_run`` computes it and neither reads nor stores a row.
+    Raises ``bad_request`` (bad key, a field over 2 MiB, a bad attachment hash; nothing stored) and
+    ``conflict`` (the key holds a diff of other inputs; never on a dry run)."""
     _check_key(key)
     _check_fields(before, after)
     address = input_sha256(before, after)
-    async with db.engine.connect() as conn:
-        stored = await store.get_diff(conn, key)
-    if stored is not None:
-        return _same_or_conflict(stored, address)
+    if not dry_run:
+        async with db.engine.connect() as conn:
+            stored = await store.get_diff(conn, key)
+        if stored is not None:
+            return _same_or_conflict(stored, address)
     with tracer.start_as_current_span(
         "diff.compute",
         attributes={"reviewloop.review_id": key.review_id, "input_chars": _size(before) + _size(after)},
@@ -100,6 +114,8 @@ async def compute_diff(db: Database, key: DiffKey, before: MessageFields, after:
         diff_json=result.diff_json,
         created_at=utcnow(),
     )
+    if dry_run:
+        return candidate
     async with db.transaction() as uow:
         if await store.add_diff(uow.conn, candidate):
             return candidate
@@ -121,3 +137,29 @@ async def get_diff(db: Database, key: DiffKey) -> StoredDiff:
             "was computed.",
         )
     return stored
+
+
+async def store_committed(uow: UnitOfWork, event: DiffCommitted) -> None:
+    """Store the diff of a revision pair a review committed to (review_state's outbox, once per event).
+    A key already holding other inputs keeps them: a row is never overwritten, and refusing the event
+    would only hold back the review's later ones."""
+    diff = event.diff
+    key = DiffKey(
+        Principal.from_proto(event.principal).project_id, diff.review_id, diff.from_revision, diff.to_revision
+    )
+    committed = StoredDiff(
+        key=key,
+        input_sha256=diff.input_sha256,
+        fields_changed=tuple(diff.fields_changed),
+        diff_unified=diff.diff_unified,
+        diff_json=diff.diff_json,
+        created_at=utcnow(),
+    )
+    if not await store.add_diff(uow.conn, committed):
+        stored = await store.get_diff(uow.conn, key)
+        if stored is not None and stored.input_sha256 != committed.input_sha256:
+            log.warning("kept the stored diff of %s (other inputs than the committed one)", key)
+
+
+# What the Ingest RPC subscribes to (``reviewloop.service.ingest``).
+SUBSCRIPTIONS: dict[str, Subscription[Any]] = {"diff_committed": Subscription(DiffCommitted, store_committed)}

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import grpc
 from google.protobuf import json_format
+from reviewloop import service
+from reviewloop.common.v1 import common_pb2
 from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
 from reviewloop.service import Registration
 from reviewloop.storage import Database
@@ -66,7 +68,11 @@ class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
         nothing stored), ABORTED ``conflict`` (the key holds a diff of other inputs)."""
         key = _key(request)
         stored = await app.compute_diff(
-            self.db, key, fields_from_proto(request.before), fields_from_proto(request.after)
+            self.db,
+            key,
+            fields_from_proto(request.before),
+            fields_from_proto(request.after),
+            dry_run=request.dry_run,
         )
         return diff_to_proto(stored)
 
@@ -77,6 +83,14 @@ class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
     ) -> diff_pb2.Diff:
         """The stored diff under the key. Errors: NOT_FOUND ``not_found``, INVALID_ARGUMENT ``bad_request``."""
         return diff_to_proto(await app.get_diff(self.db, _key(request)))
+
+    async def Ingest(
+        self,
+        request: common_pb2.IngestRequest,
+        context: grpc.aio.ServicerContext[common_pb2.IngestRequest, common_pb2.IngestResponse],
+    ) -> common_pb2.IngestResponse:
+        """review_state's committed diffs, each stored once (deduplicated on event_id)."""
+        return await service.ingest(self.db, request, app.SUBSCRIPTIONS)
 
 
 def servicers(db: Database) -> Sequence[Registration]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,6 +21,7 @@ from dispatch_budget.domain.gate import (
     GateKind,
     decision_from_answer,
     fallback,
+    with_overrides,
 )
 
 log = logging.getLogger(__name__)
@@ -44,31 +46,41 @@ class ClassifierGate:
 
     @property
     def active(self) -> bool:
-        return self.config.gate is GateKind.CLASSIFIER
+        return self.active_for(self.config)
 
-    async def decide(self, digest: dict[str, Any]) -> GateOutcome:
+    @staticmethod
+    def active_for(config: GateConfig) -> bool:
+        """A project's classifier gate runs only with an endpoint and the deployment's key."""
+        return config.gate is GateKind.CLASSIFIER and bool(config.api_key and config.classifier_url)
+
+    def for_project(self, overrides: Mapping[str, Any]) -> GateConfig:
+        """The project's effective configuration: an admin's overrides over the environment."""
+        return with_overrides(self.config, overrides)
+
+    async def decide(self, digest: dict[str, Any], config: GateConfig | None = None) -> GateOutcome:
         """One gate call: the decision, or a fallback to review that says why."""
+        config = config or self.config
         started = time.monotonic()
-        if not self.active:
+        if not self.active_for(config):
             return GateOutcome(Decision("review", GateKind.COUNTERS.value, "counters due"), 0)
         if self.breaker.open:
             return GateOutcome(fallback("circuit open"), 0)
-        decision, failed = await self._ask(digest)
+        decision, failed = await self._ask(digest, config)
         if failed:
             self.breaker.failure()
         else:
             self.breaker.success()
         return GateOutcome(decision, int((time.monotonic() - started) * 1000))
 
-    async def _ask(self, digest: dict[str, Any]) -> tuple[Decision, bool]:
+    async def _ask(self, digest: dict[str, Any], config: GateConfig) -> tuple[Decision, bool]:
         body = {"question": QUESTION, "choices": list(CHOICES), "digest": digest}
-        headers = {"Authorization": f"Bearer {self.config.api_key}"}
+        headers = {"Authorization": f"Bearer {config.api_key}"}
         client = self._client or httpx.AsyncClient()
         try:
             for attempt in range(2):  # 429/5xx are retried once
                 try:
                     response = await client.post(
-                        self.config.classifier_url, json=body, headers=headers, timeout=self.config.timeout_s
+                        config.classifier_url, json=body, headers=headers, timeout=config.timeout_s
                     )
                 except httpx.TimeoutException:
                     return fallback("timeout"), True
@@ -84,7 +96,7 @@ class ClassifierGate:
                     answer = response.json()
                 except ValueError:
                     return fallback("malformed answer"), True
-                decision = decision_from_answer(answer, self.config.confident_no)
+                decision = decision_from_answer(answer, config.confident_no)
                 if decision is None:
                     return fallback("malformed answer"), True
                 return decision, False

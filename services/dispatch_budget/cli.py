@@ -1,4 +1,5 @@
-"""dispatch_budget's CLI subcommands: ``review request``, ``review diff-scope``, ``gate-stats``.
+"""dispatch_budget's CLI subcommands: ``run create``, ``review request``, ``review extend-budget``,
+``review diff-scope``, ``gate-stats``.
 
 ``register(subparsers)`` is called by the ``reviewloop`` command. Every command here is read-only or
 goes through the gateway; none writes a receipt (spec 003: no client-written receipts)."""
@@ -71,6 +72,27 @@ def register(subparsers: Any) -> None:
     )
     extend.set_defaults(func=cmd_extend_budget)
 
+    run = subparsers.add_parser("run", help="review runs (spec 003)")
+    run_sub = run.add_subparsers(dest="run_command", required=True)
+    create = run_sub.add_parser(
+        "create", help="record a run with its review selection or sequence (validated by the gateway)"
+    )
+    create.add_argument("run_id")
+    create.add_argument("--repository", default="", help="owner/name, with --pr once a PR exists")
+    create.add_argument("--pr", type=int, default=0, help="the PR number (0: before a PR exists)")
+    create.add_argument("--head", default="", help="the run's full current head SHA")
+    create.add_argument("--runner", help="row 1's runner, from the registered capability catalog")
+    create.add_argument("--model", default="", help="empty or 'default' picks the runner default")
+    create.add_argument("--effort", default="", help="empty or 'default' picks the runner default")
+    create.add_argument(
+        "--review-mode", choices=("warm", "cold"), help="the run's review mode (Run.reviewMode)"
+    )
+    create.add_argument("--review-sequence", metavar="JSON", help="the whole ReviewSequence as a JSON array")
+    create.add_argument(
+        "--gateway", default="http://127.0.0.1:8080" if settings.gateway is None else settings.gateway
+    )
+    create.set_defaults(func=cmd_run_create)
+
     stats = subparsers.add_parser("gate-stats", help="summarize a gates.jsonl review-gate decision log")
     stats.add_argument("file", nargs="?", default="-", help="the JSON-lines log (default: stdin)")
     stats.set_defaults(func=cmd_gate_stats)
@@ -134,6 +156,36 @@ def _validate_remote(gateway: str, rows: list[Any]) -> dict[str, Any]:
         raise DomainError(Code.BAD_REQUEST, str(body.get("detail", response.text)), violations=violations)
     result: dict[str, Any] = body["request_review"]
     return result
+
+
+def cmd_run_create(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """A run with its selection: --runner/--model/--effort/--review-mode make a one-row sequence (row
+    1 selects the pipeline review); --review-mode alone sets only Run.reviewMode."""
+    import httpx
+
+    out = out or sys.stdout
+    body: dict[str, Any] = {"repository": args.repository, "pr_number": args.pr, "head_sha": args.head}
+    if args.review_mode:
+        body["review_mode"] = args.review_mode
+    if args.runner or args.review_sequence:
+        try:
+            body["review_sequence"] = _rows(args)
+        except orjson.JSONDecodeError:
+            return _fail("--review-sequence is not valid JSON")
+        except ValueError as exc:
+            return _fail(str(exc))
+        if args.review_sequence:
+            body.pop("review_mode", None)  # the rows carry their modes
+    headers = {"Authorization": f"Bearer {client_settings().api_key}"}
+    with httpx.Client(base_url=args.gateway.rstrip("/"), headers=headers, timeout=10) as client:
+        response = client.put(f"/v1/review-rounds/runs/{args.run_id}", json=body)
+    if response.status_code != 200:
+        problem = response.json()
+        for error in problem.get("errors", []):
+            print(f"error: {error.get('field', '')}: {error.get('detail', '')}", file=sys.stderr)
+        return _fail(str(problem.get("detail", response.text)))
+    out.write(orjson.dumps(response.json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
 
 
 def cmd_extend_budget(args: argparse.Namespace, out: TextIO | None = None) -> int:

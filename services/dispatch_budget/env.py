@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dispatch_budget.domain.gate import GateConfig, GateKind
+from dispatch_budget.domain.lineage import DEFAULT_LEASE
 
 if TYPE_CHECKING:  # the CLI reads client_settings() without loading the store or the HTTP client
     from reviewloop.storage import Database
@@ -23,9 +24,14 @@ REVIEW_PREFIX = "REVIEWLOOP_REVIEW_"
 
 @dataclass(frozen=True)
 class Settings:
-    """What the service reads from its environment: spec 001's ``review.*`` settings."""
+    """What the service reads from its environment: spec 001's ``review.*`` settings (the deployment
+    default of every project's gate configuration), how long a busy review session's lease runs
+    between heartbeats, and how often the timeout sweep looks for reviews in flight past
+    ``timeoutMinutes``."""
 
     gate: GateConfig
+    lease: timedelta = DEFAULT_LEASE
+    sweep_interval_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -59,11 +65,15 @@ def config_from_env(env: Mapping[str, str] | None = None) -> GateConfig:
         timeout_s=num("GATE_TIMEOUT_MS", 2000) / 1000,
         classifier_url=env.get(REVIEW_PREFIX + "GATE_URL", ""),
         api_key=env.get(key_env, "") if key_env else "",
+        review_timeout=timedelta(minutes=num("TIMEOUT_MINUTES", 5)),
     )
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
-    return Settings(gate=config_from_env(env))
+    env = os.environ if env is None else env
+    lease_s = float(env.get(REVIEW_PREFIX + "LEASE_SECONDS", DEFAULT_LEASE.total_seconds()))
+    sweep_s = float(env.get(REVIEW_PREFIX + "SWEEP_SECONDS", Settings.sweep_interval_s))
+    return Settings(gate=config_from_env(env), lease=timedelta(seconds=lease_s), sweep_interval_s=sweep_s)
 
 
 def bootstrap(db: Database, settings: Settings | None = None) -> Env:

@@ -11,9 +11,17 @@ from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import invalid
 from reviewloop.protoconv import enum_name, from_enum, stamp, to_enum
 
-from dispatch_budget.domain.gate import GateRecord, SessionState
+from dispatch_budget.domain.gate import GateConfig, GateRecord, SessionState, gate_settings
 from dispatch_budget.domain.lineage import Binding
-from dispatch_budget.domain.rounds import Budget, ExtensionReceipt, Origin, Receipt, Run, RunModes
+from dispatch_budget.domain.rounds import (
+    Budget,
+    ExtensionReceipt,
+    Origin,
+    ReadyGate,
+    Receipt,
+    Run,
+    RunModes,
+)
 from dispatch_budget.domain.selection import ReviewMode, RunnerSpec
 
 if TYPE_CHECKING:
@@ -103,6 +111,8 @@ def binding_to_proto(binding: Binding) -> budget_pb2.ReviewSessionBinding:
         fresh_session=binding.fresh_session,
         selection=selection_to_proto(binding.selection.to_json()),
         busy=binding.busy,
+        lease_id=binding.lease_id,
+        lease_expires_at=stamp(binding.lease_expires_at) if binding.lease_expires_at else None,
     )
 
 
@@ -136,6 +146,7 @@ def run_to_proto(run: Run) -> budget_pb2.Run:
         review_mode=mode_number(run.modes.review),
         pr_work_review_mode=mode_number(run.modes.pr_work),
         repeat_review_context_mode=mode_number(run.modes.repeat_context),
+        review_sequence=[selection_to_proto(row) for row in run.review_sequence],
     )
 
 
@@ -194,6 +205,26 @@ def origin_from_proto(message: budget_pb2.RequestOrigin) -> Origin:
         message.key_id,
         message.remote_addr,
         message.user_agent,
+    )
+
+
+def ready_gate_to_proto(gate: ReadyGate) -> budget_pb2.ReadyGate:
+    return budget_pb2.ReadyGate(
+        run_id=gate.run.run_id,
+        scope_key=gate.run.scope_key,
+        head_sha=gate.run.head_sha,
+        review_round_budget=budget_to_proto(gate.budget),
+        qualifying_reviews=gate.qualifying,
+        required_reviews=gate.required,
+        publishable=gate.publishable,
+        blockers=gate.blockers,
+    )
+
+
+def gate_config_to_proto(overrides: dict[str, Any], effective: GateConfig) -> budget_pb2.GateConfig:
+    return budget_pb2.GateConfig(
+        overrides_json=orjson.dumps(overrides).decode(),
+        effective_json=orjson.dumps(gate_settings(effective)).decode(),
     )
 
 

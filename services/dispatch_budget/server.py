@@ -28,12 +28,14 @@ from dispatch_budget.messages import (
     decision_to_proto,
     digest_from_proto,
     extension_to_proto,
+    gate_config_to_proto,
     json_object,
     json_value,
     mode_from_proto,
     mode_number,
     modes_from_proto,
     origin_from_proto,
+    ready_gate_to_proto,
     receipt_to_proto,
     review_config_to_proto,
     run_to_proto,
@@ -51,6 +53,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
     def __init__(self, env: Env) -> None:
         self.db = env.db
         self.gate = env.gate
+        self.lease = env.settings.lease
 
     async def ConsumeAutoSend(
         self, request: budget_pb2.ConsumeAutoSendRequest, context: Context
@@ -81,6 +84,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             modes=modes_from_proto(
                 request.review_mode, request.pr_work_review_mode, request.repeat_review_context_mode
             ),
+            review_sequence=[selection_to_dict(row) for row in request.review_sequence],
         )
         return run_to_proto(run)
 
@@ -100,6 +104,8 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             head_sha=request.head_sha,
             selection=selection_to_dict(request.selection) if request.HasField("selection") else {},
             receipt_id=request.receipt_id,
+            session_id=request.session_id,
+            review_session_id=request.review_session_id,
         )
         return budget_pb2.AdmitReviewRoundResponse(
             receipt=receipt_to_proto(admission.receipt),
@@ -128,6 +134,12 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
     ) -> budget_pb2.RoundBudget:
         budget = await app.get_round_budget(self.db, Principal.from_proto(request.principal), request.run_id)
         return budget_to_proto(budget)
+
+    async def GetReadyGate(
+        self, request: budget_pb2.GetReadyGateRequest, context: Context
+    ) -> budget_pb2.ReadyGate:
+        gate = await app.get_ready_gate(self.db, Principal.from_proto(request.principal), request.run_id)
+        return ready_gate_to_proto(gate)
 
     async def ExtendReviewBudget(
         self, request: budget_pb2.ExtendReviewBudgetRequest, context: Context
@@ -159,6 +171,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             appended=result.appended,
             skipped_ephemeral=result.skipped_ephemeral,
             last_offset=result.last_offset,
+            already_journaled=result.already_journaled,
         )
 
     async def GetEvidenceStatus(
@@ -249,6 +262,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             head_sha=request.head_sha,
             review_id=request.review_id,
             new_review_id=request.new_review_id,
+            lease=self.lease,
         )
         return binding_to_proto(binding)
 
@@ -256,9 +270,40 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         self, request: budget_pb2.CompleteReviewSessionRequest, context: Context
     ) -> budget_pb2.ReviewSessionBinding:
         binding = await app.complete_review_session(
-            self.db, Principal.from_proto(request.principal), request.session_id, request.reviewed_head
+            self.db,
+            Principal.from_proto(request.principal),
+            request.session_id,
+            request.reviewed_head,
+            request.lease_id,
         )
         return binding_to_proto(binding)
+
+    async def HeartbeatReviewSession(
+        self, request: budget_pb2.HeartbeatReviewSessionRequest, context: Context
+    ) -> budget_pb2.ReviewSessionBinding:
+        binding = await app.heartbeat_review_session(
+            self.db, Principal.from_proto(request.principal), request.session_id, request.lease_id, self.lease
+        )
+        return binding_to_proto(binding)
+
+    async def SetGateConfig(
+        self, request: budget_pb2.SetGateConfigRequest, context: Context
+    ) -> budget_pb2.GateConfig:
+        overrides, effective = await app.set_gate_config(
+            self.db,
+            self.gate,
+            Principal.from_proto(request.principal),
+            json_object(request.overrides_json, "/"),
+        )
+        return gate_config_to_proto(overrides, effective)
+
+    async def GetGateConfig(
+        self, request: budget_pb2.GetGateConfigRequest, context: Context
+    ) -> budget_pb2.GateConfig:
+        overrides, effective = await app.get_gate_config(
+            self.db, self.gate, Principal.from_proto(request.principal)
+        )
+        return gate_config_to_proto(overrides, effective)
 
     async def RecordTurn(
         self, request: budget_pb2.RecordTurnRequest, context: Context
@@ -317,7 +362,11 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         self, request: budget_pb2.FinishReviewRequest, context: Context
     ) -> budget_pb2.SessionCounters:
         state = await app.finish_review(
-            self.db, Principal.from_proto(request.principal), request.session_id, request.succeeded
+            self.db,
+            Principal.from_proto(request.principal),
+            request.session_id,
+            request.succeeded,
+            request.receipt_id,
         )
         return counters_to_proto(request.session_id, state)
 

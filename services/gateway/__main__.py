@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import uvicorn
-from reviewloop import telemetry
+from reviewloop import metrics, telemetry
 from reviewloop.service import ServiceSpec
 
 from gateway.asgi import create_app
@@ -15,9 +14,10 @@ from gateway.store import metadata
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    telemetry.setup_logging()
     settings = GatewaySettings.from_env()
     provider = telemetry.setup("gateway", settings.data_dir, settings.otlp_endpoint)
+    metrics.setup("gateway")
     app = create_app(settings)
     # FastAPI traces each request itself (a SERVER span named after the route template, the incoming
     # traceparent honoured) once a tracer provider is installed; contrib's FastAPIInstrumentor would add

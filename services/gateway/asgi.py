@@ -23,13 +23,15 @@ from reviewloop.service import Peers
 from reviewloop.shapes import ContractManifest, Health, component_schemas
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.migrations import migrate
+from reviewloop.trust import Trust
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import problems, store
+from gateway import operations, problems, store
 from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
+from gateway.console import create_console
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
 from gateway.responses import REPLAY_ANSWER, OrjsonResponse
@@ -177,6 +179,9 @@ class IdempotentMutations:
             await problems.problem_response(refusal, request)(scope, receive, send)
             return
         status, chunks, replayed = 500, [], False
+        # The answer is held until it is remembered: a client that retries the moment it reads a 2xx
+        # must find the replay, not "still running".
+        held: list[Message] = []
 
         async def replay_body() -> Message:
             nonlocal replayed
@@ -191,7 +196,7 @@ class IdempotentMutations:
                 status = message["status"]
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
-            await send(message)
+            held.append(message)
 
         async def renew() -> None:  # a live request keeps its claim however long it runs
             while True:
@@ -213,6 +218,8 @@ class IdempotentMutations:
                     await store.remember(uow.conn, owner, key, status, answer)
                 else:  # a failed mutation changed nothing: a retry under the same key runs it again
                     await store.forget(uow.conn, owner, key)
+        for message in held:
+            await send(message)
 
 
 def create_app(settings: GatewaySettings) -> FastAPI:
@@ -220,7 +227,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(make_engine(settings.db_url))
         await migrate(db.engine, MIGRATIONS, metadata)
-        peers = Peers(settings.peers)
+        peers = Peers(settings.peers, Trust.from_env("gateway"))
         app.state.db = db
         app.state.backends = Backends(peers, settings.backend_timeout_s)
         try:
@@ -252,6 +259,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     problems.install(app)
     for router in ROUTERS:
         app.include_router(router, dependencies=[Depends(plain_parameters)])
+    app.include_router(operations.router)
+    app.mount("/console", create_console(app.state))  # the reviewer console (server-rendered pages)
     mcp = McpGateway(app, settings.mcp_allowed_hosts)
     app.state.mcp = mcp
     # An ASGI endpoint (not a Mount), so "/mcp" itself answers without a redirect to "/mcp/".
@@ -284,6 +293,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.openapi = lambda: contract_openapi(app)  # type: ignore[method-assign]
     app.add_middleware(IdempotentMutations, api=app)
     app.add_middleware(ContractHeaders, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(operations.Observed)
     return app
 
 
@@ -346,6 +356,11 @@ def contract_openapi(app: FastAPI) -> dict[str, Any]:
                 operation[IDEMPOTENCY_EXTENSION] = "service" if passed_on else "gateway"
                 if not passed_on:
                     parameters.append(_GATEWAY_IDEMPOTENCY_PARAMETER)
+                for parameter in parameters:
+                    # A route's `= ""` means "no key": the header is absent, never an empty value, which
+                    # its own pattern refuses (a generated client would send it and get a 422).
+                    if parameter["in"] == "header" and parameter["name"] == IDEMPOTENCY_HEADER:
+                        parameter.get("schema", {}).pop("default", None)
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             responses.update(_PROBLEM_RESPONSES)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from reviewloop.ids import new_id
-from reviewloop.storage.schema import insert_ignore, new_metadata, utcnow
+from reviewloop.storage.schema import UtcDateTime, insert_ignore, new_metadata, utcnow
 from reviewloop.tenancy import ActorKind
 from sqlalchemy import Column, DateTime, Integer, String, Table, Text, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -225,3 +225,65 @@ async def remember(conn: AsyncConnection, scope: str, key: str, status: int, res
 async def forget(conn: AsyncConnection, scope: str, key: str) -> None:
     """Release a key whose mutation failed, so a retry runs it again."""
     await conn.execute(delete(idempotency_keys).where(_scope_key(scope, key)))
+
+
+# Reviewer console sessions (gateway.console.sessions): a signed-in key's server-side session. Only hashes
+# of the two cookie secrets are kept; the key itself never reaches the browser or this table.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("session_id", String(40), primary_key=True),
+    Column("write_hash", String(64), nullable=False, unique=True),
+    Column("read_hash", String(64), nullable=False, unique=True),
+    Column("key_id", String(40), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class ConsoleSession:
+    session_id: str
+    key_id: str
+    expires_at: datetime
+
+
+async def create_session(
+    conn: AsyncConnection, key_id: str, write_hash: str, read_hash: str, expires_at: datetime
+) -> ConsoleSession:
+    session = ConsoleSession(secrets.token_hex(16), key_id, expires_at)
+    # Expired sessions nobody presents again would otherwise stay forever: each sign-in sweeps them.
+    await conn.execute(delete(console_sessions).where(console_sessions.c.expires_at <= utcnow()))
+    await conn.execute(
+        insert(console_sessions).values(
+            session_id=session.session_id,
+            write_hash=write_hash,
+            read_hash=read_hash,
+            key_id=key_id,
+            created_at=utcnow(),
+            expires_at=expires_at,
+        )
+    )
+    return session
+
+
+async def session_by_hash(conn: AsyncConnection, secret_hash: str, *, write: bool) -> ConsoleSession | None:
+    """The session whose write (or, for a read, either) cookie secret hashes to ``secret_hash``."""
+    column = console_sessions.c.write_hash
+    where = column == secret_hash
+    if not write:
+        where = where | (console_sessions.c.read_hash == secret_hash)
+    row = (await conn.execute(select(console_sessions).where(where))).first()
+    return ConsoleSession(row.session_id, row.key_id, row.expires_at) if row else None
+
+
+async def end_session(conn: AsyncConnection, session_id: str) -> None:
+    await conn.execute(delete(console_sessions).where(console_sessions.c.session_id == session_id))
+
+
+async def project_keys(conn: AsyncConnection, project_id: str) -> list[ApiKey]:
+    """The project's keys, newest first (the console's key list; secrets are never readable)."""
+    rows = await conn.execute(
+        select(api_keys).where(api_keys.c.project_id == project_id).order_by(api_keys.c.created_at.desc())
+    )
+    return [_key(row) for row in rows]

@@ -14,10 +14,13 @@ from datetime import timedelta
 from pathlib import Path
 
 from reviewloop.config import ServiceConfig
+from reviewloop.metrics import Point, Probe
 from reviewloop.service import Job, ServiceSpec, main
-from reviewloop.storage import Database
+from reviewloop.storage import Database, utcnow
+from reviewloop.storage.outbox import as_utc
+from sqlalchemy import func, select
 
-from nudge import app, server, wakeup
+from nudge import app, server, store, wakeup
 from nudge.store import metadata
 
 
@@ -50,6 +53,28 @@ def background(env: app.Env) -> Sequence[Job]:
     return (listen, sweep)
 
 
+def probes(env: app.Env) -> Sequence[Probe]:
+    """The un-acked backlog and the oldest un-acked nudge's age, per project."""
+
+    async def backlog() -> Mapping[str, Sequence[Point]]:
+        query = (
+            select(store.unacked.c.project_id, func.count(), func.min(store.nudges.c.created_at))
+            .join(store.nudges, store.nudges.c.pos == store.unacked.c.pos)
+            .group_by(store.unacked.c.project_id)
+        )
+        async with env.db.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        now = utcnow()
+        return {
+            "reviewloop.nudge.backlog": [(float(n), {"project_id": p}) for p, n, _ in rows],
+            "reviewloop.nudge.oldest_unacked_age": [
+                ((now - as_utc(oldest)).total_seconds(), {"project_id": p}) for p, _, oldest in rows
+            ],
+        }
+
+    return [backlog]
+
+
 SPEC = ServiceSpec(
     name="nudge",
     metadata=metadata,
@@ -57,6 +82,7 @@ SPEC = ServiceSpec(
     bootstrap=lambda db, _peers: bootstrap(db),
     servicers=server.servicers,
     background=background,
+    probes=probes,
 )
 
 if __name__ == "__main__":

@@ -2,34 +2,67 @@
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from reviewloop.diff.v1 import diff_pb2
+from reviewloop.metrics import Point, Probe
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.service import Job, ServiceSpec, main
+from reviewloop.storage import utcnow
+from reviewloop.storage.outbox import as_utc
+from sqlalchemy import func, select
 
-from review_state import app
+from review_state import app, store
 from review_state.app import Env
 from review_state.bootstrap import build_env
 from review_state.server import registrations
-from review_state.store import metadata
+from review_state.store import metadata, tables
 
 log = logging.getLogger(__name__)
 
 
 def background(env: Env) -> Sequence[Job]:
-    """The reconciliation sweep: parked send attempts are recovered by Message-ID, never resent."""
+    """The delivery sweep, from boot on: attempts a dead worker left are claimed again (a try past DATA
+    only by evidence), retries come due, parked attempts are recovered by Message-ID, never resent."""
 
     async def sweep() -> None:
         while True:
             try:
                 await app.reconcile(env)
             except Exception:  # the store is briefly unreachable: keep sweeping
-                log.exception("reconciliation sweep failed")
+                log.exception("delivery sweep failed")
             await asyncio.sleep(env.settings.sweep_interval_s)
 
     return [sweep]
+
+
+def probes(env: Env) -> Sequence[Probe]:
+    """Deliveries by outcome, and the sends parked for reconciliation with the oldest one's age."""
+    attempts = tables.delivery_attempts
+
+    async def delivery() -> Mapping[str, Sequence[Point]]:
+        async with env.db.engine.connect() as conn:
+            by_status = (
+                await conn.execute(select(attempts.c.status, func.count()).group_by(attempts.c.status))
+            ).all()
+            parked, oldest = (
+                await conn.execute(
+                    select(func.count(), func.min(attempts.c.parked_at)).where(
+                        attempts.c.status == "in_flight", attempts.c.stage == store.PARKED
+                    )
+                )
+            ).one()
+        return {
+            "reviewloop.delivery.attempts": [(float(n), {"outcome": status}) for status, n in by_status],
+            "reviewloop.delivery.parked": [(float(parked), {})],
+            "reviewloop.delivery.parked_oldest_age": [
+                ((utcnow() - as_utc(oldest)).total_seconds() if oldest else 0.0, {})
+            ],
+        }
+
+    return [delivery]
 
 
 SPEC = ServiceSpec(
@@ -42,8 +75,10 @@ SPEC = ServiceSpec(
     subscribers={
         "nudge": nudge_pb2.DESCRIPTOR.services_by_name["NudgeService"].full_name,
         "rules": rules_pb2.DESCRIPTOR.services_by_name["RulesService"].full_name,
+        "diff": diff_pb2.DESCRIPTOR.services_by_name["DiffService"].full_name,
     },
     background=background,
+    probes=probes,
 )
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ class DiffResult:
     diff_unified: str
     diff_json: str
     fields_changed: list[str]
+    input_sha256: str = ""
 
 
 class Collaborators(Protocol):
@@ -75,16 +76,8 @@ class Collaborators(Protocol):
     async def validate_token(self, principal: Principal, token: str, category_id: str) -> TokenCheck: ...
     async def get_category(self, principal: Principal, category_id: str) -> CategoryInfo: ...
     async def get_dial(self, principal: Principal, category_id: str) -> Dial: ...
-    async def save_rule(
-        self,
-        principal: Principal,
-        *,
-        rule_text: str,
-        scope: str,
-        category_id: str,
-        source_review_id: str,
-        key: str,
-    ) -> str: ...
+    async def check_rule(self, principal: Principal, rule: rules_pb2.SaveRuleRequest) -> None: ...
+    async def stack_high_water(self, principal: Principal, category_id: str) -> int: ...
     async def compute_diff(
         self,
         principal: Principal,
@@ -94,12 +87,9 @@ class Collaborators(Protocol):
         before: dict[str, Any],
         after: dict[str, Any],
     ) -> DiffResult: ...
-    async def consume_auto_send(
-        self, principal: Principal, category_id: str, review_id: str, cap_per_day: int
-    ) -> bool: ...
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
-    ) -> str | None: ...
+    ) -> str: ...
     async def settle_reviewer_round(
         self, principal: Principal, receipt_id: str, verdict: str = "", no_verdict_reason: str = ""
     ) -> None: ...
@@ -172,31 +162,23 @@ class GrpcCollaborators:
             auto_send_cap_per_day=values.auto_send_cap_per_day,
         )
 
-    async def save_rule(
-        self,
-        principal: Principal,
-        *,
-        rule_text: str,
-        scope: str,
-        category_id: str,
-        source_review_id: str,
-        key: str,
-    ) -> str:
+    async def check_rule(self, principal: Principal, rule: rules_pb2.SaveRuleRequest) -> None:
+        """Every check the rules context makes of ``rule`` (a dry run: nothing is written)."""
+        request = rules_pb2.SaveRuleRequest()
+        request.CopyFrom(rule)
+        request.principal.CopyFrom(principal.to_proto())
+        request.dry_run = True
+        await _call("rules", "the new rule", self.rules.SaveRule, request)
+
+    async def stack_high_water(self, principal: Principal, category_id: str) -> int:
+        """The rule high-water of the stack a draft of ``category_id`` is composed under now."""
         reply = await _call(
             "rules",
-            "the new rule",
-            self.rules.SaveRule,
-            rules_pb2.SaveRuleRequest(
-                principal=principal.to_proto(),
-                rule_text=rule_text,
-                scope=scope,
-                category_id=category_id,
-                source_review_id=source_review_id,
-                rule_layer="project",
-                idempotency_key=key,
-            ),
+            "the rule stack",
+            self.rules.GetRules,
+            rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
         )
-        return str(reply.id)
+        return int(reply.rule_high_water)
 
     async def compute_diff(
         self,
@@ -218,30 +200,16 @@ class GrpcCollaborators:
                 to_revision=to_revision,
                 before=_fields(before),
                 after=_fields(after),
+                dry_run=True,  # stored through the outbox once the edit committed
             ),
         )
-        return DiffResult(reply.diff_unified, reply.diff_json, list(reply.fields_changed))
-
-    async def consume_auto_send(
-        self, principal: Principal, category_id: str, review_id: str, cap_per_day: int
-    ) -> bool:
-        reply = await _call(
-            "dispatch_budget",
-            "the daily auto-send cap",
-            self.budget.ConsumeAutoSend,
-            budget_pb2.ConsumeAutoSendRequest(
-                principal=principal.to_proto(),
-                category_id=category_id,
-                review_id=review_id,
-                cap_per_day=cap_per_day,
-            ),
-        )
-        return bool(reply.allowed)
+        return DiffResult(reply.diff_unified, reply.diff_json, list(reply.fields_changed), reply.input_sha256)
 
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
-    ) -> str | None:
-        """Admit one review-agent round, or None when the review's round budget is spent.
+    ) -> str:
+        """Admit one review-agent round: its receipt. Raises dispatch_budget's ``quota_exceeded`` when
+        the round budget is spent or the no-verdict cap stopped automatic rounds (a ``no_verdict`` hint).
 
         A review is its own canonical run in dispatch_budget (there is no PR), recorded on its first
         round. The attempt key names the (revision, version) decided on, so a retried decision
@@ -258,22 +226,17 @@ class GrpcCollaborators:
         )
         what = "the review-agent round budget"
         try:
-            try:
-                reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
-            except DomainError as error:
-                if error.code is not Code.NOT_FOUND:
-                    raise
-                await _call(
-                    "dispatch_budget",
-                    what,
-                    self.budget.RecordRun,
-                    budget_pb2.RecordRunRequest(principal=principal.to_proto(), run_id=review_id),
-                )
-                reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
+            reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
         except DomainError as error:
-            if error.code is Code.QUOTA_EXCEEDED:
-                return None
-            raise
+            if error.code is not Code.NOT_FOUND:
+                raise
+            await _call(
+                "dispatch_budget",
+                what,
+                self.budget.RecordRun,
+                budget_pb2.RecordRunRequest(principal=principal.to_proto(), run_id=review_id),
+            )
+            reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
         return str(reply.receipt.receipt_id)
 
     async def settle_reviewer_round(

@@ -2,16 +2,20 @@
 
 The embedded default writes each message as an ``.eml`` file into ``<data dir>/outbox/``; the SMTP
 adapter sends through ``aiosmtplib`` to a relay (``REVIEWLOOP_SMTP_URL``, read by ``bootstrap``) and
-journals each accepted Message-ID. Both can answer "was this Message-ID delivered?", which is how a parked attempt is
-recovered without ever sending twice.
+journals each accepted Message-ID. Both can answer "was this Message-ID delivered?" (the SMTP one also
+from the Sent folder over IMAP, ``REVIEWLOOP_IMAP_URL``), which is how a parked attempt is recovered
+without ever sending twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import imaplib
+import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -19,20 +23,35 @@ from urllib.parse import unquote, urlparse
 
 import aiosmtplib
 
+log = logging.getLogger(__name__)
+
 SMTP_TIMEOUT_S = 30.0
+IMAP_TIMEOUT_S = 15.0
 
 
 class Refused(Exception):
-    """The provider definitely did not take the message (its reason is vendor-scrubbed)."""
+    """The provider definitely did not take the message, for good (its reason is vendor-scrubbed)."""
+
+
+class NotSent(Exception):
+    """The provider did not take the message this time (no DATA, or a transient reply to it): safe to
+    try again with the same Message-ID."""
 
 
 class OutcomeUnknown(Exception):
     """The provider may or may not have taken the message: park it, never resend."""
 
 
+# Journals (and commits) "this try passes DATA now"; raises NotSent when the worker lost its claim.
+AtData = Callable[[], Awaitable[None]]
+
+
 class Provider(Protocol):
-    async def deliver(self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str) -> None:
-        """Hand the message over; raises Refused or OutcomeUnknown."""
+    async def deliver(
+        self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str, at_data: AtData
+    ) -> None:
+        """Hand the message over, awaiting ``at_data`` right before the bytes go; raises Refused,
+        NotSent or OutcomeUnknown."""
 
     async def was_delivered(self, rfc_message_id: str) -> bool | None:
         """True / False when the provider knows; None when it cannot tell."""
@@ -51,7 +70,9 @@ class EmlProvider:
     def _path(self, rfc_message_id: str) -> Path:
         return self.directory / f"{_file_key(rfc_message_id)}.eml"
 
-    async def deliver(self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str) -> None:
+    async def deliver(
+        self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str, at_data: AtData
+    ) -> None:
         def write() -> None:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self._path(rfc_message_id)
@@ -62,6 +83,7 @@ class EmlProvider:
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
 
+        await at_data()
         try:
             await asyncio.to_thread(write)
         except OSError as exc:
@@ -97,37 +119,124 @@ def parse_smtp_url(url: str) -> SmtpTarget:
     )
 
 
-class SmtpProvider:
-    """Sends through a relay and journals each Message-ID the relay accepted (``250``)."""
+@dataclass(frozen=True)
+class ImapTarget:
+    hostname: str
+    port: int
+    username: str
+    password: str
+    folder: str
+    use_tls: bool
 
-    def __init__(self, url: str, journal: Path) -> None:
+
+def parse_imap_url(url: str) -> ImapTarget:
+    """``imap://user:pass@host[:port]/<Sent folder>`` (``imaps://`` for implicit TLS)."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("imap", "imaps") or not parsed.hostname or not parsed.username:
+        raise ValueError(f"REVIEWLOOP_IMAP_URL must be imap://user:pass@host:port/Sent, not {url!r}")
+    implicit = parsed.scheme == "imaps"
+    return ImapTarget(
+        hostname=parsed.hostname,
+        port=parsed.port or (993 if implicit else 143),
+        username=unquote(parsed.username),
+        password=unquote(parsed.password or ""),
+        folder=unquote(parsed.path.lstrip("/")) or "Sent",
+        use_tls=implicit,
+    )
+
+
+class ImapSentFolder:
+    """Evidence of a send: the sending mailbox's Sent folder, searched by Message-ID."""
+
+    def __init__(self, url: str) -> None:
+        self.target = parse_imap_url(url)
+
+    async def holds(self, rfc_message_id: str) -> bool | None:
+        """True when the Sent folder holds the message; None when it does not (yet) or cannot tell:
+        an absent copy proves nothing, so it never fails an attempt."""
+        t = self.target
+
+        def search() -> bool:
+            client_class = imaplib.IMAP4_SSL if t.use_tls else imaplib.IMAP4
+            client = client_class(t.hostname, t.port, timeout=IMAP_TIMEOUT_S)
+            try:
+                client.login(t.username, t.password)
+                status, _ = client.select(_imap_quote(t.folder), readonly=True)
+                if status != "OK":
+                    raise imaplib.IMAP4.error(f"cannot select {t.folder!r}")
+                status, found = client.search(None, "HEADER", "Message-ID", _imap_quote(rfc_message_id))
+                return status == "OK" and bool(found and found[0] and found[0].split())
+            finally:
+                with contextlib.suppress(Exception):
+                    client.logout()
+
+        try:
+            return True if await asyncio.to_thread(search) else None
+        except (imaplib.IMAP4.error, OSError, TimeoutError) as exc:
+            log.warning("IMAP evidence unavailable for %s: %s", rfc_message_id, exc)
+            return None
+
+
+def _imap_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class SmtpProvider:
+    """Sends through a relay command by command, so the worker journals DATA before the bytes go, and
+    journals each Message-ID the relay accepted (``250``). A send it cannot confirm is recovered from
+    that journal or, where configured, the Sent folder over IMAP."""
+
+    def __init__(self, url: str, journal: Path, sent_folder: ImapSentFolder | None = None) -> None:
         self.target = parse_smtp_url(url)
         self.journal = journal
+        self.sent_folder = sent_folder
 
-    async def deliver(self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str) -> None:
+    async def deliver(
+        self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str, at_data: AtData
+    ) -> None:
         t = self.target
+        client = aiosmtplib.SMTP(
+            hostname=t.hostname,
+            port=t.port,
+            username=t.username,
+            password=t.password,
+            use_tls=t.use_tls,
+            start_tls=t.start_tls,
+            timeout=SMTP_TIMEOUT_S,
+        )
         try:
-            await aiosmtplib.send(
-                raw,
-                sender=sender,
-                recipients=list(recipients),
-                hostname=t.hostname,
-                port=t.port,
-                username=t.username,
-                password=t.password,
-                use_tls=t.use_tls,
-                start_tls=t.start_tls,
-                timeout=SMTP_TIMEOUT_S,
-            )
-        except aiosmtplib.SMTPRecipientsRefused as exc:
-            raise Refused("the mail relay refused every recipient") from exc
-        except aiosmtplib.SMTPResponseException as exc:
-            # A reply code before the data was accepted: the relay did not take the message.
-            raise Refused(f"the mail relay refused the message ({exc.code})") from exc
-        except aiosmtplib.SMTPConnectError as exc:
-            raise Refused("the mail relay could not be reached") from exc
-        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
-            raise OutcomeUnknown(type(exc).__name__) from exc
+            try:
+                await client.connect()
+                await client.mail(sender)
+                refused = 0
+                for recipient in recipients:
+                    try:
+                        await client.rcpt(recipient)
+                    except aiosmtplib.SMTPRecipientRefused as exc:
+                        if exc.code < 500:
+                            raise
+                        refused += 1
+                if refused == len(recipients):
+                    raise Refused("the mail relay refused every recipient")
+            except aiosmtplib.SMTPResponseException as exc:
+                # A reply before DATA: a 5xx is for good, a 4xx is for now.
+                if exc.code >= 500:
+                    raise Refused(f"the mail relay refused the message ({exc.code})") from exc
+                raise NotSent(f"the mail relay deferred the message ({exc.code})") from exc
+            except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+                raise NotSent(f"the mail relay could not be reached ({type(exc).__name__})") from exc
+            await at_data()
+            try:
+                await client.data(raw)
+            except aiosmtplib.SMTPResponseException as exc:
+                # The relay answered the data: it did not take the message.
+                if exc.code >= 500:
+                    raise Refused(f"the mail relay refused the message ({exc.code})") from exc
+                raise NotSent(f"the mail relay deferred the message ({exc.code})") from exc
+            except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+                raise OutcomeUnknown(type(exc).__name__) from exc
+        finally:
+            client.close()
         await asyncio.to_thread(self._journal, rfc_message_id)
 
     def _journal(self, rfc_message_id: str) -> None:
@@ -138,10 +247,12 @@ class SmtpProvider:
             os.fsync(handle.fileno())
 
     async def was_delivered(self, rfc_message_id: str) -> bool | None:
-        def lookup() -> bool | None:
+        def journaled() -> bool:
             if not self.journal.exists():
-                return None
+                return False
             with open(self.journal, encoding="utf-8") as handle:
-                return True if any(line.strip() == rfc_message_id for line in handle) else None
+                return any(line.strip() == rfc_message_id for line in handle)
 
-        return await asyncio.to_thread(lookup)
+        if await asyncio.to_thread(journaled):
+            return True
+        return None if self.sent_folder is None else await self.sent_folder.holds(rfc_message_id)

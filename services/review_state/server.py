@@ -13,6 +13,7 @@ from reviewloop.errors import Code, DomainError
 from reviewloop.protoconv import enum_name, required_enum, stamp, to_enum
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from reviewloop.service import Registration
+from reviewloop.storage import utcnow
 from reviewloop.tenancy import Principal
 
 from review_state import app, store
@@ -45,7 +46,24 @@ def turn_to_proto(turn: Turn) -> review_pb2.Turn:
     )
 
 
-def review_to_proto(review: Review, turns: Sequence[Turn] = ()) -> review_pb2.Review:
+def delivery_to_proto(attempt: store.Attempt) -> review_pb2.Delivery:
+    end = attempt.finished_at or utcnow()
+    message = review_pb2.Delivery(
+        status=app.delivery_status(attempt),
+        tries=attempt.tries,
+        started_at=stamp(attempt.started_at),
+        age_s=round(max((end - attempt.started_at).total_seconds(), 0.0), 3),
+        error=attempt.error or "",
+        resolution=attempt.resolution or "",
+    )
+    if attempt.parked_at is not None and attempt.status == "in_flight":
+        message.parked_at.CopyFrom(stamp(attempt.parked_at))
+    return message
+
+
+def review_to_proto(
+    review: Review, turns: Sequence[Turn] = (), attempt: store.Attempt | None = None
+) -> review_pb2.Review:
     message = review_pb2.Review(
         id=review.id,
         org_id=review.org_id,
@@ -95,6 +113,8 @@ def review_to_proto(review: Review, turns: Sequence[Turn] = ()) -> review_pb2.Re
         value = getattr(review, name)
         if value is not None:
             getattr(message, name).CopyFrom(stamp(value))
+    if attempt is not None:
+        message.delivery.CopyFrom(delivery_to_proto(attempt))
     return message
 
 
@@ -184,10 +204,18 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         return review_pb2.SubmitResponse(status=status, review=review_to_proto(review))
 
     async def GetReview(self, request: review_pb2.GetReviewRequest, context: Context) -> review_pb2.Review:
-        review, turns = await app.get_review(
-            self.env, Principal.from_proto(request.principal), request.review_id
+        principal = Principal.from_proto(request.principal)
+        review, turns = await app.get_review(self.env, principal, request.review_id)
+        return review_to_proto(review, turns, await app.get_delivery(self.env, principal, review.id))
+
+    async def ResolveDelivery(
+        self, request: review_pb2.ResolveDeliveryRequest, context: Context
+    ) -> review_pb2.Review:
+        principal = Principal.from_proto(request.principal)
+        review = await app.resolve_delivery(
+            self.env, principal, request.review_id, request.outcome, request.reason
         )
-        return review_to_proto(review, turns)
+        return review_to_proto(review, (), await app.get_delivery(self.env, principal, review.id))
 
     async def ListReviews(
         self, request: review_pb2.ListReviewsRequest, context: Context
@@ -200,6 +228,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             category_id=request.category_id,
             cursor=request.cursor,
             limit=request.limit,
+            humans_notified=request.humans_notified,
         )
         return review_pb2.ListReviewsResponse(
             reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor

@@ -173,8 +173,11 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             rule_layer=request.rule_layer,
             agent_id=request.agent_id,
             idempotency_key=request.idempotency_key,
+            rule_id=request.rule_id,
+            dry_run=request.dry_run,
         )
-        return rule_to_proto(await app.save_rule(self.env, _principal(request), body))
+        saved = await app.save_rule(self.env, _principal(request), body)
+        return rules_pb2.Rule() if saved is None else rule_to_proto(saved)
 
     async def GetRules(
         self, request: rules_pb2.GetRulesRequest, context: Context

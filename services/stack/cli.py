@@ -82,9 +82,32 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_traces(args: argparse.Namespace) -> int:
-    from reviewloop.tracetree import print_trace
+    from reviewloop.tracetree import otlp_notice, print_trace
 
+    if notice := otlp_notice(os.environ):
+        print(notice)
+        return 2
     return print_trace(data_dir() / "traces.jsonl", args.id)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Upgrade one part's store and exit (a Kubernetes migration Job; replicas take turns by lock)."""
+    from reviewloop.config import db_url
+    from reviewloop.storage import make_engine
+    from reviewloop.storage.migrations import migrate
+
+    spec = _spec(args.service)
+
+    async def run() -> None:
+        engine = make_engine(db_url(spec.name))
+        try:
+            await migrate(engine, spec.migrations_dir, spec.metadata)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+    print(f"{spec.name}: store migrated to head")
+    return 0
 
 
 def cmd_migration(args: argparse.Namespace) -> int:
@@ -103,9 +126,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.set_defaults(func=cmd_serve)
     up = sub.add_parser("up", help="start every service and the gateway, migrated and SERVING")
     up.set_defaults(func=cmd_up)
-    traces = sub.add_parser("traces", help="print a trace tree by trace id or review id")
+    traces = sub.add_parser(
+        "traces", help="print a review's life (or one trace) as a timeline of request trees"
+    )
     traces.add_argument("id")
     traces.set_defaults(func=cmd_traces)
+    migrate = sub.add_parser("migrate", help="upgrade one part's store to the newest revision and exit")
+    migrate.add_argument("service", choices=ALL)
+    migrate.set_defaults(func=cmd_migrate)
     migration = sub.add_parser("migration", help="autogenerate a migration for a service's store")
     migration.add_argument("service", choices=ALL)
     migration.add_argument("-m", "--message", required=True)

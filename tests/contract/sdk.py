@@ -122,7 +122,13 @@ SDK: dict[str, dict[str, Any]] = {
     ),
     "QueuedForReviewResult": shape(
         {"kind": enum("queued_for_review"), "review": ref("Review")},
-        extras={"status": STRING, "review_id": STRING, "state": REVIEW_STATE, "gate_outcome": STRING},
+        extras={
+            "status": STRING,
+            "review_id": STRING,
+            "state": REVIEW_STATE,
+            "gate_outcome": STRING,
+            "send_error": STRING,
+        },
     ),
     "SentResult": shape(
         {"kind": enum("sent"), "message": shape({"id": STRING}, {"thread_id": STRING})},
@@ -162,7 +168,13 @@ SDK: dict[str, dict[str, Any]] = {
     ),
     "AckReviewEventResult": shape({}, {"cursors": array(ref("ReviewEventCursor"))}, {"acked": INT}),
     "ReviewerDecisionResult": shape(
-        {"kind": enum("sent", "sent_to_human"), "review": ref("Review"), "sent": BOOL, "sent_to_human": BOOL},
+        # ``queued`` and ``failed`` are ours: a review agent's release not (yet) delivered (the SDK has two).
+        {
+            "kind": enum("sent", "sent_to_human", "queued", "failed"),
+            "review": ref("Review"),
+            "sent": BOOL,
+            "sent_to_human": BOOL,
+        },
         {"message_id": STRING, "thread_id": STRING, "forced_by_breaker": STRING},
     ),
     "Category": shape(

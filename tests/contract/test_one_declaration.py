@@ -152,6 +152,7 @@ _STRINGS = {
     "Turn.diff_json": '{"fields_changed": ["body_text"], "hunks": [{"field": "body_text", "op": "replace",'
     ' "before": "a\\n", "after": "b\\n", "before_start": 1, "after_start": 1}]}',
     "Nudge.payload_json": '{"state": "sent", "message_id": "msg_1"}',
+    "Delivery.status": "send_needs_reconciliation",
 }
 
 

@@ -10,10 +10,14 @@ import pytest
 from diff import app
 from diff.__main__ import SPEC
 from diff.domain.fields import MAX_FIELD_BYTES, Attachment, MessageFields
-from diff.store import DiffKey
+from diff.server import diff_to_proto
+from diff.store import DiffKey, StoredDiff
+from reviewloop.common.v1 import common_pb2
+from reviewloop.diff.v1.diff_pb2 import DiffCommitted
 from reviewloop.errors import Code, DomainError
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database
+from reviewloop.storage import Database, codec
+from reviewloop.storage.inbox import Ingested, ingest_each
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 KEY = DiffKey("prj_1", "rr_diff1", 1, 2)
@@ -115,3 +119,32 @@ async def test_an_attachment_hash_must_be_a_sha256(open_db: OpenDb) -> None:
     with pytest.raises(DomainError) as refused:
         await app.compute_diff(db, KEY, PROPOSED, after)
     assert refused.value.violations[0].field == "/after/attachments/0/content_sha256"
+
+
+async def test_a_dry_run_stores_nothing_and_a_committed_diff_is_stored_once_never_overwritten(
+    open_db: OpenDb,
+) -> None:
+    db = await open_db(SPEC)
+    other = MessageFields(subject="Q3 pilot", body_text="Does Friday work?", to=("vp@acme.com",))
+    lost = await app.compute_diff(db, KEY, PROPOSED, other, dry_run=True)  # a loser's diff
+    won = await app.compute_diff(db, KEY, PROPOSED, SENT, dry_run=True)
+    with pytest.raises(DomainError) as absent:
+        await app.get_diff(db, KEY)
+    assert absent.value.code is Code.NOT_FOUND
+
+    def committed(diff: StoredDiff, event_id: str) -> common_pb2.Event:
+        proto = diff_to_proto(diff)
+        principal = common_pb2.Principal(
+            org_id="org_1", project_id="prj_1", actor_kind=common_pb2.ACTOR_KIND_HUMAN, actor_id="key_1"
+        )
+        message = DiffCommitted(principal=principal, diff=proto)
+        return common_pb2.Event(
+            event_id=event_id, type="diff_committed", payload=codec.encode(message).encode()
+        )
+
+    event = committed(won, "evt_1")
+    assert await ingest_each(db, [event, event, committed(lost, "evt_2")], app.SUBSCRIPTIONS) == Ingested(
+        2, 1
+    )
+    stored = await app.get_diff(db, KEY)
+    assert (stored.input_sha256, stored.diff_json) == (won.input_sha256, won.diff_json)

@@ -33,26 +33,26 @@ class Key(StrEnum):
     REFS = "refs"
 
 
-REJECTED_DETAIL = {"refs": ["i3"], "reason": "stale_evidence", "ref": 3}
+REJECTED_DETAIL = {"refs": [3], "reason": "stale_evidence", "ref": 3}
 
 TABLE: list[tuple[str, Any, EvidenceStatus]] = [
     # The marker is authoritative, whatever else the record carries.
-    ("accepted with refs", {"usage": {}, "final": True, "evidence": "accepted", "refs": ["i2"]}, A),
+    ("accepted with refs", {"usage": {}, "final": True, "evidence": "accepted", "refs": [2]}, A),
     ("rejected", {"final": True, "evidence": "rejected", "evidence_rejected": REJECTED_DETAIL}, R),
     ("absent", {"final": True, "evidence": "absent"}, AB),
-    ("rejected although refs present", {"final": True, "evidence": "rejected", "refs": ["i2"]}, R),
-    ("absent wins over refs", {"evidence": "absent", "refs": ["i2"]}, AB),
+    ("rejected although refs present", {"final": True, "evidence": "rejected", "refs": [2]}, R),
+    ("absent wins over refs", {"evidence": "absent", "refs": [2]}, AB),
     # Grandfather rule for legacy records (no marker key).
-    ("legacy with refs", {"usage": {}, "final": True, "refs": ["i2"]}, A),
+    ("legacy with refs", {"usage": {}, "final": True, "refs": [2]}, A),
     ("legacy with empty refs", {"final": True, "refs": []}, A),
     ("legacy with neither is never absent", {"usage": {}, "final": True}, U),
     ("empty payload", {}, U),
     # Unrecognized values fail safe to unknown, never accepted.
-    ("future enum value", {"evidence": "verified", "refs": ["i2"]}, U),
+    ("future enum value", {"evidence": "verified", "refs": [2]}, U),
     ("forged capitalized", {"evidence": "ACCEPTED"}, U),
     ("forged padded", {"evidence": " accepted"}, U),
     ("decode-only bucket is not a wire value", {"evidence": "unknown"}, U),
-    ("null marker", {"evidence": None, "refs": ["i2"]}, U),
+    ("null marker", {"evidence": None, "refs": [2]}, U),
     ("boolean marker", {"evidence": True}, U),
     ("integer marker", {"evidence": 1}, U),
     ("list marker", {"evidence": ["accepted"]}, U),
@@ -60,9 +60,11 @@ TABLE: list[tuple[str, Any, EvidenceStatus]] = [
     # Atom-like and string keys and values alike.
     ("atom value", {"evidence": Atom.accepted}, A),
     ("atom value rejected", {"evidence": Atom.rejected}, R),
-    ("colon atom string", {"evidence": ":absent"}, AB),
+    # A JSON string is the wire value exactly: a forged ":accepted" is never accepted.
+    ("colon string value is forged", {"evidence": ":absent"}, U),
+    ("colon accepted is forged", {"evidence": ":accepted", "refs": [3]}, U),
     ("enum key", {Key.EVIDENCE: "accepted"}, A),
-    ("colon atom key", {":evidence": ":rejected"}, R),
+    ("colon atom key", {":evidence": "rejected"}, R),
     ("bytes key and value", {b"evidence": b"accepted"}, A),
     ("atom refs key (legacy)", {Key.REFS: ["i1"]}, A),
     ("colon refs key (legacy)", {":refs": ["i1"], ":final": True}, A),

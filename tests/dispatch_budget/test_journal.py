@@ -92,7 +92,7 @@ async def test_concurrent_appends_keep_offsets_dense(open_db: OpenDb) -> None:
 
 async def test_a_bad_event_refuses_the_whole_batch(open_db: OpenDb) -> None:
     db = await open_db(SPEC)
-    events: list[Any] = [{"type": "turn_started", "payload": {}}, {"type": "telepathy", "payload": {}}]
+    events: list[Any] = [{"type": "turn_started", "payload": {}}, {"type": 7, "payload": {}}]
     with pytest.raises(DomainError) as caught:
         await app.append_journal_events(db, RUNNER, "att_1", events)
     assert caught.value.code is Code.BAD_REQUEST and caught.value.violations[0].field == "/events/1/type"
@@ -102,7 +102,7 @@ async def test_a_bad_event_refuses_the_whole_batch(open_db: OpenDb) -> None:
 async def test_journals_are_per_project(open_db: OpenDb) -> None:
     db = await open_db(SPEC)
     await app.append_journal_events(
-        db, RUNNER, "att_1", turn({"final": True, "evidence": "accepted", "refs": ["i1"]})
+        db, RUNNER, "att_1", turn({"final": True, "evidence": "accepted", "refs": [3]})
     )
     other = Principal("org_2", "prj_2", ActorKind.REVIEW_AGENT, "agt_x")
     assert await app.read_journal(db, other, "att_1") == []
@@ -114,7 +114,7 @@ async def test_evidence_status_reads_the_closing_turn(open_db: OpenDb) -> None:
     assert (await app.get_evidence_status(db, RUNNER, "att_1")).status.value == "unknown"
     await app.append_journal_events(db, RUNNER, "att_1", turn({"final": False, "evidence": "accepted"}))
     assert (await app.get_evidence_status(db, RUNNER, "att_1")).status.value == "unknown"
-    detail = {"refs": ["i9"], "reason": "missing_ref", "ref": None}
+    detail = {"refs": [9], "reason": "missing_ref", "ref": None}
     await app.append_journal_events(
         db, RUNNER, "att_1", turn({"final": True, "evidence": "rejected", "evidence_rejected": detail})
     )
@@ -125,14 +125,14 @@ async def test_evidence_status_reads_the_closing_turn(open_db: OpenDb) -> None:
 @pytest.mark.parametrize(
     ("final", "outcome", "reason"),
     [
-        ({"evidence": "accepted", "refs": ["i1"], "verdict": "pass", "reviewed_head": HEAD}, "counted", None),
+        ({"evidence": "accepted", "refs": [3], "verdict": "pass", "reviewed_head": HEAD}, "counted", None),
         (
-            {"refs": ["i1"], "verdict": "issues", "reviewed_head": HEAD},
+            {"refs": [3], "verdict": "issues", "reviewed_head": HEAD},
             "counted",
             None,
         ),  # legacy, grandfathered
         (
-            {"evidence": "accepted", "refs": ["i1"], "verdict": "pass", "reviewed_head": "d" * 40},
+            {"evidence": "accepted", "refs": [3], "verdict": "pass", "reviewed_head": "d" * 40},
             "no_verdict",
             "unusable_result",
         ),

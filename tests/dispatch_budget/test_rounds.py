@@ -18,6 +18,7 @@ from reviewloop.tenancy import ActorKind, Principal
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 AGENT = Principal("org_1", "prj_1", ActorKind.AGENT, "agt_1")
+REVIEWER = Principal("org_1", "prj_1", ActorKind.REVIEW_AGENT, "agt_rev")
 ADMIN = Principal("org_1", "prj_1", ActorKind.ADMIN, "key_admin")
 ADMIN_ORIGIN = app.Origin("admin", "key_admin", "key_admin", "127.0.0.1")
 HEAD = "a" * 40
@@ -26,14 +27,15 @@ SELECTION = {"runner": "codex", "model": "gpt-5", "effort": "high", "mode": "col
 
 
 async def _run(db: Database, run_id: str = "run_1", pr: int = 0, **kw: Any) -> app.Run:
+    status = kw.pop("status", None)
     return await app.record_run(
         db,
-        AGENT,
+        REVIEWER if status in (None, RunStatus.ACTIVE) else ADMIN,
         run_id=run_id,
         repository="acme/api",
         pr_number=pr,
         head_sha=kw.pop("head", HEAD),
-        status=kw.pop("status", None),
+        status=status,
     )
 
 
@@ -42,7 +44,7 @@ async def _admit(
 ) -> app.Admission:
     return await app.admit_review_round(
         db,
-        AGENT,
+        REVIEWER,
         run_id=run_id,
         attempt_key=key,
         kind=kw.pop("kind", AttemptKind.INITIAL),
@@ -97,9 +99,9 @@ async def test_a_sixth_round_is_refused_before_anything_is_consumed(open_db: Ope
     error = await _refused(_admit(db, "a5"))
     assert error.code is Code.QUOTA_EXCEEDED
     assert "5/5" in error.detail and "Stop and diagnose" in error.detail
-    assert (await app.get_round_budget(db, AGENT, "run_1")).last_launch_refusal is None  # wrote nothing
+    assert (await app.get_round_budget(db, REVIEWER, "run_1")).last_launch_refusal is None  # wrote nothing
     assert "narrow the scope or redesign" in error.detail
-    budget = await app.get_round_budget(db, AGENT, "run_1")
+    budget = await app.get_round_budget(db, REVIEWER, "run_1")
     assert (budget.budget.admissions, budget.budget.used, budget.budget.label) == (5, 5, "5/5")
 
 
@@ -108,7 +110,7 @@ async def test_a_spent_budget_never_blocks_publication(open_db: OpenDb) -> None:
     await _run(db)
     for i in range(5):
         await _admit(db, f"a{i}")
-    assert (await app.get_round_budget(db, AGENT, "run_1")).budget.exhausted
+    assert (await app.get_round_budget(db, REVIEWER, "run_1")).budget.exhausted
     # The approvals hold elsewhere; the spent budget only stops further reviewer rounds.
     published = await _run(db, status=RunStatus.PUBLISHED)
     assert published.status is RunStatus.PUBLISHED
@@ -141,7 +143,7 @@ async def test_two_admissions_racing_for_the_last_round_admit_exactly_one(open_d
     outcomes = await asyncio.gather(attempt("race-1"), attempt("race-2"))
     assert sorted(o.startswith("rcpt_") for o in outcomes) == [False, True]
     assert Code.QUOTA_EXCEEDED.value in outcomes
-    assert (await app.get_round_budget(db, AGENT, "run_1")).budget.used == 5
+    assert (await app.get_round_budget(db, REVIEWER, "run_1")).budget.used == 5
 
 
 async def test_a_restart_between_admission_and_settlement_refunds_nothing(open_db: OpenDb) -> None:
@@ -152,7 +154,7 @@ async def test_a_restart_between_admission_and_settlement_refunds_nothing(open_d
     await db.dispose()  # the service restarts
     restarted = Database(make_engine(url))
     try:
-        budget = await app.get_round_budget(restarted, AGENT, "run_1")
+        budget = await app.get_round_budget(restarted, REVIEWER, "run_1")
         assert budget.budget.used == 1  # an unsettled receipt counts: fail closed
         again = await _admit(restarted, "k1")  # the restart re-enters DISPATCH at the same generation
         assert again.reattached and again.receipt.receipt_id == admitted.receipt.receipt_id
@@ -166,7 +168,7 @@ async def test_no_verdict_spends_no_round_and_a_late_verdict_counts_again(open_d
     await _run(db)
     admitted = await _admit(db, "k1")
     receipt, budget = await app.settle_attempt(
-        db, AGENT, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="timed_out"
+        db, REVIEWER, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="timed_out"
     )
     assert (
         receipt.outcome == "no_verdict" and receipt.reason == "timed_out" and receipt.settled_at is not None
@@ -174,15 +176,17 @@ async def test_no_verdict_spends_no_round_and_a_late_verdict_counts_again(open_d
     assert (budget.budget.used, budget.budget.no_verdict) == (0, 1)
     assert budget.budget.label == "0/5 (no-verdict 1/3)"
     # A retried no-verdict settlement changes nothing; the verdict recovered after a restart clears it.
-    await app.settle_attempt(db, AGENT, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="timed_out")
+    await app.settle_attempt(
+        db, REVIEWER, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="timed_out"
+    )
     receipt, budget = await app.settle_attempt(
-        db, AGENT, receipt_id=admitted.receipt.receipt_id, verdict="issues", reviewed_head=HEAD
+        db, REVIEWER, receipt_id=admitted.receipt.receipt_id, verdict="issues", reviewed_head=HEAD
     )
     assert receipt.outcome == "counted" and receipt.reason is None
     assert (budget.budget.used, budget.budget.no_verdict, budget.budget.label) == (1, 0, "1/5")
     # Counted is final: an attempt settles once.
     error = await _refused(
-        app.settle_attempt(db, AGENT, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="exited")
+        app.settle_attempt(db, REVIEWER, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="exited")
     )
     assert error.code is Code.CONFLICT
 
@@ -196,9 +200,9 @@ async def test_a_verdict_for_another_head_or_an_unknown_reason_is_refused(open_d
         ({"verdict": "maybe", "reviewed_head": HEAD}, "/verdict"),
         ({"no_verdict_reason": "bored"}, "/no_verdict_reason"),
     ):
-        error = await _refused(app.settle_attempt(db, AGENT, receipt_id=receipt_id, **kwargs))
+        error = await _refused(app.settle_attempt(db, REVIEWER, receipt_id=receipt_id, **kwargs))
         assert error.violations[0].field == field
-    assert (await app.get_round_budget(db, AGENT, "run_1")).budget.used == 1
+    assert (await app.get_round_budget(db, REVIEWER, "run_1")).budget.used == 1
 
 
 async def test_at_the_no_verdict_cap_automatic_launches_stop_but_an_operator_request_launches(
@@ -208,13 +212,13 @@ async def test_at_the_no_verdict_cap_automatic_launches_stop_but_an_operator_req
     await _run(db)
     for i, reason in enumerate(("timed_out", "launch_failed", "missing_result")):
         receipt_id = (await _admit(db, f"k{i}")).receipt.receipt_id
-        await app.settle_attempt(db, AGENT, receipt_id=receipt_id, no_verdict_reason=reason)
+        await app.settle_attempt(db, REVIEWER, receipt_id=receipt_id, no_verdict_reason=reason)
     for trigger in (Trigger.FIX_REREVIEW, Trigger.RECOVERED_FIX_REREVIEW, Trigger.PUBLICATION_PLAN):
         error = await _refused(_admit(db, f"auto-{trigger}", trigger=trigger))
         assert error.code is Code.QUOTA_EXCEEDED
         assert "3 of 3" in error.detail and "missing_result" in error.detail and "timed_out" in error.detail
         # The gate records each stopped launch (the refusal outlives the refused request).
-        refusal = (await app.get_round_budget(db, AGENT, "run_1")).last_launch_refusal
+        refusal = (await app.get_round_budget(db, REVIEWER, "run_1")).last_launch_refusal
         assert refusal is not None
         assert (refusal.attempt_key, refusal.trigger, refusal.no_verdict) == (
             f"auto-{trigger}",
@@ -224,7 +228,7 @@ async def test_at_the_no_verdict_cap_automatic_launches_stop_but_an_operator_req
         assert refusal.reason == error.detail
     for trigger in (Trigger.OPERATOR_REQUEST, Trigger.CONTINUE_FIXING, Trigger.SEND_BACK):
         assert not (await _admit(db, f"op-{trigger}", trigger=trigger)).reattached
-    budget = await app.get_round_budget(db, AGENT, "run_1")
+    budget = await app.get_round_budget(db, REVIEWER, "run_1")
     assert budget.budget.label == "3/5 (no-verdict 3/3)" and budget.budget.no_verdict_capped
 
 
@@ -234,15 +238,15 @@ async def test_a_pr_scope_is_shared_and_copied_histories_count_once(open_db: Ope
     first = await _admit(db, "k1", "run_1")  # before the PR exists: the canonical run's scope
     assert first.budget.scope_key == "run:run_1"
     await _run(db, "run_1", pr=7)  # verified PR identity: its admissions join the PR scope
-    assert (await app.get_round_budget(db, AGENT, "run_1")).scope_key == "pr:acme/api#7"
+    assert (await app.get_round_budget(db, REVIEWER, "run_1")).scope_key == "pr:acme/api#7"
     await _run(db, "run_2", pr=7)
     copied = await _admit(db, "copy", "run_2", receipt_id=first.receipt.receipt_id)
     assert copied.reattached and copied.budget.budget.used == 1  # the copied receipt is not a second round
     await _admit(db, "k2", "run_2")
-    assert (await app.get_round_budget(db, AGENT, "run_1")).budget.used == 2  # no fresh budget for run_2
+    assert (await app.get_round_budget(db, REVIEWER, "run_1")).budget.used == 2  # no fresh budget for run_2
     # A run of another PR has its own budget.
     await _run(db, "run_3", pr=8)
-    assert (await app.get_round_budget(db, AGENT, "run_3")).budget.used == 0
+    assert (await app.get_round_budget(db, REVIEWER, "run_3")).budget.used == 0
 
 
 # --- the scoped extension: spec 003 "Validation MUST cover" ---
@@ -264,7 +268,7 @@ async def test_an_unauthorized_grant_is_refused_and_changes_nothing(
     await _run(db)
     error = await _refused(_extend(db, _grant_input(), principal=principal, origin=origin))
     assert error.code is Code.FORBIDDEN_SCOPE
-    assert (await app.get_round_budget(db, AGENT, "run_1")).budget.limit == 5
+    assert (await app.get_round_budget(db, REVIEWER, "run_1")).budget.limit == 5
 
 
 @pytest.mark.parametrize(
@@ -289,7 +293,7 @@ async def test_a_stale_or_invalid_grant_is_refused_before_any_mutation(
     assert error.code is code
     if field:
         assert error.violations[0].field == field
-    budget = await app.get_round_budget(db, AGENT, "run_1")
+    budget = await app.get_round_budget(db, REVIEWER, "run_1")
     assert budget.budget.limit == 5 and budget.extension is None
 
 
@@ -335,7 +339,7 @@ async def test_the_receipt_records_provenance_and_an_exact_retry_returns_it(open
     assert await _extend(db, _grant_input()) == receipt  # exact retry, even though 5 is no longer current
     error = await _refused(_extend(db, _grant_input(new_limit=8)))  # same key, other inputs
     assert error.code is Code.IDEMPOTENCY_CONFLICT
-    budget = await app.get_round_budget(db, AGENT, "run_1")
+    budget = await app.get_round_budget(db, REVIEWER, "run_1")
     assert budget.budget.label == "0/7" and budget.extension == receipt
 
 
@@ -375,7 +379,7 @@ async def test_concurrent_grants_apply_once_and_serialize_with_admissions(open_d
     )
     grants, admits = results[:2], results[2:]
     assert grants.count("ok") == 1 and Code.CONFLICT.value in grants  # the CAS lets one grant win
-    budget = (await app.get_round_budget(db, AGENT, "run_1")).budget
+    budget = (await app.get_round_budget(db, REVIEWER, "run_1")).budget
     assert budget.limit in (6, 8) and budget.used == 4 + admits.count("ok") <= budget.limit
 
 
@@ -391,10 +395,45 @@ async def test_restart_and_archive_preserve_the_scope_and_its_grant(open_db: Ope
     restarted = Database(make_engine(url))
     try:
         await _run(restarted, "run_2", pr=9)  # a new run for the same PR: no fresh default budget
-        budget = await app.get_round_budget(restarted, AGENT, "run_2")
+        budget = await app.get_round_budget(restarted, REVIEWER, "run_2")
         assert budget.budget.label == "5/6" and budget.extension == receipt
         assert await _extend(restarted, _grant_input(new_limit=6)) == receipt  # replay applies nothing twice
         assert (await _admit(restarted, "k5", "run_2")).receipt.round == 6
         assert (await _refused(_admit(restarted, "k6", "run_2"))).code is Code.QUOTA_EXCEEDED
     finally:
         await restarted.dispose()
+
+
+async def test_run_status_takes_an_admin_or_the_owning_service_and_settlements_their_owner(
+    open_db: OpenDb,
+) -> None:
+    db = await open_db(SPEC)
+    await _run(db)
+    service = Principal("org_1", "prj_1", ActorKind.SYSTEM, "orchestrator")
+    for status in (RunStatus.FAILED, RunStatus.ARCHIVED, RunStatus.PUBLISHED):
+        for who in (REVIEWER, AGENT):
+            error = await _refused(
+                app.record_run(
+                    db, who, run_id="run_1", repository="acme/api", pr_number=0, head_sha=HEAD, status=status
+                )
+            )
+            assert error.code is Code.FORBIDDEN_SCOPE
+    assert (await _run(db)).status is RunStatus.ACTIVE  # nothing was written
+    admitted = await _admit(db, "k1")
+    # The owning service is not the admission owner of a review agent's receipt.
+    for who in (service, AGENT, ADMIN, Principal("org_1", "prj_1", ActorKind.REVIEW_AGENT, "agt_other")):
+        error = await _refused(
+            app.settle_attempt(db, who, receipt_id=admitted.receipt.receipt_id, no_verdict_reason="exited")
+        )
+        assert error.code is Code.FORBIDDEN_SCOPE
+    assert (await app.get_round_budget(db, REVIEWER, "run_1")).budget.used == 1
+    failed = await app.record_run(
+        db,
+        service,
+        run_id="run_1",
+        repository="acme/api",
+        pr_number=0,
+        head_sha=HEAD,
+        status=RunStatus.FAILED,
+    )
+    assert failed.status is RunStatus.FAILED

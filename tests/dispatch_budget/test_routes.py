@@ -189,7 +189,7 @@ async def test_journal_lines_are_appended_and_decoded(api: Api) -> None:
             "type": "turn_completed",
             "session_id": "s",
             "turn_id": "t1",
-            "payload": {"final": True, "refs": ["i1"]},
+            "payload": {"final": True, "refs": [1]},
         },
     ]
     body = b"\n".join(orjson.dumps(line) for line in lines) + b"\n"
@@ -199,12 +199,15 @@ async def test_journal_lines_are_appended_and_decoded(api: Api) -> None:
         headers={**reviewer, "content-type": "application/x-ndjson"},
     )
     assert response.status_code == 201, response.text
-    assert response.json() == {"appended": 2, "skipped_ephemeral": 1, "last_offset": 2}
+    assert response.json() == {
+        "appended": 2,
+        "skipped_ephemeral": 1,
+        "last_offset": 2,
+        "already_journaled": 0,
+    }
     evidence = (await api.http.get("/v1/journals/att_1/evidence", headers=reviewer)).json()
     assert evidence == {"run_id": "att_1", "evidence": "accepted", "offset": 2, "schema_version": "1.1.0"}
-    bad = await api.http.post(
-        "/v1/journals/att_1/events", json={"events": [{"type": "nope"}]}, headers=reviewer
-    )
+    bad = await api.http.post("/v1/journals/att_1/events", json={"events": [{"type": ""}]}, headers=reviewer)
     assert assert_problem(bad, 422, "bad_request")["errors"][0]["field"] == "/events/0/type"  # type: ignore[index]
 
 

@@ -1,5 +1,5 @@
 """review_state with the contexts it calls: diff (edits), rules (composition tokens, saved rules, rule
-and category events, the risk dial) and dispatch_budget (the daily auto-send cap). These need those
+and category events, the risk dial) and dispatch_budget (review-agent round budgets). These need those
 services built; until then review_state answers 503 unavailable and writes nothing."""
 
 from __future__ import annotations
@@ -8,6 +8,10 @@ import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
+
+import grpc
+from reviewloop.common.v1 import common_pb2
+from reviewloop.diff.v1 import diff_pb2, diff_pb2_grpc
 
 from tests.conftest import Api, draft
 from tests.e2e.helpers import events_until
@@ -54,16 +58,24 @@ async def _auto_send_project(api: Api) -> tuple[dict[str, Any], dict[str, str], 
     )
     assert category.status_code in (200, 201), category.text
     category_id = category.json()["id"]
+    dial = await api.http.put(
+        f"/v1/admin/projects/{pid}/risk-dial",
+        json={
+            "account": {
+                "min_confidence": 0.6,
+                "first_contact_gate": False,
+                "canary_rate": 0.0,
+                "graduate_min_approvals": 0,  # a maturity gate met from the start
+                "graduate_min_age_hours": 0,
+            }
+        },
+        headers=api.admin,
+    )
+    assert dial.status_code == 200, dial.text
     graduated = await api.http.post(
         f"/v1/admin/categories/{category_id}/graduate", json={"to_state": "auto_notify"}, headers=api.admin
     )
     assert graduated.status_code == 200, graduated.text
-    dial = await api.http.put(
-        f"/v1/admin/projects/{pid}/risk-dial",
-        json={"account": {"min_confidence": 0.6, "first_contact_gate": False, "canary_rate": 0.0}},
-        headers=api.admin,
-    )
-    assert dial.status_code == 200, dial.text
     policy = await api.http.put(
         f"/v1/admin/projects/{pid}/review-policy", json={"policy": "auto_send_graduated"}, headers=api.admin
     )
@@ -112,9 +124,100 @@ async def test_a_humans_new_rule_is_saved_with_its_source_review(api: Api) -> No
     assert decided.status_code == 200, decided.text
     feedback = (await api.http.get(f"/v1/reviews/{review['id']}/feedback", headers=agent)).json()
     assert len(feedback["new_rules"]) == 1 and feedback["new_rules"][0].startswith("rule_")
+    saved = await _rule_saved(api, agent, feedback["new_rules"][0])
+    assert saved["source_review_id"] == review["id"]
+
+
+async def _rule_saved(api: Api, headers: dict[str, str], rule_id: str, **query: str) -> dict[str, Any]:
+    """The rule ``rule_id`` once the rules context saved it (it travels in the decision's outbox)."""
+    deadline = time.monotonic() + 15
+    while True:
+        rules = (await api.http.get("/v1/rules", params=query, headers=headers)).json()["rules"]
+        saved = [r for r in rules if r["id"] == rule_id]
+        if saved:
+            return dict(saved[0])
+        assert time.monotonic() < deadline, f"rule {rule_id} was never saved"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_new_rule_on_a_categorized_review_is_saved_only_with_its_decision(api: Api) -> None:
+    project, agent, human = await _setup(api)
+    category = await api.http.post(
+        f"/v1/admin/projects/{project['project_id']}/categories",
+        json={"name": "Sales", "description": "outreach"},
+        headers=api.admin,
+    )
+    assert category.status_code in (200, 201), category.text
+    category_id = category.json()["id"]
+    review = await _opened(api, agent, human, category_id=category_id)
+    rule = {"rule_text": "Always propose a concrete time."}
+    chat = await api.http.post(f"/v1/reviews/{review['id']}/chat", json={"text": "a question"}, headers=agent)
+    assert chat.status_code in (200, 201), chat.text
+    decide = f"/v1/reviews/{review['id']}/decision"
+    stale = await api.http.post(
+        decide,
+        json={"action": "reject", "revision": 1, "version": review["version"], "new_rule": rule},
+        headers=human,
+    )
+    assert stale.status_code == 409 and stale.json()["code"] == "stale", stale.text
+    now = (await api.http.get(f"/v1/reviews/{review['id']}", headers=human)).json()
+    decided = await api.http.post(
+        decide,
+        json={"action": "reject", "revision": 1, "version": now["version"], "new_rule": rule},
+        headers=human,
+    )
+    assert decided.status_code == 200, decided.text  # a general rule on a categorized review; no duplicate
+    feedback = (await api.http.get(f"/v1/reviews/{review['id']}/feedback", headers=agent)).json()
+    [rule_id] = feedback["new_rules"]
+    saved = await _rule_saved(api, agent, rule_id)
+    assert (saved["scope"], saved.get("category_id") or "") == ("general", "")
     rules = (await api.http.get("/v1/rules", headers=agent)).json()["rules"]
-    saved = [r for r in rules if r["id"] == feedback["new_rules"][0]]
-    assert saved and saved[0]["source_review_id"] == review["id"]
+    assert [r["id"] for r in rules if r["rule_text"] == rule["rule_text"]] == [
+        rule_id
+    ]  # the stale one left none
+
+
+async def test_concurrent_edits_of_one_revision_leave_only_the_winners_diff(api: Api) -> None:
+    project, agent, human = await _setup(api)
+    review = await _opened(api, agent, human)
+    texts = [f"Edit number {i}." for i in range(4)]
+    answers = await asyncio.gather(
+        *(
+            api.http.post(
+                f"/v1/reviews/{review['id']}/decision",
+                json={"action": "edit", "revision": 1, "version": review["version"], "body": text},
+                headers=human,
+            )
+            for text in texts
+        )
+    )
+    assert sorted(a.status_code for a in answers) == [200, 409, 409, 409], [a.text for a in answers]
+    winner = next(a.json() for a in answers if a.status_code == 200)
+    feedback = (await api.http.get(f"/v1/reviews/{review['id']}/feedback", headers=agent)).json()
+    deadline = time.monotonic() + 15
+    async with grpc.aio.insecure_channel(api.stack.address("diff")) as channel:
+        stub = diff_pb2_grpc.DiffServiceStub(channel)
+        while True:
+            try:
+                stored = await stub.GetDiff(
+                    diff_pb2.GetDiffRequest(
+                        principal=common_pb2.Principal(
+                            org_id=project["org_id"],
+                            project_id=project["project_id"],
+                            actor_kind=common_pb2.ACTOR_KIND_HUMAN,
+                            actor_id="key_test",
+                        ),
+                        review_id=review["id"],
+                        from_revision=1,
+                        to_revision=2,
+                    )
+                )
+                break
+            except grpc.aio.AioRpcError as error:
+                assert error.code() is grpc.StatusCode.NOT_FOUND and time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+    assert [t for t in texts if t in stored.diff_json] == [winner["body_text"]]
+    assert stored.diff_unified == feedback["diff_unified"]
 
 
 async def test_a_stale_composition_token_is_born_stale_with_no_mutation_and_a_rule_changed_nudge(
@@ -150,6 +253,37 @@ async def test_a_stale_composition_token_is_born_stale_with_no_mutation_and_a_ru
     assert restamped.status_code == 200, restamped.text
 
 
+async def test_a_redraft_without_a_token_after_a_rule_change_is_born_stale(api: Api) -> None:
+    _, agent, _ = await _setup(api)
+    sent = await api.http.post("/v1/messages", json=draft(), headers=agent)  # no composition token
+    assert sent.status_code == 202, sent.text
+    review_id = sent.json()["review_id"]
+    redraft = f"/v1/reviews/{review_id}/revisions"
+    same = await api.http.post(redraft, json={"parent_revision": 1, "body_text": "v2"}, headers=agent)
+    assert same.status_code == 200, same.text  # the stack did not move: no token needed
+    saved = await api.http.post(
+        "/v1/rules",
+        json={"rule_text": "Sign off with the first name only.", "scope": "general"},
+        headers=agent,
+    )
+    assert saved.status_code in (200, 201), saved.text
+    refused = await api.http.post(redraft, json={"parent_revision": 2, "body_text": "v3"}, headers=agent)
+    assert refused.status_code == 409 and refused.json()["code"] == "born_stale", refused.text
+    review = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    assert (review["revision"], review["body_text"]) == (2, "v2")
+    events = await _until(
+        api,
+        agent,
+        lambda es: any(e["reason"] == "rule_changed" and e["payload"].get("born_stale") for e in es),
+    )
+    assert any(e["payload"].get("born_stale") for e in events if e["review_id"] == review_id)
+    fresh = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
+    passed = await api.http.post(
+        redraft, json={"parent_revision": 2, "body_text": "v3", "composition_token": fresh}, headers=agent
+    )
+    assert passed.status_code == 200 and passed.json()["revision"] == 3, passed.text
+
+
 async def test_a_general_rule_propagates_to_pending_drafts_a_few_at_a_time(api: Api) -> None:
     project, agent, _ = await _setup(api)
     ids = []
@@ -170,7 +304,7 @@ async def test_a_general_rule_propagates_to_pending_drafts_a_few_at_a_time(api: 
 
 
 async def test_a_graduated_category_auto_sends_when_every_gate_passes(api: Api) -> None:
-    _, agent, category_id = await _auto_send_project(api)
+    project, agent, category_id = await _auto_send_project(api)
     sent = await api.http.post(
         "/v1/messages", json=draft(category_id=category_id, confidence=0.9), headers=agent
     )
@@ -181,6 +315,36 @@ async def test_a_graduated_category_auto_sends_when_every_gate_passes(api: Api) 
         "/v1/messages", json=draft(category_id=category_id, confidence=0.2), headers=agent
     )
     assert held.json()["state"] == "needs_review" and held.json()["gate_outcome"] == "held:low_confidence"
+    # auto_notify: the project's humans are told (the console's queue of mail sent without review).
+    human = api.auth((await api.key(project["project_id"], "human"))["api_key"])
+    queue = await api.http.get("/v1/reviews", params={"humans_notified": "true"}, headers=human)
+    assert queue.status_code == 200, queue.text
+    assert [r["id"] for r in queue.json()["reviews"]] == [sent.json()["review_id"]]
+
+
+async def test_the_daily_auto_send_cap_is_spent_only_by_a_committed_release(api: Api) -> None:
+    project, agent, category_id = await _auto_send_project(api)
+    capped = await api.http.put(
+        f"/v1/admin/projects/{project['project_id']}/risk-dial",
+        json={"account": {"auto_send_cap_per_day": 2}},
+        headers=api.admin,
+    )
+    assert capped.status_code == 200, capped.text
+    body = draft(category_id=category_id, confidence=0.9)
+    twins = await asyncio.gather(
+        *(
+            api.http.post("/v1/messages", json=body, headers={**agent, "Idempotency-Key": "once"})
+            for _ in range(3)
+        )
+    )
+    answered = [t.json()["review_id"] for t in twins if t.status_code == 202]
+    # A twin still running at the gateway may be told so (409); every answer names the one review.
+    assert answered and set(answered) == {answered[0]}, [t.text for t in twins]
+    assert all(t.status_code in (202, 409) for t in twins), [t.text for t in twins]
+    second = await api.http.post("/v1/messages", json=body, headers=agent)
+    assert second.json()["state"] == "auto_sent", second.text  # the twins spent one unit of two
+    third = await api.http.post("/v1/messages", json=body, headers=agent)
+    assert (third.json()["state"], third.json()["gate_outcome"]) == ("needs_review", "held:daily_cap")
 
 
 async def test_a_review_agent_releases_or_is_overridden_by_a_breaker(api: Api) -> None:

@@ -315,9 +315,26 @@ async def test_graduation_is_proposed_by_agents_and_flipped_by_the_console(api: 
     ]
     assert (await api.http.get(queue, headers=org.agent)).json()["code"] == "forbidden_scope"
     graduate = f"/v1/admin/categories/{category['id']}/graduate"
+    # The maturity gate holds every rung: no clean approvals yet, so can_graduate is false and the
+    # human's graduate is refused (the spec's canonical status).
+    status = (await api.http.get(f"/v1/categories/{category['id']}/graduation", headers=org.agent)).json()
+    assert (status["next_state"], status["maturity_gate_met"], status["can_graduate"]) == (
+        "auto_notify",
+        False,
+        False,
+    )
+    early = await api.http.post(graduate, json={"to_state": "auto_notify"}, headers=api.admin)
+    assert early.status_code == 409 and early.json()["code"] == "maturity_gate_unmet", early.text
+    dial = f"/v1/admin/projects/{org.project_id}/risk-dial"
+    gate_open = {"graduate_min_approvals": 0, "graduate_min_age_hours": 0}
+    assert (await api.http.put(dial, json={"account": gate_open}, headers=org.admin)).status_code == 200
+    status = (await api.http.get(f"/v1/categories/{category['id']}/graduation", headers=org.agent)).json()
+    assert status["can_graduate"] is True
     flipped = await api.http.post(graduate, json={"to_state": "auto_notify"}, headers=api.admin)
     assert flipped.status_code == 200 and flipped.json()["state"] == "auto_notify"
     assert (await api.http.get(queue, headers=org.admin)).json()["proposals"] == []
+    gate_shut = {"graduate_min_approvals": 5}
+    assert (await api.http.put(dial, json={"account": gate_shut}, headers=org.admin)).status_code == 200
     gate = await api.http.post(graduate, json={"to_state": "auto_silent"}, headers=org.admin)
     assert gate.status_code == 409 and gate.json()["code"] == "maturity_gate_unmet"
 
@@ -335,7 +352,7 @@ async def test_outcomes_over_grpc_demote_on_drift_once_per_event_and_reach_revie
     category = await org.category()
     await api.http.put(
         f"/v1/admin/projects/{org.project_id}/risk-dial",
-        json={"account": {"drift_demote_after": 1}},
+        json={"account": {"drift_demote_after": 1, "graduate_min_approvals": 0, "graduate_min_age_hours": 0}},
         headers=org.admin,
     )
     await api.http.post(

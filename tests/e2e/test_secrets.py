@@ -78,3 +78,18 @@ async def test_no_issued_key_is_stored_or_written_in_plain(api: Api) -> None:
     for key_id, replay in replays:  # a replay names the key it issued and says its secret was shown once
         assert replay["key_id"] == key_id and replay["api_key"] is None
         assert "shown once" in replay["note"]
+
+
+async def test_a_retry_sent_the_moment_the_answer_starts_is_a_replay(api: Api) -> None:
+    """The answer is remembered before its first byte leaves: a client that retries as soon as it sees
+    the status line finds the replay, never ``409 still running`` (it did under load before)."""
+    project = await api.project()
+    body = {"project_id": project["project_id"], "actor_kind": "agent", "name": "eager"}
+    for n in range(5):
+        headers = {**api.admin, "Idempotency-Key": f"eager-{n}"}
+        async with api.http.stream("POST", "/v1/admin/api-keys", json=body, headers=headers) as first:
+            assert first.status_code == 201
+            again = await api.http.post("/v1/admin/api-keys", json=body, headers=headers)
+            await first.aread()
+        assert (again.status_code, again.headers.get("idempotent-replayed")) == (201, "true"), again.text
+        assert again.json()["key_id"] == first.json()["key_id"]

@@ -65,35 +65,123 @@ async def test_cancel_is_one_trace_across_gateway_review_state_and_nudge(api: Ap
     }
 
 
-async def test_traces_command_prints_the_review_as_a_tree(api: Api, stack: Stack) -> None:
+async def _traces(stack: Stack, key: str, **env: str) -> tuple[int, list[str]]:
+    environ = {**os.environ, "REVIEWLOOP_DATA_DIR": str(stack.data_dir), **env}
+    if "OTEL_EXPORTER_OTLP_ENDPOINT" not in env:
+        environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "stack", "traces", key, env=environ, stdout=subprocess.PIPE
+    )
+    out = (await proc.communicate())[0].decode().splitlines()
+    assert proc.returncode is not None
+    return proc.returncode, out
+
+
+async def test_traces_command_prints_the_reviews_whole_life_as_one_timeline(api: Api, stack: Stack) -> None:
+    """Submit, cancel, the terminal nudge and its ack: one timeline of request trees, oldest first."""
     agent = await api.agent()
     review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
     await api.http.post(f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent)
-    await events_until(api, agent, 1)
-    env = {**os.environ, "REVIEWLOOP_DATA_DIR": str(stack.data_dir)}
+    events = await events_until(api, agent, 1)
+    seq = max(e["seq"] for e in events if e["review_id"] == review_id)
+    acked = await api.http.post(
+        "/v1/review-events/ack", json={"acks": [{"review_id": review_id, "seq": seq}]}, headers=agent
+    )
+    assert acked.status_code == 200, acked.text
 
     def indent(line: str) -> int:
         return len(line) - len(line.lstrip())
 
-    def nested(lines: list[str]) -> bool:
-        """The nudge hop printed below the gateway's root span (each process flushes its spans on
-        its own schedule, so until the relay's span lands the nudge hop has no parent to sit under)."""
-        roots = [i for i, line in enumerate(lines) if "gateway: POST /v1/reviews/{review_id}/cancel" in line]
-        hops = [line for line in lines[roots[0] :] if "nudge:" in line] if roots else []
-        return bool(hops) and indent(hops[0]) > indent(lines[roots[0]])
+    def roots(lines: list[str]) -> list[str]:
+        """The request tree each ``trace`` header opens, by its gateway root span."""
+        return [
+            lines[i + 1].strip().split("  ")[0]
+            for i, line in enumerate(lines)
+            if line.startswith("trace ") and i + 1 < len(lines)
+        ]
 
+    wanted = [
+        "gateway: POST /v1/messages",
+        "gateway: POST /v1/reviews/{review_id}/cancel",
+        "gateway: POST /v1/review-events/ack",
+    ]
     deadline = time.monotonic() + 15
     while True:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "stack", "traces", review_id, env=env, stdout=subprocess.PIPE
-        )
-        lines = (await proc.communicate())[0].decode().splitlines()
-        if nested(lines) or time.monotonic() > deadline:
+        code, lines = await _traces(stack, review_id)
+        in_order = [r for r in roots(lines) if r in wanted]
+        nudge_hop = any("nudge:" in line and "Ingest" in line for line in lines)
+        if (in_order == wanted and nudge_hop) or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.3)
-    assert proc.returncode == 0
-    assert lines[0].startswith("trace ")
+    assert code == 0
+    assert lines[0].startswith(f"review {review_id}: "), lines[0]
+    # One tree per request, in the order they happened: the submit (queued, so it carries the review
+    # id from its answer), the cancel, then the ack of the terminal nudge.
+    assert in_order == wanted, "\n".join(lines)
+    assert nudge_hop, "\n".join(lines)
+    # Times: each tree's wall clock and offset from the first; each span's offset and duration.
+    headers = [line for line in lines if line.startswith("trace ")]
+    assert headers[0].endswith("+0.000s") and all("Z  +" in h for h in headers)
     transition = next(line for line in lines if "review_state: review.transition" in line)
-    # Children are indented under their parents: the nudge hop sits below the gateway's root span.
-    assert nested(lines), "\n".join(lines)
-    assert transition
+    assert "from_state=needs_review" in transition and "to_state=cancelled" in transition
+    assert indent(transition) > indent(next(line for line in lines if wanted[1] in line))
+
+
+async def test_traces_command_says_so_when_traces_go_to_otlp(stack: Stack) -> None:
+    code, lines = await _traces(stack, "rr_anything", OTEL_EXPORTER_OTLP_ENDPOINT="http://collector:4317")
+    assert code == 2
+    assert "OTLP" in lines[0] and "http://collector:4317" in lines[0]
+    assert "reviewloop.review_id" in lines[0]
+
+
+async def test_a_refused_request_is_an_error_span_with_its_problem_code(api: Api, stack: Stack) -> None:
+    """A 404 and a 409 are ERROR on the gateway's span and on review_state's, with the problem code."""
+    agent = await api.agent()
+    review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+    stale = await api.http.post(f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 7}, headers=agent)
+    assert stale.status_code == 409, stale.text
+    code = stale.json()["code"]
+    missing = await api.http.get("/v1/reviews/rr_01M8XZ10T5D9FBBZ4TKKSSYRQZ", headers=agent)
+    assert missing.status_code == 404
+
+    path = stack.data_dir / "traces.jsonl"
+
+    def servers() -> list[dict[str, Any]]:
+        return [
+            s
+            for s in read_spans(path)
+            if s["kind"] == "SERVER"
+            and s["attributes"].get("problem_code") in (code, "not_found")
+            and s["attributes"].get("reviewloop.review_id") in (review_id, "rr_01M8XZ10T5D9FBBZ4TKKSSYRQZ")
+        ]
+
+    deadline = time.monotonic() + 15
+    while len({(s["service"], s["attributes"]["problem_code"]) for s in servers()}) < 4:
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.3)
+    found = {(s["service"], s["attributes"]["problem_code"], s["status"]) for s in servers()}
+    assert found >= {
+        ("gateway", code, "ERROR"),
+        ("review_state", code, "ERROR"),
+        ("gateway", "not_found", "ERROR"),
+        ("review_state", "not_found", "ERROR"),
+    }, found
+
+
+async def test_an_idle_poll_records_no_span(api: Api, stack: Stack) -> None:
+    """The relays poll every 0.2 s here and the sweeps run all along: none of it is a trace of its own.
+
+    Every recorded root is a request (SERVER) or work reviewloop opened (INTERNAL: a delivery, a
+    reconciliation), never a parentless store statement or connect (12 such traces a second before).
+    """
+    await api.http.get("/healthz")
+    deadline = time.monotonic() + 15
+    while True:  # each process flushes its spans on its own schedule
+        roots = [s for s in read_spans(stack.data_dir / "traces.jsonl") if s["parent_span_id"] is None]
+        if any(s["service"] == "gateway" for s in roots) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert roots, "the stack has recorded its requests"
+    orphans = [(s["service"], s["name"]) for s in roots if s["kind"] == "CLIENT"]
+    assert orphans == []

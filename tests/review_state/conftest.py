@@ -3,6 +3,7 @@ in-memory stand-in (the real ones are exercised end to end in tests/e2e), and th
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,15 +11,18 @@ from typing import Any
 
 import orjson
 import pytest
+from google.protobuf.json_format import ParseError
 from review_state import app
 from review_state.__main__ import SPEC
 from review_state.app import Env, Settings
 from review_state.clients import CategoryInfo, DiffResult, TokenCheck
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
-from review_state.providers import EmlProvider, OutcomeUnknown, Refused
+from review_state.providers import AtData, EmlProvider, OutcomeUnknown, Refused
+from reviewloop.diff.v1.diff_pb2 import DiffCommitted
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
+from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, codec
 from reviewloop.storage.schema import OUTBOX
@@ -50,19 +54,21 @@ class FakePeers:
     token_status: str = "valid"
     token_high_water: int = 5
     current_high_water: int = 5
+    stack_high_water_now: int = 0  # the stack's high-water a draft without a token is checked against
     category_state: str = "supervised"
     never_graduate: bool = False
     dial: Dial = field(default_factory=lambda: Dial(0.7, False, 0.0, 200))
-    cap_left: int = 1000
     round_limit: int = 5
+    no_verdict_limit: int = 3  # automatic rounds stop after this many ended without a verdict
     # attempt key -> [review id, receipt id, settlement]; settlement is "" until settled
     rounds: dict[str, list[str]] = field(default_factory=dict)
     # run while a round is being admitted: a concurrent writer a test wants to win the race
     on_admit: Callable[[], Awaitable[Any]] | None = None
     down: bool = False
     diff_down: bool = False
-    rules_saved: list[dict[str, Any]] = field(default_factory=list)
-    diffs: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    # the new rules decisions had checked (a dry run: the rule itself travels in the outbox)
+    rules_checked: list[SaveRuleRequest] = field(default_factory=list)
+    rule_refusal: DomainError | None = None
 
     def _check(self) -> None:
         if self.down:
@@ -80,10 +86,15 @@ class FakePeers:
         self._check()
         return self.dial
 
-    async def save_rule(self, principal: Principal, **fields: Any) -> str:
+    async def check_rule(self, principal: Principal, rule: SaveRuleRequest) -> None:
         self._check()
-        self.rules_saved.append(fields)
-        return f"rule_{len(self.rules_saved)}"
+        if self.rule_refusal is not None:
+            raise self.rule_refusal
+        self.rules_checked.append(rule)
+
+    async def stack_high_water(self, principal: Principal, category_id: str) -> int:
+        self._check()
+        return self.stack_high_water_now
 
     async def compute_diff(
         self,
@@ -106,27 +117,26 @@ class FakePeers:
                 ],
             }
         ).decode()
-        key = (review_id, from_revision, to_revision)
-        if self.diffs.setdefault(key, diff_json) != diff_json:
-            raise DomainError(Code.CONFLICT, "different inputs for a stored diff")
-        return DiffResult("".join(f"--- {k}\n+++ {k}\n" for k in changed), diff_json, changed)
-
-    async def consume_auto_send(
-        self, principal: Principal, category_id: str, review_id: str, cap: int
-    ) -> bool:
-        self._check()
-        self.cap_left -= 1
-        return self.cap_left >= 0
+        unified = "".join(f"--- {k}\n+++ {k}\n" for k in changed)
+        return DiffResult(unified, diff_json, changed, hashlib.sha256(diff_json.encode()).hexdigest())
 
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool
-    ) -> str | None:
+    ) -> str:
         self._check()
         if attempt_key in self.rounds:
             return self.rounds[attempt_key][1]
-        spent = [r for r in self.rounds.values() if r[0] == review_id and r[2] != "superseded"]
-        if len(spent) >= self.round_limit:
-            return None
+        mine = [r for r in self.rounds.values() if r[0] == review_id]
+        spent = [r for r in mine if r[2] != "superseded"]
+        if len(spent) >= self.round_limit:  # dispatch_budget's refusals, as check_admission words them
+            raise DomainError(
+                Code.QUOTA_EXCEEDED, "round budget spent", hints=(("review_round_budget", "5/5"),)
+            )
+        no_verdict = len(mine) - len(spent)
+        if not first_round and no_verdict >= self.no_verdict_limit:
+            raise DomainError(
+                Code.QUOTA_EXCEEDED, "automatic launch stopped", hints=(("no_verdict", str(no_verdict)),)
+            )
         self.rounds[attempt_key] = [review_id, f"rcpt_{len(self.rounds) + 1}", ""]
         if self.on_admit is not None:
             await self.on_admit()
@@ -144,14 +154,17 @@ class FakePeers:
 class SwitchProvider(EmlProvider):
     """The .eml provider, told to refuse or to lose the outcome when a test needs it."""
 
-    mode = "ok"  # ok | refuse | unknown
+    mode = "ok"  # ok | refuse | unknown (past DATA)
 
-    async def deliver(self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str) -> None:
+    async def deliver(
+        self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str, at_data: AtData
+    ) -> None:
         if self.mode == "refuse":
             raise Refused("550 mailbox unavailable")
         if self.mode == "unknown":
+            await at_data()
             raise OutcomeUnknown("SMTPServerDisconnected")
-        await super().deliver(raw, sender, recipients, rfc_message_id)
+        await super().deliver(raw, sender, recipients, rfc_message_id, at_data)
 
 
 @pytest.fixture
@@ -184,7 +197,12 @@ async def outbox(env: Env, destination: str = "nudge") -> list[dict[str, Any]]:
 def _as_read(destination: str, payload: str) -> dict[str, Any]:
     """A typed event as its consumer reads it: a nudge's reason is its payload's name."""
     if destination == "rules":
-        return codec.as_json_object(codec.decode(payload, ReviewOutcome))
+        try:
+            return codec.as_json_object(codec.decode(payload, ReviewOutcome))
+        except ParseError:
+            return {"rule_requested": codec.as_json_object(codec.decode(payload, SaveRuleRequest))}
+    if destination == "diff":
+        return codec.as_json_object(codec.decode(payload, DiffCommitted))
     nudge = codec.decode(payload, NudgeRequested)
     reason = nudge.WhichOneof("payload")
     assert reason is not None

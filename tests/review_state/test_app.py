@@ -112,9 +112,10 @@ async def test_an_edit_stores_its_diff_and_reads_as_edited_in_sent_and_feedback(
         ],
     }
     assert [c.body for c in feedback.comments] == ["tightened the CTA"]
-    assert feedback.new_rules == ["rule_1"]
-    assert peers(env).rules_saved[0]["source_review_id"] == review.id
-    assert [e["outcome"] for e in await outbox(env, "rules")] == []  # no category: nothing to count
+    requested = peers(env).rules_checked[0]
+    assert feedback.new_rules == [requested.rule_id] and requested.source_review_id == review.id
+    # no category: no outcome to count; the rule itself travels in the decision's outbox
+    assert [e["rule_requested"]["rule_id"] for e in await outbox(env, "rules")] == [requested.rule_id]
 
 
 async def test_outcomes_go_to_rules_per_category(env: Env) -> None:

@@ -98,6 +98,35 @@ async def test_born_stale_refuses_without_mutation_and_renudges(env: Env) -> Non
     assert expired.value.code is Code.BAD_REQUEST and "get_rules" in expired.value.detail
 
 
+async def test_born_stale_fails_closed_a_redraft_without_a_token_after_the_stack_moved(env: Env) -> None:
+    fake = peers(env)
+    fake.stack_high_water_now = 5
+    review = await queued(env)  # no token: composed under the stack as it stands (high-water 5)
+    assert review.rule_high_water == 5
+    same = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"))
+    assert (same.revision, same.rule_high_water) == (2, 5)  # nothing moved: a tokenless redraft passes
+    fake.stack_high_water_now = 7  # a rule of the draft's stack changed
+    with pytest.raises(DomainError) as caught:
+        await app.submit_revision(env, AGENT, review.id, 2, Revision(body_text="v3"))
+    error = caught.value
+    assert error.code is Code.BORN_STALE and (error.revision, error.version) == (2, same.version)
+    assert "restamp_review" in error.allowed_actions and "get_rules" in error.detail
+    assert (await app.get_review(env, AGENT, review.id))[0].body_text == "v2"  # no mutation
+    assert await reasons(env, review.id) == ["rule_changed"]  # re-nudged, exactly like a stale token
+    fake.token_high_water = 7  # a fresh token passes and records its high-water
+    fresh = await app.submit_revision(
+        env, AGENT, review.id, 2, Revision(body_text="v3"), composition_token="t"
+    )
+    assert (fresh.revision, fresh.rule_high_water) == (3, 7)
+    fake.stack_high_water_now = 8
+    with pytest.raises(DomainError):
+        await app.submit_revision(env, AGENT, review.id, 3, Revision(body_text="v4"))
+    fake.token_high_water = 8  # the honest path when nothing needed to change
+    restamped = await app.restamp(env, AGENT, review.id, 3, composition_token="t")
+    assert restamped.rule_high_water == 8
+    assert (await app.submit_revision(env, AGENT, review.id, 3, Revision(body_text="v4"))).revision == 4
+
+
 async def test_a_stale_token_on_a_new_message_is_born_stale_and_queues_nothing(env: Env) -> None:
     peers(env).token_status = "stale"
     with pytest.raises(DomainError) as caught:

@@ -1,8 +1,12 @@
 """Delivery through a real SMTP server (aiosmtpd on loopback): the reviewed bytes go out once, a refusal
-fails the review, and a crash between the provider call and the record is recovered by Message-ID."""
+fails the review, a try that never reached DATA is retried, one past it is parked until evidence (the
+journal, the Sent folder over a real IMAP server) or an operator closes it, and a worker that dies is
+replaced by the sweep without a second send."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import email
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -15,25 +19,46 @@ import pytest
 from aiosmtpd.controller import Controller
 from review_state import app
 from review_state.app import Decision, Env
-from review_state.providers import SmtpProvider, parse_smtp_url
+from review_state.providers import AtData, EmlProvider, ImapSentFolder, SmtpProvider, parse_smtp_url
+from review_state.store.tables import delivery_attempts
 from reviewloop.errors import Code, DomainError
+from reviewloop.storage import utcnow
+from sqlalchemy import update
 from stack.launcher import free_port
 
-from tests.review_state.conftest import AGENT, HUMAN, opened, outbox, reasons
+from tests.imap_server import ImapServer
+from tests.review_state.conftest import ADMIN, AGENT, HUMAN, opened, outbox, reasons
 
 
 @dataclass
 class Mailbox:
-    """An aiosmtpd handler that keeps what it accepted, or refuses everything."""
+    """An aiosmtpd handler that keeps what it accepted, or refuses everything, or defers the first
+    ``defer`` RCPTs (before DATA), or takes the message and drops the connection before its reply."""
 
     refuse: bool = False
+    defer: int = 0
+    drop_after_data: bool = False
     received: list[tuple[str, list[str], bytes]] = field(default_factory=list)
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, options: list[str]
+    ) -> str:
+        if self.defer:
+            self.defer -= 1
+            return "451 4.3.0 try again later"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         if self.refuse:
             return "550 5.1.1 <vp@acme.com>: mailbox unavailable (relay-7.internal)"
         self.received.append((envelope.mail_from, list(envelope.rcpt_tos), envelope.original_content))
+        if self.drop_after_data:
+            server.transport.close()  # the relay took it; the 250 never arrives
         return "250 OK"
+
+    def raw(self) -> list[bytes]:
+        return [raw for _, _, raw in self.received]
 
 
 @pytest.fixture
@@ -49,8 +74,10 @@ async def smtp() -> AsyncIterator[tuple[Mailbox, str]]:
 class CrashAfterSend(SmtpProvider):
     """The process dies after the relay took the message and before the outcome is recorded."""
 
-    async def deliver(self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str) -> None:
-        await super().deliver(raw, sender, recipients, rfc_message_id)
+    async def deliver(
+        self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str, at_data: AtData
+    ) -> None:
+        await super().deliver(raw, sender, recipients, rfc_message_id, at_data)
         raise RuntimeError("killed between the provider call and the record")
 
 
@@ -110,6 +137,22 @@ async def test_a_refusal_fails_the_review_and_the_close_out_cancels_it(
     assert mailbox.received == []
 
 
+async def lapse_leases(env: Env) -> None:
+    """Time passes for the delivery table: every lease and retry time is due (no sleeping)."""
+    async with env.db.transaction() as uow:
+        await uow.conn.execute(
+            update(delivery_attempts)
+            .where(delivery_attempts.c.lease_until.is_not(None))
+            .values(lease_until=utcnow() - timedelta(seconds=1))
+        )
+
+
+async def delivery(env: Env, review_id: str) -> tuple[str, int]:
+    attempt = await app.get_delivery(env, AGENT, review_id)
+    assert attempt is not None
+    return app.delivery_status(attempt), attempt.tries
+
+
 async def test_a_crash_after_the_provider_call_is_reconciled_by_message_id_without_a_second_send(
     env: Env, smtp: tuple[Mailbox, str], tmp_path: Path
 ) -> None:
@@ -118,35 +161,39 @@ async def test_a_crash_after_the_provider_call_is_reconciled_by_message_id_witho
     review = await opened(env)
     parked = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
     assert parked.state.value == "approved" and len(mailbox.received) == 1
+    assert await delivery(env, review.id) == ("sending", 1)  # past DATA, its worker gone
     with pytest.raises(DomainError) as caught:
         await app.cancel(env, AGENT, review.id, parked.revision, "")
     assert caught.value.code is Code.SEND_NEEDS_RECONCILIATION
     assert caught.value.allowed_actions == ["get_review", "list_review_events"]
 
     env.provider = SmtpProvider(url, tmp_path / "journal.log")  # the restarted process
-    assert await app.reconcile(env) == 0  # a live attempt is left alone
-    env.settings = replace(env.settings, reconcile_after=timedelta(0))
-    assert await app.reconcile(env) == 1
-    assert await app.reconcile(env) == 0
+    assert await app.reconcile(env) == 0  # a live claim is left alone
+    assert (await app.get_review(env, AGENT, review.id))[0].state.value == "approved"
+    await lapse_leases(env)
+    await app.reconcile(env)  # the dead worker's claim lapsed: the journal says it went out
+    await app.reconcile(env)
     sent, _ = await app.get_review(env, AGENT, review.id)
     assert (
         sent.state.value == "sent" and sent.rfc_message_id == _text(mailbox.received[0][2])[0]["Message-ID"]
     )
     assert len(mailbox.received) == 1  # never resent
     assert await reasons(env, review.id) == ["sent"]
+    assert await delivery(env, review.id) == ("delivered", 1)
 
 
-async def test_a_parked_attempt_the_provider_never_took_is_failed_not_resent(
+async def test_a_parked_attempt_the_provider_never_took_is_sent_once_by_the_sweep_not_failed(
     env: Env, tmp_path: Path
 ) -> None:
     from tests.review_state.conftest import reach
 
     review = await reach(env, "approved")  # the .eml provider lost the outcome: no file was written
-    env.settings = replace(env.settings, reconcile_after=timedelta(0))
-    assert await app.reconcile(env) == 1
-    failed, _ = await app.get_review(env, AGENT, review.id)
-    assert failed.state.value == "failed" and not list((tmp_path / "outbox").glob("*.eml"))
-    assert await reasons(env, review.id) == ["send_failed"]
+    assert await delivery(env, review.id) == ("send_needs_reconciliation", 1)
+    assert await app.reconcile(env) == 1  # the provider knows it never took it: queued again
+    await app.reconcile(env)
+    sent, _ = await app.get_review(env, AGENT, review.id)
+    assert sent.state.value == "sent" and len(list((tmp_path / "outbox").glob("*.eml"))) == 1
+    assert await reasons(env, review.id) == ["sent"]
 
 
 def test_smtp_urls() -> None:
@@ -161,3 +208,220 @@ def test_smtp_urls() -> None:
     assert parse_smtp_url("smtp://relay").port == 25
     with pytest.raises(ValueError):
         parse_smtp_url("http://relay")
+
+
+async def test_a_relay_that_defers_before_data_is_retried_and_delivers_once(
+    env: Env, smtp: tuple[Mailbox, str], tmp_path: Path
+) -> None:
+    mailbox, url = smtp
+    mailbox.defer = 1
+    env.provider = SmtpProvider(url, tmp_path / "journal.log")
+    review = await opened(env)
+    decided = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert decided.state.value == "approved" and mailbox.received == []
+    assert await delivery(env, review.id) == ("queued", 1)  # never reached DATA: safe to try again
+    attempt = await app.get_delivery(env, AGENT, review.id)
+    assert attempt is not None and attempt.error and "451" in attempt.error
+    await lapse_leases(env)  # its retry comes due
+    await app.reconcile(env)
+    sent, _ = await app.get_review(env, AGENT, review.id)
+    assert sent.state.value == "sent" and len(mailbox.received) == 1
+    assert await delivery(env, review.id) == ("delivered", 2)
+    assert await reasons(env, review.id) == ["sent"]
+
+
+async def test_a_relay_that_drops_after_data_parks_the_review_until_the_sent_folder_shows_it(
+    env: Env, smtp: tuple[Mailbox, str], tmp_path: Path
+) -> None:
+    mailbox, url = smtp
+    mailbox.drop_after_data = True
+    env.provider = SmtpProvider(url, tmp_path / "journal.log")
+    review = await opened(env)
+    decided = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert decided.state.value == "approved" and len(mailbox.received) == 1
+    assert await delivery(env, review.id) == ("send_needs_reconciliation", 1)
+    with pytest.raises(DomainError) as caught:
+        await app.cancel(env, AGENT, review.id, decided.revision, "")
+    assert caught.value.code is Code.SEND_NEEDS_RECONCILIATION
+
+    # No clock turns it into `failed`: a month later, without evidence, it is still parked.
+    async with env.db.transaction() as uow:
+        month_ago = utcnow() - timedelta(days=30)
+        await uow.conn.execute(update(delivery_attempts).values(started_at=month_ago, parked_at=month_ago))
+    assert await app.reconcile(env) == 0
+    assert (await app.get_review(env, AGENT, review.id))[0].state.value == "approved"
+    assert await reasons(env, review.id) == []
+
+    imap = ImapServer(mailbox.raw)  # the sending mailbox's Sent folder
+    imap.start()
+    try:
+        env.provider = SmtpProvider(url, tmp_path / "journal.log", ImapSentFolder(imap.url))
+        assert await app.reconcile(env) == 1
+    finally:
+        imap.stop()
+    sent, _ = await app.get_review(env, AGENT, review.id)
+    assert sent.state.value == "sent" and len(mailbox.received) == 1 and imap.searches == 1
+    assert await reasons(env, review.id) == ["sent"]
+
+
+async def test_the_operator_resolves_a_parked_delivery_with_a_reason(
+    env: Env, smtp: tuple[Mailbox, str], tmp_path: Path
+) -> None:
+    mailbox, url = smtp
+    mailbox.drop_after_data = True
+    env.provider = SmtpProvider(url, tmp_path / "journal.log")
+    first, second = await opened(env), await opened(env)
+    for review in (first, second):
+        await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    with pytest.raises(DomainError) as caught:
+        await app.resolve_delivery(env, HUMAN, first.id, "delivered", "relay log")
+    assert caught.value.code is Code.FORBIDDEN_SCOPE
+    for outcome, reason, field_ in (("bounced", "x", "/outcome"), ("failed", "  ", "/reason")):
+        with pytest.raises(DomainError) as caught:
+            await app.resolve_delivery(env, ADMIN, first.id, outcome, reason)
+        assert caught.value.code is Code.BAD_REQUEST and caught.value.detail.startswith(field_)
+
+    sent = await app.resolve_delivery(env, ADMIN, first.id, "delivered", "relay log shows 250 queued as 4F2A")
+    assert sent.state.value == "sent" and sent.message_id
+    attempt = await app.get_delivery(env, AGENT, first.id)
+    assert attempt is not None and attempt.resolution == "key_a: relay log shows 250 queued as 4F2A"
+    failed = await app.resolve_delivery(env, ADMIN, second.id, "failed", "relay lost the queue")
+    assert failed.state.value == "failed" and failed.send_error
+    assert "relay lost the queue" in failed.send_error
+    assert await reasons(env, first.id) == ["sent"] and await reasons(env, second.id) == ["send_failed"]
+    with pytest.raises(DomainError) as caught:
+        await app.resolve_delivery(env, ADMIN, first.id, "failed", "changed my mind")
+    assert caught.value.code is Code.WRONG_STATE
+
+
+class Stall(EmlProvider):
+    """A provider whose try hangs before or after DATA until the test lets it go (or kills it)."""
+
+    def __init__(self, directory: Path, where: str) -> None:
+        super().__init__(directory)
+        self.where = where
+        self.entered = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def deliver(
+        self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str, at_data: AtData
+    ) -> None:
+        if self.where == "before_data":
+            self.entered.set()
+            await self.go.wait()
+            await super().deliver(raw, sender, recipients, rfc_message_id, at_data)
+            return
+        await super().deliver(raw, sender, recipients, rfc_message_id, at_data)
+        self.entered.set()  # the bytes are out; the 250 is not recorded yet
+        await self.go.wait()
+
+
+@pytest.mark.parametrize("where", ["before_data", "after_data"])
+async def test_a_worker_killed_mid_attempt_is_recovered_by_the_sweep_and_sends_once(
+    env: Env, tmp_path: Path, where: str
+) -> None:
+    env.provider = stall = Stall(tmp_path / "outbox", where)
+    env.settings = replace(env.settings, delivery_wait_s=0)  # the decision answers at once
+    review = await opened(env)
+    decided = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert decided.state.value == "approved"
+    await stall.entered.wait()
+    env.workers[review.id].cancel()  # the process dies mid-attempt
+    with contextlib.suppress(asyncio.CancelledError):
+        await env.workers[review.id]
+    assert await delivery(env, review.id) == ("queued" if where == "before_data" else "sending", 1)
+
+    env.provider = EmlProvider(tmp_path / "outbox")  # the restarted process
+    await lapse_leases(env)
+    await app.reconcile(env)
+    sent, _ = await app.get_review(env, AGENT, review.id)
+    assert sent.state.value == "sent" and len(list((tmp_path / "outbox").glob("*.eml"))) == 1
+    assert await reasons(env, review.id) == ["sent"]
+    assert (await delivery(env, review.id))[0] == "delivered"
+
+
+async def test_a_cancelled_decision_request_does_not_cancel_its_delivery(env: Env, tmp_path: Path) -> None:
+    env.provider = stall = Stall(tmp_path / "outbox", "before_data")
+    review = await opened(env)
+    request = asyncio.create_task(
+        app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    )
+    await stall.entered.wait()
+    request.cancel()  # the gateway died: grpc cancels the handler
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    stall.go.set()
+    await env.workers[review.id]
+    sent, _ = await app.get_review(env, AGENT, review.id)
+    assert sent.state.value == "sent" and len(list((tmp_path / "outbox").glob("*.eml"))) == 1
+    assert await reasons(env, review.id) == ["sent"]
+
+
+async def test_a_replayed_decision_drives_the_delivery_its_first_call_left(env: Env, tmp_path: Path) -> None:
+    env.provider = stall = Stall(tmp_path / "outbox", "before_data")
+    env.settings = replace(env.settings, delivery_wait_s=0)
+    review = await opened(env)
+    decision = Decision("approve", review.revision, review.version)
+    await app.decide(env, HUMAN, review.id, decision, idempotency_key="k1")
+    await stall.entered.wait()
+    env.workers[review.id].cancel()  # the first call's process died before DATA
+    with contextlib.suppress(asyncio.CancelledError):
+        await env.workers[review.id]
+    env.provider = EmlProvider(tmp_path / "outbox")
+    env.settings = replace(env.settings, delivery_wait_s=10)
+    await lapse_leases(env)
+    replayed = await app.decide(env, HUMAN, review.id, decision, idempotency_key="k1")
+    assert replayed.state.value == "sent" and len(list((tmp_path / "outbox").glob("*.eml"))) == 1
+
+
+async def test_the_reviewer_plane_answers_what_happened_to_the_delivery(env: Env) -> None:
+    from tests.review_state.conftest import DRAFT, REVIEWER, provider
+
+    for mode, kind, state in (
+        ("unknown", "queued", "approved"),
+        ("refuse", "failed", "failed"),
+        ("ok", "sent", "sent"),
+    ):
+        _, review = await app.submit(
+            env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        )
+        provider(env).mode = mode
+        result = await app.reviewer_decide(
+            env, REVIEWER, review.id, Decision("approve", review.revision, review.version)
+        )
+        assert (result.kind, result.review.state.value) == (kind, state)
+
+
+async def test_two_replicas_sweeping_at_once_deliver_a_due_attempt_once(
+    env: Env, smtp: tuple[Mailbox, str], tmp_path: Path
+) -> None:
+    mailbox, url = smtp
+    mailbox.defer = 1
+    env.provider = SmtpProvider(url, tmp_path / "journal.log")
+    review = await opened(env)
+    await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert await delivery(env, review.id) == ("queued", 1)
+    await lapse_leases(env)
+    replicas = [replace(env, workers={}) for _ in range(3)]  # one store, three processes
+    await asyncio.gather(*(app.reconcile(replica) for replica in replicas))
+    sent, _ = await app.get_review(env, AGENT, review.id)
+    assert sent.state.value == "sent" and len(mailbox.received) == 1
+    assert await reasons(env, review.id) == ["sent"]
+
+
+async def test_submit_answers_only_the_contracts_statuses_whatever_the_delivery_did(env: Env) -> None:
+    from tests.review_state.conftest import DRAFT, provider
+
+    await app.set_policy(env, ADMIN, "allow_direct")
+    direct = replace(DRAFT, intent=None)
+    for mode, state in (("ok", "auto_sent"), ("refuse", "failed"), ("unknown", "approved")):
+        provider(env).mode = mode
+        status, review = await app.submit(
+            env, AGENT, kind="send", draft=direct, category_id="", idempotency_key=""
+        )
+        assert (status, review.state.value) == ("sent", state)  # released; the state says how far
+    provider(env).mode = "ok"
+    status, review = await app.submit(
+        env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key=""
+    )
+    assert (status, review.state.value) == ("queued_for_review", "needs_review")

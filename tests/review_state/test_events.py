@@ -12,7 +12,7 @@ from review_state import app
 from review_state.app import Decision, Env
 from review_state.domain.machine import Reason
 from reviewloop.common.v1 import common_pb2
-from reviewloop.errors import DomainError
+from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1.events_pb2 import NudgeRequested
 
 from tests.review_state.conftest import (
@@ -26,6 +26,7 @@ from tests.review_state.conftest import (
     peers,
     queued,
     reach,
+    reasons,
 )
 
 
@@ -207,3 +208,19 @@ async def test_a_decided_review_tells_rules_its_outcome(env: Env) -> None:
         "category_id": "cat_1",
         "outcome": "rejection",
     }
+
+
+@pytest.mark.parametrize("who", ["human", "admin", "review_agent"])
+async def test_a_409_terminal_of_anyone_but_the_composer_queues_no_front_run_next(env: Env, who: str) -> None:
+    principal = {"human": HUMAN, "admin": ADMIN, "review_agent": REVIEWER}[who]
+    sent = await reach(env, "sent")
+    decide = app.reviewer_decide if who == "review_agent" else app.decide
+    with pytest.raises(DomainError) as terminal:
+        await decide(env, principal, sent.id, Decision("approve", 1, sent.version))
+    assert terminal.value.code is Code.TERMINAL
+    with pytest.raises(DomainError):
+        await app.cancel(env, principal, sent.id, 1, "")
+    assert (await reasons(env, sent.id))[-1] == "sent"  # the terminal nudge stays the last
+    with pytest.raises(DomainError):
+        await app.cancel(env, AGENT, sent.id, 1, "")
+    assert (await reasons(env, sent.id))[-1] == "front_run_next"  # the composer's chase still gets one

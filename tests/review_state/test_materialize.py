@@ -162,3 +162,49 @@ async def test_inbound_mail_threads_on_references(env: Env) -> None:
 async def test_a_redelivered_inbound_message_is_recorded_once(env: Env) -> None:
     first, again = await _inbound(env), await _inbound(env)
     assert again.id == first.id and again.thread_ref == first.thread_ref
+
+
+async def test_a_reply_to_our_own_sent_message_goes_to_its_recipients_not_to_us(
+    env: Env, tmp_path: Path
+) -> None:
+    await app.set_policy(env, ADMIN, "allow_direct")
+    first = Draft(
+        to=["vp@acme.com"],
+        cc=["cfo@acme.com"],
+        bcc=[],
+        subject="Q3 pilot",
+        body_text="Following up.",
+        intent=None,
+        reply_to="team@us.example",  # ours too
+    )
+    _, sent = await app.submit(env, AGENT, kind="send", draft=first, category_id="", idempotency_key="")
+    assert sent.state.value == "auto_sent" and sent.message_id
+    follow_up = Draft(to=[], cc=[], bcc=[], subject="", body_text="Any thoughts?", intent=None)
+    _, review = await app.submit(
+        env,
+        AGENT,
+        kind="reply",
+        draft=follow_up,
+        category_id="",
+        idempotency_key="",
+        parent_message_id=sent.message_id,
+    )
+    assert (review.to, review.cc, review.from_address) == (
+        ["vp@acme.com"],
+        ["cfo@acme.com"],
+        "agent@reviewloop.local",
+    )
+
+
+@pytest.mark.parametrize(
+    ("headers", "to"), [({"Reply-To": "deals@acme.com"}, "deals@acme.com"), ({}, "vp@acme.com")]
+)
+async def test_a_reply_to_inbound_mail_goes_to_its_reply_to_else_its_from(
+    env: Env, headers: dict[str, str], to: str
+) -> None:
+    parent = await _inbound(env, **headers)
+    draft = Draft(to=[], cc=[], bcc=[], subject="", body_text="Sure.", intent=INTENT)
+    _, review = await app.submit(
+        env, AGENT, kind="reply", draft=draft, category_id="", idempotency_key="", parent_message_id=parent.id
+    )
+    assert review.to == [to] and review.cc == []

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from review_state import app
+from review_state import app, store
 from review_state.app import Env
 from review_state.bootstrap import settings_from_env
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
 from reviewloop.errors import Code, DomainError
 
-from tests.review_state.conftest import ADMIN, AGENT, DRAFT, outbox, peers
+from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, outbox, peers
 
 NO_INTENT = Draft(**{**DRAFT.__dict__, "intent": None})
 
@@ -118,14 +119,76 @@ async def test_auto_send_gates(
         )
 
 
+@pytest.mark.parametrize(("category_state", "notified"), [("auto_notify", True), ("auto_silent", False)])
+async def test_an_auto_send_in_an_auto_notify_category_notifies_the_humans(
+    env: Env, category_state: str, notified: bool
+) -> None:
+    await app.set_policy(env, ADMIN, "auto_send_graduated")
+    fake = peers(env)
+    fake.category_state = category_state
+    _, sent = await _submit(env, category_id="cat_1", confidence=0.9)
+    fake.category_state = "supervised"
+    _, held = await _submit(env, category_id="cat_1", confidence=0.9)
+    assert (sent.state.value, held.state.value) == ("auto_sent", "needs_review")
+    queue, _ = await app.list_reviews(
+        env, HUMAN, states=[], agent_id="", category_id="", cursor="", limit=0, humans_notified=True
+    )
+    assert [r.id for r in queue] == ([sent.id] if notified else [])
+    _, turns = await app.get_review(env, HUMAN, sent.id)
+    assert [t.turn_type for t in turns if t.actor_kind == "system"] == (
+        ["humans_notified"] if notified else []
+    )
+
+
 async def test_the_daily_cap_holds_the_send_and_never_drops_it(env: Env) -> None:
     await app.set_policy(env, ADMIN, "auto_send_graduated")
     fake = peers(env)
-    fake.category_state, fake.cap_left = "auto_notify", 1
+    fake.category_state, fake.dial = "auto_notify", Dial(0.7, False, 0.0, 1)
     first = await _submit(env, category_id="cat_1", confidence=0.9)
     second = await _submit(env, category_id="cat_1", confidence=0.9)
     assert first[1].state.value == "auto_sent"
     assert (second[1].state.value, second[1].gate_outcome) == ("needs_review", "held:daily_cap")
+    assert (await _submit(env, category_id="cat_2", confidence=0.9))[
+        1
+    ].state.value == "auto_sent"  # per category
+
+
+async def test_the_daily_cap_is_spent_with_the_review_row_so_twins_and_failed_inserts_spend_nothing(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await app.set_policy(env, ADMIN, "auto_send_graduated")
+    fake = peers(env)
+    fake.category_state, fake.dial = "auto_notify", Dial(0.7, False, 0.0, 2)
+
+    async def twin() -> Review:
+        return (
+            await app.submit(
+                env,
+                AGENT,
+                kind="send",
+                draft=DRAFT,
+                category_id="cat_1",
+                idempotency_key="k1",
+                confidence=0.9,
+            )
+        )[1]
+
+    twins = await asyncio.gather(twin(), twin(), twin())
+    assert {r.id for r in twins} == {twins[0].id} and twins[0].state.value == "auto_sent"  # one review
+    real_add = store.add_review
+
+    async def failing_add(*args: object) -> None:
+        raise RuntimeError("the insert failed")
+
+    monkeypatch.setattr(store, "add_review", failing_add)
+    with pytest.raises(RuntimeError):
+        await _submit(env, category_id="cat_1", confidence=0.9)
+    monkeypatch.setattr(store, "add_review", real_add)
+    # Neither the twins nor the failed insert spent the second unit of the cap of 2.
+    second = (await _submit(env, category_id="cat_1", confidence=0.9))[1]
+    assert second.state.value == "auto_sent"
+    third = (await _submit(env, category_id="cat_1", confidence=0.9))[1]
+    assert (third.state.value, third.gate_outcome) == ("needs_review", "held:daily_cap")
 
 
 async def test_a_peer_that_is_down_fails_closed_with_nothing_written(env: Env) -> None:
@@ -176,9 +239,9 @@ async def test_a_block_added_after_approval_fails_the_delivery(env: Env) -> None
 
 def test_settings_read_the_environment() -> None:
     settings = settings_from_env(
-        {"REVIEWLOOP_OUTBOUND_QUOTA_PER_DAY": "5", "REVIEWLOOP_RECONCILE_AFTER_S": "2"}
+        {"REVIEWLOOP_OUTBOUND_QUOTA_PER_DAY": "5", "REVIEWLOOP_DELIVERY_LEASE_S": "2"}
     )
-    assert settings.outbound_quota_per_day == 5 and settings.reconcile_after == timedelta(seconds=2)
+    assert settings.outbound_quota_per_day == 5 and settings.delivery_lease == timedelta(seconds=2)
 
 
 async def test_a_known_contact_passes_the_first_contact_gate(env: Env) -> None:

@@ -13,7 +13,7 @@ from review_state.app import Decision, Env, Revision
 from review_state.domain.machine import CLOSED, TRANSITIONS, Actor, State, Verb, check_transition
 from reviewloop.errors import Code, DomainError
 
-from tests.review_state.conftest import AGENT, DRAFT, HUMAN, REVIEWER, outbox, peers, provider
+from tests.review_state.conftest import AGENT, DRAFT, HUMAN, REVIEWER, outbox, provider
 
 ACTORS = {Actor.COMPOSER: AGENT, Actor.HUMAN: HUMAN, Actor.REVIEW_AGENT: REVIEWER}
 VERB_NAMES = [
@@ -76,7 +76,6 @@ def _legal(before: State, verb: str, actor: Actor, after: State) -> bool:
 async def test_random_verb_sequences_by_random_actors(
     env: Env, steps: list[tuple[Actor, str, bool, str]]
 ) -> None:
-    peers(env).cap_left = 10**6
     _, review = await app.submit(
         env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="", confidence=0.9
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from review_state import app
-from review_state.app import Decision, Env
+from review_state.app import Decision, Env, Revision
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial
 from reviewloop.errors import Code, DomainError
@@ -49,7 +49,7 @@ async def test_a_breaker_returns_the_draft_to_the_human_queue_and_names_itself(
     env: Env, dial: Dial, confidence: float, cap: int, breaker: str
 ) -> None:
     fake = peers(env)
-    fake.dial, fake.cap_left = dial, cap
+    fake.dial = Dial(dial.min_confidence, dial.first_contact_gate, dial.canary_rate, cap)
     _, review = await app.submit(
         env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=confidence
     )
@@ -99,6 +99,30 @@ async def test_each_round_is_admitted_and_a_spent_budget_forces_the_human(env: E
     assert (result.kind, result.forced_by_breaker) == ("sent_to_human", "max_hops_reached")
     assert result.review.gate_outcome == "held:max_hops_reached"
     assert len(fake.rounds) == fake.round_limit  # the refused round spent nothing
+
+
+async def test_rounds_refused_by_the_no_verdict_cap_say_so(env: Env) -> None:
+    fake = peers(env)
+    review = await _confident(env)
+    await app.reviewer_decide(env, REVIEWER, review.id, Decision("escalate", 1, 1))  # later rounds re-review
+    await app.submit_revision(env, AGENT, review.id, 2, Revision(body_text="v3"))
+    for _ in range(fake.no_verdict_limit):  # each round is overtaken by a redraft after admission
+        current, _ = await app.get_review(env, HUMAN, review.id)
+        fake.on_admit = lambda rev=current.revision: app.submit_revision(
+            env, AGENT, review.id, rev, Revision(body_text=f"v{rev + 1}")
+        )
+        with pytest.raises(DomainError) as stale:
+            await app.reviewer_decide(
+                env, REVIEWER, review.id, Decision("approve", current.revision, current.version)
+            )
+        assert stale.value.code is Code.STALE
+    fake.on_admit = None
+    current, _ = await app.get_review(env, HUMAN, review.id)
+    result = await app.reviewer_decide(
+        env, REVIEWER, review.id, Decision("approve", current.revision, current.version)
+    )
+    assert (result.kind, result.forced_by_breaker) == ("sent_to_human", "no_verdict_cap_reached")
+    assert result.review.gate_outcome == "held:no_verdict_cap_reached"
 
 
 async def test_a_stale_reviewer_spends_no_round_and_a_budget_outage_writes_nothing(env: Env) -> None:

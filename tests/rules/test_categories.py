@@ -11,6 +11,7 @@ from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
 from reviewloop.rules.v1.events_pb2 import CategoryChanged
+from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, codec
 from reviewloop.storage.inbox import ingest_each
@@ -110,7 +111,13 @@ async def test_agents_create_categories_and_twins_are_refused(open_db: OpenDb) -
     )
 
 
-async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(open_db: OpenDb) -> None:
+async def _open_gate(env: app.Env, t: Tenant, cat: str) -> None:
+    """A maturity gate met from the start (no approvals, no age), for tests about something else."""
+    gate = {"graduate_min_approvals": 0, "graduate_min_age_hours": 0}
+    await app.set_risk_dial(env, t.admin, account=None, categories=[(cat, gate)])
+
+
+async def test_only_a_human_graduates_and_every_rung_needs_the_maturity_gate(open_db: OpenDb) -> None:
     env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
     cat = await _new_category(env, t)
     await app.set_risk_dial(
@@ -119,8 +126,15 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
         account=None,
         categories=[(cat, {"graduate_min_approvals": 3, "graduate_min_age_hours": 0})],
     )
+    # The spec's canonical status: supervised -> auto_notify with the gate unmet cannot graduate.
     status = await app.graduation_status(env, t.agent, cat)
-    assert (status.state.value, status.next_state, status.can_graduate) == ("supervised", "auto_notify", True)
+    assert (status.state.value, status.next_state, status.maturity_gate_met, status.can_graduate) == (
+        "supervised",
+        "auto_notify",
+        False,
+        False,
+    )
+    assert await _code(app.graduate(env, t.admin, cat, "auto_notify")) is Code.MATURITY_GATE_UNMET
 
     proposal = await app.propose_graduation(env, t.agent, cat, "", "18 clean approvals in a row")
     assert proposal.to_state == "auto_notify"
@@ -133,18 +147,20 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
         "auto_notify",
         "18 clean approvals in a row",
     )
-    assert waiting.status.can_graduate
+    assert not waiting.status.can_graduate
     assert await _code(app.list_graduation_proposals(env, t.agent)) is Code.FORBIDDEN_SCOPE
     assert await _code(app.graduate(env, t.agent, cat, "auto_notify")) is Code.FORBIDDEN_SCOPE
     assert (
         await _code(app.graduate(env, t.admin, cat, "auto_silent")) is Code.BAD_REQUEST
     )  # one rung at a time
 
+    await ingest(env, [outcome(t, cat, "clean_approval") for _ in range(3)])
+    assert (await app.graduation_status(env, t.agent, cat)).can_graduate
     graduated = await app.graduate(env, t.admin, cat, "auto_notify")
     assert graduated.row.state.value == "auto_notify"
     assert await app.list_graduation_proposals(env, t.admin) == []  # acted on: out of the queue
     assert await _code(app.graduate(env, t.admin, cat, "auto_silent")) is Code.MATURITY_GATE_UNMET
-    gate = await app.graduation_status(env, t.agent, cat)
+    gate = await app.graduation_status(env, t.agent, cat)  # the counters restart in the new rung
     assert (gate.approvals_met, gate.age_met, gate.maturity_gate_met, gate.can_graduate) == (
         False,
         True,
@@ -169,6 +185,7 @@ async def test_only_a_human_graduates_and_auto_silent_needs_the_maturity_gate(op
 async def test_never_graduate_locks_the_category(open_db: OpenDb) -> None:
     env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
     cat = await _new_category(env, t, never_graduate=True)
+    await _open_gate(env, t, cat)
     status = await app.graduation_status(env, t.agent, cat)
     assert status.never_graduate and not status.can_graduate
     assert await _code(app.propose_graduation(env, t.agent, cat, "", "")) is Code.GRADUATION_LOCKED
@@ -181,6 +198,7 @@ async def test_drift_demotes_a_rung_and_duplicate_outcome_events_count_once(open
     env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
     cat = await _new_category(env, t)
     await app.set_risk_dial(env, t.admin, account={"drift_demote_after": 2}, categories=[])
+    await _open_gate(env, t, cat)
     await app.graduate(env, t.admin, cat, "auto_notify")
 
     drift = outcome(t, cat, "drift")
@@ -253,3 +271,45 @@ async def test_risk_dial_overrides_inherit_the_account_defaults(open_db: OpenDb)
     )
     # Another project's dial is its own.
     assert (await app.get_risk_dial(env, t.sibling_project())).account["first_contact_gate"] is True
+
+
+def _requested(t: Tenant, rule_id: str, text: str, event_id: str, **fields: str) -> common_pb2.Event:
+    request = SaveRuleRequest(
+        principal=t.human.to_proto(),
+        rule_text=text,
+        rule_layer="project",
+        source_review_id=new_id("rr"),
+        rule_id=rule_id,
+        scope=fields.get("scope", "general"),
+        category_id=fields.get("category_id", ""),
+    )
+    return common_pb2.Event(event_id=event_id, type="rule_requested", payload=codec.encode(request).encode())
+
+
+async def test_a_decisions_rule_is_checked_by_a_dry_run_and_saved_once_from_the_outbox(
+    open_db: OpenDb,
+) -> None:
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
+    cat = await _new_category(env, t)
+    text = "Always propose a concrete time."
+    # The dry run checks what a save checks and writes nothing.
+    dry = app.RuleInput(rule_text=text, scope="general", category_id=cat, dry_run=True)
+    assert await _code(app.save_rule(env, t.human, dry)) is Code.BAD_REQUEST  # a general rule has no category
+    assert (
+        await app.save_rule(env, t.human, app.RuleInput(rule_text=text, scope="general", dry_run=True))
+        is None
+    )
+    assert (await app.get_rules(env, t.agent)).rules == []
+    # The committed decision's rule arrives once, under the id its decision turn names.
+    rule_id = new_id("rule")
+    event = _requested(t, rule_id, text, "evt_r1")
+    assert await ingest(env, [event, event]) == (1, 1)
+    assert [v.rule.id for v in (await app.get_rules(env, t.agent)).rules] == [rule_id]
+    # The same text again (saved since the dry run) keeps the one lineage and holds nothing back.
+    assert await ingest(env, [_requested(t, new_id("rule"), text, "evt_r2")]) == (1, 0)
+    category_rule = _requested(
+        t, new_id("rule"), "Name the start date.", "evt_r3", scope="category", category_id=cat
+    )
+    assert await ingest(env, [category_rule]) == (1, 0)
+    ids = {v.rule.id for v in (await app.get_rules(env, t.agent, category_id=cat)).rules}
+    assert rule_id in ids and len(ids) == 2

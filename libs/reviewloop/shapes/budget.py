@@ -58,6 +58,9 @@ class RunIn(Shape):
     review_mode: Mode | None = None
     pr_work_review_mode: Mode | None = None
     repeat_review_context_mode: Mode | None = None
+    # The run's reviewSequence: row 1 selects its pipeline review; its rows are the qualifying
+    # reviews publication requires. Omitted keeps what the run has.
+    review_sequence: list[SelectionIn] | None = Field(default=None, min_length=1, max_length=10)
 
 
 class AdmitIn(Shape):
@@ -70,6 +73,10 @@ class AdmitIn(Shape):
     head_sha: Sha = ""
     selection: SelectionIn | None = None
     receipt_id: str = Field(default="", max_length=40)
+    # The spec 001 session whose review in flight this is (its timeoutMinutes settles the attempt),
+    # and the reviewer session it runs in (qualifying reviews count per separate session).
+    session_id: str = Field(default="", max_length=80)
+    review_session_id: str = Field(default="", max_length=40)
 
 
 class SettleIn(Shape):
@@ -104,6 +111,7 @@ class ReviewRun(Shape):
     review_mode: Mode | None = None
     pr_work_review_mode: Mode | None = None
     repeat_review_context_mode: Mode | None = None
+    review_sequence: list[SelectionIn] | None = None
 
 
 class Settlement(Shape):
@@ -193,6 +201,18 @@ class AdmissionResult(Shape):
     review_round_budget: RoundBudget
 
 
+class ReadyGate(Shape):
+    """The ready-gate payload: the round budget display snapshot and qualifying vs required reviews."""
+
+    run_id: str
+    head_sha: str
+    review_round_budget: RoundBudget
+    qualifying_reviews: int
+    required_reviews: int
+    publishable: bool
+    blockers: list[str]
+
+
 class SettlementResult(Shape):
     """``settle_review_attempt``: the settled receipt, and the budget after it."""
 
@@ -279,10 +299,17 @@ class BindIn(Shape):
     new_review_id: str = Field(default="", max_length=80)
 
 
+class HeartbeatIn(Shape):
+    """``heartbeat_review_session``: the lease the binding answered."""
+
+    lease_id: str = Field(min_length=1, max_length=40)
+
+
 class CompleteIn(Shape):
     """``complete_review_session``: the head the session reviewed."""
 
     reviewed_head: Sha
+    lease_id: str = Field(default="", max_length=40)
 
 
 class DiffRange(Shape):
@@ -302,6 +329,9 @@ class ReviewSessionBinding(Shape):
     fresh_session: bool
     selection: SelectionIn
     busy: bool
+    # While busy: the lease its reviewer renews (heartbeat), and when it lapses.
+    lease_id: str | None = None
+    lease_expires_at: datetime | None = None
 
 
 # --- dispatch budget: attempt journals (spec 002) ---------------------------------------------------
@@ -319,6 +349,7 @@ class JournalAppendResult(Shape):
     appended: int
     skipped_ephemeral: int
     last_offset: int
+    already_journaled: int = 0
 
 
 class EvidenceStatus(Shape):
@@ -369,6 +400,8 @@ class FinishIn(Shape):
     """``finish_review``: how the session's review ended."""
 
     succeeded: bool
+    # The admission receipt of the review that finished: a late finish of a timed-out review is a no-op.
+    receipt_id: str = Field(default="", max_length=40)
 
 
 class GateDecision(Shape):
@@ -404,6 +437,29 @@ class SessionCounters(Shape):
     reviews: int
     in_flight: bool
     enabled: bool
+
+
+class GateConfigIn(Shape):
+    """``set_gate_config``: a project's gate settings; unset ones keep the deployment default."""
+
+    enabled: bool | None = None
+    gate: Literal["counters", "classifier"] | None = None
+    turn_interval: int | None = Field(default=None, ge=0, le=1_000_000)
+    tool_call_threshold: int | None = Field(default=None, ge=0, le=1_000_000)
+    max_per_session: int | None = Field(default=None, ge=0, le=1_000_000)
+    cooldown_minutes: int | None = Field(default=None, ge=0, le=1_000_000)
+    gate_cooldown_minutes: int | None = Field(default=None, ge=0, le=1_000_000)
+    timeout_minutes: int | None = Field(default=None, ge=0, le=1_000_000)
+    confident_no: float | None = Field(default=None, ge=0, le=1)
+    gate_timeout_ms: int | None = Field(default=None, ge=0, le=1_000_000)
+    classifier_url: str | None = Field(default=None, max_length=500)
+
+
+class GateConfigOut(Shape):
+    """A project's gate settings: what an admin set, and what is in force."""
+
+    overrides: dict[str, JsonValue]
+    effective: dict[str, JsonValue]
 
 
 class TurnResult(Shape):

@@ -227,7 +227,8 @@ class ReviewTurn(Shape):
     id: str
     seq: int
     turn_type: str = Field(
-        description="agent_question | human_comment | decision | revision | restamp | opened | breaker"
+        description="agent_question | human_comment | decision | revision | restamp | opened | breaker | "
+        "humans_notified"
     )
     actor_kind: ActorKindName
     body: str
@@ -245,6 +246,32 @@ class ReviewTurnList(Shape):
     items: list[ReviewTurn]
     total: int
     next_cursor: str | None = None
+
+
+class ReviewDelivery(Shape):
+    """How far a released review's delivery got (``get_review``).
+
+    A review stays ``approved`` only while this says why.
+    """
+
+    status: Literal["queued", "sending", "send_needs_reconciliation", "delivered", "failed"] = Field(
+        description="queued: waiting for its (next) try; sending: a try is past DATA; "
+        "send_needs_reconciliation: the relay's answer was lost, so evidence or an operator decides "
+        "(never a resend, never a timer)"
+    )
+    tries: int
+    started_at: datetime = Field(description="when the review was released to delivery")
+    parked_at: datetime | None = Field(default=None, description="send_needs_reconciliation since")
+    age_s: float = Field(description="seconds since release, while open; until it closed, after")
+    error: str | None = Field(default=None, description="the last try's error, or the refusal")
+    resolution: str | None = Field(default=None, description="who closed a parked delivery by hand, and why")
+
+
+class DeliveryResolutionIn(Shape):
+    """``resolve_delivery``: the operator's evidence for a parked delivery."""
+
+    outcome: Literal["delivered", "failed"]
+    reason: str = Field(min_length=1, max_length=500)
 
 
 class Review(Shape):
@@ -299,6 +326,9 @@ class Review(Shape):
     sent_subject: str | None = None
     sent_body_text: str | None = None
     sent_message_id: str | None = None
+    delivery: ReviewDelivery | None = Field(
+        default=None, description="get_review only, once released: how far its delivery got"
+    )
 
 
 class ReviewList(Shape):
@@ -326,13 +356,16 @@ class SentMessage(Shape):
 class SubmitForReviewResult(Shape):
     """What ``send_email``, ``reply_to_email`` and ``forward_email`` answer (202).
 
-    ``kind`` is the SDK's discriminator (``queued_for_review``: nothing is delivered yet; ``sent``:
-    ``message`` went out); ``status`` is the spec's same value.
+    ``kind`` is the SDK's discriminator (``queued_for_review``: nothing is delivered yet, a release still
+    being delivered included; ``sent``: ``message`` went out); ``status`` is the spec's.
     """
 
-    kind: Literal["queued_for_review", "sent", "failed"]
+    kind: Literal["queued_for_review", "sent"]
     message: SentMessage | None = None
-    status: Literal["queued_for_review", "sent", "failed"]
+    status: Literal["queued_for_review", "sent"] = Field(
+        description="sent: released to delivery (``state`` says how far it got: approved while it is "
+        "being delivered, sent / auto_sent, or failed)"
+    )
     review_id: str
     state: ReviewStateName | None = None
     message_id: str | None = None
@@ -361,9 +394,13 @@ class ReviewerDecisionReview(Shape):
 
 
 class ReviewerDecisionResult(Shape):
-    """The review-agent plane's answer: relayed (``sent``) or returned to the human (``sent_to_human``)."""
+    """The review-agent plane's answer: relayed (``sent``) or returned to the human (``sent_to_human``).
 
-    kind: Literal["sent", "sent_to_human"]
+    A release not (yet) delivered answers what happened: ``queued`` (still going, or parked for
+    reconciliation) or ``failed`` (the provider refused it). ``kind: sent`` always has ``sent: true``.
+    """
+
+    kind: Literal["sent", "sent_to_human", "queued", "failed"]
     sent: bool
     sent_to_human: bool
     message_id: str | None = None
@@ -372,7 +409,9 @@ class ReviewerDecisionResult(Shape):
         description="the whole review (the SDK's type); the spec's example shows its id, state and revision"
     )
     forced_by_breaker: str | None = Field(
-        default=None, description="max_hops_reached | review_deadline_passed"
+        default=None,
+        description="max_hops_reached | no_verdict_cap_reached | review_deadline_passed, or the circuit "
+        "breaker that held the release",
     )
 
 

@@ -20,20 +20,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import Row, and_, delete, exists, func, select, update
+from sqlalchemy import Row, and_, case, delete, exists, func, select, update
 from sqlalchemy.orm import aliased
 
 from reviewloop.common.v1 import common_pb2
 from reviewloop.storage.engine import Database
 from reviewloop.storage.schema import INBOX, OUTBOX, utcnow
-from reviewloop.telemetry import context_from_traceparent, tracer
+from reviewloop.telemetry import REVIEW_ID, context_from_traceparent, tracer
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,11 @@ class Relay:
     def start(self) -> None:
         """Start relaying in a background task on the running event loop."""
         self._task = asyncio.create_task(self._run(), name="outbox-relay")
+
+    @property
+    def running(self) -> bool:
+        """Whether the relay task is alive (readiness: a dead relay would strand the outbox)."""
+        return self._task is not None and not self._task.done()
 
     async def stop(self) -> None:
         """Cancel the relay task and wait for it; undelivered rows stay for the next start."""
@@ -254,7 +259,11 @@ class Relay:
         with tracer.start_as_current_span(
             f"outbox.relay {row.type}",
             context=context_from_traceparent(row.traceparent),
-            attributes={"reviewloop.event_id": row.event_id, "reviewloop.destination": row.destination},
+            attributes={
+                "reviewloop.event_id": row.event_id,
+                "reviewloop.destination": row.destination,
+                **({REVIEW_ID: row.aggregate_id} if row.aggregate_id.startswith("rr_") else {}),
+            },
         ):
             try:
                 await self.subscribers[row.destination](event)
@@ -262,6 +271,52 @@ class Relay:
                 log.warning("outbox delivery to %s failed: %s", row.destination, exc.code())
                 return Failure(exc.code(), f"{exc.code().name}: {exc.details()}"[:1000])
         return None
+
+
+def outbox_probe(
+    db: Database,
+) -> Callable[[], Awaitable[Mapping[str, Sequence[tuple[float, Mapping[str, str]]]]]]:
+    """The metrics probe of a relayed outbox, per destination.
+
+    The backlog (undelivered, not dead), its oldest row's age, the rows a receiver refused at least
+    once, and the dead letters: one aggregate query over the undelivered rows (``delivered_at IS NULL``), which a healthy outbox
+    keeps small.
+    """
+
+    async def probe() -> Mapping[str, Sequence[tuple[float, Mapping[str, str]]]]:
+        dead = OUTBOX.c.dead_at.is_not(None)
+        live = OUTBOX.c.dead_at.is_(None)
+        query = (
+            select(
+                OUTBOX.c.destination,
+                func.sum(case((live, 1), else_=0)),
+                func.min(case((live, OUTBOX.c.occurred_at))),
+                func.sum(case((live & (OUTBOX.c.attempts > 0), 1), else_=0)),
+                func.sum(case((dead, 1), else_=0)),
+            )
+            .where(OUTBOX.c.delivered_at.is_(None))
+            .group_by(OUTBOX.c.destination)
+        )
+        async with db.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        now = utcnow()
+        return {
+            "reviewloop.outbox.backlog": [(float(n or 0), {"destination": d}) for d, n, *_ in rows],
+            "reviewloop.outbox.oldest_age": [
+                ((now - as_utc(oldest)).total_seconds(), {"destination": d})
+                for d, _, oldest, *_ in rows
+                if oldest is not None
+            ],
+            "reviewloop.outbox.retrying": [(float(r or 0), {"destination": d}) for d, _, _, r, _ in rows],
+            "reviewloop.outbox.dead_letters": [(float(x or 0), {"destination": d}) for d, *_, x in rows],
+        }
+
+    return probe
+
+
+def as_utc(value: datetime) -> datetime:
+    """A stored time as an aware UTC datetime (SQLite hands aggregates back naive)."""
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

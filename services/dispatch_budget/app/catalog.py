@@ -3,22 +3,29 @@ sequences, mode resolution, and the WARM/COLD lineage binding."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
 from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import ActorKind, Principal
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget import store
+from dispatch_budget.app.authority import check_reviewer_plane
 from dispatch_budget.domain.lineage import (
+    DEFAULT_LEASE,
     Binding,
+    ReviewSession,
     check_binding_request,
+    check_lease,
     check_lineage_id,
     check_reviewed_head,
     cold_session,
     completed,
     refuse_warm,
+    renewed,
     warm_continuation,
 )
 from dispatch_budget.domain.rounds import RunModes, run_not_found
@@ -115,9 +122,11 @@ async def bind_review_session(
     head_sha: str,
     review_id: str = "",
     new_review_id: str = "",
+    lease: timedelta = DEFAULT_LEASE,
 ) -> Binding:
     """COLD: a fresh session over the full base..head. WARM: the lineage's verified previous session
     over lastReviewedHead..head, or a visible refusal (missing, foreign, busy, incompatible)."""
+    check_reviewer_plane(principal, "Binding a review session")
     check_binding_request(repository, pr_number, base_sha, head_sha)
     project = principal.project_id
     async with db.transaction() as uow:
@@ -136,9 +145,11 @@ async def bind_review_session(
                 base_sha=base_sha,
                 head_sha=head_sha,
                 created_at=utcnow(),
+                lease_id=new_id("lse"),
+                lease=lease,
             )
             await store.add_review_session(conn, project, session)
-            return Binding(lineage, session.session_id, chosen.mode, base_sha, head_sha, True, chosen, True)
+            return Binding.of(session, fresh=True)
         if not review_id:
             raise refuse_warm("no review lineage was named (review_id) to continue")
         session = warm_continuation(
@@ -149,31 +160,45 @@ async def bind_review_session(
             repository=repository,
             pr_number=pr_number,
             head_sha=head_sha,
+            now=utcnow(),
+            lease_id=new_id("lse"),
+            lease=lease,
         )
         await store.rebind_review_session(conn, session)
-        return Binding(
-            review_id, session.session_id, chosen.mode, session.range_base, head_sha, False, chosen, True
-        )
+        return Binding.of(session, fresh=False)
 
 
 async def complete_review_session(
-    db: Database, principal: Principal, session_id: str, reviewed_head: str
+    db: Database, principal: Principal, session_id: str, reviewed_head: str, lease_id: str = ""
 ) -> Binding:
-    """The session reviewed its range: record the head a later WARM review continues from."""
+    """The session reviewed its range: record the head a later WARM review continues from. Given its
+    lease, a reviewer whose lease was taken over may not complete the review that took it."""
+    check_reviewer_plane(principal, "Completing a review session")
     check_reviewed_head(reviewed_head)
     async with db.transaction() as uow:
-        session = await store.review_session(uow.conn, principal.project_id, session_id)
-        if session is None:
-            raise DomainError(Code.NOT_FOUND, f"No review session {session_id} is visible to this key.")
+        session = await _session(uow.conn, principal.project_id, session_id)
+        if lease_id:
+            check_lease(session, lease_id)
         session = completed(session, reviewed_head)
         await store.complete_review_session(uow.conn, session)
-        return Binding(
-            session.review_id,
-            session_id,
-            session.mode,
-            session.range_base,
-            session.range_head,
-            False,
-            session.selection,
-            False,
+        return Binding.of(session, fresh=False)
+
+
+async def heartbeat_review_session(
+    db: Database, principal: Principal, session_id: str, lease_id: str, lease: timedelta = DEFAULT_LEASE
+) -> Binding:
+    """The reviewer is alive: its lease on the busy session runs ``lease`` from now."""
+    check_reviewer_plane(principal, "Renewing a review session's lease")
+    async with db.transaction() as uow:
+        session = renewed(
+            await _session(uow.conn, principal.project_id, session_id), lease_id, utcnow(), lease
         )
+        await store.renew_review_session(uow.conn, session)
+        return Binding.of(session, fresh=False)
+
+
+async def _session(conn: AsyncConnection, project: str, session_id: str) -> ReviewSession:
+    session = await store.review_session(conn, project, session_id)
+    if session is None:
+        raise DomainError(Code.NOT_FOUND, f"No review session {session_id} is visible to this key.")
+    return session

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import Principal
 
 from dispatch_budget import store
+from dispatch_budget.app.authority import check_reviewer_plane
 from dispatch_budget.domain.evidence import EvidenceStatus, evidence_rejected, evidence_status
-from dispatch_budget.domain.journal import JournalRecord, check_journal_batch, journal_record
+from dispatch_budget.domain.journal import (
+    JournalRecord,
+    check_journal_batch,
+    ephemeral,
+    incoming_record,
+    place_batch,
+)
 
 
 @dataclass(frozen=True)
@@ -18,6 +25,7 @@ class Appended:
     appended: int
     skipped_ephemeral: int
     last_offset: int
+    already_journaled: int = 0  # an identical re-send of records the journal holds: skipped
 
 
 @dataclass(frozen=True)
@@ -31,16 +39,29 @@ class Evidence:
 async def append_journal_events(
     db: Database, principal: Principal, run_id: str, events: list[Any]
 ) -> Appended:
-    """Append a batch to the run's journal, all or nothing; each record's ``id`` is its offset."""
+    """Append a batch to the run's journal, all or nothing, keeping each record as the producer wrote
+    it: its id is its offset (a gap or a differing overlap refuses, an identical re-send is skipped),
+    a 1.2.0 hash chain is verified, and ephemeral records are never journaled."""
+    check_reviewer_plane(principal, "Appending to an attempt journal")
     check_journal_batch(run_id, events)
-    records = [journal_record(raw, i, utcnow()) for i, raw in enumerate(events)]
-    durable = [r for r in records if r is not None]
+    now = utcnow()
+    records = [(i, incoming_record(raw, i, now)) for i, raw in enumerate(events)]
+    durable = [(i, record) for i, record in records if not ephemeral(record)]
     project = principal.project_id
     async with db.transaction() as uow:
         last = await store.lock_journal_head(uow.conn, project, run_id)
-        numbered = [replace(record, id=offset) for offset, record in enumerate(durable, start=last + 1)]
-        await store.append_journal_events(uow.conn, project, run_id, numbered)
-        return Appended(len(numbered), len(records) - len(numbered), last + len(numbered))
+        overlap = [r["id"] for _, r in durable if isinstance(r.get("id"), int) and r["id"] <= last]
+        stored = await store.journal_lines(uow.conn, project, run_id, overlap)
+        tail = await store.journal_lines(uow.conn, project, run_id, [last]) if last else {}
+        last_hash = tail.get(last, {}).get("hash")
+        placed = place_batch(durable, last, stored, last_hash if isinstance(last_hash, str) else None)
+        await store.append_journal_events(uow.conn, project, run_id, placed.new)
+        return Appended(
+            len(placed.new),
+            len(records) - len(durable),
+            placed.new[-1]["id"] if placed.new else last,
+            placed.already_journaled,
+        )
 
 
 async def read_journal(

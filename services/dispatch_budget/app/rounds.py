@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
@@ -13,10 +14,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget import store
+from dispatch_budget.app.authority import (
+    RUN_OWNERS,
+    check_owns_run,
+    check_reviewer_plane,
+    check_run_owner,
+    check_settler,
+    principal_ref,
+)
 from dispatch_budget.domain.budget import (
     MAX_REVIEW_ROUNDS,
     AttemptKind,
     ExtensionInput,
+    NoVerdictReason,
     ReviewRoundBudget,
     RunStatus,
     Trigger,
@@ -28,20 +38,24 @@ from dispatch_budget.domain.rounds import (
     ExtensionReceipt,
     LaunchRefusal,
     Origin,
+    Outcome,
+    ReadyGate,
     Receipt,
     Run,
     RunModes,
+    Settlement,
     check_attempt,
     check_grant,
     check_run_snapshot,
     grant_receipt,
     journal_settlement,
     next_run,
+    ready_gate,
     reported_settlement,
     run_not_found,
     settlement_to_write,
 )
-from dispatch_budget.domain.selection import project_default_mode
+from dispatch_budget.domain.selection import project_default_mode, required_reviews, validate_sequence
 
 
 @dataclass(frozen=True)
@@ -61,15 +75,27 @@ async def record_run(
     head_sha: str,
     status: RunStatus | None,
     modes: RunModes | None = None,
+    review_sequence: list[Any] | None = None,
 ) -> Run:
     """Store a run's snapshot. A run that gains a verified repository/PR identity joins the shared PR
     scope, bringing its admissions and grants; the PR scope's limit is the larger of the two. Unset
-    review-mode rungs keep what the run had."""
+    review-mode rungs keep what the run had. The caller owns a run it creates; a service key changes
+    the status only of its own runs."""
     check_run_snapshot(run_id, repository, pr_number, head_sha)
+    if principal.actor_kind not in RUN_OWNERS:
+        check_reviewer_plane(principal, "Recording a review run")
+    if status not in (None, RunStatus.ACTIVE):
+        check_run_owner(principal, f"Marking a run {status}")
     project = principal.project_id
     async with db.transaction() as uow:
         conn = uow.conn
         prior = await store.get_run(conn, project, run_id)
+        if prior is not None and status not in (None, RunStatus.ACTIVE):
+            check_owns_run(principal, f"Marking a run {status}", run_id, prior.owner)
+        rows: tuple[dict[str, str], ...] = ()
+        if review_sequence:
+            catalog = await store.runner_catalog(conn, project)
+            rows = tuple(s.to_json() for s in validate_sequence(review_sequence, catalog))
         run = next_run(
             prior,
             run_id=run_id,
@@ -78,6 +104,8 @@ async def record_run(
             head_sha=head_sha,
             status=status,
             modes=modes,
+            review_sequence=rows,
+            owner=principal_ref(principal),
         )
         if prior is None:
             await store.add_run(conn, project, run, utcnow())
@@ -117,9 +145,14 @@ async def admit_review_round(
     head_sha: str,
     selection: dict[str, str],
     receipt_id: str = "",
+    session_id: str = "",
+    review_session_id: str = "",
 ) -> Admission:
     """Persist an admission receipt before the runner starts, or refuse before anything is consumed.
-    A reattach (same attempt key, or a copied history's receipt id) reuses its receipt and settlement."""
+    A reattach (same attempt key, or a copied history's receipt id) reuses its receipt and settlement.
+    Naming the spec 001 ``session_id`` ties the attempt to that session's review in flight, so its
+    timeout settles it; ``review_session_id`` names the reviewer session it runs in."""
+    check_reviewer_plane(principal, "Admitting a reviewer round")
     check_attempt(attempt_key, receipt_id, head_sha)
     project = principal.project_id
     async with db.transaction() as uow:
@@ -163,8 +196,12 @@ async def admit_review_round(
                 selection=selection,
                 admitted_at=utcnow(),
                 round=budget.used + 1,
+                admitted_by=principal_ref(principal),
+                review_session_id=review_session_id,
             )
             await store.add_admission(conn, project, receipt)
+            if session_id:
+                await store.link_in_flight_receipt(conn, project, session_id, receipt.receipt_id)
             return Admission(receipt, False, await _budget(conn, project, run.scope_key, limit))
     raise refusal  # recorded, and committed with the transaction above
 
@@ -203,12 +240,14 @@ async def settle_attempt(
     """Settle an attempt once. Counted: a pass or issues verdict for the reviewed head (records no
     settlement). No-verdict: one of the spec's ends, recorded with reason and time; it spends no round.
     A verdict arriving after a no-verdict settlement clears it, and the attempt counts."""
+    check_reviewer_plane(principal, "Settling a review attempt")
     project = principal.project_id
     async with db.transaction() as uow:
         conn = uow.conn
         receipt = await store.admission(conn, project, receipt_id)
         if receipt is None:
             raise DomainError(Code.NOT_FOUND, f"No admission receipt {receipt_id} is visible to this key.")
+        check_settler(principal, receipt_id, receipt.admitted_by)
         limit = await store.lock_scope(conn, project, receipt.scope_key, MAX_REVIEW_ROUNDS)
         if journal_run_id:
             settlement = journal_settlement(
@@ -222,6 +261,19 @@ async def settle_attempt(
         return receipt, await _budget(conn, project, receipt.scope_key, limit)
 
 
+async def settle_timed_out(conn: AsyncConnection, project: str, receipt_id: str) -> None:
+    """The owning service ends an admitted attempt its session timed out (spec 001 timeoutMinutes): an
+    unsettled receipt settles no-verdict ``timed_out``; a settled one keeps its settlement."""
+    receipt = await store.admission(conn, project, receipt_id)
+    if receipt is None or receipt.outcome is not None:
+        return
+    # No scope lock: the caller holds the session's row, which an admission naming the session takes
+    # after the scope's (a deadlock the other way round). The write is a compare-and-set on an
+    # unsettled receipt, and a round freed beside a concurrent admission only fails closed.
+    timed_out = Settlement(Outcome.NO_VERDICT, NoVerdictReason.TIMED_OUT.value)
+    await store.settle_admission(conn, receipt_id, None, timed_out, utcnow())
+
+
 async def get_round_budget(db: Database, principal: Principal, run_id: str) -> Budget:
     async with db.engine.connect() as conn:
         run = await store.get_run(conn, principal.project_id, run_id)
@@ -229,6 +281,20 @@ async def get_round_budget(db: Database, principal: Principal, run_id: str) -> B
             raise run_not_found(run_id)
         limit = await store.round_limit(conn, principal.project_id, run.scope_key)
         return await _budget(conn, principal.project_id, run.scope_key, limit or MAX_REVIEW_ROUNDS)
+
+
+async def get_ready_gate(db: Database, principal: Principal, run_id: str) -> ReadyGate:
+    """The ready-gate payload a publication gate reads for the run's current head."""
+    project = principal.project_id
+    async with db.engine.connect() as conn:
+        run = await store.get_run(conn, project, run_id)
+        if run is None:
+            raise run_not_found(run_id)
+        limit = await store.round_limit(conn, project, run.scope_key) or MAX_REVIEW_ROUNDS
+        budget = await _budget(conn, project, run.scope_key, limit)
+        qualifying = await store.qualifying_reviews(conn, project, run.scope_key, run.head_sha)
+        required = len(run.review_sequence) or required_reviews(await store.review_config(conn, project))
+    return ready_gate(run, budget, qualifying, required)
 
 
 async def extend_review_budget(

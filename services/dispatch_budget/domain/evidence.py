@@ -38,8 +38,9 @@ class EvidenceStatus(StrEnum):
 _WIRE = {EvidenceStatus.ACCEPTED, EvidenceStatus.REJECTED, EvidenceStatus.ABSENT}
 
 
-def _key_text(key: Any) -> str | None:
-    """A key as text: ``"evidence"``, ``b"evidence"`` or an atom-like ``:evidence`` all read alike."""
+def _key_text(key: Any, atom_prefix: bool = True) -> str | None:
+    """A key as text: ``"evidence"``, ``b"evidence"`` or an atom-like ``:evidence`` all read alike.
+    Without ``atom_prefix`` a leading ``:`` is kept: a JSON string is never an atom."""
     if isinstance(key, bytes):
         try:
             key = key.decode()
@@ -53,7 +54,7 @@ def _key_text(key: Any) -> str | None:
             return None
         key = name
     text: str = key
-    return text.removeprefix(":")
+    return text.removeprefix(":") if atom_prefix else text
 
 
 def _lookup(payload: Mapping[Any, Any], name: str) -> tuple[bool, Any]:
@@ -67,7 +68,9 @@ def normalize_evidence(value: Any) -> EvidenceStatus:
     """A stamped marker value as an enum; anything unrecognized (a future value, a forged string, a
     garbage type) is ``unknown``, never ``accepted``.
     """
-    text = _key_text(value) if not isinstance(value, bool) else None
+    # An atom value arrives as an enum member; a string is the wire value exactly, so a forged
+    # ":accepted" is unknown, never accepted.
+    text = _key_text(value, atom_prefix=False) if not isinstance(value, bool) else None
     if text is None:
         return EvidenceStatus.UNKNOWN
     try:

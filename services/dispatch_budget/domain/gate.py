@@ -44,6 +44,7 @@ class GateConfig:
     classifier_url: str = ""
     api_key: str = ""
     breaker_threshold: int = 3
+    review_timeout: timedelta = timedelta(minutes=5)  # timeoutMinutes: a review in flight longer is ended
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class SessionState:
     enabled: bool = True
     last_review_at: datetime | None = None
     last_gate_call_at: datetime | None = None
+    in_flight_since: datetime | None = None
+    in_flight_receipt: str | None = None  # the admission receipt of the review in flight, if one was admitted
 
 
 def counts(origin: str, depth: int, status: str) -> bool:
@@ -164,7 +167,7 @@ def after_decision(
 ) -> SessionState:
     """A skip ends the review and resets the counters; a review is one more of the session's budget."""
     if decision.decision == "skip":
-        state = reset_counters(replace(state, in_flight=False))
+        state = reset_counters(replace(state, in_flight=False, in_flight_since=None, in_flight_receipt=None))
     else:
         state = replace(state, reviews=state.reviews + 1, last_review_at=now)
     return replace(state, last_gate_call_at=last_gate_call_at or state.last_gate_call_at)
@@ -172,8 +175,103 @@ def after_decision(
 
 def after_review(state: SessionState, succeeded: bool) -> SessionState:
     """The review ended: it is no longer in flight; a successful one resets the counters."""
-    state = replace(state, in_flight=False)
+    state = replace(state, in_flight=False, in_flight_since=None, in_flight_receipt=None)
     return reset_counters(state) if succeeded else state
+
+
+def timed_out(state: SessionState, config: GateConfig, now: datetime) -> bool:
+    """A review in flight for ``timeoutMinutes`` was aborted (spec 001 "The review child"): it ends as
+    timed out so the session's next due review can run. A row from before the start was kept counts
+    from now on (it is stamped when first seen)."""
+    return (
+        state.in_flight and state.in_flight_since is not None and overdue(state.in_flight_since, config, now)
+    )
+
+
+def overdue(in_flight_since: datetime, config: GateConfig, now: datetime) -> bool:
+    """A review in flight since then is past ``timeoutMinutes``."""
+    return now - in_flight_since >= config.review_timeout
+
+
+# --- per-project gate configuration: an admin's overrides over the environment's defaults ---
+
+_MINUTES = {
+    "cooldown_minutes": "cooldown",
+    "gate_cooldown_minutes": "gate_cooldown",
+    "timeout_minutes": "review_timeout",
+}
+_COUNTS = ("turn_interval", "tool_call_threshold", "max_per_session")
+GATE_SETTINGS = (
+    "enabled",
+    "gate",
+    *_COUNTS,
+    *_MINUTES,
+    "confident_no",
+    "gate_timeout_ms",
+    "classifier_url",
+)
+
+
+def check_gate_overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """An admin's gate settings, validated; unset settings keep the environment's default."""
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        if value is None:
+            continue
+        if name not in GATE_SETTINGS:
+            raise invalid(f"/{name}", f"unknown gate setting; one of {', '.join(GATE_SETTINGS)}")
+        if name == "enabled":
+            ok = isinstance(value, bool)
+        elif name == "gate":
+            ok = value in tuple(GateKind)
+        elif name == "classifier_url":
+            ok = (
+                isinstance(value, str)
+                and len(value) <= 500
+                and (value == "" or value.startswith(("http://", "https://")))
+            )
+        elif name == "confident_no":
+            ok = _unit(value) is not None
+        else:  # counts, minutes and milliseconds: non-negative integers
+            ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1_000_000
+        if not ok:
+            raise invalid(f"/{name}", "not a valid value for this gate setting")
+        out[name] = value
+    return out
+
+
+def with_overrides(default: GateConfig, overrides: Mapping[str, Any]) -> GateConfig:
+    """The project's effective gate configuration: its overrides over the deployment default."""
+    changes: dict[str, Any] = {}
+    for name, value in overrides.items():
+        if name in _MINUTES:
+            changes[_MINUTES[name]] = timedelta(minutes=value)
+        elif name == "gate":
+            changes["gate"] = GateKind(value)
+        elif name == "gate_timeout_ms":
+            changes["timeout_s"] = value / 1000
+        elif name == "confident_no":
+            changes["confident_no"] = float(value)
+        else:
+            changes[name] = value
+    return replace(default, **changes)
+
+
+def gate_settings(config: GateConfig) -> dict[str, Any]:
+    """The effective configuration as the API shows it (never the API key)."""
+    return {
+        "enabled": config.enabled,
+        "gate": config.gate.value,
+        "turn_interval": config.turn_interval,
+        "tool_call_threshold": config.tool_call_threshold,
+        "max_per_session": config.max_per_session,
+        "cooldown_minutes": config.cooldown.total_seconds() / 60,
+        "gate_cooldown_minutes": config.gate_cooldown.total_seconds() / 60,
+        "timeout_minutes": config.review_timeout.total_seconds() / 60,
+        "confident_no": config.confident_no,
+        "gate_timeout_ms": int(config.timeout_s * 1000),
+        "classifier_url": config.classifier_url,
+    }
 
 
 @dataclass(frozen=True)
@@ -287,7 +385,8 @@ def decision_from_answer(answer: Any, confident_no: float) -> Decision | None:
     shown = (
         f"{choice} (confidence {confidence:.2f})" if confidence is not None else f"{choice} (no confidence)"
     )
-    skip = choice == "no" and confidence is not None and confidence >= confident_no
+    # confidentNo = 1 keeps the gate observing: it logs, and never cancels (spec 001), even at confidence 1.
+    skip = choice == "no" and confidence is not None and confidence >= confident_no and confident_no < 1
     return Decision(
         "skip" if skip else "review", GateKind.CLASSIFIER.value, shown, choice, confidence, probability
     )

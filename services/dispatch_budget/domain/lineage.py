@@ -5,7 +5,7 @@ over lastReviewedHead..head, or is refused visibly, never downgraded to COLD. Pu
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from reviewloop.errors import Code, DomainError, invalid
 
@@ -13,6 +13,7 @@ from dispatch_budget.domain.budget import FULL_SHA
 from dispatch_budget.domain.selection import ReviewMode, ReviewSelection, RunnerSpec
 
 MAX_LINEAGE_ID = 80
+DEFAULT_LEASE = timedelta(seconds=120)
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,18 @@ class ReviewSession:
     last_reviewed_head: str | None
     busy: bool
     created_at: datetime
+    # A busy binding is a lease the reviewer renews; past its expiry the reviewer is presumed crashed.
+    lease_id: str = ""
+    lease_expires_at: datetime | None = None
 
     @property
     def selection(self) -> ReviewSelection:
         return ReviewSelection(self.runner, self.model, self.effort, self.mode)
+
+    def held(self, now: datetime) -> bool:
+        """Busy under a live lease. Every busy row has one: the migration after the lease migration gave
+        those from before leases a default lease (their reviewer may still run, spec 003: wait)."""
+        return self.busy and self.lease_expires_at is not None and now < self.lease_expires_at
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,23 @@ class Binding:
     fresh_session: bool
     selection: ReviewSelection
     busy: bool
+    lease_id: str = ""
+    lease_expires_at: datetime | None = None
+
+    @classmethod
+    def of(cls, session: ReviewSession, fresh: bool) -> Binding:
+        return cls(
+            session.review_id,
+            session.session_id,
+            session.mode,
+            session.range_base,
+            session.range_head,
+            fresh,
+            session.selection,
+            session.busy,
+            session.lease_id if session.busy else "",
+            session.lease_expires_at if session.busy else None,
+        )
 
 
 def check_binding_request(repository: str, pr_number: int, base_sha: str, head_sha: str) -> None:
@@ -83,8 +109,10 @@ def cold_session(
     base_sha: str,
     head_sha: str,
     created_at: datetime,
+    lease_id: str = "",
+    lease: timedelta = DEFAULT_LEASE,
 ) -> ReviewSession:
-    """A fresh session over the full base..head, busy with its first review."""
+    """A fresh session over the full base..head, busy (leased) with its first review."""
     return ReviewSession(
         session_id=session_id,
         repository=repository,
@@ -100,6 +128,8 @@ def cold_session(
         last_reviewed_head=None,
         busy=True,
         created_at=created_at,
+        lease_id=lease_id,
+        lease_expires_at=created_at + lease,
     )
 
 
@@ -112,15 +142,23 @@ def warm_continuation(
     repository: str,
     pr_number: int,
     head_sha: str,
+    now: datetime,
+    lease_id: str = "",
+    lease: timedelta = DEFAULT_LEASE,
 ) -> ReviewSession:
     """The lineage's previous session, rebound to review lastReviewedHead..head with the chosen model
-    and effort; refused when it is missing, foreign, busy, unverified or incompatible."""
+    and effort; refused when it is missing, foreign, busy under a live lease, unverified or
+    incompatible. An expired lease (a crashed reviewer) makes the lineage available again."""
     if previous is None:
         raise refuse_warm(f"lineage {review_id} has no previous review session")
     if (previous.repository, previous.pr_number) != (repository, pr_number):
         raise refuse_warm(f"lineage {review_id} belongs to another repository/PR")
-    if previous.busy:
-        raise refuse_warm(f"session {previous.session_id} is busy with another review; wait for it")
+    if previous.held(now):
+        assert previous.lease_expires_at is not None
+        raise refuse_warm(
+            f"session {previous.session_id} is busy with another review; wait for it (its lease "
+            f"expires at {previous.lease_expires_at.isoformat()} unless its reviewer renews it)"
+        )
     if not previous.last_reviewed_head:
         raise refuse_warm(f"session {previous.session_id} has no verified reviewed head")
     if previous.runner != chosen.runner:
@@ -137,7 +175,31 @@ def warm_continuation(
         range_base=previous.last_reviewed_head,
         range_head=head_sha,
         busy=True,
+        lease_id=lease_id,
+        lease_expires_at=now + lease,
     )
+
+
+def renewed(session: ReviewSession, lease_id: str, now: datetime, lease: timedelta) -> ReviewSession:
+    """A heartbeat: the lease holder extends its lease. A lease another binding took over, or a
+    session that is not busy, refuses."""
+    check_lease(session, lease_id)
+    return replace(session, lease_expires_at=now + lease)
+
+
+def check_lease(session: ReviewSession, lease_id: str) -> None:
+    if not session.busy:
+        raise DomainError(
+            Code.WRONG_STATE,
+            f"Session {session.session_id} is not busy; there is no lease to renew.",
+            state="idle",
+        )
+    if lease_id != session.lease_id:
+        raise DomainError(
+            Code.WRONG_STATE,
+            f"Session {session.session_id}'s lease was taken over by another review; stop this reviewer.",
+            state="lease_taken_over",
+        )
 
 
 def check_reviewed_head(reviewed_head: str) -> None:
@@ -149,4 +211,4 @@ def completed(session: ReviewSession, reviewed_head: str) -> ReviewSession:
     """The session reviewed its range: ``reviewed_head`` is where a later WARM review continues."""
     if reviewed_head != session.range_head:
         raise invalid("/reviewed_head", f"the session was bound to review up to {session.range_head}")
-    return replace(session, busy=False, last_reviewed_head=reviewed_head)
+    return replace(session, busy=False, last_reviewed_head=reviewed_head, lease_id="", lease_expires_at=None)

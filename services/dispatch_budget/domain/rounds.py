@@ -68,6 +68,10 @@ class Run:
     status: RunStatus
     scope_key: str
     modes: RunModes = field(default_factory=RunModes)
+    # The run's reviewSequence (validated rows); empty: the project review configuration decides.
+    review_sequence: tuple[dict[str, str], ...] = ()
+    # The principal that created the run (kind:id); "" for runs created before owners were kept.
+    owner: str = ""
 
     @property
     def closed(self) -> bool:
@@ -99,9 +103,12 @@ def next_run(
     head_sha: str,
     status: RunStatus | None,
     modes: RunModes | None,
+    review_sequence: tuple[dict[str, str], ...] = (),
+    owner: str = "",
 ) -> Run:
     """The run after a snapshot: what the snapshot leaves unset keeps what the run had. A verified
-    repository/PR identity is never rebound, and a published or archived run never becomes active."""
+    repository/PR identity is never rebound, and a published or archived run never becomes active.
+    ``owner`` (the caller) owns a new run; a stored run keeps its owner."""
     stored = (prior.modes if prior is not None else RunModes()).merged(modes or RunModes())
     if prior is not None:
         if prior.pr_number and pr_number and (prior.pr_number, prior.repository) != (pr_number, repository):
@@ -121,6 +128,8 @@ def next_run(
         status or RunStatus.ACTIVE,
         scope_key(run_id, repository, pr_number),
         stored,
+        review_sequence or (prior.review_sequence if prior is not None else ()),
+        prior.owner if prior is not None else owner,
     )
 
 
@@ -160,6 +169,8 @@ class Receipt:
     reason: str | None = None
     verdict: str | None = None
     settled_at: datetime | None = None
+    admitted_by: str = ""  # the admission owner (kind:id); "" for receipts admitted before it was kept
+    review_session_id: str = ""  # the reviewer session it ran in, when the runner named it
 
 
 def check_attempt(attempt_key: str, receipt_id: str, head_sha: str) -> None:
@@ -353,6 +364,38 @@ def grant_receipt(
         origin=origin,
         granted_at=granted_at,
     )
+
+
+@dataclass(frozen=True)
+class ReadyGate:
+    """ReadyGatePayload's review side (spec 003): the round budget's display snapshot, the passing
+    reviews of the current head in separate sessions against those required, and whether the
+    approval conditions this gate checks hold. A spent budget is never a blocker; an extension
+    never makes a stale review count (only the current head's verdicts qualify)."""
+
+    run: Run
+    budget: Budget
+    qualifying: int
+    required: int
+    blockers: tuple[str, ...]
+
+    @property
+    def publishable(self) -> bool:
+        return not self.blockers
+
+
+def ready_gate(run: Run, budget: Budget, qualifying: int, required: int) -> ReadyGate:
+    blockers: list[str] = []
+    if run.closed:
+        blockers.append(f"run {run.run_id} is {run.status}")
+    if not run.head_sha:
+        blockers.append("the run's current head is unknown; record it first")
+    elif qualifying < required:
+        blockers.append(
+            f"{qualifying} of {required} required passing reviews of head {run.head_sha} "
+            "in separate reviewer sessions"
+        )
+    return ReadyGate(run, budget, qualifying, required, tuple(blockers))
 
 
 @dataclass(frozen=True)

@@ -239,6 +239,14 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def required_reviews(config: Mapping[str, Any]) -> int:
+    """How many qualifying reviews publication requires: one per ``review.sequence`` row (the
+    conversion of the removed minimum_independent_reviews), at least one."""
+    section = config.get("review", config) if isinstance(config.get("review"), Mapping) else config
+    sequence = section.get("sequence")
+    return max(1, len(sequence)) if isinstance(sequence, list) else 1
+
+
 def project_default_mode(config: Mapping[str, Any]) -> ReviewMode | None:
     """The project review configuration's ``mode`` default; removed keys are refused with a
     conversion hint, never ignored into a looser default. Accepts ``{review: {...}}`` or the

@@ -67,6 +67,8 @@ def _session(row: Any) -> ReviewSession:
         last_reviewed_head=row.last_reviewed_head,
         busy=row.busy,
         created_at=row.created_at,
+        lease_id=row.lease_id or "",
+        lease_expires_at=row.lease_expires_at,
     )
 
 
@@ -88,6 +90,8 @@ async def add_review_session(conn: AsyncConnection, project_id: str, session: Re
             last_reviewed_head=session.last_reviewed_head,
             busy=session.busy,
             created_at=session.created_at,
+            lease_id=session.lease_id,
+            lease_expires_at=session.lease_expires_at,
         )
     )
 
@@ -108,10 +112,13 @@ async def lock_lineage_head(conn: AsyncConnection, project_id: str, review_id: s
 
 
 async def review_session(conn: AsyncConnection, project_id: str, session_id: str) -> ReviewSession | None:
+    """The session, locked until the transaction ends (a heartbeat or completion races a rebind)."""
     s = review_sessions.c
     row = (
         await conn.execute(
-            select(review_sessions).where(s.project_id == project_id, s.session_id == session_id)
+            select(review_sessions)
+            .where(s.project_id == project_id, s.session_id == session_id)
+            .with_for_update()
         )
     ).first()
     return _session(row) if row is not None else None
@@ -128,6 +135,8 @@ async def rebind_review_session(conn: AsyncConnection, session: ReviewSession) -
             effort=session.effort,
             range_base=session.range_base,
             range_head=session.range_head,
+            lease_id=session.lease_id,
+            lease_expires_at=session.lease_expires_at,
         )
     )
 
@@ -137,5 +146,15 @@ async def complete_review_session(conn: AsyncConnection, session: ReviewSession)
     await conn.execute(
         update(review_sessions)
         .where(review_sessions.c.session_id == session.session_id)
-        .values(busy=False, last_reviewed_head=session.last_reviewed_head)
+        .values(
+            busy=False, last_reviewed_head=session.last_reviewed_head, lease_id=None, lease_expires_at=None
+        )
+    )
+
+
+async def renew_review_session(conn: AsyncConnection, session: ReviewSession) -> None:
+    await conn.execute(
+        update(review_sessions)
+        .where(review_sessions.c.session_id == session.session_id)
+        .values(lease_expires_at=session.lease_expires_at)
     )

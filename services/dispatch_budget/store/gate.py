@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
 
 from reviewloop.storage.schema import insert_ignore
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.gate import GateRecord, SessionState
-from dispatch_budget.store.tables import agent_sessions, gate_decisions
+from dispatch_budget.store.tables import agent_sessions, gate_configs, gate_decisions
 
 
 async def lock_agent_session(conn: AsyncConnection, project_id: str, session_id: str) -> SessionState:
@@ -43,6 +45,8 @@ async def lock_agent_session(conn: AsyncConnection, project_id: str, session_id:
         enabled=row.enabled,
         last_review_at=row.last_review_at,
         last_gate_call_at=row.last_gate_call_at,
+        in_flight_since=row.in_flight_since,
+        in_flight_receipt=row.in_flight_receipt,
     )
 
 
@@ -77,3 +81,79 @@ async def gate_decision_page(
     rows = (await conn.execute(query.order_by(g.id).limit(limit + 1))).all()
     more = int(rows[limit - 1].id) if len(rows) > limit else None
     return [GateRecord.from_json(row.record) for row in rows[:limit]], more
+
+
+async def gate_overrides(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
+    """The project's gate settings an admin stored; empty: the environment's defaults throughout."""
+    row = (
+        await conn.execute(select(gate_configs.c.config).where(gate_configs.c.project_id == project_id))
+    ).first()
+    return dict(row.config) if row is not None else {}
+
+
+async def set_gate_overrides(
+    conn: AsyncConnection, project_id: str, overrides: dict[str, Any], at: datetime
+) -> None:
+    await conn.execute(
+        insert_ignore(conn, gate_configs).values(project_id=project_id, config={}, updated_at=at)
+    )
+    await conn.execute(
+        update(gate_configs)
+        .where(gate_configs.c.project_id == project_id)
+        .values(config=overrides, updated_at=at)
+    )
+
+
+async def link_in_flight_receipt(
+    conn: AsyncConnection, project_id: str, session_id: str, receipt_id: str
+) -> bool:
+    """Tie an admitted attempt to the session's review in flight, so its timeout settles it."""
+    a = agent_sessions.c
+    result = await conn.execute(
+        update(agent_sessions)
+        .where(a.project_id == project_id, a.session_id == session_id, a.in_flight.is_(True))
+        .values(in_flight_receipt=receipt_id)
+    )
+    return bool(result.rowcount)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A session's review in flight, as the timeout sweep saw it."""
+
+    project_id: str
+    session_id: str
+    since: datetime
+    receipt: str | None
+
+
+async def reviews_in_flight(conn: AsyncConnection) -> list[InFlight]:
+    """Every review in flight, oldest first (a session has at most one, so these are few)."""
+    a = agent_sessions.c
+    rows = (
+        await conn.execute(
+            select(a.project_id, a.session_id, a.in_flight_since, a.in_flight_receipt)
+            .where(a.in_flight_since.is_not(None), a.in_flight.is_(True))
+            .order_by(a.in_flight_since)
+        )
+    ).all()
+    return [InFlight(r.project_id, r.session_id, r.in_flight_since, r.in_flight_receipt) for r in rows]
+
+
+async def end_in_flight(conn: AsyncConnection, seen: InFlight) -> bool:
+    """End the review in flight as ``after_review(succeeded=False)`` does, if it is still the one
+    ``seen`` (compare-and-set on its start and receipt): of two sweeps, or a sweep and the session's
+    own call, one ends it. True: this call ended it."""
+    a = agent_sessions.c
+    result = await conn.execute(
+        update(agent_sessions)
+        .where(
+            a.project_id == seen.project_id,
+            a.session_id == seen.session_id,
+            a.in_flight.is_(True),
+            a.in_flight_since == seen.since,
+            a.in_flight_receipt.is_(None) if seen.receipt is None else a.in_flight_receipt == seen.receipt,
+        )
+        .values(in_flight=False, in_flight_since=None, in_flight_receipt=None)
+    )
+    return bool(result.rowcount)

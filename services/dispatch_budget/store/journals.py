@@ -12,13 +12,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.evidence import sanitize_payload
-from dispatch_budget.domain.journal import JournalRecord
+from dispatch_budget.domain.journal import JournalRecord, canonical_line
 from dispatch_budget.store.tables import journal_events, journal_heads
-
-
-def encode_record(record: JournalRecord) -> str:
-    """A record as the journal stores it: one JSON object, keys sorted."""
-    return orjson.dumps(record.to_json(), option=orjson.OPT_SORT_KEYS).decode()
 
 
 def encode_line(record: Mapping[str, Any]) -> bytes:
@@ -44,9 +39,10 @@ async def lock_journal_head(conn: AsyncConnection, project_id: str, run_id: str)
 
 
 async def append_journal_events(
-    conn: AsyncConnection, project_id: str, run_id: str, records: list[JournalRecord]
+    conn: AsyncConnection, project_id: str, run_id: str, records: list[dict[str, Any]]
 ) -> None:
-    """Append numbered records after the locked head and move the head to the last of them."""
+    """Append records (each with its ``id``, the next offsets) after the locked head and move the
+    head to the last of them. Each is stored as its canonical JSON line, never rewritten."""
     if not records:
         return
     await conn.execute(
@@ -55,9 +51,9 @@ async def append_journal_events(
             {
                 "project_id": project_id,
                 "run_id": run_id,
-                "offset": record.id,
-                "type": record.type,
-                "record": encode_record(record),
+                "offset": record["id"],
+                "type": str(record.get("type", ""))[:30],  # an index for the closing turn only
+                "record": canonical_line(record),
             }
             for record in records
         ],
@@ -66,8 +62,25 @@ async def append_journal_events(
     await conn.execute(
         update(journal_heads)
         .where(heads.project_id == project_id, heads.run_id == run_id)
-        .values(last_offset=records[-1].id)
+        .values(last_offset=records[-1]["id"])
     )
+
+
+async def journal_lines(
+    conn: AsyncConnection, project_id: str, run_id: str, offsets: list[int]
+) -> dict[int, dict[str, Any]]:
+    """The journaled records at ``offsets``, as written, by offset."""
+    if not offsets:
+        return {}
+    j = journal_events.c
+    rows = (
+        await conn.execute(
+            select(j.offset, j.record).where(
+                j.project_id == project_id, j.run_id == run_id, j.offset.in_(offsets)
+            )
+        )
+    ).all()
+    return {int(row.offset): orjson.loads(row.record) for row in rows}
 
 
 async def journal_records(

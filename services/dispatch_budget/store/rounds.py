@@ -42,6 +42,8 @@ def _run(row: Any) -> Run:
         modes=RunModes(
             _mode(row.review_mode), _mode(row.pr_work_review_mode), _mode(row.repeat_review_context_mode)
         ),
+        review_sequence=tuple(dict(r) for r in row.review_sequence or ()),
+        owner=row.created_by or "",
     )
 
 
@@ -57,6 +59,7 @@ def _run_columns(run: Run, at: datetime) -> dict[str, Any]:
         "review_mode": modes.review.value if modes.review else None,
         "pr_work_review_mode": modes.pr_work.value if modes.pr_work else None,
         "repeat_review_context_mode": modes.repeat_context.value if modes.repeat_context else None,
+        "review_sequence": list(run.review_sequence) or None,
     }
 
 
@@ -69,7 +72,12 @@ async def get_run(conn: AsyncConnection, project_id: str, run_id: str) -> Run | 
 
 async def add_run(conn: AsyncConnection, project_id: str, run: Run, at: datetime) -> None:
     await conn.execute(
-        runs.insert().values(project_id=project_id, run_id=run.run_id, **_run_columns(run, at))
+        runs.insert().values(
+            project_id=project_id,
+            run_id=run.run_id,
+            created_by=run.owner or None,
+            **_run_columns(run, at),
+        )
     )
 
 
@@ -181,6 +189,8 @@ def _receipt(row: Any) -> Receipt:
         reason=row.reason,
         verdict=row.verdict,
         settled_at=row.settled_at,
+        admitted_by=row.admitted_by or "",
+        review_session_id=row.review_session_id or "",
     )
 
 
@@ -218,6 +228,8 @@ async def add_admission(conn: AsyncConnection, project_id: str, receipt: Receipt
             selection=receipt.selection,
             admitted_at=receipt.admitted_at,
             round=receipt.round,
+            admitted_by=receipt.admitted_by,
+            review_session_id=receipt.review_session_id or None,
             outcome=None,
             reason=None,
             verdict=None,
@@ -245,6 +257,24 @@ async def settle_admission(
         )
     )
     return _receipt((await conn.execute(select(admissions).where(adm.receipt_id == receipt_id))).one())
+
+
+async def qualifying_reviews(conn: AsyncConnection, project_id: str, scope_key: str, head_sha: str) -> int:
+    """Passing verdicts for ``head_sha`` in the scope, one per separate reviewer session (an attempt
+    that named none is its own session): a recheck or retry in the same session adds nothing."""
+    adm = admissions.c
+    rows = (
+        await conn.execute(
+            select(adm.receipt_id, adm.review_session_id).where(
+                adm.project_id == project_id,
+                adm.scope_key == scope_key,
+                adm.outcome == Outcome.COUNTED.value,
+                adm.verdict == "pass",
+                adm.head_sha == head_sha,
+            )
+        )
+    ).all()
+    return len({row.review_session_id or row.receipt_id for row in rows})
 
 
 # --- stopped launches ---

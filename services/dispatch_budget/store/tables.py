@@ -57,6 +57,11 @@ runs = Table(
     Column("review_mode", String(8)),
     Column("pr_work_review_mode", String(8)),
     Column("repeat_review_context_mode", String(8)),
+    # The run's reviewSequence rows (null: none; the project review configuration decides).
+    Column("review_sequence", Json),
+    # The principal that created the run (kind:id): a service key changes the status only of its own runs.
+    # Null for runs created before owners were kept: only an admin changes those.
+    Column("created_by", String(120)),
 )
 
 # The admission owner's row per scope: locked by every admission and grant, so they serialize.
@@ -87,6 +92,10 @@ admissions = Table(
     Column("reason", String(40)),
     Column("verdict", String(10)),
     Column("settled_at", UtcDateTime()),
+    # The admission owner (actor kind:id), the only principal that may settle the receipt.
+    Column("admitted_by", String(120)),
+    # The reviewer session it ran in: qualifying reviews are counted per separate session.
+    Column("review_session_id", String(40)),
     UniqueConstraint("project_id", "attempt_key"),
     Index("ix_admissions_scope", "project_id", "scope_key"),
 )
@@ -157,6 +166,9 @@ review_sessions = Table(
     Column("last_reviewed_head", String(64)),
     Column("busy", Boolean, nullable=False),
     Column("created_at", UtcDateTime(), nullable=False),
+    # A busy binding's lease: its holder renews it; past lease_expires_at the reviewer is presumed crashed.
+    Column("lease_id", String(40)),
+    Column("lease_expires_at", UtcDateTime()),
     Index("ix_review_sessions_lineage", "project_id", "review_id"),
 )
 
@@ -174,6 +186,20 @@ agent_sessions = Table(
     Column("enabled", Boolean, nullable=False),
     Column("last_review_at", UtcDateTime()),
     Column("last_gate_call_at", UtcDateTime()),
+    # When the review in flight started (timeoutMinutes counts from it) and its admission receipt.
+    Column("in_flight_since", UtcDateTime()),
+    Column("in_flight_receipt", String(40)),
+    # The timeout sweep reads the reviews in flight (in_flight_since is null otherwise).
+    Index("ix_agent_sessions_in_flight_since", "in_flight_since"),
+)
+
+# An admin's gate configuration per project: overrides of the environment's defaults.
+gate_configs = Table(
+    "gate_configs",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("config", Json, nullable=False),
+    Column("updated_at", UtcDateTime(), nullable=False),
 )
 
 gate_decisions = Table(

@@ -185,6 +185,7 @@ async def list_reviews(
         str, Query(alias="page", max_length=64, description="the SDK's name for `cursor`")
     ] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    humans_notified: Annotated[bool, Query()] = False,
 ) -> OrjsonResponse:
     """Repeated ``state=`` (the spec) and comma-joined ``state=a,b`` (the SDK) both filter."""
     state = [name for value in state for name in value.split(",") if name]
@@ -201,6 +202,7 @@ async def list_reviews(
             category_id=category_id,
             cursor=cursor or page_token,
             limit=limit,
+            humans_notified=humans_notified,
         ),
         timeout=backend.timeout_s,
     )
@@ -370,7 +372,9 @@ async def decide_review(
     idempotency_key: IdempotencyKey = "",
 ) -> Any:
     """approve | edit | reject | escalate with the (revision, version) CAS. A human key answers the
-    review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``."""
+    review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``, or
+    for a release not (yet) delivered ``queued`` (still going, or parked) / ``failed``, never ``kind: sent``
+    with ``sent: false``."""
     # ``version`` is the optional second CAS (the SDK's "defense in depth"); ``revision`` always guards.
     version = body.version or (await _current(backend, principal, review_id)).version
     request = review_pb2.DecideRequest(

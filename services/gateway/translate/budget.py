@@ -48,6 +48,8 @@ def as_review_run(message: budget_pb2.Run) -> Json:
     for field in ("review_mode", "pr_work_review_mode", "repeat_review_context_mode"):
         if getattr(message, field):
             body[field] = mode_name(getattr(message, field))
+    if message.review_sequence:
+        body["review_sequence"] = [as_selection(row) for row in message.review_sequence]
     return body
 
 
@@ -164,6 +166,22 @@ def as_review_session_binding(message: budget_pb2.ReviewSessionBinding) -> Json:
         "fresh_session": message.fresh_session,
         "selection": as_selection(message.selection),
         "busy": message.busy,
+        "lease_id": message.lease_id or None,
+        "lease_expires_at": timestamp(message.lease_expires_at)
+        if message.HasField("lease_expires_at")
+        else None,
+    }
+
+
+def as_ready_gate(message: budget_pb2.ReadyGate) -> Json:
+    return {
+        "run_id": message.run_id,
+        "head_sha": message.head_sha,
+        "review_round_budget": as_round_budget(message.review_round_budget),
+        "qualifying_reviews": message.qualifying_reviews,
+        "required_reviews": message.required_reviews,
+        "publishable": message.publishable,
+        "blockers": list(message.blockers),
     }
 
 

@@ -95,6 +95,8 @@ def as_review(review: review_pb2.Review) -> Json:
             body[name] = timestamp(getattr(review, name))
     if review.turns:
         body["turns"] = [as_review_turn(t) for t in review.turns]
+    if review.HasField("delivery"):
+        body["delivery"] = as_review_delivery(review.delivery)
     return _with_sdk_names(body)
 
 
@@ -128,21 +130,38 @@ def _with_sdk_names(body: Json) -> Json:
     return body
 
 
+def as_review_delivery(delivery: review_pb2.Delivery) -> Json:
+    body: Json = {
+        "status": delivery.status,
+        "tries": delivery.tries,
+        "started_at": timestamp(delivery.started_at),
+        "age_s": delivery.age_s,
+    }
+    if delivery.HasField("parked_at"):
+        body["parked_at"] = timestamp(delivery.parked_at)
+    for name in ("error", "resolution"):
+        if getattr(delivery, name):
+            body[name] = getattr(delivery, name)
+    return body
+
+
 def as_review_chat_result(reply: review_pb2.PostChatResponse) -> Json:
     return {**as_review(reply.review), "turn": as_review_turn(reply.turn)}
 
 
 def as_submit_result(reply: review_pb2.SubmitResponse) -> Json:
-    """``SubmitForReviewResult``: the spec's ``status`` and the SDK's ``kind`` discriminator (and ``message`` once
-    sent), so an SDK never reads a queued draft as delivered."""
+    """``SubmitForReviewResult``: the spec's ``status`` and the SDK's ``kind`` discriminator. ``kind`` is
+    ``sent`` (with ``message``) only once a message went out; a release still being delivered, like a
+    queued draft, is ``queued_for_review`` to the SDK: nothing delivered yet, wait for the terminal event."""
     review = as_review(reply.review)
+    sent = reply.status == "sent" and "message_id" in review
     body: Json = {
-        "kind": reply.status,
+        "kind": "sent" if sent else "queued_for_review",
         "status": reply.status,
         "review_id": review["id"],
         "state": review["state"],
     }
-    if reply.status == "sent" and "message_id" in review:
+    if sent:
         message: Json = {"id": review["message_id"]}
         if "thread_ref" in review:
             message["thread_id"] = review["thread_ref"]

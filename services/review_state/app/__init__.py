@@ -4,7 +4,7 @@ Calls to other contexts (rules, diff, dispatch_budget) happen before the transac
 peer that is down fails the request closed with ``unavailable`` and nothing is written. Delivery is the
 one use case with two transactions around an I/O call (``delivery``). The modules, by plane:
 ``submission`` (submit), ``composer`` (cancel, redraft, restamp, chat), ``reviewer`` (open, decide),
-``delivery`` (deliver, reconcile), ``reads``, ``console`` and ``ingest`` (events from rules); they run
+``delivery`` (the durable delivery step: deliver, reconcile, resolve_delivery), ``reads``, ``console`` and ``ingest`` (events from rules); they run
 on ``_kernel`` (load, check, CAS, Idempotency-Key, refusals), ``_gates`` and ``_events``.
 """
 
@@ -17,7 +17,13 @@ from review_state.app.console import (
     set_account_policy,
     set_policy,
 )
-from review_state.app.delivery import deliver, reconcile
+from review_state.app.delivery import (
+    deliver,
+    delivery_status,
+    get_delivery,
+    reconcile,
+    resolve_delivery,
+)
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
 from review_state.app.reads import Feedback, get_feedback, get_review, list_reviews
@@ -39,6 +45,8 @@ __all__ = [
     "cancel",
     "decide",
     "deliver",
+    "delivery_status",
+    "get_delivery",
     "get_feedback",
     "get_policy",
     "get_review",
@@ -48,6 +56,7 @@ __all__ = [
     "post_chat",
     "reconcile",
     "record_inbound",
+    "resolve_delivery",
     "restamp",
     "reviewer_decide",
     "set_account_policy",

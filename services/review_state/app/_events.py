@@ -12,19 +12,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
+from reviewloop.diff.v1.diff_pb2 import Diff, DiffCommitted
 from reviewloop.protoconv import rfc3339, stamp
 from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
 from reviewloop.rules.v1 import events_pb2 as rules_events
+from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork
+from reviewloop.tenancy import Principal
 
+from review_state.clients import DiffResult
 from review_state.domain.feedback import outcome_for_rules
 from review_state.domain.machine import Reason, State, Verb
 from review_state.domain.review import Edge, Review
 
 N = NudgeRequested
 NUDGE = "nudge"  # the outbox destination, and the event type, that the nudge service turns into nudges
-RULES = "rules"  # review outcomes, per category
+RULES = "rules"  # review outcomes, per category, and decisions' new rules
 OUTCOME = "review_outcome"
+RULE_REQUESTED = "rule_requested"
+DIFF = "diff"  # the diffs of the revision pairs reviews committed to
+DIFF_COMMITTED = "diff_committed"
 SUGGESTED_BATCH = 3  # propagate_general_rule: a few drafts at a time, never the whole queue
 
 
@@ -74,6 +81,32 @@ def publish_outcome(uow: UnitOfWork, review: Review, decision: str) -> None:
             outcome=outcome,
         )
         uow.emit(RULES, review.id, OUTCOME, message)
+
+
+def publish_diff(uow: UnitOfWork, principal: Principal, before: Review, diff: DiffResult) -> None:
+    """The diff of the revision pair ``before`` just moved through, for the diff service to store."""
+    uow.emit(
+        DIFF,
+        before.id,
+        DIFF_COMMITTED,
+        DiffCommitted(
+            principal=principal.to_proto(),
+            diff=Diff(
+                review_id=before.id,
+                from_revision=before.revision,
+                to_revision=before.revision + 1,
+                diff_unified=diff.diff_unified,
+                diff_json=diff.diff_json,
+                fields_changed=diff.fields_changed,
+                input_sha256=diff.input_sha256,
+            ),
+        ),
+    )
+
+
+def request_rule(uow: UnitOfWork, review: Review, rule: SaveRuleRequest) -> None:
+    """A committed decision's new rule, for the rules context to save (once: the inbox dedups)."""
+    uow.emit(RULES, review.id, RULE_REQUESTED, rule)
 
 
 # --- the payload of each edge's reason ---------------------------------------------------------------

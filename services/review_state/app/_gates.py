@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from reviewloop.errors import Code, DomainError, invalid
-from reviewloop.storage import utcnow
+from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -62,6 +62,18 @@ def check_contacts(env: Env, facts: store.SendingFacts) -> None:
         )
 
 
+def born_stale(composed_under: int, current: int, why: str = "") -> DomainError:
+    """``409 born_stale``: the draft was composed under older rules (``guard`` adds its nudge)."""
+    said = f" (it {why})" if why else ""
+    return DomainError(
+        Code.BORN_STALE,
+        f"This draft was composed against rule high-water {composed_under}{said}, but the rules are at "
+        f"{current}. Nothing changed: call get_rules, re-apply the stack, and resubmit with its new "
+        "composition_token (or restamp_review if nothing needed to change).",
+        hints=(("retry_with", "get_rules"),),
+    )
+
+
 async def check_token(env: Env, principal: Principal, token: str, category_id: str) -> int:
     """The token's rule high-water, or the 4xx the spec names. STALE is ``409 born_stale`` (whose
     nudge ``guard`` adds); EXPIRED / INVALID tell the agent to fetch the stack again."""
@@ -69,13 +81,7 @@ async def check_token(env: Env, principal: Principal, token: str, category_id: s
     if check.status == "valid":
         return check.token_rule_high_water
     if check.status == "stale":
-        raise DomainError(
-            Code.BORN_STALE,
-            f"This draft was composed against rule high-water {check.token_rule_high_water}, but the rules "
-            f"are at {check.current_rule_high_water}. Nothing changed: call get_rules, re-apply the stack, "
-            "and resubmit with its new composition_token (or restamp_review if nothing needed to change).",
-            hints=(("retry_with", "get_rules"),),
-        )
+        raise born_stale(check.token_rule_high_water, check.current_rule_high_water)
     raise invalid(
         "/composition_token",
         f"the token is {check.status}; fetch the rules again with get_rules and retry with its "
@@ -90,11 +96,12 @@ async def auto_send_gate(
     category_id: str,
     confidence: float | None,
     first_contact: bool,
-) -> str | None:
-    """``auto_send_graduated``: the hold reason, or None when the category is graduated, every gate
-    passes and the daily cap had room (spent atomically by dispatch_budget)."""
+) -> tuple[str | None, str, int]:
+    """``auto_send_graduated``: the hold reason, or None when the category is graduated and every
+    gate passes; the category's rung; and its daily auto-send cap, which ``spend_cap`` spends in the
+    unit that writes the release."""
     if not category_id:
-        return "no_category"
+        return "no_category", "", 0
     category = await env.peers.get_category(principal, category_id)
     graduated = category.state in GRADUATED and not category.never_graduate
     dial = await env.peers.get_dial(principal, category_id) if graduated else None
@@ -107,32 +114,26 @@ async def auto_send_gate(
         first_contact=first_contact,
         review_id=review_id,
     )
-    if (
-        hold is None
-        and dial is not None
-        and not await env.peers.consume_auto_send(
-            principal, category_id, review_id, dial.auto_send_cap_per_day
-        )
-    ):
-        hold = "daily_cap"
-    return hold
+    return hold, category.state, dial.auto_send_cap_per_day if dial is not None else 0
 
 
-async def reviewer_breaker(env: Env, principal: Principal, review: Review) -> str | None:
-    """The circuit breakers of the review-agent plane, by name, or None when the release may go out."""
+async def reviewer_breaker(env: Env, principal: Principal, review: Review) -> tuple[str | None, int]:
+    """The circuit breakers of the review-agent plane, by name, or None when the release may go out;
+    and the category's daily auto-send cap (spent by ``spend_cap`` in the decision's unit)."""
     dial = await env.peers.get_dial(principal, review.category_id)
     async with env.db.engine.connect() as conn:
         facts = await sending_facts(conn, review.project_id, review.recipients)
     tripped = breaker(
         dial=dial, confidence=review.confidence, first_contact=facts.first_contact, review_id=review.id
     )
-    # The daily cap is per category (dispatch_budget keys it so); an uncategorized draft has none.
-    if (
-        tripped is None
-        and review.category_id
-        and not await env.peers.consume_auto_send(
-            principal, review.category_id, review.id, dial.auto_send_cap_per_day
-        )
-    ):
-        tripped = "daily_cap"
-    return tripped
+    return tripped, dial.auto_send_cap_per_day
+
+
+async def spend_cap(uow: UnitOfWork, project_id: str, category_id: str, cap: int) -> bool:
+    """Spend one unit of the category's daily auto-send cap in ``uow``, the unit that writes the
+    release; False when the cap is spent (the release is held as ``daily_cap``). The cap is per
+    category: an uncategorized release has none."""
+    if not category_id:
+        return True
+    day_start = utcnow().replace(hour=0, minute=0, second=0, microsecond=0)
+    return await store.auto_send_room(uow.conn, project_id, category_id, day_start, cap)

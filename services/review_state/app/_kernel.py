@@ -81,6 +81,7 @@ def span(review: Review, target: State, actor: Actor) -> Any:
             "from_state": review.state.value,
             "to_state": target.value,
             "actor_kind": actor.value,
+            **({"category_id": review.category_id} if review.category_id else {}),
         },
     )
 
@@ -277,7 +278,11 @@ async def guard(
 async def _front_run_next(
     db: Database, principal: Principal, review_id: str, parent_revision: int, error: DomainError
 ) -> None:
-    """The durable answer to a 409 terminal; the nudge service collapses repeats to one row."""
+    """The durable answer to the composer's 409 terminal; the nudge service collapses repeats to one
+    row. It is the composer's event: a human's or a review agent's 409 queues nothing, so the agent's
+    queue never holds a revision it did not chase and the terminal nudge stays the review's last."""
+    if principal.actor_kind is not ActorKind.AGENT:
+        return
     async with db.transaction() as uow:
         review = await store.get_review(uow.conn, principal.project_id, review_id)
         if review is None or review.state not in CLOSED:

@@ -10,7 +10,7 @@ from reviewloop.tenancy import ActorKind, Principal
 from review_state import store
 from review_state.app import _kernel
 from review_state.app._events import Facts
-from review_state.app._gates import check_token, contacts_allow
+from review_state.app._gates import born_stale, check_token, contacts_allow
 from review_state.app.env import Env
 from review_state.domain.machine import Verb
 from review_state.domain.review import Review, Turn
@@ -39,6 +39,18 @@ async def cancel(
 
 async def _token_high_water(env: Env, principal: Principal, review: Review, token: str) -> int | None:
     return await check_token(env, principal, token, review.category_id) if token else None
+
+
+async def _composed_under(env: Env, principal: Principal, review: Review, token: str) -> int:
+    """The rule high-water a redraft was composed under. Without a token it fails closed: if the
+    review's stack (its category's rules, the house style, the agent's own rules) moved past the
+    high-water the review was composed under, the redraft is ``409 born_stale`` like a stale token."""
+    if token:
+        return await check_token(env, principal, token, review.category_id)
+    current = await env.peers.stack_high_water(principal, review.category_id)
+    if current > review.rule_high_water:
+        raise born_stale(review.rule_high_water, current, "sent no composition_token")
+    return review.rule_high_water
 
 
 async def submit_revision(
@@ -72,7 +84,7 @@ async def submit_revision(
         if revision.confidence is not None and not 0.0 <= revision.confidence <= 1.0:
             raise invalid("/confidence", "must be between 0 and 1")
         await contacts_allow(env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
-        high_water = await _token_high_water(env, principal, current, composition_token)
+        high_water = await _composed_under(env, principal, current, composition_token)
 
         async def act(uow: UnitOfWork) -> tuple[Review, str]:
             before = await _kernel.load(uow.conn, principal, review_id)
@@ -94,7 +106,7 @@ async def submit_revision(
                 attachments=tuple(draft.attachments),
                 intent=draft.intent,
                 confidence=before.confidence if revision.confidence is None else revision.confidence,
-                rule_high_water=before.rule_high_water if high_water is None else high_water,
+                rule_high_water=high_water,
             )
             await _kernel.add_turn(uow, edge.after, principal, "revision", "")
             return edge.after, ""

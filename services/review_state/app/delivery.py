@@ -1,18 +1,28 @@
-"""Delivery: the one use case with two transactions around an I/O call.
+"""Delivery: a durable step of its own, between an approval and the provider.
 
-The approval (with a delivery attempt row) commits first, then the provider is called, then the
-outcome is recorded; an attempt whose outcome is unknown stays parked until ``reconcile`` recovers it
-by Message-ID, never by resending.
+The approval commits the review and its delivery attempt in one unit of work. A worker (on any
+replica) claims the attempt with a lease, outside the request's cancellation scope, and journals
+``stage = data`` before the provider's DATA: a try that never reached it is retried with the same
+Message-ID; one past it whose outcome is unknown is parked (``send_needs_reconciliation``) until
+evidence (the provider's journal, the Sent folder over IMAP) or an operator closes it. Nothing ever
+turns a parked attempt into ``failed`` by the clock. The sweep (at boot and periodically) claims what
+a dead worker left and looks for evidence on parked attempts.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from datetime import datetime
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 
-from reviewloop.errors import DomainError
+from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
 from reviewloop.storage import UnitOfWork, utcnow
+from reviewloop.telemetry import REVIEW_ID, tracer
+from reviewloop.tenancy import Principal
 
 from review_state import store
 from review_state.app import _kernel
@@ -20,10 +30,10 @@ from review_state.app._events import Facts
 from review_state.app._gates import contacts_allow
 from review_state.app.env import Env
 from review_state.domain.feedback import decision_of, decisions_of
-from review_state.domain.machine import Actor, Verb
+from review_state.domain.machine import Actor, State, Verb
 from review_state.domain.mime import message_of, rfc_message_id
 from review_state.domain.review import Review
-from review_state.providers import OutcomeUnknown, Refused
+from review_state.providers import NotSent, OutcomeUnknown, Refused
 
 log = logging.getLogger(__name__)
 
@@ -43,34 +53,145 @@ async def start_delivery(uow: UnitOfWork, review: Review, send_path: str, now: d
     return updated
 
 
+def start_worker(env: Env, review_id: str) -> asyncio.Task[None]:
+    """This process's worker for the review's attempt: a task of its own, so a request that is
+    cancelled (the gateway died) does not cancel the delivery it started."""
+    task = env.workers.get(review_id)
+    if task is None or task.done():
+        task = asyncio.get_running_loop().create_task(_work(env, review_id))
+        env.workers[review_id] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if env.workers.get(review_id) is done:
+                del env.workers[review_id]
+
+        task.add_done_callback(forget)
+    return task
+
+
 async def deliver(env: Env, review: Review) -> Review:
-    """Hand an approved review to the provider and record the outcome. Blocks, suppression and the
-    quota are checked again here, so a contact blocked after approval is never mailed."""
+    """Drive an approved review's delivery and wait for it briefly (``delivery_wait_s``); the review
+    as it then is: sent, failed, or still approved with its delivery under way or parked."""
+    if review.state is not State.APPROVED:
+        return review
+    worker = start_worker(env, review.id)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(worker), env.settings.delivery_wait_s)
+    async with env.db.engine.connect() as conn:
+        return await store.get_review_any(conn, review.id) or review
+
+
+async def _work(env: Env, review_id: str) -> None:
+    """Claim the attempt (no-op when a live worker holds it or it is closed) and run one try."""
+    owner = uuid.uuid4().hex  # this claim
+    try:
+        async with env.db.transaction() as uow:
+            attempt = await store.claim_attempt(
+                uow.conn, review_id, owner, utcnow(), env.settings.delivery_lease
+            )
+        if attempt is None:
+            return
+        async with _leased(env, review_id, owner):
+            await _try(env, attempt, owner)
+    except Exception:  # the store or the provider failed oddly: the lease lapses, the sweep retries
+        log.exception("delivery of %s stopped; the sweep picks it up when its lease lapses", review_id)
+
+
+@contextlib.asynccontextmanager
+async def _leased(env: Env, review_id: str, owner: str) -> AsyncIterator[None]:
+    """Renew the claim while the worker lives; a dead worker's claim lapses within one lease."""
+    lease = env.settings.delivery_lease
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(lease.total_seconds() / 3)
+            async with env.db.transaction() as uow:
+                if not await store.renew_lease(uow.conn, review_id, owner, utcnow() + lease):
+                    return
+
+    renewer = asyncio.get_running_loop().create_task(renew())
+    try:
+        yield
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await renewer
+
+
+async def _try(env: Env, attempt: store.Attempt, owner: str) -> None:
+    review_id = attempt.review_id
+    if attempt.stage == store.DATA:
+        # A worker died past DATA: only evidence may close it, never a blind resend.
+        evidence = await env.provider.was_delivered(attempt.rfc_message_id)
+        if evidence:
+            await _record_delivered(env, review_id)
+            return
+        if evidence is None:
+            await _park(env, review_id, owner)
+            return
+        # The provider knows it never took the message: sending it now is not a resend.
+    async with env.db.engine.connect() as conn:
+        review = await store.get_review_any(conn, review_id)
+    assert review is not None
     try:
         await contacts_allow(env, review.project_id, review.recipients)
     except DomainError as refusal:
-        return await _record_failure(env, review.id, f"{refusal.code.value}: {refusal.detail}")
-    raw = message_of(review, utcnow())
+        await _record_failure(env, review_id, f"{refusal.code.value}: {refusal.detail}")
+        return
+    reached = False
+
+    async def at_data() -> None:
+        nonlocal reached
+        async with env.db.transaction() as uow:
+            if attempt.stage != store.DATA and not await store.reach_data(uow.conn, review_id, owner):
+                raise NotSent("another worker holds this delivery")
+        reached = True
+
     try:
-        await env.provider.deliver(raw, review.from_address, review.recipients, review.rfc_message_id or "")
+        await env.provider.deliver(
+            message_of(review, utcnow()),
+            review.from_address,
+            review.recipients,
+            attempt.rfc_message_id,
+            at_data,
+        )
     except Refused as exc:
-        return await _record_failure(env, review.id, str(exc))
+        await _record_failure(env, review_id, str(exc))
+    except NotSent as exc:
+        await _retry_later(env, attempt, owner, str(exc))
     except OutcomeUnknown as exc:
-        log.warning("delivery of %s has an unknown outcome (%s): parked for reconciliation", review.id, exc)
-        return review
-    except Exception:
-        log.exception("delivery of %s failed after the provider call: parked for reconciliation", review.id)
-        return review
-    return await _record_delivered(env, review.id)
+        if not reached:  # it never got to DATA: nothing can have gone out
+            await _retry_later(env, attempt, owner, str(exc))
+        else:
+            log.warning("delivery of %s has an unknown outcome (%s): parked", review_id, exc)
+            await _park(env, review_id, owner)
+    else:
+        await _record_delivered(env, review_id)
 
 
-async def _record_delivered(env: Env, review_id: str) -> Review:
+async def _retry_later(env: Env, attempt: store.Attempt, owner: str, error: str) -> None:
+    if attempt.tries >= env.settings.delivery_max_tries:
+        await _record_failure(env, attempt.review_id, f"{error}; gave up after {attempt.tries} tries")
+        return
+    backoff = min(env.settings.delivery_retry_base_s * 2 ** (attempt.tries - 1), 300.0)
+    async with env.db.transaction() as uow:
+        await store.requeue(
+            uow.conn, attempt.review_id, owner, utcnow() + timedelta(seconds=backoff), _scrub(error)
+        )
+
+
+async def _park(env: Env, review_id: str, owner: str) -> None:
+    async with env.db.transaction() as uow:
+        await store.park(uow.conn, review_id, owner, utcnow())
+
+
+async def _record_delivered(env: Env, review_id: str, resolution: str | None = None) -> Review:
     async with env.db.transaction() as uow:
         review = await store.get_review_any(uow.conn, review_id)
         attempt = await store.get_attempt(uow.conn, review_id)
         assert review is not None and attempt is not None
         now = utcnow()
-        if not await store.finish_attempt(uow.conn, review_id, "delivered", now):
+        if not await store.finish_attempt(uow.conn, review_id, "delivered", now, resolution=resolution):
             return review  # already recorded (by the sweep or a twin)
         turns = await store.list_turns(uow.conn, review_id)
         verb = Verb.DELIVERED if attempt.send_path in _REVIEWED else Verb.AUTO_DELIVERED
@@ -115,34 +236,83 @@ def _scrub(error: str) -> str:
     return " ".join(error.split())[:300] or "the provider refused the message"
 
 
-async def _record_failure(env: Env, review_id: str, error: str) -> Review:
+async def _record_failure(env: Env, review_id: str, error: str, resolution: str | None = None) -> Review:
     async with env.db.transaction() as uow:
         review = await store.get_review_any(uow.conn, review_id)
         assert review is not None
-        if not await store.finish_attempt(uow.conn, review_id, "refused", utcnow(), _scrub(error)):
+        if not await store.finish_attempt(
+            uow.conn, review_id, "refused", utcnow(), _scrub(error), resolution=resolution
+        ):
             return review
         edge = await _kernel.move(uow, review, Verb.DELIVERY_FAILED, Actor.SYSTEM, send_error=_scrub(error))
     return edge.after
 
 
 async def reconcile(env: Env) -> int:
-    """The sweep: recover each parked attempt by its Message-ID, never by sending again. Returns how
-    many attempts it closed."""
-    now = utcnow()
+    """The sweep: recover each parked attempt by its Message-ID, never by sending again, then run every
+    attempt no live worker holds (never tried, due for a retry, disowned by the provider, or left by a
+    dead worker). Returns how many parked attempts it closed or requeued."""
     async with env.db.engine.connect() as conn:
-        parked = await store.parked_attempts(conn, now - env.settings.reconcile_after)
-    closed = 0
+        parked = await store.parked_attempts(conn)
+    moved = 0
     for attempt in parked:
-        delivered = await env.provider.was_delivered(attempt.rfc_message_id)
-        if delivered:
-            await _record_delivered(env, attempt.review_id)
-        elif delivered is False:
-            await _record_failure(
-                env, attempt.review_id, "the send was interrupted before the provider took it"
-            )
-        elif attempt.started_at < now - env.settings.reconcile_deadline:
-            await _record_failure(env, attempt.review_id, "the provider could not confirm the delivery")
-        else:
-            continue
-        closed += 1
-    return closed
+        # The sweep's own span: its polls record nothing (telemetry.WorkRoots), a parked send does.
+        with tracer.start_as_current_span("delivery.reconcile", attributes={REVIEW_ID: attempt.review_id}):
+            evidence = await env.provider.was_delivered(attempt.rfc_message_id)
+            if evidence:
+                await _record_delivered(env, attempt.review_id)
+            elif evidence is False:  # the provider knows it never took it: sending is not a resend
+                async with env.db.transaction() as uow:
+                    await store.requeue(uow.conn, attempt.review_id, None, utcnow(), None)
+            else:
+                continue
+        moved += 1
+    async with env.db.engine.connect() as conn:
+        due = await store.due_attempts(conn, utcnow())
+    await asyncio.gather(*(start_worker(env, review_id) for review_id in due))
+    return moved
+
+
+async def resolve_delivery(
+    env: Env, principal: Principal, review_id: str, outcome: str, reason: str
+) -> Review:
+    """The operator's verb for a parked attempt: "mark delivered" / "mark failed", with a reason, from
+    evidence the platform cannot see (the relay's logs, the recipient)."""
+    _kernel.require_admin(principal)
+    if outcome not in ("delivered", "failed"):
+        raise invalid("/outcome", "must be delivered or failed")
+    reason = " ".join(reason.split())
+    if not reason:
+        raise invalid("/reason", "say what the evidence is")
+    async with env.db.engine.connect() as conn:
+        review = await _kernel.load(conn, principal, review_id)
+        attempt = await store.get_attempt(conn, review_id)
+    if attempt is None or attempt.status != "in_flight" or attempt.stage != store.PARKED:
+        raise DomainError(
+            Code.WRONG_STATE,
+            "Only a parked delivery (send_needs_reconciliation) is resolved by hand; this one is "
+            f"{delivery_status(attempt) if attempt else 'not started'}.",
+            state=review.state,
+            revision=review.revision,
+            version=review.version,
+        )
+    resolution = f"{principal.actor_id}: {reason}"[:500]
+    if outcome == "delivered":
+        return await _record_delivered(env, review_id, resolution)
+    return await _record_failure(env, review_id, f"marked failed by an operator: {reason}", resolution)
+
+
+def delivery_status(attempt: store.Attempt) -> str:
+    """queued | sending | send_needs_reconciliation | delivered | failed."""
+    if attempt.status == "delivered":
+        return "delivered"
+    if attempt.status != "in_flight":
+        return "failed"
+    return {store.QUEUED: "queued", store.DATA: "sending"}.get(attempt.stage, "send_needs_reconciliation")
+
+
+async def get_delivery(env: Env, principal: Principal, review_id: str) -> store.Attempt | None:
+    """The review's delivery attempt (None before its approval), for ``get_review``."""
+    async with env.db.engine.connect() as conn:
+        await _kernel.load(conn, principal, review_id)
+        return await store.get_attempt(conn, review_id)

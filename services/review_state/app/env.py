@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -17,11 +18,16 @@ class Settings:
 
     from_address: str = "agent@reviewloop.local"
     outbound_quota_per_day: int = 10_000
-    # An in-flight attempt older than this has an unknown outcome and is reconciled by Message-ID.
-    reconcile_after: timedelta = timedelta(seconds=60)
-    # A parked attempt the provider cannot confirm by then is closed as failed (never resent).
-    reconcile_deadline: timedelta = timedelta(hours=1)
-    sweep_interval_s: float = 15.0
+    # A delivery worker's claim; renewed while it lives, so a dead worker's attempt is claimed again
+    # (by the sweep, on any replica) within about this long.
+    delivery_lease: timedelta = timedelta(seconds=10)
+    # How long a decision or a release waits for its delivery before answering with it still going.
+    delivery_wait_s: float = 5.0
+    # Tries that never reached DATA (relay down, 4xx) before the review fails; retries back off.
+    delivery_max_tries: int = 8
+    delivery_retry_base_s: float = 2.0
+    # The sweep: due and orphaned attempts, and the evidence for parked ones.
+    sweep_interval_s: float = 5.0
 
 
 @dataclass
@@ -32,3 +38,5 @@ class Env:
     peers: Collaborators
     provider: Provider
     settings: Settings = field(default_factory=Settings)
+    # This process's delivery workers, by review id: one per attempt, outside any request's scope.
+    workers: dict[str, asyncio.Task[None]] = field(default_factory=dict)

@@ -34,6 +34,7 @@ async def list_reviews(
     category_id: str,
     cursor: str,
     limit: int,
+    humans_notified: bool = False,
 ) -> tuple[list[Review], str]:
     if limit < 0 or limit > LIST_LIMIT_MAX:
         raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
@@ -49,6 +50,7 @@ async def list_reviews(
             states=states,
             agent_id=agent_id,
             category_id=category_id,
+            humans_notified=humans_notified,
             before_id=cursor,
             limit=limit + 1,
         )

@@ -9,26 +9,32 @@ from typing import Any
 
 import orjson
 from reviewloop.errors import Code, DomainError, http_status, invalid
+from reviewloop.ids import new_id
+from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
 from review_state.app import _events, _kernel
 from review_state.app._events import Facts
-from review_state.app._gates import reviewer_breaker
+from review_state.app._gates import reviewer_breaker, spend_cap
 from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
 from review_state.clients import DiffResult
 from review_state.domain.decision import Decision, changed, decision_changes, diffable
 from review_state.domain.feedback import DecisionTurn, decision_of
-from review_state.domain.machine import Actor, State, Verb, allowed_actions
+from review_state.domain.machine import Actor, State, Verb
 from review_state.domain.review import Review
 
 log = logging.getLogger(__name__)
 
+# Why a review agent's round was not admitted (``forced_by_breaker``): the draft goes to a human.
+MAX_HOPS = "max_hops_reached"
+NO_VERDICT_CAP = "no_verdict_cap_reached"
+
 
 @dataclass(frozen=True)
 class ReviewerResult:
-    kind: str  # sent | sent_to_human
+    kind: str  # sent | sent_to_human | queued | failed
     review: Review
     forced_by_breaker: str = ""
 
@@ -78,8 +84,15 @@ async def reviewer_decide(
         return await _decide(env, principal, review_id, decision, idempotency_key, Actor.REVIEW_AGENT)
 
     review, forced = await _kernel.guard(env.db, principal, review_id, decision.revision, run)
-    released = review.state in (State.APPROVED, State.SENT, State.FAILED) and not forced
-    return ReviewerResult("sent" if released else "sent_to_human", review, forced)
+    return ReviewerResult(_reviewer_kind(review, forced), review, forced)
+
+
+def _reviewer_kind(review: Review, forced: str) -> str:
+    """``sent`` only for a delivered message; a release whose delivery is still going (or parked)
+    is ``queued``, one the provider refused ``failed``."""
+    if forced or review.send_path is None:
+        return "sent_to_human"
+    return {State.SENT: "sent", State.FAILED: "failed"}.get(review.state, "queued")
 
 
 async def _decide(
@@ -89,26 +102,32 @@ async def _decide(
     fields = {"verb": f"decide:{actor}", "review_id": review_id, **decision.__dict__}
     replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
     if replay is not None:
-        return replay[0], ""
+        # The review as it now is (a replay drives a delivery its first call left unfinished), and the
+        # breaker that held the first call.
+        return await deliver(env, replay[0]), replay[1]
     current = await _kernel.precheck(env.db, principal, review_id, verb, decision.revision, decision.version)
     hold: str | None = None
     receipt: str | None = None
+    cap: int | None = None  # the daily auto-send cap a review agent's release spends in its unit
     if actor is Actor.REVIEW_AGENT:
         # Every review-agent round is admitted by dispatch_budget before it acts; a spent budget is
         # the hop limit, and the draft goes to a human whatever the reviewer decided.
-        receipt = await env.peers.admit_reviewer_round(
-            principal,
-            review_id,
-            f"{review_id}:{decision.revision}:{decision.version}",
-            first_round=current.reviewer_hops == 0,
-        )
-        if receipt is None:
-            hold = "max_hops_reached"
-        elif verb in (Verb.APPROVE, Verb.EDIT):
-            hold = await reviewer_breaker(env, principal, current)
+        try:
+            receipt = await env.peers.admit_reviewer_round(
+                principal,
+                review_id,
+                f"{review_id}:{decision.revision}:{decision.version}",
+                first_round=current.reviewer_hops == 0,
+            )
+        except DomainError as error:
+            if error.code is not Code.QUOTA_EXCEEDED:
+                raise
+            hold = _refused_round(error)
+        if receipt is not None and verb in (Verb.APPROVE, Verb.EDIT):
+            hold, cap = await reviewer_breaker(env, principal, current)
     try:
-        review = await _apply_decision(
-            env, principal, current, decision, verb, actor, hold, fields, idempotency_key
+        review, held_by = await _apply_decision(
+            env, principal, current, decision, verb, actor, hold, fields, idempotency_key, cap
         )
     except DomainError as error:
         if receipt is not None and http_status(error.code) == 409:
@@ -118,7 +137,15 @@ async def _decide(
         raise
     if receipt is not None:
         await _settle_round(env, principal, receipt, verdict="pass" if verb is Verb.APPROVE else "issues")
-    return review, hold or ""
+    return review, held_by
+
+
+def _refused_round(error: DomainError) -> str:
+    """Why dispatch_budget admitted no round: the no-verdict cap stopped automatic rounds (its refusal
+    carries the ``no_verdict`` count), or the round budget is spent."""
+    if any(name == "no_verdict" for name, _ in error.hints):
+        return NO_VERDICT_CAP
+    return MAX_HOPS
 
 
 async def _settle_round(env: Env, principal: Principal, receipt: str, **outcome: str) -> None:
@@ -133,32 +160,33 @@ async def _settle_round(env: Env, principal: Principal, receipt: str, **outcome:
 async def _edit_diff(
     env: Env, principal: Principal, current: Review, decision: Decision
 ) -> tuple[dict[str, str], DiffResult]:
-    """The edit's new fields and its diff from the diff service (stored on the decision turn)."""
+    """The edit's new fields and its diff, computed (not stored) by the diff service: it is stored
+    through the outbox only if the edit wins the compare-and-set."""
     edited = decision.edited(current)
-    try:
-        diff = await env.peers.compute_diff(
-            principal,
-            current.id,
-            current.revision,
-            current.revision + 1,
-            diffable(current),
-            {**diffable(current), **edited},
-        )
-    except DomainError as error:
-        if error.code is not Code.CONFLICT:
-            raise
-        # Another edit of this revision already stored its diff: that edit won the draft.
-        async with env.db.engine.connect() as conn:
-            now = await _kernel.load(conn, principal, current.id)
-        raise DomainError(
-            Code.STALE,
-            "Another reviewer edited this revision first; re-read the review and decide on the current one.",
-            state=now.state,
-            revision=now.revision,
-            version=now.version,
-            allowed_actions=allowed_actions(now.state, _kernel.actor_of(principal, now)),
-        ) from None
+    diff = await env.peers.compute_diff(
+        principal,
+        current.id,
+        current.revision,
+        current.revision + 1,
+        diffable(current),
+        {**diffable(current), **edited},
+    )
     return edited, diff
+
+
+def _rule_request(principal: Principal, current: Review, new_rule: dict[str, str]) -> SaveRuleRequest:
+    """A decision's new rule as the rules context saves it: a general rule names no category; a
+    category rule defaults to the review's. Its id is minted here, so the decision turn names it."""
+    scope = new_rule.get("scope") or "general"
+    return SaveRuleRequest(
+        principal=principal.to_proto(),
+        rule_text=new_rule["rule_text"],
+        scope=scope,
+        category_id=new_rule.get("category_id") or (current.category_id if scope == "category" else ""),
+        source_review_id=current.id,
+        rule_layer="project",
+        rule_id=new_id("rule"),
+    )
 
 
 async def _apply_decision(
@@ -171,30 +199,30 @@ async def _apply_decision(
     hold: str | None,
     fields: dict[str, Any],
     idempotency_key: str,
-) -> Review:
+    cap: int | None = None,
+) -> tuple[Review, str]:
+    """The decision's unit of work: the review as it now is, and the breaker that held a review
+    agent's release ("" for none)."""
     review_id = current.id
     edited: dict[str, str] | None = None
     diff: DiffResult | None = None
     if verb is Verb.EDIT and hold is None:
         edited, diff = await _edit_diff(env, principal, current, decision)
-    rule_ids: list[str] = []
+    rule: SaveRuleRequest | None = None
     if decision.new_rule and hold is None:
-        rule_ids.append(
-            await env.peers.save_rule(
-                principal,
-                rule_text=decision.new_rule["rule_text"],
-                scope=decision.new_rule.get("scope") or "general",
-                category_id=decision.new_rule.get("category_id") or current.category_id,
-                source_review_id=review_id,
-                key=f"{review_id}:{decision.revision}:{decision.version}:rule",
-            )
-        )
+        # Checked now (a bad rule is the decision's 400), saved by the rules context only once the
+        # decision commits: it travels in the decision's outbox, so a lost race leaves no rule.
+        rule = _rule_request(principal, current, decision.new_rule)
+        await env.peers.check_rule(principal, rule)
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         now = utcnow()
         if hold is not None:
             return await _hold(uow, principal, review_id, decision, hold)
         before = await _kernel.load(uow.conn, principal, review_id)
+        if cap is not None and not await spend_cap(uow, before.project_id, before.category_id, cap):
+            # The daily cap is spent in this unit: a release that does not commit spends nothing.
+            return await _hold(uow, principal, review_id, decision, "daily_cap")
         edge = await _kernel.move(
             uow,
             before,
@@ -219,18 +247,20 @@ async def _apply_decision(
             changed=did_change,
             diff_json=orjson.loads(diff.diff_json) if diff is not None and diff.diff_json else None,
             diff_unified=diff.diff_unified if diff is not None else None,
-            rule_ids=rule_ids,
+            rule_ids=[rule.rule_id] if rule is not None else [],
         )
+        if diff is not None:
+            _events.publish_diff(uow, principal, before, diff)
+        if rule is not None:
+            _events.request_rule(uow, after, rule)
         _events.publish_outcome(uow, after, decision_of([DecisionTurn(decision.action, did_change)]))
         if after.state is State.APPROVED:
             path = "human_reviewed" if actor is Actor.HUMAN else "reviewer_approved"
             after = await start_delivery(uow, after, path, now)
         return after, ""
 
-    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
-    if not replayed and review.state is State.APPROVED:
-        review = await deliver(env, review)
-    return review
+    review, held_by, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    return await deliver(env, review), held_by  # a replay drives a delivery left unfinished
 
 
 async def _hold(

@@ -11,15 +11,17 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
 from review_state.app import _kernel
-from review_state.app._gates import auto_send_gate, check_token, contacts_allow
+from review_state.app._gates import auto_send_gate, check_token, contacts_allow, spend_cap
 from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
 from review_state.domain.machine import State
-from review_state.domain.review import Review
+from review_state.domain.review import Review, Turn
 from review_state.domain.submission import (
+    HUMANS_NOTIFIED,
     Draft,
     Route,
     materialize,
+    notifies_humans,
     resolve_policy,
     route_for,
     validate_draft,
@@ -41,7 +43,7 @@ async def submit(
     """Create a review for a send, reply or forward; the resolved review policy decides what happens.
 
     Order (spec 000): shape, then blocks / suppression / quota, then the intent gate; nothing is
-    stored for a refusal. Returns (status, review): ``queued_for_review``, ``sent`` or ``failed``."""
+    stored for a refusal. Returns (status, review): ``queued_for_review`` or ``sent``."""
     if principal.actor_kind is not ActorKind.AGENT:
         raise DomainError(Code.FORBIDDEN_SCOPE, "Only an agent key composes outbound messages.")
     if confidence is not None and not 0.0 <= confidence <= 1.0:
@@ -57,7 +59,8 @@ async def submit(
     }
     replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
     if replay is not None:
-        return _status(replay[0]), replay[0]
+        review = await deliver(env, replay[0])
+        return _status(review), review
     parent = await _parent(env, principal, kind, parent_message_id)
     draft, threading = materialize(kind, draft, parent.as_parent() if parent else None)
     validate_draft(draft)
@@ -66,17 +69,28 @@ async def submit(
     )
     policy, source = resolve_policy(facts.policy, facts.account_policy)
     route = route_for(policy, draft.intent, source)
-    rule_high_water = 0
     if composition_token:
         rule_high_water = await check_token(env, principal, composition_token, category_id)
+    else:
+        rule_high_water = await _stack_high_water(env, principal, category_id)
     review_id = new_id("rr")
     hold: str | None = None
+    rung, cap = "", 0
     if route is Route.AUTO_CANDIDATE:
-        hold = await auto_send_gate(env, principal, review_id, category_id, confidence, facts.first_contact)
+        hold, rung, cap = await auto_send_gate(
+            env, principal, review_id, category_id, confidence, facts.first_contact
+        )
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         now = utcnow()
-        released = route is Route.DIRECT or (route is Route.AUTO_CANDIDATE and hold is None)
+        held = hold
+        if (
+            route is Route.AUTO_CANDIDATE
+            and held is None
+            and not await spend_cap(uow, principal.project_id, category_id, cap)
+        ):
+            held = "daily_cap"  # spent in this unit: a twin or a failed insert spends nothing
+        released = route is Route.DIRECT or (route is Route.AUTO_CANDIDATE and held is None)
         review = Review(
             id=review_id,
             org_id=principal.org_id,
@@ -106,18 +120,50 @@ async def submit(
             in_reply_to=threading.in_reply_to,
             references_hdr=threading.references,
             thread_ref=threading.thread_ref,
-            gate_outcome=(f"held:{hold}" if hold else "") if route is Route.AUTO_CANDIDATE else None,
+            gate_outcome=(f"held:{held}" if held else "") if route is Route.AUTO_CANDIDATE else None,
         )
         await store.add_review(uow.conn, review)
+        if released and route is Route.AUTO_CANDIDATE and notifies_humans(rung):
+            await _notify_humans(uow, review)
         if released:
             path = "agent_direct" if route is Route.DIRECT else "graduated_auto"
             review = await start_delivery(uow, review, path, now)
         return review, ""
 
-    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
-    if not replayed and review.state is State.APPROVED:
-        review = await deliver(env, review)
+    review, _, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    review = await deliver(env, review)  # a replay drives a delivery its first call left unfinished
     return _status(review), review
+
+
+async def _notify_humans(uow: UnitOfWork, review: Review) -> None:
+    """An auto-send in an ``auto_notify`` category tells the project's humans: a turn on the review,
+    in the unit that releases it, which the console lists (``list_reviews(humans_notified=True)``)."""
+    await store.add_turn(
+        uow.conn,
+        Turn(
+            id=new_id("turn"),
+            review_id=review.id,
+            seq=0,
+            turn_type=HUMANS_NOTIFIED,
+            actor_kind="system",
+            actor_id="review_state",
+            body=f"Auto-sent without review: category {review.category_id} is auto_notify.",
+            revision=review.revision,
+            created_at=review.created_at,
+        ),
+    )
+
+
+async def _stack_high_water(env: Env, principal: Principal, category_id: str) -> int:
+    """The high-water a draft without a token was composed under: the stack's now, which a later
+    redraft without a token is checked against (born_stale fails closed). A submit does not need the
+    rules context: when it cannot say, 0 (the oldest) makes that redraft prove itself with a token."""
+    try:
+        return await env.peers.stack_high_water(principal, category_id)
+    except DomainError as error:
+        if error.code not in (Code.UNAVAILABLE, Code.NOT_FOUND):
+            raise
+        return 0
 
 
 async def _parent(env: Env, principal: Principal, kind: str, parent_message_id: str) -> store.Message | None:
@@ -145,10 +191,8 @@ def _from_address(env: Env, parent: store.Message | None) -> str:
 
 
 def _status(review: Review) -> str:
-    if review.state in (State.SENT, State.AUTO_SENT):
+    """The contract's two statuses: released to delivery (``sent``: the review's state and delivery
+    say how far it got) or waiting for a reviewer."""
+    if review.send_path is not None:
         return "sent"
-    if review.state is State.FAILED:
-        return "failed"
-    if review.state is State.APPROVED:
-        return "sending"
     return "queued_for_review"

@@ -242,6 +242,8 @@ class Parent:
     body_text: str
     created_at: datetime
     reply_to: str | None = None
+    # One we sent: its From and Reply-To are our own addresses.
+    outbound: bool = False
 
 
 _RE = re.compile(r"^\s*re\s*:\s*", re.IGNORECASE)
@@ -290,11 +292,15 @@ def materialize(kind: str, draft: Draft, parent: Parent | None) -> tuple[Draft, 
     if kind == "send" or parent is None:
         return draft, Threading(None, None, None)
     if kind == "reply":
-        to = list(draft.to) or [parent.reply_to or parent.from_address]
+        to, cc = list(draft.to), list(draft.cc)
+        if not to and parent.outbound:  # a follow-up to our own message goes to its recipients
+            to, cc = list(parent.to), cc or list(parent.cc)
+        elif not to:
+            to = [parent.reply_to or parent.from_address]
         subject = reply_subject(draft.subject or parent.subject)
         references = " ".join(x for x in (parent.references, parent.rfc_message_id) if x)
         threading = Threading(parent.thread_ref, parent.rfc_message_id, references)
-        return _replace(draft, to=to, subject=subject), threading
+        return _replace(draft, to=to, cc=cc, subject=subject), threading
     subject = forward_subject(draft.subject or parent.subject)
     body = (draft.body_text + "\n\n" if draft.body_text else "") + quoted_forward(parent)
     return _replace(draft, subject=subject, body_text=body), Threading(None, None, None)
@@ -307,6 +313,13 @@ def _replace(draft: Draft, **changes: Any) -> Draft:
 # --- the gates ------------------------------------------------------------------------------
 
 GRADUATED = frozenset({"auto_notify", "auto_silent"})
+# The turn an auto-send in an ``auto_notify`` category leaves for the project's humans (``auto_silent``
+# leaves none): what the console's queue of auto-sent mail lists.
+HUMANS_NOTIFIED = "humans_notified"
+
+
+def notifies_humans(category_state: str) -> bool:
+    return category_state == "auto_notify"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,22 @@
 attempts and idempotency keys, in the domain's words. Core statements, not the ORM (DESIGN.md
 "Performance budget")."""
 
-from review_state.store.attempts import Attempt, finish_attempt, get_attempt, parked_attempts, start_attempt
+from review_state.store.attempts import (
+    DATA,
+    PARKED,
+    QUEUED,
+    Attempt,
+    claim_attempt,
+    due_attempts,
+    finish_attempt,
+    get_attempt,
+    park,
+    parked_attempts,
+    reach_data,
+    renew_lease,
+    requeue,
+    start_attempt,
+)
 from review_state.store.contacts import (
     Contact,
     SendingFacts,
@@ -19,6 +34,7 @@ from review_state.store.messages import Message, add_message, get_message, messa
 from review_state.store.reviews import (
     add_review,
     add_turn,
+    auto_send_room,
     compare_and_set,
     get_review,
     get_review_any,
@@ -31,6 +47,9 @@ from review_state.store.reviews import (
 from review_state.store.tables import idempotency_keys, metadata
 
 __all__ = [
+    "DATA",
+    "PARKED",
+    "QUEUED",
     "Attempt",
     "Contact",
     "Message",
@@ -38,8 +57,11 @@ __all__ = [
     "add_message",
     "add_review",
     "add_turn",
+    "auto_send_room",
     "block_contact",
+    "claim_attempt",
     "compare_and_set",
+    "due_attempts",
     "finish_attempt",
     "get_account_policy",
     "get_attempt",
@@ -55,8 +77,12 @@ __all__ = [
     "mark_contacted",
     "message_by_rfc_id",
     "metadata",
+    "park",
     "parked_attempts",
     "pending_in_scope",
+    "reach_data",
+    "renew_lease",
+    "requeue",
     "sending_facts",
     "set_account_policy",
     "set_policy",

@@ -1,16 +1,23 @@
-"""Delivery attempts: one per review, the whole delivery history of a message that is never resent."""
+"""Delivery attempts: one per review, the durable step between an approval and the provider.
+
+A worker claims a row with a lease (a compare-and-set, so one worker on one replica holds it), journals
+``stage = data`` before the provider's DATA, and closes it; a row whose worker died is claimed again
+once its lease lapses.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import and_, case, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.review import Review
-from review_state.store.tables import delivery_attempts
+from review_state.store.tables import delivery_attempts as t
+
+QUEUED, DATA, PARKED = "queued", "data", "parked"
 
 
 async def start_attempt(
@@ -22,13 +29,15 @@ async def start_attempt(
     now: datetime,
 ) -> None:
     await conn.execute(
-        insert(delivery_attempts).values(
+        insert(t).values(
             review_id=review.id,
             project_id=review.project_id,
             message_id=message_id,
             rfc_message_id=rfc_message_id,
             send_path=send_path,
             status="in_flight",
+            stage=QUEUED,
+            tries=0,
             started_at=now,
         )
     )
@@ -36,44 +45,136 @@ async def start_attempt(
 
 @dataclass(frozen=True)
 class Attempt:
-    """A review's one delivery attempt, and the ids it was sent under."""
+    """A review's delivery, the ids it is sent under, and how far it got."""
 
     review_id: str
+    project_id: str
     message_id: str
     rfc_message_id: str
     send_path: str
+    status: str
+    stage: str
+    tries: int
     started_at: datetime
+    parked_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    resolution: str | None
 
 
 def _attempt(row: Any) -> Attempt:
-    return Attempt(row.review_id, row.message_id, row.rfc_message_id, row.send_path, row.started_at)
+    m = row._mapping
+    return Attempt(*(m[name] for name in Attempt.__dataclass_fields__))
 
 
 async def get_attempt(conn: AsyncConnection, review_id: str) -> Attempt | None:
-    row = (
-        await conn.execute(select(delivery_attempts).where(delivery_attempts.c.review_id == review_id))
-    ).first()
+    row = (await conn.execute(select(t).where(t.c.review_id == review_id))).first()
     return _attempt(row) if row else None
 
 
-async def finish_attempt(
-    conn: AsyncConnection, review_id: str, status: str, now: datetime, error: str | None = None
-) -> bool:
-    """Closes an in-flight attempt; False when someone (the sweep, a twin) already closed it."""
+def _claimable(now: datetime) -> Any:
+    return and_(
+        t.c.status == "in_flight",
+        t.c.stage.in_((QUEUED, DATA)),
+        or_(t.c.lease_until.is_(None), t.c.lease_until <= now),
+    )
+
+
+async def due_attempts(conn: AsyncConnection, now: datetime, limit: int = 100) -> list[str]:
+    """Review ids of attempts no live worker holds: never tried, due for a retry, or left by a dead one."""
+    rows = await conn.execute(
+        select(t.c.review_id).where(_claimable(now)).order_by(t.c.started_at).limit(limit)
+    )
+    return [row.review_id for row in rows]
+
+
+async def claim_attempt(
+    conn: AsyncConnection, review_id: str, owner: str, now: datetime, lease: timedelta
+) -> Attempt | None:
+    """Take the attempt for ``lease`` unless a live worker holds it (the CAS makes one winner); a claim
+    of a queued row counts a try."""
     result = await conn.execute(
-        update(delivery_attempts)
-        .where(delivery_attempts.c.review_id == review_id, delivery_attempts.c.status == "in_flight")
-        .values(status=status, finished_at=now, error=error)
+        update(t)
+        .where(t.c.review_id == review_id, _claimable(now))
+        .values(
+            lease_owner=owner,
+            lease_until=now + lease,
+            tries=t.c.tries + case((t.c.stage == QUEUED, 1), else_=0),
+        )
+    )
+    if result.rowcount != 1:
+        return None
+    return await get_attempt(conn, review_id)
+
+
+def _held(review_id: str, owner: str) -> Any:
+    return and_(t.c.review_id == review_id, t.c.status == "in_flight", t.c.lease_owner == owner)
+
+
+async def renew_lease(conn: AsyncConnection, review_id: str, owner: str, until: datetime) -> bool:
+    result = await conn.execute(update(t).where(_held(review_id, owner)).values(lease_until=until))
+    return bool(result.rowcount == 1)
+
+
+async def reach_data(conn: AsyncConnection, review_id: str, owner: str) -> bool:
+    """Journal that this try is about to pass DATA; False when the worker lost its lease (do not send)."""
+    result = await conn.execute(
+        update(t).where(_held(review_id, owner), t.c.stage == QUEUED).values(stage=DATA)
     )
     return bool(result.rowcount == 1)
 
 
-async def parked_attempts(conn: AsyncConnection, started_before: datetime, limit: int = 100) -> list[Attempt]:
-    """In-flight attempts older than a live send could take: their outcome is unknown."""
+async def requeue(
+    conn: AsyncConnection, review_id: str, owner: str | None, retry_at: datetime, error: str | None
+) -> bool:
+    """Back to ``queued`` (no try passed DATA, or the provider knows it never took the message), to be
+    tried again at ``retry_at``. ``owner`` None: a parked attempt the provider disowned."""
+    held = _held(review_id, owner) if owner else and_(t.c.review_id == review_id, t.c.stage == PARKED)
+    result = await conn.execute(
+        update(t)
+        .where(held, t.c.status == "in_flight")
+        .values(stage=QUEUED, lease_owner=None, lease_until=retry_at, parked_at=None, error=error)
+    )
+    return bool(result.rowcount == 1)
+
+
+async def park(conn: AsyncConnection, review_id: str, owner: str, now: datetime) -> bool:
+    """``send_needs_reconciliation``: a try passed DATA and its outcome is unknown."""
+    result = await conn.execute(
+        update(t)
+        .where(_held(review_id, owner), t.c.stage == DATA)
+        .values(stage=PARKED, parked_at=now, lease_owner=None, lease_until=None)
+    )
+    return bool(result.rowcount == 1)
+
+
+async def finish_attempt(
+    conn: AsyncConnection,
+    review_id: str,
+    status: str,
+    now: datetime,
+    error: str | None = None,
+    resolution: str | None = None,
+) -> bool:
+    """Closes an in-flight attempt; False when someone (the sweep, a twin) already closed it."""
+    result = await conn.execute(
+        update(t)
+        .where(t.c.review_id == review_id, t.c.status == "in_flight")
+        .values(
+            status=status,
+            finished_at=now,
+            error=error,
+            resolution=resolution,
+            lease_owner=None,
+            lease_until=None,
+        )
+    )
+    return bool(result.rowcount == 1)
+
+
+async def parked_attempts(conn: AsyncConnection, limit: int = 100) -> list[Attempt]:
+    """Attempts waiting for evidence, oldest first."""
     rows = await conn.execute(
-        select(delivery_attempts)
-        .where(delivery_attempts.c.status == "in_flight", delivery_attempts.c.started_at < started_before)
-        .order_by(delivery_attempts.c.started_at)
-        .limit(limit)
+        select(t).where(t.c.status == "in_flight", t.c.stage == PARKED).order_by(t.c.parked_at).limit(limit)
     )
     return [_attempt(row) for row in rows]

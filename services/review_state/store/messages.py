@@ -45,6 +45,7 @@ class Message:
             body_text=self.body_text,
             created_at=self.created_at,
             reply_to=reply_to,
+            outbound=self.direction == "outbound",
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
@@ -12,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
 from review_state.domain.review import Review, Turn
-from review_state.domain.submission import Attachment
+from review_state.domain.submission import HUMANS_NOTIFIED, Attachment
 from review_state.store.tables import reviews, turns
 
 _COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
@@ -89,9 +90,15 @@ async def list_reviews(
     category_id: str,
     before_id: str,
     limit: int,
+    humans_notified: bool = False,
 ) -> list[Review]:
     """Newest first; ``before_id`` is the keyset cursor (ids sort by creation time)."""
     query = select(reviews).where(reviews.c.project_id == project_id)
+    if humans_notified:
+        notified = select(turns.c.id).where(
+            turns.c.review_id == reviews.c.id, turns.c.turn_type == HUMANS_NOTIFIED
+        )
+        query = query.where(notified.exists())
     if states:
         query = query.where(reviews.c.state.in_(states))
     if agent_id:
@@ -102,6 +109,36 @@ async def list_reviews(
         query = query.where(reviews.c.id < before_id)
     rows = await conn.execute(query.order_by(reviews.c.id.desc()).limit(limit))
     return [_from_row(row) for row in rows]
+
+
+# The send paths the per-category daily auto-send cap counts: releases no human reviewed.
+AUTO_RELEASES = ("graduated_auto", "reviewer_approved")
+
+
+async def auto_send_room(
+    conn: AsyncConnection, project_id: str, category_id: str, since: datetime, cap: int
+) -> bool:
+    """Whether ``category_id`` has room under its daily auto-send cap for one more release.
+
+    The cap counts the releases themselves (rows with an automatic send path, released since
+    ``since``), read in the transaction that writes the next one: a release that does not commit (a
+    lost race, a failed insert, an Idempotency-Key twin) spends nothing. Writers of one category are
+    serialized (PostgreSQL: a transaction-scoped advisory lock; SQLite has one writer)."""
+    if conn.dialect.name == "postgresql":
+        key = f"auto_send:{project_id}:{category_id}"
+        await conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+    released = func.coalesce(reviews.c.decided_at, reviews.c.created_at)
+    used = await conn.scalar(
+        select(func.count())
+        .select_from(reviews)
+        .where(
+            reviews.c.project_id == project_id,
+            reviews.c.category_id == category_id,
+            reviews.c.send_path.in_(AUTO_RELEASES),
+            released >= since,
+        )
+    )
+    return int(used or 0) < cap
 
 
 async def pending_in_scope(

@@ -137,7 +137,8 @@ contacts = Table(
     PrimaryKeyConstraint("project_id", "address"),
 )
 
-# One attempt per review: a failed send is never re-sent, so the row is the whole delivery history.
+# One delivery per review, written by the approval's own transaction: the durable step a worker on any
+# replica claims. One Message-ID for its whole life, so a send that may have gone out is never repeated.
 delivery_attempts = Table(
     "delivery_attempts",
     metadata,
@@ -147,9 +148,21 @@ delivery_attempts = Table(
     Column("rfc_message_id", String(255), nullable=False),
     Column("send_path", String(24), nullable=False),
     Column("status", String(16), nullable=False),  # in_flight | delivered | refused
+    # While in_flight: queued (no try reached DATA: safe to send) | data (a try passed it: its outcome
+    # is known only by evidence) | parked (send_needs_reconciliation: evidence or an operator decides).
+    # A row from before the column is treated as past DATA.
+    Column("stage", String(16), nullable=False, server_default="data"),
+    Column("tries", Integer, nullable=False, server_default="0"),
+    # The worker holding the row and until when; a queued row's lease is also its next retry time.
+    Column("lease_owner", String(40)),
+    Column("lease_until", UtcDateTime),
+    Column("parked_at", UtcDateTime),
     Column("started_at", UtcDateTime, nullable=False),
     Column("finished_at", UtcDateTime),
+    # The refusal (refused), or the last try's transient error (in_flight).
     Column("error", Text),
+    # Who closed a parked attempt by hand, and why ("<actor>: <reason>").
+    Column("resolution", Text),
     Index("ix_delivery_attempts_status_started_at", "status", "started_at"),
 )
 

@@ -1,5 +1,5 @@
 """Graduation (spec 000, D16; ``domain.graduation``): agents propose the next rung, only a human
-flips it, ``auto_silent`` only through the maturity gate. Every rung move tells review_state
+flips it, and only through the maturity gate. Every rung move tells review_state
 (``category_changed``), which rechecks the pending drafts of the category.
 """
 
@@ -154,8 +154,8 @@ async def list_graduation_proposals(env: Env, principal: Principal) -> list[Prop
 
 
 async def graduate(env: Env, principal: Principal, category_id: str, to_state: str) -> CategoryView:
-    """A human flips the rung: one rung up (never past ``never_graduate``; ``auto_silent`` only
-    through the maturity gate) or any rung down. Counters restart in the new rung."""
+    """A human flips the rung: one rung up (never past ``never_graduate``, only through the maturity
+    gate) or any rung down. Counters restart in the new rung."""
     require(principal, (ActorKind.ADMIN,), "Graduating a category")
     target = _parse_rung(to_state, "/to_state")
     async with env.db.transaction() as uow:
@@ -180,8 +180,8 @@ async def graduate(env: Env, principal: Principal, category_id: str, to_state: s
 
 
 async def _check_climb(conn: AsyncConnection, principal: Principal, row: CategoryRow, target: Grad) -> None:
-    """A climb goes one rung at a time, never for a locked category, and into ``auto_silent`` only
-    once the maturity gate is met."""
+    """A climb goes one rung at a time, never for a locked category, and only once the maturity gate
+    of the rung it leaves is met (what ``can_graduate`` reports)."""
     if row.never_graduate:
         raise DomainError(
             Code.GRADUATION_LOCKED,
@@ -192,10 +192,10 @@ async def _check_climb(conn: AsyncConnection, principal: Principal, row: Categor
     if target is not upcoming:
         raise invalid("/to_state", f"graduate one rung at a time; the next rung is {upcoming}")
     status = await _status(conn, principal.project_id, row, utcnow())
-    if target is Grad.AUTO_SILENT and not status.maturity_gate_met:
+    if not status.maturity_gate_met:
         raise DomainError(
             Code.MATURITY_GATE_UNMET,
-            f"auto_silent needs {status.graduate_min_approvals} clean approvals (has "
+            f"{target} needs {status.graduate_min_approvals} clean approvals (has "
             f"{status.clean_approval_count}) and {status.graduate_min_age_hours} hours in "
             f"{row.state} (has {status.age_hours}).",
             state=row.state.value,

@@ -1,5 +1,5 @@
 """Events from review_state: each decided review's outcome in its category (``ReviewOutcome``),
-counted once (the inbox deduplicates on event_id). Clean approvals and drift move the maturity
+counted once (the inbox deduplicates on event_id), and a committed decision's new rule. Clean approvals and drift move the maturity
 counters; drift at the dial's limit demotes a rung and tells review_state."""
 
 from __future__ import annotations
@@ -9,12 +9,14 @@ from typing import Any
 
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1.events_pb2 import ReviewOutcome
+from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.storage.inbox import Subscription
 
 from rules import store
 from rules.app.dial import dial_for
 from rules.app.graduation import emit_category_changed, maturity
+from rules.app.rules import save_requested
 from rules.domain import graduation
 from rules.domain.graduation import Outcome
 
@@ -59,4 +61,5 @@ async def count_outcome(uow: UnitOfWork, event: ReviewOutcome) -> None:
 # What the Ingest RPC subscribes to (``reviewloop.service.ingest``).
 SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
     "review_outcome": Subscription(ReviewOutcome, count_outcome),
+    "rule_requested": Subscription(SaveRuleRequest, save_requested),
 }

@@ -7,12 +7,14 @@ staged approval, and an outbox ``rule_changed`` whenever the effective stack mov
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import has_prefix, new_id
 from reviewloop.rules.v1.events_pb2 import RuleChanged
+from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy.exc import IntegrityError
@@ -36,6 +38,8 @@ from rules.domain.ladder import (
     stale,
     status_of,
 )
+
+log = logging.getLogger(__name__)
 
 PRIORITY_RANGE = (-1000, 1000)
 
@@ -63,6 +67,8 @@ class RuleInput:
     rule_layer: str = ""
     agent_id: str = ""
     idempotency_key: str = ""
+    rule_id: str = ""  # chosen by a caller that names the rule before it exists (a decision's new rule)
+    dry_run: bool = False  # check everything a save checks, write nothing
 
 
 def _rule_not_found(lineage_id: str) -> DomainError:
@@ -141,6 +147,8 @@ def _draft(principal: Principal, body: RuleInput) -> Draft:
     kind = parse_choice(Kind, body.kind, "/kind", Kind.SOFT)
     if not PRIORITY_RANGE[0] <= body.priority <= PRIORITY_RANGE[1]:
         raise invalid("/priority", f"must be between {PRIORITY_RANGE[0]} and {PRIORITY_RANGE[1]}")
+    if body.rule_id and not has_prefix(body.rule_id, "rule"):
+        raise invalid("/rule_id", "must be a rule id (rule_...)")
     if body.source_review_id and not has_prefix(body.source_review_id, "rr"):
         raise invalid("/source_review_id", "must be a review id (rr_...)")
     agent_id = body.agent_id
@@ -165,50 +173,87 @@ def _draft(principal: Principal, body: RuleInput) -> Draft:
     )
 
 
-async def save_rule(env: Env, principal: Principal, body: RuleInput) -> RuleView:
+class _DryRun(Exception):
+    """Rolls a dry run's unit of work back once every check passed."""
+
+
+async def save_rule(env: Env, principal: Principal, body: RuleInput) -> RuleView | None:
     """Create a lineage or revise one (``lineage_id`` + the ``expected_rev`` read). Agents write the
-    project layer only; with the project's write_approval on, their rules are born ``proposed``."""
+    project layer only; with the project's write_approval on, their rules are born ``proposed``.
+    ``dry_run`` runs every check in a unit of work it rolls back, and answers None."""
     draft = _draft(principal, body)
 
     async def act(uow: UnitOfWork) -> str:
-        conn = uow.conn
-        high_water = await store.bump_high_water(conn, principal.org_id)  # also the org's write lock
-        head = None
-        if body.lineage_id:
-            history = visible_lineage(
-                principal, await store.lineage(conn, principal.org_id, body.lineage_id), body.lineage_id
-            )
-            head = history[-1]
-            if head.layer is Layer.ORG:
-                require(principal, (ActorKind.ADMIN,), "Writing org house style")
-        rule = next_revision(
-            head,
-            draft,
-            await writer(conn, principal),
-            rule_id=new_id("rule"),
-            new_lineage_id=new_id("rln"),
-            high_water=high_water,
-            now=utcnow(),
-        )
-        if head is None and rule.category_id:
-            await check_category(conn, principal, rule.category_id)
-        duplicate = _duplicate_of(
-            rule, await store.revisions_on_ladder(conn, principal.org_id, principal.project_id)
-        )
-        if duplicate is not None:
-            raise DomainError(
-                Code.CONFLICT,
-                f"Rule {duplicate.id} (lineage {duplicate.lineage_id}, rev {duplicate.rev}) already says "
-                "this in the same scope; revise that one instead.",
-                hints=(("rule_id", duplicate.id), ("lineage_id", duplicate.lineage_id)),
-            )
-        await _append(uow, rule)
-        return rule.id
+        return await _write(uow, principal, body, draft)
 
+    if body.dry_run:
+        try:
+            async with env.db.transaction() as uow:
+                await act(uow)
+                raise _DryRun
+        except _DryRun:
+            return None
     fields = {"verb": "save_rule", **asdict(body)}
     fields.pop("idempotency_key")
     rule_id = await idempotent(env, principal, body.idempotency_key, fields, act)
     return await _rule_by_id(env, principal, rule_id)
+
+
+async def _write(uow: UnitOfWork, principal: Principal, body: RuleInput, draft: Draft) -> str:
+    """Append the revision ``body`` asks for in ``uow``; its id."""
+    conn = uow.conn
+    high_water = await store.bump_high_water(conn, principal.org_id)  # also the org's write lock
+    head = None
+    if body.lineage_id:
+        history = visible_lineage(
+            principal, await store.lineage(conn, principal.org_id, body.lineage_id), body.lineage_id
+        )
+        head = history[-1]
+        if head.layer is Layer.ORG:
+            require(principal, (ActorKind.ADMIN,), "Writing org house style")
+    rule = next_revision(
+        head,
+        draft,
+        await writer(conn, principal),
+        rule_id=body.rule_id or new_id("rule"),
+        new_lineage_id=new_id("rln"),
+        high_water=high_water,
+        now=utcnow(),
+    )
+    if head is None and rule.category_id:
+        await check_category(conn, principal, rule.category_id)
+    duplicate = _duplicate_of(
+        rule, await store.revisions_on_ladder(conn, principal.org_id, principal.project_id)
+    )
+    if duplicate is not None:
+        raise DomainError(
+            Code.CONFLICT,
+            f"Rule {duplicate.id} (lineage {duplicate.lineage_id}, rev {duplicate.rev}) already says "
+            "this in the same scope; revise that one instead.",
+            hints=(("rule_id", duplicate.id), ("lineage_id", duplicate.lineage_id)),
+        )
+    await _append(uow, rule)
+    return rule.id
+
+
+async def save_requested(uow: UnitOfWork, request: SaveRuleRequest) -> None:
+    """A decision's new rule, from review_state's outbox once the decision committed (the inbox runs it
+    once). The decision checked it with a dry run; a rule saved since with the same text keeps the
+    lineage it has (logged), since refusing the event would only hold back the review's later ones."""
+    principal = Principal.from_proto(request.principal)
+    body = RuleInput(
+        rule_text=request.rule_text,
+        scope=request.scope,
+        category_id=request.category_id,
+        source_review_id=request.source_review_id,
+        rule_layer=request.rule_layer,
+        rule_id=request.rule_id,
+    )
+    try:
+        async with uow.conn.begin_nested():
+            await _write(uow, principal, body, _draft(principal, body))
+    except DomainError as error:
+        log.warning("the new rule of review %s was not saved: %s", request.source_review_id, error)
 
 
 async def _append(uow: UnitOfWork, rule: RuleRev) -> None:

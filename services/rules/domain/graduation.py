@@ -62,13 +62,14 @@ class Status:
 
 
 def status(category_id: str, maturity: Maturity, dial: dict[str, Any]) -> Status:
-    """Progress toward the next rung. The maturity gate (approvals + age) is the ``auto_silent``
-    precondition; ``supervised -> auto_notify`` only needs a human (and no lock)."""
+    """Progress toward the next rung. ``can_graduate`` is whether a human's graduate would succeed now:
+    a next rung, no lock, and the maturity gate (approvals + age in the rung) met, on every rung (the
+    spec's canonical status: supervised -> auto_notify, gate unmet, ``can_graduate: false``)."""
     approvals_met = maturity.clean_approval_count >= dial["graduate_min_approvals"]
     age_met = maturity.age_hours >= dial["graduate_min_age_hours"]
     gate = approvals_met and age_met
     upcoming = next_rung(maturity.state)
-    can = upcoming is not None and not maturity.never_graduate and (upcoming is not Rung.AUTO_SILENT or gate)
+    can = upcoming is not None and not maturity.never_graduate and gate
     return Status(
         category_id=category_id,
         state=maturity.state,

@@ -11,6 +11,7 @@ from reviewloop.budget.v1 import budget_pb2
 from reviewloop.shapes import (
     BindIn,
     CompleteIn,
+    HeartbeatIn,
     ModeIn,
     ResolvedReviewMode,
     ReviewConfig,
@@ -23,9 +24,10 @@ from reviewloop.shapes import (
 )
 from reviewloop.tenancy import ActorKind, Principal
 
-from gateway.auth import ANY_PROJECT_KEY, require
+from gateway.auth import require
 from gateway.backends import Backends, backends
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
+from gateway.routes.budget import Caller
 from gateway.translate import Json
 from gateway.translate.budget import (
     as_review_config,
@@ -39,7 +41,6 @@ from gateway.translate.budget import (
 
 router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
-Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 AdminKey = Annotated[Principal, Depends(require(ActorKind.ADMIN))]
 
 
@@ -156,7 +157,29 @@ async def complete_review_session(
 ) -> Json:
     reply = await backend.budget.CompleteReviewSession(
         budget_pb2.CompleteReviewSessionRequest(
-            principal=principal.to_proto(), session_id=session_id, reviewed_head=body.reviewed_head
+            principal=principal.to_proto(),
+            session_id=session_id,
+            reviewed_head=body.reviewed_head,
+            lease_id=body.lease_id,
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_review_session_binding(reply)
+
+
+@router.post(
+    "/v1/review-rounds/sessions/{session_id}/heartbeat",
+    operation_id="heartbeat_review_session",
+    response_model=ReviewSessionBinding,
+)
+async def heartbeat_review_session(
+    session_id: str, body: HeartbeatIn, principal: Caller, backend: Backend
+) -> Json:
+    """The reviewer is alive: its lease on the busy session is renewed. A crashed reviewer's lease
+    lapses and the lineage can be continued again (never silently COLD)."""
+    reply = await backend.budget.HeartbeatReviewSession(
+        budget_pb2.HeartbeatReviewSessionRequest(
+            principal=principal.to_proto(), session_id=session_id, lease_id=body.lease_id
         ),
         timeout=backend.timeout_s,
     )

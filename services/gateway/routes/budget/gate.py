@@ -8,20 +8,26 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from reviewloop.budget.v1 import budget_pb2
-from reviewloop.shapes import EnabledIn, FinishIn, GateDecisionList, ReviewIn, TurnIn, TurnResult
-from reviewloop.tenancy import Principal
+from reviewloop.shapes import (
+    EnabledIn,
+    FinishIn,
+    GateConfigIn,
+    GateConfigOut,
+    GateDecisionList,
+    ReviewIn,
+    TurnIn,
+    TurnResult,
+)
 from starlette.responses import Response
 
-from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
 from gateway.responses import ShapedRoute, encoded
-from gateway.routes.budget import JSONL
+from gateway.routes.budget import JSONL, Caller
 from gateway.translate import Json
 from gateway.translate.budget import as_gate_decision, as_turn_result, digest
 
 router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
-Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 
 
 @router.post("/v1/sessions/{session_id}/turns", operation_id="record_turn", response_model=TurnResult)
@@ -82,11 +88,36 @@ async def set_review_enabled(session_id: str, body: EnabledIn, principal: Caller
 async def finish_review(session_id: str, body: FinishIn, principal: Caller, backend: Backend) -> Json:
     reply = await backend.budget.FinishReview(
         budget_pb2.FinishReviewRequest(
-            principal=principal.to_proto(), session_id=session_id, succeeded=body.succeeded
+            principal=principal.to_proto(),
+            session_id=session_id,
+            succeeded=body.succeeded,
+            receipt_id=body.receipt_id,
         ),
         timeout=backend.timeout_s,
     )
     return as_turn_result(budget_pb2.RecordTurnResponse(counters=reply, counted=False))
+
+
+@router.put("/v1/review-rounds/gate-config", operation_id="set_gate_config", response_model=GateConfigOut)
+async def set_gate_config(body: GateConfigIn, principal: Caller, backend: Backend) -> Json:
+    """The project's gate configuration (admin): enabled, gate kind, thresholds, cooldowns,
+    timeout_minutes and the classifier endpoint; what it leaves unset keeps the deployment default."""
+    reply = await backend.budget.SetGateConfig(
+        budget_pb2.SetGateConfigRequest(
+            principal=principal.to_proto(),
+            overrides_json=orjson.dumps(body.model_dump(exclude_none=True)).decode(),
+        ),
+        timeout=backend.timeout_s,
+    )
+    return {"overrides": orjson.loads(reply.overrides_json), "effective": orjson.loads(reply.effective_json)}
+
+
+@router.get("/v1/review-rounds/gate-config", operation_id="get_gate_config", response_model=GateConfigOut)
+async def get_gate_config(principal: Caller, backend: Backend) -> Json:
+    reply = await backend.budget.GetGateConfig(
+        budget_pb2.GetGateConfigRequest(principal=principal.to_proto()), timeout=backend.timeout_s
+    )
+    return {"overrides": orjson.loads(reply.overrides_json), "effective": orjson.loads(reply.effective_json)}
 
 
 @router.get("/v1/gate-decisions", operation_id="list_gate_decisions", response_model=GateDecisionList)

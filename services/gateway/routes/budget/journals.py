@@ -10,17 +10,14 @@ from fastapi import APIRouter, Depends, Request
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.shapes import EvidenceStatus, JournalAppendResult, JournalIn
-from reviewloop.tenancy import Principal
 
-from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
 from gateway.responses import ShapedRoute
-from gateway.routes.budget import JSONL
+from gateway.routes.budget import JSONL, Caller
 from gateway.translate import Json
 
 router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
-Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 
 
 async def _journal_events(request: Request) -> list[str]:
@@ -28,7 +25,8 @@ async def _journal_events(request: Request) -> list[str]:
     raw = await request.body()
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type in JSONL:
-        return [line for line in raw.decode(errors="replace").splitlines() if line.strip()]
+        # JSON lines split on "\n" only: U+2028, U+2029 and U+0085 are legal inside JSON strings.
+        return [line for line in raw.decode(errors="replace").split("\n") if line.strip(" \t\r")]
     try:
         body = JournalIn.model_validate(orjson.loads(raw))
     except orjson.JSONDecodeError:
@@ -69,6 +67,7 @@ async def append_journal_events(run_id: str, request: Request, principal: Caller
         "appended": reply.appended,
         "skipped_ephemeral": reply.skipped_ephemeral,
         "last_offset": reply.last_offset,
+        "already_journaled": reply.already_journaled,
     }
 
 

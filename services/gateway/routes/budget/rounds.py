@@ -14,6 +14,7 @@ from reviewloop.shapes import (
     AdmitIn,
     ExtendIn,
     ExtensionReceipt,
+    ReadyGate,
     ReviewRun,
     RoundBudget,
     RunIn,
@@ -22,14 +23,16 @@ from reviewloop.shapes import (
 )
 from reviewloop.tenancy import ActorKind, Principal
 
-from gateway.auth import ANY_PROJECT_KEY, require
+from gateway.auth import require
 from gateway.backends import Backends, backends
 from gateway.headers import IdempotencyKey
 from gateway.responses import ShapedRoute
+from gateway.routes.budget import Caller
 from gateway.translate import Json
 from gateway.translate.budget import (
     as_admission_receipt,
     as_extension_receipt,
+    as_ready_gate,
     as_review_run,
     as_round_budget,
     mode,
@@ -38,7 +41,6 @@ from gateway.translate.budget import (
 
 router = APIRouter(tags=["dispatch budget"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
-Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 AdminKey = Annotated[Principal, Depends(require(ActorKind.ADMIN))]
 
 
@@ -57,6 +59,7 @@ async def record_review_run(run_id: str, body: RunIn, principal: Caller, backend
             review_mode=mode(body.review_mode),
             pr_work_review_mode=mode(body.pr_work_review_mode),
             repeat_review_context_mode=mode(body.repeat_review_context_mode),
+            review_sequence=[selection(row) for row in body.review_sequence or ()],
         ),
         timeout=backend.timeout_s,
     )
@@ -78,6 +81,8 @@ async def admit_review_round(body: AdmitIn, principal: Caller, backend: Backend)
         trigger=budget_pb2.LaunchTrigger.Value(f"LAUNCH_TRIGGER_{body.trigger.upper()}"),
         head_sha=body.head_sha,
         receipt_id=body.receipt_id,
+        session_id=body.session_id,
+        review_session_id=body.review_session_id,
     )
     if body.selection is not None:
         request.selection.CopyFrom(selection(body.selection))
@@ -121,6 +126,20 @@ async def get_review_round_budget(
         timeout=backend.timeout_s,
     )
     return as_round_budget(reply)
+
+
+@router.get("/v1/review-rounds/ready-gate", operation_id="get_ready_gate", response_model=ReadyGate)
+async def get_ready_gate(
+    principal: Caller, backend: Backend, run_id: Annotated[str, Query(min_length=1, max_length=80)]
+) -> Json:
+    """The ready-gate payload a publication gate reads: the round budget's display snapshot, the
+    extension's scope and provenance, qualifying reviews of the current head vs required. A spent
+    round budget never blocks publication."""
+    reply = await backend.budget.GetReadyGate(
+        budget_pb2.GetReadyGateRequest(principal=principal.to_proto(), run_id=run_id),
+        timeout=backend.timeout_s,
+    )
+    return as_ready_gate(reply)
 
 
 @router.post(

@@ -40,7 +40,9 @@ async def create_project(body: ProjectIn, caller: Admin, request: Request) -> Js
 async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> Json:
     """Issue a key bound to a project and an actor kind; agent and review_agent keys get an agent id."""
     if body.actor_kind is ActorKind.SYSTEM:
-        raise DomainError(Code.BAD_REQUEST, "/actor_kind: must be agent, human, review_agent or admin")
+        raise DomainError(
+            Code.BAD_REQUEST, "/actor_kind: must be agent, human, review_agent, service or admin"
+        )
     async with request.app.state.db.transaction() as uow:
         project = await store.get_project(uow.conn, body.project_id)
         if project is None:

@@ -1,5 +1,5 @@
-"""Console routes of review_state: the project's review policy, contact blocks and suppressions, and
-inbound mail (admin key or the bootstrap token)."""
+"""Console routes of review_state: the project's review policy, contact blocks and suppressions,
+inbound mail, and the resolution of a parked delivery (admin key or the bootstrap token)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,22 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from reviewloop.review.v1 import review_pb2
-from reviewloop.shapes import AddressIn, Contact, InboundIn, InboundMessage, PolicyIn, ReviewPolicy
+from reviewloop.shapes import (
+    AddressIn,
+    Contact,
+    DeliveryResolutionIn,
+    InboundIn,
+    InboundMessage,
+    PolicyIn,
+    Review,
+    ReviewPolicy,
+)
 
 from gateway.auth import Caller, console_principal, org_principal, require_admin
 from gateway.backends import Backends, backends
 from gateway.responses import ShapedRoute
 from gateway.translate import Json
-from gateway.translate.reviews import as_contact, as_inbound_message, as_review_policy
+from gateway.translate.reviews import as_contact, as_inbound_message, as_review, as_review_policy
 
 router = APIRouter(tags=["reviews", "console"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
@@ -113,3 +122,28 @@ async def record_inbound_mail(
     setattr(message, "from", body.from_)
     reply = await backend.review.RecordInbound(message, timeout=backend.timeout_s)
     return as_inbound_message(reply)
+
+
+@router.post(
+    "/v1/admin/projects/{project_id}/reviews/{review_id}/delivery-resolution",
+    operation_id="resolve_delivery",
+    response_model=Review,
+)
+async def resolve_delivery(
+    project_id: str,
+    review_id: str,
+    body: DeliveryResolutionIn,
+    caller: Admin,
+    request: Request,
+    backend: Backend,
+) -> Json:
+    """Close a parked delivery (``send_needs_reconciliation``) by evidence the platform cannot see:
+    mark it delivered or failed, with the reason. Never a resend; ``409 wrong_state`` unless parked."""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.review.ResolveDelivery(
+        review_pb2.ResolveDeliveryRequest(
+            principal=principal.to_proto(), review_id=review_id, outcome=body.outcome, reason=body.reason
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_review(reply)

@@ -1,0 +1,184 @@
+"""Service-to-service trust: who may call a service's gRPC port and assert a ``Principal``.
+
+Two mechanisms, selected by configuration, usable together:
+
+- a signed service token (``REVIEWLOOP_SERVICE_AUTH_KEY``, a secret every part shares): each call
+  carries ``x-reviewloop-service-token: v1.<caller>.<unix time>.<HMAC-SHA256 over those and the
+  method>``; a service refuses a call without a valid, fresh token (``UNAUTHENTICATED``), so a process
+  that merely reaches the port cannot assert any tenant's Principal;
+- mutual TLS (``REVIEWLOOP_TLS_CA``, ``REVIEWLOOP_TLS_CERT``, ``REVIEWLOOP_TLS_KEY``: PEM files, e.g. a
+  mounted Secret): servers require a client certificate signed by the CA, peers present theirs.
+
+With neither set (the embedded stack on loopback) calls are plain, as before: zero configuration.
+Health checks and reflection stay open, for probes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from reviewloop.errors import Code, DomainError
+
+log = logging.getLogger(__name__)
+
+TOKEN_METADATA = "x-reviewloop-service-token"
+# How far a token's clock may be from the receiver's (either way) before it is refused.
+MAX_SKEW_S = 300
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+@dataclass(frozen=True)
+class Trust:
+    """How this process authenticates its calls and its callers."""
+
+    caller: str = ""
+    key: bytes | None = None
+    tls_ca: bytes | None = None
+    tls_cert: bytes | None = None
+    tls_key: bytes | None = None
+
+    @classmethod
+    def from_env(cls, caller: str, env: Mapping[str, str] = os.environ) -> Trust:
+        """Read the settings of process ``caller``; a half-configured mTLS is refused at boot."""
+        from reviewloop.config import ConfigError
+
+        key = env.get("REVIEWLOOP_SERVICE_AUTH_KEY") or None
+        if key is not None and len(key) < 32:
+            raise ConfigError("REVIEWLOOP_SERVICE_AUTH_KEY must be at least 32 characters of random secret.")
+        paths = {name: env.get(f"REVIEWLOOP_TLS_{name}") or None for name in ("CA", "CERT", "KEY")}
+        if any(paths.values()) and not all(paths.values()):
+            raise ConfigError(
+                "mTLS needs all of REVIEWLOOP_TLS_CA, REVIEWLOOP_TLS_CERT and REVIEWLOOP_TLS_KEY."
+            )
+        try:
+            files = {name: Path(path).read_bytes() if path else None for name, path in paths.items()}
+        except OSError as exc:
+            raise ConfigError(f"cannot read a TLS file: {exc}") from exc
+        return cls(caller, key.encode() if key else None, files["CA"], files["CERT"], files["KEY"])
+
+    @property
+    def mtls(self) -> bool:
+        """Whether calls go over mutual TLS."""
+        return self.tls_ca is not None
+
+    def sign(self, method: str, now: float | None = None) -> str:
+        """The token for one call of ``method`` by this process."""
+        assert self.key is not None
+        stamp = str(int(time.time() if now is None else now))
+        return f"v1.{self.caller}.{stamp}.{_mac(self.key, self.caller, stamp, method)}"
+
+    def verify(self, token: str, method: str, now: float | None = None) -> str | None:
+        """The calling service a valid, fresh token for ``method`` names, else None."""
+        assert self.key is not None
+        parts = token.split(".")
+        if len(parts) != 4 or parts[0] != "v1" or not parts[2].isdigit():
+            return None
+        _, caller, stamp, mac = parts
+        if abs((time.time() if now is None else now) - int(stamp)) > MAX_SKEW_S:
+            return None
+        return caller if hmac.compare_digest(mac, _mac(self.key, caller, stamp, method)) else None
+
+    def channel(self, address: str, options: Any, interceptors: list[Any]) -> grpc.aio.Channel:
+        """A channel to ``address`` that presents this process's credentials."""
+        if self.key is not None:
+            interceptors = [*interceptors, *_signers(self)]
+        if self.mtls:
+            credentials = grpc.ssl_channel_credentials(self.tls_ca, self.tls_key, self.tls_cert)
+            return grpc.aio.secure_channel(address, credentials, options=options, interceptors=interceptors)
+        return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+
+    def add_port(self, server: grpc.aio.Server, listen: str) -> int:
+        """Bind ``listen``: TLS requiring a client certificate under mTLS, plain otherwise."""
+        if self.mtls:
+            assert self.tls_key is not None and self.tls_cert is not None
+            credentials = grpc.ssl_server_credentials(
+                [(self.tls_key, self.tls_cert)], root_certificates=self.tls_ca, require_client_auth=True
+            )
+            return server.add_secure_port(listen, credentials)
+        return server.add_insecure_port(listen)
+
+
+def _mac(key: bytes, caller: str, stamp: str, method: str) -> str:
+    return hmac.new(key, f"v1.{caller}.{stamp}.{method}".encode(), hashlib.sha256).hexdigest()
+
+
+class _Sign(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, trust: Trust) -> None:
+        self.trust = trust
+
+    def _signed(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        metadata = grpc.aio.Metadata(*(details.metadata or ()))
+        metadata.add(TOKEN_METADATA, self.trust.sign(method))
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+        )
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        """Sign a unary call."""
+        return await continuation(self._signed(details), request)
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        """Sign a server-streaming call."""
+        return await continuation(self._signed(details), request)
+
+
+def _signers(trust: Trust) -> list[Any]:
+    return [_Sign(trust)]
+
+
+class ServiceAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Refuse every call without a valid service token (``UNAUTHENTICATED``); health stays open.
+
+    It sits inside ``BoundaryInterceptor``, so the refusal is a DomainError mapped like any other.
+    """
+
+    def __init__(self, trust: Trust) -> None:
+        self.trust = trust
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Check the token before the method's handler runs."""
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or self.trust.key is None or method.startswith(OPEN_SERVICES):
+            return handler
+        token = dict(handler_call_details.invocation_metadata or ()).get(TOKEN_METADATA, "")
+        caller = self.trust.verify(token if isinstance(token, str) else "", method)
+        if caller is not None:
+            return handler
+        log.warning("refused an unauthenticated call to %s", method)
+        refusal = DomainError(
+            Code.UNAUTHORIZED,
+            "This service only answers reviewloop services: the call carries no valid service token.",
+        )
+
+        async def refuse_unary(request: Any, context: Any) -> Any:
+            raise refusal
+
+        async def refuse_stream(request: Any, context: Any) -> Any:
+            raise refusal
+            yield  # pragma: no cover - makes this an async generator
+
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                refuse_unary, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                refuse_stream, handler.request_deserializer, handler.response_serializer
+            )
+        return None

@@ -1,0 +1,96 @@
+"""The reviewer console: server-rendered pages at ``/console`` where humans review, edit, teach and
+graduate (issue 16). It is a sub-application of the gateway sharing its state (store, backends,
+settings), so every action goes through the same gRPC calls, authority and idempotency as the JSON routes.
+
+Modules: ``sessions`` (sign-in, cookies, CSRF), ``web`` (what every page shares), ``html`` (the page frame
+and the one keymap), ``review`` (queue, live events, review page and its actions), ``admin`` (rules,
+categories, settings, budgets), ``warnings`` (what rendered mail hides), ``static/`` (one CSS, one JS file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+from fastapi import FastAPI, Request
+from reviewloop.errors import Code, DomainError, http_status
+from starlette.responses import RedirectResponse, Response
+from starlette.staticfiles import StaticFiles
+
+from gateway.console import admin, review, sessions, web
+from gateway.console.html import SECURITY_HEADERS, error_box, h, page
+
+STATIC = Path(__file__).parent / "static"
+
+
+def create_console(state: object) -> FastAPI:
+    """The console app, to be mounted at ``/console``; ``state`` is the gateway's ``app.state``."""
+    console = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    console.state = state  # type: ignore[assignment]
+    console.mount("/static", StaticFiles(directory=STATIC), name="static")
+    console.include_router(review.router)
+    console.include_router(admin.router)
+
+    @console.exception_handler(web.SignInRequired)
+    async def sign_in_required(request: Request, exc: web.SignInRequired) -> Response:
+        return RedirectResponse(web.sign_in_url(exc.next_url), status_code=303)
+
+    @console.exception_handler(DomainError)
+    async def domain(request: Request, exc: DomainError) -> Response:
+        return _error_page(exc)
+
+    @console.exception_handler(grpc.aio.AioRpcError)
+    async def backend(request: Request, exc: grpc.aio.AioRpcError) -> Response:
+        return _error_page(web.as_domain(exc))
+
+    @console.get("/")
+    async def home() -> Response:
+        return RedirectResponse("/console/queue", status_code=303)
+
+    @console.get("/sign-in")
+    async def sign_in_form(request: Request) -> Response:
+        return _sign_in_page(web.safe_next(request.query_params.get("next")))
+
+    @console.post("/sign-in")
+    async def sign_in(request: Request) -> Response:
+        form = await request.form()
+        target = web.safe_next(web.field(form, "next"))
+        response = RedirectResponse(target, status_code=303)
+        try:
+            await sessions.sign_in(request, response, web.field(form, "key"))
+        except DomainError as error:
+            return _sign_in_page(target, error.detail, status=http_status(error.code))
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    @console.post("/sign-out")
+    async def sign_out(request: Request) -> Response:
+        session, _ = await web.writer(request)
+        response = RedirectResponse("/console/sign-in", status_code=303)
+        await sessions.sign_out(request, response, session)
+        return response
+
+    return console
+
+
+def _sign_in_page(next_url: str, error: str = "", status: int = 200) -> Response:
+    body = f"""
+{error_box(error) if error else ""}
+<form method="post" action="/console/sign-in">
+  <input type="hidden" name="next" value="{h(next_url)}">
+  <label for="key">Human or admin API key</label>
+  <input type="password" id="key" name="key" size="60" autocomplete="off" required{" data-autofocus" if True else ""}>
+  <p><button type="submit">Sign in</button></p>
+</form>
+<p>The key is exchanged for a session and never kept in this browser. Agent keys cannot sign in.</p>"""
+    return page("Sign in", body, status=status)
+
+
+def _error_page(error: DomainError) -> Response:
+    status = http_status(error.code)
+    hint = "" if error.code is not Code.NOT_FOUND else "<p>It may belong to another project.</p>"
+    return page(
+        "Something stopped",
+        error_box(error.detail) + hint + '<p><a href="/console/queue">Back to the queue</a></p>',
+        status=status,
+    )

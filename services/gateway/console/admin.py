@@ -1,0 +1,586 @@
+"""Admin pages: rules (the effective ladder, history, undo, proposed rules), categories (graduation and
+the maturity gate), settings (risk dial with inheritance, review policy, blocks and suppressions, API keys)
+and budgets (review rounds N/L, extension grants). Admin keys only; each acts within its own project."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request
+from reviewloop.budget.v1 import budget_pb2
+from reviewloop.common.v1 import common_pb2
+from reviewloop.errors import Code, DomainError
+from reviewloop.review.v1 import review_pb2
+from reviewloop.rules.v1 import rules_pb2
+from reviewloop.shapes import RISK_DIAL_FIELDS
+from reviewloop.tenancy import ActorKind
+from starlette.datastructures import FormData
+from starlette.responses import RedirectResponse, Response
+
+from gateway import store
+from gateway.console import web
+from gateway.console.html import csrf_field, error_box, h, page, table
+from gateway.console.sessions import Session
+from gateway.translate.budget import as_round_budget
+from gateway.translate.reviews import as_review_policy
+from gateway.translate.rules import (
+    as_category,
+    as_graduation_proposal,
+    as_graduation_status,
+    as_risk_dial,
+    as_rule,
+    as_rule_revision,
+)
+
+router = APIRouter()
+RUNGS = ("supervised", "auto_notify", "auto_silent")
+POLICIES = ("require_review", "allow_direct", "auto_send_graduated")
+
+
+async def _admin(request: Request) -> Session:
+    session = await web.reader(request)
+    web.require_admin(session)
+    return session
+
+
+async def _admin_write(request: Request) -> tuple[Session, FormData]:
+    session, form = await web.writer(request)
+    web.require_admin(session)
+    return session, form
+
+
+def _form(session: Session, action: str, inner: str, label: str) -> str:
+    return (
+        f'<form method="post" action="{h(action)}" class="inline-form">{csrf_field(session)}{inner}'
+        f'<button type="submit">{h(label)}</button></form>'
+    )
+
+
+def _done(path: str, message: str) -> Response:
+    return RedirectResponse(f"{path}?done={message}", status_code=303)
+
+
+def _notice(request: Request) -> str:
+    done = request.query_params.get("done", "")
+    return f'<p class="notice" role="status">{h(done.replace("_", " "))}.</p>' if done else ""
+
+
+async def _categories(request: Request, session: Session) -> list[dict[str, Any]]:
+    reply = await web.call(
+        web.backend(request).rules.ListCategories,
+        rules_pb2.ListCategoriesRequest(principal=session.principal.to_proto(), limit=200),
+        request,
+    )
+    return [as_category(c) for c in reply.categories]
+
+
+# --- rules ----------------------------------------------------------------------------------------
+
+
+def _rule_rows(
+    session: Session, rules: list[dict[str, Any]], history: dict[str, list[dict[str, Any]]]
+) -> list[str]:
+    rows = []
+    for rule in rules:
+        revisions = "".join(
+            f"<li>rev {r['rev']} {h(r['action'])} by {h(r['changed_by_kind'])} at {h(r['created_at'])}: "
+            f"{h(r['rule_text'])}</li>"
+            for r in history.get(rule["lineage_id"], [])
+        )
+        lineage = f"/console/rules/{rule['lineage_id']}"
+        rev = f'<input type="hidden" name="rev" value="{rule["rev"]}">'
+        if rule["status"] == "proposed":
+            verbs = _form(session, lineage + "/approve", rev, "Approve") + _form(
+                session, lineage + "/reject", rev, "Reject"
+            )
+        else:
+            verbs = _form(session, lineage + "/undo", rev, "Undo last change") + _form(
+                session, lineage + "/retire", rev, "Retire"
+            )
+        rows.append(
+            f"<tr><td>{h(rule['rule_layer'])}</td><td>{h(rule['scope'])}</td><td>{h(rule.get('category_id') or '—')}</td>"
+            f"<td>{h(rule.get('agent_id') or 'every agent')}</td><td>{h(rule['kind'])} / {rule['priority']}</td>"
+            f"<td>{h(rule['rule_text'])}<details><summary>History</summary><ul>{revisions}</ul></details></td>"
+            f"<td>rev {rule['rev']} · {h(rule['status'])}</td><td>{verbs}</td></tr>"
+        )
+    return rows
+
+
+@router.get("/rules")
+async def rules_page(request: Request) -> Response:
+    session = await _admin(request)
+    category = request.query_params.get("category", "")
+    agent = request.query_params.get("agent", "")
+    backend = web.backend(request)
+    categories = await _categories(request, session)
+    principal = session.principal.to_proto()
+    effective = await web.call(
+        backend.rules.GetRules,
+        rules_pb2.GetRulesRequest(principal=principal, category_id=category, agent_id=agent),
+        request,
+    )
+    proposed = await web.call(
+        backend.rules.GetRules, rules_pb2.GetRulesRequest(principal=principal, status="proposed"), request
+    )
+    rules = [as_rule(r) for r in effective.rules]
+    waiting = [as_rule(r) for r in proposed.rules]
+    history = {}
+    for rule in rules + waiting:
+        reply = await web.call(
+            backend.rules.GetRuleHistory,
+            rules_pb2.GetRuleHistoryRequest(principal=principal, lineage_id=rule["lineage_id"]),
+            request,
+        )
+        history[rule["lineage_id"]] = [as_rule_revision(r) for r in reply.revisions]
+    options = "".join(
+        f'<option value="{h(c["id"])}"{" selected" if c["id"] == category else ""}>{h(c["name"])}</option>'
+        for c in categories
+    )
+    head = ["Layer", "Scope", "Category", "Agent", "Kind / priority", "Rule", "Revision", "Actions"]
+    body = f"""{_notice(request)}
+<form method="get" action="/console/rules">
+  <label for="r-category">Category</label>
+  <select id="r-category" name="category"><option value="">general only</option>{options}</select>
+  <label for="r-agent">Agent id (its per-agent rules)</label>
+  <input type="text" id="r-agent" name="agent" value="{h(agent)}">
+  <p><button type="submit">Show the ladder</button></p>
+</form>
+{table("Effective ladder, in the order a draft applies it", head, _rule_rows(session, rules, history), empty="No rules in force.")}
+<h2>Proposed rules waiting for a human</h2>
+{table("Proposed rules", head, _rule_rows(session, waiting, history), empty="No proposed rules.")}"""
+    return page("Rules", body, session=session, active="rules")
+
+
+@router.post("/rules/{lineage_id}/{verb}")
+async def rule_verb(request: Request, lineage_id: str, verb: str) -> Response:
+    session, form = await _admin_write(request)
+    rpc = {"undo": "UndoRule", "approve": "ApproveRule", "reject": "RejectRule", "retire": "RetireRule"}.get(
+        verb
+    )
+    if rpc is None:
+        raise DomainError(Code.NOT_FOUND, f"No rule verb {verb}.")
+    await web.call(
+        getattr(web.backend(request).rules, rpc),
+        rules_pb2.RuleActionRequest(
+            principal=session.principal.to_proto(),
+            lineage_id=lineage_id,
+            expected_rev=web.number(form, "rev"),
+        ),
+        request,
+    )
+    return _done("/console/rules", f"rule_{verb}_done")
+
+
+# --- categories -----------------------------------------------------------------------------------
+
+
+@router.get("/categories")
+async def categories_page(request: Request) -> Response:
+    session = await _admin(request)
+    backend = web.backend(request)
+    principal = session.principal.to_proto()
+    rows = []
+    for category in await _categories(request, session):
+        status = as_graduation_status(
+            await web.call(
+                backend.rules.GetGraduationStatus,
+                rules_pb2.GetGraduationStatusRequest(principal=principal, category_id=category["id"]),
+                request,
+            )
+        )
+        base = f"/console/categories/{category['id']}"
+        verbs = ""
+        if status.get("next_state") and not status["never_graduate"]:
+            verbs += _form(
+                session,
+                base + "/graduate",
+                f'<input type="hidden" name="to_state" value="{h(status["next_state"])}">',
+                f"Graduate {category['name']} to {status['next_state']}",
+            )
+        for lower in RUNGS[: RUNGS.index(status["state"])] if status["state"] in RUNGS else []:
+            verbs += _form(
+                session,
+                base + "/graduate",
+                f'<input type="hidden" name="to_state" value="{h(lower)}"><input type="hidden" name="verb" value="demote">',
+                f"Demote {category['name']} to {lower}",
+            )
+        lock = "false" if status["never_graduate"] else "true"
+        verbs += _form(
+            session,
+            base + "/never-graduate",
+            f'<input type="hidden" name="never_graduate" value="{lock}">',
+            ("Allow graduation of " if status["never_graduate"] else "Never graduate ") + category["name"],
+        )
+        gate = "met" if status["maturity_gate_met"] else "not met"
+        rows.append(
+            f"<tr><td>{h(category['name'])}<br><code>{h(category['id'])}</code></td><td>{h(status['state'])}</td>"
+            f"<td>approvals {status['clean_approval_count']}/{status['graduate_min_approvals']} "
+            f"({'met' if status['approvals_met'] else 'not met'}); age {status['age_hours']:.1f} h/"
+            f"{status['graduate_min_age_hours']:.0f} h ({'met' if status['age_met'] else 'not met'}); "
+            f"maturity gate {gate}; drift {status['drift_count']}/{status['drift_demote_after']}</td>"
+            f"<td>{'yes' if status['never_graduate'] else 'no'}</td><td>{verbs}</td></tr>"
+        )
+    proposals = await web.call(
+        backend.rules.ListGraduationProposals,
+        rules_pb2.ListGraduationProposalsRequest(principal=principal),
+        request,
+    )
+    proposal_rows = [
+        f"<tr><td>{h(p['category_id'])}</td><td>{h(p['from_state'])} → {h(p['to_state'])}</td>"
+        f"<td>{h(p['proposed_by'])}: {h(p['note'])}</td><td>{h(p['status'])}</td><td>"
+        + _form(
+            session,
+            f"/console/categories/{p['category_id']}/graduate",
+            f'<input type="hidden" name="to_state" value="{h(p["to_state"])}">',
+            f"Accept: graduate to {p['to_state']}",
+        )
+        + "</td></tr>"
+        for p in (as_graduation_proposal(x) for x in proposals.proposals)
+    ]
+    body = f"""{_notice(request)}
+{table("Categories and their graduation status", ["Category", "Rung", "Maturity gate", "Never graduate", "Actions"], rows, empty="No categories yet.")}
+<h2>Graduation proposals waiting for a human</h2>
+{table("Proposals", ["Category", "Move", "Proposed by", "Status", "Action"], proposal_rows, empty="No proposals.")}
+<h2>New category</h2>
+<form method="post" action="/console/categories">{csrf_field(session)}
+  <input type="hidden" name="idem" value="{web.idempotency_key()}">
+  <label for="c-name">Name</label><input type="text" id="c-name" name="name" required>
+  <label for="c-description">Description</label><input type="text" id="c-description" name="description" size="60">
+  <p><button type="submit">Create category</button></p>
+</form>"""
+    return page("Categories", body, session=session, active="categories")
+
+
+@router.post("/categories")
+async def create_category(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    await web.call(
+        web.backend(request).rules.CreateCategory,
+        rules_pb2.CreateCategoryRequest(
+            principal=session.principal.to_proto(),
+            name=web.field(form, "name"),
+            description=web.field(form, "description"),
+            scope="project",
+            idempotency_key=web.field(form, "idem"),
+        ),
+        request,
+    )
+    return _done("/console/categories", "category_created")
+
+
+@router.post("/categories/{category_id}/graduate")
+async def graduate(request: Request, category_id: str) -> Response:
+    session, form = await _admin_write(request)
+    to_state = web.field(form, "to_state")
+    await web.call(
+        web.backend(request).rules.Graduate,
+        rules_pb2.GraduateRequest(
+            principal=session.principal.to_proto(), category_id=category_id, to_state=to_state
+        ),
+        request,
+    )
+    verb = "demoted" if web.field(form, "verb") == "demote" else "graduated"
+    return _done("/console/categories", f"category_{verb}")
+
+
+@router.post("/categories/{category_id}/never-graduate")
+async def never_graduate(request: Request, category_id: str) -> Response:
+    session, form = await _admin_write(request)
+    await web.call(
+        web.backend(request).rules.UpdateCategory,
+        rules_pb2.UpdateCategoryRequest(
+            principal=session.principal.to_proto(),
+            category_id=category_id,
+            never_graduate=web.field(form, "never_graduate") == "true",
+        ),
+        request,
+    )
+    return _done("/console/categories", "graduation_lock_saved")
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+
+def _shown(value: object) -> str:
+    return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _dial_inputs(prefix: str, values: dict[str, Any], blank: str) -> str:
+    """One input per dial field, with the value the page showed (so a save sends only what changed)."""
+    out = []
+    for name in RISK_DIAL_FIELDS:
+        shown = _shown(values.get(name))
+        ident = f"{prefix}-{name}"
+        was = f'<input type="hidden" name="was_{h(name)}" value="{h(shown)}">'
+        if name == "first_contact_gate":
+            opts = "".join(
+                f'<option value="{v}"{" selected" if shown == v else ""}>{v or blank}</option>'
+                for v in ("", "true", "false")
+            )
+            out.append(
+                f'<label for="{ident}">{h(name)}</label><select id="{ident}" name="{h(name)}">{opts}</select>{was}'
+            )
+        else:
+            out.append(
+                f'<label for="{ident}">{h(name)}</label><input type="text" inputmode="decimal" id="{ident}" '
+                f'name="{h(name)}" value="{h(shown)}" placeholder="{h(blank)}">{was}'
+            )
+    return "".join(out)
+
+
+def _dial_values(form: FormData, *, changed_only: bool) -> tuple[rules_pb2.RiskValues, list[str]]:
+    """The dial fields as the form set them: a value, or blank (inherit / back to the default). The
+    account merges, so it sends only the fields the reviewer changed; the others keep inheriting."""
+    values, blank = rules_pb2.RiskValues(), []
+    for name in RISK_DIAL_FIELDS:
+        text = web.field(form, name).strip()
+        if changed_only and text == web.field(form, f"was_{name}").strip():
+            continue
+        if not text:
+            blank.append(name)
+            continue
+        kind = type(getattr(rules_pb2.RiskValues(), name))
+        try:
+            setattr(values, name, text == "true" if kind is bool else kind(text))
+        except ValueError:
+            raise DomainError(Code.BAD_REQUEST, f"{name} must be a {kind.__name__}, not {text!r}.") from None
+    return values, blank
+
+
+@router.get("/settings")
+async def settings_page(request: Request) -> Response:
+    session = await _admin(request)
+    return await _settings(request, session)
+
+
+async def _settings(request: Request, session: Session, issued: str = "") -> Response:
+    backend = web.backend(request)
+    principal = session.principal.to_proto()
+    dial = as_risk_dial(
+        await web.call(backend.rules.GetRiskDial, rules_pb2.GetRiskDialRequest(principal=principal), request)
+    )
+    policy = as_review_policy(
+        await web.call(
+            backend.review.GetReviewPolicy, review_pb2.GetReviewPolicyRequest(principal=principal), request
+        )
+    )
+    categories = await _categories(request, session)
+    overrides = {c["category_id"]: c for c in dial["categories"]}
+    dial_rows = [
+        "<tr><th scope='row'>account</th>"
+        + "".join(f"<td>{h(_shown(dial['account'].get(n)) or 'default')}</td>" for n in RISK_DIAL_FIELDS)
+        + "</tr>"
+    ]
+    for c in dial["categories"]:
+        cells = "".join(
+            f"<td>{h(_shown(c['effective'].get(n)))}{' (override)' if c.get(n) is not None else ' (inherited)'}</td>"
+            for n in RISK_DIAL_FIELDS
+        )
+        dial_rows.append(f"<tr><th scope='row'>{h(c['category_id'])}</th>{cells}</tr>")
+    category_forms = "".join(
+        f"<details><summary>Overrides for {h(c['name'])}</summary>"
+        f"<form method='post' action='/console/settings/risk-dial'>{csrf_field(session)}"
+        f"<input type='hidden' name='category_id' value='{h(c['id'])}'>"
+        f"{_dial_inputs('dial-' + c['id'], overrides.get(c['id'], {}), 'inherit')}"
+        f"<p><button type='submit'>Save overrides for {h(c['name'])}</button></p></form></details>"
+        for c in categories
+    )
+    async with request.app.state.db.engine.connect() as conn:
+        keys = await store.project_keys(conn, session.principal.project_id)
+    key_rows = [
+        f"<tr><td><code>{h(k.key_id)}</code></td><td>{h(k.actor_kind)}</td><td>{h(k.name)}</td>"
+        f"<td>{h(k.created_at)}</td><td>"
+        + (
+            "revoked"
+            if k.revoked_at
+            else _form(session, f"/console/settings/api-keys/{k.key_id}/revoke", "", f"Revoke {k.key_id}")
+        )
+        + "</td></tr>"
+        for k in keys
+    ]
+    policy_options = "".join(
+        f'<option value="{p}"{" selected" if p == policy["policy"] else ""}>{p}</option>' for p in POLICIES
+    )
+    kinds = "".join(f'<option value="{k}">{k}</option>' for k in ("human", "agent", "review_agent", "admin"))
+    shown_once = (
+        f'<div class="notice" role="status" data-autofocus tabindex="-1"><p>New key (shown once, copy it now):</p>'
+        f'<p class="secret">{h(issued)}</p></div>'
+        if issued
+        else ""
+    )
+    body = f"""{_notice(request)}{shown_once}
+<h2>Risk dial</h2>
+{table("Values in force: the account's, and each category's effective value", ["Scope", *RISK_DIAL_FIELDS], dial_rows)}
+<details open><summary>Account values (blank = built-in default)</summary>
+<form method="post" action="/console/settings/risk-dial">{csrf_field(session)}
+{_dial_inputs("dial-account", dial["account"], "default")}
+<p><button type="submit">Save account values</button></p></form></details>
+{category_forms}
+<h2>Review policy</h2>
+<p>In force: <strong>{h(policy["policy"])}</strong> (from {h(policy["source"])}).</p>
+<form method="post" action="/console/settings/review-policy">{csrf_field(session)}
+  <label for="policy">Policy</label><select id="policy" name="policy">{policy_options}</select>
+  <p><button type="submit">Save review policy</button></p></form>
+<h2>Blocks and suppressions</h2>
+<form method="post" action="/console/settings/contacts">{csrf_field(session)}
+  <label for="contact">Address</label><input type="text" id="contact" name="address" required>
+  <p><button type="submit" name="list" value="block">Block</button>
+  <button type="submit" name="list" value="suppress">Suppress</button></p></form>
+<h2>API keys</h2>
+{table("Keys of this project", ["Key", "Kind", "Name", "Created", ""], key_rows)}
+<form method="post" action="/console/settings/api-keys">{csrf_field(session)}
+  <label for="key-kind">Kind</label><select id="key-kind" name="actor_kind">{kinds}</select>
+  <label for="key-name">Name</label><input type="text" id="key-name" name="name">
+  <p><button type="submit">Issue key</button></p></form>"""
+    return page("Settings", body, session=session, active="settings")
+
+
+@router.post("/settings/risk-dial")
+async def set_risk_dial(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    category_id = web.field(form, "category_id")
+    values, blank = _dial_values(form, changed_only=not category_id)
+    message = rules_pb2.SetRiskDialRequest(principal=session.principal.to_proto())
+    if category_id:
+        message.categories.append(
+            rules_pb2.CategoryRisk(category_id=category_id, overrides=values, inherit_fields=blank)
+        )
+    else:
+        message.account.CopyFrom(values)
+        message.account_clear.extend(blank)
+    await web.call(web.backend(request).rules.SetRiskDial, message, request)
+    return _done("/console/settings", "risk_dial_saved")
+
+
+@router.post("/settings/review-policy")
+async def set_review_policy(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    await web.call(
+        web.backend(request).review.SetReviewPolicy,
+        review_pb2.SetReviewPolicyRequest(
+            principal=session.principal.to_proto(), policy=web.field(form, "policy")
+        ),
+        request,
+    )
+    return _done("/console/settings", "review_policy_saved")
+
+
+@router.post("/settings/contacts")
+async def add_contact(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    backend = web.backend(request)
+    rpc = backend.review.AddBlock if web.field(form, "list") == "block" else backend.review.AddSuppression
+    await web.call(
+        rpc,
+        review_pb2.ContactRequest(principal=session.principal.to_proto(), address=web.field(form, "address")),
+        request,
+    )
+    return _done("/console/settings", "contact_saved")
+
+
+@router.post("/settings/api-keys")
+async def issue_key(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    try:
+        kind = ActorKind(web.field(form, "actor_kind"))
+    except ValueError:
+        raise DomainError(Code.BAD_REQUEST, "Pick a key kind.") from None
+    async with request.app.state.db.transaction() as uow:
+        project = await store.get_project(uow.conn, session.principal.project_id)
+        assert project is not None
+        _, secret = await store.issue_key(
+            uow.conn, project, kind, web.field(form, "name") or f"console {kind}"
+        )
+    return await _settings(request, session, issued=secret)
+
+
+@router.post("/settings/api-keys/{key_id}/revoke")
+async def revoke_key(request: Request, key_id: str) -> Response:
+    session, _ = await _admin_write(request)
+    async with request.app.state.db.transaction() as uow:
+        key = await store.get_key(uow.conn, key_id)
+        if key is None or key.project_id != session.principal.project_id:
+            raise DomainError(Code.NOT_FOUND, f"No key {key_id} in this project.")
+        await store.revoke_key(uow.conn, key_id)
+    request.app.state.key_cache.forget(key_id)
+    return _done("/console/settings", "key_revoked")
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+
+@router.get("/budgets")
+async def budgets_page(request: Request) -> Response:
+    session = await _admin(request)
+    run_id = request.query_params.get("run_id", "").strip()
+    found = ""
+    if run_id:
+        try:
+            budget = as_round_budget(
+                await web.call(
+                    web.backend(request).budget.GetRoundBudget,
+                    budget_pb2.GetRoundBudgetRequest(principal=session.principal.to_proto(), run_id=run_id),
+                    request,
+                )
+            )
+        except web.REFUSALS as exc:
+            found = error_box(web.as_domain(exc).detail)
+        else:
+            extension = budget.get("extension")
+            receipt = (
+                f"<p>Extension {h(extension['receipt_id'])}: {extension['prior_limit']} → {extension['new_limit']} "
+                f"at head {h(extension['approved_head'])} by {h(extension['origin']['actor_id'])} "
+                f"({h(extension['granted_at'])}): {h(extension['scope_brief'])}</p>"
+                if extension
+                else "<p>No extension granted.</p>"
+            )
+            found = f"""<h2>Run {h(run_id)}</h2>
+<dl class="meta"><dt>Rounds</dt><dd>{budget["used"]}/{budget["limit"]}{" (exhausted)" if budget["exhausted"] else ""}</dd>
+<dt>No-verdict</dt><dd>{budget["no_verdict"]}/{budget["no_verdict_limit"]}</dd>
+<dt>Admissions</dt><dd>{budget["admissions"]}</dd><dt>Scope</dt><dd>{h(budget["scope_key"])}</dd></dl>
+{receipt}
+<h3>Grant an extension</h3>
+<form method="post" action="/console/budgets/extend">{csrf_field(session)}
+  <input type="hidden" name="run_id" value="{h(run_id)}">
+  <input type="hidden" name="expected_prior_limit" value="{budget["limit"]}">
+  <input type="hidden" name="idem" value="{web.idempotency_key()}">
+  <label for="b-head">Approved head (commit sha)</label><input type="text" id="b-head" name="head_sha" required>
+  <label for="b-limit">New limit</label><input type="number" id="b-limit" name="new_limit" value="{budget["limit"] + 1}" required>
+  <label for="b-brief">Scope brief</label><input type="text" id="b-brief" name="scope_brief" size="60" required>
+  <p><button type="submit">Grant extension</button></p></form>"""
+    body = f"""{_notice(request)}
+<form method="get" action="/console/budgets">
+  <label for="run">Run id</label><input type="text" id="run" name="run_id" value="{h(run_id)}">
+  <p><button type="submit">Show the review-round budget</button></p></form>
+{found}"""
+    return page("Budgets", body, session=session, active="budgets")
+
+
+@router.post("/budgets/extend")
+async def extend(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    run_id = web.field(form, "run_id")
+    origin = budget_pb2.RequestOrigin(
+        actor_kind=common_pb2.ACTOR_KIND_ADMIN,
+        actor_id=session.principal.actor_id,
+        key_id=session.key_id,
+        remote_addr=request.client.host if request.client else "",
+        user_agent=request.headers.get("user-agent", "")[:200],
+    )
+    await web.call(
+        web.backend(request).budget.ExtendReviewBudget,
+        budget_pb2.ExtendReviewBudgetRequest(
+            principal=session.principal.to_proto(),
+            run_id=run_id,
+            head_sha=web.field(form, "head_sha"),
+            new_limit=web.number(form, "new_limit"),
+            expected_prior_limit=web.number(form, "expected_prior_limit"),
+            scope_brief=web.field(form, "scope_brief"),
+            idempotency_key=web.field(form, "idem"),
+            origin=origin,
+        ),
+        request,
+    )
+    query = urlencode({"run_id": run_id, "done": "extension_granted"})
+    return RedirectResponse(f"/console/budgets?{query}", status_code=303)

@@ -1,0 +1,538 @@
+"""The reviewer's pages: the queue (live over server-sent events), the review page and its actions. Every
+action goes through the same gRPC call, authority and idempotency as the JSON route of the same verb."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request
+from reviewloop.errors import Code, DomainError
+from reviewloop.review.v1 import review_pb2
+from reviewloop.rules.v1 import rules_pb2
+from starlette.datastructures import FormData
+from starlette.responses import RedirectResponse, Response, StreamingResponse
+
+from gateway.console import web
+from gateway.console.html import button, csrf_field, h, page, table
+from gateway.console.sessions import Session
+from gateway.console.warnings import warnings
+from gateway.routes.reviews import _STATES
+from gateway.translate.reviews import as_review
+
+router = APIRouter()
+
+# The drafts a human can act on, oldest first.
+PENDING = ("needs_review", "in_review", "chatting")
+PAST = {"approve": "Approved", "edit": "Edited and approved", "reject": "Rejected", "escalate": "Escalated"}
+LIVE_POLL_S = 1.0
+
+
+async def _list(
+    request: Request, session: Session, states: list[str], category_id: str = ""
+) -> list[dict[str, Any]]:
+    reply = await web.call(
+        web.backend(request).review.ListReviews,
+        review_pb2.ListReviewsRequest(
+            principal=session.principal.to_proto(),
+            states=[_STATES[s] for s in states],
+            category_id=category_id,
+            limit=200,
+        ),
+        request,
+    )
+    return [as_review(r) for r in reply.reviews]
+
+
+async def pending_oldest_first(
+    request: Request, session: Session, category_id: str = ""
+) -> list[dict[str, Any]]:
+    return list(reversed(await _list(request, session, list(PENDING), category_id)))
+
+
+async def category_names(request: Request, session: Session) -> dict[str, str]:
+    """The project's categories, id -> name (the queue shows and filters by name)."""
+    reply = await web.call(
+        web.backend(request).rules.ListCategories,
+        rules_pb2.ListCategoriesRequest(principal=session.principal.to_proto(), limit=200),
+        request,
+    )
+    return {c.id: c.name for c in reply.categories}
+
+
+def _age(created_at: str) -> str:
+    seconds = (datetime.now(UTC) - datetime.fromisoformat(created_at.replace("Z", "+00:00"))).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return "just now"
+
+
+def _summary(review: dict[str, Any]) -> str:
+    intent = review.get("intent") or {}
+    return str(intent.get("summary") or review["subject"] or review["id"])
+
+
+# --- the queue ------------------------------------------------------------------------------------
+
+
+@router.get("/queue")
+async def queue(request: Request) -> Response:
+    session = await web.reader(request)
+    state = request.query_params.get("state", "")
+    category = request.query_params.get("category", "")
+    states = [state] if state in _STATES else list(PENDING)
+    reviews = list(reversed(await _list(request, session, states, category)))
+    names = await category_names(request, session)
+    rows = []
+    for review in reviews:
+        recipients = ", ".join([*review["to"], *review["cc"], *review["bcc"]])
+        rows.append(
+            f'<tr class="row" id="row-{h(review["id"])}">'
+            f'<td><a class="summary" href="/console/reviews/{h(review["id"])}">{h(_summary(review))}</a></td>'
+            f"<td>{h(names.get(review.get('category_id') or '', review.get('category_id') or '—'))}</td>"
+            f"<td>{h(review['kind'])}</td>"
+            f"<td>{h(recipients)}</td><td>{h(_age(review['created_at']))}</td>"
+            f'<td class="state">{h(review["state"])}</td></tr>'
+        )
+    state_options = "".join(
+        f'<option value="{h(s)}"{" selected" if s == state else ""}>{h(s or "pending (default)")}</option>'
+        for s in ["", *_STATES]
+    )
+    category_options = "".join(
+        f'<option value="{h(c)}"{" selected" if c == category else ""}>{h(names.get(c, c) or "any")}</option>'
+        for c in ["", *sorted(names, key=names.__getitem__)]
+    )
+    since = max(
+        (r["updated_at"] for r in reviews), default=datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    )
+    live = "/console/events?" + urlencode({"since": since, "state": state, "category": category})
+    body = f"""
+<form method="get" action="/console/queue" class="filters">
+  <label for="f-state">State</label><select id="f-state" name="state">{state_options}</select>
+  <label for="f-category">Category</label><select id="f-category" name="category">{category_options}</select>
+  <p><button type="submit">Filter</button></p>
+</form>
+<button type="button" id="new-bar" class="new-bar" hidden data-reload>0 new</button>
+{
+        table(
+            f"{len(reviews)} drafts, oldest first",
+            ["Intent", "Category", "Kind", "Recipients", "Age", "State"],
+            rows,
+            empty="No drafts are waiting for review.",
+            live=live,
+        )
+    }
+<p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>"""
+    return page("Review queue", body, session=session, active="queue", announce=_announcement(request))
+
+
+def _announcement(request: Request) -> str:
+    done, prev = request.query_params.get("done", ""), request.query_params.get("prev", "")
+    if done in PAST and prev:
+        return f"{PAST[done]} {prev}."
+    if done == "open":
+        return "Opened for review; you have it now."
+    return ""
+
+
+@router.get("/events")
+async def events(request: Request) -> Response:
+    """Server-sent events: every change to a draft of this project after ``Last-Event-ID`` (or ``since``),
+    with the id of each event the ``updated_at`` it carries, so a reconnect resumes where it stopped."""
+    session = await web.reader(request)
+    since = request.headers.get("last-event-id") or request.query_params.get("since", "")
+    state = request.query_params.get("state", "")
+    category = request.query_params.get("category", "")
+    listed = {state} if state in _STATES else set(PENDING)
+
+    def parse(value: str) -> datetime:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return datetime.now(UTC)
+
+    async def stream() -> AsyncIterator[bytes]:
+        mark = parse(since)
+        yield b"retry: 2000\n\n"
+        while not await request.is_disconnected():
+            try:
+                recent = await _list(request, session, [])
+            except Exception:
+                recent = []
+            changed = sorted(
+                (r for r in recent if parse(r["updated_at"]) > mark), key=lambda r: r["updated_at"]
+            )
+            for review in changed:
+                mark = parse(review["updated_at"])
+                data = {
+                    "id": review["id"],
+                    "state": review["state"],
+                    "pending": review["state"] in PENDING,
+                    "listed": review["state"] in listed
+                    and (not category or review.get("category_id") == category),
+                    "summary": _summary(review),
+                }
+                yield f"id: {review['updated_at']}\nevent: review\ndata: {json.dumps(data)}\n\n".encode()
+            yield b": tick\n\n"
+            await asyncio.sleep(LIVE_POLL_S)
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+# --- the review page ------------------------------------------------------------------------------
+
+
+async def _get(request: Request, session: Session, review_id: str) -> dict[str, Any]:
+    reply = await web.call(
+        web.backend(request).review.GetReview,
+        review_pb2.GetReviewRequest(principal=session.principal.to_proto(), review_id=review_id),
+        request,
+    )
+    return as_review(reply)
+
+
+def _diff(hunks: list[dict[str, Any]]) -> str:
+    """A per-field diff marked with - and + in text (never colour alone)."""
+    out = []
+    for hunk in hunks:
+        lines = [f"@@ {hunk['field']} ({hunk['op']})"]
+        for sign, value in (("-", hunk.get("before")), ("+", hunk.get("after"))):
+            if value in (None, "", []):
+                continue
+            text = "\n".join(value) if isinstance(value, list) else str(value)
+            lines += [f"{sign} {line}" for line in text.splitlines() or [""]]
+        out.append("\n".join(lines))
+    rendered = []
+    for line in "\n".join(out).splitlines():
+        css = "diff-del" if line.startswith("- ") else "diff-add" if line.startswith("+ ") else ""
+        rendered.append(f'<span class="{css}">{h(line)}</span>' if css else h(line))
+    return "<pre class='diff'>" + "\n".join(rendered) + "</pre>"
+
+
+def _delivery(review: dict[str, Any]) -> str:
+    rows = [
+        ("From", review.get("from_address") or "(the project's sender)"),
+        ("To", ", ".join(review["to"])),
+        ("Cc", ", ".join(review["cc"])),
+        ("Bcc", ", ".join(review["bcc"])),
+        ("Reply-To", review.get("reply_to") or ""),
+        ("Subject", review["subject"]),
+        *sorted((review.get("headers") or {}).items()),
+    ]
+    meta = "".join(f"<dt>{h(k)}</dt><dd><code>{h(repr(v)[1:-1])}</code></dd>" for k, v in rows if v)
+    parts = f"<h3>Text part</h3><pre>{h(review['body_text'])}</pre>"
+    if review.get("body_html"):
+        # The frame is sandboxed (no scripts, no same origin) and inherits the console's CSP: no remote loads.
+        doc = (
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:">'
+            + review["body_html"]
+        )
+        parts += (
+            '<h3>HTML part</h3><iframe class="html-part" sandbox title="HTML part of the draft, sandboxed" '
+            f'srcdoc="{h(doc)}"></iframe>'
+        )
+    attachments = []
+    for item in review.get("attachments") or []:
+        content = base64.b64decode(item.get("content_base64") or "")
+        attachments.append(
+            f"<tr><td>{h(item['filename'])}</td><td>{h(item['content_type'])}</td><td>{item['size']} bytes</td>"
+            f"<td><code>{hashlib.sha256(content).hexdigest()}</code></td></tr>"
+        )
+    parts += table("Attachments", ["File", "Type", "Size", "sha256"], attachments, empty="No attachments.")
+    return f'<section aria-labelledby="bytes"><h2 id="bytes">What will be delivered</h2><dl class="meta">{meta}</dl>{parts}</section>'
+
+
+def _thread(review: dict[str, Any]) -> str:
+    items = []
+    for turn in review.get("turns") or []:
+        what = turn["turn_type"] + (f" ({turn['action']})" if turn.get("action") else "")
+        diff = _diff(turn["diff_json"]["hunks"]) if turn.get("diff_json") else ""
+        text = f"<pre>{h(turn['body'])}</pre>" if turn["body"] else ""
+        items.append(
+            f"<li><strong>{h(what)}</strong> by {h(turn['actor_kind'])}, revision {turn['revision']}, "
+            f"{h(turn['created_at'])}{text}{diff}</li>"
+        )
+    return "<ol class='thread'>" + "".join(items) + "</ol>" if items else "<p>No turns yet.</p>"
+
+
+def _history(review: dict[str, Any]) -> str:
+    revisions = [t for t in review.get("turns") or [] if t["turn_type"] == "revision" or t.get("diff_json")]
+    items = [
+        f"<li>revision {t['revision']}: {h(t['turn_type'])}"
+        + (f" ({h(t['action'])})" if t.get("action") else "")
+        + (_diff(t["diff_json"]["hunks"]) if t.get("diff_json") else "")
+        + "</li>"
+        for t in revisions
+    ]
+    return f"<p>Current: revision {review['revision']}, version {review['version']}.</p>" + (
+        "<ul>" + "".join(items) + "</ul>" if items else "<p>Revision 1 is the only one.</p>"
+    )
+
+
+async def _reach(request: Request, session: Session, review: dict[str, Any]) -> tuple[int, int]:
+    """How many pending drafts a rule saved for the whole project and for the category will reach."""
+    pending = await _list(request, session, ["needs_review", "in_review", "chatting", "rejected"])
+    category = review.get("category_id")
+    return len(pending), sum(1 for r in pending if category and r.get("category_id") == category)
+
+
+def _hidden(review: dict[str, Any], session: Session) -> str:
+    """What every action form names: the session's CSRF token, the revision and version the page showed,
+    the last turn it showed, and an idempotency key of its own (a form posted twice acts once)."""
+    seen = max((t["seq"] for t in review.get("turns") or []), default=0)
+    return (
+        f'{csrf_field(session)}<input type="hidden" name="revision" value="{review["revision"]}">'
+        f'<input type="hidden" name="version" value="{review["version"]}">'
+        f'<input type="hidden" name="seen_seq" value="{seen}">'
+        f'<input type="hidden" name="idem" value="{web.idempotency_key()}">'
+    )
+
+
+async def render_review(
+    request: Request,
+    session: Session,
+    review: dict[str, Any],
+    *,
+    typed: FormData | None = None,
+    notice: str = "",
+    status: int = 200,
+) -> Response:
+    rid = review["id"]
+    typed_value = (
+        (lambda name, default="": web.field(typed, name, default))
+        if typed
+        else (lambda name, default="": default)
+    )
+    queue = await pending_oldest_first(request, session)
+    ids = [r["id"] for r in queue]
+    names = await category_names(request, session)
+    category_name = names.get(review.get("category_id") or "", review.get("category_id") or "no category")
+    nav = []
+    if rid in ids:
+        at = ids.index(rid)
+        if at > 0:
+            nav.append(
+                f'<a data-previous href="/console/reviews/{h(ids[at - 1])}">Previous draft <kbd aria-hidden="true">k</kbd></a>'
+            )
+        if at + 1 < len(ids):
+            nav.append(
+                f'<a data-next href="/console/reviews/{h(ids[at + 1])}">Next draft <kbd aria-hidden="true">j</kbd></a>'
+            )
+    found = warnings(review)
+    warning_panel = (
+        '<section class="warnings" aria-labelledby="warn"><h2 id="warn">Warnings: what the rendered mail hides</h2><ul>'
+        + "".join(f"<li>{h(w)}</li>" for w in found)
+        + "</ul></section>"
+        if found
+        else '<section aria-labelledby="warn"><h2 id="warn">Warnings</h2><p>No invisible characters, hidden text, look-alike domains or added recipients.</p></section>'
+    )
+    actions = ""
+    state = review["state"]
+    if state == "needs_review":
+        actions = f"""<form method="post" action="/console/reviews/{h(rid)}/open" class="actions">{_hidden(review, session)}
+{button("open", "Open for review")}<span>Pick this draft up before you decide.</span></form>"""
+    elif state in ("in_review", "chatting"):
+        house, in_category = await _reach(request, session, review)
+        category = review.get("category_id")
+        category_choice = (
+            f'<label class="check"><input type="radio" name="rule_scope" value="category"'
+            f"{' checked' if typed_value('rule_scope') == 'category' else ''}> category {h(category_name)} "
+            f"(reaches {in_category} pending drafts)</label>"
+            if category
+            else ""
+        )
+        actions = f"""
+<form method="post" action="/console/reviews/{h(rid)}/decide" class="actions">{_hidden(review, session)}
+  {button("approve", "Approve", name="action", value="approve")}
+</form>
+<details id="edit-panel"{" open" if typed_value("action") == "edit" else ""}><summary>Edit inline (a new version) <kbd aria-hidden="true">e</kbd></summary>
+<form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
+  <label for="edit-subject">Subject</label>
+  <input type="text" id="edit-subject" name="subject" size="80" value="{h(typed_value("subject", review["subject"]))}">
+  <label for="edit-body">Body</label>
+  <textarea id="edit-body" name="body">{h(typed_value("body", review["body_text"]))}</textarea>
+  <label for="edit-feedback">Note for the agent (optional)</label>
+  <textarea id="edit-feedback" name="feedback">{h(typed_value("feedback"))}</textarea>
+  <fieldset><legend>Save as rule</legend>
+    <p>Before (what the agent wrote):</p><pre>{h(review["body_text"])}</pre>
+    <p>After: your edit above.</p>
+    <label for="rule-text">Rule the agent applies next time (leave empty to save no rule)</label>
+    <textarea id="rule-text" name="rule_text">{h(typed_value("rule_text"))}</textarea>
+    <label class="check"><input type="radio" name="rule_scope" value="general"{" checked" if typed_value("rule_scope", "general") == "general" else ""}>
+      general: every draft of this project (reaches {house} pending drafts)</label>
+    {category_choice}
+  </fieldset>
+  <p>{button("save-edit", "Save edit and approve", name="action", value="edit")}</p>
+</form></details>
+<details id="reject-panel"{" open" if typed_value("action") == "reject" else ""}><summary>Reject with feedback <kbd aria-hidden="true">r</kbd></summary>
+<form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
+  <label for="reject-feedback">Feedback (the agent gets it verbatim)</label>
+  <textarea id="reject-feedback" name="feedback" required>{h(typed_value("feedback") if typed_value("action") == "reject" else "")}</textarea>
+  <p>{button("reject-submit", "Reject", name="action", value="reject")}</p>
+</form></details>
+<details id="escalate-panel"{" open" if typed_value("action") == "escalate" else ""}><summary>Escalate <kbd aria-hidden="true">x</kbd></summary>
+<form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
+  <label for="escalate-feedback">Why (optional)</label>
+  <textarea id="escalate-feedback" name="feedback">{h(typed_value("feedback") if typed_value("action") == "escalate" else "")}</textarea>
+  <p>{button("escalate-submit", "Escalate", name="action", value="escalate")}</p>
+</form></details>"""
+    else:
+        actions = f"<p>This draft is {h(state)}: nothing to decide.</p>"
+    chat = ""
+    if state in ("in_review", "chatting", "needs_review"):
+        chat = f"""<form method="post" action="/console/reviews/{h(rid)}/chat">{_hidden(review, session)}
+  <label for="chat-text">Comment to the agent</label><textarea id="chat-text" name="text" required>{h(typed_value("text"))}</textarea>
+  <p><button type="submit">Send comment</button></p></form>"""
+    intent = review.get("intent") or {}
+    body = f"""
+<p class="lede">{h(review["kind"])} · {h(category_name)} · state <strong>{h(state)}</strong> ·
+revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</code></p>
+<nav aria-label="Drafts" class="actions"><a href="/console/queue">Queue</a>{"".join(nav)}</nav>
+{notice}
+{warning_panel}
+<section aria-labelledby="act"><h2 id="act">Decide</h2>{actions}</section>
+<div class="grid">
+{_delivery(review)}
+<div>
+<section aria-labelledby="intent"><h2 id="intent">Intent</h2><p>{h(intent.get("summary") or "(none)")}</p>
+<pre>{h(json.dumps(intent.get("meta") or {}, indent=2, ensure_ascii=False))}</pre></section>
+<section aria-labelledby="history"><h2 id="history">Revision history</h2>{_history(review)}</section>
+<section aria-labelledby="thread"><h2 id="thread">Thread and chat</h2>{_thread(review)}{chat}</section>
+</div></div>"""
+    return page(
+        _summary(review),
+        body,
+        session=session,
+        active="queue",
+        status=status,
+        announce=_announcement(request),
+    )
+
+
+@router.get("/reviews/{review_id}")
+async def review_page(request: Request, review_id: str) -> Response:
+    session = await web.reader(request)
+    return await render_review(request, session, await _get(request, session, review_id))
+
+
+async def _refused(
+    request: Request, session: Session, review_id: str, form: FormData, error: DomainError
+) -> Response:
+    """A refused action changes nothing: show why, what changed since the page was read, and the current
+    version, keeping what the reviewer typed."""
+    review = await _get(request, session, review_id)
+    seen = int(web.field(form, "seen_seq", "0") or 0)
+    since = [t for t in review.get("turns") or [] if t["seq"] > seen]
+    changes = "".join(
+        f"<li>{h(t['turn_type'])}{' (' + h(t['action']) + ')' if t.get('action') else ''} by {h(t['actor_kind'])}</li>"
+        for t in since
+    )
+    shown = f"revision {web.field(form, 'revision')}, version {web.field(form, 'version')}"
+    now = f"revision {review['revision']}, version {review['version']}, state {review['state']}"
+    stale = error.code in (Code.STALE, Code.WRONG_STATE, Code.TERMINAL, Code.CONFLICT)
+    headline = (
+        f"Refused: this draft changed since you loaded it. You saw {shown}; it is now {now}. Nothing was done."
+        if stale
+        else f"Refused: {error.detail}"
+    )
+    notice = (
+        f'<div class="error" role="alert" data-autofocus tabindex="-1"><p>{h(headline)}</p>'
+        + (f"<p>What changed since:</p><ul>{changes}</ul>" if changes else "")
+        + ("<p>What you typed is kept below.</p>" if stale else "")
+        + "</div>"
+    )
+    return await render_review(
+        request, session, review, typed=form, notice=notice, status=409 if stale else 422
+    )
+
+
+async def _after_decision(request: Request, session: Session, review_id: str, done: str) -> Response:
+    """Focus moves to the next draft (oldest first), or back to the queue when none is left."""
+    queue = [r["id"] for r in await pending_oldest_first(request, session) if r["id"] != review_id]
+    query = urlencode({"done": done, "prev": review_id})
+    target = f"/console/reviews/{queue[0]}?{query}" if queue else f"/console/queue?{query}"
+    return RedirectResponse(target, status_code=303)
+
+
+@router.post("/reviews/{review_id}/open")
+async def open_review(request: Request, review_id: str) -> Response:
+    session, form = await web.writer(request)
+    try:
+        await web.call(
+            web.backend(request).review.Open,
+            review_pb2.OpenRequest(
+                principal=session.principal.to_proto(),
+                review_id=review_id,
+                revision=web.number(form, "revision"),
+                version=web.number(form, "version"),
+                idempotency_key=web.field(form, "idem"),
+            ),
+            request,
+        )
+    except web.REFUSALS as exc:  # every refusal is rendered on the page
+        return await _refused(request, session, review_id, form, web.as_domain(exc))
+    return RedirectResponse(f"/console/reviews/{review_id}?done=open", status_code=303)
+
+
+@router.post("/reviews/{review_id}/decide")
+async def decide(request: Request, review_id: str) -> Response:
+    session, form = await web.writer(request)
+    action = web.field(form, "action")
+    if action not in PAST:
+        return await _refused(
+            request, session, review_id, form, DomainError(Code.BAD_REQUEST, "Pick an action.")
+        )
+    message = review_pb2.DecideRequest(
+        principal=session.principal.to_proto(),
+        review_id=review_id,
+        action=action,
+        revision=web.number(form, "revision"),
+        version=web.number(form, "version"),
+        feedback=web.field(form, "feedback"),
+        idempotency_key=web.field(form, "idem"),
+    )
+    if action == "edit":
+        message.subject = web.field(form, "subject")
+        message.body = web.field(form, "body").replace("\r\n", "\n")
+        rule_text = web.field(form, "rule_text").strip()
+        if rule_text:
+            message.new_rule.rule_text = rule_text
+            message.new_rule.scope = "category" if web.field(form, "rule_scope") == "category" else "general"
+            if message.new_rule.scope == "category":
+                review = await _get(request, session, review_id)
+                message.new_rule.category_id = review.get("category_id") or ""
+    try:
+        await web.call(web.backend(request).review.Decide, message, request)
+    except web.REFUSALS as exc:  # every refusal is rendered on the page
+        return await _refused(request, session, review_id, form, web.as_domain(exc))
+    return await _after_decision(request, session, review_id, action)
+
+
+@router.post("/reviews/{review_id}/chat")
+async def chat(request: Request, review_id: str) -> Response:
+    session, form = await web.writer(request)
+    try:
+        await web.call(
+            web.backend(request).review.PostChat,
+            review_pb2.PostChatRequest(
+                principal=session.principal.to_proto(),
+                review_id=review_id,
+                text=web.field(form, "text"),
+                idempotency_key=web.field(form, "idem"),
+            ),
+            request,
+        )
+    except web.REFUSALS as exc:  # every refusal is rendered on the page
+        return await _refused(request, session, review_id, form, web.as_domain(exc))
+    return RedirectResponse(f"/console/reviews/{review_id}", status_code=303)

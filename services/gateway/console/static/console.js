@@ -1,0 +1,117 @@
+// reviewloop console: the keymap (declared once, server-side, in body[data-keymap]), the help overlay,
+// focus, the aria-live announcement and the queue's live "N new" bar. No build step.
+"use strict";
+(function () {
+  const body = document.body;
+  const keymap = JSON.parse(body.dataset.keymap || "{}");
+  const live = document.getElementById("live");
+  const help = document.getElementById("help");
+  const toggle = document.getElementById("keys-enabled");
+  const keysOn = () => localStorage.getItem("rl-console-keys") !== "off";
+
+  function announce(text) {
+    if (!live || !text) return;
+    live.textContent = "";
+    setTimeout(() => { live.textContent = text; }, 50);
+  }
+
+  function typing(el) {
+    return el && (el.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(el.tagName));
+  }
+
+  function rows() { return Array.from(document.querySelectorAll("tr.row")); }
+
+  function move(step) {
+    const list = rows();
+    if (list.length) {
+      const at = list.findIndex((r) => r.contains(document.activeElement));
+      const next = list[Math.max(0, Math.min(list.length - 1, at + step))];
+      next.querySelector("a").focus();
+      return;
+    }
+    const link = document.querySelector(step > 0 ? "a[data-next]" : "a[data-previous]");
+    if (link) window.location.href = link.href;
+  }
+
+  function reveal(panelId, fieldSelector) {
+    const panel = document.getElementById(panelId);
+    if (!panel) return;
+    panel.open = true;
+    const field = panel.querySelector(fieldSelector);
+    if (field) field.focus();
+  }
+
+  function showHelp(show) {
+    if (!help) return;
+    help.hidden = !show;
+    if (show) { toggle.checked = keysOn(); toggle.focus(); }
+  }
+
+  const handlers = {
+    next: () => move(1),
+    previous: () => move(-1),
+    open: () => {
+      const focused = rows().find((r) => r.contains(document.activeElement));
+      if (focused) { focused.querySelector("a").click(); return; }
+      const button = document.querySelector("button[data-action=open]");
+      if (button) button.click();
+    },
+    approve: () => { const b = document.querySelector("button[data-action=approve]"); if (b) b.click(); },
+    edit: () => reveal("edit-panel", "input[name=subject]"),
+    reject: () => reveal("reject-panel", "textarea[name=feedback]"),
+    escalate: () => reveal("escalate-panel", "textarea[name=feedback]"),
+    help: () => showHelp(help.hidden),
+  };
+
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      if (help && !help.hidden) { showHelp(false); return; }
+      if (typing(document.activeElement)) document.activeElement.blur();
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
+    const action = keymap[event.key];
+    if (!action || !(keysOn() || action === "help")) return;
+    event.preventDefault();
+    handlers[action]();
+  });
+
+  document.addEventListener("click", (event) => {
+    const target = event.target.closest("[data-action=help], [data-close]");
+    if (target) showHelp(target.hasAttribute("data-action"));
+  });
+  if (toggle) toggle.addEventListener("change", () => {
+    localStorage.setItem("rl-console-keys", toggle.checked ? "on" : "off");
+    announce(toggle.checked ? "Single-key shortcuts on" : "Single-key shortcuts off");
+  });
+
+  // Where the server asked for focus (the next draft after a decision, the first error), and what to say.
+  const focus = document.querySelector("[data-autofocus]");
+  if (focus) focus.focus();
+  announce(body.dataset.announce);
+
+  // The queue: new drafts wait behind an "N new" bar; drafts decided elsewhere grey out in place.
+  const queue = document.querySelector("table[data-live]");
+  if (queue && window.EventSource) {
+    const bar = document.getElementById("new-bar");
+    bar.addEventListener("click", () => window.location.reload());
+    const fresh = new Set();
+    const source = new EventSource(queue.dataset.live);
+    source.addEventListener("review", (message) => {
+      const review = JSON.parse(message.data);
+      const row = document.getElementById("row-" + review.id);
+      if (row) {
+        row.querySelector(".state").textContent = review.state;
+        if (!review.pending && !row.classList.contains("decided")) {
+          row.classList.add("decided");
+          announce("A draft was decided elsewhere: " + review.summary);
+        }
+      } else if (review.pending && review.listed && !fresh.has(review.id)) {
+        fresh.add(review.id);
+        bar.hidden = false;
+        bar.textContent = fresh.size + " new — show";
+        bar.setAttribute("aria-label", fresh.size + " new drafts: show them");
+      }
+    });
+  }
+})();

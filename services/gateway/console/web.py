@@ -1,0 +1,94 @@
+"""What every console page shares: its session, its form, its backends, its errors."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+import grpc
+from fastapi import Request
+from reviewloop.errors import Code, DomainError
+from starlette.datastructures import FormData
+
+from gateway.backends import Backends
+from gateway.console.sessions import Session, check_csrf, current
+from gateway.problems import backend_error
+
+
+class SignInRequired(Exception):
+    """No live session: the handler sends the browser to sign in and back to ``next``."""
+
+    def __init__(self, next_url: str) -> None:
+        self.next_url = next_url
+
+
+def sign_in_url(next_url: str) -> str:
+    return f"/console/sign-in?next={quote(next_url, safe='')}"
+
+
+def safe_next(value: str | None) -> str:
+    """Only a console path may be a post-sign-in target (no open redirect)."""
+    if value and value.startswith("/console/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/console/queue"
+
+
+async def reader(request: Request) -> Session:
+    session = await current(request, write=False)
+    if session is None:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise SignInRequired(target)
+    return session
+
+
+async def writer(request: Request) -> tuple[Session, FormData]:
+    """A write: the Strict cookie's session and a form whose CSRF token is bound to it."""
+    session = await current(request, write=True)
+    if session is None:
+        raise SignInRequired("/console/queue")
+    form = await request.form()
+    check_csrf(session, str(form.get("csrf", "")))
+    return session, form
+
+
+def require_admin(session: Session) -> None:
+    if not session.is_admin:
+        raise DomainError(Code.FORBIDDEN_SCOPE, "This page is for admin keys; sign in with an admin key.")
+
+
+def backend(request: Request) -> Backends:
+    backends: Backends = request.app.state.backends
+    return backends
+
+
+def field(form: FormData, name: str, default: str = "") -> str:
+    value = form.get(name, default)
+    return value if isinstance(value, str) else default
+
+
+def number(form: FormData, name: str) -> int:
+    text = field(form, name)
+    if not text.strip().lstrip("-").isdigit():
+        raise DomainError(Code.BAD_REQUEST, f"{name} must be a whole number.")
+    return int(text)
+
+
+def idempotency_key() -> str:
+    """A fresh key per rendered form: a double submit of one form acts once (the services dedupe)."""
+    return uuid.uuid4().hex
+
+
+REFUSALS = (DomainError, grpc.aio.AioRpcError)
+
+
+def as_domain(error: Exception) -> DomainError:
+    if isinstance(error, DomainError):
+        return error
+    if isinstance(error, grpc.aio.AioRpcError):
+        return backend_error(error)
+    raise error
+
+
+async def call(rpc: Any, message: Any, request: Request) -> Any:
+    return await rpc(message, timeout=backend(request).timeout_s)

@@ -1,0 +1,142 @@
+"""What an SRE reads off the gateway: the request span's review and problem code, the HTTP metrics,
+the access log, and the ``/metrics``, ``/livez`` and ``/readyz`` endpoints."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from opentelemetry import trace
+from reviewloop import metrics, telemetry
+from sqlalchemy import text
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.responses import OrjsonResponse
+
+access_log = logging.getLogger("reviewloop.access")
+# Answers read back for their review id or problem code: problems and a mutation's small JSON answer.
+_CAPTURE_LIMIT = 64 * 1024
+_QUIET = frozenset({"/metrics", "/livez", "/readyz"})
+
+
+class Observed:
+    """Annotate the request's server span (``reviewloop.review_id`` from the path or, for a submit, from
+    the answer; ``problem_code`` and ERROR on every 4xx/5xx), record the request's metric and write one
+    access-log line. Runs inside FastAPI's span, and annotates before the last body chunk ends it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in _QUIET:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        state: dict[str, Any] = {"status": 0, "capture": False, "body": b"", "code": ""}
+
+        async def observed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = status = message["status"]
+                kind = dict(message.get("headers", [])).get(b"content-type", b"")
+                state["capture"] = status >= 400 or (
+                    scope["method"] == "POST" and b"json" in kind and "review_id" not in _params(scope)
+                )
+            elif message["type"] == "http.response.body":
+                if state["capture"] and len(state["body"]) < _CAPTURE_LIMIT:
+                    state["body"] += message.get("body", b"")
+                if not message.get("more_body", False):
+                    self._annotate(scope, state)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            seconds = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", "unmatched")
+            status = state["status"] or 500
+            metrics.http_duration.record(
+                seconds,
+                {
+                    "http.request.method": scope["method"],
+                    "http.route": route,
+                    "http.response.status_code": status,
+                    "problem_code": state["code"],
+                },
+            )
+            access_log.info(
+                "%s %s %d",
+                scope["method"],
+                scope["path"],
+                status,
+                extra={
+                    "fields": {
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "route": route,
+                        "status": status,
+                        "duration_ms": round(seconds * 1000, 2),
+                        "problem_code": state["code"],
+                        "review_id": state.get("review_id", ""),
+                    }
+                },
+            )
+
+    @staticmethod
+    def _annotate(scope: Scope, state: dict[str, Any]) -> None:
+        answer: Any = None
+        if state["body"]:
+            try:
+                answer = orjson.loads(state["body"])
+            except orjson.JSONDecodeError:
+                answer = None
+        review_id = _params(scope).get("review_id") or (
+            answer.get("review_id") if isinstance(answer, dict) else None
+        )
+        if isinstance(review_id, str) and review_id:
+            state["review_id"] = review_id
+            trace.get_current_span().set_attribute(telemetry.REVIEW_ID, review_id)
+        if state["status"] >= 400:
+            code = answer.get("code") if isinstance(answer, dict) else None
+            state["code"] = code if isinstance(code, str) else str(state["status"])
+            telemetry.mark_error(state["code"])
+
+
+def _params(scope: Scope) -> dict[str, Any]:
+    params = scope.get("path_params")
+    return params if isinstance(params, dict) else {}
+
+
+router = APIRouter(tags=["operations"], include_in_schema=False)
+
+
+@router.get("/metrics")
+async def metrics_endpoint() -> Response:
+    """The Prometheus text exposition of this gateway process."""
+    return Response(await metrics.scrape(()), media_type=metrics.CONTENT_TYPE)
+
+
+@router.get("/livez")
+async def livez() -> Response:
+    """200 while the process answers."""
+    return OrjsonResponse({"status": "ok"})
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> Response:
+    """200 when the gateway's store answers and every backend reports SERVING; 503 says what is not."""
+    problems: list[str] = []
+    try:
+        async with request.app.state.db.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except Exception:
+        problems.append("store")
+    backends = await request.app.state.backends.health()
+    problems += [name for name, status in backends.items() if status != "SERVING"]
+    return OrjsonResponse(
+        {"status": "ready" if not problems else "not_ready", "not_ready": problems},
+        status_code=200 if not problems else 503,
+    )

@@ -1,0 +1,364 @@
+"""The reviewer console end to end in headless Chromium (issue 16): one stack per module, one fresh
+project per test, a screenshot of every page under tests/console/output/ and an axe-core scan of each."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from axe_playwright_python.async_playwright import Axe  # type: ignore[import-untyped]
+from playwright.async_api import Page, expect
+
+from tests.conftest import Api, draft
+from tests.console.conftest import shot
+from tests.e2e.helpers import events_until
+
+
+async def _project(api: Api) -> dict[str, Any]:
+    """A project with an agent key, a human key and an admin key."""
+    project = await api.project()
+    keys = {
+        kind: (await api.key(project["project_id"], kind))["api_key"] for kind in ("agent", "human", "admin")
+    }
+    return {**project, **keys}
+
+
+async def _category(api: Api, project_id: str, name: str) -> str:
+    response = await api.http.post(
+        f"/v1/admin/projects/{project_id}/categories", json={"name": name}, headers=api.admin
+    )
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+async def sign_in(page: Page, key: str, path: str = "/console/queue") -> None:
+    await page.goto(path)
+    await page.get_by_label("Human or admin API key").fill(key)
+    await page.get_by_role("button", name="Sign in").click()
+
+
+async def submit(api: Api, agent_key: str, **overrides: Any) -> str:
+    response = await api.http.post("/v1/messages", json=draft(**overrides), headers=api.auth(agent_key))
+    assert response.status_code == 202, response.text
+    return str(response.json()["review_id"])
+
+
+async def review(api: Api, key: str, review_id: str) -> dict[str, Any]:
+    response = await api.http.get(f"/v1/reviews/{review_id}", headers=api.auth(key))
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def axe_clean(page: Page, name: str) -> None:
+    """No serious or critical axe-core violation on ``page``; its screenshot is written as well."""
+    await shot(page, name)
+    results = await Axe().run(page)
+    bad = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+    assert not bad, f"{name}: " + "; ".join(
+        f"{v['id']}: {v['help']} ({[n['target'] for n in v['nodes']][:3]})" for v in bad
+    )
+
+
+async def test_edit_saved_as_category_rule_then_approved(capi: Api, new_page: Any) -> None:
+    """A human opens the oldest draft, edits it, saves the edit as a category rule and approves: the
+    agent's terminal `sent` nudge says `decision: edited` and get_rules shows the rule."""
+    p = await _project(capi)
+    category = await _category(capi, p["project_id"], "pilot outreach")
+    oldest = await submit(capi, p["agent"], subject="Q3 pilot", category_id=category)
+    await submit(capi, p["agent"], subject="later one", category_id=category)
+    await submit(capi, p["agent"], subject="uncategorised")
+    page = await new_page()
+    await sign_in(page, p["human"])
+    await expect(page.locator("tr.row")).to_have_count(3)
+    await page.get_by_label("Category").select_option(label="pilot outreach")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator("tr.row")).to_have_count(2)
+    await expect(page.locator("tr.row").first).to_contain_text("pilot outreach")
+    await page.locator("tr.row a").first.click()
+    await expect(page).to_have_url(f"/console/reviews/{oldest}")
+    await page.get_by_role("button", name="Open for review").click()
+    await expect(page.locator("#live")).to_have_text("Opened for review; you have it now.")
+    await page.get_by_text("Edit inline").click()
+    await page.get_by_label("Body").fill("Would Thursday at 2pm work for a 20-minute call?")
+    await page.get_by_label("Rule the agent applies next time").fill("Always propose one concrete time slot.")
+    await page.get_by_label("category").check()
+    await expect(page.get_by_text("reaches 3 pending drafts")).to_be_visible()
+    await expect(page.get_by_text("reaches 2 pending drafts")).to_be_visible()
+    await shot(page, "review-edit")
+    await page.get_by_role("button", name="Save edit and approve").click()
+    await expect(page.locator("#live")).to_have_text(f"Edited and approved {oldest}.")
+
+    agent = capi.auth(p["agent"])
+    deadline = time.monotonic() + 20
+    sent: list[dict[str, Any]] = []
+    while not sent and time.monotonic() < deadline:
+        events = await events_until(capi, agent, 1)
+        sent = [e for e in events if e["review_id"] == oldest and e["reason"] == "sent"]
+        await asyncio.sleep(0.2)
+    assert sent and sent[0]["payload"]["decision"] == "edited", sent
+    rules = await capi.http.get("/v1/rules", params={"category_id": category}, headers=agent)
+    assert "Always propose one concrete time slot." in [r["rule_text"] for r in rules.json()["rules"]]
+
+
+async def test_stale_click_refused_visibly_keeping_what_was_typed(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    rid = await submit(capi, p["agent"])
+    first = await new_page()
+    await sign_in(first, p["human"], f"/console/reviews/{rid}")
+    await first.get_by_role("button", name="Open for review").click()
+    second = await new_page(first.context)  # a second tab of the same reviewer
+    await second.goto(f"/console/reviews/{rid}")
+    # The first tab comments (a new version); the second tab's reject names the version it showed.
+    await first.get_by_label("Comment to the agent").fill("Is Thursday firm?")
+    await first.get_by_role("button", name="Send comment").click()
+    await second.locator("#reject-panel summary").click()
+    await second.get_by_label("Feedback (the agent gets it verbatim)").fill("Too pushy; soften the ask.")
+    await second.get_by_role("button", name="Reject").click()
+    alert = second.get_by_role("alert")
+    await expect(alert).to_contain_text("Refused: this draft changed since you loaded it")
+    await expect(alert).to_contain_text("human_comment")
+    await expect(second.get_by_label("Feedback (the agent gets it verbatim)")).to_have_value(
+        "Too pushy; soften the ask."
+    )
+    await shot(second, "review-stale-refused")
+    # Now the first tab approves; the second tab's approve (of the version it showed) is refused.
+    await first.goto(f"/console/reviews/{rid}")
+    await first.get_by_role("button", name="Approve").click()
+    await second.get_by_role("button", name="Approve").click()
+    await expect(second.get_by_role("alert")).to_contain_text("it is now revision 1")
+    assert (await review(capi, p["agent"], rid))["state"] in ("approved", "sent")
+
+
+async def test_invisible_characters_and_lookalike_domain_flagged(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    hits: list[bytes] = []  # a tracking-pixel server: the HTML part must never reach it
+
+    async def pixel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hits.append(await reader.readline())
+        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    tracker = await asyncio.start_server(pixel, "127.0.0.1", 0)
+    port = tracker.sockets[0].getsockname()[1]
+    rid = await submit(
+        capi,
+        p["agent"],
+        to=["vp@acme.com", "cfo@acrne.com"],
+        subject="Q3\u200b pilot",
+        body_text="Pay to the new account\u202e below.",
+        body_html='<p>Hello</p><p style="display:none">wire funds</p><img src="http://127.0.0.1:{port}/t.png">'.replace(
+            "{port}", str(port)
+        ),
+    )
+    page = await new_page()
+    await sign_in(page, p["human"], f"/console/reviews/{rid}")
+    panel = page.get_by_role("region", name="Warnings: what the rendered mail hides")
+    await expect(panel).to_contain_text("subject: zero-width character U+200B ZERO WIDTH SPACE")
+    await expect(panel).to_contain_text("bidi control U+202E")
+    await expect(panel).to_contain_text("recipient domain acrne.com looks like acme.com")
+    await expect(panel).to_contain_text("HTML part hides text")
+    await expect(page.frame_locator("iframe.html-part").get_by_text("Hello")).to_be_visible()
+    frame = await (await page.locator("iframe.html-part").element_handle()).content_frame()
+    assert frame is not None
+    await frame.wait_for_load_state("load")  # after its images loaded or were refused
+    tracker.close()
+    assert hits == []  # the HTML part loads nothing remote (tracking pixels included)
+    await axe_clean(page, "review-warnings")
+
+
+async def test_whole_review_by_keyboard(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    first = await submit(capi, p["agent"], subject="first")
+    second = await submit(capi, p["agent"], subject="second")
+    page = await new_page()
+    await page.goto("/console/queue")
+    await page.keyboard.type(p["human"])  # the key field has focus on the sign-in page
+    await page.keyboard.press("Enter")
+    await expect(page.get_by_role("heading", name="Review queue")).to_be_visible()
+    await page.keyboard.press("?")
+    await expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
+    await page.keyboard.press("Escape")
+    await page.keyboard.press("j")
+    await page.keyboard.press("o")
+    await expect(page).to_have_url(f"/console/reviews/{first}")
+    await page.keyboard.press("o")  # pick it up
+    await expect(page.locator("#live")).to_have_text("Opened for review; you have it now.")
+    await page.keyboard.press("r")
+    feedback = page.get_by_label("Feedback (the agent gets it verbatim)")
+    await expect(feedback).to_be_focused()
+    await page.keyboard.type("a shorter ask, please")  # 'a' while typing is text, not approve
+    await expect(feedback).to_have_value("a shorter ask, please")
+    await page.keyboard.press("Tab")
+    await page.keyboard.press("Enter")
+    # Focus moves to the next draft and the outcome is announced.
+    await expect(page).to_have_url(f"/console/reviews/{second}?done=reject&prev={first}")
+    await expect(page.locator("#live")).to_have_text(f"Rejected {first}.")
+    await expect(page.locator("main")).to_be_focused()
+    assert (await review(capi, p["agent"], first))["state"] == "rejected"
+    # A reviewer can turn single-key shortcuts off.
+    await page.keyboard.press("?")
+    await page.get_by_label("Single-key shortcuts on").uncheck()
+    await page.keyboard.press("Escape")
+    await page.keyboard.press("o")
+    await expect(page.get_by_role("button", name="Open for review")).to_be_visible()
+    assert (await review(capi, p["agent"], second))["state"] == "needs_review"
+
+
+async def test_admin_flips_risk_dial_and_graduates_a_category(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/categories")
+    await page.get_by_label("Name").fill("renewals")
+    await page.get_by_role("button", name="Create category").click()
+    await expect(page.get_by_role("status").first).to_contain_text("category created")
+    # The maturity gate is unmet (no clean approvals yet): the graduate is refused where the admin sees it.
+    await page.get_by_role("button", name="Graduate renewals to auto_notify").click()
+    await expect(page.get_by_role("alert")).to_contain_text("needs 20 clean approvals (has 0)")
+    await page.goto("/console/settings")
+    await page.locator("#dial-account-min_confidence").fill("0.9")
+    await page.locator("#dial-account-graduate_min_approvals").fill("0")
+    await page.locator("#dial-account-graduate_min_age_hours").fill("0")
+    await page.get_by_role("button", name="Save account values").click()
+    await expect(page.get_by_role("status").first).to_contain_text("risk dial saved")
+    dial = page.locator("table").first
+    await expect(dial).to_contain_text("0.9")
+    # A category override shows as such; the other values are inherited from the account.
+    await page.get_by_text("Overrides for renewals", exact=True).click()
+    await page.locator("[id^=dial-cat_][id$=-min_confidence]").fill("0.95")
+    await page.get_by_role("button", name="Save overrides for renewals").click()
+    renewals = dial.locator("tbody tr").nth(1)
+    await expect(renewals).to_contain_text("0.95 (override)")
+    await expect(renewals.locator("td").nth(2)).to_have_text("3 (inherited)")
+    await axe_clean(page, "settings")
+    # With the gate opened on the dial, the admin graduates the category.
+    await page.goto("/console/categories")
+    await page.get_by_role("button", name="Graduate renewals to auto_notify").click()
+    await expect(page.get_by_role("status").first).to_contain_text("category graduated")
+    await expect(page.locator("tbody tr").first).to_contain_text("auto_notify")
+    await axe_clean(page, "categories")
+    response = await capi.http.get("/v1/risk-dial", headers=capi.auth(p["agent"]))
+    assert response.status_code == 200, response.text
+    assert response.json()["account"]["min_confidence"] == 0.9
+
+
+async def test_deep_link_opens_the_draft_after_sign_in(capi: Api, new_page: Any, base_url: str) -> None:
+    p = await _project(capi)
+    rid = await submit(capi, p["agent"])
+    page = await new_page()
+    await page.goto(f"/console/reviews/{rid}")
+    await expect(page).to_have_url(f"/console/sign-in?next=%2Fconsole%2Freviews%2F{rid}")
+    await axe_clean(page, "sign-in")
+    await page.get_by_label("Human or admin API key").fill(p["human"])
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page).to_have_url(f"/console/reviews/{rid}")
+    # From another site (mail, chat): only the Lax read cookie travels, and it still opens the draft.
+    await page.set_content(f'<a href="{base_url}/console/reviews/{rid}">the draft</a>')
+    await page.get_by_role("link", name="the draft").click()
+    await expect(page.get_by_role("button", name="Open for review")).to_be_visible()
+    # ...and a write from the console itself is same-site again.
+    await page.get_by_role("button", name="Open for review").click()
+    await expect(page.locator("#live")).to_have_text("Opened for review; you have it now.")
+
+
+async def test_authority_agent_keys_and_other_tenants(capi: Api, new_page: Any) -> None:
+    p, other = await _project(capi), await _project(capi)
+    foreign = await submit(capi, other["agent"])
+    page = await new_page()
+    await sign_in(page, p["agent"])
+    await expect(page.get_by_role("alert")).to_contain_text("cannot sign in to the console")
+    await page.get_by_label("Human or admin API key").fill(p["human"])
+    await page.get_by_role("button", name="Sign in").click()
+    response = await page.goto(f"/console/reviews/{foreign}")
+    assert response is not None and response.status == 404
+    response = await page.goto("/console/settings")
+    assert response is not None and response.status == 403
+    # A write without the session's CSRF token changes nothing.
+    forged = await page.request.post("/console/sign-out", form={"csrf": "forged"})
+    assert forged.status == 403
+    await page.goto("/console/queue")
+    await page.get_by_role("button", name="Sign out").click()
+    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    await page.goto("/console/queue")
+    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+
+
+async def test_queue_is_live_and_every_page_is_accessible(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    decided_elsewhere = await submit(capi, p["agent"], subject="one")
+    page = await new_page()
+    await sign_in(page, p["admin"])
+    await expect(page.locator(f"#row-{decided_elsewhere}")).to_be_visible()
+    await axe_clean(page, "queue")
+    await submit(capi, p["agent"], subject="two")
+    await expect(page.locator("#new-bar")).to_have_text("1 new — show")
+    assert await page.locator("tr.row").count() == 1  # new drafts wait behind the bar
+    cancelled = await capi.http.post(
+        f"/v1/reviews/{decided_elsewhere}/cancel", json={"parent_revision": 1}, headers=capi.auth(p["agent"])
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    await expect(page.locator(f"#row-{decided_elsewhere}")).to_have_class("row decided")
+    await shot(page, "queue-live")
+    await page.locator("#new-bar").click()
+    await expect(page.locator("tr.row")).to_have_count(1)
+    await page.locator("tr.row a").first.click()
+    await axe_clean(page, "review")
+    for name in ("rules", "budgets"):
+        await page.goto(f"/console/{name}")
+        await axe_clean(page, name)
+    await page.keyboard.press("?")
+    await axe_clean(page, "shortcuts-overlay")
+
+
+async def test_admin_reads_a_run_budget_and_grants_an_extension(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    reviewer = capi.auth((await capi.key(p["project_id"], "review_agent"))["api_key"])
+    head = "e" * 40
+    run = await capi.http.put(
+        "/v1/review-rounds/runs/run_console",
+        json={"repository": "acme/api", "pr_number": 7, "head_sha": head},
+        headers=reviewer,
+    )
+    assert run.status_code == 200, run.text
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/budgets")
+    await page.get_by_label("Run id").fill("run_console")
+    await page.get_by_role("button", name="Show the review-round budget").click()
+    await expect(page.locator("dl.meta")).to_contain_text("0/5")
+    await page.get_by_label("Approved head (commit sha)").fill(head)
+    await page.get_by_label("Scope brief").fill("retry flake fix only")
+    await page.get_by_role("button", name="Grant extension").click()
+    await expect(page.get_by_role("status").first).to_contain_text("extension granted")
+    await expect(page.locator("dl.meta")).to_contain_text("0/6")
+    await expect(page.get_by_text("5 → 6")).to_be_visible()
+    await axe_clean(page, "budgets-run")
+
+
+async def test_admin_approves_a_proposed_rule_and_reads_its_history(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    settings = await capi.http.put(
+        f"/v1/admin/projects/{p['project_id']}/rule-settings",
+        json={"write_approval": True},
+        headers=capi.admin,
+    )
+    assert settings.status_code == 200, settings.text
+    saved = await capi.http.post(
+        "/v1/rules",
+        json={"rule_text": "Never promise a discount.", "scope": "general"},
+        headers=capi.auth(p["agent"]),
+    )
+    assert saved.status_code == 201 and saved.json()["status"] == "proposed", saved.text
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/rules")
+    proposed = page.get_by_role("table", name="Proposed rules")
+    await expect(proposed).to_contain_text("Never promise a discount.")
+    await shot(page, "rules-proposed")
+    await proposed.get_by_role("button", name="Approve").click()
+    await expect(page.get_by_role("status").first).to_contain_text("rule approve done")
+    ladder = page.get_by_role("table", name="Effective ladder, in the order a draft applies it")
+    await expect(ladder).to_contain_text("Never promise a discount.")
+    await ladder.get_by_text("History").click()
+    await expect(ladder.locator("details li")).to_have_count(2)
+    rules = await capi.http.get("/v1/rules", headers=capi.auth(p["agent"]))
+    assert "Never promise a discount." in [r["rule_text"] for r in rules.json()["rules"]]
