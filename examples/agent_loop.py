@@ -53,8 +53,8 @@ async def act(rl: AsyncReviewloop, review_id: str, reason: str, payload: dict[st
             await rl.submit_revision(
                 review_id,
                 parent_revision=review.revision,
-                subject=review.subject,
-                body_text=redraft(review.body_text, [r.rule_text for r in rules.rules]),
+                subject=review.proposed_subject,
+                text=redraft(review.proposed_body_text, [r.rule_text for r in rules.items]),
                 composition_token=rules.composition_token,
             )
         except ReviewloopError as error:
@@ -75,7 +75,7 @@ async def run_agent(
     """Submit ``draft`` and follow it to its terminal event."""
     submitted = await rl.send_email(**draft)
     review_id = submitted.review_id
-    log.info("submitted %s: %s", review_id, submitted.status)
+    log.info("submitted %s: %s", review_id, submitted.kind)
     handled: list[str] = []
     deadline = asyncio.get_running_loop().time() + max_wait_s
     while asyncio.get_running_loop().time() < deadline:
@@ -84,10 +84,11 @@ async def run_agent(
             if event.review_id == review_id:
                 handled.append(event.reason)
                 if event.reason in TERMINAL_REASONS:
-                    await rl.ack_review_events([(event.review_id, event.seq)])
-                    return Outcome(review_id, event.reason, dict(event.payload), handled)
-                await act(rl, event.review_id, event.reason, dict(event.payload))
-            await rl.ack_review_events([(event.review_id, event.seq)])
+                    await rl.ack_review_event([(review_id, event.seq)])
+                    return Outcome(review_id, event.reason, dict(event.payload or {}), handled)
+                await act(rl, review_id, event.reason, dict(event.payload or {}))
+            if event.review_id:  # a broadcast nudge (seq 0, no review) has no cursor to move
+                await rl.ack_review_event([(event.review_id, event.seq)])
     # No terminal event in time: the definitive per-review answer is `closed` on the review itself.
     review = await rl.get_review(review_id)
     return Outcome(review_id, "timeout" if not review.closed else review.state, {}, handled)

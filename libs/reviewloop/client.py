@@ -33,7 +33,7 @@ from pydantic import BaseModel
 
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.shapes import (
-    AckReviewEventsResult,
+    AckReviewEventResult,
     Category,
     CategoryList,
     ContractManifest,
@@ -41,13 +41,16 @@ from reviewloop.shapes import (
     Problem,
     Review,
     ReviewEvent,
-    ReviewEventList,
+    ReviewEventsResult,
     ReviewFeedback,
     ReviewList,
+    ReviewTurnList,
     RiskDial,
     Rule,
-    RuleList,
-    SubmitResult,
+    RuleAudit,
+    RuleSnapshot,
+    ScanBacklogStatus,
+    SubmitForReviewResult,
 )
 
 T = TypeVar("T")
@@ -88,8 +91,14 @@ class ReviewloopError(Exception):
         super().__init__(f"{status} {self.code}: {self.detail}")
 
     def facts(self, name: str) -> list[Any]:
-        """Every recovery fact named ``name`` (``allowed_action`` repeats; the others appear once)."""
-        return [e.get("detail") for e in self.problem.get("errors") or [] if e.get("code") == name]
+        """Every recovery fact named ``name`` (``allowed_action`` repeats; the others appear once).
+
+        A fact is the hint whose ``field`` is ``name``; ``revision`` and ``version`` read as ints.
+        """
+        values = [e.get("detail") for e in self.problem.get("errors") or [] if e.get("field") == name]
+        if name in ("revision", "version"):
+            return [int(v) for v in values if str(v).isdigit()]
+        return values
 
     @property
     def allowed_actions(self) -> list[str]:
@@ -152,7 +161,7 @@ class Verbs:
         composition_token: str | None = None,
         idempotency_key: str | None = None,
         **extra: Any,
-    ) -> Call[SubmitResult]:
+    ) -> Call[SubmitForReviewResult]:
         """Submit a new outbound message (``POST /v1/messages``).
 
         The project's review policy decides what happens to it: under ``require_review`` a human decides;
@@ -176,7 +185,7 @@ class Verbs:
                 ``confidence``, ...), sent as given.
 
         Returns:
-            A :class:`SubmitResult` (``202``) with the ``review_id`` to come back to: ``status`` is
+            A :class:`SubmitForReviewResult` (``202``) with the ``review_id`` to come back to: ``status`` is
             ``queued_for_review``, or ``sent`` when the policy released the message at once.
 
         Raises:
@@ -193,14 +202,16 @@ class Verbs:
                 cc=list(cc) or None,
                 bcc=list(bcc) or None,
                 subject=subject,
-                body_text=body_text,
+                text=body_text,  # the SDK's request name (the server also reads body_text)
                 intent=intent,
                 category_id=category_id,
                 composition_token=composition_token,
                 **extra,
             )
         )
-        return Call("POST", "/v1/messages", _shape(SubmitResult), body=body, idempotency_key=idempotency_key)
+        return Call(
+            "POST", "/v1/messages", _shape(SubmitForReviewResult), body=body, idempotency_key=idempotency_key
+        )
 
     @staticmethod
     def reply_to_email(
@@ -210,7 +221,7 @@ class Verbs:
         intent: Json | None = None,
         idempotency_key: str | None = None,
         **extra: Any,
-    ) -> Call[SubmitResult]:
+    ) -> Call[SubmitForReviewResult]:
         """Reply to a recorded message (``POST /v1/messages/{message_id}/reply``).
 
         The ``Re:`` subject and the recipients are materialized at submit, so the reviewer sees the exact
@@ -226,16 +237,16 @@ class Verbs:
                 given.
 
         Returns:
-            A :class:`SubmitResult` (``202``) with the ``review_id`` to come back to: ``status`` is
+            A :class:`SubmitForReviewResult` (``202``) with the ``review_id`` to come back to: ``status`` is
             ``queued_for_review``, or ``sent`` when the policy released the message at once.
 
         Raises:
             ReviewloopError: ``404 not_found`` for a message this project does not hold; otherwise as
                 :meth:`send_email`.
         """
-        body = _drop_none(dict(body_text=body_text, intent=intent, **extra))
+        body = _drop_none(dict(text=body_text, intent=intent, **extra))
         return Call(
-            "POST", f"/v1/messages/{_id(message_id)}/reply", _shape(SubmitResult), body=body,
+            "POST", f"/v1/messages/{_id(message_id)}/reply", _shape(SubmitForReviewResult), body=body,
             idempotency_key=idempotency_key,
         )  # fmt: skip
 
@@ -248,7 +259,7 @@ class Verbs:
         intent: Json | None = None,
         idempotency_key: str | None = None,
         **extra: Any,
-    ) -> Call[SubmitResult]:
+    ) -> Call[SubmitForReviewResult]:
         """Forward a recorded message to new recipients (``POST /v1/messages/{message_id}/forward``).
 
         A forward goes through review like any send: the quoted parent is part of the reviewed body, and
@@ -264,16 +275,16 @@ class Verbs:
             **extra: Further request fields (``composition_token``, ``subject``, ...), sent as given.
 
         Returns:
-            A :class:`SubmitResult` (``202``) with the ``review_id`` to come back to: ``status`` is
+            A :class:`SubmitForReviewResult` (``202``) with the ``review_id`` to come back to: ``status`` is
             ``queued_for_review``, or ``sent`` when the policy released the message at once.
 
         Raises:
             ReviewloopError: ``404 not_found`` for a message this project does not hold; otherwise as
                 :meth:`send_email`.
         """
-        body = _drop_none(dict(to=list(to), body_text=body_text, intent=intent, **extra))
+        body = _drop_none(dict(to=list(to), text=body_text, intent=intent, **extra))
         return Call(
-            "POST", f"/v1/messages/{_id(message_id)}/forward", _shape(SubmitResult), body=body,
+            "POST", f"/v1/messages/{_id(message_id)}/forward", _shape(SubmitForReviewResult), body=body,
             idempotency_key=idempotency_key,
         )  # fmt: skip
 
@@ -296,10 +307,26 @@ class Verbs:
         return Call("GET", f"/v1/reviews/{_id(review_id)}", _shape(Review))
 
     @staticmethod
+    def get_review_turns(review_id: str) -> Call[ReviewTurnList]:
+        """Read a review's append-only thread, oldest first (``GET /v1/reviews/{review_id}/turns``).
+
+        Args:
+            review_id: The ``rr_`` id.
+
+        Returns:
+            A :class:`ReviewTurnList`: the ``items`` (chat, decisions, revisions, ...) and their ``total``.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a review outside the caller's project.
+        """
+        return Call("GET", f"/v1/reviews/{_id(review_id)}/turns", _shape(ReviewTurnList))
+
+    @staticmethod
     def list_reviews(
         *,
         state: Sequence[str] = (),
         agent_id: str | None = None,
+        composer: str | None = None,
         category_id: str | None = None,
         cursor: str | None = None,
         limit: int | None = None,
@@ -312,12 +339,13 @@ class Verbs:
         Args:
             state: Only reviews in one of these states (empty: any).
             agent_id: Only reviews composed by this agent.
+            composer: ``"me"``: only the caller's own drafts (the SDK's filter).
             category_id: Only reviews in this category.
             cursor: The ``next_cursor`` of the previous page.
             limit: Page size (1..200; the server's default is 50).
 
         Returns:
-            A :class:`ReviewList`; its ``next_cursor`` is ``None`` on the last page.
+            A :class:`ReviewList` (``items``, ``total``); its ``next_cursor`` is ``None`` on the last page.
 
         Raises:
             ReviewloopError: ``bad_request`` for an unknown state.
@@ -326,6 +354,7 @@ class Verbs:
             dict(
                 state=list(state) or None,
                 agent_id=agent_id,
+                composer=composer,
                 category_id=category_id,
                 cursor=cursor,
                 limit=limit,
@@ -397,7 +426,7 @@ class Verbs:
 
     @staticmethod
     def cancel_review(
-        review_id: str, *, parent_revision: int, idempotency_key: str | None = None
+        review_id: str, *, parent_revision: int | None = None, idempotency_key: str | None = None
     ) -> Call[Review]:
         """Withdraw a review (``POST /v1/reviews/{review_id}/cancel``).
 
@@ -406,7 +435,7 @@ class Verbs:
 
         Args:
             review_id: The ``rr_`` id.
-            parent_revision: The ``revision`` the caller last read.
+            parent_revision: The ``revision`` the caller last read; omitted, the current one is withdrawn.
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
 
@@ -420,7 +449,7 @@ class Verbs:
         """
         return Call(
             "POST", f"/v1/reviews/{_id(review_id)}/cancel", _shape(Review),
-            body={"parent_revision": parent_revision}, idempotency_key=idempotency_key,
+            body=_drop_none({"parent_revision": parent_revision}), idempotency_key=idempotency_key,
         )  # fmt: skip
 
     @staticmethod
@@ -466,7 +495,9 @@ class Verbs:
         return Call("GET", f"/v1/reviews/{_id(review_id)}/feedback", _shape(ReviewFeedback))
 
     @staticmethod
-    def list_review_events(*, limit: int | None = None, cursor: str | None = None) -> Call[ReviewEventList]:
+    def list_review_events(
+        *, limit: int | None = None, cursor: str | None = None, review_id: str | None = None
+    ) -> Call[ReviewEventsResult]:
         """Drain the caller's un-acked nudges, oldest first (``GET /v1/review-events``).
 
         A nudge keeps re-surfacing until :meth:`ack_review_events` acks it. Handle every ``reason`` and ack
@@ -475,15 +506,18 @@ class Verbs:
         Args:
             limit: Page size (1..200; the server's default is 50).
             cursor: The ``next_cursor`` of the previous page.
+            review_id: Only this review's nudges (a page may then be short: follow ``next_cursor``).
 
         Returns:
-            A :class:`ReviewEventList`; its ``next_cursor`` is ``None`` on the last page.
+            A :class:`ReviewEventsResult`; its ``next_cursor`` is ``None`` on the last page.
         """
-        params = _drop_none(dict(limit=limit, cursor=cursor))
-        return Call("GET", "/v1/review-events", _shape(ReviewEventList), params=params)
+        params = _drop_none(dict(limit=limit, cursor=cursor, review_id=review_id))
+        return Call("GET", "/v1/review-events", _shape(ReviewEventsResult), params=params)
 
     @staticmethod
-    def wait_for_review_event(*, timeout_s: float = 30.0, limit: int | None = None) -> Call[ReviewEventList]:
+    def wait_for_review_event(
+        *, timeout_s: float = 30.0, limit: int | None = None
+    ) -> Call[ReviewEventsResult]:
         """Long-poll for the caller's next un-acked nudges (``GET /v1/review-events/wait``).
 
         Answers as soon as a nudge is visible, or with no events once ``timeout_s`` has passed; the HTTP
@@ -494,30 +528,35 @@ class Verbs:
             limit: The most events answered (1..200; the server's default is 50).
 
         Returns:
-            A :class:`ReviewEventList`, empty when nothing arrived in time.
+            A :class:`ReviewEventsResult`, empty when nothing arrived in time.
         """
-        params = _drop_none(dict(timeout_s=timeout_s, limit=limit))
+        params = _drop_none(dict(wait_seconds=timeout_s, limit=limit))
         # The server holds the request up to timeout_s: read for longer than that.
         return Call(
-            "GET", "/v1/review-events/wait", _shape(ReviewEventList), params=params, timeout_s=timeout_s + 10
+            "GET",
+            "/v1/review-events/wait",
+            _shape(ReviewEventsResult),
+            params=params,
+            timeout_s=timeout_s + 10,
         )
 
     @staticmethod
     def ack_review_events(
         acks: Sequence[tuple[str, int]], *, idempotency_key: str | None = None
-    ) -> Call[AckReviewEventsResult]:
+    ) -> Call[AckReviewEventResult]:
         """Advance each review's ack cursor (``POST /v1/review-events/ack``).
 
         Idempotent, never backwards, all or nothing. An acked nudge never re-surfaces, so ack a terminal
         nudge only once its outcome is recorded.
 
         Args:
-            acks: ``(review_id, seq)`` pairs: every nudge of that review up to ``seq`` is acked.
+            acks: ``(review_id, through_seq)`` pairs: every nudge of that review up to ``through_seq`` is
+                acked.
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
 
         Returns:
-            An :class:`AckReviewEventsResult`; ``acked`` counts the acks accepted, a repeated one
+            An :class:`AckReviewEventResult`; ``acked`` counts the acks accepted, a repeated one
         included.
 
         Raises:
@@ -525,14 +564,17 @@ class Verbs:
                 review's newest nudge (nothing is acked); ``404 not_found`` for a review whose
                 nudges the caller cannot see.
         """
-        body = {"acks": [{"review_id": review_id, "seq": seq} for review_id, seq in acks]}
+        body = {"acks": [{"review_id": review_id, "through_seq": seq} for review_id, seq in acks]}
         return Call(
-            "POST", "/v1/review-events/ack", _shape(AckReviewEventsResult), body=body,
+            "POST", "/v1/review-events/ack", _shape(AckReviewEventResult), body=body,
             idempotency_key=idempotency_key,
         )  # fmt: skip
 
+    # The skill catalog's name for the same verb.
+    ack_review_event = ack_review_events
+
     @staticmethod
-    def get_rules(*, scope: str | None = None, category_id: str | None = None) -> Call[RuleList]:
+    def get_rules(*, scope: str | None = None, category_id: str | None = None) -> Call[RuleSnapshot]:
         """Read the effective rule stack, precedence ladder applied (``GET /v1/rules``).
 
         Compose with the whole stack: unfiltered, the answer also carries the rule versions, the rule
@@ -544,12 +586,12 @@ class Verbs:
             category_id: Only rules that apply to this category.
 
         Returns:
-            A :class:`RuleList`, with the ``composition_token`` when unfiltered.
+            A :class:`RuleSnapshot`, with the ``composition_token`` when unfiltered.
         """
         return Call(
             "GET",
             "/v1/rules",
-            _shape(RuleList),
+            _shape(RuleSnapshot),
             params=_drop_none(dict(scope=scope, category_id=category_id)),
         )
 
@@ -588,6 +630,22 @@ class Verbs:
         return Call("POST", "/v1/rules", _shape(Rule), body=body, idempotency_key=idempotency_key)
 
     @staticmethod
+    def get_rule_audit(lineage_id: str) -> Call[RuleAudit]:
+        """Read the changes of a rule lineage, oldest first (``GET /v1/rules/{lineage_id}/audit``).
+
+        Args:
+            lineage_id: The ``rln_`` id.
+
+        Returns:
+            A :class:`RuleAudit`: each change (``create``, ``supersede``, ``retire``, ``restore``, ...), who
+            made it, the rule before and after, and whether an undo took it back.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a lineage the caller's project cannot see.
+        """
+        return Call("GET", f"/v1/rules/{_id(lineage_id)}/audit", _shape(RuleAudit))
+
+    @staticmethod
     def list_categories(*, cursor: str | None = None) -> Call[CategoryList]:
         """List the category registry a draft is matched against (``GET /v1/categories``).
 
@@ -624,6 +682,37 @@ class Verbs:
         """
         body = _drop_none(dict(name=name, description=description, **fields))
         return Call("POST", "/v1/categories", _shape(Category), body=body, idempotency_key=idempotency_key)
+
+    @staticmethod
+    def get_category(category_id: str) -> Call[Category]:
+        """Read one category (``GET /v1/categories/{category_id}``).
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            The :class:`Category`.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
+        """
+        return Call("GET", f"/v1/categories/{_id(category_id)}", _shape(Category))
+
+    @staticmethod
+    def get_backlog_status(category_id: str) -> Call[ScanBacklogStatus]:
+        """Count a category's queued drafts, current or stale against its rules (``GET .../backlog``).
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            The :class:`ScanBacklogStatus`: ``queued``, ``current_enough`` and ``stale`` (composed under an
+            older rule high-water: redraft them a few at a time, or restamp the ones that need no change).
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
+        """
+        return Call("GET", f"/v1/categories/{_id(category_id)}/backlog", _shape(ScanBacklogStatus))
 
     @staticmethod
     def get_graduation_status(category_id: str) -> Call[GraduationStatus]:
@@ -919,6 +1008,7 @@ class AsyncReviewloop(_Base):
     reply_to_email = _async(Verbs.reply_to_email)
     forward_email = _async(Verbs.forward_email)
     get_review = _async(Verbs.get_review)
+    get_review_turns = _async(Verbs.get_review_turns)
     list_reviews = _async(Verbs.list_reviews)
     submit_revision = _async(Verbs.submit_revision)
     restamp_review = _async(Verbs.restamp_review)
@@ -928,10 +1018,14 @@ class AsyncReviewloop(_Base):
     list_review_events = _async(Verbs.list_review_events)
     wait_for_review_event = _async(Verbs.wait_for_review_event)
     ack_review_events = _async(Verbs.ack_review_events)
+    ack_review_event = _async(Verbs.ack_review_event)
     get_rules = _async(Verbs.get_rules)
     save_rule = _async(Verbs.save_rule)
+    get_rule_audit = _async(Verbs.get_rule_audit)
     list_categories = _async(Verbs.list_categories)
     create_category = _async(Verbs.create_category)
+    get_category = _async(Verbs.get_category)
+    get_backlog_status = _async(Verbs.get_backlog_status)
     get_graduation_status = _async(Verbs.get_graduation_status)
     propose_graduation = _async(Verbs.propose_graduation)
     get_risk_dial = _async(Verbs.get_risk_dial)
@@ -997,6 +1091,7 @@ class Reviewloop(_Base):
     reply_to_email = _sync(Verbs.reply_to_email)
     forward_email = _sync(Verbs.forward_email)
     get_review = _sync(Verbs.get_review)
+    get_review_turns = _sync(Verbs.get_review_turns)
     list_reviews = _sync(Verbs.list_reviews)
     submit_revision = _sync(Verbs.submit_revision)
     restamp_review = _sync(Verbs.restamp_review)
@@ -1006,10 +1101,14 @@ class Reviewloop(_Base):
     list_review_events = _sync(Verbs.list_review_events)
     wait_for_review_event = _sync(Verbs.wait_for_review_event)
     ack_review_events = _sync(Verbs.ack_review_events)
+    ack_review_event = _sync(Verbs.ack_review_event)
     get_rules = _sync(Verbs.get_rules)
     save_rule = _sync(Verbs.save_rule)
+    get_rule_audit = _sync(Verbs.get_rule_audit)
     list_categories = _sync(Verbs.list_categories)
     create_category = _sync(Verbs.create_category)
+    get_category = _sync(Verbs.get_category)
+    get_backlog_status = _sync(Verbs.get_backlog_status)
     get_graduation_status = _sync(Verbs.get_graduation_status)
     propose_graduation = _sync(Verbs.propose_graduation)
     get_risk_dial = _sync(Verbs.get_risk_dial)

@@ -5,23 +5,57 @@ from typing import Final
 
 CONTRACT_VERSION: Final = "0.1.0-pre.6"
 
+# Every shape by the SDK's type name (spec/SDK.md: the SDK is the reference where the spec is silent).
+# The SDK's names this surface does not serve yet (ReviewDecisionContext, ScanBacklogStatus,
+# CategoryPacingState, PacingItem, RuleAuditEntry, LearnReviewRuleRequest, LearnedReviewRule, the commerce
+# plane) are left out rather than promised; ``Page<Review>`` is ``ReviewList`` here.
 CONTRACT_MANIFEST: Final = {
+    "name": "extrovert.review-loop",
     "version": CONTRACT_VERSION,
     "stability": "provisional",
     "kind": "sdk+skill-contract",
+    "spec_ref": "spec 000 (0.1.0-pre.6)",
     "core_shapes": ["ReviewIntent", "ReviewFeedback", "DiffJson", "Rule", "ReviewEvent"],
     "shapes": [
+        # core
         "ReviewIntent",
         "ReviewFeedback",
+        "ReviewFeedbackComment",
         "DiffJson",
         "DiffHunk",
         "Rule",
         "ReviewEvent",
+        # submit and reads
         "Review",
-        "ReviewChatRequest",
+        "ReviewTurn",
+        "ReviewTurnList",
+        "ReviewList",
+        "SubmitForReviewResult",
+        "SentMessage",
+        # review events
+        "ReviewEventsResult",
+        "ReviewEventCursor",
+        "AckReviewEventRequest",
+        "AckReviewEventEntry",
+        "AckReviewEventResult",
+        # chat, revision, restamp, cancel
+        "PostReviewChatRequest",
+        "SubmitRevisionRequest",
+        "RestampReviewRequest",
+        # categories
         "Category",
-        "GraduationStatus",
+        "CategoryList",
+        "ProposeCategoryRequest",
+        "UpdateCategoryRequest",
+        # graduation and the risk dial
+        "CategoryRiskDial",
         "RiskDial",
+        "GraduationStatus",
+        "ProposeGraduationRequest",
+        # rules
+        "RuleSnapshot",
+        "SaveRuleRequest",
+        # the reviewer planes
         "ReviewerDecisionRequest",
         "ReviewerDecisionResult",
         "Problem",

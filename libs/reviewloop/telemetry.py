@@ -209,7 +209,8 @@ def review_attributes(message: Any) -> dict[str, Any]:
     if "review" in fields and message.HasField("review"):
         review = message.review
         review_ids.append(review.id)
-        if review.category_id:
+        # A review summary (the reviewer's decision answer) carries no category.
+        if "category_id" in review.DESCRIPTOR.fields_by_name and review.category_id:
             found[CATEGORY_ID] = review.category_id
     for name in ("acks", "events"):
         if name in fields and fields[name].message_type is not None:

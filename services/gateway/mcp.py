@@ -40,7 +40,18 @@ log = logging.getLogger(__name__)
 MCP_PATH = "/mcp"
 CONSOLE_PREFIX = "/v1/admin"
 IDEMPOTENCY_ARGUMENT = "idempotency_key"
+CLIENT_ID_ARGUMENT = "client_id"  # the skill catalog's name for the idempotency key
+ID_ARGUMENT = "id"  # the catalog's name for a tool's one path id (review_id, category_id, ...)
 BODY_ARGUMENT = "body"
+# The skill catalog's tool names for the same operations (the spec's names stay tools too).
+CATALOG_ALIASES = {
+    "ack_review_event": "ack_review_events",
+    "reviewer_decide": "decide_review",
+    "propose_category": "create_category",
+    "reply_email": "reply_to_email",
+}
+# Mutations the catalog marks idempotent without an Idempotency-Key: an ack never moves a cursor back.
+IDEMPOTENT_WITHOUT_KEY = frozenset({"ack_review_events"})
 FORWARDED_HEADERS = ("authorization", "x-request-id", "traceparent")
 INSTRUCTIONS = (
     "reviewloop: the review loop for agent email. Submit with send_email / reply_to_email / forward_email "
@@ -67,15 +78,25 @@ class Operation:
     body_fields: frozenset[str] | None  # flattened body properties; None when the body is one argument
     has_body: bool
     read_only: bool
+    output_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] = field(default_factory=dict)
 
-    def tool(self) -> types.Tool:
+    @property
+    def idempotent(self) -> bool:
+        """A read, a mutation that honours an idempotency key, or one idempotent by its nature."""
+        return self.read_only or self.takes_idempotency_key or self.name in IDEMPOTENT_WITHOUT_KEY
+
+    def tool(self, name: str | None = None) -> types.Tool:
         return types.Tool(
-            name=self.name,
-            description=self.description,
+            name=name or self.name,
+            description=self.description if name is None else f"{self.description} (alias of {self.name})",
             input_schema=self.input_schema,
+            output_schema=self.output_schema,
             annotations=types.ToolAnnotations(
-                read_only_hint=self.read_only, idempotent_hint=self.read_only, open_world_hint=False
+                read_only_hint=self.read_only,
+                destructive_hint=False,
+                idempotent_hint=self.idempotent,
+                open_world_hint=False,
             ),
         )
 
@@ -139,6 +160,10 @@ def _operation(path: str, method: str, spec: dict[str, Any], components: dict[st
                     **param.get("schema", {"type": "string"}),
                     "description": "Idempotency-Key: a retry with the same key never repeats the mutation.",
                 }
+                properties[CLIENT_ID_ARGUMENT] = {
+                    **param.get("schema", {"type": "string"}),
+                    "description": "The catalog's name for idempotency_key (give one of the two).",
+                }
             continue
         if where not in ("path", "query"):
             continue
@@ -164,9 +189,15 @@ def _operation(path: str, method: str, spec: dict[str, Any], components: dict[st
             properties[BODY_ARGUMENT] = content.get("schema", {})
             if spec["requestBody"].get("required"):
                 required.append(BODY_ARGUMENT)
+    if len(path_params) == 1:  # the catalog names a tool's one id ``id``
+        (only,) = path_params
+        properties[ID_ARGUMENT] = {**properties[only], "description": f"the catalog's name for {only}"}
+        required.remove(only)
     input_schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
         input_schema["required"] = sorted(set(required))
+    # (No top-level anyOf for "one of the two": some clients refuse it. A call naming neither is a 400.)
+    output_schema = _output_schema(spec, components)
     summary = spec.get("description") or spec.get("summary") or ""
     return Operation(
         name=spec["operationId"],
@@ -180,7 +211,20 @@ def _operation(path: str, method: str, spec: dict[str, Any], components: dict[st
         body_fields=body_fields,
         has_body=has_body,
         read_only=method == "GET",
+        output_schema=output_schema,
     )
+
+
+def _output_schema(spec: dict[str, Any], components: dict[str, Any]) -> dict[str, Any] | None:
+    """The route's success answer as a self-contained object schema, when it is one (MCP's
+    ``outputSchema`` describes ``structuredContent``, always an object)."""
+    for status in ("200", "201", "202"):
+        content = spec.get("responses", {}).get(status, {}).get("content", {}).get("application/json")
+        if content is None:
+            continue
+        schema = _resolve(content.get("schema", {}), components)
+        return _with_defs(schema, components) if schema.get("type") == "object" else None
+    return None
 
 
 def _error_result(problem: dict[str, Any]) -> types.CallToolResult:
@@ -257,12 +301,14 @@ class McpGateway:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[op.tool() for op in self.operations.values()])
+        tools = [op.tool() for op in self.operations.values()]
+        tools += [self.operations[name].tool(alias) for alias, name in CATALOG_ALIASES.items()]
+        return types.ListToolsResult(tools=tools)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        operation = self.operations.get(params.name)
+        operation = self.operations.get(CATALOG_ALIASES.get(params.name, params.name))
         if operation is None:
             known = ", ".join(sorted(self.operations))
             return _error_result(
@@ -303,6 +349,8 @@ class McpGateway:
         path = operation.path
         for name in operation.path_params:
             value = arguments.pop(name, None)
+            if value is None and len(operation.path_params) == 1:
+                value = arguments.pop(ID_ARGUMENT, None)
             if value is None or value == "":
                 raise DomainError(Code.BAD_REQUEST, f"/{name}: the argument {name!r} is required.")
             path = path.replace("{" + name + "}", quote(str(value), safe=""))
@@ -311,9 +359,10 @@ class McpGateway:
             for name in list(arguments)
             if name in operation.query_params and (value := arguments.pop(name)) is not None
         }
-        if operation.takes_idempotency_key and arguments.get(IDEMPOTENCY_ARGUMENT):
-            headers = {**headers, "Idempotency-Key": str(arguments.pop(IDEMPOTENCY_ARGUMENT))}
-        arguments.pop(IDEMPOTENCY_ARGUMENT, None)
+        key = arguments.pop(IDEMPOTENCY_ARGUMENT, None) or arguments.pop(CLIENT_ID_ARGUMENT, None)
+        arguments.pop(CLIENT_ID_ARGUMENT, None)
+        if operation.takes_idempotency_key and key:
+            headers = {**headers, "Idempotency-Key": str(key)}
         body: Any = None
         if operation.has_body:
             # Unknown arguments go to the route, whose body model names them in a 422.

@@ -22,6 +22,19 @@ RETRY_AFTER_S = "1"
 BODY_TOO_LARGE = "reviewloop.body_too_large"  # set in the ASGI scope when the body limit is hit
 
 
+# The hints whose value the SDK reads from ``code`` (errors.ts ``hintCode``); every other hint
+# (``policy``, ``retry_with``, ``recipient``, ...) carries its value in ``detail`` under the problem's code.
+CODE_VALUED_HINTS = frozenset({"state", "revision", "version", "allowed_action", "sent_message_id"})
+
+
+def hint(name: str, value: object, code: Code) -> dict[str, str]:
+    """One recovery fact as the SDK reads it: keyed by ``field``, every value a string."""
+    text = str(value)
+    if name in CODE_VALUED_HINTS:
+        return {"field": name, "code": text, "detail": text}
+    return {"field": name, "code": code.value, "detail": text}
+
+
 def problem_body(error: DomainError, status: int, request_id: str | None = None) -> dict[str, Any]:
     errors: list[dict[str, Any]] = [
         {"field": v.field, "code": error.code.value, "detail": v.description} for v in error.violations
@@ -31,10 +44,10 @@ def problem_body(error: DomainError, status: int, request_id: str | None = None)
         ("revision", error.revision),
         ("version", error.version),
         ("sent_message_id", error.sent_message_id),
+        *(("allowed_action", verb) for verb in error.allowed_actions),
+        *error.hints,
     ]
-    errors += [{"code": name, "detail": value} for name, value in facts if value is not None]
-    errors += [{"code": "allowed_action", "detail": verb} for verb in error.allowed_actions]
-    errors += [{"code": name, "detail": value} for name, value in error.hints]
+    errors += [hint(name, value, error.code) for name, value in facts if value is not None]
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_BASE + error.code.value,
         "title": title(error.code),

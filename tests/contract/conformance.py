@@ -34,7 +34,7 @@ PROTO_MESSAGES: dict[str, list[str]] = {
         "reviewloop.review.v1.review_pb2.ReviewerDecision",
     ],
     "ReviewerDecisionRequest": ["reviewloop.review.v1.review_pb2.DecideRequest"],
-    "ReviewChatRequest": ["reviewloop.review.v1.review_pb2.PostChatRequest"],
+    "PostReviewChatRequest": ["reviewloop.review.v1.review_pb2.PostChatRequest"],
 }
 
 

@@ -189,10 +189,10 @@ PROBLEM = {
     "detail": "Revision 3 is no longer current (it is 4): re-read the review, re-apply, resubmit.",
     "code": "stale",
     "errors": [
-        {"code": "state", "detail": "in_review"},
-        {"code": "revision", "detail": 4},
-        {"code": "version", "detail": 7},
-        {"code": "allowed_action", "detail": "get_review"},
+        {"field": "state", "code": "in_review", "detail": "in_review"},
+        {"field": "revision", "code": "4", "detail": "4"},
+        {"field": "version", "code": "7", "detail": "7"},
+        {"field": "allowed_action", "code": "get_review", "detail": "get_review"},
     ],
 }
 
@@ -204,7 +204,7 @@ CANONICAL: list[tuple[str, str, dict[str, Any]]] = [
     ("DiffHunk", "hunk", HUNK),
     ("Rule", "rule", RULE),
     *[("ReviewEvent", f"nudge_{name}", nudge) for name, nudge in NUDGES.items()],
-    ("ReviewChatRequest", "chat", CHAT),
+    ("PostReviewChatRequest", "chat", CHAT),
     ("Category", "category", CATEGORY),
     ("GraduationStatus", "graduation", GRADUATION),
     ("RiskDial", "risk_dial", RISK_DIAL),

@@ -17,10 +17,11 @@ import pytest
 from fastapi.routing import APIRoute
 from gateway.asgi import create_app
 from gateway.routes import ROUTERS
+from gateway.translate import page
 from gateway.translate.budget import as_gate_decision, as_runner
 from gateway.translate.events import as_review_event
-from gateway.translate.reviews import as_review, as_review_chat_result, as_submit_result
-from gateway.translate.rules import as_category, as_rule_list, as_rule_revision
+from gateway.translate.reviews import as_review, as_review_chat_result, as_review_turn, as_submit_result
+from gateway.translate.rules import as_category, as_rule_audit, as_rule_list, as_rule_revision
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from pydantic.json_schema import models_json_schema
@@ -191,18 +192,20 @@ def filled(message: Message, depth: int = 0) -> Message:
 UNVALIDATED: list[tuple[type[Any], Any]] = [
     (shapes.Review, lambda: as_review(filled(review_pb2.Review()))),
     (shapes.Review, lambda: as_review(review_pb2.Review(kind=1, state=1))),  # every optional absent
-    (shapes.SubmitResult, lambda: as_submit_result(filled(review_pb2.SubmitResponse()))),
-    (shapes.ReviewList, lambda: {"reviews": [as_review(filled(review_pb2.Review()))], "next_cursor": None}),
+    (shapes.SubmitForReviewResult, lambda: as_submit_result(filled(review_pb2.SubmitResponse()))),
+    (shapes.ReviewList, lambda: page([as_review(filled(review_pb2.Review()))], "c", also_as="reviews")),
+    (shapes.ReviewTurnList, lambda: page([as_review_turn(filled(review_pb2.Turn()))])),
     (shapes.ReviewChatResult, lambda: as_review_chat_result(filled(review_pb2.PostChatResponse()))),
-    (shapes.ReviewEventList, lambda: {"events": [as_review_event(filled(nudge_pb2.Nudge()))]}),
-    (shapes.RuleList, lambda: as_rule_list(filled(rules_pb2.GetRulesResponse()))),
+    (shapes.ReviewEventsResult, lambda: {"events": [as_review_event(filled(nudge_pb2.Nudge()))]}),
+    (shapes.RuleSnapshot, lambda: as_rule_list(filled(rules_pb2.GetRulesResponse()))),
+    (shapes.RuleAudit, lambda: as_rule_audit(filled(rules_pb2.RuleHistory()))),
     (
         shapes.RuleHistory,
         lambda: {"lineage_id": "rln_1", "revisions": [as_rule_revision(filled(rules_pb2.Rule()))]},
     ),
     (
         shapes.CategoryList,
-        lambda: {"categories": [as_category(filled(rules_pb2.Category()))], "next_cursor": None},
+        lambda: page([as_category(filled(rules_pb2.Category()))], also_as="categories"),
     ),
     (shapes.RunnerList, lambda: {"runners": [as_runner(filled(budget_pb2.Runner()))]}),
     (shapes.GateDecisionList, lambda: {"decisions": [as_gate_decision(filled(budget_pb2.GateDecision()))]}),

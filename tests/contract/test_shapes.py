@@ -69,14 +69,14 @@ def test_canonical_example_parses_into_its_protobuf_message(shape: str, example:
 def test_the_problem_example_travels_as_a_google_rpc_status_and_back() -> None:
     """A Problem's wire form between services is google.rpc.Status (ErrorInfo + RecoveryFacts): the
     canonical example, raised by a service, reaches the agent as exactly the same problem+json."""
-    facts = {e["code"]: e["detail"] for e in PROBLEM["errors"]}
+    facts = {e["field"]: e["code"] for e in PROBLEM["errors"]}
     raised = DomainError(
         Code(PROBLEM["code"]),
         PROBLEM["detail"],
         state=facts["state"],
-        revision=facts["revision"],
-        version=facts["version"],
-        allowed_actions=[e["detail"] for e in PROBLEM["errors"] if e["code"] == "allowed_action"],
+        revision=int(facts["revision"]),
+        version=int(facts["version"]),
+        allowed_actions=[e["code"] for e in PROBLEM["errors"] if e["field"] == "allowed_action"],
     )
     status = to_status(raised)
     wire = grpc.aio.AioRpcError(

@@ -32,7 +32,8 @@ async def _review(api: Api, headers: dict[str, str], review_id: str) -> dict[str
 
 
 def _facts(problem: dict[str, Any]) -> set[tuple[str, Any]]:
-    return {(e["code"], e["detail"]) for e in problem.get("errors", [])}
+    """The recovery facts as the SDK reads them: the hint's ``field`` and its value (a string)."""
+    return {(e["field"], e["detail"]) for e in problem.get("errors", [])}
 
 
 async def test_every_review_route_carries_the_spec_verb_as_operation_id(api: Api) -> None:
@@ -110,7 +111,7 @@ async def test_the_policy_table_through_the_console_and_the_direct_send_202(api:
     del no_intent["intent"]
     floor = await api.http.post("/v1/messages", json=no_intent, headers=agent)
     assert (floor.status_code, floor.json()["code"]) == (422, "intent_required")
-    hints = {e["code"]: e.get("detail") for e in floor.json()["errors"]}
+    hints = {e.get("field"): e.get("detail") for e in floor.json()["errors"]}
     assert hints["policy"] == "require_review (source: floor)"
     refused = await api.http.put(
         f"/v1/admin/projects/{project}/review-policy", json={"policy": "allow_direct"}, headers=agent
@@ -303,7 +304,7 @@ async def test_a_human_reject_nudges_and_the_redraft_goes_back_to_the_queue(api:
         f"/v1/reviews/{review_id}/revisions", json={"parent_revision": 1, "body_text": "v2"}, headers=agent
     )
     assert stale.status_code == 409 and stale.json()["code"] == "stale"
-    assert {("revision", 2), ("allowed_action", "submit_revision")} <= _facts(stale.json())
+    assert {("revision", "2"), ("allowed_action", "submit_revision")} <= _facts(stale.json())
     redraft = await api.http.post(
         f"/v1/reviews/{review_id}/revisions", json={"parent_revision": 2, "body_text": "v2"}, headers=agent
     )
@@ -326,7 +327,7 @@ async def test_the_policy_resolves_override_then_account_default_then_floor(api:
     async def policy_hint() -> str:
         refused = await api.http.post("/v1/messages", json=no_intent, headers=agent)
         assert (refused.status_code, refused.json()["code"]) == (422, "intent_required"), refused.text
-        return str({e["code"]: e.get("detail") for e in refused.json()["errors"]}["policy"])
+        return str({e.get("field"): e.get("detail") for e in refused.json()["errors"]}["policy"])
 
     assert await effective() == ("require_review", "floor")
     assert await policy_hint() == "require_review (source: floor)"

@@ -22,11 +22,11 @@ from tests.conftest import Api
 # The canonical example JSON of spec 000, whose keys the gateway must answer with exactly.
 RULE_KEYS = {
     "id", "lineage_id", "rev", "rule_layer", "org_id", "project_id", "scope", "category_id", "kind",
-    "priority", "rule_text", "source_review_id", "author_kind", "status",
+    "priority", "rule_text", "source_review_id", "author_kind", "status", "created_at",
 }  # fmt: skip
 CATEGORY_KEYS = {
     "id", "name", "description", "scope", "state", "author_kind", "rule_high_water", "rules_version",
-    "never_graduate", "clean_approval_count", "drift_count",
+    "never_graduate", "clean_approval_count", "drift_count", "created_at",
 }  # fmt: skip
 GRADUATION_KEYS = {
     "category_id", "state", "next_state", "never_graduate", "clean_approval_count",
@@ -174,7 +174,7 @@ async def test_get_rules_returns_the_ordered_ladder_and_a_token_only_when_unfilt
     ]
     assert (stack["house_style_version"], stack["category_rules_version"]) == (1, 1)
     assert stack["rule_high_water"] >= 1 and stack["composition_token"].startswith("ct1.")
-    assert stack["composition_token_expires_at"].endswith("Z") and stack["next_cursor"] is None
+    assert stack["composition_token_expires_at"].endswith("Z") and "next_cursor" not in stack
 
     browsing = (await api.http.get("/v1/rules", params={"scope": "general"}, headers=org.agent)).json()
     assert "composition_token" not in browsing
@@ -192,7 +192,7 @@ async def test_revisions_are_append_only_with_stale_duplicate_and_credential_ref
     refused = next(r for r in outcomes if r.status_code == 409)
     assert refused.headers["content-type"] == "application/problem+json"
     assert refused.json()["code"] == "stale"
-    assert {"code": "revision", "detail": 2} in refused.json()["errors"]
+    assert {"field": "revision", "code": "2", "detail": "2"} in refused.json()["errors"]
 
     twin = await api.http.post(
         "/v1/rules", json={"rule_text": "keep emails under 100 WORDS"}, headers=org.agent
@@ -299,7 +299,7 @@ async def test_graduation_is_proposed_by_agents_and_flipped_by_the_console(api: 
     assert agent_made.status_code == 201 and agent_made.json()["author_kind"] == "agent"
     category = agent_made.json()
     listed = (await api.http.get("/v1/categories", headers=org.agent)).json()
-    assert [c["id"] for c in listed["categories"]] == [category["id"]] and listed["next_cursor"] is None
+    assert [c["id"] for c in listed["categories"]] == [category["id"]] and "next_cursor" not in listed
 
     proposal = await api.http.post(
         f"/v1/categories/{category['id']}/graduation-proposals",

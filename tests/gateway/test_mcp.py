@@ -44,11 +44,44 @@ async def test_tools_are_the_routes_named_by_the_spec_verbs(api: Api) -> None:
     assert set(tools) >= AGENT_VERBS
     assert not any(name in tools for name in ("create_project", "issue_api_key", "revoke_api_key"))
     send = tools["send_email"].input_schema
-    assert {"to", "subject", "body_text"} <= set(send["required"])
-    assert "idempotency_key" in send["properties"]
-    assert tools["get_review"].input_schema["required"] == ["review_id"]
+    assert {"to", "subject", "text"} <= set(send["required"])
+    assert {"idempotency_key", "client_id"} <= set(send["properties"])
+    assert {"review_id", "id"} <= set(tools["get_review"].input_schema["properties"])
     assert tools["list_review_events"].annotations is not None
     assert tools["list_review_events"].annotations.read_only_hint is True
+
+
+async def test_the_catalog_names_arguments_schemas_and_annotations(api: Api) -> None:
+    """The skill catalog's tool names and arguments (``id``, ``client_id``) work; every tool answering an
+    object publishes its outputSchema; sends, cancels and acks are marked idempotent."""
+    agent = await api.agent()
+    async with mcp_client(api, agent) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert {
+            "ack_review_event",
+            "reviewer_decide",
+            "propose_category",
+            "reply_email",
+            "get_review_turns",
+        } <= set(tools)
+        for name in ("send_email", "submit_revision", "cancel_review", "ack_review_event", "restamp_review"):
+            annotations = tools[name].annotations
+            assert annotations is not None and annotations.idempotent_hint is True, name
+            assert annotations.read_only_hint is False, name
+        assert tools["get_review"].output_schema is not None
+        assert "proposed_subject" in tools["get_review"].output_schema["properties"]
+
+        first = structured(await client.call_tool("send_email", {**draft(), "client_id": "cat-1"}))
+        again = structured(await client.call_tool("send_email", {**draft(), "client_id": "cat-1"}))
+        assert first["kind"] == "queued_for_review" and again["review_id"] == first["review_id"]
+        review = structured(await client.call_tool("get_review", {"id": first["review_id"]}))
+        assert review["intent_summary"] == draft()["intent"]["summary"]
+        turns = structured(await client.call_tool("get_review_turns", {"id": first["review_id"]}))
+        assert turns["total"] == len(turns["items"])
+        cancelled = structured(
+            await client.call_tool("cancel_review", {"id": first["review_id"], "client_id": "c"})
+        )
+        assert cancelled["state"] == "cancelled"
 
 
 async def test_send_email_then_list_review_events_and_a_409_is_a_tool_error(api: Api) -> None:
@@ -69,7 +102,7 @@ async def test_send_email_then_list_review_events_and_a_409_is_a_tool_error(api:
         assert again.is_error
         problem = structured(again)
         assert (problem["status"], problem["code"]) == (409, "terminal")
-        assert {"code": "allowed_action", "detail": "get_review"} in problem["errors"]
+        assert {"field": "allowed_action", "code": "get_review", "detail": "get_review"} in problem["errors"]
 
         events: list[dict[str, Any]] = []
         for _ in range(100):  # the nudges cross the outbox asynchronously

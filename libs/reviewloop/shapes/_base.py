@@ -94,6 +94,7 @@ ReviewStateName = Literal[
     "stale",
     "stalled",
 ]
+ReviewModeName = Literal["review", "direct"]
 SendPath = Literal["human_reviewed", "reviewer_approved", "graduated_auto", "agent_direct"]
 ActorKindName = Literal["agent", "human", "review_agent", "admin", "system"]
 CategoryState = Literal["supervised", "auto_notify", "auto_silent"]

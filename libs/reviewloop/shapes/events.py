@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import (
+    AliasChoices,
     Field,
     JsonValue,
 )
@@ -28,33 +29,51 @@ class ReviewEvent(Shape):
             "propagate_general_rule | sent | send_failed | cancelled | front_run_next (additive)"
         )
     )
-    review_id: str
+    review_id: str | None = Field(default=None, description="absent on a broadcast nudge (seq 0)")
     category_id: str | None = None
-    payload: dict[str, JsonValue]
-    created_at: datetime | None = None
+    payload: dict[str, JsonValue] | None = None
+    created_at: datetime | None = Field(
+        default=None, description="always sent (the SDK requires it); the spec's examples omit it"
+    )
 
 
-class ReviewEventList(Shape):
-    """``list_review_events`` (a page) and ``wait_for_review_event`` (no cursor)."""
+class ReviewEventCursor(Shape):
+    """A review's ack frontier: its nudges up to ``last_acked_seq`` are acknowledged."""
+
+    review_id: str
+    last_acked_seq: int
+
+
+class ReviewEventsResult(Shape):
+    """``list_review_events`` (a page) and ``wait_for_review_event`` (no cursor).
+
+    The SDK's ``ReviewEventsResult``.
+    """
 
     events: list[ReviewEvent]
     next_cursor: str | None = None
+    cursors: list[ReviewEventCursor] | None = None
 
 
-class ReviewEventAck(Shape):
-    """Acknowledge a review's nudges up to ``seq``."""
+class AckReviewEventEntry(Shape):
+    """Acknowledge a review's nudges up to ``through_seq`` (the SDK's name; ``seq`` is the spec's)."""
 
     review_id: str = Field(max_length=40)
-    seq: int = Field(ge=1, le=INT64_MAX)
+    seq: int = Field(ge=1, le=INT64_MAX, validation_alias=AliasChoices("through_seq", "seq"))
 
 
-class AckReviewEventsRequest(Shape):
-    """``ack_review_events``: one cursor per review, all or nothing."""
+class AckReviewEventRequest(Shape):
+    """``ack_review_event``: one cursor per review, all or nothing.
 
-    acks: list[ReviewEventAck] = Field(min_length=1, max_length=100)
+    ``broadcast_ids`` marks broadcast nudges done (none are emitted yet, so they are accepted and ignored).
+    """
+
+    acks: list[AckReviewEventEntry] = Field(default_factory=list, max_length=100)
+    broadcast_ids: list[str] = Field(default_factory=list, max_length=100)
 
 
-class AckReviewEventsResult(Shape):
-    """How many review cursors moved."""
+class AckReviewEventResult(Shape):
+    """How many review cursors moved, and where each named review's cursor now stands."""
 
     acked: int
+    cursors: list[ReviewEventCursor] | None = None

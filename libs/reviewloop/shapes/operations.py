@@ -66,15 +66,17 @@ class RevokedOut(Shape):
 
 
 class ProblemError(Shape):
-    """One recovery fact or bad field.
+    """One bad field or recovery fact (the SDK's ``ProblemField``).
 
-    ``field`` is a JSON pointer; ``code`` names the fact (``state``, ``revision``, ``version``,
-    ``allowed_action``, ``sent_message_id``, ...).
+    A bad field: ``field`` is a JSON pointer, ``code`` the problem's code, ``detail`` what is wrong. A
+    recovery fact: ``field`` names it; ``state``, ``revision``, ``version``, ``allowed_action`` (repeated)
+    and ``sent_message_id`` carry their value in ``code`` (and ``detail``), the others (``policy``,
+    ``retry_with``, ``recipient``, ...) in ``detail`` under the problem's code. Every value is a string.
     """
 
     field: str | None = None
     code: str | None = None
-    detail: str | int | None = None
+    detail: str | None = None
 
 
 class Problem(Shape):
@@ -92,9 +94,11 @@ class Problem(Shape):
 class ContractManifest(Shape):
     """The machine-readable contract a harness pins against."""
 
+    name: str
     version: str
     stability: Literal["provisional"]
     kind: Literal["sdk+skill-contract"]
+    spec_ref: str
     core_shapes: list[str]
     shapes: list[str]
     skills: list[str]

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import (
+    AliasChoices,
     ConfigDict,
     Field,
     JsonValue,
@@ -18,6 +19,7 @@ from reviewloop.shapes._base import (
     ActorKindName,
     Address,
     Addresses,
+    ReviewModeName,
     ReviewStateName,
     SendPath,
     Shape,
@@ -45,19 +47,26 @@ class AttachmentIn(Shape):
     content_base64: str
 
 
+# The SDK's request names (``text``, ``html``, ``category_confidence``) are the advertised ones; the
+# spec's own (``body_text``, ``body_html``, ``confidence``) keep working. Sending both is a 422.
+TEXT = AliasChoices("text", "body_text")
+HTML = AliasChoices("html", "body_html")
+CONFIDENCE = AliasChoices("category_confidence", "confidence")
+
+
 class _Composed(Shape):
     """What every outbound verb may carry besides its recipients and subject."""
 
     cc: Addresses = Field(default_factory=list, max_length=100)
     bcc: Addresses = Field(default_factory=list, max_length=100)
-    body_text: str = Field(max_length=MAX_BODY_TEXT)
-    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
+    body_text: str = Field(max_length=MAX_BODY_TEXT, validation_alias=TEXT)
+    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT, validation_alias=HTML)
     reply_to: Address | None = None
     headers: dict[str, str] | None = Field(default=None, max_length=50)
     attachments: list[AttachmentIn] | None = Field(default=None, max_length=20)
     intent: ReviewIntent | None = None
     category_id: str | None = Field(default=None, max_length=40)
-    confidence: float | None = Field(default=None, ge=0, le=1)
+    confidence: float | None = Field(default=None, ge=0, le=1, validation_alias=CONFIDENCE)
     composition_token: str | None = Field(default=None, max_length=4096)
 
 
@@ -76,20 +85,20 @@ class ReplyIn(_Composed):
 
 
 class ForwardIn(_Composed):
-    """A forward's subject and quoted parent body are materialized; ``body_text`` is your note above it."""
+    """A forward's subject and quoted parent body are materialized; ``text`` is your note above it."""
 
     to: Addresses = Field(min_length=1, max_length=100)
     subject: str = Field(default="", max_length=998)
-    body_text: str = Field(default="", max_length=MAX_BODY_TEXT)
+    body_text: str = Field(default="", max_length=MAX_BODY_TEXT, validation_alias=TEXT)
 
 
 class CancelIn(Shape):
-    """``cancel_review``: withdraw the draft at ``parent_revision``."""
+    """``cancel_review``: withdraw the draft; ``parent_revision``, when sent, must be the current one."""
 
-    parent_revision: int = Field(ge=1, le=INT64_MAX)
+    parent_revision: int | None = Field(default=None, ge=1, le=INT64_MAX)
 
 
-class RevisionIn(Shape):
+class SubmitRevisionRequest(Shape):
     """A redraft: omitted fields keep the draft's value; ``attachments: []`` clears them."""
 
     parent_revision: int = Field(ge=1, le=INT64_MAX)
@@ -97,24 +106,26 @@ class RevisionIn(Shape):
     cc: Addresses | None = Field(default=None, max_length=100)
     bcc: Addresses | None = Field(default=None, max_length=100)
     subject: str | None = Field(default=None, max_length=998)
-    body_text: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
-    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
+    body_text: str | None = Field(
+        default=None, max_length=MAX_BODY_TEXT, validation_alias=AliasChoices("text", "body_text", "body")
+    )
+    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT, validation_alias=HTML)
     reply_to: Address | None = None
     headers: dict[str, str] | None = Field(default=None, max_length=50)
     attachments: list[AttachmentIn] | None = Field(default=None, max_length=20)
     intent: ReviewIntent | None = None
-    confidence: float | None = Field(default=None, ge=0, le=1)
+    confidence: float | None = Field(default=None, ge=0, le=1, validation_alias=CONFIDENCE)
     composition_token: str | None = Field(default=None, max_length=4096)
 
 
-class RestampIn(Shape):
+class RestampReviewRequest(Shape):
     """``restamp_review``: the draft at ``parent_revision`` stands as is, composed under a new token."""
 
     parent_revision: int = Field(ge=1, le=INT64_MAX)
     composition_token: str | None = Field(default=None, max_length=4096)
 
 
-class ReviewChatRequest(Shape):
+class PostReviewChatRequest(Shape):
     """``post_review_chat``: an ``agent_question`` turn on the review thread."""
 
     text: str = Field(min_length=1, max_length=10_000)
@@ -143,7 +154,9 @@ class ReviewerDecisionRequest(Shape):
 
     action: Literal["approve", "edit", "reject", "escalate"]
     revision: int = Field(ge=1, le=INT64_MAX)
-    version: int = Field(ge=1, le=INT64_MAX)
+    version: int | None = Field(
+        default=None, ge=1, le=INT64_MAX, description="optional row-version CAS (defense in depth)"
+    )
     subject: str | None = Field(default=None, max_length=998)
     body: str | None = Field(
         default=None, max_length=MAX_BODY_TEXT, description="the new body_text, for an edit"
@@ -178,12 +191,14 @@ class DiffJson(Shape):
     hunks: list[DiffHunk]
 
 
-class ReviewComment(Shape):
+class ReviewFeedbackComment(Shape):
     """One comment of the reviewer's thread, as the feedback carries it."""
 
     turn_id: str
     actor_kind: ActorKindName
     body: str
+    actor_id: str | None = None
+    created_at: datetime | None = None
 
 
 class ReviewFeedback(Shape):
@@ -193,7 +208,7 @@ class ReviewFeedback(Shape):
     decision: str = Field(description="approved | edited | rejected | escalated")
     diff_unified: str | None = None
     diff_json: DiffJson | None = None
-    comments: list[ReviewComment] = Field(default_factory=list)
+    comments: list[ReviewFeedbackComment] = Field(default_factory=list)
     new_rules: list[str] = Field(default_factory=list, description="rule_ ids born from this review")
 
 
@@ -221,6 +236,16 @@ class ReviewTurn(Shape):
     created_at: datetime
     action: str | None = Field(default=None, description="approve | edit | reject | escalate, on a decision")
     diff_json: DiffJson | None = None
+    actor_id: str | None = None
+    metadata: dict[str, JsonValue] | None = None
+
+
+class ReviewTurnList(Shape):
+    """``get_review_turns``: a review's thread, oldest first."""
+
+    items: list[ReviewTurn]
+    total: int
+    next_cursor: str | None = None
 
 
 class ReviewDelivery(Shape):
@@ -287,16 +312,32 @@ class Review(Shape):
     turns: list[ReviewTurn] | None = Field(
         default=None, description="get_review only: the thread, oldest first"
     )
+    # The SDK's names for the same facts (its ``Review`` type reads these).
+    mode: ReviewModeName = Field(description="review | direct: how the draft was asked to travel")
+    effective_mode: ReviewModeName = Field(description="review | direct: how the resolved policy routes it")
+    intent_summary: str = Field(description="the intent's summary; empty when the draft has none")
+    intent_meta: dict[str, JsonValue] | None = None
+    proposed_subject: str
+    proposed_body_text: str
+    proposed_body_html: str | None = None
+    proposed_to: list[str]
+    proposed_cc: list[str]
+    proposed_bcc: list[str]
+    sent_subject: str | None = None
+    sent_body_text: str | None = None
+    sent_message_id: str | None = None
     delivery: ReviewDelivery | None = Field(
         default=None, description="get_review only, once released: how far its delivery got"
     )
 
 
 class ReviewList(Shape):
-    """``list_reviews``: a page of reviews."""
+    """``list_reviews``: a page of reviews (the SDK's ``Page<Review>``; ``reviews`` is the same list)."""
 
-    reviews: list[Review]
+    items: list[Review]
+    total: int = Field(description="how many reviews this page holds and the pages before it hold")
     next_cursor: str | None = None
+    reviews: list[Review]
 
 
 class ReviewChatResult(Review):
@@ -305,9 +346,22 @@ class ReviewChatResult(Review):
     turn: ReviewTurn
 
 
-class SubmitResult(Shape):
-    """What ``send_email``, ``reply_to_email`` and ``forward_email`` answer (202)."""
+class SentMessage(Shape):
+    """The message a submit delivered (the SDK's ``SentResult.message``)."""
 
+    id: str
+    thread_id: str | None = None
+
+
+class SubmitForReviewResult(Shape):
+    """What ``send_email``, ``reply_to_email`` and ``forward_email`` answer (202).
+
+    ``kind`` is the SDK's discriminator (``queued_for_review``: nothing is delivered yet, a release still
+    being delivered included; ``sent``: ``message`` went out); ``status`` is the spec's.
+    """
+
+    kind: Literal["queued_for_review", "sent"]
+    message: SentMessage | None = None
     status: Literal["queued_for_review", "sent"] = Field(
         description="sent: released to delivery (``state`` says how far it got: approved while it is "
         "being delivered, sent / auto_sent, or failed)"
@@ -351,7 +405,9 @@ class ReviewerDecisionResult(Shape):
     sent_to_human: bool
     message_id: str | None = None
     thread_id: str | None = None
-    review: ReviewerDecisionReview
+    review: Review | ReviewerDecisionReview = Field(
+        description="the whole review (the SDK's type); the spec's example shows its id, state and revision"
+    )
     forced_by_breaker: str | None = Field(
         default=None,
         description="max_hops_reached | no_verdict_cap_reached | review_deadline_passed, or the circuit "

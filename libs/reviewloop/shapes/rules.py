@@ -22,7 +22,7 @@ from reviewloop.shapes._base import (
 # --- rules ------------------------------------------------------------------------------------------
 
 
-class RuleIn(Shape):
+class SaveRuleRequest(Shape):
     """save_rule: a new lineage, or a revision of one naming the rev it read."""
 
     rule_text: str = Field(max_length=MAX_RULE_BODY)
@@ -70,15 +70,21 @@ class Rule(Shape):
     author_kind: ActorKindName
     status: Literal["proposed", "active", "superseded", "retired"]
     agent_id: str | None = None
+    scope_agent_id: str | None = Field(default=None, description="the SDK's name for agent_id")
     supersedes_id: str | None = None
     created_at: datetime | None = None
 
 
-class RuleList(Shape):
-    """``get_rules``: the ordered effective ladder; unfiltered, with the composition token."""
+class RuleSnapshot(Shape):
+    """``get_rules`` (the SDK's ``RuleSnapshot``): the ordered effective ladder.
 
-    rules: list[Rule]
+    Unfiltered, it carries the composition token. ``rules`` is ``items`` under the spec's older name.
+    """
+
+    items: list[Rule]
+    total: int
     next_cursor: str | None = None
+    rules: list[Rule]
     house_style_version: int | None = None
     category_rules_version: int | None = None
     rule_high_water: int | None = None
@@ -100,6 +106,30 @@ class RuleHistory(Shape):
 
     lineage_id: str
     revisions: list[RuleRevision]
+
+
+class RuleAuditEntry(Shape):
+    """One change of a rule lineage, as the catalog's ``get_rule_audit`` reads it (the SDK's type)."""
+
+    id: str = Field(description="the rule_ revision the change produced")
+    entity_kind: Literal["rule"]
+    entity_id: str = Field(description="the rln_ lineage")
+    action: str = Field(
+        description="create | supersede | retire | restore (the SDK's names); approve | reject (ours, no SDK name)"
+    )
+    actor_kind: str
+    actor_id: str | None = None
+    before_json: str | None = Field(default=None, description="the revision before, as JSON")
+    after_json: str = Field(description="this revision, as JSON")
+    undone: bool = Field(description="a later undo restored the revision before this one")
+    created_at: datetime
+
+
+class RuleAudit(Shape):
+    """``get_rule_audit``: a lineage's changes, oldest first."""
+
+    items: list[RuleAuditEntry]
+    total: int
 
 
 class RuleSettingsIn(Shape):
@@ -124,7 +154,7 @@ class CompositionKey(Shape):
 # --- categories and graduation ----------------------------------------------------------------------
 
 
-class CategoryIn(Shape):
+class ProposeCategoryRequest(Shape):
     """``create_category``: an agent adds a category."""
 
     name: str = Field(max_length=1000)
@@ -132,13 +162,13 @@ class CategoryIn(Shape):
     scope: str = Field(default="", max_length=16)
 
 
-class AdminCategoryIn(CategoryIn):
+class AdminCategoryIn(ProposeCategoryRequest):
     """``predefine_category``: the console adds a category, possibly locked from graduating."""
 
     never_graduate: bool = False
 
 
-class CategoryPatch(Shape):
+class UpdateCategoryRequest(Shape):
     """``update_category``: an absent field is untouched."""
 
     name: str | None = Field(default=None, max_length=1000)
@@ -146,7 +176,7 @@ class CategoryPatch(Shape):
     never_graduate: bool | None = None
 
 
-class ProposalIn(Shape):
+class ProposeGraduationRequest(Shape):
     """``propose_graduation``: the rung proposed, and why."""
 
     to_state: str = Field(default="", max_length=16)
@@ -165,7 +195,9 @@ class Category(Shape):
     id: str
     name: str
     description: str
-    scope: Literal["org_shared", "project"]
+    scope: Literal["org_shared", "agent_private"] = Field(
+        description="org_shared: every project of the org; agent_private: this project's agents only"
+    )
     state: CategoryState
     author_kind: ActorKindName
     rule_high_water: int
@@ -179,10 +211,33 @@ class Category(Shape):
 
 
 class CategoryList(Shape):
-    """``list_categories``: a page of categories."""
+    """``list_categories``: a page of categories (the SDK's ``Page<Category>``).
 
-    categories: list[Category]
+    ``categories`` is the same list under the spec's older name.
+    """
+
+    items: list[Category]
+    total: int
     next_cursor: str | None = None
+    categories: list[Category]
+
+
+class ScanBacklogStatus(Shape):
+    """``get_backlog_status``: a category's queued drafts, current against its rules or stale.
+
+    A draft is stale when it was composed (or last restamped) under an older rule high-water than the one
+    now in force for its category; a redraft or an honest restamp makes it current again.
+    """
+
+    category_id: str
+    state: CategoryState
+    queued: int = Field(description="drafts in the human queue (needs_review | in_review | chatting)")
+    current_enough: int = Field(description="of the queued, composed under the rule high-water in force")
+    stale: int = Field(description="of the queued, composed under an older rule high-water")
+    current_category_rules_version: int
+    current_house_style_version: int
+    staleness_tolerance: int = Field(description="how many versions behind a draft may be: none")
+    rule_high_water: int = Field(description="the high-water a draft must have been composed under")
 
 
 class GraduationStatus(Shape):
@@ -190,7 +245,9 @@ class GraduationStatus(Shape):
 
     category_id: str
     state: CategoryState
-    next_state: Literal["auto_notify", "auto_silent"] | None = None
+    next_state: Literal["auto_notify", "auto_silent", ""] = Field(
+        description="the rung a graduation would move to; empty at the top rung (the SDK's reading)"
+    )
     never_graduate: bool
     clean_approval_count: int
     graduate_min_approvals: int

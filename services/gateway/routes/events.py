@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from reviewloop.nudge.v1 import nudge_pb2
-from reviewloop.shapes import AckReviewEventsRequest, AckReviewEventsResult, ReviewEventList
+from reviewloop.shapes import AckReviewEventRequest, AckReviewEventResult, ReviewEventsResult
 from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
@@ -20,37 +20,41 @@ Backend = Annotated[Backends, Depends(backends)]
 Caller = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
 
 
-@router.get("/v1/review-events", operation_id="list_review_events", response_model=ReviewEventList)
+@router.get("/v1/review-events", operation_id="list_review_events", response_model=ReviewEventsResult)
 async def list_review_events(
     principal: Caller,
     backend: Backend,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str, Query(max_length=64)] = "",
+    review_id: Annotated[str, Query(max_length=40, description="only this review's nudges")] = "",
 ) -> OrjsonResponse:
     """The caller's un-acked nudges across its reviews, oldest first, a page at a time
-    (`next_cursor`). An acked nudge never re-surfaces."""
+    (`next_cursor`). An acked nudge never re-surfaces. With `review_id` a page holds that review's
+    nudges only (it may be short; follow `next_cursor` to the end)."""
     reply = await backend.nudge.ListEvents(
         nudge_pb2.ListEventsRequest(principal=principal.to_proto(), limit=limit, cursor=cursor),
         timeout=backend.timeout_s,
     )
-    return encoded(
-        {"events": [as_review_event(n) for n in reply.events], "next_cursor": reply.next_cursor or None}
-    )
+    events = [as_review_event(n) for n in reply.events if not review_id or n.review_id == review_id]
+    return encoded({"events": events, "next_cursor": reply.next_cursor or None})
 
 
 WAIT_MIN_S, WAIT_MAX_S = 1.0, 55.0
 
 
-@router.get("/v1/review-events/wait", operation_id="wait_for_review_event", response_model=ReviewEventList)
+@router.get("/v1/review-events/wait", operation_id="wait_for_review_event", response_model=ReviewEventsResult)
 async def wait_for_review_event(
     principal: Caller,
     backend: Backend,
     timeout_s: Annotated[float, Query(allow_inf_nan=False, description="Clamped to 1..55 s.")] = 30,
+    wait_seconds: Annotated[
+        float | None, Query(allow_inf_nan=False, description="the SDK's name for `timeout_s`")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> OrjsonResponse:
     """Long-poll: answers as soon as one of the caller's nudges is un-acked and visible, or with
     `{"events": []}` after `timeout_s`, clamped to 1..55 s (NOTES.md: a longer wait is cut, not refused)."""
-    timeout_s = min(max(timeout_s, WAIT_MIN_S), WAIT_MAX_S)
+    timeout_s = min(max(timeout_s if wait_seconds is None else wait_seconds, WAIT_MIN_S), WAIT_MAX_S)
     reply = await backend.nudge.WaitForEvents(
         nudge_pb2.WaitForEventsRequest(principal=principal.to_proto(), timeout_s=timeout_s, limit=limit),
         timeout=timeout_s + backend.timeout_s,
@@ -58,10 +62,12 @@ async def wait_for_review_event(
     return encoded({"events": [as_review_event(n) for n in reply.events]})
 
 
-@router.post("/v1/review-events/ack", operation_id="ack_review_events", response_model=AckReviewEventsResult)
-async def ack_review_events(body: AckReviewEventsRequest, principal: Caller, backend: Backend) -> Json:
-    """Advance each review's ack cursor to `seq`: idempotent, never backwards, all or nothing. Acking
-    past a review's head is refused (400); another caller's review is 404."""
+@router.post("/v1/review-events/ack", operation_id="ack_review_events", response_model=AckReviewEventResult)
+async def ack_review_events(body: AckReviewEventRequest, principal: Caller, backend: Backend) -> Json:
+    """Advance each review's ack cursor to `through_seq` (or `seq`): idempotent, never backwards, all or
+    nothing. Acking past a review's head is refused (400); another caller's review is 404."""
+    if not body.acks:  # only broadcast ids: no broadcast nudge is emitted yet, so nothing moves
+        return {"acked": 0}
     reply = await backend.nudge.Ack(
         nudge_pb2.AckRequest(
             principal=principal.to_proto(),

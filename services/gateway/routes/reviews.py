@@ -12,19 +12,20 @@ from reviewloop.shapes import (
     CancelIn,
     ForwardIn,
     OpenIn,
+    PostReviewChatRequest,
     ReplyIn,
-    RestampIn,
+    RestampReviewRequest,
     Review,
-    ReviewChatRequest,
     ReviewChatResult,
     ReviewerDecisionRequest,
     ReviewerDecisionResult,
     ReviewFeedback,
     ReviewList,
     ReviewPolicy,
-    RevisionIn,
+    ReviewTurnList,
     SendIn,
-    SubmitResult,
+    SubmitForReviewResult,
+    SubmitRevisionRequest,
 )
 from reviewloop.tenancy import ActorKind, Principal
 
@@ -32,12 +33,13 @@ from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, require
 from gateway.backends import Backends, backends
 from gateway.headers import IdempotencyKey
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
-from gateway.translate import Json
+from gateway.translate import Json, page
 from gateway.translate.reviews import (
     as_review,
     as_review_chat_result,
     as_review_feedback,
     as_review_policy,
+    as_review_turn,
     as_reviewer_decision_result,
     as_submit_result,
     attachments,
@@ -89,7 +91,7 @@ async def _submit(
 # --- the composer's plane -------------------------------------------------------------------------
 
 
-@router.post("/v1/messages", status_code=202, operation_id="send_email", response_model=SubmitResult)
+@router.post("/v1/messages", status_code=202, operation_id="send_email", response_model=SubmitForReviewResult)
 async def send_email(
     body: SendIn,
     principal: Annotated[Principal, Depends(AGENT)],
@@ -104,7 +106,7 @@ async def send_email(
     "/v1/messages/{message_id}/reply",
     status_code=202,
     operation_id="reply_to_email",
-    response_model=SubmitResult,
+    response_model=SubmitForReviewResult,
 )
 async def reply_to_email(
     message_id: str,
@@ -121,7 +123,7 @@ async def reply_to_email(
     "/v1/messages/{message_id}/forward",
     status_code=202,
     operation_id="forward_email",
-    response_model=SubmitResult,
+    response_model=SubmitForReviewResult,
 )
 async def forward_email(
     message_id: str,
@@ -136,15 +138,26 @@ async def forward_email(
     )
 
 
+async def _current(backend: Backends, principal: Principal, review_id: str) -> review_pb2.Review:
+    return await backend.review.GetReview(
+        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
+        timeout=backend.timeout_s,
+    )
+
+
 @router.get("/v1/reviews/{review_id}", operation_id="get_review", response_model=Review)
 async def get_review(
     review_id: str, principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)], backend: Backend
 ) -> OrjsonResponse:
-    reply = await backend.review.GetReview(
-        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
-        timeout=backend.timeout_s,
-    )
-    return encoded(as_review(reply))
+    return encoded(as_review(await _current(backend, principal, review_id)))
+
+
+@router.get("/v1/reviews/{review_id}/turns", operation_id="get_review_turns", response_model=ReviewTurnList)
+async def get_review_turns(
+    review_id: str, principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)], backend: Backend
+) -> OrjsonResponse:
+    """The review's append-only thread, oldest first (the catalog's ``get_review_turns``)."""
+    return encoded(page([as_review_turn(t) for t in (await _current(backend, principal, review_id)).turns]))
 
 
 _STATES = {
@@ -160,11 +173,24 @@ async def list_reviews(
     backend: Backend,
     state: Annotated[list[str], Query()] = [],  # noqa: B006 - FastAPI reads the default, never mutates it
     agent_id: Annotated[str, Query(max_length=40)] = "",
+    composer: Annotated[
+        str,
+        Query(
+            max_length=40, description="`me`: the caller's own drafts (the SDK's filter); else an agent id"
+        ),
+    ] = "",
     category_id: Annotated[str, Query(max_length=40)] = "",
     cursor: Annotated[str, Query(max_length=64)] = "",
+    page_token: Annotated[
+        str, Query(alias="page", max_length=64, description="the SDK's name for `cursor`")
+    ] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     humans_notified: Annotated[bool, Query()] = False,
 ) -> OrjsonResponse:
+    """Repeated ``state=`` (the spec) and comma-joined ``state=a,b`` (the SDK) both filter."""
+    state = [name for value in state for name in value.split(",") if name]
+    if composer:
+        agent_id = principal.actor_id if composer == "me" else composer
     unknown = [s for s in state if s not in _STATES]
     if unknown:
         raise invalid("/state", f"unknown state {unknown[0]!r}; one of {', '.join(_STATES)}")
@@ -174,21 +200,19 @@ async def list_reviews(
             states=[_STATES[s] for s in state],
             agent_id=agent_id,
             category_id=category_id,
-            cursor=cursor,
+            cursor=cursor or page_token,
             limit=limit,
             humans_notified=humans_notified,
         ),
         timeout=backend.timeout_s,
     )
-    return encoded(
-        {"reviews": [as_review(r) for r in reply.reviews], "next_cursor": reply.next_cursor or None}
-    )
+    return encoded(page([as_review(r) for r in reply.reviews], reply.next_cursor, also_as="reviews"))
 
 
 @router.post("/v1/reviews/{review_id}/revisions", operation_id="submit_revision", response_model=Review)
 async def submit_revision(
     review_id: str,
-    body: RevisionIn,
+    body: SubmitRevisionRequest,
     principal: Annotated[Principal, Depends(AGENT)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
@@ -223,7 +247,7 @@ async def submit_revision(
 @router.post("/v1/reviews/{review_id}/restamp", operation_id="restamp_review", response_model=Review)
 async def restamp_review(
     review_id: str,
-    body: RestampIn,
+    body: RestampReviewRequest,
     principal: Annotated[Principal, Depends(AGENT)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
@@ -250,11 +274,14 @@ async def cancel_review(
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
 ) -> OrjsonResponse:
+    """Withdraw the draft. Without ``parent_revision`` (the SDK and catalog send none) the current
+    revision is the one withdrawn."""
+    parent_revision = body.parent_revision or (await _current(backend, principal, review_id)).revision
     reply = await backend.review.Cancel(
         review_pb2.CancelRequest(
             principal=principal.to_proto(),
             review_id=review_id,
-            parent_revision=body.parent_revision,
+            parent_revision=parent_revision,
             idempotency_key=idempotency_key,
         ),
         timeout=backend.timeout_s,
@@ -265,7 +292,7 @@ async def cancel_review(
 @router.post("/v1/reviews/{review_id}/chat", operation_id="post_review_chat", response_model=ReviewChatResult)
 async def post_review_chat(
     review_id: str,
-    body: ReviewChatRequest,
+    body: PostReviewChatRequest,
     principal: Annotated[Principal, Depends(COMPOSER_OR_HUMAN)],
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
@@ -348,12 +375,14 @@ async def decide_review(
     review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``, or
     for a release not (yet) delivered ``queued`` (still going, or parked) / ``failed``, never ``kind: sent``
     with ``sent: false``."""
+    # ``version`` is the optional second CAS (the SDK's "defense in depth"); ``revision`` always guards.
+    version = body.version or (await _current(backend, principal, review_id)).version
     request = review_pb2.DecideRequest(
         principal=principal.to_proto(),
         review_id=review_id,
         action=body.action,
         revision=body.revision,
-        version=body.version,
+        version=version,
         feedback=body.feedback,
         idempotency_key=idempotency_key,
     )

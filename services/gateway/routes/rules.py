@@ -6,44 +6,51 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query
+from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
     Category,
-    CategoryIn,
     CategoryList,
     GraduationProposal,
     GraduationStatus,
-    ProposalIn,
+    ProposeCategoryRequest,
+    ProposeGraduationRequest,
     RiskDial,
     Rule,
+    RuleAudit,
     RuleHistory,
-    RuleIn,
-    RuleList,
+    RuleSnapshot,
+    SaveRuleRequest,
+    ScanBacklogStatus,
 )
 from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
-from gateway.translate import Json
+from gateway.translate import Json, page
 from gateway.translate.rules import (
+    as_backlog_status,
     as_category,
     as_graduation_proposal,
     as_graduation_status,
     as_risk_dial,
     as_rule,
+    as_rule_audit,
     as_rule_list,
     as_rule_revision,
+    category_scope,
 )
 
 router = APIRouter(tags=["rules"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
 ProjectKey = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
+MAX_PAGE = 200
 IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", max_length=255)]
 
 
 def save_request(
-    principal: Principal, body: RuleIn, layer: str, idempotency_key: str
+    principal: Principal, body: SaveRuleRequest, layer: str, idempotency_key: str
 ) -> rules_pb2.SaveRuleRequest:
     return rules_pb2.SaveRuleRequest(
         principal=principal.to_proto(),
@@ -61,7 +68,7 @@ def save_request(
     )
 
 
-@router.get("/v1/rules", operation_id="get_rules", response_model=RuleList)
+@router.get("/v1/rules", operation_id="get_rules", response_model=RuleSnapshot)
 async def get_rules(
     principal: ProjectKey,
     backend: Backend,
@@ -87,7 +94,7 @@ async def get_rules(
 
 @router.post("/v1/rules", status_code=201, operation_id="save_rule", response_model=Rule)
 async def save_rule(
-    body: RuleIn, principal: ProjectKey, backend: Backend, idempotency_key: IdempotencyKey = ""
+    body: SaveRuleRequest, principal: ProjectKey, backend: Backend, idempotency_key: IdempotencyKey = ""
 ) -> Json:
     """Save a project-layer rule, or revise one (``lineage_id`` + the ``expected_rev`` you read)."""
     reply = await backend.rules.SaveRule(
@@ -108,6 +115,17 @@ async def get_rule_history(lineage_id: str, principal: ProjectKey, backend: Back
     )
 
 
+@router.get("/v1/rules/{lineage_id}/audit", operation_id="get_rule_audit", response_model=RuleAudit)
+async def get_rule_audit(lineage_id: str, principal: ProjectKey, backend: Backend) -> OrjsonResponse:
+    """The catalog's audit read of a rule lineage: each change, who made it, before and after, and
+    whether an undo took it back (the same facts as ``get_rule_history``)."""
+    reply = await backend.rules.GetRuleHistory(
+        rules_pb2.GetRuleHistoryRequest(principal=principal.to_proto(), lineage_id=lineage_id),
+        timeout=backend.timeout_s,
+    )
+    return encoded(as_rule_audit(reply))
+
+
 @router.get("/v1/categories", operation_id="list_categories", response_model=CategoryList)
 async def list_categories(
     principal: ProjectKey,
@@ -119,14 +137,70 @@ async def list_categories(
         rules_pb2.ListCategoriesRequest(principal=principal.to_proto(), cursor=cursor, limit=limit),
         timeout=backend.timeout_s,
     )
-    return encoded(
-        {"categories": [as_category(c) for c in reply.categories], "next_cursor": reply.next_cursor or None}
+    return encoded(page([as_category(c) for c in reply.categories], reply.next_cursor, also_as="categories"))
+
+
+@router.get("/v1/categories/{category_id}", operation_id="get_category", response_model=Category)
+async def get_category(category_id: str, principal: ProjectKey, backend: Backend) -> Json:
+    """One category of the registry (the catalog's ``get_category``); another project's is 404."""
+    reply = await backend.rules.GetCategory(
+        rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id),
+        timeout=backend.timeout_s,
     )
+    return as_category(reply)
+
+
+QUEUED_STATES = (
+    review_pb2.REVIEW_STATE_NEEDS_REVIEW,
+    review_pb2.REVIEW_STATE_IN_REVIEW,
+    review_pb2.REVIEW_STATE_CHATTING,
+)
+
+
+@router.get(
+    "/v1/categories/{category_id}/backlog",
+    operation_id="get_backlog_status",
+    response_model=ScanBacklogStatus,
+)
+async def get_backlog_status(category_id: str, principal: ProjectKey, backend: Backend) -> Json:
+    """How many of the category's queued drafts were composed under the rules in force, and how many are
+    stale (composed under an older rule high-water: redraft them, or restamp the ones that need no change).
+    Read-only; it counts down as drafts are redrafted, restamped, decided or cancelled."""
+    category = await backend.rules.GetCategory(
+        rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id),
+        timeout=backend.timeout_s,
+    )
+    rules = await backend.rules.GetRules(
+        rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
+        timeout=backend.timeout_s,
+    )
+    queued = stale = 0
+    cursor = ""
+    while True:
+        page_ = await backend.review.ListReviews(
+            review_pb2.ListReviewsRequest(
+                principal=principal.to_proto(),
+                states=QUEUED_STATES,
+                category_id=category_id,
+                cursor=cursor,
+                limit=MAX_PAGE,
+            ),
+            timeout=backend.timeout_s,
+        )
+        queued += len(page_.reviews)
+        stale += sum(r.rule_high_water < rules.rule_high_water for r in page_.reviews)
+        cursor = page_.next_cursor
+        if not cursor:
+            break
+    return as_backlog_status(category, rules, queued, stale)
 
 
 @router.post("/v1/categories", status_code=201, operation_id="create_category", response_model=Category)
 async def create_category(
-    body: CategoryIn, principal: ProjectKey, backend: Backend, idempotency_key: IdempotencyKey = ""
+    body: ProposeCategoryRequest,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
 ) -> Json:
     """An agent adds a category to the registry (``author_kind: agent``)."""
     reply = await backend.rules.CreateCategory(
@@ -134,7 +208,7 @@ async def create_category(
             principal=principal.to_proto(),
             name=body.name,
             description=body.description,
-            scope=body.scope,
+            scope=category_scope(body.scope),
             idempotency_key=idempotency_key,
         ),
         timeout=backend.timeout_s,
@@ -162,7 +236,7 @@ async def get_graduation_status(category_id: str, principal: ProjectKey, backend
     response_model=GraduationProposal,
 )
 async def propose_graduation(
-    category_id: str, body: ProposalIn, principal: ProjectKey, backend: Backend
+    category_id: str, body: ProposeGraduationRequest, principal: ProjectKey, backend: Backend
 ) -> Json:
     """Propose the next rung; only a human flips it."""
     reply = await backend.rules.ProposeGraduation(

@@ -1,4 +1,4 @@
-"""review_state's messages as the review shapes (``Review``, ``SubmitResult``, ``ReviewFeedback`` ...), and
+"""review_state's messages as the review shapes (``Review``, ``SubmitForReviewResult``, ``ReviewFeedback`` ...), and
 the composer's attachments and intent as protobuf."""
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def as_review_turn(turn: review_pb2.Turn) -> Json:
 
 
 def as_review(review: review_pb2.Review) -> Json:
-    """``Review``. ``category_id`` and ``intent`` are always present (``null`` when the draft has none)."""
+    """``Review``. ``intent`` is always present (``null`` when the draft has none); ``category_id`` is
+    omitted when the draft has none (the SDK types it ``string``, never ``null``)."""
     body: Json = {
         "id": review.id,
         "state": review_state(review.state),
@@ -46,7 +47,6 @@ def as_review(review: review_pb2.Review) -> Json:
         "org_id": review.org_id,
         "project_id": review.project_id,
         "agent_id": review.agent_id,
-        "category_id": review.category_id or None,
         "kind": enum_name(review_pb2.MessageKind, review.kind, "MESSAGE_KIND_"),
         "from_address": review.from_address,
         "to": list(review.to),
@@ -63,6 +63,8 @@ def as_review(review: review_pb2.Review) -> Json:
         if review.intent.meta_json:
             intent["meta"] = orjson.loads(review.intent.meta_json)
         body["intent"] = intent
+    if review.category_id:
+        body["category_id"] = review.category_id
     for name in (  # optional fields, present exactly when the message has them
         "message_id",
         "thread_ref",
@@ -95,6 +97,36 @@ def as_review(review: review_pb2.Review) -> Json:
         body["turns"] = [as_review_turn(t) for t in review.turns]
     if review.HasField("delivery"):
         body["delivery"] = as_review_delivery(review.delivery)
+    return _with_sdk_names(body)
+
+
+SENT_STATES = frozenset({"sent", "auto_sent"})
+
+
+def _with_sdk_names(body: Json) -> Json:
+    """The SDK's ``Review`` names for the same facts, beside the spec's: ``proposed_*`` is the draft as
+    it stands, ``sent_*`` what went out (the same draft, once sent), ``intent_*`` the flattened intent."""
+    mode = "direct" if body.get("send_path") == "agent_direct" else "review"
+    intent = body["intent"] or {}
+    body.update(
+        mode=mode,
+        effective_mode=mode,
+        intent_summary=intent.get("summary", ""),
+        proposed_subject=body["subject"],
+        proposed_body_text=body["body_text"],
+        proposed_to=body["to"],
+        proposed_cc=body["cc"],
+        proposed_bcc=body["bcc"],
+    )
+    if "meta" in intent:
+        body["intent_meta"] = intent["meta"]
+    if "body_html" in body:
+        body["proposed_body_html"] = body["body_html"]
+    if "message_id" in body:
+        body["sent_message_id"] = body["message_id"]
+    if body["state"] in SENT_STATES:
+        body["sent_subject"] = body["subject"]
+        body["sent_body_text"] = body["body_text"]
     return body
 
 
@@ -118,8 +150,22 @@ def as_review_chat_result(reply: review_pb2.PostChatResponse) -> Json:
 
 
 def as_submit_result(reply: review_pb2.SubmitResponse) -> Json:
+    """``SubmitForReviewResult``: the spec's ``status`` and the SDK's ``kind`` discriminator. ``kind`` is
+    ``sent`` (with ``message``) only once a message went out; a release still being delivered, like a
+    queued draft, is ``queued_for_review`` to the SDK: nothing delivered yet, wait for the terminal event."""
     review = as_review(reply.review)
-    body: Json = {"status": reply.status, "review_id": review["id"], "state": review["state"]}
+    sent = reply.status == "sent" and "message_id" in review
+    body: Json = {
+        "kind": "sent" if sent else "queued_for_review",
+        "status": reply.status,
+        "review_id": review["id"],
+        "state": review["state"],
+    }
+    if sent:
+        message: Json = {"id": review["message_id"]}
+        if "thread_ref" in review:
+            message["thread_id"] = review["thread_ref"]
+        body["message"] = message
     for name in ("message_id", "thread_ref", "send_error", "gate_outcome"):
         if name in review:
             body[name] = review[name]
@@ -135,7 +181,7 @@ def as_review_feedback(reply: review_pb2.Feedback) -> Json:
         body["diff_json"] = orjson.loads(reply.diff_json)
     body["comments"] = [
         {"turn_id": c.turn_id, "actor_kind": c.actor_kind, "body": c.body} for c in reply.comments
-    ]
+    ]  # the SDK's actor_id and created_at are not on the wire between services yet
     body["new_rules"] = list(reply.new_rules)
     return body
 
@@ -146,11 +192,16 @@ def as_reviewer_decision_result(result: review_pb2.ReviewerDecision) -> Json:
         answer["message_id"] = result.message_id
     if result.thread_id:
         answer["thread_id"] = result.thread_id
-    answer["review"] = {
-        "id": result.review.id,
-        "state": review_state(result.review.state),
-        "revision": result.review.revision,
-    }
+    # The SDK types the review as a whole ``Review``; the stub is what an older review_state sends.
+    answer["review"] = (
+        as_review(result.full_review)
+        if result.HasField("full_review")
+        else {
+            "id": result.review.id,
+            "state": review_state(result.review.state),
+            "revision": result.review.revision,
+        }
+    )
     if result.forced_by_breaker:
         answer["forced_by_breaker"] = result.forced_by_breaker
     return answer

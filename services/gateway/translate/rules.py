@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import orjson
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import RISK_DIAL_FIELDS, DialValues
 
-from gateway.translate import Json, timestamp
+from gateway.translate import Json, page, timestamp
 
 
 def as_rule(rule: rules_pb2.Rule) -> Json:
@@ -30,6 +31,11 @@ def as_rule(rule: rules_pb2.Rule) -> Json:
     body.update(author_kind=rule.author_kind, status=rule.status)
     if rule.agent_id:
         body["agent_id"] = rule.agent_id
+        body["scope_agent_id"] = rule.agent_id  # the SDK's name
+    if rule.supersedes_id:
+        body["supersedes_id"] = rule.supersedes_id
+    if rule.HasField("created_at"):
+        body["created_at"] = timestamp(rule.created_at)
     return body
 
 
@@ -37,17 +43,47 @@ def as_rule_revision(rule: rules_pb2.Rule) -> Json:
     """``RuleRevision``: the rule as it was, plus the audit facts of the change."""
     body = as_rule(rule)
     body.update(action=rule.action, changed_by_kind=rule.changed_by_kind, changed_by_id=rule.changed_by_id)
-    if rule.supersedes_id:
-        body["supersedes_id"] = rule.supersedes_id
     if rule.high_water:
         body["rule_high_water"] = rule.high_water
     body["created_at"] = timestamp(rule.created_at)
     return body
 
 
+# The SDK's audit action names for ours; approve and reject have none there.
+AUDIT_ACTIONS = {"created": "create", "revised": "supersede", "retired": "retire", "undone": "restore",
+                 "approved": "approve", "rejected": "reject"}  # fmt: skip
+
+
+def as_rule_audit(reply: rules_pb2.RuleHistory) -> Json:
+    """``RuleAudit``: each revision of the lineage as the change that produced it."""
+    revisions = [as_rule_revision(r) for r in reply.revisions]
+    items: list[Json] = []
+    for i, revision in enumerate(revisions):
+        entry: Json = {
+            "id": revision["id"],
+            "entity_kind": "rule",
+            "entity_id": reply.lineage_id,
+            "action": AUDIT_ACTIONS.get(revision["action"], revision["action"]),
+            "actor_kind": revision["changed_by_kind"],
+        }
+        if revision["changed_by_id"]:
+            entry["actor_id"] = revision["changed_by_id"]
+        if i:
+            entry["before_json"] = orjson.dumps(revisions[i - 1]).decode()
+        later = revisions[i + 1] if i + 1 < len(revisions) else None
+        entry.update(
+            after_json=orjson.dumps(revision).decode(),
+            undone=later is not None and later["action"] == "undone",
+            created_at=revision["created_at"],
+        )
+        items.append(entry)
+    return page(items)
+
+
 def as_rule_list(reply: rules_pb2.GetRulesResponse) -> Json:
-    """``RuleList``; the versions and the composition token come with an unfiltered read only."""
-    body: Json = {"rules": [as_rule(r) for r in reply.rules], "next_cursor": None}
+    """``RuleSnapshot`` (the SDK's ``RuleSnapshot``: ``items``, ``total``; ``rules`` is the same list); the
+    versions and the composition token come with an unfiltered read only."""
+    body = page([as_rule(r) for r in reply.rules], also_as="rules")
     if reply.composition_token:
         body.update(
             house_style_version=reply.house_style_version,
@@ -59,12 +95,22 @@ def as_rule_list(reply: rules_pb2.GetRulesResponse) -> Json:
     return body
 
 
+# The SDK's name for a category narrower than the org: ``agent_private``. Ours is the project's.
+CATEGORY_SCOPES = {"project": "agent_private"}
+CATEGORY_SCOPE_NAMES = {sdk: ours for ours, sdk in CATEGORY_SCOPES.items()}
+
+
+def category_scope(scope: str) -> str:
+    """A category scope as a request names it, as the rules service reads it."""
+    return CATEGORY_SCOPE_NAMES.get(scope, scope)
+
+
 def as_category(category: rules_pb2.Category) -> Json:
-    return {
+    body: Json = {
         "id": category.id,
         "name": category.name,
         "description": category.description,
-        "scope": category.scope,
+        "scope": CATEGORY_SCOPES.get(category.scope, category.scope),
         "state": category.state,
         "author_kind": category.author_kind,
         "rule_high_water": category.rule_high_water,
@@ -73,12 +119,30 @@ def as_category(category: rules_pb2.Category) -> Json:
         "clean_approval_count": category.clean_approval_count,
         "drift_count": category.drift_count,
     }
+    if category.HasField("created_at"):
+        body["created_at"] = timestamp(category.created_at)
+    return body
+
+
+def as_backlog_status(
+    category: rules_pb2.Category, rules: rules_pb2.GetRulesResponse, queued: int, stale: int
+) -> Json:
+    """``ScanBacklogStatus``: ``stale`` of the ``queued`` drafts predate the rule high-water in force."""
+    return {
+        "category_id": category.id,
+        "state": category.state,
+        "queued": queued,
+        "current_enough": queued - stale,
+        "stale": stale,
+        "current_category_rules_version": rules.category_rules_version,
+        "current_house_style_version": rules.house_style_version,
+        "staleness_tolerance": 0,
+        "rule_high_water": rules.rule_high_water,
+    }
 
 
 def as_graduation_status(status: rules_pb2.GraduationStatus) -> Json:
-    body: Json = {"category_id": status.category_id, "state": status.state}
-    if status.next_state:
-        body["next_state"] = status.next_state
+    body: Json = {"category_id": status.category_id, "state": status.state, "next_state": status.next_state}
     body.update(
         never_graduate=status.never_graduate,
         clean_approval_count=status.clean_approval_count,

@@ -12,7 +12,6 @@ from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
     AdminCategoryIn,
     Category,
-    CategoryPatch,
     CompositionKey,
     GraduateIn,
     GraduationProposalList,
@@ -21,9 +20,10 @@ from reviewloop.shapes import (
     RiskDial,
     RiskDialIn,
     Rule,
-    RuleIn,
     RuleSettings,
     RuleSettingsIn,
+    SaveRuleRequest,
+    UpdateCategoryRequest,
 )
 from reviewloop.tenancy import ActorKind, Principal
 
@@ -32,7 +32,14 @@ from gateway.backends import Backends, backends
 from gateway.responses import ShapedRoute
 from gateway.routes.rules import IdempotencyKey, save_request
 from gateway.translate import Json
-from gateway.translate.rules import as_category, as_graduation_proposal, as_risk_dial, as_rule, risk_values
+from gateway.translate.rules import (
+    as_category,
+    as_graduation_proposal,
+    as_risk_dial,
+    as_rule,
+    category_scope,
+    risk_values,
+)
 
 router = APIRouter(tags=["rules", "console"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
@@ -74,7 +81,7 @@ async def save_house_style_rule(
 ) -> Json:
     """Org house style: inherited by every project of the org (console only)."""
     principal = await org_principal(caller, request, org_id)
-    rule = RuleIn(
+    rule = SaveRuleRequest(
         rule_text=body.rule_text,
         kind=body.kind,
         priority=body.priority,
@@ -152,7 +159,7 @@ async def predefine_category(
             principal=principal.to_proto(),
             name=body.name,
             description=body.description,
-            scope=body.scope,
+            scope=category_scope(body.scope),
             never_graduate=body.never_graduate,
             idempotency_key=idempotency_key,
         ),
@@ -163,7 +170,7 @@ async def predefine_category(
 
 @router.patch("/v1/admin/categories/{category_id}", operation_id="update_category", response_model=Category)
 async def update_category(
-    category_id: str, body: CategoryPatch, caller: Admin, request: Request, backend: Backend
+    category_id: str, body: UpdateCategoryRequest, caller: Admin, request: Request, backend: Backend
 ) -> Json:
     """Rename, redescribe, or set the never_graduate lock (ids never change)."""
     principal = await _owner_principal(caller, request, backend, category_id=category_id)

@@ -1,0 +1,314 @@
+"""The SDK's exported types as JSON Schemas: the reference where spec 000 is silent (spec/SDK.md).
+
+Written from the SDK's ``models.ts`` and ``problem.ts`` (contract 0.1.8): the same type names, field names,
+optionality and enums. A TypeScript type ignores fields it does not declare, but "ignore" would let a renamed
+optional field pass unseen, so each schema is closed: a field is either the SDK's or one of the extras the
+spec names (or the project adds) and lists here beside it. A renamed field is then either a missing required
+field or an unknown one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+STRING: dict[str, Any] = {"type": "string"}
+INT: dict[str, Any] = {"type": "integer"}
+NUMBER: dict[str, Any] = {"type": "number"}
+BOOL: dict[str, Any] = {"type": "boolean"}
+STAMP: dict[str, Any] = {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$"}
+OBJECT: dict[str, Any] = {"type": "object"}
+STRINGS: dict[str, Any] = {"type": "array", "items": STRING}
+ANY: dict[str, Any] = {}
+
+
+def enum(*values: str) -> dict[str, Any]:
+    return {"enum": list(values)}
+
+
+def ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def array(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": item}
+
+
+def shape(
+    required: dict[str, Any], optional: dict[str, Any] | None = None, extras: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A closed object: the SDK's required and optional fields, and the extras our wire adds."""
+    return {
+        "type": "object",
+        "required": sorted(required),
+        "properties": {**required, **(optional or {}), **(extras or {})},
+        "additionalProperties": False,
+    }
+
+
+REVIEW_STATE = enum(
+    "needs_review", "in_review", "chatting", "stale", "approved", "sent", "auto_sent", "rejected", "stalled",
+    "cancelled", "failed",
+)  # fmt: skip
+REVIEW_MODE = enum("review", "direct")
+ACTOR_KIND = enum("agent", "human", "review_agent", "system")
+CATEGORY_STATE = enum("supervised", "auto_notify", "auto_silent")
+
+SDK: dict[str, dict[str, Any]] = {
+    "Review": shape(
+        {
+            "id": STRING,
+            "state": REVIEW_STATE,
+            "mode": REVIEW_MODE,
+            "effective_mode": REVIEW_MODE,
+            "kind": enum("send", "reply", "forward"),
+            "from_address": STRING,
+            "agent_id": STRING,
+            "intent_summary": STRING,
+            "revision": INT,
+            "version": INT,
+            "proposed_subject": STRING,
+            "proposed_body_text": STRING,
+            "proposed_to": STRINGS,
+            "created_at": STAMP,
+            "updated_at": STAMP,
+        },
+        {
+            "category_id": STRING,
+            "intent_meta": OBJECT,
+            "proposed_body_html": STRING,
+            "proposed_cc": STRINGS,
+            "proposed_bcc": STRINGS,
+            "sent_subject": STRING,
+            "sent_body_text": STRING,
+            "diff_unified": STRING,
+            "sent_message_id": STRING,
+            "gate_outcome": STRING,
+            "stale_reason": STRING,
+            "decision_feedback": STRING,
+            "closed": BOOL,
+            "send_error": STRING,
+            "send_path": STRING,
+            "decided_at": STAMP,
+            "sent_at": STAMP,
+        },
+        # The spec's and the project's names beside the SDK's.
+        {
+            "org_id": STRING,
+            "project_id": STRING,
+            "to": STRINGS,
+            "cc": STRINGS,
+            "bcc": STRINGS,
+            "subject": STRING,
+            "body_text": STRING,
+            "body_html": STRING,
+            "intent": ANY,
+            "message_id": STRING,
+            "thread_ref": STRING,
+            "reply_to": STRING,
+            "parent_message_id": STRING,
+            "confidence": NUMBER,
+            "headers": OBJECT,
+            "attachments": array(OBJECT),
+            "turns": array(ref("ReviewTurn")),
+            "turn": ref("ReviewTurn"),  # post_review_chat answers the review and the turn it added
+        },
+    ),
+    "ReviewTurn": shape(
+        {"id": STRING, "seq": INT, "turn_type": STRING, "actor_kind": ACTOR_KIND, "created_at": STAMP},
+        {"actor_id": STRING, "body": STRING, "revision": INT, "diff_json": OBJECT, "metadata": OBJECT},
+        {"action": STRING},
+    ),
+    "QueuedForReviewResult": shape(
+        {"kind": enum("queued_for_review"), "review": ref("Review")},
+        extras={
+            "status": STRING,
+            "review_id": STRING,
+            "state": REVIEW_STATE,
+            "gate_outcome": STRING,
+            "send_error": STRING,
+        },
+    ),
+    "SentResult": shape(
+        {"kind": enum("sent"), "message": shape({"id": STRING}, {"thread_id": STRING})},
+        {"review": ref("Review")},
+        {
+            "status": STRING,
+            "review_id": STRING,
+            "state": REVIEW_STATE,
+            "message_id": STRING,
+            "thread_ref": STRING,
+            "gate_outcome": STRING,
+        },
+    ),
+    "SubmitForReviewResult": {"oneOf": [ref("QueuedForReviewResult"), ref("SentResult")]},
+    "ReviewFeedbackComment": shape(
+        {"turn_id": STRING, "actor_kind": ACTOR_KIND, "body": STRING},
+        {"actor_id": STRING, "created_at": STAMP},  # required in the SDK; the spec's example omits it
+    ),
+    "ReviewFeedback": shape(
+        {
+            "review_id": STRING,
+            "decision": STRING,
+            "comments": array(ref("ReviewFeedbackComment")),
+            "new_rules": STRINGS,
+        },
+        {"diff_unified": STRING, "diff_json": OBJECT},
+    ),
+    "ReviewEvent": shape(
+        {"seq": INT, "id": STRING, "reason": STRING, "created_at": STAMP},
+        {"review_id": STRING, "category_id": STRING, "payload": OBJECT},
+    ),
+    "ReviewEventCursor": shape({"review_id": STRING, "last_acked_seq": INT}),
+    "ReviewEventsResult": shape(
+        {"events": array(ref("ReviewEvent"))},
+        {"cursors": array(ref("ReviewEventCursor"))},
+        {"next_cursor": {"type": ["string", "null"]}},
+    ),
+    "AckReviewEventResult": shape({}, {"cursors": array(ref("ReviewEventCursor"))}, {"acked": INT}),
+    "ReviewerDecisionResult": shape(
+        # ``queued`` and ``failed`` are ours: a review agent's release not (yet) delivered (the SDK has two).
+        {
+            "kind": enum("sent", "sent_to_human", "queued", "failed"),
+            "review": ref("Review"),
+            "sent": BOOL,
+            "sent_to_human": BOOL,
+        },
+        {"message_id": STRING, "thread_id": STRING, "forced_by_breaker": STRING},
+    ),
+    "Category": shape(
+        {
+            "id": STRING,
+            "name": STRING,
+            "description": STRING,
+            "scope": enum("org_shared", "agent_private"),
+            "state": CATEGORY_STATE,
+            "author_kind": enum("agent", "human"),
+            "rule_high_water": INT,
+            "rules_version": INT,
+            "created_at": STAMP,
+        },
+        {"merged_into": STRING, "created_by_agent_id": STRING, "updated_at": STAMP},
+        {
+            "never_graduate": BOOL,
+            "clean_approval_count": INT,
+            "drift_count": INT,
+            "org_id": STRING,
+            "project_id": STRING,
+        },
+    ),
+    "Rule": shape(
+        {
+            "id": STRING,
+            "lineage_id": STRING,
+            "rev": INT,
+            "scope": enum("general", "category"),
+            "rule_text": STRING,
+            "kind": enum("soft", "hard"),
+            "priority": INT,
+            "status": enum("proposed", "active", "superseded", "retired"),
+            "author_kind": enum("agent", "human"),
+            "created_at": STAMP,
+        },
+        {
+            "rule_layer": enum("org", "project"),
+            "org_id": STRING,
+            "project_id": STRING,
+            "category_id": STRING,
+            "scope_agent_id": STRING,
+            "supersedes_id": STRING,
+            "updated_at": STAMP,
+        },
+        {"source_review_id": STRING, "agent_id": STRING},
+    ),
+    "RuleSnapshot": shape(
+        {
+            "items": array(ref("Rule")),
+            "total": INT,
+            "house_style_version": INT,
+            "category_rules_version": INT,
+            "rule_high_water": INT,
+        },
+        {"next_cursor": STRING, "composition_token": STRING, "composition_token_expires_at": STAMP},
+        {"rules": array(ref("Rule"))},
+    ),
+    "GraduationStatus": shape(
+        {
+            "category_id": STRING,
+            "state": CATEGORY_STATE,
+            "next_state": STRING,
+            "never_graduate": BOOL,
+            "clean_approval_count": INT,
+            "graduate_min_approvals": INT,
+            "approvals_met": BOOL,
+            "age_hours": NUMBER,
+            "graduate_min_age_hours": NUMBER,
+            "age_met": BOOL,
+            "maturity_gate_met": BOOL,
+            "drift_count": INT,
+            "drift_demote_after": INT,
+            "can_graduate": BOOL,
+        }
+    ),
+    "ScanBacklogStatus": shape(
+        {
+            "category_id": STRING,
+            "state": enum("supervised", "auto_notify", "auto_silent", "probation"),
+            "queued": INT,
+            "current_enough": INT,
+            "stale": INT,
+            "current_category_rules_version": INT,
+            "current_house_style_version": INT,
+            "staleness_tolerance": INT,
+        },
+        extras={"rule_high_water": INT},
+    ),
+    "RuleAuditEntry": shape(
+        {
+            "id": STRING,
+            "entity_kind": enum("rule", "category"),
+            "entity_id": STRING,
+            "action": enum("create", "supersede", "retire", "rename", "redescribe", "merge", "restore"),
+            "actor_kind": enum("agent", "human", "system"),
+            "undone": BOOL,
+            "created_at": STAMP,
+        },
+        {"actor_id": STRING, "before_json": STRING, "after_json": STRING},
+    ),
+    "ProblemField": shape({}, {"field": STRING, "code": STRING, "detail": STRING}),
+    "Problem": shape(
+        {"type": STRING, "title": STRING, "status": INT, "code": STRING},
+        {
+            "reason": STRING,
+            "next_action": STRING,
+            "projects": OBJECT,
+            "current_state": OBJECT,
+            "unsent_text": STRING,
+            "detail": STRING,
+            "request_id": STRING,
+            "errors": array(ref("ProblemField")),
+        },
+    ),
+}
+
+
+def page(item: str, extra: str) -> dict[str, Any]:
+    """The SDK's ``Page<T>`` (``next_cursor`` absent on the last page), and our older list name."""
+    return shape(
+        {"items": array(ref(item)), "total": INT},
+        {"next_cursor": STRING},
+        {extra: array(ref(item))},
+    )
+
+
+SDK["Page<Review>"] = page("Review", "reviews")
+SDK["Page<Category>"] = page("Category", "categories")
+SDK["Page<ReviewTurn>"] = page("ReviewTurn", "turns")
+SDK["Page<RuleAuditEntry>"] = page("RuleAuditEntry", "entries")
+
+
+def sdk_errors(type_name: str, value: Any) -> list[str]:
+    """Why ``value`` is not a valid ``type_name`` of the SDK (empty: it is)."""
+    validator = Draft202012Validator({"$defs": SDK, "$ref": f"#/$defs/{type_name}"})
+    return [f"/{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(value)]
