@@ -208,6 +208,31 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         review, turns = await app.get_review(self.env, principal, request.review_id)
         return review_to_proto(review, turns, await app.get_delivery(self.env, principal, review.id))
 
+    async def GetReviewRevisions(
+        self, request: review_pb2.GetReviewRequest, context: Context
+    ) -> review_pb2.ReviewRevisions:
+        revisions = await app.get_revisions(self.env, Principal.from_proto(request.principal), request.review_id)
+        return review_pb2.ReviewRevisions(
+            review_id=request.review_id,
+            revisions=[
+                review_pb2.ReviewRevision(
+                    revision=r.revision,
+                    subject=r.subject,
+                    to=r.to,
+                    cc=r.cc,
+                    bcc=r.bcc,
+                    body_text=r.body_text,
+                    body_html=r.body_html,
+                    attachments=[
+                        review_pb2.RevisionAttachment(filename=a.filename, size=a.size, sha256=a.sha256)
+                        for a in r.attachments
+                    ],
+                    created_at=stamp(r.created_at),
+                )
+                for r in revisions
+            ],
+        )
+
     async def ResolveDelivery(
         self, request: review_pb2.ResolveDeliveryRequest, context: Context
     ) -> review_pb2.Review:

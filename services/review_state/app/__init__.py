@@ -26,7 +26,7 @@ from review_state.app.delivery import (
 )
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
-from review_state.app.reads import Feedback, get_feedback, get_review, list_reviews
+from review_state.app.reads import Feedback, get_feedback, get_review, get_revisions, list_reviews
 from review_state.app.reviewer import ReviewerResult, decide, open_review, reviewer_decide
 from review_state.app.submission import submit
 from review_state.domain.decision import Decision
@@ -50,6 +50,7 @@ __all__ = [
     "get_feedback",
     "get_policy",
     "get_review",
+    "get_revisions",
     "ingest",
     "list_reviews",
     "open_review",

@@ -12,7 +12,7 @@ from review_state import store
 from review_state.app._kernel import not_found
 from review_state.app.env import Env
 from review_state.domain.feedback import decision_of, decisions_of
-from review_state.domain.review import Review, Turn
+from review_state.domain.review import Review, RevisionContent, Turn
 
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
 
@@ -23,6 +23,15 @@ async def get_review(env: Env, principal: Principal, review_id: str) -> tuple[Re
     if found is None:
         raise not_found(review_id)
     return found
+
+
+async def get_revisions(env: Env, principal: Principal, review_id: str) -> list[RevisionContent]:
+    """Every kept revision of the review, oldest first (a review always has its current one)."""
+    async with env.db.single_statement.connect() as conn:
+        revisions = await store.list_revisions(conn, principal.project_id, review_id)
+    if not revisions:
+        raise not_found(review_id)
+    return revisions
 
 
 async def list_reviews(

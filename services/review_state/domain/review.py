@@ -7,6 +7,7 @@ nudge the move emits (``machine.NUDGES``).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -58,6 +59,49 @@ class Review:
     def recipients(self) -> list[str]:
         """Everyone the message goes to: the envelope, Bcc included."""
         return [*self.to, *self.cc, *self.bcc]
+
+
+@dataclass(frozen=True)
+class AttachmentFacts:
+    """What a revision's history shows of an attachment: never its bytes."""
+
+    filename: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RevisionContent:
+    """The content of one revision of a review, kept so any two revisions can be compared."""
+
+    review_id: str
+    revision: int
+    subject: str
+    to: list[str]
+    cc: list[str]
+    bcc: list[str]
+    body_text: str
+    body_html: str | None
+    attachments: tuple[AttachmentFacts, ...]
+    created_at: datetime
+
+    @classmethod
+    def of(cls, review: Review) -> RevisionContent:
+        return cls(
+            review_id=review.id,
+            revision=review.revision,
+            subject=review.subject,
+            to=list(review.to),
+            cc=list(review.cc),
+            bcc=list(review.bcc),
+            body_text=review.body_text,
+            body_html=review.body_html,
+            attachments=tuple(
+                AttachmentFacts(a.filename, len(a.content), hashlib.sha256(a.content).hexdigest())
+                for a in review.attachments
+            ),
+            created_at=review.updated_at,
+        )
 
 
 @dataclass(frozen=True)

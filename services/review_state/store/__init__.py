@@ -41,6 +41,7 @@ from review_state.store.reviews import (
     get_review_with_turns,
     get_turn,
     list_reviews,
+    list_revisions,
     list_turns,
     pending_in_scope,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "get_turn",
     "idempotency_keys",
     "list_reviews",
+    "list_revisions",
     "list_turns",
     "mark_contacted",
     "message_by_rfc_id",

@@ -12,9 +12,9 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
-from review_state.domain.review import Review, Turn
+from review_state.domain.review import AttachmentFacts, Review, RevisionContent, Turn
 from review_state.domain.submission import HUMANS_NOTIFIED, Attachment
-from review_state.store.tables import reviews, turns
+from review_state.store.tables import review_revisions, reviews, turns
 
 _COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
 
@@ -58,6 +58,7 @@ def _to_row(review: Review) -> dict[str, Any]:
 
 async def add_review(conn: AsyncConnection, review: Review) -> None:
     await conn.execute(insert(reviews), _to_row(review))
+    await _add_revision(conn, review)
 
 
 _REVIEW = select(reviews).where(
@@ -171,7 +172,60 @@ async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any
         .where(reviews.c.id == current.id, reviews.c.version == current.version)
         .values(**values)
     )
-    return updated if result.rowcount == 1 else None
+    if result.rowcount != 1:
+        return None
+    if updated.revision != current.revision:
+        await _add_revision(conn, updated)
+    return updated
+
+
+# --- revisions ----------------------------------------------------------------------------------
+
+
+async def _add_revision(conn: AsyncConnection, review: Review) -> None:
+    """Keeps ``review``'s content as its revision's snapshot, in the caller's unit of work: every
+    revision is born in ``add_review`` or a ``compare_and_set`` that bumps it, so none is missed."""
+    content = RevisionContent.of(review)
+    await conn.execute(
+        insert(review_revisions),
+        {
+            "review_id": content.review_id,
+            "revision": content.revision,
+            "project_id": review.project_id,
+            "subject": content.subject,
+            "to_addrs": content.to,
+            "cc_addrs": content.cc,
+            "bcc_addrs": content.bcc,
+            "body_text": content.body_text,
+            "body_html": content.body_html,
+            "attachments": [a.__dict__ for a in content.attachments],
+            "created_at": content.created_at,
+        },
+    )
+
+
+async def list_revisions(conn: AsyncConnection, project_id: str, review_id: str) -> list[RevisionContent]:
+    """The review's kept revisions, oldest first; another tenant's review has none."""
+    rows = await conn.execute(
+        select(review_revisions)
+        .where(review_revisions.c.review_id == review_id, review_revisions.c.project_id == project_id)
+        .order_by(review_revisions.c.revision)
+    )
+    return [
+        RevisionContent(
+            review_id=r.review_id,
+            revision=r.revision,
+            subject=r.subject,
+            to=list(r.to_addrs),
+            cc=list(r.cc_addrs),
+            bcc=list(r.bcc_addrs),
+            body_text=r.body_text,
+            body_html=r.body_html,
+            attachments=tuple(AttachmentFacts(**a) for a in r.attachments or []),
+            created_at=r.created_at,
+        )
+        for r in rows
+    ]
 
 
 # --- turns --------------------------------------------------------------------------------------

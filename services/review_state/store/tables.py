@@ -82,6 +82,25 @@ turns = Table(
     Index("ix_turns_review_id_seq", "review_id", "seq", unique=True),
 )
 
+# One row per revision of a review: its content as the composer (or an editing human) left it,
+# written in the unit of work that creates the revision. Attachments keep name, size and sha256 only.
+review_revisions = Table(
+    "review_revisions",
+    metadata,
+    Column("review_id", String(40), nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("to_addrs", Json, nullable=False),
+    Column("cc_addrs", Json, nullable=False),
+    Column("bcc_addrs", Json, nullable=False),
+    Column("body_text", Text, nullable=False),
+    Column("body_html", Text),
+    Column("attachments", Json, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    PrimaryKeyConstraint("review_id", "revision"),
+)
+
 messages = Table(
     "messages",
     metadata,
