@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import difflib
 import hashlib
 import json
 from collections.abc import AsyncIterator
@@ -354,17 +355,73 @@ def _thread(review: dict[str, Any]) -> str:
     return "<ol class='thread'>" + "".join(items) + "</ol>" if items else "<p>No turns yet.</p>"
 
 
-def _history(review: dict[str, Any]) -> str:
-    revisions = [t for t in review.get("turns") or [] if t["turn_type"] == "revision" or t.get("diff_json")]
-    items = [
-        f"<li>revision {t['revision']}: {h(t['turn_type'])}"
-        + (f" ({h(t['action'])})" if t.get("action") else "")
-        + (_diff(t["diff_json"]["hunks"]) if t.get("diff_json") else "")
-        + "</li>"
-        for t in revisions
-    ]
-    return f"<p>Current: revision {review['revision']}, version {review['version']}.</p>" + (
-        "<ul>" + "".join(items) + "</ul>" if items else "<p>Revision 1 is the only one.</p>"
+async def _revisions(request: Request, session: Session, review_id: str) -> dict[int, dict[str, str]]:
+    """Each kept revision's content as the lines its per-field diff compares, by revision number."""
+    reply = await web.call(
+        web.backend(request).review.GetReviewRevisions,
+        review_pb2.GetReviewRequest(principal=session.principal.to_proto(), review_id=review_id),
+        request,
+    )
+    return {
+        r.revision: {
+            "subject": r.subject,
+            "to": "\n".join(r.to),
+            "cc": "\n".join(r.cc),
+            "bcc": "\n".join(r.bcc),
+            "body_text": r.body_text,
+            "body_html": r.body_html,
+            "attachments": "\n".join(f"{a.filename} ({a.size} bytes, sha256 {a.sha256})" for a in r.attachments),
+        }
+        for r in reply.revisions
+    }
+
+
+def _compare(before: dict[str, str], after: dict[str, str]) -> str:
+    """A per-field diff of two revisions, each changed line marked - or + in text (never colour alone)."""
+    out, same = [], []
+    for name in before:
+        if before[name] == after[name]:
+            same.append(name)
+            continue
+        out.append(f"@@ {name}")
+        for line in difflib.ndiff(before[name].splitlines(), after[name].splitlines()):
+            if not line.startswith("? "):  # ndiff's intraline hints: the -/+ lines already say it
+                css = {"- ": "diff-del", "+ ": "diff-add"}.get(line[:2], "")
+                out.append(f'<span class="{css}">{h(line)}</span>' if css else h(line))
+    unchanged = f"<p>Unchanged: {h(', '.join(same))}.</p>" if same else ""
+    return ("<pre class='diff'>" + "\n".join(out) + "</pre>" if out else "<p>No field differs.</p>") + unchanged
+
+
+def _pick(request: Request, name: str, default: int, known: list[int]) -> int:
+    raw = request.query_params.get(name, "")
+    return int(raw) if raw.isdigit() and int(raw) in known else default
+
+
+def _history(request: Request, review: dict[str, Any], revisions: dict[int, dict[str, str]]) -> str:
+    """Any two kept revisions side by side (default: the previous one against the current one)."""
+    current = f"<p>Current: revision {review['revision']}, version {review['version']}.</p>"
+    known = sorted(revisions)
+    if len(known) < 2:
+        return current + "<p>Only one revision is kept: nothing to compare.</p>"
+    a = _pick(request, "rev_a", known[-2], known)
+    b = _pick(request, "rev_b", known[-1], known)
+
+    def select(name: str, label: str, chosen: int) -> str:
+        options = "".join(
+            f'<option value="{n}"{" selected" if n == chosen else ""}>revision {n}</option>' for n in known
+        )
+        return f'<label for="{name}">{label}</label><select id="{name}" name="{name}">{options}</select>'
+
+    form = (
+        f'<form method="get" action="/console/reviews/{h(review["id"])}#history" class="actions">'
+        f"{select('rev_a', 'From (-)', a)}{select('rev_b', 'To (+)', b)}"
+        f'<button type="submit" id="compare">Compare</button></form>'
+    )
+    return (
+        current
+        + form
+        + f"<p>Revision {a} (-) against revision {b} (+):</p>"
+        + _compare(revisions[a], revisions[b])
     )
 
 
@@ -488,6 +545,7 @@ async def render_review(
   <label for="chat-text">Comment to the agent</label><textarea id="chat-text" name="text" required>{h(typed_value("text"))}</textarea>
   <p><button type="submit">Send comment</button></p></form>"""
     intent = review.get("intent") or {}
+    revisions = await _revisions(request, session, rid)
     body = f"""
 <p class="lede">{h(review["kind"])} · {h(category_name)} · state <strong>{h(state)}</strong> ·
 revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</code></p>
@@ -502,7 +560,7 @@ revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</co
 <div>
 <section aria-labelledby="intent"><h2 id="intent">Intent</h2><p>{h(intent.get("summary") or "(none)")}</p>
 <pre>{h(json.dumps(intent.get("meta") or {}, indent=2, ensure_ascii=False))}</pre></section>
-<section aria-labelledby="history"><h2 id="history">Revision history</h2>{_history(review)}</section>
+<section aria-labelledby="history"><h2 id="history">Revision history</h2>{_history(request, review, revisions)}</section>
 <section aria-labelledby="thread"><h2 id="thread">Thread and chat</h2>{_thread(review)}{chat}</section>
 </div></div>"""
     return page(
