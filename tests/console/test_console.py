@@ -499,3 +499,30 @@ async def test_two_reviewers_see_who_has_a_draft_open(capi: Api, new_page: Any) 
     await expect(ben.locator("#presence")).to_have_text("Also open by Ana (human).")
     await ana.evaluate("window.dispatchEvent(new Event('focus'))")
     await expect(ana.locator("#presence")).to_have_text("Also open by Ben (human).")
+
+
+async def test_review_page_compares_any_two_revisions(capi: Api, new_page: Any) -> None:
+    """Issue 16: the revision history compares revisions 1 and 3 field by field, each changed line
+    marked - or + in text, not by colour alone."""
+    p = await _project(capi)
+    rid = await submit(capi, p["agent"], subject="Q3 pilot", body_text="Can we talk Monday?")
+    agent = capi.auth(p["agent"])
+    for parent, change in ((1, {"body_text": "Can we talk Tuesday?"}), (2, {"subject": "Q3 pilot call"})):
+        redrafted = await capi.http.post(
+            f"/v1/reviews/{rid}/revisions", json={"parent_revision": parent, **change}, headers=agent
+        )
+        assert redrafted.status_code == 200, redrafted.text
+    page = await new_page()
+    await sign_in(page, p["human"], f"/console/reviews/{rid}")
+    history = page.locator("section[aria-labelledby=history]")
+    await expect(history).to_contain_text("Revision 2 (-) against revision 3 (+)")  # the default pair
+    await page.get_by_label("From (-)").select_option("1")
+    await page.get_by_label("To (+)").select_option("3")
+    await page.get_by_role("button", name="Compare").click()
+    await expect(history).to_contain_text("Revision 1 (-) against revision 3 (+)")
+    diff = history.locator("pre.diff")
+    await expect(diff).to_contain_text("- Q3 pilot")
+    await expect(diff).to_contain_text("+ Q3 pilot call")
+    await expect(diff).to_contain_text("- Can we talk Monday?")
+    await expect(diff).to_contain_text("+ Can we talk Tuesday?")
+    await axe_clean(page, "review-revisions")
