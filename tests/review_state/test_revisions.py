@@ -4,13 +4,18 @@ creates the revision, and read back per review within the tenant only; on both b
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pytest
+from alembic import command
+from review_state.__main__ import SPEC
 from review_state import app
 from review_state.app import Decision, Env, Revision
 from review_state.domain.review import AttachmentFacts
 from review_state.domain.submission import Attachment
 from reviewloop.errors import Code, DomainError
+from reviewloop.storage.engine import WRITE_OPTION
+from reviewloop.storage.migrations import _config
 from reviewloop.tenancy import ActorKind, Principal
 
 from tests.review_state.conftest import AGENT, DRAFT, HUMAN, queued
@@ -58,3 +63,25 @@ async def test_another_tenant_reads_no_revisions(env: Env) -> None:
     with pytest.raises(DomainError) as caught:
         await app.get_revisions(env, STRANGER, review.id)
     assert caught.value.code is Code.NOT_FOUND
+
+
+async def test_the_migration_backfills_the_current_revision(env: Env) -> None:
+    """A review from before revisions were kept gets its current revision's content on upgrade."""
+    review = await queued(env)
+    review = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2 body"))
+    cfg = _config(SPEC.migrations_dir, SPEC.metadata)
+
+    def to(target: str) -> Any:
+        def run(sync_conn: Any) -> None:
+            cfg.attributes["connection"] = sync_conn
+            (command.upgrade if target == "head" else command.downgrade)(cfg, target)
+
+        return run
+
+    engine = env.db.engine.execution_options(**{WRITE_OPTION: True})
+    async with engine.begin() as conn:
+        await conn.run_sync(to("a7c41d2e9b10"))  # the schema before review_revisions
+    async with engine.begin() as conn:
+        await conn.run_sync(to("head"))
+    kept = await app.get_revisions(env, HUMAN, review.id)
+    assert [(r.revision, r.body_text) for r in kept] == [(2, "v2 body")]
