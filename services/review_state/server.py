@@ -211,7 +211,9 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     async def GetReviewRevisions(
         self, request: review_pb2.GetReviewRequest, context: Context
     ) -> review_pb2.ReviewRevisions:
-        revisions = await app.get_revisions(self.env, Principal.from_proto(request.principal), request.review_id)
+        revisions = await app.get_revisions(
+            self.env, Principal.from_proto(request.principal), request.review_id
+        )
         return review_pb2.ReviewRevisions(
             review_id=request.review_id,
             revisions=[

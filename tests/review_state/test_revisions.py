@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from alembic import command
-from review_state.__main__ import SPEC
 from review_state import app
+from review_state.__main__ import SPEC
 from review_state.app import Decision, Env, Revision
 from review_state.domain.review import AttachmentFacts
 from review_state.domain.submission import Attachment

@@ -370,7 +370,9 @@ async def _revisions(request: Request, session: Session, review_id: str) -> dict
             "bcc": "\n".join(r.bcc),
             "body_text": r.body_text,
             "body_html": r.body_html,
-            "attachments": "\n".join(f"{a.filename} ({a.size} bytes, sha256 {a.sha256})" for a in r.attachments),
+            "attachments": "\n".join(
+                f"{a.filename} ({a.size} bytes, sha256 {a.sha256})" for a in r.attachments
+            ),
         }
         for r in reply.revisions
     }
@@ -389,7 +391,9 @@ def _compare(before: dict[str, str], after: dict[str, str]) -> str:
                 css = {"- ": "diff-del", "+ ": "diff-add"}.get(line[:2], "")
                 out.append(f'<span class="{css}">{h(line)}</span>' if css else h(line))
     unchanged = f"<p>Unchanged: {h(', '.join(same))}.</p>" if same else ""
-    return ("<pre class='diff'>" + "\n".join(out) + "</pre>" if out else "<p>No field differs.</p>") + unchanged
+    return (
+        "<pre class='diff'>" + "\n".join(out) + "</pre>" if out else "<p>No field differs.</p>"
+    ) + unchanged
 
 
 def _pick(request: Request, name: str, default: int, known: list[int]) -> int:
