@@ -61,7 +61,9 @@ async def test_a_generated_client_sends_reads_and_acks(api: Api, stack: Stack, g
     models = importlib.import_module("rlclient.models")
     client = generated_client.AuthenticatedClient(base_url=str(api.http.base_url), token=token)
 
-    sent = await send.asyncio_detailed(client=client, body=models.SendIn.from_dict(draft()))
+    body = draft()
+    body["text"] = body.pop("body_text")  # the published (SDK) name; the spec's still works over plain JSON
+    sent = await send.asyncio_detailed(client=client, body=models.SendIn.from_dict(body))
     assert sent.status_code == 202, sent.content  # a 422 before: the generated default Idempotency-Key ''
     review_id = sent.parsed.review_id
     read = await get.asyncio_detailed(review_id, client=client)
@@ -74,7 +76,7 @@ async def test_a_generated_client_sends_reads_and_acks(api: Api, stack: Stack, g
     seq = max(e["seq"] for e in events if e["review_id"] == review_id)
     acked = await ack.asyncio_detailed(
         client=client,
-        body=models.AckReviewEventsRequest.from_dict({"acks": [{"review_id": review_id, "seq": seq}]}),
+        body=models.AckReviewEventRequest.from_dict({"acks": [{"review_id": review_id, "through_seq": seq}]}),
     )
     assert acked.status_code == 200, acked.content
     assert acked.parsed.acked >= 1

@@ -316,7 +316,9 @@ class Review(Shape):
     mode: ReviewModeName = Field(description="review | direct: how the draft was asked to travel")
     effective_mode: ReviewModeName = Field(description="review | direct: how the resolved policy routes it")
     intent_summary: str = Field(description="the intent's summary; empty when the draft has none")
-    intent_meta: dict[str, JsonValue] | None = None
+    # An object, never null (empty when the intent has none): a nullable twin of ReviewIntent.meta would
+    # give generated clients two models of one name (ReviewIntentMetaType0).
+    intent_meta: dict[str, JsonValue] = Field(default_factory=dict)
     proposed_subject: str
     proposed_body_text: str
     proposed_body_html: str | None = None

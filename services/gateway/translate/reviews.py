@@ -118,7 +118,7 @@ def _with_sdk_names(body: Json) -> Json:
         proposed_cc=body["cc"],
         proposed_bcc=body["bcc"],
     )
-    if "meta" in intent:
+    if intent.get("meta") is not None:
         body["intent_meta"] = intent["meta"]
     if "body_html" in body:
         body["proposed_body_html"] = body["body_html"]
