@@ -21,7 +21,7 @@ CHROMIUM = os.environ.get("REVIEWLOOP_CHROMIUM", "/usr/bin/chromium")
 OUTPUT = Path(__file__).parent / "output"
 
 try:
-    from playwright.async_api import Browser, Page, async_playwright
+    from playwright.async_api import Browser, Page, async_playwright, expect
 except ImportError:  # pragma: no cover - the dev extra is missing
     async_playwright = None  # type: ignore[assignment]
 
@@ -91,6 +91,10 @@ async def new_page(browser: Browser, base_url: str) -> AsyncIterator[Any]:
             contexts.append(context)
         page: Page = await context.new_page()
         return page
+
+    # A two-core CI box running the whole suite answers a page in seconds, not milliseconds: waits that
+    # would pass at 5 s alone get 20 s there (an assertion still fails at once on a wrong value it sees).
+    expect.set_options(timeout=20_000)
 
     yield open_
     for context in contexts:
