@@ -646,6 +646,40 @@ class Verbs:
         return Call("GET", f"/v1/rules/{_id(lineage_id)}/audit", _shape(RuleAudit))
 
     @staticmethod
+    def retire_rule(lineage_id: str, *, rev: int) -> Call[Rule]:
+        """Retire a project rule (``POST /v1/rules/{lineage_id}/retire``).
+
+        Args:
+            lineage_id: The ``rln_`` id.
+            rev: The lineage's current rev, as read (read-before-write).
+
+        Returns:
+            The new, ``retired`` revision as a :class:`Rule`.
+
+        Raises:
+            ReviewloopError: ``409 stale`` when ``rev`` is no longer current; ``403 forbidden_scope`` for
+                org house style or under staged approval (the console's); ``404`` for another project's.
+        """
+        return Call("POST", f"/v1/rules/{_id(lineage_id)}/retire", _shape(Rule), body={"rev": rev})
+
+    @staticmethod
+    def undo_rule_change(lineage_id: str, *, rev: int) -> Call[Rule]:
+        """Restore the revision in force before a project rule's last change
+        (``POST /v1/rules/{lineage_id}/undo``); undoing a creation retires the rule.
+
+        Args:
+            lineage_id: The ``rln_`` id.
+            rev: The lineage's current rev, as read.
+
+        Returns:
+            The new revision as a :class:`Rule`.
+
+        Raises:
+            ReviewloopError: as :meth:`retire_rule`.
+        """
+        return Call("POST", f"/v1/rules/{_id(lineage_id)}/undo", _shape(Rule), body={"rev": rev})
+
+    @staticmethod
     def list_categories(*, cursor: str | None = None) -> Call[CategoryList]:
         """List the category registry a draft is matched against (``GET /v1/categories``).
 
@@ -682,6 +716,23 @@ class Verbs:
         """
         body = _drop_none(dict(name=name, description=description, **fields))
         return Call("POST", "/v1/categories", _shape(Category), body=body, idempotency_key=idempotency_key)
+
+    @staticmethod
+    def update_category(
+        category_id: str, *, name: str | None = None, description: str | None = None
+    ) -> Call[Category]:
+        """Rename or redescribe a category (``PATCH /v1/categories/{category_id}``); an omitted field is
+        untouched and the id never changes.
+
+        Returns:
+            The updated :class:`Category`.
+
+        Raises:
+            ReviewloopError: ``409 conflict`` when another category has that name (its id is in the
+                hints); ``404`` for a category the caller's project cannot see.
+        """
+        body = _drop_none(dict(name=name, description=description))
+        return Call("PATCH", f"/v1/categories/{_id(category_id)}", _shape(Category), body=body)
 
     @staticmethod
     def get_category(category_id: str) -> Call[Category]:
@@ -1022,6 +1073,9 @@ class AsyncReviewloop(_Base):
     get_rules = _async(Verbs.get_rules)
     save_rule = _async(Verbs.save_rule)
     get_rule_audit = _async(Verbs.get_rule_audit)
+    retire_rule = _async(Verbs.retire_rule)
+    undo_rule_change = _async(Verbs.undo_rule_change)
+    update_category = _async(Verbs.update_category)
     list_categories = _async(Verbs.list_categories)
     create_category = _async(Verbs.create_category)
     get_category = _async(Verbs.get_category)
@@ -1105,6 +1159,9 @@ class Reviewloop(_Base):
     get_rules = _sync(Verbs.get_rules)
     save_rule = _sync(Verbs.save_rule)
     get_rule_audit = _sync(Verbs.get_rule_audit)
+    retire_rule = _sync(Verbs.retire_rule)
+    undo_rule_change = _sync(Verbs.undo_rule_change)
+    update_category = _sync(Verbs.update_category)
     list_categories = _sync(Verbs.list_categories)
     create_category = _sync(Verbs.create_category)
     get_category = _sync(Verbs.get_category)

@@ -422,3 +422,60 @@ async def test_composition_token_validates_over_grpc(api: Api) -> None:
     assert await check(token[:-4] + "AAAA") == rules_pb2.TOKEN_STATUS_INVALID
     await org.save(org.human, rule_text="Always propose a concrete time.", category_id=category["id"])
     assert await check() == rules_pb2.TOKEN_STATUS_STALE
+
+
+async def test_agents_retire_undo_and_rename_through_the_catalog_tools(api: Api) -> None:
+    """The catalog's retire_rule / undo_rule_change / update_category on the agent plane (REST and MCP):
+    an agent may retire or undo a project rule and rename a category; org house style, the never_graduate
+    lock, and any retire under staged approval stay the console's; another project's is 404."""
+    from tests.gateway.test_mcp import mcp_client, structured
+
+    org, stranger = await Org.create(api), await Org.create(api)
+    rule = await org.save(org.agent, rule_text="Always propose a concrete time.")
+    lineage = rule["lineage_id"]
+    async with mcp_client(api, org.agent) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        for name in ("retire_rule", "undo_rule_change", "update_category"):
+            assert tools[name].output_schema is not None, name
+        retired = structured(await client.call_tool("retire_rule", {"id": lineage, "rev": 1}))
+        assert (retired["status"], retired["rev"]) == ("retired", 2)
+        stale = await client.call_tool("retire_rule", {"id": lineage, "rev": 1})
+        assert stale.is_error and structured(stale)["code"] == "stale"
+        restored = structured(await client.call_tool("undo_rule_change", {"id": lineage, "rev": 2}))
+        assert (restored["status"], restored["rev"]) == ("active", 3)
+        made = structured(await client.call_tool("propose_category", {"name": "Renewals"}))
+        renamed = structured(
+            await client.call_tool("update_category", {"id": made["id"], "name": "Renewal reminders"})
+        )
+        assert (renamed["id"], renamed["name"]) == (made["id"], "Renewal reminders")
+    stack = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    assert [r["rule_text"] for r in stack["rules"]] == ["Always propose a concrete time."]
+
+    lock = await api.http.patch(f"/v1/categories/{made['id']}", json={"never_graduate": True}, headers=org.agent)
+    assert lock.status_code == 403 and lock.json()["code"] == "forbidden_scope"
+    house = await api.http.post(
+        f"/v1/admin/orgs/{org.org_id}/rules", json={"rule_text": "Sign as the team."}, headers=org.admin
+    )
+    assert house.status_code == 201, house.text
+    refused = await api.http.post(
+        f"/v1/rules/{house.json()['lineage_id']}/retire", json={"rev": 1}, headers=org.agent
+    )
+    assert refused.status_code == 403 and refused.json()["code"] == "forbidden_scope"
+    foreign = await api.http.post(f"/v1/rules/{lineage}/retire", json={"rev": 3}, headers=stranger.agent)
+    assert foreign.status_code == 404, foreign.text
+    renamed_abroad = await api.http.patch(
+        f"/v1/categories/{made['id']}", json={"name": "Mine"}, headers=stranger.agent
+    )
+    assert renamed_abroad.status_code == 404, renamed_abroad.text
+
+    await api.http.put(
+        f"/v1/admin/projects/{org.project_id}/rule-settings", json={"write_approval": True}, headers=api.admin
+    )
+    staged = await api.http.post(f"/v1/rules/{lineage}/retire", json={"rev": 3}, headers=org.agent)
+    assert staged.status_code == 403 and staged.json()["code"] == "forbidden_scope"
+    history = (await api.http.get(f"/v1/rules/{lineage}/history", headers=org.agent)).json()
+    assert [(r["action"], r["changed_by_kind"]) for r in history["revisions"]] == [
+        ("created", "agent"),
+        ("retired", "agent"),
+        ("undone", "agent"),
+    ]

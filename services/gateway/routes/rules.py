@@ -15,6 +15,7 @@ from reviewloop.shapes import (
     GraduationStatus,
     ProposeCategoryRequest,
     ProposeGraduationRequest,
+    RevIn,
     RiskDial,
     Rule,
     RuleAudit,
@@ -22,6 +23,7 @@ from reviewloop.shapes import (
     RuleSnapshot,
     SaveRuleRequest,
     ScanBacklogStatus,
+    UpdateCategoryRequest,
 )
 from reviewloop.tenancy import Principal
 
@@ -126,6 +128,30 @@ async def get_rule_audit(lineage_id: str, principal: ProjectKey, backend: Backen
     return encoded(as_rule_audit(reply))
 
 
+async def _lineage_verb(verb: str, lineage_id: str, body: RevIn, principal: Principal, backend: Backends) -> Json:
+    reply = await getattr(backend.rules, verb)(
+        rules_pb2.RuleActionRequest(
+            principal=principal.to_proto(), lineage_id=lineage_id, expected_rev=body.rev
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_rule(reply)
+
+
+@router.post("/v1/rules/{lineage_id}/retire", operation_id="retire_project_rule", response_model=Rule)
+async def retire_project_rule(lineage_id: str, body: RevIn, principal: ProjectKey, backend: Backend) -> Json:
+    """Retire a project rule (the catalog's ``retire_rule``), naming the rev you read (a stale rev is a
+    409). Org house style, and every retire under staged approval, are the console's (403)."""
+    return await _lineage_verb("RetireRule", lineage_id, body, principal, backend)
+
+
+@router.post("/v1/rules/{lineage_id}/undo", operation_id="undo_rule_change", response_model=Rule)
+async def undo_rule_change(lineage_id: str, body: RevIn, principal: ProjectKey, backend: Backend) -> Json:
+    """Restore the revision of a project rule in force before its last change (a new revision; undoing
+    a creation retires the rule), naming the rev you read. Same authority as ``retire_rule``."""
+    return await _lineage_verb("UndoRule", lineage_id, body, principal, backend)
+
+
 @router.get("/v1/categories", operation_id="list_categories", response_model=CategoryList)
 async def list_categories(
     principal: ProjectKey,
@@ -148,6 +174,24 @@ async def get_category(category_id: str, principal: ProjectKey, backend: Backend
         timeout=backend.timeout_s,
     )
     return as_category(reply)
+
+
+@router.patch(
+    "/v1/categories/{category_id}", operation_id="update_project_category", response_model=Category
+)
+async def update_project_category(
+    category_id: str, body: UpdateCategoryRequest, principal: ProjectKey, backend: Backend
+) -> Json:
+    """Rename or redescribe a category (the catalog's ``update_category``; ids never change). The
+    ``never_graduate`` lock is the console's (403)."""
+    patch = rules_pb2.UpdateCategoryRequest(principal=principal.to_proto(), category_id=category_id)
+    if body.name is not None:
+        patch.name = body.name
+    if body.description is not None:
+        patch.description = body.description
+    if body.never_graduate is not None:
+        patch.never_graduate = body.never_graduate
+    return as_category(await backend.rules.UpdateCategory(patch, timeout=backend.timeout_s))
 
 
 QUEUED_STATES = (

@@ -292,9 +292,14 @@ async def _lineage_action(
     lineage_id: str,
     expected_rev: int,
     decide: Callable[[list[RuleRev]], Decision],
+    *,
+    agent_may: bool = False,
 ) -> RuleView:
-    """The console's lineage verbs: CAS on the head rev, then append the revision ``decide`` names."""
-    require(principal, HUMAN_AUTHORITY, "Changing a rule's status")
+    """The lineage verbs: CAS on the head rev, then append the revision ``decide`` names. Approving and
+    rejecting are the console's; an agent may retire or undo a project rule (``agent_may``), as it may
+    write one, unless staged approval holds its rule changes for a human."""
+    kinds = (*HUMAN_AUTHORITY, ActorKind.AGENT) if agent_may else HUMAN_AUTHORITY
+    require(principal, kinds, "Changing a rule's status")
     if expected_rev < 1:
         raise invalid("/rev", "name the rev you read (read-before-write)")
     async with env.db.transaction() as uow:
@@ -307,6 +312,14 @@ async def _lineage_action(
             require(principal, (ActorKind.ADMIN,), "Changing org house style")
         if head.rev != expected_rev:
             raise stale(head)
+        if principal.actor_kind is ActorKind.AGENT and await store.write_approval(
+            uow.conn, principal.project_id
+        ):
+            # A retire or undo cannot be staged as a proposal: under staged approval it is the console's.
+            raise DomainError(
+                Code.FORBIDDEN_SCOPE,
+                "Staged approval holds this project's agent rule changes; a retire or undo is the console's.",
+            )
         decided = decide(history)
         if isinstance(decided, DomainError):
             raise decided
@@ -360,7 +373,7 @@ async def retire_rule(env: Env, principal: Principal, lineage_id: str, expected_
             )
         return history[-1], Action.RETIRED, State.RETIRED
 
-    return await _lineage_action(env, principal, lineage_id, expected_rev, decide)
+    return await _lineage_action(env, principal, lineage_id, expected_rev, decide, agent_may=True)
 
 
 async def undo_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
@@ -377,7 +390,7 @@ async def undo_rule(env: Env, principal: Principal, lineage_id: str, expected_re
             return current, Action.UNDONE, State.RETIRED
         return previous, Action.UNDONE, previous.state
 
-    return await _lineage_action(env, principal, lineage_id, expected_rev, decide)
+    return await _lineage_action(env, principal, lineage_id, expected_rev, decide, agent_may=True)
 
 
 async def approve_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
