@@ -45,6 +45,7 @@ from reviewloop.shapes import (
     ReviewFeedback,
     ReviewList,
     ReviewTurnList,
+    ReviewDecisionContext,
     RiskDial,
     Rule,
     RuleAudit,
@@ -320,6 +321,20 @@ class Verbs:
             ReviewloopError: ``404 not_found`` for a review outside the caller's project.
         """
         return Call("GET", f"/v1/reviews/{_id(review_id)}/turns", _shape(ReviewTurnList))
+
+    @staticmethod
+    def get_review_decision_context(review_id: str) -> Call[ReviewDecisionContext]:
+        """Read what a reviewer weighs before deciding
+        (``GET /v1/reviews/{review_id}/decision-context``).
+
+        Returns:
+            A :class:`ReviewDecisionContext`: ``hop_count``, ``force_to_human`` and ``force_reason``;
+            ``max_hops`` and ``review_deadline`` are null (nothing records them).
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a review outside the caller's project.
+        """
+        return Call("GET", f"/v1/reviews/{_id(review_id)}/decision-context", _shape(ReviewDecisionContext))
 
     @staticmethod
     def list_reviews(
@@ -1060,6 +1075,7 @@ class AsyncReviewloop(_Base):
     forward_email = _async(Verbs.forward_email)
     get_review = _async(Verbs.get_review)
     get_review_turns = _async(Verbs.get_review_turns)
+    get_review_decision_context = _async(Verbs.get_review_decision_context)
     list_reviews = _async(Verbs.list_reviews)
     submit_revision = _async(Verbs.submit_revision)
     restamp_review = _async(Verbs.restamp_review)
@@ -1146,6 +1162,7 @@ class Reviewloop(_Base):
     forward_email = _sync(Verbs.forward_email)
     get_review = _sync(Verbs.get_review)
     get_review_turns = _sync(Verbs.get_review_turns)
+    get_review_decision_context = _sync(Verbs.get_review_decision_context)
     list_reviews = _sync(Verbs.list_reviews)
     submit_revision = _sync(Verbs.submit_revision)
     restamp_review = _sync(Verbs.restamp_review)

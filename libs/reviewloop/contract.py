@@ -29,6 +29,7 @@ CONTRACT_MANIFEST: Final = {
         "Review",
         "ReviewTurn",
         "ReviewTurnList",
+        "ReviewDecisionContext",
         "ReviewList",
         "SubmitForReviewResult",
         "SentMessage",

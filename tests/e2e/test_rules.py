@@ -451,7 +451,9 @@ async def test_agents_retire_undo_and_rename_through_the_catalog_tools(api: Api)
     stack = (await api.http.get("/v1/rules", headers=org.agent)).json()
     assert [r["rule_text"] for r in stack["rules"]] == ["Always propose a concrete time."]
 
-    lock = await api.http.patch(f"/v1/categories/{made['id']}", json={"never_graduate": True}, headers=org.agent)
+    lock = await api.http.patch(
+        f"/v1/categories/{made['id']}", json={"never_graduate": True}, headers=org.agent
+    )
     assert lock.status_code == 403 and lock.json()["code"] == "forbidden_scope"
     house = await api.http.post(
         f"/v1/admin/orgs/{org.org_id}/rules", json={"rule_text": "Sign as the team."}, headers=org.admin

@@ -128,7 +128,9 @@ async def get_rule_audit(lineage_id: str, principal: ProjectKey, backend: Backen
     return encoded(as_rule_audit(reply))
 
 
-async def _lineage_verb(verb: str, lineage_id: str, body: RevIn, principal: Principal, backend: Backends) -> Json:
+async def _lineage_verb(
+    verb: str, lineage_id: str, body: RevIn, principal: Principal, backend: Backends
+) -> Json:
     reply = await getattr(backend.rules, verb)(
         rules_pb2.RuleActionRequest(
             principal=principal.to_proto(), lineage_id=lineage_id, expected_rev=body.rev
@@ -176,9 +178,7 @@ async def get_category(category_id: str, principal: ProjectKey, backend: Backend
     return as_category(reply)
 
 
-@router.patch(
-    "/v1/categories/{category_id}", operation_id="update_project_category", response_model=Category
-)
+@router.patch("/v1/categories/{category_id}", operation_id="update_project_category", response_model=Category)
 async def update_project_category(
     category_id: str, body: UpdateCategoryRequest, principal: ProjectKey, backend: Backend
 ) -> Json:
