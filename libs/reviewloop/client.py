@@ -678,6 +678,19 @@ class Verbs:
         return Call("POST", f"/v1/rules/{_id(lineage_id)}/retire", _shape(Rule), body={"rev": rev})
 
     @staticmethod
+    def promote_rule(lineage_id: str, *, rev: int) -> Call[Rule]:
+        """Make an active category rule general (``POST /v1/rules/{lineage_id}/promote``).
+
+        Returns:
+            The new, ``general`` revision as a :class:`Rule`.
+
+        Raises:
+            ReviewloopError: ``409 wrong_state`` unless it is an active category rule; otherwise as
+                :meth:`retire_rule`.
+        """
+        return Call("POST", f"/v1/rules/{_id(lineage_id)}/promote", _shape(Rule), body={"rev": rev})
+
+    @staticmethod
     def undo_rule_change(lineage_id: str, *, rev: int) -> Call[Rule]:
         """Restore the revision in force before a project rule's last change
         (``POST /v1/rules/{lineage_id}/undo``); undoing a creation retires the rule.
@@ -1090,6 +1103,7 @@ class AsyncReviewloop(_Base):
     save_rule = _async(Verbs.save_rule)
     get_rule_audit = _async(Verbs.get_rule_audit)
     retire_rule = _async(Verbs.retire_rule)
+    promote_rule = _async(Verbs.promote_rule)
     undo_rule_change = _async(Verbs.undo_rule_change)
     update_category = _async(Verbs.update_category)
     list_categories = _async(Verbs.list_categories)
@@ -1177,6 +1191,7 @@ class Reviewloop(_Base):
     save_rule = _sync(Verbs.save_rule)
     get_rule_audit = _sync(Verbs.get_rule_audit)
     retire_rule = _sync(Verbs.retire_rule)
+    promote_rule = _sync(Verbs.promote_rule)
     undo_rule_change = _sync(Verbs.undo_rule_change)
     update_category = _sync(Verbs.update_category)
     list_categories = _sync(Verbs.list_categories)

@@ -481,3 +481,34 @@ async def test_agents_retire_undo_and_rename_through_the_catalog_tools(api: Api)
         ("retired", "agent"),
         ("undone", "agent"),
     ]
+
+
+async def test_promote_rule_makes_a_category_rule_general_and_moves_the_stack(api: Api) -> None:
+    """promote_rule (REST and MCP): an active category rule becomes general in the same lineage, the
+    rule high-water moves (drafts under the old stack are stale), and only a category rule promotes."""
+    from tests.gateway.test_mcp import mcp_client, structured
+
+    org, stranger = await Org.create(api), await Org.create(api)
+    category = await org.category()
+    rule = await org.save(
+        org.agent, rule_text="Name the pilot's start date.", scope="category", category_id=category["id"]
+    )
+    before = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    async with mcp_client(api, org.agent) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert tools["promote_rule"].output_schema is not None
+        promoted = structured(await client.call_tool("promote_rule", {"id": rule["lineage_id"], "rev": 1}))
+    assert (promoted["lineage_id"], promoted["rev"], promoted["scope"]) == (rule["lineage_id"], 2, "general")
+    assert promoted.get("category_id") is None and promoted["status"] == "active"
+    after = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    assert after["rule_high_water"] > before["rule_high_water"]
+    general = (await api.http.get("/v1/rules", params={"scope": "general"}, headers=org.agent)).json()
+    assert [r["rule_text"] for r in general["rules"]] == ["Name the pilot's start date."]
+    again = await api.http.post(f"/v1/rules/{rule['lineage_id']}/promote", json={"rev": 2}, headers=org.agent)
+    assert again.status_code == 409 and again.json()["code"] == "wrong_state", again.text
+    foreign = await api.http.post(
+        f"/v1/rules/{rule['lineage_id']}/promote", json={"rev": 2}, headers=stranger.agent
+    )
+    assert foreign.status_code == 404
+    history = (await api.http.get(f"/v1/rules/{rule['lineage_id']}/history", headers=org.agent)).json()
+    assert [r["action"] for r in history["revisions"]] == ["created", "promoted"]

@@ -154,6 +154,13 @@ async def undo_rule_change(lineage_id: str, body: RevIn, principal: ProjectKey, 
     return await _lineage_verb("UndoRule", lineage_id, body, principal, backend)
 
 
+@router.post("/v1/rules/{lineage_id}/promote", operation_id="promote_rule", response_model=Rule)
+async def promote_rule(lineage_id: str, body: RevIn, principal: ProjectKey, backend: Backend) -> Json:
+    """Make an active category rule general (``category -> general``; a new revision of its lineage),
+    naming the rev you read. Same authority as ``retire_rule``."""
+    return await _lineage_verb("PromoteRule", lineage_id, body, principal, backend)
+
+
 @router.get("/v1/categories", operation_id="list_categories", response_model=CategoryList)
 async def list_categories(
     principal: ProjectKey,

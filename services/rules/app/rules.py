@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import has_prefix, new_id
@@ -30,6 +30,7 @@ from rules.domain.ladder import (
     Kind,
     Layer,
     RuleRev,
+    Scope,
     State,
     in_force,
     next_revision,
@@ -389,6 +390,28 @@ async def undo_rule(env: Env, principal: Principal, lineage_id: str, expected_re
         if previous is None:
             return current, Action.UNDONE, State.RETIRED
         return previous, Action.UNDONE, previous.state
+
+    return await _lineage_action(env, principal, lineage_id, expected_rev, decide, agent_may=True)
+
+
+async def promote_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+    """A category rule in force becomes general (the same lineage, a new revision): every category's
+    drafts now compose under it. Same authority as retiring it."""
+
+    def decide(history: list[RuleRev]) -> Decision:
+        refusal = _no_proposal(history)
+        if refusal:
+            return refusal
+        head = history[-1]
+        if head.state is not State.ACTIVE or head.scope is not Scope.CATEGORY:
+            return DomainError(
+                Code.WRONG_STATE,
+                f"Rev {head.rev} of {lineage_id} is a {head.state} {head.scope} rule; only an active "
+                "category rule is promoted to general.",
+                state=head.state.value,
+                revision=head.rev,
+            )
+        return replace(head, scope=Scope.GENERAL, category_id=""), Action.PROMOTED, State.ACTIVE
 
     return await _lineage_action(env, principal, lineage_id, expected_rev, decide, agent_may=True)
 
