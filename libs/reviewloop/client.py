@@ -645,6 +645,36 @@ class Verbs:
         return Call("POST", "/v1/rules", _shape(Rule), body=body, idempotency_key=idempotency_key)
 
     @staticmethod
+    def learn_review_rule(
+        review_id: str, *, rule_text: str, idempotency_key: str | None = None, **fields: Any
+    ) -> Call[Rule]:
+        """Save a project rule learnt from a review's diff and comments
+        (``POST /v1/reviews/{review_id}/rules``).
+
+        Args:
+            review_id: The ``rr_`` id the rule was learnt from (its ``source_review_id``).
+            rule_text: The rule.
+            idempotency_key: Reuse it to retry safely; a fresh key is generated when omitted.
+            **fields: ``turn_id`` (one of the review's turns), ``scope`` (default: the review's
+                category, else general), ``category_id``, ``kind``.
+
+        Returns:
+            The saved :class:`Rule` (``201``).
+
+        Raises:
+            ReviewloopError: ``404`` for a review outside the caller's project; ``bad_request`` for a
+                turn of another review (422); as :meth:`save_rule` otherwise.
+        """
+        body = _drop_none(dict(rule_text=rule_text, **fields))
+        return Call(
+            "POST",
+            f"/v1/reviews/{_id(review_id)}/rules",
+            _shape(Rule),
+            body=body,
+            idempotency_key=idempotency_key,
+        )
+
+    @staticmethod
     def get_rule_audit(lineage_id: str) -> Call[RuleAudit]:
         """Read the changes of a rule lineage, oldest first (``GET /v1/rules/{lineage_id}/audit``).
 
@@ -1102,6 +1132,7 @@ class AsyncReviewloop(_Base):
     get_rules = _async(Verbs.get_rules)
     save_rule = _async(Verbs.save_rule)
     get_rule_audit = _async(Verbs.get_rule_audit)
+    learn_review_rule = _async(Verbs.learn_review_rule)
     retire_rule = _async(Verbs.retire_rule)
     promote_rule = _async(Verbs.promote_rule)
     undo_rule_change = _async(Verbs.undo_rule_change)
@@ -1190,6 +1221,7 @@ class Reviewloop(_Base):
     get_rules = _sync(Verbs.get_rules)
     save_rule = _sync(Verbs.save_rule)
     get_rule_audit = _sync(Verbs.get_rule_audit)
+    learn_review_rule = _sync(Verbs.learn_review_rule)
     retire_rule = _sync(Verbs.retire_rule)
     promote_rule = _sync(Verbs.promote_rule)
     undo_rule_change = _sync(Verbs.undo_rule_change)

@@ -56,6 +56,7 @@ CONTRACT_MANIFEST: Final = {
         # rules
         "RuleSnapshot",
         "SaveRuleRequest",
+        "LearnReviewRuleRequest",
         # the reviewer planes
         "ReviewerDecisionRequest",
         "ReviewerDecisionResult",

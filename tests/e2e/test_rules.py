@@ -512,3 +512,39 @@ async def test_promote_rule_makes_a_category_rule_general_and_moves_the_stack(ap
     assert foreign.status_code == 404
     history = (await api.http.get(f"/v1/rules/{rule['lineage_id']}/history", headers=org.agent)).json()
     assert [r["action"] for r in history["revisions"]] == ["created", "promoted"]
+
+
+async def test_learn_review_rule_saves_a_rule_sourced_from_the_review(api: Api) -> None:
+    """learn_review_rule (REST and MCP): the rule's source is the review, its scope the review's
+    category; client_id replays; a turn of no such review is a 422; another project's review is 404."""
+    from tests.conftest import draft
+    from tests.gateway.test_mcp import mcp_client, structured
+
+    org, stranger = await Org.create(api), await Org.create(api)
+    category = await org.category()
+    sent = await api.http.post("/v1/messages", json=draft(category_id=category["id"]), headers=org.agent)
+    assert sent.status_code == 202, sent.text
+    review_id = sent.json()["review_id"]
+    turns = (await api.http.get(f"/v1/reviews/{review_id}/turns", headers=org.agent)).json()["items"]
+    args = {"id": review_id, "rule_text": "Open with the prospect's own words.", "client_id": "learn-1"}
+    if turns:
+        args["turn_id"] = turns[-1]["id"]
+    async with mcp_client(api, org.agent) as client:
+        learnt = structured(await client.call_tool("learn_review_rule", args))
+        replay = structured(await client.call_tool("learn_review_rule", args))
+    assert (learnt["source_review_id"], learnt["scope"], learnt["category_id"]) == (
+        review_id,
+        "category",
+        category["id"],
+    )
+    assert replay["id"] == learnt["id"]
+    wrong = await api.http.post(
+        f"/v1/reviews/{review_id}/rules",
+        json={"rule_text": "Be brief always.", "turn_id": "trn_nope"},
+        headers=org.agent,
+    )
+    assert wrong.status_code == 422 and wrong.json()["code"] == "bad_request", wrong.text
+    foreign = await api.http.post(
+        f"/v1/reviews/{review_id}/rules", json={"rule_text": "Be brief always."}, headers=stranger.agent
+    )
+    assert foreign.status_code == 404, foreign.text

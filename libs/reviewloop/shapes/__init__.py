@@ -189,6 +189,7 @@ from reviewloop.shapes.rules import (
     RuleSettingsIn,
     RuleSnapshot,
     SaveRuleRequest,
+    LearnReviewRuleRequest,
     ScanBacklogStatus,
     UpdateCategoryRequest,
 )
@@ -370,6 +371,7 @@ __all__ = [
     "RunnerIn",
     "RunnerList",
     "SaveRuleRequest",
+    "LearnReviewRuleRequest",
     "ScanBacklogStatus",
     "SelectionIn",
     "SendIn",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query
+from reviewloop.errors import invalid
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
@@ -13,6 +14,7 @@ from reviewloop.shapes import (
     CategoryList,
     GraduationProposal,
     GraduationStatus,
+    LearnReviewRuleRequest,
     ProposeCategoryRequest,
     ProposeGraduationRequest,
     RevIn,
@@ -101,6 +103,38 @@ async def save_rule(
     """Save a project-layer rule, or revise one (``lineage_id`` + the ``expected_rev`` you read)."""
     reply = await backend.rules.SaveRule(
         save_request(principal, body, "project", idempotency_key), timeout=backend.timeout_s
+    )
+    return as_rule(reply)
+
+
+@router.post(
+    "/v1/reviews/{review_id}/rules", status_code=201, operation_id="learn_review_rule", response_model=Rule
+)
+async def learn_review_rule(
+    review_id: str,
+    body: LearnReviewRuleRequest,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    """Save a project rule learnt from a review's diff and comments (``source_review_id`` is the review;
+    ``turn_id``, when given, must be one of its turns). Scope defaults to the review's category."""
+    review = await backend.review.GetReview(
+        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
+        timeout=backend.timeout_s,
+    )
+    if body.turn_id and body.turn_id not in {turn.id for turn in review.turns}:
+        raise invalid("/turn_id", f"is not a turn of review {review.id}")
+    scope = body.scope or ("category" if review.category_id else "general")
+    rule = SaveRuleRequest(
+        rule_text=body.rule_text,
+        scope=scope,
+        category_id=body.category_id or (review.category_id if scope == "category" else ""),
+        kind=body.kind,
+        source_review_id=review.id,
+    )
+    reply = await backend.rules.SaveRule(
+        save_request(principal, rule, "project", idempotency_key), timeout=backend.timeout_s
     )
     return as_rule(reply)
 
