@@ -40,12 +40,12 @@ from reviewloop.shapes import (
     GraduationStatus,
     Problem,
     Review,
+    ReviewDecisionContext,
     ReviewEvent,
     ReviewEventsResult,
     ReviewFeedback,
     ReviewList,
     ReviewTurnList,
-    ReviewDecisionContext,
     RiskDial,
     Rule,
     RuleAudit,
@@ -324,8 +324,7 @@ class Verbs:
 
     @staticmethod
     def get_review_decision_context(review_id: str) -> Call[ReviewDecisionContext]:
-        """Read what a reviewer weighs before deciding
-        (``GET /v1/reviews/{review_id}/decision-context``).
+        """Read what a reviewer weighs before deciding (``GET /v1/reviews/{review_id}/decision-context``).
 
         Returns:
             A :class:`ReviewDecisionContext`: ``hop_count``, ``force_to_human`` and ``force_reason``;
@@ -648,8 +647,7 @@ class Verbs:
     def learn_review_rule(
         review_id: str, *, rule_text: str, idempotency_key: str | None = None, **fields: Any
     ) -> Call[Rule]:
-        """Save a project rule learnt from a review's diff and comments
-        (``POST /v1/reviews/{review_id}/rules``).
+        """Save a project rule learnt from a review's diff and comments (``POST /v1/reviews/{id}/rules``).
 
         Args:
             review_id: The ``rr_`` id the rule was learnt from (its ``source_review_id``).
@@ -722,8 +720,9 @@ class Verbs:
 
     @staticmethod
     def undo_rule_change(lineage_id: str, *, rev: int) -> Call[Rule]:
-        """Restore the revision in force before a project rule's last change
-        (``POST /v1/rules/{lineage_id}/undo``); undoing a creation retires the rule.
+        """Restore the rule's revision in force before its last change (``POST /v1/rules/{id}/undo``).
+
+        Undoing a creation retires the rule.
 
         Args:
             lineage_id: The ``rln_`` id.
@@ -779,8 +778,9 @@ class Verbs:
     def update_category(
         category_id: str, *, name: str | None = None, description: str | None = None
     ) -> Call[Category]:
-        """Rename or redescribe a category (``PATCH /v1/categories/{category_id}``); an omitted field is
-        untouched and the id never changes.
+        """Rename or redescribe a category (``PATCH /v1/categories/{category_id}``).
+
+        An omitted field is untouched; the id never changes.
 
         Returns:
             The updated :class:`Category`.

@@ -249,8 +249,10 @@ class ReviewTurnList(Shape):
 
 
 class ReviewDecisionContext(Shape):
-    """``get_review_decision_context``: what a reviewer weighs before deciding, from the review's own
-    record. A field is null where nothing records it."""
+    """``get_review_decision_context``: what a reviewer weighs before deciding.
+
+    A field is null where nothing records it.
+    """
 
     review_id: str
     hop_count: int = Field(description="Review-agent rounds spent on this review.")

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import grpc
 from fastapi import APIRouter, Depends, Query
-from reviewloop.errors import invalid
 from reviewloop.budget.v1 import budget_pb2
+from reviewloop.errors import invalid
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
     CancelIn,
