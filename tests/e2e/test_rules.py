@@ -437,8 +437,14 @@ async def test_agents_retire_undo_and_rename_through_the_catalog_tools(api: Api)
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         for name in ("retire_rule", "undo_rule_change", "update_category"):
             assert tools[name].output_schema is not None, name
-        retired = structured(await client.call_tool("retire_rule", {"id": lineage, "rev": 1}))
-        assert (retired["status"], retired["rev"]) == ("retired", 2)
+        retired = structured(
+            await client.call_tool("retire_rule", {"id": lineage, "rev": 1, "client_id": "r-1"})
+        )
+        assert (retired.get("status"), retired.get("rev")) == ("retired", 2), retired
+        replay = structured(
+            await client.call_tool("retire_rule", {"id": lineage, "rev": 1, "client_id": "r-1"})
+        )
+        assert replay["id"] == retired["id"]  # a retry with its key answers the revision it wrote
         stale = await client.call_tool("retire_rule", {"id": lineage, "rev": 1})
         assert stale.is_error and structured(stale)["code"] == "stale"
         restored = structured(await client.call_tool("undo_rule_change", {"id": lineage, "rev": 2}))

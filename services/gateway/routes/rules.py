@@ -163,11 +163,14 @@ async def get_rule_audit(lineage_id: str, principal: ProjectKey, backend: Backen
 
 
 async def _lineage_verb(
-    verb: str, lineage_id: str, body: RevIn, principal: Principal, backend: Backends
+    verb: str, lineage_id: str, body: RevIn, principal: Principal, backend: Backends, idempotency_key: str
 ) -> Json:
     reply = await getattr(backend.rules, verb)(
         rules_pb2.RuleActionRequest(
-            principal=principal.to_proto(), lineage_id=lineage_id, expected_rev=body.rev
+            principal=principal.to_proto(),
+            lineage_id=lineage_id,
+            expected_rev=body.rev,
+            idempotency_key=idempotency_key,
         ),
         timeout=backend.timeout_s,
     )
@@ -175,24 +178,42 @@ async def _lineage_verb(
 
 
 @router.post("/v1/rules/{lineage_id}/retire", operation_id="retire_project_rule", response_model=Rule)
-async def retire_project_rule(lineage_id: str, body: RevIn, principal: ProjectKey, backend: Backend) -> Json:
+async def retire_project_rule(
+    lineage_id: str,
+    body: RevIn,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
     """Retire a project rule (the catalog's ``retire_rule``), naming the rev you read (a stale rev is a
     409). Org house style, and every retire under staged approval, are the console's (403)."""
-    return await _lineage_verb("RetireRule", lineage_id, body, principal, backend)
+    return await _lineage_verb("RetireRule", lineage_id, body, principal, backend, idempotency_key)
 
 
 @router.post("/v1/rules/{lineage_id}/undo", operation_id="undo_rule_change", response_model=Rule)
-async def undo_rule_change(lineage_id: str, body: RevIn, principal: ProjectKey, backend: Backend) -> Json:
+async def undo_rule_change(
+    lineage_id: str,
+    body: RevIn,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
     """Restore the revision of a project rule in force before its last change (a new revision; undoing
     a creation retires the rule), naming the rev you read. Same authority as ``retire_rule``."""
-    return await _lineage_verb("UndoRule", lineage_id, body, principal, backend)
+    return await _lineage_verb("UndoRule", lineage_id, body, principal, backend, idempotency_key)
 
 
 @router.post("/v1/rules/{lineage_id}/promote", operation_id="promote_rule", response_model=Rule)
-async def promote_rule(lineage_id: str, body: RevIn, principal: ProjectKey, backend: Backend) -> Json:
+async def promote_rule(
+    lineage_id: str,
+    body: RevIn,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
     """Make an active category rule general (``category -> general``; a new revision of its lineage),
     naming the rev you read. Same authority as ``retire_rule``."""
-    return await _lineage_verb("PromoteRule", lineage_id, body, principal, backend)
+    return await _lineage_verb("PromoteRule", lineage_id, body, principal, backend, idempotency_key)
 
 
 @router.get("/v1/categories", operation_id="list_categories", response_model=CategoryList)

@@ -295,6 +295,7 @@ async def _lineage_action(
     decide: Callable[[list[RuleRev]], Decision],
     *,
     agent_may: bool = False,
+    idempotency_key: str = "",
 ) -> RuleView:
     """The lineage verbs: CAS on the head rev, then append the revision ``decide`` names. Approving and
     rejecting are the console's; an agent may retire or undo a project rule (``agent_may``), as it may
@@ -303,7 +304,8 @@ async def _lineage_action(
     require(principal, kinds, "Changing a rule's status")
     if expected_rev < 1:
         raise invalid("/rev", "name the rev you read (read-before-write)")
-    async with env.db.transaction() as uow:
+
+    async def act(uow: UnitOfWork) -> str:
         high_water = await store.bump_high_water(uow.conn, principal.org_id)
         history = visible_lineage(
             principal, await store.lineage(uow.conn, principal.org_id, lineage_id), lineage_id
@@ -336,7 +338,11 @@ async def _lineage_action(
             now=utcnow(),
         )
         await _append(uow, rule)
-    return _view([*history, rule], rule)
+        return rule.id
+
+    # A retry with the same key answers the revision it wrote (a CAS alone would answer ``stale``).
+    fields = {"verb": decide.__qualname__, "lineage_id": lineage_id, "expected_rev": expected_rev}
+    return await _rule_by_id(env, principal, await idempotent(env, principal, idempotency_key, fields, act))
 
 
 def _no_proposal(history: list[RuleRev]) -> DomainError | None:
@@ -360,7 +366,9 @@ def _nothing_proposed(head: RuleRev) -> DomainError:
     )
 
 
-async def retire_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+async def retire_rule(
+    env: Env, principal: Principal, lineage_id: str, expected_rev: int, idempotency_key: str = ""
+) -> RuleView:
     def decide(history: list[RuleRev]) -> Decision:
         refusal = _no_proposal(history)
         if refusal:
@@ -374,10 +382,14 @@ async def retire_rule(env: Env, principal: Principal, lineage_id: str, expected_
             )
         return history[-1], Action.RETIRED, State.RETIRED
 
-    return await _lineage_action(env, principal, lineage_id, expected_rev, decide, agent_may=True)
+    return await _lineage_action(
+        env, principal, lineage_id, expected_rev, decide, agent_may=True, idempotency_key=idempotency_key
+    )
 
 
-async def undo_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+async def undo_rule(
+    env: Env, principal: Principal, lineage_id: str, expected_rev: int, idempotency_key: str = ""
+) -> RuleView:
     """Restore the revision in force before the last change (undoing a creation retires the rule)."""
 
     def decide(history: list[RuleRev]) -> Decision:
@@ -391,10 +403,14 @@ async def undo_rule(env: Env, principal: Principal, lineage_id: str, expected_re
             return current, Action.UNDONE, State.RETIRED
         return previous, Action.UNDONE, previous.state
 
-    return await _lineage_action(env, principal, lineage_id, expected_rev, decide, agent_may=True)
+    return await _lineage_action(
+        env, principal, lineage_id, expected_rev, decide, agent_may=True, idempotency_key=idempotency_key
+    )
 
 
-async def promote_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+async def promote_rule(
+    env: Env, principal: Principal, lineage_id: str, expected_rev: int, idempotency_key: str = ""
+) -> RuleView:
     """A category rule in force becomes general (the same lineage, a new revision): every category's
     drafts now compose under it. Same authority as retiring it."""
 
@@ -413,7 +429,9 @@ async def promote_rule(env: Env, principal: Principal, lineage_id: str, expected
             )
         return replace(head, scope=Scope.GENERAL, category_id=""), Action.PROMOTED, State.ACTIVE
 
-    return await _lineage_action(env, principal, lineage_id, expected_rev, decide, agent_may=True)
+    return await _lineage_action(
+        env, principal, lineage_id, expected_rev, decide, agent_may=True, idempotency_key=idempotency_key
+    )
 
 
 async def approve_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
