@@ -689,12 +689,13 @@ class Verbs:
         return Call("GET", f"/v1/rules/{_id(lineage_id)}/audit", _shape(RuleAudit))
 
     @staticmethod
-    def retire_rule(lineage_id: str, *, rev: int) -> Call[Rule]:
+    def retire_rule(lineage_id: str, *, rev: int, idempotency_key: str | None = None) -> Call[Rule]:
         """Retire a project rule (``POST /v1/rules/{lineage_id}/retire``).
 
         Args:
             lineage_id: The ``rln_`` id.
             rev: The lineage's current rev, as read (read-before-write).
+            idempotency_key: Reuse it to retry safely; a fresh key is generated when omitted.
 
         Returns:
             The new, ``retired`` revision as a :class:`Rule`.
@@ -703,10 +704,16 @@ class Verbs:
             ReviewloopError: ``409 stale`` when ``rev`` is no longer current; ``403 forbidden_scope`` for
                 org house style or under staged approval (the console's); ``404`` for another project's.
         """
-        return Call("POST", f"/v1/rules/{_id(lineage_id)}/retire", _shape(Rule), body={"rev": rev})
+        return Call(
+            "POST",
+            f"/v1/rules/{_id(lineage_id)}/retire",
+            _shape(Rule),
+            body={"rev": rev},
+            idempotency_key=idempotency_key,
+        )
 
     @staticmethod
-    def promote_rule(lineage_id: str, *, rev: int) -> Call[Rule]:
+    def promote_rule(lineage_id: str, *, rev: int, idempotency_key: str | None = None) -> Call[Rule]:
         """Make an active category rule general (``POST /v1/rules/{lineage_id}/promote``).
 
         Returns:
@@ -716,10 +723,16 @@ class Verbs:
             ReviewloopError: ``409 wrong_state`` unless it is an active category rule; otherwise as
                 :meth:`retire_rule`.
         """
-        return Call("POST", f"/v1/rules/{_id(lineage_id)}/promote", _shape(Rule), body={"rev": rev})
+        return Call(
+            "POST",
+            f"/v1/rules/{_id(lineage_id)}/promote",
+            _shape(Rule),
+            body={"rev": rev},
+            idempotency_key=idempotency_key,
+        )
 
     @staticmethod
-    def undo_rule_change(lineage_id: str, *, rev: int) -> Call[Rule]:
+    def undo_rule_change(lineage_id: str, *, rev: int, idempotency_key: str | None = None) -> Call[Rule]:
         """Restore the rule's revision in force before its last change (``POST /v1/rules/{id}/undo``).
 
         Undoing a creation retires the rule.
@@ -727,6 +740,7 @@ class Verbs:
         Args:
             lineage_id: The ``rln_`` id.
             rev: The lineage's current rev, as read.
+            idempotency_key: Reuse it to retry safely; a fresh key is generated when omitted.
 
         Returns:
             The new revision as a :class:`Rule`.
@@ -734,7 +748,13 @@ class Verbs:
         Raises:
             ReviewloopError: as :meth:`retire_rule`.
         """
-        return Call("POST", f"/v1/rules/{_id(lineage_id)}/undo", _shape(Rule), body={"rev": rev})
+        return Call(
+            "POST",
+            f"/v1/rules/{_id(lineage_id)}/undo",
+            _shape(Rule),
+            body={"rev": rev},
+            idempotency_key=idempotency_key,
+        )
 
     @staticmethod
     def list_categories(*, cursor: str | None = None) -> Call[CategoryList]:
