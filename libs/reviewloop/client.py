@@ -40,6 +40,7 @@ from reviewloop.shapes import (
     GraduationStatus,
     Problem,
     Review,
+    ReviewDecisionContext,
     ReviewEvent,
     ReviewEventsResult,
     ReviewFeedback,
@@ -320,6 +321,19 @@ class Verbs:
             ReviewloopError: ``404 not_found`` for a review outside the caller's project.
         """
         return Call("GET", f"/v1/reviews/{_id(review_id)}/turns", _shape(ReviewTurnList))
+
+    @staticmethod
+    def get_review_decision_context(review_id: str) -> Call[ReviewDecisionContext]:
+        """Read what a reviewer weighs before deciding (``GET /v1/reviews/{review_id}/decision-context``).
+
+        Returns:
+            A :class:`ReviewDecisionContext`: ``hop_count``, ``force_to_human`` and ``force_reason``;
+            ``max_hops`` and ``review_deadline`` are null (nothing records them).
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a review outside the caller's project.
+        """
+        return Call("GET", f"/v1/reviews/{_id(review_id)}/decision-context", _shape(ReviewDecisionContext))
 
     @staticmethod
     def list_reviews(
@@ -630,6 +644,35 @@ class Verbs:
         return Call("POST", "/v1/rules", _shape(Rule), body=body, idempotency_key=idempotency_key)
 
     @staticmethod
+    def learn_review_rule(
+        review_id: str, *, rule_text: str, idempotency_key: str | None = None, **fields: Any
+    ) -> Call[Rule]:
+        """Save a project rule learnt from a review's diff and comments (``POST /v1/reviews/{id}/rules``).
+
+        Args:
+            review_id: The ``rr_`` id the rule was learnt from (its ``source_review_id``).
+            rule_text: The rule.
+            idempotency_key: Reuse it to retry safely; a fresh key is generated when omitted.
+            **fields: ``turn_id`` (one of the review's turns), ``scope`` (default: the review's
+                category, else general), ``category_id``, ``kind``.
+
+        Returns:
+            The saved :class:`Rule` (``201``).
+
+        Raises:
+            ReviewloopError: ``404`` for a review outside the caller's project; ``bad_request`` for a
+                turn of another review (422); as :meth:`save_rule` otherwise.
+        """
+        body = _drop_none(dict(rule_text=rule_text, **fields))
+        return Call(
+            "POST",
+            f"/v1/reviews/{_id(review_id)}/rules",
+            _shape(Rule),
+            body=body,
+            idempotency_key=idempotency_key,
+        )
+
+    @staticmethod
     def get_rule_audit(lineage_id: str) -> Call[RuleAudit]:
         """Read the changes of a rule lineage, oldest first (``GET /v1/rules/{lineage_id}/audit``).
 
@@ -644,6 +687,74 @@ class Verbs:
             ReviewloopError: ``404 not_found`` for a lineage the caller's project cannot see.
         """
         return Call("GET", f"/v1/rules/{_id(lineage_id)}/audit", _shape(RuleAudit))
+
+    @staticmethod
+    def retire_rule(lineage_id: str, *, rev: int, idempotency_key: str | None = None) -> Call[Rule]:
+        """Retire a project rule (``POST /v1/rules/{lineage_id}/retire``).
+
+        Args:
+            lineage_id: The ``rln_`` id.
+            rev: The lineage's current rev, as read (read-before-write).
+            idempotency_key: Reuse it to retry safely; a fresh key is generated when omitted.
+
+        Returns:
+            The new, ``retired`` revision as a :class:`Rule`.
+
+        Raises:
+            ReviewloopError: ``409 stale`` when ``rev`` is no longer current; ``403 forbidden_scope`` for
+                org house style or under staged approval (the console's); ``404`` for another project's.
+        """
+        return Call(
+            "POST",
+            f"/v1/rules/{_id(lineage_id)}/retire",
+            _shape(Rule),
+            body={"rev": rev},
+            idempotency_key=idempotency_key,
+        )
+
+    @staticmethod
+    def promote_rule(lineage_id: str, *, rev: int, idempotency_key: str | None = None) -> Call[Rule]:
+        """Make an active category rule general (``POST /v1/rules/{lineage_id}/promote``).
+
+        Returns:
+            The new, ``general`` revision as a :class:`Rule`.
+
+        Raises:
+            ReviewloopError: ``409 wrong_state`` unless it is an active category rule; otherwise as
+                :meth:`retire_rule`.
+        """
+        return Call(
+            "POST",
+            f"/v1/rules/{_id(lineage_id)}/promote",
+            _shape(Rule),
+            body={"rev": rev},
+            idempotency_key=idempotency_key,
+        )
+
+    @staticmethod
+    def undo_rule_change(lineage_id: str, *, rev: int, idempotency_key: str | None = None) -> Call[Rule]:
+        """Restore the rule's revision in force before its last change (``POST /v1/rules/{id}/undo``).
+
+        Undoing a creation retires the rule.
+
+        Args:
+            lineage_id: The ``rln_`` id.
+            rev: The lineage's current rev, as read.
+            idempotency_key: Reuse it to retry safely; a fresh key is generated when omitted.
+
+        Returns:
+            The new revision as a :class:`Rule`.
+
+        Raises:
+            ReviewloopError: as :meth:`retire_rule`.
+        """
+        return Call(
+            "POST",
+            f"/v1/rules/{_id(lineage_id)}/undo",
+            _shape(Rule),
+            body={"rev": rev},
+            idempotency_key=idempotency_key,
+        )
 
     @staticmethod
     def list_categories(*, cursor: str | None = None) -> Call[CategoryList]:
@@ -682,6 +793,24 @@ class Verbs:
         """
         body = _drop_none(dict(name=name, description=description, **fields))
         return Call("POST", "/v1/categories", _shape(Category), body=body, idempotency_key=idempotency_key)
+
+    @staticmethod
+    def update_category(
+        category_id: str, *, name: str | None = None, description: str | None = None
+    ) -> Call[Category]:
+        """Rename or redescribe a category (``PATCH /v1/categories/{category_id}``).
+
+        An omitted field is untouched; the id never changes.
+
+        Returns:
+            The updated :class:`Category`.
+
+        Raises:
+            ReviewloopError: ``409 conflict`` when another category has that name (its id is in the
+                hints); ``404`` for a category the caller's project cannot see.
+        """
+        body = _drop_none(dict(name=name, description=description))
+        return Call("PATCH", f"/v1/categories/{_id(category_id)}", _shape(Category), body=body)
 
     @staticmethod
     def get_category(category_id: str) -> Call[Category]:
@@ -1009,6 +1138,7 @@ class AsyncReviewloop(_Base):
     forward_email = _async(Verbs.forward_email)
     get_review = _async(Verbs.get_review)
     get_review_turns = _async(Verbs.get_review_turns)
+    get_review_decision_context = _async(Verbs.get_review_decision_context)
     list_reviews = _async(Verbs.list_reviews)
     submit_revision = _async(Verbs.submit_revision)
     restamp_review = _async(Verbs.restamp_review)
@@ -1022,6 +1152,11 @@ class AsyncReviewloop(_Base):
     get_rules = _async(Verbs.get_rules)
     save_rule = _async(Verbs.save_rule)
     get_rule_audit = _async(Verbs.get_rule_audit)
+    learn_review_rule = _async(Verbs.learn_review_rule)
+    retire_rule = _async(Verbs.retire_rule)
+    promote_rule = _async(Verbs.promote_rule)
+    undo_rule_change = _async(Verbs.undo_rule_change)
+    update_category = _async(Verbs.update_category)
     list_categories = _async(Verbs.list_categories)
     create_category = _async(Verbs.create_category)
     get_category = _async(Verbs.get_category)
@@ -1092,6 +1227,7 @@ class Reviewloop(_Base):
     forward_email = _sync(Verbs.forward_email)
     get_review = _sync(Verbs.get_review)
     get_review_turns = _sync(Verbs.get_review_turns)
+    get_review_decision_context = _sync(Verbs.get_review_decision_context)
     list_reviews = _sync(Verbs.list_reviews)
     submit_revision = _sync(Verbs.submit_revision)
     restamp_review = _sync(Verbs.restamp_review)
@@ -1105,6 +1241,11 @@ class Reviewloop(_Base):
     get_rules = _sync(Verbs.get_rules)
     save_rule = _sync(Verbs.save_rule)
     get_rule_audit = _sync(Verbs.get_rule_audit)
+    learn_review_rule = _sync(Verbs.learn_review_rule)
+    retire_rule = _sync(Verbs.retire_rule)
+    promote_rule = _sync(Verbs.promote_rule)
+    undo_rule_change = _sync(Verbs.undo_rule_change)
+    update_category = _sync(Verbs.update_category)
     list_categories = _sync(Verbs.list_categories)
     create_category = _sync(Verbs.create_category)
     get_category = _sync(Verbs.get_category)

@@ -29,6 +29,7 @@ CONTRACT_MANIFEST: Final = {
         "Review",
         "ReviewTurn",
         "ReviewTurnList",
+        "ReviewDecisionContext",
         "ReviewList",
         "SubmitForReviewResult",
         "SentMessage",
@@ -55,6 +56,7 @@ CONTRACT_MANIFEST: Final = {
         # rules
         "RuleSnapshot",
         "SaveRuleRequest",
+        "LearnReviewRuleRequest",
         # the reviewer planes
         "ReviewerDecisionRequest",
         "ReviewerDecisionResult",

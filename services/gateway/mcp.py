@@ -49,6 +49,8 @@ CATALOG_ALIASES = {
     "reviewer_decide": "decide_review",
     "propose_category": "create_category",
     "reply_email": "reply_to_email",
+    "retire_rule": "retire_project_rule",
+    "update_category": "update_project_category",
 }
 # Mutations the catalog marks idempotent without an Idempotency-Key: an ack never moves a cursor back.
 IDEMPOTENT_WITHOUT_KEY = frozenset({"ack_review_events"})

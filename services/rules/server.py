@@ -202,11 +202,21 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         return reply
 
     async def RetireRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
-        view = await app.retire_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
+        view = await app.retire_rule(
+            self.env, _principal(request), request.lineage_id, request.expected_rev, request.idempotency_key
+        )
+        return rule_to_proto(view)
+
+    async def PromoteRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
+        view = await app.promote_rule(
+            self.env, _principal(request), request.lineage_id, request.expected_rev, request.idempotency_key
+        )
         return rule_to_proto(view)
 
     async def UndoRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
-        view = await app.undo_rule(self.env, _principal(request), request.lineage_id, request.expected_rev)
+        view = await app.undo_rule(
+            self.env, _principal(request), request.lineage_id, request.expected_rev, request.idempotency_key
+        )
         return rule_to_proto(view)
 
     async def ApproveRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:

@@ -404,3 +404,39 @@ async def test_review_agent_rounds_spend_the_reviews_round_budget_in_dispatch_bu
     forced = await decide("approve")
     assert (forced["kind"], forced["forced_by_breaker"]) == ("sent_to_human", "max_hops_reached")
     assert (await api.http.get(budget_url, headers=reviewer)).json()["admissions"] == 5
+
+
+async def test_the_decision_context_counts_hops_and_says_why_a_breaker_forced_a_human(api: Api) -> None:
+    """get_review_decision_context: hops are the review-agent rounds spent against
+    dispatch_budget's limit; a breaker's hold is force_to_human with its name; no deadline is recorded."""
+    project, agent, _ = await _setup(api)
+    reviewer = api.auth((await api.key(project["project_id"], "review_agent"))["api_key"])
+    await api.http.put(
+        f"/v1/admin/projects/{project['project_id']}/risk-dial",
+        json={"account": {"min_confidence": 0.6, "first_contact_gate": False, "canary_rate": 0.0}},
+        headers=api.admin,
+    )
+    unsure = (await api.http.post("/v1/messages", json=draft(confidence=0.1), headers=agent)).json()[
+        "review_id"
+    ]
+    before = await api.http.get(f"/v1/reviews/{unsure}/decision-context", headers=reviewer)
+    assert before.status_code == 200, before.text
+    assert before.json() == {
+        "review_id": unsure,
+        "hop_count": 0,
+        "max_hops": None,
+        "review_deadline": None,
+        "force_to_human": False,
+        "force_reason": None,
+    }
+    held = await api.http.post(
+        f"/v1/reviews/{unsure}/decision",
+        json={"action": "approve", "revision": 1, "version": 1},
+        headers=reviewer,
+    )
+    assert held.json()["forced_by_breaker"] == "low_confidence", held.text
+    after = (await api.http.get(f"/v1/reviews/{unsure}/decision-context", headers=agent)).json()
+    assert (after["hop_count"], after["max_hops"]) == (1, 5)
+    assert (after["force_to_human"], after["force_reason"]) == (True, "low_confidence")
+    stranger = await api.agent()
+    assert (await api.http.get(f"/v1/reviews/{unsure}/decision-context", headers=stranger)).status_code == 404

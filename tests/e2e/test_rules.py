@@ -422,3 +422,135 @@ async def test_composition_token_validates_over_grpc(api: Api) -> None:
     assert await check(token[:-4] + "AAAA") == rules_pb2.TOKEN_STATUS_INVALID
     await org.save(org.human, rule_text="Always propose a concrete time.", category_id=category["id"])
     assert await check() == rules_pb2.TOKEN_STATUS_STALE
+
+
+async def test_agents_retire_undo_and_rename_through_the_catalog_tools(api: Api) -> None:
+    """The catalog's retire_rule / undo_rule_change / update_category on the agent plane (REST and MCP):
+    an agent may retire or undo a project rule and rename a category; org house style, the never_graduate
+    lock, and any retire under staged approval stay the console's; another project's is 404."""
+    from tests.gateway.test_mcp import mcp_client, structured
+
+    org, stranger = await Org.create(api), await Org.create(api)
+    rule = await org.save(org.agent, rule_text="Always propose a concrete time.")
+    lineage = rule["lineage_id"]
+    async with mcp_client(api, org.agent) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        for name in ("retire_rule", "undo_rule_change", "update_category"):
+            assert tools[name].output_schema is not None, name
+        retired = structured(
+            await client.call_tool("retire_rule", {"id": lineage, "rev": 1, "client_id": "r-1"})
+        )
+        assert (retired.get("status"), retired.get("rev")) == ("retired", 2), retired
+        replay = structured(
+            await client.call_tool("retire_rule", {"id": lineage, "rev": 1, "client_id": "r-1"})
+        )
+        assert replay["id"] == retired["id"]  # a retry with its key answers the revision it wrote
+        stale = await client.call_tool("retire_rule", {"id": lineage, "rev": 1})
+        assert stale.is_error and structured(stale)["code"] == "stale"
+        restored = structured(await client.call_tool("undo_rule_change", {"id": lineage, "rev": 2}))
+        assert (restored["status"], restored["rev"]) == ("active", 3)
+        made = structured(await client.call_tool("propose_category", {"name": "Renewals"}))
+        renamed = structured(
+            await client.call_tool("update_category", {"id": made["id"], "name": "Renewal reminders"})
+        )
+        assert (renamed["id"], renamed["name"]) == (made["id"], "Renewal reminders")
+    stack = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    assert [r["rule_text"] for r in stack["rules"]] == ["Always propose a concrete time."]
+
+    lock = await api.http.patch(
+        f"/v1/categories/{made['id']}", json={"never_graduate": True}, headers=org.agent
+    )
+    assert lock.status_code == 403 and lock.json()["code"] == "forbidden_scope"
+    house = await api.http.post(
+        f"/v1/admin/orgs/{org.org_id}/rules", json={"rule_text": "Sign as the team."}, headers=org.admin
+    )
+    assert house.status_code == 201, house.text
+    refused = await api.http.post(
+        f"/v1/rules/{house.json()['lineage_id']}/retire", json={"rev": 1}, headers=org.agent
+    )
+    assert refused.status_code == 403 and refused.json()["code"] == "forbidden_scope"
+    foreign = await api.http.post(f"/v1/rules/{lineage}/retire", json={"rev": 3}, headers=stranger.agent)
+    assert foreign.status_code == 404, foreign.text
+    renamed_abroad = await api.http.patch(
+        f"/v1/categories/{made['id']}", json={"name": "Mine"}, headers=stranger.agent
+    )
+    assert renamed_abroad.status_code == 404, renamed_abroad.text
+
+    await api.http.put(
+        f"/v1/admin/projects/{org.project_id}/rule-settings", json={"write_approval": True}, headers=api.admin
+    )
+    staged = await api.http.post(f"/v1/rules/{lineage}/retire", json={"rev": 3}, headers=org.agent)
+    assert staged.status_code == 403 and staged.json()["code"] == "forbidden_scope"
+    history = (await api.http.get(f"/v1/rules/{lineage}/history", headers=org.agent)).json()
+    assert [(r["action"], r["changed_by_kind"]) for r in history["revisions"]] == [
+        ("created", "agent"),
+        ("retired", "agent"),
+        ("undone", "agent"),
+    ]
+
+
+async def test_promote_rule_makes_a_category_rule_general_and_moves_the_stack(api: Api) -> None:
+    """promote_rule (REST and MCP): an active category rule becomes general in the same lineage, the
+    rule high-water moves (drafts under the old stack are stale), and only a category rule promotes."""
+    from tests.gateway.test_mcp import mcp_client, structured
+
+    org, stranger = await Org.create(api), await Org.create(api)
+    category = await org.category()
+    rule = await org.save(
+        org.agent, rule_text="Name the pilot's start date.", scope="category", category_id=category["id"]
+    )
+    before = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    async with mcp_client(api, org.agent) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert tools["promote_rule"].output_schema is not None
+        promoted = structured(await client.call_tool("promote_rule", {"id": rule["lineage_id"], "rev": 1}))
+    assert (promoted["lineage_id"], promoted["rev"], promoted["scope"]) == (rule["lineage_id"], 2, "general")
+    assert promoted.get("category_id") is None and promoted["status"] == "active"
+    after = (await api.http.get("/v1/rules", headers=org.agent)).json()
+    assert after["rule_high_water"] > before["rule_high_water"]
+    general = (await api.http.get("/v1/rules", params={"scope": "general"}, headers=org.agent)).json()
+    assert [r["rule_text"] for r in general["rules"]] == ["Name the pilot's start date."]
+    again = await api.http.post(f"/v1/rules/{rule['lineage_id']}/promote", json={"rev": 2}, headers=org.agent)
+    assert again.status_code == 409 and again.json()["code"] == "wrong_state", again.text
+    foreign = await api.http.post(
+        f"/v1/rules/{rule['lineage_id']}/promote", json={"rev": 2}, headers=stranger.agent
+    )
+    assert foreign.status_code == 404
+    history = (await api.http.get(f"/v1/rules/{rule['lineage_id']}/history", headers=org.agent)).json()
+    assert [r["action"] for r in history["revisions"]] == ["created", "promoted"]
+
+
+async def test_learn_review_rule_saves_a_rule_sourced_from_the_review(api: Api) -> None:
+    """learn_review_rule (REST and MCP): the rule's source is the review, its scope the review's
+    category; client_id replays; a turn of no such review is a 422; another project's review is 404."""
+    from tests.conftest import draft
+    from tests.gateway.test_mcp import mcp_client, structured
+
+    org, stranger = await Org.create(api), await Org.create(api)
+    category = await org.category()
+    sent = await api.http.post("/v1/messages", json=draft(category_id=category["id"]), headers=org.agent)
+    assert sent.status_code == 202, sent.text
+    review_id = sent.json()["review_id"]
+    turns = (await api.http.get(f"/v1/reviews/{review_id}/turns", headers=org.agent)).json()["items"]
+    args = {"id": review_id, "rule_text": "Open with the prospect's own words.", "client_id": "learn-1"}
+    if turns:
+        args["turn_id"] = turns[-1]["id"]
+    async with mcp_client(api, org.agent) as client:
+        learnt = structured(await client.call_tool("learn_review_rule", args))
+        replay = structured(await client.call_tool("learn_review_rule", args))
+    assert (learnt["source_review_id"], learnt["scope"], learnt["category_id"]) == (
+        review_id,
+        "category",
+        category["id"],
+    )
+    assert replay["id"] == learnt["id"]
+    wrong = await api.http.post(
+        f"/v1/reviews/{review_id}/rules",
+        json={"rule_text": "Be brief always.", "turn_id": "trn_nope"},
+        headers=org.agent,
+    )
+    assert wrong.status_code == 422 and wrong.json()["code"] == "bad_request", wrong.text
+    foreign = await api.http.post(
+        f"/v1/reviews/{review_id}/rules", json={"rule_text": "Be brief always."}, headers=stranger.agent
+    )
+    assert foreign.status_code == 404, foreign.text

@@ -272,7 +272,8 @@ async def test_agents_never_write_house_style_or_console_verbs(open_db: OpenDb) 
     )
     rule = await _save(env, t.agent, "Keep subject lines short.")
     lineage = rule.rule.lineage_id
-    for verb in (app.undo_rule, app.retire_rule, app.approve_rule, app.reject_rule):
+    # Approving and rejecting are the console's; an agent may retire or undo its project rules.
+    for verb in (app.approve_rule, app.reject_rule):
         assert await _code(verb(env, t.agent, lineage, 1)) is Code.FORBIDDEN_SCOPE
     assert await _code(app.set_rule_settings(env, t.agent, True)) is Code.FORBIDDEN_SCOPE
     assert await _code(app.set_risk_dial(env, t.agent, account={"canary_rate": 1}, categories=[])) is (

@@ -103,9 +103,10 @@ async def test_agents_create_categories_and_twins_are_refused(open_db: OpenDb) -
         env, t.admin, made.row.id, name="Outbound", description=None, never_graduate=None
     )
     assert (renamed.row.id, renamed.row.name) == (made.row.id, "Outbound")
+    # An agent renames (as it creates); the never_graduate lock is the console's.
     assert (
         await _code(
-            app.update_category(env, t.agent, made.row.id, name="Mine", description=None, never_graduate=None)
+            app.update_category(env, t.agent, made.row.id, name=None, description=None, never_graduate=True)
         )
         is Code.FORBIDDEN_SCOPE
     )

@@ -248,6 +248,22 @@ class ReviewTurnList(Shape):
     next_cursor: str | None = None
 
 
+class ReviewDecisionContext(Shape):
+    """``get_review_decision_context``: what a reviewer weighs before deciding.
+
+    A field is null where nothing records it.
+    """
+
+    review_id: str
+    hop_count: int = Field(description="Review-agent rounds spent on this review.")
+    max_hops: int | None = Field(
+        default=None, description="The round limit; null until the first review-agent round is admitted."
+    )
+    review_deadline: datetime | None = Field(default=None, description="null: a review carries no deadline.")
+    force_to_human: bool = Field(description="A circuit breaker held a review agent's release for a human.")
+    force_reason: str | None = Field(default=None, description="The breaker that held it, when one did.")
+
+
 class ReviewDelivery(Shape):
     """How far a released review's delivery got (``get_review``).
 

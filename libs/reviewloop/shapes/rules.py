@@ -36,6 +36,16 @@ class SaveRuleRequest(Shape):
     agent_id: str = Field(default="", max_length=40)
 
 
+class LearnReviewRuleRequest(Shape):
+    """``learn_review_rule``: a rule the agent drew from a review's diff and comments."""
+
+    rule_text: str = Field(max_length=MAX_RULE_BODY)
+    scope: str = Field(default="", max_length=16, description="Default: the review's category, else general.")
+    category_id: str = Field(default="", max_length=40)
+    turn_id: str = Field(default="", max_length=40, description="The review turn it was learnt from.")
+    kind: str = Field(default="", max_length=16)
+
+
 class HouseRuleIn(Shape):
     """``save_house_style_rule``: an org rule, new or a revision of ``lineage_id``."""
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import grpc
 from fastapi import APIRouter, Depends, Query
+from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import invalid
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
@@ -17,6 +19,7 @@ from reviewloop.shapes import (
     RestampReviewRequest,
     Review,
     ReviewChatResult,
+    ReviewDecisionContext,
     ReviewerDecisionRequest,
     ReviewerDecisionResult,
     ReviewFeedback,
@@ -158,6 +161,44 @@ async def get_review_turns(
 ) -> OrjsonResponse:
     """The review's append-only thread, oldest first (the catalog's ``get_review_turns``)."""
     return encoded(page([as_review_turn(t) for t in (await _current(backend, principal, review_id)).turns]))
+
+
+HELD_BY = "held:"  # the gate_outcome of a review agent's release a circuit breaker held for a human
+
+
+@router.get(
+    "/v1/reviews/{review_id}/decision-context",
+    operation_id="get_review_decision_context",
+    response_model=ReviewDecisionContext,
+)
+async def get_review_decision_context(
+    review_id: str, principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)], backend: Backend
+) -> Json:
+    """What a reviewer weighs before deciding (the catalog's ``get_review_decision_context``): the
+    review-agent rounds (hops) spent and allowed, and whether a breaker forced the draft to a human and
+    why."""
+    review = await _current(backend, principal, review_id)
+    held = review.gate_outcome.startswith(HELD_BY)
+    # A hop is a review-agent round; dispatch_budget admits and bounds them (its run is the review).
+    hops, max_hops = 0, None
+    try:
+        budget = await backend.budget.GetRoundBudget(
+            budget_pb2.GetRoundBudgetRequest(principal=principal.to_proto(), run_id=review.id),
+            timeout=backend.timeout_s,
+        )
+        hops, max_hops = budget.used, budget.limit
+    except grpc.aio.AioRpcError as error:
+        # No review-agent round yet: no run, so no limit to read (it is set when the first is admitted).
+        if error.code() is not grpc.StatusCode.NOT_FOUND:
+            raise
+    return {
+        "review_id": review.id,
+        "hop_count": hops,
+        "max_hops": max_hops,
+        "review_deadline": None,  # review_state records no review deadline
+        "force_to_human": held,
+        "force_reason": review.gate_outcome.removeprefix(HELD_BY) if held else None,
+    }
 
 
 _STATES = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query
+from reviewloop.errors import invalid
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
@@ -13,8 +14,10 @@ from reviewloop.shapes import (
     CategoryList,
     GraduationProposal,
     GraduationStatus,
+    LearnReviewRuleRequest,
     ProposeCategoryRequest,
     ProposeGraduationRequest,
+    RevIn,
     RiskDial,
     Rule,
     RuleAudit,
@@ -22,6 +25,7 @@ from reviewloop.shapes import (
     RuleSnapshot,
     SaveRuleRequest,
     ScanBacklogStatus,
+    UpdateCategoryRequest,
 )
 from reviewloop.tenancy import Principal
 
@@ -103,6 +107,38 @@ async def save_rule(
     return as_rule(reply)
 
 
+@router.post(
+    "/v1/reviews/{review_id}/rules", status_code=201, operation_id="learn_review_rule", response_model=Rule
+)
+async def learn_review_rule(
+    review_id: str,
+    body: LearnReviewRuleRequest,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    """Save a project rule learnt from a review's diff and comments (``source_review_id`` is the review;
+    ``turn_id``, when given, must be one of its turns). Scope defaults to the review's category."""
+    review = await backend.review.GetReview(
+        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
+        timeout=backend.timeout_s,
+    )
+    if body.turn_id and body.turn_id not in {turn.id for turn in review.turns}:
+        raise invalid("/turn_id", f"is not a turn of review {review.id}")
+    scope = body.scope or ("category" if review.category_id else "general")
+    rule = SaveRuleRequest(
+        rule_text=body.rule_text,
+        scope=scope,
+        category_id=body.category_id or (review.category_id if scope == "category" else ""),
+        kind=body.kind,
+        source_review_id=review.id,
+    )
+    reply = await backend.rules.SaveRule(
+        save_request(principal, rule, "project", idempotency_key), timeout=backend.timeout_s
+    )
+    return as_rule(reply)
+
+
 @router.get("/v1/rules/{lineage_id}/history", operation_id="get_rule_history", response_model=RuleHistory)
 async def get_rule_history(lineage_id: str, principal: ProjectKey, backend: Backend) -> OrjsonResponse:
     """Every revision of a rule lineage, oldest first: the audit log."""
@@ -124,6 +160,60 @@ async def get_rule_audit(lineage_id: str, principal: ProjectKey, backend: Backen
         timeout=backend.timeout_s,
     )
     return encoded(as_rule_audit(reply))
+
+
+async def _lineage_verb(
+    verb: str, lineage_id: str, body: RevIn, principal: Principal, backend: Backends, idempotency_key: str
+) -> Json:
+    reply = await getattr(backend.rules, verb)(
+        rules_pb2.RuleActionRequest(
+            principal=principal.to_proto(),
+            lineage_id=lineage_id,
+            expected_rev=body.rev,
+            idempotency_key=idempotency_key,
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_rule(reply)
+
+
+@router.post("/v1/rules/{lineage_id}/retire", operation_id="retire_project_rule", response_model=Rule)
+async def retire_project_rule(
+    lineage_id: str,
+    body: RevIn,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    """Retire a project rule (the catalog's ``retire_rule``), naming the rev you read (a stale rev is a
+    409). Org house style, and every retire under staged approval, are the console's (403)."""
+    return await _lineage_verb("RetireRule", lineage_id, body, principal, backend, idempotency_key)
+
+
+@router.post("/v1/rules/{lineage_id}/undo", operation_id="undo_rule_change", response_model=Rule)
+async def undo_rule_change(
+    lineage_id: str,
+    body: RevIn,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    """Restore the revision of a project rule in force before its last change (a new revision; undoing
+    a creation retires the rule), naming the rev you read. Same authority as ``retire_rule``."""
+    return await _lineage_verb("UndoRule", lineage_id, body, principal, backend, idempotency_key)
+
+
+@router.post("/v1/rules/{lineage_id}/promote", operation_id="promote_rule", response_model=Rule)
+async def promote_rule(
+    lineage_id: str,
+    body: RevIn,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    """Make an active category rule general (``category -> general``; a new revision of its lineage),
+    naming the rev you read. Same authority as ``retire_rule``."""
+    return await _lineage_verb("PromoteRule", lineage_id, body, principal, backend, idempotency_key)
 
 
 @router.get("/v1/categories", operation_id="list_categories", response_model=CategoryList)
@@ -148,6 +238,22 @@ async def get_category(category_id: str, principal: ProjectKey, backend: Backend
         timeout=backend.timeout_s,
     )
     return as_category(reply)
+
+
+@router.patch("/v1/categories/{category_id}", operation_id="update_project_category", response_model=Category)
+async def update_project_category(
+    category_id: str, body: UpdateCategoryRequest, principal: ProjectKey, backend: Backend
+) -> Json:
+    """Rename or redescribe a category (the catalog's ``update_category``; ids never change). The
+    ``never_graduate`` lock is the console's (403)."""
+    patch = rules_pb2.UpdateCategoryRequest(principal=principal.to_proto(), category_id=category_id)
+    if body.name is not None:
+        patch.name = body.name
+    if body.description is not None:
+        patch.description = body.description
+    if body.never_graduate is not None:
+        patch.never_graduate = body.never_graduate
+    return as_category(await backend.rules.UpdateCategory(patch, timeout=backend.timeout_s))
 
 
 QUEUED_STATES = (

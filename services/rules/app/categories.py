@@ -151,8 +151,11 @@ async def update_category(
     description: str | None,
     never_graduate: bool | None,
 ) -> CategoryView:
-    """Display metadata and the never_graduate lock (console)."""
-    require(principal, (ActorKind.ADMIN,), "Editing a category")
+    """Display metadata (an agent may rename or redescribe, as it may create) and the never_graduate
+    lock (console only)."""
+    require(principal, (ActorKind.ADMIN, ActorKind.AGENT), "Editing a category")
+    if never_graduate is not None:
+        require(principal, (ActorKind.ADMIN,), "The never_graduate lock")
     changes: dict[str, Any] = {}
     if name is not None:
         name = _checked_name(name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import has_prefix, new_id
@@ -30,6 +30,7 @@ from rules.domain.ladder import (
     Kind,
     Layer,
     RuleRev,
+    Scope,
     State,
     in_force,
     next_revision,
@@ -292,12 +293,19 @@ async def _lineage_action(
     lineage_id: str,
     expected_rev: int,
     decide: Callable[[list[RuleRev]], Decision],
+    *,
+    agent_may: bool = False,
+    idempotency_key: str = "",
 ) -> RuleView:
-    """The console's lineage verbs: CAS on the head rev, then append the revision ``decide`` names."""
-    require(principal, HUMAN_AUTHORITY, "Changing a rule's status")
+    """The lineage verbs: CAS on the head rev, then append the revision ``decide`` names. Approving and
+    rejecting are the console's; an agent may retire or undo a project rule (``agent_may``), as it may
+    write one, unless staged approval holds its rule changes for a human."""
+    kinds = (*HUMAN_AUTHORITY, ActorKind.AGENT) if agent_may else HUMAN_AUTHORITY
+    require(principal, kinds, "Changing a rule's status")
     if expected_rev < 1:
         raise invalid("/rev", "name the rev you read (read-before-write)")
-    async with env.db.transaction() as uow:
+
+    async def act(uow: UnitOfWork) -> str:
         high_water = await store.bump_high_water(uow.conn, principal.org_id)
         history = visible_lineage(
             principal, await store.lineage(uow.conn, principal.org_id, lineage_id), lineage_id
@@ -307,6 +315,14 @@ async def _lineage_action(
             require(principal, (ActorKind.ADMIN,), "Changing org house style")
         if head.rev != expected_rev:
             raise stale(head)
+        if principal.actor_kind is ActorKind.AGENT and await store.write_approval(
+            uow.conn, principal.project_id
+        ):
+            # A retire or undo cannot be staged as a proposal: under staged approval it is the console's.
+            raise DomainError(
+                Code.FORBIDDEN_SCOPE,
+                "Staged approval holds this project's agent rule changes; a retire or undo is the console's.",
+            )
         decided = decide(history)
         if isinstance(decided, DomainError):
             raise decided
@@ -322,7 +338,11 @@ async def _lineage_action(
             now=utcnow(),
         )
         await _append(uow, rule)
-    return _view([*history, rule], rule)
+        return rule.id
+
+    # A retry with the same key answers the revision it wrote (a CAS alone would answer ``stale``).
+    fields = {"verb": decide.__qualname__, "lineage_id": lineage_id, "expected_rev": expected_rev}
+    return await _rule_by_id(env, principal, await idempotent(env, principal, idempotency_key, fields, act))
 
 
 def _no_proposal(history: list[RuleRev]) -> DomainError | None:
@@ -346,7 +366,9 @@ def _nothing_proposed(head: RuleRev) -> DomainError:
     )
 
 
-async def retire_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+async def retire_rule(
+    env: Env, principal: Principal, lineage_id: str, expected_rev: int, idempotency_key: str = ""
+) -> RuleView:
     def decide(history: list[RuleRev]) -> Decision:
         refusal = _no_proposal(history)
         if refusal:
@@ -360,10 +382,14 @@ async def retire_rule(env: Env, principal: Principal, lineage_id: str, expected_
             )
         return history[-1], Action.RETIRED, State.RETIRED
 
-    return await _lineage_action(env, principal, lineage_id, expected_rev, decide)
+    return await _lineage_action(
+        env, principal, lineage_id, expected_rev, decide, agent_may=True, idempotency_key=idempotency_key
+    )
 
 
-async def undo_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:
+async def undo_rule(
+    env: Env, principal: Principal, lineage_id: str, expected_rev: int, idempotency_key: str = ""
+) -> RuleView:
     """Restore the revision in force before the last change (undoing a creation retires the rule)."""
 
     def decide(history: list[RuleRev]) -> Decision:
@@ -377,7 +403,35 @@ async def undo_rule(env: Env, principal: Principal, lineage_id: str, expected_re
             return current, Action.UNDONE, State.RETIRED
         return previous, Action.UNDONE, previous.state
 
-    return await _lineage_action(env, principal, lineage_id, expected_rev, decide)
+    return await _lineage_action(
+        env, principal, lineage_id, expected_rev, decide, agent_may=True, idempotency_key=idempotency_key
+    )
+
+
+async def promote_rule(
+    env: Env, principal: Principal, lineage_id: str, expected_rev: int, idempotency_key: str = ""
+) -> RuleView:
+    """A category rule in force becomes general (the same lineage, a new revision): every category's
+    drafts now compose under it. Same authority as retiring it."""
+
+    def decide(history: list[RuleRev]) -> Decision:
+        refusal = _no_proposal(history)
+        if refusal:
+            return refusal
+        head = history[-1]
+        if head.state is not State.ACTIVE or head.scope is not Scope.CATEGORY:
+            return DomainError(
+                Code.WRONG_STATE,
+                f"Rev {head.rev} of {lineage_id} is a {head.state} {head.scope} rule; only an active "
+                "category rule is promoted to general.",
+                state=head.state.value,
+                revision=head.rev,
+            )
+        return replace(head, scope=Scope.GENERAL, category_id=""), Action.PROMOTED, State.ACTIVE
+
+    return await _lineage_action(
+        env, principal, lineage_id, expected_rev, decide, agent_may=True, idempotency_key=idempotency_key
+    )
 
 
 async def approve_rule(env: Env, principal: Principal, lineage_id: str, expected_rev: int) -> RuleView:

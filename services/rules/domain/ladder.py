@@ -53,6 +53,7 @@ class Action(StrEnum):
     APPROVED = "approved"
     REJECTED = "rejected"
     UNDONE = "undone"
+    PROMOTED = "promoted"  # a category rule made general
 
 
 class Rung(IntEnum):
@@ -356,12 +357,14 @@ def restate(
         created_at=now,
         high_water=0,
     )
-    moved = before is None or (before.state, before.rule_text, before.kind, before.priority) != (
-        rule.state,
-        rule.rule_text,
-        rule.kind,
-        rule.priority,
-    )
+    moved = before is None or (
+        before.state,
+        before.rule_text,
+        before.kind,
+        before.priority,
+        before.scope,
+        before.category_id,
+    ) != (rule.state, rule.rule_text, rule.kind, rule.priority, rule.scope, rule.category_id)
     if moved and (state is State.ACTIVE or (before is not None and before.state is State.ACTIVE)):
         return replace(rule, high_water=high_water)
     return rule
