@@ -15,8 +15,12 @@
     setTimeout(() => { live.textContent = text; }, 50);
   }
 
+  // Keys are off only where a key types: a checkbox, radio or button keeps the shortcuts.
+  const NOT_TYPED = ["checkbox", "radio", "button", "submit", "reset"];
   function typing(el) {
-    return el && (el.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(el.tagName));
+    if (!el) return false;
+    if (el.tagName === "INPUT") return !NOT_TYPED.includes(el.type);
+    return el.isContentEditable || ["TEXTAREA", "SELECT"].includes(el.tagName);
   }
 
   function rows() { return Array.from(document.querySelectorAll("tr.row")); }
@@ -41,10 +45,17 @@
     if (field) field.focus();
   }
 
+  // Closing the overlay gives focus back where it was: left on the hidden toggle, the next keys would
+  // land on nothing until the browser moved focus itself.
+  let before = null;
   function showHelp(show) {
     if (!help) return;
+    if (show) before = document.activeElement;
     help.hidden = !show;
-    if (show) { toggle.checked = keysOn(); toggle.focus(); }
+    if (show) { toggle.checked = keysOn(); toggle.focus(); return; }
+    if (before && before !== document.body && document.contains(before)) before.focus();
+    else document.activeElement.blur();
+    before = null;
   }
 
   const handlers = {
