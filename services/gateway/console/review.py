@@ -665,10 +665,8 @@ async def decide(request: Request, review_id: str) -> Response:
         rule_text = web.field(form, "rule_text").strip()
         if rule_text:
             message.new_rule.rule_text = rule_text
+            # review_state scopes a category rule to the review's own category, in the decision's unit.
             message.new_rule.scope = "category" if web.field(form, "rule_scope") == "category" else "general"
-            if message.new_rule.scope == "category":
-                review = await _get(request, session, review_id)
-                message.new_rule.category_id = review.get("category_id") or ""
     try:
         await web.call(web.backend(request).review.Decide, message, request)
     except web.REFUSALS as exc:  # every refusal is rendered on the page
