@@ -4,6 +4,7 @@ clear error instead of a hang."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from review_state.__main__ import SPEC
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, make_engine, sqlite
 from reviewloop.storage.schema import OUTBOX
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select, update
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
@@ -64,3 +65,23 @@ async def test_the_sqlite_driver_keeps_the_dbapi_contract(tmp_path: Path) -> Non
             assert (await conn.execute(select(func.count()).select_from(table))).scalar() == 2
     finally:
         await engine.dispose()
+
+
+async def test_opening_a_file_another_process_is_writing_waits_for_wal(tmp_path: Path) -> None:
+    """Switching a file to WAL needs an exclusive lock that SQLite refuses at once while another
+    connection writes in rollback mode (replicas opening a fresh store together failed at random):
+    the connect waits for the writer instead, and the file ends in WAL."""
+    path = tmp_path / "fresh.db"
+    other = sqlite3.connect(path, isolation_level=None)  # a replica that has not switched yet
+    other.execute("CREATE TABLE t (x INTEGER)")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO t VALUES (1)")
+    asyncio.get_running_loop().call_later(0.3, other.commit)
+    engine = make_engine(f"sqlite+aiosqlite:///{path}")
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+            assert (await conn.execute(text("SELECT x FROM t"))).scalar() == 1
+    finally:
+        await engine.dispose()
+        other.close()

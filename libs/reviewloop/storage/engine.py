@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,6 +14,7 @@ from google.protobuf.message import Message
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.util import await_only
 
 from reviewloop.storage import sqlite
 from reviewloop.storage.schema import outbox_row, write_rows
@@ -53,7 +56,7 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     def _pragmas(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _enable_wal(cursor)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
@@ -68,6 +71,25 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN DEFERRED")
 
     return engine
+
+
+def _enable_wal(cursor: Any) -> None:
+    """Put the file in WAL mode, waiting out other connections that are switching it too.
+
+    The switch needs an exclusive lock, and SQLite refuses it at once ("database is locked") rather
+    than calling the busy handler, so replicas opening a fresh file together failed at random.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode")
+            if cursor.fetchone()[0] != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            await_only(asyncio.sleep(0.01))  # the connect hook runs inside SQLAlchemy's greenlet
 
 
 class Database:
