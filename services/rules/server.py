@@ -46,6 +46,7 @@ def rule_to_proto(view: app.RuleView) -> rules_pb2.Rule:
         changed_by_kind=r.changed_by_kind,
         changed_by_id=r.changed_by_id,
         high_water=r.high_water,
+        source_turn_id=r.source_turn_id,
     )
 
 
@@ -66,6 +67,7 @@ def category_to_proto(view: app.CategoryView) -> rules_pb2.Category:
         org_id=c.org_id,
         project_id=c.project_id,
         created_at=stamp(c.created_at),
+        merged_into=c.merged_into,
     )
 
 
@@ -170,6 +172,7 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             lineage_id=request.lineage_id,
             expected_rev=request.expected_rev,
             source_review_id=request.source_review_id,
+            source_turn_id=request.source_turn_id,
             rule_layer=request.rule_layer,
             agent_id=request.agent_id,
             idempotency_key=request.idempotency_key,
@@ -209,7 +212,12 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
 
     async def PromoteRule(self, request: rules_pb2.RuleActionRequest, context: Context) -> rules_pb2.Rule:
         view = await app.promote_rule(
-            self.env, _principal(request), request.lineage_id, request.expected_rev, request.idempotency_key
+            self.env,
+            _principal(request),
+            request.lineage_id,
+            request.expected_rev,
+            request.idempotency_key,
+            to_layer=request.to_layer,
         )
         return rule_to_proto(view)
 
@@ -262,6 +270,24 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             idempotency_key=request.idempotency_key,
         )
         return category_to_proto(view)
+
+    async def MergeCategories(
+        self, request: rules_pb2.MergeCategoriesRequest, context: Context
+    ) -> rules_pb2.MergeCategoriesResponse:
+        merge = await app.merge_categories(
+            self.env,
+            _principal(request),
+            request.category_id,
+            request.into_category_id,
+            request.rationale,
+            request.idempotency_key,
+        )
+        return rules_pb2.MergeCategoriesResponse(
+            merged=category_to_proto(merge.merged),
+            into=category_to_proto(merge.into),
+            rules_moved=merge.rules_moved,
+            rules_retired=merge.rules_retired,
+        )
 
     async def UpdateCategory(
         self, request: rules_pb2.UpdateCategoryRequest, context: Context

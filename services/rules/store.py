@@ -58,6 +58,7 @@ rule_revisions = Table(
     Column("high_water", BigInteger, nullable=False, server_default="0"),
     Column("supersedes_id", String(40), nullable=False, server_default=""),
     Column("created_at", UtcDateTime, nullable=False),
+    Column("source_turn_id", String(40), nullable=False, server_default=""),
     # The compare-and-set of read-before-write: two saves against the same rev insert the same
     # (lineage, rev + 1), and the constraint lets exactly one of them commit.
     UniqueConstraint("lineage_id", "rev"),
@@ -99,6 +100,8 @@ categories = Table(
     Column("version", BigInteger, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("state_changed_at", UtcDateTime, nullable=False),
+    # Set once merged into another category: retired, its name free again.
+    Column("merged_into", String(40), nullable=False, server_default=""),
     Index("ix_categories_org_id_id", "org_id", "id"),
 )
 
@@ -203,6 +206,23 @@ async def revisions_on_ladder(conn: AsyncConnection, org_id: str, project_id: st
     return [_rule(r) for r in rows]
 
 
+async def lineages_in_category(conn: AsyncConnection, org_id: str, category_id: str) -> list[list[RuleRev]]:
+    """Every lineage of ``org_id`` with a revision in ``category_id`` (any project), each oldest first."""
+    ids = select(rule_revisions.c.lineage_id).where(
+        rule_revisions.c.org_id == org_id, rule_revisions.c.category_id == category_id
+    )
+    rows = await conn.execute(
+        select(rule_revisions)
+        .where(rule_revisions.c.org_id == org_id, rule_revisions.c.lineage_id.in_(ids))
+        .order_by(rule_revisions.c.lineage_id, rule_revisions.c.rev)
+    )
+    lineages: dict[str, list[RuleRev]] = {}
+    for row in rows:
+        rule = _rule(row)
+        lineages.setdefault(rule.lineage_id, []).append(rule)
+    return list(lineages.values())
+
+
 async def rule_lineage_of(conn: AsyncConnection, rule_id: str) -> str | None:
     row = (
         await conn.execute(select(rule_revisions.c.lineage_id).where(rule_revisions.c.id == rule_id))
@@ -266,6 +286,7 @@ class CategoryRow:
     version: int
     created_at: datetime
     state_changed_at: datetime
+    merged_into: str = ""
 
 
 def _category(row: Any) -> CategoryRow:
@@ -313,7 +334,9 @@ async def category_named(
     row = (
         await conn.execute(
             select(categories).where(
-                _visible(org_id, project_id), categories.c.normalized_name == normalized_name
+                _visible(org_id, project_id),
+                categories.c.normalized_name == normalized_name,
+                categories.c.merged_into == "",  # a merged category's name is free again
             )
         )
     ).first()
@@ -323,7 +346,7 @@ async def category_named(
 async def list_categories(
     conn: AsyncConnection, org_id: str, project_id: str, after_id: str, limit: int
 ) -> list[CategoryRow]:
-    query = select(categories).where(_visible(org_id, project_id))
+    query = select(categories).where(_visible(org_id, project_id), categories.c.merged_into == "")
     if after_id:
         query = query.where(categories.c.id > after_id)
     rows = await conn.execute(query.order_by(categories.c.id).limit(limit))

@@ -4,6 +4,7 @@
   console's lineage verbs (retire, undo, approve, reject), history, the staged-approval setting;
 - ``stack``: the effective stack (``get_rules``), composition tokens and their signing keys;
 - ``categories``: the category registry;
+- ``merge``: merging a category into another (its rules move, its drafts are rechecked);
 - ``graduation``: proposals and the rung a human flips;
 - ``dial``: the brand-risk dial;
 - ``ingest``: review outcomes from review_state (maturity counters, drift demotion);
@@ -26,6 +27,7 @@ from rules.app.graduation import (
     propose_graduation,
 )
 from rules.app.ingest import SUBSCRIPTIONS
+from rules.app.merge import Merge, merge_categories
 from rules.app.rules import (
     RuleInput,
     RuleView,
@@ -55,6 +57,7 @@ __all__ = [
     "CategoryView",
     "Dial",
     "Env",
+    "Merge",
     "Proposal",
     "RuleInput",
     "RuleView",
@@ -73,6 +76,7 @@ __all__ = [
     "graduation_status",
     "list_categories",
     "list_graduation_proposals",
+    "merge_categories",
     "promote_rule",
     "propose_graduation",
     "reject_rule",

@@ -56,6 +56,16 @@ def require(principal: Principal, kinds: Sequence[ActorKind], what: str) -> None
         )
 
 
+def require_house_style(principal: Principal) -> None:
+    """Org house style is console authority: an admin key's, never a reviewer's or an agent's."""
+    if principal.actor_kind is not ActorKind.ADMIN:
+        raise DomainError(
+            Code.FORBIDDEN_SCOPE,
+            f"House style (the org's rules) is console authority and takes an admin key; a "
+            f"{principal.actor_kind} key cannot write it. Save it for this project, category or agent instead.",
+        )
+
+
 async def resolve_owner(env: Env, *, category_id: str = "", lineage_id: str = "") -> tuple[str, str]:
     """The (org_id, project_id) that owns a category or a rule lineage."""
     async with env.db.engine.connect() as conn:

@@ -67,10 +67,17 @@ async def load_category(conn: AsyncConnection, principal: Principal, category_id
 async def check_category(conn: AsyncConnection, principal: Principal, category_id: str) -> None:
     """``not_found`` unless the principal's project sees ``category_id``: the refusal a rule read or
     write names, which tells how to get a category."""
-    if await store.get_category(conn, principal.org_id, principal.project_id, category_id) is None:
+    row = await store.get_category(conn, principal.org_id, principal.project_id, category_id)
+    if row is None:
         raise DomainError(
             Code.NOT_FOUND,
             f"No category {category_id} is visible to this key; list_categories, or create it first.",
+        )
+    if row.merged_into:
+        raise DomainError(
+            Code.CONFLICT,
+            f"Category {category_id} was merged into {row.merged_into}; use that one.",
+            hints=(("merged_into", row.merged_into),),
         )
 
 

@@ -20,7 +20,7 @@ from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy.exc import IntegrityError
 
 from rules import store
-from rules.app.authority import HUMAN_AUTHORITY, author, require, writer
+from rules.app.authority import HUMAN_AUTHORITY, author, require, require_house_style, writer
 from rules.app.categories import check_category
 from rules.app.env import REVIEW_STATE, Env, idempotent
 from rules.domain.guardrails import check_rule_text, normalize
@@ -65,6 +65,7 @@ class RuleInput:
     lineage_id: str = ""
     expected_rev: int = 0
     source_review_id: str = ""
+    source_turn_id: str = ""  # the turn of source_review_id it was learnt from (checked by its owner)
     rule_layer: str = ""
     agent_id: str = ""
     idempotency_key: str = ""
@@ -115,7 +116,7 @@ def _emit_rule_changed(uow: UnitOfWork, rule: RuleRev) -> None:
     )
 
 
-def _duplicate_of(candidate: RuleRev, revisions: list[RuleRev]) -> RuleRev | None:
+def duplicate_of(candidate: RuleRev, revisions: list[RuleRev]) -> RuleRev | None:
     """An active or proposed rule of another lineage with the same normalized text in the same scope."""
     text = normalize(candidate.rule_text)
     lineages: dict[str, list[RuleRev]] = {}
@@ -143,7 +144,7 @@ def _draft(principal: Principal, body: RuleInput) -> Draft:
     """``body``'s fields, each checked; what depends on the lineage is ``next_revision``'s."""
     layer = parse_choice(Layer, body.rule_layer, "/rule_layer", Layer.PROJECT)
     if layer is Layer.ORG:
-        require(principal, (ActorKind.ADMIN,), "Writing org house style")
+        require_house_style(principal)
     text = check_rule_text(body.rule_text)
     kind = parse_choice(Kind, body.kind, "/kind", Kind.SOFT)
     if not PRIORITY_RANGE[0] <= body.priority <= PRIORITY_RANGE[1]:
@@ -152,6 +153,8 @@ def _draft(principal: Principal, body: RuleInput) -> Draft:
         raise invalid("/rule_id", "must be a rule id (rule_...)")
     if body.source_review_id and not has_prefix(body.source_review_id, "rr"):
         raise invalid("/source_review_id", "must be a review id (rr_...)")
+    if body.source_turn_id and not (has_prefix(body.source_turn_id, "turn") and body.source_review_id):
+        raise invalid("/source_turn_id", "must be a turn id (turn_...) of the rule's source_review_id")
     agent_id = body.agent_id
     if principal.actor_kind is ActorKind.AGENT and agent_id and agent_id != principal.actor_id:
         raise DomainError(Code.FORBIDDEN_SCOPE, "An agent may write per-agent rules for itself only.")
@@ -166,6 +169,7 @@ def _draft(principal: Principal, body: RuleInput) -> Draft:
         kind=kind,
         priority=body.priority,
         source_review_id=body.source_review_id,
+        source_turn_id=body.source_turn_id,
         layer=body.rule_layer,
         scope=body.scope,
         category_id=body.category_id,
@@ -211,7 +215,7 @@ async def _write(uow: UnitOfWork, principal: Principal, body: RuleInput, draft: 
         )
         head = history[-1]
         if head.layer is Layer.ORG:
-            require(principal, (ActorKind.ADMIN,), "Writing org house style")
+            require_house_style(principal)
     rule = next_revision(
         head,
         draft,
@@ -223,8 +227,15 @@ async def _write(uow: UnitOfWork, principal: Principal, body: RuleInput, draft: 
     )
     if head is None and rule.category_id:
         await check_category(conn, principal, rule.category_id)
-    duplicate = _duplicate_of(
-        rule, await store.revisions_on_ladder(conn, principal.org_id, principal.project_id)
+    await _refuse_duplicate(uow, principal, rule)
+    await append_revision(uow, rule)
+    return rule.id
+
+
+async def _refuse_duplicate(uow: UnitOfWork, principal: Principal, rule: RuleRev) -> None:
+    """``conflict`` when another lineage already says what ``rule`` says in its scope."""
+    duplicate = duplicate_of(
+        rule, await store.revisions_on_ladder(uow.conn, principal.org_id, principal.project_id)
     )
     if duplicate is not None:
         raise DomainError(
@@ -233,8 +244,6 @@ async def _write(uow: UnitOfWork, principal: Principal, body: RuleInput, draft: 
             "this in the same scope; revise that one instead.",
             hints=(("rule_id", duplicate.id), ("lineage_id", duplicate.lineage_id)),
         )
-    await _append(uow, rule)
-    return rule.id
 
 
 async def save_requested(uow: UnitOfWork, request: SaveRuleRequest) -> None:
@@ -247,7 +256,9 @@ async def save_requested(uow: UnitOfWork, request: SaveRuleRequest) -> None:
         scope=request.scope,
         category_id=request.category_id,
         source_review_id=request.source_review_id,
+        source_turn_id=request.source_turn_id,
         rule_layer=request.rule_layer,
+        agent_id=request.agent_id,
         rule_id=request.rule_id,
     )
     try:
@@ -257,7 +268,7 @@ async def save_requested(uow: UnitOfWork, request: SaveRuleRequest) -> None:
         log.warning("the new rule of review %s was not saved: %s", request.source_review_id, error)
 
 
-async def _append(uow: UnitOfWork, rule: RuleRev) -> None:
+async def append_revision(uow: UnitOfWork, rule: RuleRev) -> None:
     """Append one revision; a lost race on (lineage, rev) is ``stale``. Publishes ``rule_changed``
     when the revision moved the effective stack."""
     try:
@@ -312,7 +323,7 @@ async def _lineage_action(
         )
         head = history[-1]
         if head.layer is Layer.ORG:
-            require(principal, (ActorKind.ADMIN,), "Changing org house style")
+            require_house_style(principal)
         if head.rev != expected_rev:
             raise stale(head)
         if principal.actor_kind is ActorKind.AGENT and await store.write_approval(
@@ -337,7 +348,9 @@ async def _lineage_action(
             high_water=high_water,
             now=utcnow(),
         )
-        await _append(uow, rule)
+        if rule.layer is not head.layer:  # a promotion to house style must not twin an org rule
+            await _refuse_duplicate(uow, principal, rule)
+        await append_revision(uow, rule)
         return rule.id
 
     # A retry with the same key answers the revision it wrote (a CAS alone would answer ``stale``).
@@ -409,12 +422,43 @@ async def undo_rule(
 
 
 async def promote_rule(
-    env: Env, principal: Principal, lineage_id: str, expected_rev: int, idempotency_key: str = ""
+    env: Env,
+    principal: Principal,
+    lineage_id: str,
+    expected_rev: int,
+    idempotency_key: str = "",
+    to_layer: str = "",
 ) -> RuleView:
-    """A category rule in force becomes general (the same lineage, a new revision): every category's
-    drafts now compose under it. Same authority as retiring it."""
+    """Promote a rule in force (the same lineage, a new revision). By default a category rule becomes
+    general: every category's drafts now compose under it (same authority as retiring it). With
+    ``to_layer`` ``org`` a project rule becomes org house style: general, no agent, inherited by every
+    project of the org; that is console authority (an admin key)."""
+    if parse_choice(Layer, to_layer, "/to_layer", Layer.PROJECT) is Layer.ORG:
+        require_house_style(principal)
 
-    def decide(history: list[RuleRev]) -> Decision:
+        def to_house_style(history: list[RuleRev]) -> Decision:
+            refusal = _no_proposal(history)
+            if refusal:
+                return refusal
+            head = history[-1]
+            if head.state is not State.ACTIVE or head.layer is not Layer.PROJECT:
+                return DomainError(
+                    Code.WRONG_STATE,
+                    f"Rev {head.rev} of {lineage_id} is a {head.state} {head.layer} rule; only an active "
+                    "project rule is promoted to house style.",
+                    state=head.state.value,
+                    revision=head.rev,
+                )
+            house = replace(
+                head, layer=Layer.ORG, project_id="", agent_id="", scope=Scope.GENERAL, category_id=""
+            )
+            return house, Action.PROMOTED, State.ACTIVE
+
+        return await _lineage_action(
+            env, principal, lineage_id, expected_rev, to_house_style, idempotency_key=idempotency_key
+        )
+
+    def to_general(history: list[RuleRev]) -> Decision:
         refusal = _no_proposal(history)
         if refusal:
             return refusal
@@ -430,7 +474,7 @@ async def promote_rule(
         return replace(head, scope=Scope.GENERAL, category_id=""), Action.PROMOTED, State.ACTIVE
 
     return await _lineage_action(
-        env, principal, lineage_id, expected_rev, decide, agent_may=True, idempotency_key=idempotency_key
+        env, principal, lineage_id, expected_rev, to_general, agent_may=True, idempotency_key=idempotency_key
     )
 
 

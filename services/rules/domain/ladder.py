@@ -53,7 +53,8 @@ class Action(StrEnum):
     APPROVED = "approved"
     REJECTED = "rejected"
     UNDONE = "undone"
-    PROMOTED = "promoted"  # a category rule made general
+    PROMOTED = "promoted"  # a category rule made general, or a project rule made org house style
+    MERGED = "merged"  # its category was merged into another: the rule moved there
 
 
 class Rung(IntEnum):
@@ -94,6 +95,7 @@ class RuleRev:
     high_water: int  # 0: this revision did not move the effective stack
     supersedes_id: str
     created_at: datetime
+    source_turn_id: str = ""  # the review turn it was learnt from
 
 
 def rung_of(rule: RuleRev) -> Rung:
@@ -181,6 +183,7 @@ class Draft:
     kind: Kind
     priority: int
     source_review_id: str = ""
+    source_turn_id: str = ""
     layer: str = ""
     scope: str = ""
     category_id: str = ""
@@ -262,6 +265,7 @@ def next_revision(
         priority=draft.priority,
         rule_text=draft.rule_text,
         source_review_id=draft.source_review_id,
+        source_turn_id=draft.source_turn_id,
         author_kind=author.author_kind,
         state=State.PROPOSED if staged else State.ACTIVE,
         action=place.action,
@@ -357,14 +361,21 @@ def restate(
         created_at=now,
         high_water=0,
     )
-    moved = before is None or (
-        before.state,
-        before.rule_text,
-        before.kind,
-        before.priority,
-        before.scope,
-        before.category_id,
-    ) != (rule.state, rule.rule_text, rule.kind, rule.priority, rule.scope, rule.category_id)
+
+    def placed(r: RuleRev) -> tuple[object, ...]:
+        return (
+            r.state,
+            r.rule_text,
+            r.kind,
+            r.priority,
+            r.layer,
+            r.project_id,
+            r.agent_id,
+            r.scope,
+            r.category_id,
+        )
+
+    moved = before is None or placed(before) != placed(rule)
     if moved and (state is State.ACTIVE or (before is not None and before.state is State.ACTIVE)):
         return replace(rule, high_water=high_water)
     return rule
