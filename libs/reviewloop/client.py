@@ -36,6 +36,7 @@ from reviewloop.shapes import (
     AckReviewEventResult,
     Category,
     CategoryList,
+    CategoryMerge,
     ContractManifest,
     GraduationStatus,
     Problem,
@@ -629,7 +630,8 @@ class Verbs:
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
             **fields: Further request fields: to revise, ``lineage_id`` and the ``expected_rev`` that was
-                read; also ``kind``, ``priority``, ``source_review_id``, ...
+                read; also ``kind``, ``priority``, ``source_review_id`` and ``source_turn_id`` (the turn
+                of that review it was learnt from), ``scope_agent_id`` (a per-agent rule), ...
 
         Returns:
             The saved :class:`Rule` (``201``).
@@ -713,21 +715,26 @@ class Verbs:
         )
 
     @staticmethod
-    def promote_rule(lineage_id: str, *, rev: int, idempotency_key: str | None = None) -> Call[Rule]:
-        """Make an active category rule general (``POST /v1/rules/{lineage_id}/promote``).
+    def promote_rule(
+        lineage_id: str, *, rev: int, to_layer: str | None = None, idempotency_key: str | None = None
+    ) -> Call[Rule]:
+        """Promote a rule (``POST /v1/rules/{lineage_id}/promote``).
+
+        An active category rule becomes general; with ``to_layer="org"`` an active project rule becomes
+        org house style (an admin key).
 
         Returns:
-            The new, ``general`` revision as a :class:`Rule`.
+            The new revision as a :class:`Rule`: ``general``, and for ``org`` with ``rule_layer: org``.
 
         Raises:
-            ReviewloopError: ``409 wrong_state`` unless it is an active category rule; otherwise as
-                :meth:`retire_rule`.
+            ReviewloopError: ``409 wrong_state`` unless the rule can be promoted so; ``403
+                forbidden_scope`` for house style without an admin key; otherwise as :meth:`retire_rule`.
         """
         return Call(
             "POST",
             f"/v1/rules/{_id(lineage_id)}/promote",
             _shape(Rule),
-            body={"rev": rev},
+            body=_drop_none(dict(rev=rev, to_layer=to_layer)),
             idempotency_key=idempotency_key,
         )
 
@@ -811,6 +818,38 @@ class Verbs:
         """
         body = _drop_none(dict(name=name, description=description))
         return Call("PATCH", f"/v1/categories/{_id(category_id)}", _shape(Category), body=body)
+
+    @staticmethod
+    def merge_categories(
+        category_id: str, *, into_category_id: str, rationale: str, idempotency_key: str | None = None
+    ) -> Call[CategoryMerge]:
+        """Merge a category into another (``POST /v1/categories/{category_id}/merge``).
+
+        Its live rules and pending drafts move to ``into_category_id`` (each draft's agent gets a
+        ``recheck_category`` nudge, reason ``merged``) and it is retired (``merged_into``).
+
+        Args:
+            category_id: The ``cat_`` id merged away.
+            into_category_id: The ``cat_`` id that stays.
+            rationale: Why both describe the same purpose.
+            idempotency_key: Reuse it to retry safely; a fresh key is generated when omitted.
+
+        Returns:
+            A :class:`CategoryMerge`: both categories as they now are, and how many rules moved.
+
+        Raises:
+            ReviewloopError: ``403 forbidden_scope`` for an agent merging a human-curated or graduated
+                category (an admin's); ``409 conflict`` when either was merged elsewhere (``merged_into``
+                in the hints); ``404`` for a category the caller's project cannot see.
+        """
+        body = {"into_category_id": into_category_id, "rationale": rationale}
+        return Call(
+            "POST",
+            f"/v1/categories/{_id(category_id)}/merge",
+            _shape(CategoryMerge),
+            body=body,
+            idempotency_key=idempotency_key,
+        )
 
     @staticmethod
     def get_category(category_id: str) -> Call[Category]:
@@ -1160,6 +1199,7 @@ class AsyncReviewloop(_Base):
     list_categories = _async(Verbs.list_categories)
     create_category = _async(Verbs.create_category)
     get_category = _async(Verbs.get_category)
+    merge_categories = _async(Verbs.merge_categories)
     get_backlog_status = _async(Verbs.get_backlog_status)
     get_graduation_status = _async(Verbs.get_graduation_status)
     propose_graduation = _async(Verbs.propose_graduation)
@@ -1249,6 +1289,7 @@ class Reviewloop(_Base):
     list_categories = _sync(Verbs.list_categories)
     create_category = _sync(Verbs.create_category)
     get_category = _sync(Verbs.get_category)
+    merge_categories = _sync(Verbs.merge_categories)
     get_backlog_status = _sync(Verbs.get_backlog_status)
     get_graduation_status = _sync(Verbs.get_graduation_status)
     propose_graduation = _sync(Verbs.propose_graduation)

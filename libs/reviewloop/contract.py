@@ -48,6 +48,8 @@ CONTRACT_MANIFEST: Final = {
         "CategoryList",
         "ProposeCategoryRequest",
         "UpdateCategoryRequest",
+        "MergeCategoriesRequest",
+        "CategoryMerge",
         # graduation and the risk dial
         "CategoryRiskDial",
         "RiskDial",
@@ -57,6 +59,7 @@ CONTRACT_MANIFEST: Final = {
         "RuleSnapshot",
         "SaveRuleRequest",
         "LearnReviewRuleRequest",
+        "PromoteRuleRequest",
         # the reviewer planes
         "ReviewerDecisionRequest",
         "ReviewerDecisionResult",

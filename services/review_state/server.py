@@ -158,6 +158,8 @@ def _decision(request: review_pb2.DecideRequest) -> Decision:
             "rule_text": request.new_rule.rule_text,
             "scope": request.new_rule.scope,
             "category_id": request.new_rule.category_id,
+            "rule_layer": request.new_rule.rule_layer,
+            "scope_agent_id": request.new_rule.scope_agent_id,
         }
     return Decision(
         action=request.action,

@@ -142,11 +142,21 @@ class OpenIn(Shape):
 
 
 class NewRule(Shape):
-    """A rule a human reviewer distils from this decision; ``scope`` defaults to ``general``."""
+    """A rule a human reviewer distils from this decision; ``scope`` defaults to ``general``.
+
+    House style is ``rule_layer: org`` (an admin key only); a per-agent rule names the review's agent as
+    ``scope_agent_id``.
+    """
 
     rule_text: str = Field(min_length=1, max_length=MAX_RULE_CHARS)
     scope: Literal["general", "category"] = "general"
     category_id: str | None = Field(default=None, max_length=40)
+    rule_layer: Literal["project", "org"] = Field(
+        default="project", description="org: house style, inherited by every project of the org (admins only)"
+    )
+    scope_agent_id: str | None = Field(
+        default=None, max_length=40, description="a rule for the review's agent only (its agent_id)"
+    )
 
 
 class ReviewerDecisionRequest(Shape):

@@ -33,7 +33,15 @@ class SaveRuleRequest(Shape):
     lineage_id: str = Field(default="", max_length=40)
     expected_rev: int = Field(default=0, ge=0, le=INT64_MAX)
     source_review_id: str = Field(default="", max_length=40)
+    source_turn_id: str = Field(
+        default="", max_length=40, description="the turn of source_review_id the rule was learnt from"
+    )
     agent_id: str = Field(default="", max_length=40)
+    scope_agent_id: str = Field(
+        default="",
+        max_length=40,
+        description="the SDK's name for agent_id: a per-agent rule (your own agent)",
+    )
 
 
 class LearnReviewRuleRequest(Shape):
@@ -62,6 +70,18 @@ class RevIn(Shape):
     rev: int = Field(ge=1, le=INT64_MAX, description="The lineage's current rev, as you read it.")
 
 
+class PromoteRuleRequest(RevIn):
+    """``promote_rule``: a category rule to general (the default), or a project rule to org house style."""
+
+    to_layer: Literal["project", "org"] = Field(
+        default="project",
+        description="org: the rule becomes org house style (general, every project of the org); an admin key",
+    )
+    to_scope: Literal["general"] = Field(
+        default="general", description="the catalog's argument: a promotion always lands on a general rule"
+    )
+
+
 class Rule(Shape):
     """A learned writing preference, an element of ``get_rules``."""
 
@@ -77,6 +97,7 @@ class Rule(Shape):
     priority: int
     rule_text: str
     source_review_id: str | None = None
+    source_turn_id: str | None = Field(default=None, description="the review turn it was learnt from")
     author_kind: ActorKindName
     status: Literal["proposed", "active", "superseded", "retired"]
     agent_id: str | None = None
@@ -193,6 +214,15 @@ class ProposeGraduationRequest(Shape):
     note: str = Field(default="", max_length=10_000)
 
 
+class MergeCategoriesRequest(Shape):
+    """``merge_categories``: merge the path's category (retired) into ``into_category_id`` (it stays)."""
+
+    into_category_id: str = Field(min_length=1, max_length=40, description="the category that stays")
+    rationale: str = Field(
+        min_length=1, max_length=2000, description="why both describe the same reusable purpose"
+    )
+
+
 class GraduateIn(Shape):
     """``graduate_category``: the rung a human sets."""
 
@@ -218,6 +248,16 @@ class Category(Shape):
     org_id: str | None = None
     project_id: str | None = None
     created_at: datetime | None = None
+    merged_into: str | None = Field(default=None, description="set once merged into that category (retired)")
+
+
+class CategoryMerge(Shape):
+    """``merge_categories``: both categories as they now are, and what moved."""
+
+    merged: Category = Field(description="the category merged away, its merged_into set")
+    into: Category
+    rules_moved: int = Field(description="rule lineages now in into (a new revision each)")
+    rules_retired: int = Field(description="rules retired as twins of one already in into")
 
 
 class CategoryList(Shape):

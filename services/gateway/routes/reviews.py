@@ -435,6 +435,8 @@ async def decide_review(
         request.new_rule.rule_text = body.new_rule.rule_text
         request.new_rule.scope = body.new_rule.scope
         request.new_rule.category_id = body.new_rule.category_id or ""
+        request.new_rule.rule_layer = body.new_rule.rule_layer
+        request.new_rule.scope_agent_id = body.new_rule.scope_agent_id or ""
     if principal.actor_kind is not ActorKind.REVIEW_AGENT:
         return encoded(as_review(await backend.review.Decide(request, timeout=backend.timeout_s)))
     result = await backend.review.ReviewerDecide(request, timeout=backend.timeout_s)

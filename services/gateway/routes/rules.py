@@ -12,9 +12,12 @@ from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
     Category,
     CategoryList,
+    CategoryMerge,
     GraduationProposal,
     GraduationStatus,
     LearnReviewRuleRequest,
+    MergeCategoriesRequest,
+    PromoteRuleRequest,
     ProposeCategoryRequest,
     ProposeGraduationRequest,
     RevIn,
@@ -36,6 +39,7 @@ from gateway.translate import Json, page
 from gateway.translate.rules import (
     as_backlog_status,
     as_category,
+    as_category_merge,
     as_graduation_proposal,
     as_graduation_status,
     as_risk_dial,
@@ -56,6 +60,8 @@ IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", max_length=255)]
 def save_request(
     principal: Principal, body: SaveRuleRequest, layer: str, idempotency_key: str
 ) -> rules_pb2.SaveRuleRequest:
+    if body.agent_id and body.scope_agent_id and body.agent_id != body.scope_agent_id:
+        raise invalid("/scope_agent_id", "is the SDK's name for agent_id; give one of the two")
     return rules_pb2.SaveRuleRequest(
         principal=principal.to_proto(),
         rule_text=body.rule_text,
@@ -66,10 +72,25 @@ def save_request(
         lineage_id=body.lineage_id,
         expected_rev=body.expected_rev,
         source_review_id=body.source_review_id,
+        source_turn_id=body.source_turn_id,
         rule_layer=layer,
-        agent_id=body.agent_id,
+        agent_id=body.agent_id or body.scope_agent_id,
         idempotency_key=idempotency_key,
     )
+
+
+async def _turn_of(
+    backend: Backends, principal: Principal, review_id: str, turn_id: str
+) -> review_pb2.Review:
+    """The review (``404`` unless the caller's project sees it), checked to hold ``turn_id`` when given:
+    the rules context stores a rule's source turn, review_state owns the turns."""
+    review = await backend.review.GetReview(
+        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
+        timeout=backend.timeout_s,
+    )
+    if turn_id and turn_id not in {turn.id for turn in review.turns}:
+        raise invalid("/source_turn_id", f"is not a turn of review {review.id}")
+    return review
 
 
 @router.get("/v1/rules", operation_id="get_rules", response_model=RuleSnapshot)
@@ -100,7 +121,13 @@ async def get_rules(
 async def save_rule(
     body: SaveRuleRequest, principal: ProjectKey, backend: Backend, idempotency_key: IdempotencyKey = ""
 ) -> Json:
-    """Save a project-layer rule, or revise one (``lineage_id`` + the ``expected_rev`` you read)."""
+    """Save a project-layer rule, or revise one (``lineage_id`` + the ``expected_rev`` you read). A per-agent
+    rule names its agent (``scope_agent_id``; an agent key, itself); ``source_turn_id`` names the turn of
+    ``source_review_id`` the rule was learnt from."""
+    if body.source_turn_id:
+        if not body.source_review_id:
+            raise invalid("/source_review_id", "name the review whose turn source_turn_id is")
+        await _turn_of(backend, principal, body.source_review_id, body.source_turn_id)
     reply = await backend.rules.SaveRule(
         save_request(principal, body, "project", idempotency_key), timeout=backend.timeout_s
     )
@@ -132,6 +159,7 @@ async def learn_review_rule(
         category_id=body.category_id or (review.category_id if scope == "category" else ""),
         kind=body.kind,
         source_review_id=review.id,
+        source_turn_id=body.turn_id,
     )
     reply = await backend.rules.SaveRule(
         save_request(principal, rule, "project", idempotency_key), timeout=backend.timeout_s
@@ -163,7 +191,13 @@ async def get_rule_audit(lineage_id: str, principal: ProjectKey, backend: Backen
 
 
 async def _lineage_verb(
-    verb: str, lineage_id: str, body: RevIn, principal: Principal, backend: Backends, idempotency_key: str
+    verb: str,
+    lineage_id: str,
+    body: RevIn,
+    principal: Principal,
+    backend: Backends,
+    idempotency_key: str,
+    to_layer: str = "",
 ) -> Json:
     reply = await getattr(backend.rules, verb)(
         rules_pb2.RuleActionRequest(
@@ -171,6 +205,7 @@ async def _lineage_verb(
             lineage_id=lineage_id,
             expected_rev=body.rev,
             idempotency_key=idempotency_key,
+            to_layer=to_layer,
         ),
         timeout=backend.timeout_s,
     )
@@ -206,14 +241,17 @@ async def undo_rule_change(
 @router.post("/v1/rules/{lineage_id}/promote", operation_id="promote_rule", response_model=Rule)
 async def promote_rule(
     lineage_id: str,
-    body: RevIn,
+    body: PromoteRuleRequest,
     principal: ProjectKey,
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
 ) -> Json:
-    """Make an active category rule general (``category -> general``; a new revision of its lineage),
-    naming the rev you read. Same authority as ``retire_rule``."""
-    return await _lineage_verb("PromoteRule", lineage_id, body, principal, backend, idempotency_key)
+    """Promote a rule (a new revision of its lineage), naming the rev you read: an active category rule
+    becomes general (``category -> general``; same authority as ``retire_rule``), or with ``to_layer: org``
+    an active project rule becomes org house style (``project -> org``; console authority, an admin key:
+    any other key is 403 ``forbidden_scope``)."""
+    layer = "" if body.to_layer == "project" else body.to_layer
+    return await _lineage_verb("PromoteRule", lineage_id, body, principal, backend, idempotency_key, layer)
 
 
 @router.get("/v1/categories", operation_id="list_categories", response_model=CategoryList)
@@ -238,6 +276,34 @@ async def get_category(category_id: str, principal: ProjectKey, backend: Backend
         timeout=backend.timeout_s,
     )
     return as_category(reply)
+
+
+@router.post(
+    "/v1/categories/{category_id}/merge", operation_id="merge_categories", response_model=CategoryMerge
+)
+async def merge_categories(
+    category_id: str,
+    body: MergeCategoriesRequest,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    """Merge this category into ``into_category_id``: its live rules move there (a twin of one already
+    there is retired), its pending drafts move there and each gets a ``recheck_category`` nudge (reason
+    ``merged``), and it is retired (``merged_into``; list_categories no longer shows it). An agent merges
+    only agent-authored, supervised categories; anything else takes an admin key. Repeating a merge
+    answers it again; a side already merged elsewhere is 409 ``conflict`` naming ``merged_into``."""
+    reply = await backend.rules.MergeCategories(
+        rules_pb2.MergeCategoriesRequest(
+            principal=principal.to_proto(),
+            category_id=category_id,
+            into_category_id=body.into_category_id,
+            rationale=body.rationale,
+            idempotency_key=idempotency_key,
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_category_merge(reply)
 
 
 @router.patch("/v1/categories/{category_id}", operation_id="update_project_category", response_model=Category)

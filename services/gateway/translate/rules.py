@@ -28,6 +28,8 @@ def as_rule(rule: rules_pb2.Rule) -> Json:
     body.update(kind=rule.kind, priority=rule.priority, rule_text=rule.rule_text)
     if rule.source_review_id:
         body["source_review_id"] = rule.source_review_id
+    if rule.source_turn_id:
+        body["source_turn_id"] = rule.source_turn_id
     body.update(author_kind=rule.author_kind, status=rule.status)
     if rule.agent_id:
         body["agent_id"] = rule.agent_id
@@ -49,9 +51,11 @@ def as_rule_revision(rule: rules_pb2.Rule) -> Json:
     return body
 
 
-# The SDK's audit action names for ours; approve and reject have none there.
+# The SDK's audit action names for ours; approve and reject have none there. A promotion is a supersession
+# (the catalog's word for it); a rule moved by a category merge is the SDK's ``merge``.
 AUDIT_ACTIONS = {"created": "create", "revised": "supersede", "retired": "retire", "undone": "restore",
-                 "approved": "approve", "rejected": "reject"}  # fmt: skip
+                 "approved": "approve", "rejected": "reject", "promoted": "supersede",
+                 "merged": "merge"}  # fmt: skip
 
 
 def as_rule_audit(reply: rules_pb2.RuleHistory) -> Json:
@@ -121,7 +125,19 @@ def as_category(category: rules_pb2.Category) -> Json:
     }
     if category.HasField("created_at"):
         body["created_at"] = timestamp(category.created_at)
+    if category.merged_into:
+        body["merged_into"] = category.merged_into
     return body
+
+
+def as_category_merge(reply: rules_pb2.MergeCategoriesResponse) -> Json:
+    """``CategoryMerge``."""
+    return {
+        "merged": as_category(reply.merged),
+        "into": as_category(reply.into),
+        "rules_moved": reply.rules_moved,
+        "rules_retired": reply.rules_retired,
+    }
 
 
 def as_backlog_status(

@@ -231,3 +231,10 @@ def propagate_general_rule(
 def recheck_category(change: rules_events.CategoryChanged) -> N.RecheckCategory:
     """The draft's category graduated, was demoted or reconciled."""
     return N.RecheckCategory(category_id=change.category_id, state=change.state, reason=change.reason)
+
+
+def recheck_merged(merge: rules_events.CategoriesMerged) -> N.RecheckCategory:
+    """The draft's category was merged into ``category_id`` (the draft moved there with it)."""
+    return N.RecheckCategory(
+        category_id=merge.into_category_id, state=merge.state, reason="merged", merged_from=merge.category_id
+    )

@@ -1,6 +1,7 @@
 """Events from the rules context, each handled once: a rule change nudges every pending draft in its
 scope (``rule_changed`` for a category rule, ``propagate_general_rule`` with its siblings and a small
-``suggested_batch`` for a general one); a graduation or reconciliation nudges ``recheck_category``."""
+``suggested_batch`` for a general one); a graduation or reconciliation nudges ``recheck_category``, and
+so does a merge, once the merged category's pending drafts moved to the category that stays."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 
 from google.protobuf.message import Message
 from reviewloop.common.v1 import common_pb2
-from reviewloop.rules.v1.events_pb2 import CategoryChanged, RuleChanged
-from reviewloop.storage import UnitOfWork
+from reviewloop.errors import Code, DomainError
+from reviewloop.rules.v1.events_pb2 import CategoriesMerged, CategoryChanged, RuleChanged
+from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.storage.inbox import Subscription, ingest_each
 
 from review_state import store
@@ -56,9 +58,26 @@ async def _category_changed(uow: UnitOfWork, change: CategoryChanged) -> None:
         _events.publish(uow, draft, RULES_NUDGES["category"], _events.recheck_category(change))
 
 
+async def _categories_merged(uow: UnitOfWork, merge: CategoriesMerged) -> None:
+    """The merged category's pending drafts move to the one that stays, each with a ``recheck_category``
+    (reason ``merged``) for its agent: its category and the rules it composes under changed."""
+    drafts = await store.pending_in_scope(
+        uow.conn, org_id=merge.org_id, project_id=merge.project_id, category_id=merge.category_id, agent_id=""
+    )
+    now = utcnow()
+    for draft in drafts:
+        moved = await store.compare_and_set(
+            uow.conn, draft, category_id=merge.into_category_id, updated_at=now
+        )
+        if moved is None:  # the rows are locked; a lost CAS means a writer got in: the relay redelivers
+            raise DomainError(Code.STALE, f"review {draft.id} changed while its category merged")
+        _events.publish(uow, moved, RULES_NUDGES["category"], _events.recheck_merged(merge))
+
+
 SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
     "rule_changed": Subscription(RuleChanged, _rule_changed),
     "category_changed": Subscription(CategoryChanged, _category_changed),
+    "categories_merged": Subscription(CategoriesMerged, _categories_merged),
 }
 
 

@@ -176,15 +176,24 @@ async def _edit_diff(
 
 def _rule_request(principal: Principal, current: Review, new_rule: dict[str, str]) -> SaveRuleRequest:
     """A decision's new rule as the rules context saves it: a general rule names no category; a
-    category rule defaults to the review's. Its id is minted here, so the decision turn names it."""
+    category rule defaults to the review's; a per-agent rule is for the review's own agent; house style
+    is the org layer (the rules context refuses it to anyone but an admin). Its id and the decision
+    turn's are minted here, so the turn names the rule and the rule names the turn it was learnt from."""
     scope = new_rule.get("scope") or "general"
+    agent_id = new_rule.get("scope_agent_id") or ""
+    if agent_id and agent_id != current.agent_id:
+        raise invalid(
+            "/new_rule/scope_agent_id", f"a per-agent rule is for the review's agent, {current.agent_id}"
+        )
     return SaveRuleRequest(
         principal=principal.to_proto(),
         rule_text=new_rule["rule_text"],
         scope=scope,
         category_id=new_rule.get("category_id") or (current.category_id if scope == "category" else ""),
         source_review_id=current.id,
-        rule_layer="project",
+        source_turn_id=new_id("turn"),
+        rule_layer=new_rule.get("rule_layer") or "project",
+        agent_id=agent_id,
         rule_id=new_id("rule"),
     )
 
@@ -248,6 +257,7 @@ async def _apply_decision(
             diff_json=orjson.loads(diff.diff_json) if diff is not None and diff.diff_json else None,
             diff_unified=diff.diff_unified if diff is not None else None,
             rule_ids=[rule.rule_id] if rule is not None else [],
+            turn_id=rule.source_turn_id if rule is not None else "",
         )
         if diff is not None:
             _events.publish_diff(uow, principal, before, diff)
