@@ -429,11 +429,54 @@ def _history(request: Request, review: dict[str, Any], revisions: dict[int, dict
     )
 
 
-async def _reach(request: Request, session: Session, review: dict[str, Any]) -> tuple[int, int]:
-    """How many pending drafts a rule saved for the whole project and for the category will reach."""
+async def _reach(request: Request, session: Session, review: dict[str, Any]) -> dict[str, int]:
+    """How many of the project's pending drafts a rule saved in each scope will reach (house style reaches
+    these and every other project's of the org)."""
     pending = await _list(request, session, ["needs_review", "in_review", "chatting", "rejected"])
-    category = review.get("category_id")
-    return len(pending), sum(1 for r in pending if category and r.get("category_id") == category)
+    category, agent = review.get("category_id"), review.get("agent_id")
+    return {
+        "house": len(pending),
+        "general": len(pending),
+        "category": sum(1 for r in pending if category and r.get("category_id") == category),
+        "agent": sum(1 for r in pending if agent and r.get("agent_id") == agent),
+    }
+
+
+def _rule_scopes(
+    review: dict[str, Any], session: Session, category_name: str, reach: dict[str, int], picked: str
+) -> str:
+    """The save-as-rule scope choice: house style (the org's; an admin's only, shown to a reviewer as
+    unavailable rather than hidden), this project, this category, this agent."""
+    choices = [
+        (
+            "house",
+            f"house style: every project of the org (reaches {reach['house']} pending drafts here)",
+            "" if session.is_admin else "only an admin sets house style; save it for this project instead",
+        ),
+        ("general", f"general: every draft of this project (reaches {reach['general']} pending drafts)", ""),
+    ]
+    if review.get("category_id"):
+        choices.append(
+            ("category", f"category {category_name} (reaches {reach['category']} pending drafts)", "")
+        )
+    if review.get("agent_id"):
+        choices.append(
+            ("agent", f"this agent, {review['agent_id']}, only (reaches {reach['agent']} pending drafts)", "")
+        )
+    out = []
+    for value, label, unavailable in choices:
+        checked = " checked" if value == picked and not unavailable else ""
+        disabled = f' disabled aria-describedby="rule-scope-{value}-why"' if unavailable else ""
+        why = (
+            f' <span class="hint" id="rule-scope-{value}-why">({h(unavailable)})</span>'
+            if unavailable
+            else ""
+        )
+        out.append(
+            f'<label class="check"><input type="radio" name="rule_scope" value="{value}"'
+            f' id="rule-scope-{value}"{checked}{disabled}> {h(label)}{why}</label>'
+        )
+    return "\n    ".join(out)
 
 
 def _hidden(review: dict[str, Any], session: Session) -> str:
@@ -497,14 +540,12 @@ async def render_review(
         actions = f"""<form method="post" action="/console/reviews/{h(rid)}/open" class="actions">{_hidden(review, session)}
 {button("open", "Open for review")}<span>Pick this draft up before you decide.</span></form>"""
     elif state in ("in_review", "chatting"):
-        house, in_category = await _reach(request, session, review)
-        category = review.get("category_id")
-        category_choice = (
-            f'<label class="check"><input type="radio" name="rule_scope" value="category"'
-            f"{' checked' if typed_value('rule_scope') == 'category' else ''}> category {h(category_name)} "
-            f"(reaches {in_category} pending drafts)</label>"
-            if category
-            else ""
+        scopes = _rule_scopes(
+            review,
+            session,
+            category_name,
+            await _reach(request, session, review),
+            typed_value("rule_scope", "general"),
         )
         actions = f"""
 <form method="post" action="/console/reviews/{h(rid)}/decide" class="actions">{_hidden(review, session)}
@@ -523,9 +564,11 @@ async def render_review(
     <p>After: your edit above.</p>
     <label for="rule-text">Rule the agent applies next time (leave empty to save no rule)</label>
     <textarea id="rule-text" name="rule_text">{h(typed_value("rule_text"))}</textarea>
-    <label class="check"><input type="radio" name="rule_scope" value="general"{" checked" if typed_value("rule_scope", "general") == "general" else ""}>
-      general: every draft of this project (reaches {house} pending drafts)</label>
-    {category_choice}
+    <p id="rule-scope-label">Who the rule applies to:</p>
+    <div role="radiogroup" aria-labelledby="rule-scope-label">
+    {scopes}
+    </div>
+    <input type="hidden" name="rule_agent" value="{h(review.get("agent_id") or "")}">
   </fieldset>
   <p>{button("save-edit", "Save edit and approve", name="action", value="edit")}</p>
 </form></details>
@@ -665,8 +708,15 @@ async def decide(request: Request, review_id: str) -> Response:
         rule_text = web.field(form, "rule_text").strip()
         if rule_text:
             message.new_rule.rule_text = rule_text
-            # review_state scopes a category rule to the review's own category, in the decision's unit.
-            message.new_rule.scope = "category" if web.field(form, "rule_scope") == "category" else "general"
+            # review_state scopes a category rule to the review's own category, and checks that a
+            # per-agent rule names the review's own agent, in the decision's unit; the rules context
+            # refuses house style to anyone but an admin.
+            scope = web.field(form, "rule_scope")
+            message.new_rule.scope = "category" if scope == "category" else "general"
+            if scope == "house":
+                message.new_rule.rule_layer = "org"
+            elif scope == "agent":
+                message.new_rule.scope_agent_id = web.field(form, "rule_agent")
     try:
         await web.call(web.backend(request).review.Decide, message, request)
     except web.REFUSALS as exc:  # every refusal is rendered on the page
