@@ -50,9 +50,10 @@ def _check_agent_may(merged: CategoryRow, into: CategoryRow) -> None:
             )
 
 
-async def _move_rules(uow: UnitOfWork, principal: Principal, merged: CategoryRow, into: CategoryRow) -> None:
+async def _move_rules(
+    uow: UnitOfWork, principal: Principal, merged: CategoryRow, into: CategoryRow, high_water: int
+) -> None:
     conn = uow.conn
-    high_water = await store.bump_high_water(conn, principal.org_id)
     for history in await store.lineages_in_category(conn, principal.org_id, merged.id):
         head = history[-1]
         if head.category_id != merged.id or head.state is State.RETIRED:
@@ -117,6 +118,9 @@ async def merge_categories(
         )
 
     async def act(uow: UnitOfWork) -> str:
+        # The org's write lock first: two merges of one pair (either way round) read each other's result,
+        # so no two categories ever end up merged into each other.
+        high_water = await store.bump_high_water(uow.conn, principal.org_id)
         merged = await load_category(uow.conn, principal, category_id)
         into = await load_category(uow.conn, principal, into_category_id)
         if merged.merged_into == into.id:
@@ -137,7 +141,7 @@ async def merge_categories(
             )
         if principal.actor_kind is ActorKind.AGENT:
             _check_agent_may(merged, into)
-        await _move_rules(uow, principal, merged, into)
+        await _move_rules(uow, principal, merged, into, high_water)
         if not await store.compare_and_set_category(uow.conn, merged, merged_into=into.id):
             raise DomainError(Code.STALE, "The category changed at the same moment; re-read it and retry.")
         uow.emit(
