@@ -62,7 +62,9 @@ REASONS = ("redraft_requested", "feedback_added", "rejected", "rule_changed", "r
            "staleness")  # fmt: skip
 DECISIONS = ("approved", "edited", "rejected", "escalated", "allowed_action")
 # The fields of a nudge's free-form payload the skills name (spec 000, "Nudge").
-NUDGE_PAYLOAD = ("pending_count", "siblings", "suggested_batch", "your_parent_revision", "current_revision")
+NUDGE_PAYLOAD = (
+    "pending_count", "siblings", "suggested_batch", "your_parent_revision", "current_revision", "merged_from"
+)  # fmt: skip
 IDENTIFIER = re.compile(r"`([a-z]+(?:_[a-z]+)*)`")
 
 
