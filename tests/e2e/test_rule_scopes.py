@@ -314,3 +314,22 @@ async def test_an_agent_cannot_merge_a_human_curated_category(api: Api) -> None:
         headers=org.admin,
     )
     assert same.status_code == 422 and same.json()["code"] == "bad_request", same.text
+
+
+async def test_the_console_promotes_a_project_rule_to_house_style(api: Api) -> None:
+    """The console route (the bootstrap token or an admin key of the org; never an agent's key)."""
+    org, stranger = await Org.create(api), await Org.create(api)
+    rule = await org.save(org.agent, rule_text="Spell the product name in lower case.", scope="general")
+    route = f"/v1/admin/rules/{rule['lineage_id']}/promote"
+    agent = await api.http.post(route, json={"rev": 1, "to_layer": "org"}, headers=org.agent)
+    assert agent.status_code == 403 and agent.json()["code"] == "forbidden_scope", agent.text
+    foreign = await api.http.post(route, json={"rev": 1, "to_layer": "org"}, headers=stranger.admin)
+    assert foreign.status_code == 404, foreign.text
+    promoted = await api.http.post(route, json={"rev": 1, "to_layer": "org"}, headers=api.admin)
+    assert promoted.status_code == 200, promoted.text
+    assert (promoted.json()["rule_layer"], promoted.json()["rev"]) == ("org", 2)
+    history = (await api.http.get(f"/v1/rules/{rule['lineage_id']}/history", headers=org.agent)).json()
+    assert [(r["action"], r["rule_layer"]) for r in history["revisions"]] == [
+        ("created", "project"),
+        ("promoted", "org"),
+    ]

@@ -16,6 +16,7 @@ from reviewloop.shapes import (
     GraduateIn,
     GraduationProposalList,
     HouseRuleIn,
+    PromoteRuleRequest,
     RevIn,
     RiskDial,
     RiskDialIn,
@@ -95,13 +96,24 @@ async def save_house_style_rule(
 
 
 async def _lineage_verb(
-    verb: str, lineage_id: str, body: RevIn, caller: Caller, request: Request, backend: Backends
+    verb: str,
+    lineage_id: str,
+    body: RevIn,
+    caller: Caller,
+    request: Request,
+    backend: Backends,
+    idempotency_key: str = "",
+    to_layer: str = "",
 ) -> Json:
     principal = await _owner_principal(caller, request, backend, lineage_id=lineage_id)
     call = getattr(backend.rules, verb)
     reply = await call(
         rules_pb2.RuleActionRequest(
-            principal=principal.to_proto(), lineage_id=lineage_id, expected_rev=body.rev
+            principal=principal.to_proto(),
+            lineage_id=lineage_id,
+            expected_rev=body.rev,
+            idempotency_key=idempotency_key,
+            to_layer=to_layer,
         ),
         timeout=backend.timeout_s,
     )
@@ -112,6 +124,23 @@ async def _lineage_verb(
 async def undo_rule(lineage_id: str, body: RevIn, caller: Admin, request: Request, backend: Backend) -> Json:
     """Restore the revision in force before the last change (a new revision)."""
     return await _lineage_verb("UndoRule", lineage_id, body, caller, request, backend)
+
+
+@router.post("/v1/admin/rules/{lineage_id}/promote", operation_id="admin_promote_rule", response_model=Rule)
+async def admin_promote_rule(
+    lineage_id: str,
+    body: PromoteRuleRequest,
+    caller: Admin,
+    request: Request,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> Json:
+    """Promote a rule: a category rule to general, or with ``to_layer: org`` a project rule to org house
+    style (every project of the org inherits it). Audited as a revision of its lineage."""
+    layer = "" if body.to_layer == "project" else body.to_layer
+    return await _lineage_verb(
+        "PromoteRule", lineage_id, body, caller, request, backend, idempotency_key, layer
+    )
 
 
 @router.post("/v1/admin/rules/{lineage_id}/approve", operation_id="approve_rule", response_model=Rule)
