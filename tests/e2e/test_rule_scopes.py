@@ -282,6 +282,10 @@ async def test_merge_categories_moves_rules_and_drafts_and_rechecks_them(api: Ap
         headers=org.agent,
     )
     assert late.status_code == 409 and late.json()["code"] == "conflict", late.text
+    newcomer = await api.http.post("/v1/messages", json=draft(category_id=dup["id"]), headers=org.agent)
+    assert newcomer.status_code == 409 and newcomer.json()["code"] == "conflict", newcomer.text
+    hints = {e["field"]: e["detail"] for e in newcomer.json()["errors"]}
+    assert hints["merged_into"] == keep["id"]  # follow merged_into
     # Repeating the merge answers it again; merging the survivor into the retired one is a conflict.
     again = await api.http.post(
         f"/v1/categories/{dup['id']}/merge",
