@@ -45,6 +45,7 @@ from reviewloop.shapes import (
     ReviewEventsResult,
     ReviewFeedback,
     ReviewList,
+    ReviewRun,
     ReviewTurnList,
     RiskDial,
     Rule,
@@ -944,6 +945,31 @@ class Verbs:
         )  # fmt: skip
 
     @staticmethod
+    def record_review_run(
+        run_id: str, *, idempotency_key: str | None = None, **fields: Any
+    ) -> Call[ReviewRun]:
+        """Record a review run, or change its status (``PUT /v1/review-rounds/runs/{run_id}``).
+
+        Args:
+            run_id: The run's id.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **fields: ``repository``, ``pr_number``, ``head_sha``, ``status`` (``active``, ``archived``,
+                ``published``, ``failed``), the review-mode rungs and ``review_sequence``; an omitted
+                field keeps what the run has.
+
+        Returns:
+            The :class:`ReviewRun`, with ``created_by``: the principal that created it (its owner).
+
+        Raises:
+            ReviewloopError: ``403 forbidden_scope`` for a status change by a key that may not make it.
+        """
+        return Call(
+            "PUT", f"/v1/review-rounds/runs/{_id(run_id)}", _shape(ReviewRun), body=_drop_none(fields),
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    @staticmethod
     def get_contract_manifest() -> Call[ContractManifest]:
         """Read the contract manifest the server implements (``GET /v1/contract-manifest``).
 
@@ -1166,6 +1192,7 @@ class AsyncReviewloop(_Base):
     get_risk_dial = _async(Verbs.get_risk_dial)
     get_effective_review_policy = _async(Verbs.get_effective_review_policy)
     resolve_delivery = _async(Verbs.resolve_delivery)
+    record_review_run = _async(Verbs.record_review_run)
     get_contract_manifest = _async(Verbs.get_contract_manifest)
 
 
@@ -1255,6 +1282,7 @@ class Reviewloop(_Base):
     get_risk_dial = _sync(Verbs.get_risk_dial)
     get_effective_review_policy = _sync(Verbs.get_effective_review_policy)
     resolve_delivery = _sync(Verbs.resolve_delivery)
+    record_review_run = _sync(Verbs.record_review_run)
     get_contract_manifest = _sync(Verbs.get_contract_manifest)
 
 
