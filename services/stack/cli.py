@@ -110,6 +110,54 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    """List (or retry, or discard) the dead letters in every part's store, across projects: the deployment
+    operator's view, which needs no running stack and sees rows that name no project too."""
+    from reviewloop.config import db_url
+    from reviewloop.storage import Database, make_engine
+    from reviewloop.storage.outbox import dead_letters, discard_dead_letter, retry_dead_letter
+
+    if args.discard and not args.reason:
+        print("error: --discard needs --reason", file=sys.stderr)
+        return 2
+    os.environ.update(with_defaults())
+    project = args.project or None
+
+    async def run() -> int:
+        found = 0
+        for part in args.service or ALL:
+            db = Database(make_engine(db_url(part)))
+            try:
+                if args.retry or args.discard:
+                    done = (
+                        await retry_dead_letter(db, args.retry, project)
+                        if args.retry
+                        else await discard_dead_letter(db, args.discard, f"{args.reason} (operator)", project)
+                    )
+                    if done is not None:
+                        print(
+                            f"{'retried' if args.retry else 'discarded'} {done.event_id} ({part} -> {done.destination})"
+                        )
+                        return 0
+                    continue
+                for letter in await dead_letters(db, args.limit, project):
+                    found += 1
+                    print(
+                        f"{letter.dead_at:%Y-%m-%d %H:%M:%S}  {letter.event_id}  {part} -> {letter.destination}  "
+                        f"{letter.type}  {letter.aggregate_id}  {letter.project_id or '-'}  {letter.reason}"
+                    )
+            finally:
+                await db.dispose()
+        if args.retry or args.discard:
+            print(f"error: no dead letter {args.retry or args.discard}", file=sys.stderr)
+            return 1
+        if not found:
+            print("no dead letters")
+        return 0
+
+    return asyncio.run(run())
+
+
 def cmd_migration(args: argparse.Namespace) -> int:
     from reviewloop.storage.migrations import new_revision
 
@@ -138,6 +186,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     migration.add_argument("service", choices=ALL)
     migration.add_argument("-m", "--message", required=True)
     migration.set_defaults(func=cmd_migration)
+    outbox = sub.add_parser("outbox", help="the deployment operator's view of every store's outbox")
+    outbox_sub = outbox.add_subparsers(dest="outbox_command", required=True)
+    dead = outbox_sub.add_parser(
+        "dead-letters", help="list events a receiver refused for good (newest first), or retry or discard one"
+    )
+    dead.add_argument("--service", action="append", choices=ALL, help="only these parts' stores (repeatable)")
+    dead.add_argument("--project", default="", help="only this project's (prj_...)")
+    dead.add_argument("--limit", type=int, default=100, help="per store (default 100)")
+    act = dead.add_mutually_exclusive_group()
+    act.add_argument("--retry", metavar="EVENT_ID", help="hand this dead letter back to its relay")
+    act.add_argument("--discard", metavar="EVENT_ID", help="give up on this dead letter (with --reason)")
+    dead.add_argument("--reason", default="", help="why it is discarded")
+    dead.set_defaults(func=cmd_dead_letters)
     budget_cli.register(sub)  # review, gate-stats
     args = parser.parse_args(argv)
     return int(args.func(args))

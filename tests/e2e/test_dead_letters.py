@@ -5,6 +5,7 @@ retries it and it is delivered once, or discards it and it never is."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -63,6 +64,17 @@ async def gauge_until(stack: Stack, value: float, timeout_s: float = 30.0) -> No
         await asyncio.sleep(0.1)
 
 
+async def operator_cli(stack: Stack, *args: str) -> str:
+    """``reviewloop outbox dead-letters ...`` as the deployment operator runs it, on the stack's stores."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "stack", "outbox", "dead-letters", *args, env=stack.env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output, _ = await process.communicate()
+    assert process.returncode == 0, output
+    return output.decode()
+
+
 async def dead_letter_gauge(stack: Stack) -> float:
     address = stack.env[metrics_variable("review_state")]
     async with httpx.AsyncClient() as http:
@@ -93,6 +105,9 @@ async def test_a_refused_event_is_a_dead_letter_the_admin_retries_once_fixed(own
             assert cancelled.status_code == 200, cancelled.text
         # What an SRE sees first: the dead-letter gauge (and its alert).
         await gauge_until(own_stack, 2)
+        # The deployment operator's CLI reads every store, across projects.
+        listed = await operator_cli(own_stack)
+        assert all(f"review_state -> nudge  nudge  {rid}  {project_id}" in listed for rid in ids), listed
     # Fixed: the real nudge is back. The admin reads what was set aside, and why.
     own_stack.start("nudge")
     await own_stack.wait_serving(["nudge"])
@@ -148,4 +163,5 @@ async def test_a_refused_event_is_a_dead_letter_the_admin_retries_once_fixed(own
     cancels = [(e["review_id"], e["reason"]) for e in events if e["reason"] == "cancelled"]
     assert cancels == [(ids[0], "cancelled")], events
     await gauge_until(own_stack, 0)
+    assert (await operator_cli(own_stack, "--project", project_id)).strip() == "no dead letters"
     await api.http.aclose()
