@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dispatch_budget import cli as budget_cli
-from reviewloop.config import data_dir
+from reviewloop.config import ConfigError, data_dir
 
 from stack.launcher import LaunchError, Stack
 from stack.topology import ALL, GATEWAY, SERVICES, address, with_defaults
@@ -39,10 +39,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from gateway.settings import admin_token_source
 
-    stack = Stack()
+    tls = {"CA": args.tls_ca, "CERT": args.tls_cert, "KEY": args.tls_key}
+    os.environ.update({f"REVIEWLOOP_TLS_{name}": path for name, path in tls.items() if path})
     try:
+        stack = Stack()
         stack.check_ports()
-    except LaunchError as exc:
+    except (LaunchError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     stop = asyncio.Event()
@@ -61,6 +63,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"reviewloop is up: gateway http://{address(GATEWAY)}", flush=True)
         for name in SERVICES:
             print(f"  {name:<16} grpc {address(name):<22} SERVING", flush=True)
+        if stack.trust.mtls:
+            print(
+                "  between the parts: mutual TLS (REVIEWLOOP_TLS_*); plaintext callers are refused",
+                flush=True,
+            )
         print(f"  admin token: {admin_token_source()}", flush=True)
         print(f"  logs: {data_dir() / 'logs'}/   traces: {data_dir() / 'traces.jsonl'}", flush=True)
         print("Ctrl-C stops everything.", flush=True)
@@ -173,6 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("service", choices=ALL)
     serve.set_defaults(func=cmd_serve)
     up = sub.add_parser("up", help="start every service and the gateway, migrated and SERVING")
+    for name, what in (("ca", "the CA bundle"), ("cert", "the certificate"), ("key", "its private key")):
+        up.add_argument(
+            f"--tls-{name}",
+            metavar="PEM",
+            help=f"mutual TLS between the parts: {what} every part presents and checks "
+            f"(or REVIEWLOOP_TLS_{name.upper()}); the certificate must name the parts' host (127.0.0.1)",
+        )
     up.set_defaults(func=cmd_up)
     traces = sub.add_parser(
         "traces", help="print a review's life (or one trace) as a timeline of request trees"
