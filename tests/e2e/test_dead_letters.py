@@ -5,6 +5,7 @@ retries it and it is delivered once, or discards it and it never is."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -62,6 +63,17 @@ async def gauge_until(stack: Stack, value: float, timeout_s: float = 30.0) -> No
     while (seen := await dead_letter_gauge(stack)) != value:
         assert time.monotonic() < deadline, seen
         await asyncio.sleep(0.1)
+
+
+def spans(stack: Stack) -> list[dict[str, Any]]:
+    """The spans exported so far (a line still being written is skipped)."""
+    found = []
+    for line in (stack.data_dir / "traces.jsonl").read_text().splitlines():
+        try:
+            found.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return found
 
 
 async def operator_cli(stack: Stack, *args: str) -> str:
@@ -163,5 +175,16 @@ async def test_a_refused_event_is_a_dead_letter_the_admin_retries_once_fixed(own
     cancels = [(e["review_id"], e["reason"]) for e in events if e["reason"] == "cancelled"]
     assert cancels == [(ids[0], "cancelled")], events
     await gauge_until(own_stack, 0)
+    # The retry's span at review_state names the review, so `reviewloop traces <review_id>` shows it
+    # (spans are exported in batches every 200 ms: poll for it, bounded).
+    deadline = time.monotonic() + 15
+    while not any(
+        span["name"].endswith("OutboxAdminService/RetryDeadLetter")
+        and span["service"] == "review_state"
+        and span["attributes"].get("reviewloop.review_id") == ids[0]
+        for span in spans(own_stack)
+    ):
+        assert time.monotonic() < deadline, "no RetryDeadLetter span naming the review"
+        await asyncio.sleep(0.2)
     assert (await operator_cli(own_stack, "--project", project_id)).strip() == "no dead letters"
     await api.http.aclose()
