@@ -95,6 +95,8 @@ def new_metadata() -> MetaData:
         Column("discarded_at", DateTime(timezone=True)),
         Column("discard_reason", Text),
         Index("ix_outbox_pending", "destination", "aggregate_id", "id"),
+        # Listing dead letters reads these few rows, not a week of delivered ones.
+        Index("ix_outbox_dead", "dead_at"),
     )
     Table(
         "inbox",

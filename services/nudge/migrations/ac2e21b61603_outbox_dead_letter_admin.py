@@ -21,9 +21,11 @@ def upgrade() -> None:
     op.add_column("outbox", sa.Column("project_id", sa.String(length=64), nullable=True))
     op.add_column("outbox", sa.Column("discarded_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column("outbox", sa.Column("discard_reason", sa.Text(), nullable=True))
+    op.create_index("ix_outbox_dead", "outbox", ["dead_at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_outbox_dead", table_name="outbox")
     with op.batch_alter_table("outbox") as batch:
         batch.drop_column("discard_reason")
         batch.drop_column("discarded_at")
