@@ -38,6 +38,8 @@ from reviewloop.shapes import (
     CategoryList,
     CategoryMerge,
     ContractManifest,
+    DeadLetter,
+    DeadLetterList,
     GraduationStatus,
     Problem,
     Review,
@@ -46,6 +48,7 @@ from reviewloop.shapes import (
     ReviewEventsResult,
     ReviewFeedback,
     ReviewList,
+    ReviewRun,
     ReviewTurnList,
     RiskDial,
     Rule,
@@ -983,6 +986,83 @@ class Verbs:
         )  # fmt: skip
 
     @staticmethod
+    def list_dead_letters(project_id: str) -> Call[DeadLetterList]:
+        """Read a project's dead letters (``GET /v1/admin/projects/{project_id}/dead-letters``); admin key.
+
+        A dead letter is an event a receiver refused for good (a malformed body, a state it can never take):
+        set aside so the events after it flow, until an admin retries or discards it.
+
+        Returns:
+            The :class:`DeadLetterList`, newest first across every service, each with the refusal's reason.
+        """
+        return Call("GET", f"/v1/admin/projects/{_id(project_id)}/dead-letters", _shape(DeadLetterList))
+
+    @staticmethod
+    def retry_dead_letter(
+        project_id: str, event_id: str, *, idempotency_key: str | None = None
+    ) -> Call[DeadLetter]:
+        """Hand a dead letter back to its relay once its cause is fixed; admin key.
+
+        ``POST /v1/admin/projects/{project_id}/dead-letters/{event_id}/retry``: delivered as if new, and
+        taken once (receivers deduplicate events).
+
+        Returns:
+            The :class:`DeadLetter` as it was.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` when the project holds no such dead letter (delivered,
+                already retried or discarded).
+        """
+        return Call(
+            "POST", f"/v1/admin/projects/{_id(project_id)}/dead-letters/{_id(event_id)}/retry",
+            _shape(DeadLetter), body={}, idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    @staticmethod
+    def discard_dead_letter(
+        project_id: str, event_id: str, *, reason: str, idempotency_key: str | None = None
+    ) -> Call[DeadLetter]:
+        """Give up on a dead letter, saying why; admin key. It is never delivered.
+
+        ``POST /v1/admin/projects/{project_id}/dead-letters/{event_id}/discard``.
+
+        Returns:
+            The :class:`DeadLetter` as it was.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` when the project holds no such dead letter.
+        """
+        return Call(
+            "POST", f"/v1/admin/projects/{_id(project_id)}/dead-letters/{_id(event_id)}/discard",
+            _shape(DeadLetter), body={"reason": reason}, idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    @staticmethod
+    def record_review_run(
+        run_id: str, *, idempotency_key: str | None = None, **fields: Any
+    ) -> Call[ReviewRun]:
+        """Record a review run, or change its status (``PUT /v1/review-rounds/runs/{run_id}``).
+
+        Args:
+            run_id: The run's id.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **fields: ``repository``, ``pr_number``, ``head_sha``, ``status`` (``active``, ``archived``,
+                ``published``, ``failed``), the review-mode rungs and ``review_sequence``; an omitted
+                field keeps what the run has.
+
+        Returns:
+            The :class:`ReviewRun`, with ``created_by``: the principal that created it (its owner).
+
+        Raises:
+            ReviewloopError: ``403 forbidden_scope`` for a status change by a key that may not make it.
+        """
+        return Call(
+            "PUT", f"/v1/review-rounds/runs/{_id(run_id)}", _shape(ReviewRun), body=_drop_none(fields),
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    @staticmethod
     def get_contract_manifest() -> Call[ContractManifest]:
         """Read the contract manifest the server implements (``GET /v1/contract-manifest``).
 
@@ -1206,6 +1286,10 @@ class AsyncReviewloop(_Base):
     get_risk_dial = _async(Verbs.get_risk_dial)
     get_effective_review_policy = _async(Verbs.get_effective_review_policy)
     resolve_delivery = _async(Verbs.resolve_delivery)
+    record_review_run = _async(Verbs.record_review_run)
+    list_dead_letters = _async(Verbs.list_dead_letters)
+    retry_dead_letter = _async(Verbs.retry_dead_letter)
+    discard_dead_letter = _async(Verbs.discard_dead_letter)
     get_contract_manifest = _async(Verbs.get_contract_manifest)
 
 
@@ -1296,6 +1380,10 @@ class Reviewloop(_Base):
     get_risk_dial = _sync(Verbs.get_risk_dial)
     get_effective_review_policy = _sync(Verbs.get_effective_review_policy)
     resolve_delivery = _sync(Verbs.resolve_delivery)
+    record_review_run = _sync(Verbs.record_review_run)
+    list_dead_letters = _sync(Verbs.list_dead_letters)
+    retry_dead_letter = _sync(Verbs.retry_dead_letter)
+    discard_dead_letter = _sync(Verbs.discard_dead_letter)
     get_contract_manifest = _sync(Verbs.get_contract_manifest)
 
 

@@ -34,10 +34,11 @@ from opentelemetry.instrumentation.utils import unwrap
 from sqlalchemy import MetaData, text
 
 from reviewloop import metrics, telemetry
-from reviewloop.common.v1 import common_pb2
+from reviewloop.common.v1 import common_pb2, outbox_pb2, outbox_pb2_grpc
 from reviewloop.config import ConfigError, ServiceConfig
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import DomainError, invalid
+from reviewloop.outbox_admin import OutboxAdmin
 from reviewloop.rpc_errors import grpc_code, to_status
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.inbox import Subscription, ingest_each
@@ -418,7 +419,13 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     names = [HEALTH_SERVICE, reflection.SERVICE_NAME]
     env: Any = spec.bootstrap(db, peers) if spec.bootstrap else db
-    for add, servicer, full_name in spec.servicers(env):
+    # Every store has an outbox, so every service answers its operator RPC (dead letters).
+    outbox_admin: Registration = (
+        outbox_pb2_grpc.add_OutboxAdminServiceServicer_to_server,
+        OutboxAdmin(db, spec.name),
+        outbox_pb2.DESCRIPTOR.services_by_name["OutboxAdminService"].full_name,
+    )
+    for add, servicer, full_name in (*spec.servicers(env), outbox_admin):
         add(servicer, server)
         names.append(full_name)
     reflection.enable_server_reflection(names, server)

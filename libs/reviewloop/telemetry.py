@@ -198,7 +198,7 @@ def review_attributes(message: Any) -> dict[str, Any]:
     """The review attributes a request or an answer names.
 
     ``reviewloop.review_id`` (from ``review_id``, ``review.id``, the ``review_id`` of repeated items such
-    as acks, or a review event's aggregate; a list when there are several), ``category_id`` and the
+    as acks, or a review event's ``aggregate_id``; a list when there are several), ``category_id`` and the
     principal's ``actor_kind``.
     """
     found: dict[str, Any] = {}
@@ -206,6 +206,9 @@ def review_attributes(message: Any) -> dict[str, Any]:
     review_ids: list[str] = []
     if "review_id" in fields and (value := message.review_id):
         review_ids.append(value)
+    # An event about a review (a dead letter retried or discarded, say) names it as its aggregate.
+    if "aggregate_id" in fields and message.aggregate_id.startswith("rr_"):
+        review_ids.append(message.aggregate_id)
     if "review" in fields and message.HasField("review"):
         review = message.review
         review_ids.append(review.id)

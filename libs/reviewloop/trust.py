@@ -5,7 +5,9 @@ Two mechanisms, selected by configuration, usable together:
 - a signed service token (``REVIEWLOOP_SERVICE_AUTH_KEY``, a secret every part shares): each call
   carries ``x-reviewloop-service-token: v1.<caller>.<unix time>.<HMAC-SHA256 over those and the
   method>``; a service refuses a call without a valid, fresh token (``UNAUTHENTICATED``), so a process
-  that merely reaches the port cannot assert any tenant's Principal;
+  that merely reaches the port cannot assert any tenant's Principal. For a rolling rotation,
+  ``REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS`` (a comma list) names keys a server still accepts while callers
+  sign with the current one only;
 - mutual TLS (``REVIEWLOOP_TLS_CA``, ``REVIEWLOOP_TLS_CERT``, ``REVIEWLOOP_TLS_KEY``: PEM files, e.g. a
   mounted Secret): servers require a client certificate signed by the CA, peers present theirs.
 
@@ -46,6 +48,8 @@ class Trust:
     tls_ca: bytes | None = None
     tls_cert: bytes | None = None
     tls_key: bytes | None = None
+    # Keys accepted but never signed with: the overlap of a rotation (old pods still sign with these).
+    previous_keys: tuple[bytes, ...] = ()
 
     @classmethod
     def from_env(cls, caller: str, env: Mapping[str, str] = os.environ) -> Trust:
@@ -53,8 +57,15 @@ class Trust:
         from reviewloop.config import ConfigError
 
         key = env.get("REVIEWLOOP_SERVICE_AUTH_KEY") or None
-        if key is not None and len(key) < 32:
-            raise ConfigError("REVIEWLOOP_SERVICE_AUTH_KEY must be at least 32 characters of random secret.")
+        previous = [k.strip() for k in env.get("REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS", "").split(",")]
+        previous = [k for k in previous if k]
+        if any(len(k) < 32 for k in (*([key] if key else []), *previous)):
+            raise ConfigError(
+                "REVIEWLOOP_SERVICE_AUTH_KEY (and each of REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS) must be "
+                "at least 32 characters of random secret."
+            )
+        if previous and key is None:
+            raise ConfigError("REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS needs REVIEWLOOP_SERVICE_AUTH_KEY.")
         paths = {name: env.get(f"REVIEWLOOP_TLS_{name}") or None for name in ("CA", "CERT", "KEY")}
         if any(paths.values()) and not all(paths.values()):
             raise ConfigError(
@@ -64,7 +75,14 @@ class Trust:
             files = {name: Path(path).read_bytes() if path else None for name, path in paths.items()}
         except OSError as exc:
             raise ConfigError(f"cannot read a TLS file: {exc}") from exc
-        return cls(caller, key.encode() if key else None, files["CA"], files["CERT"], files["KEY"])
+        return cls(
+            caller,
+            key.encode() if key else None,
+            files["CA"],
+            files["CERT"],
+            files["KEY"],
+            tuple(k.encode() for k in previous),
+        )
 
     @property
     def mtls(self) -> bool:
@@ -78,7 +96,10 @@ class Trust:
         return f"v1.{self.caller}.{stamp}.{_mac(self.key, self.caller, stamp, method)}"
 
     def verify(self, token: str, method: str, now: float | None = None) -> str | None:
-        """The calling service a valid, fresh token for ``method`` names, else None."""
+        """The calling service a valid, fresh token for ``method`` names, else None.
+
+        The token may be signed with the current key or a previous one (a rotation's overlap).
+        """
         assert self.key is not None
         parts = token.split(".")
         if len(parts) != 4 or parts[0] != "v1" or not parts[2].isdigit():
@@ -86,7 +107,8 @@ class Trust:
         _, caller, stamp, mac = parts
         if abs((time.time() if now is None else now) - int(stamp)) > MAX_SKEW_S:
             return None
-        return caller if hmac.compare_digest(mac, _mac(self.key, caller, stamp, method)) else None
+        keys = (self.key, *self.previous_keys)
+        return caller if any(hmac.compare_digest(mac, _mac(k, caller, stamp, method)) for k in keys) else None
 
     def channel(self, address: str, options: Any, interceptors: list[Any]) -> grpc.aio.Channel:
         """A channel to ``address`` that presents this process's credentials."""

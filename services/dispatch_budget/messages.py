@@ -147,6 +147,7 @@ def run_to_proto(run: Run) -> budget_pb2.Run:
         pr_work_review_mode=mode_number(run.modes.pr_work),
         repeat_review_context_mode=mode_number(run.modes.repeat_context),
         review_sequence=[selection_to_proto(row) for row in run.review_sequence],
+        created_by=run.owner,
     )
 
 
@@ -162,6 +163,7 @@ def receipt_to_proto(receipt: Receipt) -> budget_pb2.AdmissionReceipt:
         selection=selection_to_proto(receipt.selection),
         admitted_at=stamp(receipt.admitted_at),
         round=receipt.round,
+        admitted_by=receipt.admitted_by,
     )
     if receipt.outcome is not None:
         settlement = message.settlement

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dispatch_budget import cli as budget_cli
-from reviewloop.config import data_dir
+from reviewloop.config import ConfigError, data_dir
 
 from stack.launcher import LaunchError, Stack
 from stack.topology import ALL, GATEWAY, SERVICES, address, with_defaults
@@ -39,10 +39,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from gateway.settings import admin_token_source
 
-    stack = Stack()
+    tls = {"CA": args.tls_ca, "CERT": args.tls_cert, "KEY": args.tls_key}
+    os.environ.update({f"REVIEWLOOP_TLS_{name}": path for name, path in tls.items() if path})
     try:
+        stack = Stack()
         stack.check_ports()
-    except LaunchError as exc:
+    except (LaunchError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     stop = asyncio.Event()
@@ -61,6 +63,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"reviewloop is up: gateway http://{address(GATEWAY)}", flush=True)
         for name in SERVICES:
             print(f"  {name:<16} grpc {address(name):<22} SERVING", flush=True)
+        if stack.trust.mtls:
+            print(
+                "  between the parts: mutual TLS (REVIEWLOOP_TLS_*); plaintext callers are refused",
+                flush=True,
+            )
         print(f"  admin token: {admin_token_source()}", flush=True)
         print(f"  logs: {data_dir() / 'logs'}/   traces: {data_dir() / 'traces.jsonl'}", flush=True)
         print("Ctrl-C stops everything.", flush=True)
@@ -110,6 +117,54 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    """List (or retry, or discard) the dead letters in every part's store, across projects: the deployment
+    operator's view, which needs no running stack and sees rows that name no project too."""
+    from reviewloop.config import db_url
+    from reviewloop.storage import Database, make_engine
+    from reviewloop.storage.outbox import dead_letters, discard_dead_letter, retry_dead_letter
+
+    if args.discard and not args.reason:
+        print("error: --discard needs --reason", file=sys.stderr)
+        return 2
+    os.environ.update(with_defaults())
+    project = args.project or None
+
+    async def run() -> int:
+        found = 0
+        for part in args.service or ALL:
+            db = Database(make_engine(db_url(part)))
+            try:
+                if args.retry or args.discard:
+                    done = (
+                        await retry_dead_letter(db, args.retry, project)
+                        if args.retry
+                        else await discard_dead_letter(db, args.discard, f"{args.reason} (operator)", project)
+                    )
+                    if done is not None:
+                        print(
+                            f"{'retried' if args.retry else 'discarded'} {done.event_id} ({part} -> {done.destination})"
+                        )
+                        return 0
+                    continue
+                for letter in await dead_letters(db, args.limit, project):
+                    found += 1
+                    print(
+                        f"{letter.dead_at:%Y-%m-%d %H:%M:%S}  {letter.event_id}  {part} -> {letter.destination}  "
+                        f"{letter.type}  {letter.aggregate_id}  {letter.project_id or '-'}  {letter.reason}"
+                    )
+            finally:
+                await db.dispose()
+        if args.retry or args.discard:
+            print(f"error: no dead letter {args.retry or args.discard}", file=sys.stderr)
+            return 1
+        if not found:
+            print("no dead letters")
+        return 0
+
+    return asyncio.run(run())
+
+
 def cmd_migration(args: argparse.Namespace) -> int:
     from reviewloop.storage.migrations import new_revision
 
@@ -125,6 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("service", choices=ALL)
     serve.set_defaults(func=cmd_serve)
     up = sub.add_parser("up", help="start every service and the gateway, migrated and SERVING")
+    for name, what in (("ca", "the CA bundle"), ("cert", "the certificate"), ("key", "its private key")):
+        up.add_argument(
+            f"--tls-{name}",
+            metavar="PEM",
+            help=f"mutual TLS between the parts: {what} every part presents and checks "
+            f"(or REVIEWLOOP_TLS_{name.upper()}); the certificate must name the parts' host (127.0.0.1)",
+        )
     up.set_defaults(func=cmd_up)
     traces = sub.add_parser(
         "traces", help="print a review's life (or one trace) as a timeline of request trees"
@@ -138,6 +200,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     migration.add_argument("service", choices=ALL)
     migration.add_argument("-m", "--message", required=True)
     migration.set_defaults(func=cmd_migration)
+    outbox = sub.add_parser("outbox", help="the deployment operator's view of every store's outbox")
+    outbox_sub = outbox.add_subparsers(dest="outbox_command", required=True)
+    dead = outbox_sub.add_parser(
+        "dead-letters", help="list events a receiver refused for good (newest first), or retry or discard one"
+    )
+    dead.add_argument("--service", action="append", choices=ALL, help="only these parts' stores (repeatable)")
+    dead.add_argument("--project", default="", help="only this project's (prj_...)")
+    dead.add_argument("--limit", type=int, default=100, help="per store (default 100)")
+    act = dead.add_mutually_exclusive_group()
+    act.add_argument("--retry", metavar="EVENT_ID", help="hand this dead letter back to its relay")
+    act.add_argument("--discard", metavar="EVENT_ID", help="give up on this dead letter (with --reason)")
+    dead.add_argument("--reason", default="", help="why it is discarded")
+    dead.set_defaults(func=cmd_dead_letters)
     budget_cli.register(sub)  # review, gate-stats
     args = parser.parse_args(argv)
     return int(args.func(args))

@@ -20,6 +20,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from reviewloop.config import address, data_dir
+from reviewloop.trust import Trust
 
 from stack.topology import ALL, GATEWAY, with_defaults
 
@@ -57,6 +58,9 @@ class Stack:
         self.env = with_defaults(os.environ if env is None else env)
         self.data_dir = data_dir(self.env)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # The parts' own credentials: under mTLS (REVIEWLOOP_TLS_*) the health checks need a client
+        # certificate like any caller. A half-configured mTLS is refused here (ConfigError), before any start.
+        self.trust = Trust.from_env("stack", self.env)
 
     def address(self, name: str) -> str:
         return address(name, self.env)
@@ -114,7 +118,7 @@ class Stack:
             except httpx.HTTPError:
                 return False
         try:
-            async with grpc.aio.insecure_channel(self.address(name)) as channel:
+            async with self.trust.channel(self.address(name), options=(), interceptors=[]) as channel:
                 reply = await health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]  # stubs declare no methods
                     health_pb2.HealthCheckRequest(service=""), timeout=2
                 )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from reviewloop.client import AsyncReviewloop, Reviewloop
+
 from tests.conftest import Api
 from tests.e2e.test_bad_input import assert_problem
 
@@ -328,3 +330,29 @@ async def test_a_service_key_changes_the_status_only_of_runs_it_created(api: Api
             f"/v1/review-rounds/runs/{run}", json={"status": "archived"}, headers=admin
         )
         assert marked.status_code == 200 and marked.json()["status"] == "archived", marked.text
+
+
+async def test_the_run_shows_its_owner_and_the_receipt_its_admission_owner(api: Api) -> None:
+    """Issue 14: who may change a run's status, and who may settle a round, is on the shapes they read."""
+    project = await api.project()
+    issued = {kind: await api.key(project["project_id"], kind) for kind in ("service", "review_agent")}
+    other = await api.key(project["project_id"], "service")
+    url = str(api.http.base_url).rstrip("/")
+    async with AsyncReviewloop(url, issued["service"]["api_key"]) as owner:
+        run = await owner.record_review_run("run_owned", head_sha=HEAD)
+    assert run.created_by is not None and run.created_by.startswith("service:")
+    # Another principal's snapshot does not take the run over, and the answer says whose it is.
+    retaken = await api.http.put(
+        "/v1/review-rounds/runs/run_owned", json={"head_sha": HEAD}, headers=api.auth(other["api_key"])
+    )
+    assert retaken.status_code == 200 and retaken.json()["created_by"] == run.created_by, retaken.text
+    with Reviewloop(url, other["api_key"]) as theirs:
+        assert theirs.record_review_run("run_theirs").created_by not in (None, run.created_by)
+    admitted = await api.http.post(
+        "/v1/review-rounds/admissions",
+        json={"run_id": "run_owned", "attempt_key": "o:1", "kind": "initial", "trigger": "operator_request"},
+        headers=api.auth(issued["review_agent"]["api_key"]),
+    )
+    assert admitted.status_code == 201, admitted.text
+    admitted_by = admitted.json()["receipt"]["admitted_by"]
+    assert admitted_by.startswith("review_agent:") and admitted_by != run.created_by

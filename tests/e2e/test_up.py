@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -9,12 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
+from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from stack.launcher import ALL, free_port
 from stack.topology import GATEWAY
 
 from tests.conftest import draft
+from tests.reviewloop.test_trust import make_pki
 
 
 def _children(pid: int) -> list[int]:
@@ -63,9 +67,13 @@ def _wait_for_line(proc: subprocess.Popen[str], needle: str, timeout_s: float) -
 
 @pytest.mark.slow
 def test_up_serves_the_slice_and_sigterm_stops_every_child(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+    _up_serves_the_slice(tmp_path, _env(tmp_path))
+
+
+def _up_serves_the_slice(tmp_path: Path, env: dict[str, str], *flags: str) -> list[str]:
+    """Run ``reviewloop up``, a lifecycle through it, then SIGTERM; answers what it printed."""
     up = subprocess.Popen(
-        [sys.executable, "-m", "stack", "up"],
+        [sys.executable, "-m", "stack", "up", *flags],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -106,14 +114,45 @@ def test_up_serves_the_slice_and_sigterm_stops_every_child(tmp_path: Path) -> No
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             assert events[0]["reason"] == "cancelled"
+        if "--tls-ca" in flags:
+            _plaintext_is_refused(env["REVIEWLOOP_REVIEW_STATE_ADDR"], review_id)
 
         up.send_signal(signal.SIGTERM)
         assert up.wait(30) == 0
         assert not [pid for pid in children if _alive(pid)]
+        return lines
     finally:
         if up.poll() is None:
             up.kill()
             up.wait()
+
+
+def _plaintext_is_refused(address: str, review_id: str) -> None:
+    """A process that reaches a service's port without a certificate from the CA gets nothing."""
+
+    async def call() -> grpc.StatusCode:
+        async with grpc.aio.insecure_channel(address) as channel:
+            try:
+                await review_pb2_grpc.ReviewStateServiceStub(channel).GetReview(
+                    review_pb2.GetReviewRequest(review_id=review_id), timeout=5
+                )
+            except grpc.aio.AioRpcError as error:
+                return error.code()
+        return grpc.StatusCode.OK
+
+    assert asyncio.run(call()) == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.slow
+def test_up_with_mutual_tls_runs_a_lifecycle_and_refuses_a_plaintext_caller(tmp_path: Path) -> None:
+    """The certificates given as flags reach every part and the gateway's clients; every hop (gateway to
+    services, the relays, the launcher's health checks) goes over mTLS."""
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    tls = make_pki(pki)("reviewloop")
+    flags = ("--tls-ca", tls["REVIEWLOOP_TLS_CA"], "--tls-cert", tls["REVIEWLOOP_TLS_CERT"])
+    lines = _up_serves_the_slice(tmp_path, _env(tmp_path), *flags, "--tls-key", tls["REVIEWLOOP_TLS_KEY"])
+    assert any("mutual TLS" in line for line in lines), lines
 
 
 @pytest.mark.slow

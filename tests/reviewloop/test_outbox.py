@@ -14,9 +14,18 @@ import pytest
 from google.protobuf.wrappers_pb2 import Int32Value
 from review_state.__main__ import SPEC
 from reviewloop.common.v1 import common_pb2
+from reviewloop.diff.v1.diff_pb2 import DiffCommitted
+from reviewloop.review.v1.events_pb2 import NudgeRequested
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, first_delivery, utcnow
-from reviewloop.storage.outbox import Relay, dead_letter_count, dead_letters, prune
+from reviewloop.storage.outbox import (
+    Relay,
+    dead_letter_count,
+    dead_letters,
+    discard_dead_letter,
+    prune,
+    retry_dead_letter,
+)
 from reviewloop.storage.schema import INBOX, OUTBOX
 from sqlalchemy import func, select
 
@@ -292,3 +301,46 @@ async def test_a_batch_refused_for_one_event_delivers_the_others_and_sets_that_o
             await conn.execute(select(func.count()).where(OUTBOX.c.delivered_at.is_(None)))
         ).scalar_one()
     assert undelivered == 1  # only the dead letter
+
+
+async def test_a_dead_letter_keeps_its_project_and_is_retried_once_or_discarded_for_good(
+    open_db: OpenDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = await open_db(SPEC)
+    principal = common_pb2.Principal(project_id="prj_b", org_id="org_1", actor_id="a", actor_kind=1)
+    async with db.transaction() as uow:
+        # A payload with its own project_id, one whose principal names it, and one naming none.
+        uow.emit("nudge", "rr_a", "nudge", NudgeRequested(review_id="rr_a", project_id="prj_a"))
+        uow.emit("nudge", "rr_b", "nudge", common_pb2.IngestRequest())
+        uow.emit("nudge", "rr_b", "nudge", DiffCommitted(principal=principal))
+        uow.emit("nudge", "rr_c", "nudge", Int32Value(value=1))
+    fixed = False
+    delivered: list[str] = []
+
+    async def deliver(event: common_pb2.Event) -> None:
+        if not fixed:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT)
+        delivered.append(event.aggregate_id)
+
+    relay = Relay(db, {"nudge": deliver})
+    await drain([relay])
+    assert {(x.aggregate_id, x.project_id) for x in await dead_letters(db)} == {
+        ("rr_a", "prj_a"), ("rr_b", "prj_b"), ("rr_b", ""), ("rr_c", "")
+    }  # fmt: skip
+    [mine] = await dead_letters(db, project_id="prj_a")
+    # Another project's admin cannot touch it.
+    assert await retry_dead_letter(db, mine.event_id, "prj_b") is None
+    assert await discard_dead_letter(db, mine.event_id, "x", "prj_b") is None
+
+    fixed = True
+    assert await retry_dead_letter(db, mine.event_id, "prj_a") == mine
+    assert await retry_dead_letter(db, mine.event_id, "prj_a") is None  # once
+    [theirs] = await dead_letters(db, project_id="prj_b")
+    assert await discard_dead_letter(db, theirs.event_id, "obsolete", "prj_b") == theirs
+    await drain([relay])
+    assert delivered == ["rr_a"]  # the retried letter, once; the discarded one never
+    assert await dead_letter_count(db) == 2
+    await prune(db, utcnow() + timedelta(days=1))
+    async with db.engine.connect() as conn:
+        kept = (await conn.execute(select(func.count()).select_from(OUTBOX))).scalar_one()
+    assert kept == 2  # delivered and discarded rows pruned, the two dead letters kept

@@ -130,3 +130,44 @@ def test_half_configured_trust_is_refused_at_boot(tmp_path: Path) -> None:
         Trust.from_env("diff", {"REVIEWLOOP_SERVICE_AUTH_KEY": "short"})
     with pytest.raises(ConfigError):
         Trust.from_env("diff", {"REVIEWLOOP_TLS_CA": str(tmp_path / "ca.crt")})
+
+
+async def test_a_rolling_key_rotation_keeps_old_and_new_pods_talking_then_drops_the_old_key(
+    tmp_path: Path,
+) -> None:
+    old, new = "o" * 40, "n" * 40
+    before = {"REVIEWLOOP_SERVICE_AUTH_KEY": old}
+    # Rollout 1: every pod learns the new key but still signs with the old one.
+    learn = {"REVIEWLOOP_SERVICE_AUTH_KEY": old, "REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS": new}
+    # Rollout 2: pods sign with the new key and still accept the old one (a comma list works too).
+    switch = {"REVIEWLOOP_SERVICE_AUTH_KEY": new, "REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS": f"{'z' * 40},{old}"}
+    # Rollout 3: the old key is dropped.
+    after = {"REVIEWLOOP_SERVICE_AUTH_KEY": new}
+
+    async def code(server_env: dict[str, str], caller_env: dict[str, str]) -> grpc.StatusCode:
+        async with diff_service(tmp_path, Trust.from_env("diff", server_env)) as (_, listen):
+            peer = Peers({"diff": listen}, Trust.from_env("review_state", caller_env))
+            try:
+                return await get_diff(peer.channel("diff"))
+            finally:
+                await peer.close()
+
+    # NOT_FOUND: the call passed authentication and reached the domain (no such diff).
+    ok = grpc.StatusCode.NOT_FOUND
+    # During each rollout, pods of both generations call each other both ways.
+    for older, newer in ((before, learn), (learn, switch), (switch, after)):
+        assert await code(newer, older) == ok, (older, newer)  # an old-key client, a new server
+        assert await code(older, newer) == ok, (older, newer)  # a new-key client, an old server
+    # After the rotation, a caller still holding only the old key is refused.
+    assert await code(after, before) == grpc.StatusCode.UNAUTHENTICATED
+    # And without the overlap (jumping straight to the new key) the generations could not talk.
+    assert await code(after, learn) == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_previous_key_needs_a_current_key_and_the_same_strength(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        Trust.from_env("diff", {"REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS": "p" * 40})
+    with pytest.raises(ConfigError):
+        Trust.from_env(
+            "diff", {"REVIEWLOOP_SERVICE_AUTH_KEY": "k" * 40, "REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS": "short"}
+        )

@@ -112,6 +112,9 @@ class ReviewRun(Shape):
     pr_work_review_mode: Mode | None = None
     repeat_review_context_mode: Mode | None = None
     review_sequence: list[SelectionIn] | None = None
+    # The run's owner (actor kind:id, e.g. ``service:key_...``): who created it, the only non-admin that
+    # may change its status. Absent for runs created before owners were kept.
+    created_by: str | None = None
 
 
 class Settlement(Shape):
@@ -137,6 +140,9 @@ class AdmissionReceipt(Shape):
     admitted_at: datetime
     selection: SelectionIn | None = None
     settlement: Settlement | None = None
+    # The admission owner (actor kind:id), the only principal that settles the round. Absent for
+    # receipts admitted before owners were kept.
+    admitted_by: str | None = None
 
 
 class RequestOrigin(Shape):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -60,6 +61,35 @@ class RevokedOut(Shape):
 
     key_id: str
     revoked: bool
+
+
+# --- the console: dead letters -------------------------------------------------------------------------
+
+
+class DeadLetter(Shape):
+    """An event a receiver refused for good, set aside until an admin retries or discards it."""
+
+    event_id: str
+    source: str = Field(description="the service whose outbox holds it")
+    destination: str = Field(description="the service that refused it")
+    aggregate_id: str = Field(description="what the event is about: a review (rr_...), a rule, a category")
+    type: str
+    occurred_at: datetime
+    dead_at: datetime
+    reason: str = Field(description="the receiver's refusal: gRPC status and detail")
+    attempts: int
+
+
+class DeadLetterList(Shape):
+    """A project's dead letters across every service, newest first."""
+
+    dead_letters: list[DeadLetter]
+
+
+class DiscardIn(Shape):
+    """``discard_dead_letter``: why the event will never be delivered."""
+
+    reason: Annotated[str, PlainText] = Field(min_length=1, max_length=500)
 
 
 # --- operations -------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ Three kinds of failure. A receiver that is down (UNAVAILABLE, a deadline) backs 
 destination and charges no row, so when it returns the backlog goes out in outbox order. A receiver that
 refuses an event for good (INVALID_ARGUMENT, FAILED_PRECONDITION: a malformed body, an event its state
 can never take) makes it a dead letter: set aside with the reason (``dead_at``, ``last_error``), counted
-for metrics and listed for an admin, so the aggregate's later events go on. Any other failure backs off
+for metrics and listed for an admin, so the aggregate's later events go on. Once the cause is fixed an admin
+retries it (back to the relay) or discards it with a reason. Any other failure backs off
 that row only, holding back its aggregate and nothing else.
 """
 
@@ -370,7 +371,7 @@ def outbox_probe(
     """
 
     async def probe() -> Mapping[str, Sequence[tuple[float, Mapping[str, str]]]]:
-        dead = OUTBOX.c.dead_at.is_not(None)
+        dead = OUTBOX.c.dead_at.is_not(None) & OUTBOX.c.discarded_at.is_(None)
         live = OUTBOX.c.dead_at.is_(None)
         query = (
             select(
@@ -416,36 +417,105 @@ class DeadLetter:
     occurred_at: datetime
     dead_at: datetime
     reason: str
+    project_id: str = ""
+    attempts: int = 0
+
+
+def _dead_letter(r: Row[Any]) -> DeadLetter:
+    return DeadLetter(
+        r.event_id,
+        r.destination,
+        r.aggregate_id,
+        r.type,
+        as_utc(r.occurred_at),
+        as_utc(r.dead_at),
+        r.last_error or "",
+        r.project_id or "",
+        r.attempts,
+    )
+
+
+# A dead letter still set aside: neither retried nor discarded.
+_DEAD = OUTBOX.c.dead_at.is_not(None) & OUTBOX.c.discarded_at.is_(None)
+
+
+def _dead_letter_where(event_id: str, project_id: str | None) -> Any:
+    where = _DEAD & (OUTBOX.c.event_id == event_id)
+    return where if project_id is None else where & (OUTBOX.c.project_id == project_id)
 
 
 async def dead_letter_count(db: Database) -> int:
     """How many events of this store are dead letters (a gauge for metrics)."""
     async with db.engine.connect() as conn:
-        return int(
-            (await conn.execute(select(func.count()).where(OUTBOX.c.dead_at.is_not(None)))).scalar_one()
-        )
+        return int((await conn.execute(select(func.count()).where(_DEAD))).scalar_one())
 
 
-async def dead_letters(db: Database, limit: int = 100) -> list[DeadLetter]:
-    """This store's dead letters, newest first, for an admin to read."""
-    query = (
-        select(OUTBOX)
-        .where(OUTBOX.c.dead_at.is_not(None))
-        .order_by(OUTBOX.c.dead_at.desc(), OUTBOX.c.id.desc())
-        .limit(limit)
-    )
+async def dead_letters(db: Database, limit: int = 100, project_id: str | None = None) -> list[DeadLetter]:
+    """This store's dead letters (of ``project_id`` only, when given), newest first, for an admin."""
+    query = select(OUTBOX).where(_DEAD)
+    if project_id is not None:
+        query = query.where(OUTBOX.c.project_id == project_id)
+    query = query.order_by(OUTBOX.c.dead_at.desc(), OUTBOX.c.id.desc()).limit(limit)
     async with db.engine.connect() as conn:
         rows = (await conn.execute(query)).all()
-    return [
-        DeadLetter(
-            r.event_id, r.destination, r.aggregate_id, r.type, r.occurred_at, r.dead_at, r.last_error or ""
+    return [_dead_letter(r) for r in rows]
+
+
+async def retry_dead_letter(db: Database, event_id: str, project_id: str | None = None) -> DeadLetter | None:
+    """Hand dead letter ``event_id`` (of ``project_id``, when given) back to the relay, as if new.
+
+    Returns:
+        The dead letter as it was, or None when there is no such dead letter (delivered, already
+        retried or discarded, another project's).
+    """
+    async with db.writing() as conn:
+        row = (
+            await conn.execute(
+                select(OUTBOX).where(_dead_letter_where(event_id, project_id)).with_for_update()
+            )
+        ).first()
+        if row is None:
+            return None
+        await conn.execute(
+            update(OUTBOX)
+            .where(OUTBOX.c.id == row.id)
+            .values(dead_at=None, attempts=0, next_attempt_at=utcnow(), claimed_until=None)
         )
-        for r in rows
-    ]
+    log.warning("outbox dead letter %s to %s retried by an admin", event_id, row.destination)
+    for wake in db.after_commit:  # the relays of this process go at once instead of at their next poll
+        wake()
+    return _dead_letter(row)
+
+
+async def discard_dead_letter(
+    db: Database, event_id: str, reason: str, project_id: str | None = None
+) -> DeadLetter | None:
+    """Give up on dead letter ``event_id`` (of ``project_id``, when given): it is never relayed.
+
+    The row stays, with ``reason``, until pruned like a delivered row.
+
+    Returns:
+        The dead letter as it was, or None when there is no such dead letter.
+    """
+    async with db.writing() as conn:
+        row = (
+            await conn.execute(
+                select(OUTBOX).where(_dead_letter_where(event_id, project_id)).with_for_update()
+            )
+        ).first()
+        if row is None:
+            return None
+        await conn.execute(
+            update(OUTBOX).where(OUTBOX.c.id == row.id).values(discarded_at=utcnow(), discard_reason=reason)
+        )
+    log.warning("outbox dead letter %s to %s discarded by an admin: %s", event_id, row.destination, reason)
+    return _dead_letter(row)
 
 
 async def prune(db: Database, before: datetime) -> None:
-    """Forget delivered outbox rows and received event ids older than ``before``; the rest stays."""
+    """Forget delivered (or discarded) outbox rows and received event ids older than ``before``."""
     async with db.transaction() as uow:
-        await uow.conn.execute(delete(OUTBOX).where(OUTBOX.c.delivered_at < before))
+        await uow.conn.execute(
+            delete(OUTBOX).where((OUTBOX.c.delivered_at < before) | (OUTBOX.c.discarded_at < before))
+        )
         await uow.conn.execute(delete(INBOX).where(INBOX.c.received_at < before))

@@ -88,7 +88,15 @@ def new_metadata() -> MetaData:
         # Set when the receiver refused the event for good (a dead letter; ``last_error`` says why).
         Column("dead_at", DateTime(timezone=True)),
         Column("last_error", Text),
+        # The project the event concerns (its payload's ``project_id``), so a project's admin sees its
+        # dead letters; null for events that name none.
+        Column("project_id", String(64)),
+        # A dead letter an admin gave up on, and why: kept (and pruned like a delivered row), never relayed.
+        Column("discarded_at", DateTime(timezone=True)),
+        Column("discard_reason", Text),
         Index("ix_outbox_pending", "destination", "aggregate_id", "id"),
+        # Listing dead letters reads these few rows, not a week of delivered ones.
+        Index("ix_outbox_dead", "dead_at"),
     )
     Table(
         "inbox",
@@ -105,10 +113,20 @@ OUTBOX = _SHARED.tables["outbox"]
 INBOX = _SHARED.tables["inbox"]
 
 
+def project_of(payload: Message) -> str | None:
+    """The project an event concerns: its ``project_id`` field, else its principal's; None if neither."""
+    for holder in (payload, getattr(payload, "principal", None)):
+        fields = holder.DESCRIPTOR.fields_by_name if isinstance(holder, Message) else {}
+        if "project_id" in fields and (value := holder.project_id):  # type: ignore[union-attr]
+            return str(value)
+    return None
+
+
 def outbox_row(destination: str, aggregate_id: str, type_: str, payload: Message) -> dict[str, Any]:
     """The outbox row of one event: ``payload`` is the event's typed message (see ``codec``)."""
     now = utcnow()
     return {
+        "project_id": project_of(payload),
         "event_id": new_id("evt"),
         "destination": destination,
         "aggregate_id": aggregate_id,

@@ -4,8 +4,9 @@ settings), so every action goes through the same gRPC calls, authority and idemp
 
 Modules: ``sessions`` (sign-in, cookies, CSRF), ``web`` (what every page shares), ``html`` (the page frame
 and the one keymap), ``review`` (queue, live events, review page and its actions, delivery resolution),
-``presence`` (who has a draft open), ``admin`` (rules, categories, settings, budgets), ``warnings`` (what
-rendered mail hides), ``static/`` (one CSS, one JS file).
+``presence`` (who has a draft open), ``admin`` (rules, categories, settings, budgets), ``dead_letters``
+(events a receiver refused for good), ``warnings`` (what rendered mail hides), ``static/`` (one CSS, one
+JS file).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from reviewloop.errors import Code, DomainError, http_status
 from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from gateway.console import admin, review, sessions, web
+from gateway.console import admin, dead_letters, review, sessions, web
 from gateway.console.html import SECURITY_HEADERS, error_box, h, page
 
 STATIC = Path(__file__).parent / "static"
@@ -31,6 +32,7 @@ def create_console(state: object) -> FastAPI:
     console.mount("/static", StaticFiles(directory=STATIC), name="static")
     console.include_router(review.router)
     console.include_router(admin.router)
+    console.include_router(dead_letters.router)
 
     @console.exception_handler(web.SignInRequired)
     async def sign_in_required(request: Request, exc: web.SignInRequired) -> Response:

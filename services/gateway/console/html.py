@@ -83,6 +83,7 @@ NAV = (
     ("categories", "/console/categories", "Categories", True),
     ("settings", "/console/settings", "Settings", True),
     ("budgets", "/console/budgets", "Budgets", True),
+    ("dead-letters", "/console/dead-letters", "Dead letters", True),
 )
 
 

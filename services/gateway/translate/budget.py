@@ -50,6 +50,8 @@ def as_review_run(message: budget_pb2.Run) -> Json:
             body[field] = mode_name(getattr(message, field))
     if message.review_sequence:
         body["review_sequence"] = [as_selection(row) for row in message.review_sequence]
+    if message.created_by:
+        body["created_by"] = message.created_by
     return body
 
 
@@ -121,6 +123,8 @@ def as_admission_receipt(message: budget_pb2.AdmissionReceipt) -> Json:
     }
     if message.selection.runner:
         body["selection"] = as_selection(message.selection)
+    if message.admitted_by:
+        body["admitted_by"] = message.admitted_by
     if message.HasField("settlement"):
         s = message.settlement
         settlement: Json = {

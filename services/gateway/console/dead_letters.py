@@ -1,0 +1,65 @@
+"""Admin page "Dead letters": the project's events a receiver refused for good, across every service, with
+the reason; retry one once its cause is fixed (it goes back to its relay) or discard it with a reason.
+The same ``OutboxAdminService`` calls as ``/v1/admin/projects/{id}/dead-letters``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from reviewloop.common.v1 import outbox_pb2
+from starlette.responses import Response
+
+from gateway.console import web
+from gateway.console.admin import _admin, _admin_write, _done, _form, _notice
+from gateway.console.html import h, page, table
+from gateway.translate.outbox import as_dead_letter
+
+router = APIRouter()
+PATH = "/console/dead-letters"
+
+
+@router.get("/dead-letters")
+async def dead_letters_page(request: Request) -> Response:
+    session = await _admin(request)
+    letters = [
+        as_dead_letter(x) for x in await web.backend(request).dead_letters(session.principal.to_proto())
+    ]
+    rows = []
+    for letter in letters:
+        action = f"{PATH}/{letter['event_id']}"
+        discard = (
+            f'<label for="why-{h(letter["event_id"])}">Reason</label>'
+            f'<input type="text" id="why-{h(letter["event_id"])}" name="reason" required maxlength="500">'
+        )
+        rows.append(
+            f'<tr data-event="{h(letter["event_id"])}"><td>{h(letter["dead_at"])}</td>'
+            f"<td>{h(letter['source'])} → {h(letter['destination'])}</td><td>{h(letter['type'])}</td>"
+            f"<td>{h(letter['aggregate_id'])}</td><td>{h(letter['reason'])}</td><td>{letter['attempts']}</td>"
+            f"<td>{_form(session, f'{action}/retry', '', 'Retry')}"
+            f"{_form(session, f'{action}/discard', discard, 'Discard')}</td></tr>"
+        )
+    head = ["Dead since", "From → refused by", "Event", "About", "Reason", "Tries", "Actions"]
+    body = f"""{_notice(request)}
+<p>Events a receiving service refused for good (a body it cannot parse, a state it can never take). They
+hold nothing back; fix the cause, then retry (delivered once) or discard with a reason.</p>
+{table("Dead letters, newest first", head, rows, empty="No dead letters.")}"""
+    return page("Dead letters", body, session=session, active="dead-letters")
+
+
+@router.post("/dead-letters/{event_id}/retry")
+async def retry(request: Request, event_id: str) -> Response:
+    session, _ = await _admin_write(request)
+    await web.backend(request).retry_dead_letter(
+        outbox_pb2.RetryDeadLetterRequest(principal=session.principal.to_proto(), event_id=event_id)
+    )
+    return _done(PATH, "dead_letter_retried")
+
+
+@router.post("/dead-letters/{event_id}/discard")
+async def discard(request: Request, event_id: str) -> Response:
+    session, form = await _admin_write(request)
+    await web.backend(request).discard_dead_letter(
+        outbox_pb2.DiscardDeadLetterRequest(
+            principal=session.principal.to_proto(), event_id=event_id, reason=web.field(form, "reason")
+        )
+    )
+    return _done(PATH, "dead_letter_discarded")
