@@ -1,7 +1,7 @@
 """outbox dead letters for an admin: each row's project, and a discard with its reason
 
 Revision ID: 94a1ecf0db1d
-Revises: 43bc50cd6b34
+Revises: d2a8c4e6f1b3
 Create Date: 2026-12-03 16:00:00.000000
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "94a1ecf0db1d"
-down_revision: str | None = "43bc50cd6b34"
+down_revision: str | None = "d2a8c4e6f1b3"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
