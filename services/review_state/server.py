@@ -109,7 +109,7 @@ def review_to_proto(
             setattr(message, name, value)
     if review.message_id is None:
         message.ClearField("rfc_message_id")  # only a delivered message has one worth reading
-    for name in ("decided_at", "sent_at"):
+    for name in ("decided_at", "sent_at", "review_deadline"):
         value = getattr(review, name)
         if value is not None:
             getattr(message, name).CopyFrom(stamp(value))
@@ -385,6 +385,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
                 for t in feedback.comments
             ],
             new_rules=feedback.new_rules,
+            approvers=feedback.approvers,
         )
 
     async def RecordInbound(
