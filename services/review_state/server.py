@@ -18,6 +18,7 @@ from reviewloop.tenancy import Principal
 
 from review_state import app, store
 from review_state.app import Decision, Env, Revision
+from review_state.domain.feedback import approvers
 from review_state.domain.machine import CLOSED, State
 from review_state.domain.review import Review, Turn
 from review_state.domain.submission import Attachment, Draft
@@ -38,6 +39,7 @@ def turn_to_proto(turn: Turn) -> review_pb2.Turn:
         seq=turn.seq,
         turn_type=turn.turn_type,
         actor_kind=turn.actor_kind,
+        actor_id=turn.actor_id,
         body=turn.body,
         revision=turn.revision,
         action=turn.action,
@@ -87,6 +89,7 @@ def review_to_proto(
         from_address=review.from_address,
         rule_high_water=review.rule_high_water,
         turns=[turn_to_proto(t) for t in turns],
+        approvers=approvers(turns, review.revision),
     )
     if review.intent is not None:
         meta = review.intent.get("meta")

@@ -92,6 +92,7 @@ async def test_sent_carries_the_decision_or_the_gate_outcome(env: Env) -> None:
         "send_path": "human_reviewed",
         "sent_at": sent.sent_at.isoformat().replace("+00:00", "Z"),
         "decision": "approved",
+        "approvers": ["key_h"],  # issue 19: whose approval released it
     }
     auto = await reach(env, "auto_sent")
     assert auto.sent_at is not None

@@ -30,6 +30,8 @@ def as_review_turn(turn: review_pb2.Turn) -> Json:
     }
     if turn.action:
         body["action"] = turn.action
+    if turn.actor_id:
+        body["actor_id"] = turn.actor_id
     if turn.diff_json:
         body["diff_json"] = orjson.loads(turn.diff_json)
     return body

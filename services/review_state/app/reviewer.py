@@ -23,6 +23,7 @@ from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
 from review_state.clients import DiffResult
 from review_state.domain.decision import (
+    FORCED_PAST_DEADLINE,
     QUORUM_REQUIRED,
     REVIEW_DEADLINE_PASSED,
     Decision,
@@ -133,7 +134,15 @@ async def _decide(
         # The review as it now is (a replay drives a delivery its first call left unfinished), and the
         # breaker that held the first call.
         return await deliver(env, replay[0]), replay[1]
-    current = await _kernel.precheck(env.db, principal, review_id, verb, decision.revision, decision.version)
+    try:
+        current = await _kernel.precheck(
+            env.db, principal, review_id, verb, decision.revision, decision.version
+        )
+    except DomainError as error:
+        counted = await _counted(env, principal, review_id, decision) if error.code is Code.STALE else None
+        if counted is None:
+            raise
+        return counted, ""
     hold: str | None = None
     receipt: str | None = None
     cap: int | None = None  # the daily auto-send cap a review agent's release spends in its unit
@@ -175,6 +184,19 @@ async def _decide(
     if receipt is not None:
         await _settle_round(env, principal, receipt, verdict="pass" if verb is Verb.APPROVE else "issues")
     return review, held_by
+
+
+async def _counted(env: Env, principal: Principal, review_id: str, decision: Decision) -> Review | None:
+    """The review, when this is a repeat of an approval that already stands on the revision it names
+    (a quorum's approver approving twice counts once, though the version moved on since)."""
+    if decision.action != "approve":
+        return None
+    async with env.db.engine.connect() as conn:
+        review = await _kernel.load(conn, principal, review_id)
+        if review.revision != decision.revision or review.state is State.APPROVED:
+            return None
+        standing = approvers(await store.list_turns(conn, review_id), review.revision)
+    return review if principal.actor_id in standing else None
 
 
 def _refused_round(error: DomainError) -> str:
@@ -345,7 +367,7 @@ async def sweep_review_deadlines(env: Env, now: datetime | None = None, limit: i
     draft race on its compare-and-set: the loser sees ``stale`` and leaves it. Returns the ids forced."""
     now = now or utcnow()
     async with env.db.engine.connect() as conn:
-        due = await store.past_review_deadline(conn, now, f"{HELD}{REVIEW_DEADLINE_PASSED}", limit)
+        due = await store.past_review_deadline(conn, now, FORCED_PAST_DEADLINE, limit)
     forced = []
     for review in due:
         try:

@@ -86,9 +86,13 @@ def review_deadline(submitted_at: datetime, minutes: int) -> datetime | None:
     return submitted_at + timedelta(minutes=minutes) if minutes > 0 else None
 
 
+FORCED_PAST_DEADLINE = f"held:{REVIEW_DEADLINE_PASSED}"  # the gate_outcome of a draft it forced
+
+
 def deadline_passed(review: Review, now: datetime) -> bool:
-    """The draft's review deadline passed before any review-agent decision: it goes to a human."""
-    return (
+    """The draft's review deadline passed before any review-agent decision: it is the human's (a
+    draft the sweep already forced stays the human's)."""
+    return review.gate_outcome == FORCED_PAST_DEADLINE or (
         review.review_deadline is not None
         and review.reviewer_hops == 0
         and review.state is State.NEEDS_REVIEW
