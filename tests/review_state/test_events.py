@@ -102,6 +102,7 @@ async def test_sent_carries_the_decision_or_the_gate_outcome(env: Env) -> None:
         "send_path": "agent_direct",
         "sent_at": auto.sent_at.isoformat().replace("+00:00", "Z"),
         "gate_outcome": "",
+        "approvers": [],  # nobody approved an auto send
     }
 
 
