@@ -7,6 +7,8 @@ import asyncio
 from datetime import timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from review_state import app
 from review_state.app import Decision, Env
 from review_state.domain.review import Review
@@ -155,3 +157,46 @@ async def test_a_review_agent_that_decides_in_time_is_not_forced(env: Env) -> No
     result = await app.reviewer_decide(env, REVIEWER, review.id, Decision("escalate", 1, 1))
     assert result.review.state.value == "needs_review"
     assert await app.sweep_review_deadlines(env, utcnow() + timedelta(hours=1)) == []
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    needed=st.integers(min_value=2, max_value=3),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from([HUMAN, HUMAN_B, HUMAN_C]), st.sampled_from(["approve", "approve", "edit"])
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+async def test_a_draft_is_released_exactly_when_its_quorum_approved_the_current_revision(
+    env: Env, needed: int, steps: list[tuple[Principal, str]]
+) -> None:
+    """A model of the quorum: the approvers standing on the current revision (an edit is its author's
+    approval of the revision it writes and voids the rest); the draft goes out exactly when they are
+    ``needed``, and the feedback names them."""
+    peers(env).dial = _dial(quorum_approvals=needed)
+    review = await _opened(env)
+    standing: list[str] = []
+    for n, (who, action) in enumerate(steps):
+        body = f"edit {n}" if action == "edit" else None
+        after = await app.decide(
+            env, who, review.id, Decision(action, review.revision, review.version, body=body)
+        )
+        if action == "edit":
+            standing = [who.actor_id]
+        elif who.actor_id not in standing:
+            standing.append(who.actor_id)
+        assert (await app.get_feedback(env, HUMAN, review.id)).approvers == standing
+        if len(standing) >= needed:
+            assert after.state.value == "sent"
+            assert (await reasons(env, review.id)) == ["sent"]
+            return
+        assert (after.state.value, after.revision) == ("in_review", review.revision + (action == "edit"))
+        review = after
+    assert await reasons(env, review.id) == []
