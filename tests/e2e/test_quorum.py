@@ -178,3 +178,18 @@ async def test_the_review_deadline_forces_the_draft_to_a_human_once(api: Api) ->
     assert opened.status_code == 200, opened.text
     approved = await panel.decide("a", review_id, opened.json(), action="approve")
     assert approved.json()["state"] == "sent", approved.text
+
+
+async def test_a_quorum_or_deadline_out_of_range_is_refused_and_changes_nothing(api: Api) -> None:
+    panel = await Panel.create(api, quorum_approvals=2)
+    url = f"/v1/admin/projects/{panel.project_id}/risk-dial"
+    for bad in ({"quorum_approvals": 0}, {"review_deadline_minutes": -5}, {"quorum_approvals": 1.5}):
+        refused = await api.http.put(
+            url, json={"categories": [{"category_id": panel.category_id, **bad}]}, headers=api.admin
+        )
+        assert refused.status_code in (400, 422), refused.text
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        assert refused.json()["code"] == "bad_request"
+    dial = (await api.http.get("/v1/risk-dial", headers=panel.headers["agent"])).json()
+    (category,) = dial["categories"]
+    assert (category["quorum_approvals"], category["effective"]["review_deadline_minutes"]) == (2, 0)
