@@ -44,7 +44,6 @@ MAX_HOPS = "max_hops_reached"
 NO_VERDICT_CAP = "no_verdict_cap_reached"
 
 
-HELD = "held:"  # the gate_outcome prefix of a draft a breaker returned to the human queue
 SYSTEM_ACTOR = "review_state"  # the actor of the platform's own turns
 
 
@@ -149,7 +148,7 @@ async def _decide(
     quorum = Quorum()
     if actor is Actor.REVIEW_AGENT and deadline_passed(current, utcnow()):
         # Too late for a review agent: the draft is the human's, whatever it decided; no round is spent.
-        return await _force_to_human(env, current, REVIEW_DEADLINE_PASSED), REVIEW_DEADLINE_PASSED
+        return await _force_past_deadline(env, current), REVIEW_DEADLINE_PASSED
     if actor is Actor.HUMAN and verb in (Verb.APPROVE, Verb.EDIT) and current.category_id:
         quorum = Quorum.of(await env.peers.get_dial(principal, current.category_id))
     if actor is Actor.REVIEW_AGENT:
@@ -341,11 +340,10 @@ async def _apply_decision(
     return await deliver(env, review), held_by  # a replay drives a delivery left unfinished
 
 
-async def _force_to_human(env: Env, review: Review, breaker_name: str) -> Review:
-    """A breaker that acts before any round (the review deadline) returns the draft to the human
-    queue, once: the hold is a compare-and-set on the row, and a draft already held by it is left
-    as it is."""
-    if review.gate_outcome == f"{HELD}{breaker_name}":
+async def _force_past_deadline(env: Env, review: Review) -> Review:
+    """The review-deadline breaker returns the draft to the human queue, once: the hold is a
+    compare-and-set on the row, and a draft it already forced is left as it is."""
+    if review.gate_outcome == FORCED_PAST_DEADLINE:
         return review
     system = Principal(review.org_id, review.project_id, ActorKind.SYSTEM, SYSTEM_ACTOR)
     async with env.db.transaction() as uow:
@@ -354,10 +352,12 @@ async def _force_to_human(env: Env, review: Review, breaker_name: str) -> Review
             review,
             Verb.HOLD,
             Actor.SYSTEM,
-            facts=Facts(breaker=breaker_name),
-            gate_outcome=f"{HELD}{breaker_name}",
+            facts=Facts(breaker=REVIEW_DEADLINE_PASSED),
+            gate_outcome=FORCED_PAST_DEADLINE,
         )
-        await _kernel.add_turn(uow, edge.after, system, "breaker", f"Forced to a human: {breaker_name}.")
+        await _kernel.add_turn(
+            uow, edge.after, system, "breaker", "The review deadline passed before a review agent decided."
+        )
     return edge.after
 
 
@@ -371,7 +371,7 @@ async def sweep_review_deadlines(env: Env, now: datetime | None = None, limit: i
     forced = []
     for review in due:
         try:
-            await _force_to_human(env, review, REVIEW_DEADLINE_PASSED)
+            await _force_past_deadline(env, review)
         except DomainError as error:
             if error.code is not Code.STALE:
                 raise
@@ -393,7 +393,7 @@ async def _hold(
         parent_revision=decision.revision,
         expected_version=decision.version,
         facts=Facts(breaker=breaker_name),
-        gate_outcome=f"{HELD}{breaker_name}",
+        gate_outcome=f"held:{breaker_name}",
         reviewer_hops=before.reviewer_hops + 1,
     )
     await _kernel.add_turn(uow, edge.after, principal, "breaker", decision.feedback, action=decision.action)

@@ -76,8 +76,8 @@ def decision_changes(
     return changes
 
 
-# Breakers of the review-agent plane that decide before any round is admitted (issue 19).
-REVIEW_DEADLINE_PASSED = "review_deadline_passed"  # spec 000's second breaker (NOTES.md)
+# Issue 19's breakers of the review-agent plane (``forced_by_breaker``).
+REVIEW_DEADLINE_PASSED = "review_deadline_passed"  # spec 000's second breaker (NOTES.md); no round spent
 QUORUM_REQUIRED = "quorum_required"  # a quorum the review agent's approval does not count toward
 
 
