@@ -331,8 +331,9 @@ class Verbs:
         """Read what a reviewer weighs before deciding (``GET /v1/reviews/{review_id}/decision-context``).
 
         Returns:
-            A :class:`ReviewDecisionContext`: ``hop_count``, ``force_to_human`` and ``force_reason``;
-            ``max_hops`` and ``review_deadline`` are null (nothing records them).
+            A :class:`ReviewDecisionContext`: ``hop_count`` and ``max_hops`` (null before the first
+            review-agent round), ``force_to_human`` and ``force_reason`` (a breaker's hold, such as
+            ``review_deadline_passed``), and the draft's ``review_deadline`` (null: none).
 
         Raises:
             ReviewloopError: ``404 not_found`` for a review outside the caller's project.
@@ -505,7 +506,8 @@ class Verbs:
 
         Returns:
             The :class:`ReviewFeedback`: the decision, the unified and structured diff of the human's edit,
-            their comments, and the ``rule_`` ids born from this review.
+            their comments, the ``rule_`` ids born from this review, and the ``approvers`` whose approval
+            stands on the current revision (every approver of a category's quorum).
 
         Raises:
             ReviewloopError: ``404 not_found`` for a review outside the caller's project.

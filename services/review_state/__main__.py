@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 def background(env: Env) -> Sequence[Job]:
     """The delivery sweep, from boot on: attempts a dead worker left are claimed again (a try past DATA
-    only by evidence), retries come due, parked attempts are recovered by Message-ID, never resent."""
+    only by evidence), retries come due, parked attempts are recovered by Message-ID, never resent;
+    and the review-deadline sweep."""
 
     async def sweep() -> None:
         while True:
@@ -35,7 +36,16 @@ def background(env: Env) -> Sequence[Job]:
                 log.exception("delivery sweep failed")
             await asyncio.sleep(env.settings.sweep_interval_s)
 
-    return [sweep]
+    async def deadlines() -> None:
+        """The review-deadline breaker: any replica may run it; each draft is forced once (CAS)."""
+        while True:
+            try:
+                await app.sweep_review_deadlines(env)
+            except Exception:  # the store is briefly unreachable: keep sweeping
+                log.exception("review-deadline sweep failed")
+            await asyncio.sleep(env.settings.sweep_interval_s)
+
+    return [sweep, deadlines]
 
 
 def probes(env: Env) -> Sequence[Probe]:

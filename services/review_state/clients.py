@@ -160,6 +160,9 @@ class GrpcCollaborators:
             first_contact_gate=values.first_contact_gate,
             canary_rate=values.canary_rate,
             auto_send_cap_per_day=values.auto_send_cap_per_day,
+            quorum_approvals=values.quorum_approvals or 1,
+            quorum_review_agent=values.quorum_review_agent,
+            review_deadline_minutes=values.review_deadline_minutes,
         )
 
     async def check_rule(self, principal: Principal, rule: rules_pb2.SaveRuleRequest) -> None:

@@ -18,6 +18,7 @@ from reviewloop.tenancy import Principal
 
 from review_state import app, store
 from review_state.app import Decision, Env, Revision
+from review_state.domain.feedback import approvers
 from review_state.domain.machine import CLOSED, State
 from review_state.domain.review import Review, Turn
 from review_state.domain.submission import Attachment, Draft
@@ -38,6 +39,7 @@ def turn_to_proto(turn: Turn) -> review_pb2.Turn:
         seq=turn.seq,
         turn_type=turn.turn_type,
         actor_kind=turn.actor_kind,
+        actor_id=turn.actor_id,
         body=turn.body,
         revision=turn.revision,
         action=turn.action,
@@ -87,6 +89,7 @@ def review_to_proto(
         from_address=review.from_address,
         rule_high_water=review.rule_high_water,
         turns=[turn_to_proto(t) for t in turns],
+        approvers=approvers(turns, review.revision),
     )
     if review.intent is not None:
         meta = review.intent.get("meta")
@@ -109,7 +112,7 @@ def review_to_proto(
             setattr(message, name, value)
     if review.message_id is None:
         message.ClearField("rfc_message_id")  # only a delivered message has one worth reading
-    for name in ("decided_at", "sent_at"):
+    for name in ("decided_at", "sent_at", "review_deadline"):
         value = getattr(review, name)
         if value is not None:
             getattr(message, name).CopyFrom(stamp(value))
@@ -387,6 +390,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
                 for t in feedback.comments
             ],
             new_rules=feedback.new_rules,
+            approvers=feedback.approvers,
         )
 
     async def RecordInbound(

@@ -154,6 +154,9 @@ _EFFECTIVE = {
     "graduate_min_approvals": 20,
     "graduate_min_age_hours": 48,
     "auto_send_cap_per_day": 200,
+    "quorum_approvals": 1,
+    "quorum_review_agent": False,
+    "review_deadline_minutes": 0,
 }
 
 RISK_DIAL = {

@@ -155,6 +155,7 @@ SDK: dict[str, dict[str, Any]] = {
             "new_rules": STRINGS,
         },
         {"diff_unified": STRING, "diff_json": OBJECT},
+        {"approvers": STRINGS},  # issue 19: whose approval stands on the released revision
     ),
     "ReviewEvent": shape(
         {"seq": INT, "id": STRING, "reason": STRING, "created_at": STAMP},

@@ -35,7 +35,8 @@ GRADUATION_KEYS = {
 }  # fmt: skip
 DIAL_KEYS = {
     "min_confidence", "first_contact_gate", "drift_demote_after", "canary_rate", "graduate_min_approvals",
-    "graduate_min_age_hours", "auto_send_cap_per_day",
+    "graduate_min_age_hours", "auto_send_cap_per_day", "quorum_approvals", "quorum_review_agent",
+    "review_deadline_minutes",
 }  # fmt: skip
 
 
@@ -125,6 +126,9 @@ async def test_shapes_match_the_spec_examples_exactly(api: Api) -> None:
             "graduate_min_approvals": 20,
             "graduate_min_age_hours": 48,
             "auto_send_cap_per_day": 200,
+            "quorum_approvals": 1,
+            "quorum_review_agent": False,
+            "review_deadline_minutes": 0,
         },
         "categories": [
             {
@@ -139,6 +143,9 @@ async def test_shapes_match_the_spec_examples_exactly(api: Api) -> None:
                     "graduate_min_approvals": 20,
                     "graduate_min_age_hours": 48,
                     "auto_send_cap_per_day": 200,
+                    "quorum_approvals": 1,
+                    "quorum_review_agent": False,
+                    "review_deadline_minutes": 0,
                 },
             }
         ],

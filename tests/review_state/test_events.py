@@ -92,6 +92,7 @@ async def test_sent_carries_the_decision_or_the_gate_outcome(env: Env) -> None:
         "send_path": "human_reviewed",
         "sent_at": sent.sent_at.isoformat().replace("+00:00", "Z"),
         "decision": "approved",
+        "approvers": ["key_h"],  # issue 19: whose approval released it
     }
     auto = await reach(env, "auto_sent")
     assert auto.sent_at is not None
@@ -101,6 +102,7 @@ async def test_sent_carries_the_decision_or_the_gate_outcome(env: Env) -> None:
         "send_path": "agent_direct",
         "sent_at": auto.sent_at.isoformat().replace("+00:00", "Z"),
         "gate_outcome": "",
+        "approvers": [],  # nobody approved an auto send
     }
 
 

@@ -240,6 +240,9 @@ async def test_risk_dial_overrides_inherit_the_account_defaults(open_db: OpenDb)
         "graduate_min_approvals": 20,
         "graduate_min_age_hours": 48,
         "auto_send_cap_per_day": 200,
+        "quorum_approvals": 1,
+        "quorum_review_agent": False,
+        "review_deadline_minutes": 0,
     }
     assert dial.categories == []
     dial = await app.set_risk_dial(

@@ -220,6 +220,11 @@ class ReviewFeedback(Shape):
     diff_json: DiffJson | None = None
     comments: list[ReviewFeedbackComment] = Field(default_factory=list)
     new_rules: list[str] = Field(default_factory=list, description="rule_ ids born from this review")
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="the actors whose approval stands on the current revision (every approver of a "
+        "quorum), in the order they gave it",
+    )
 
 
 class Attachment(Shape):
@@ -269,7 +274,11 @@ class ReviewDecisionContext(Shape):
     max_hops: int | None = Field(
         default=None, description="The round limit; null until the first review-agent round is admitted."
     )
-    review_deadline: datetime | None = Field(default=None, description="null: a review carries no deadline.")
+    review_deadline: datetime | None = Field(
+        default=None,
+        description="When a review agent's time to decide runs out (the category's review deadline); "
+        "null: the draft carries none.",
+    )
     force_to_human: bool = Field(description="A circuit breaker held a review agent's release for a human.")
     force_reason: str | None = Field(default=None, description="The breaker that held it, when one did.")
 

@@ -344,6 +344,15 @@ class DialValues(Shape):
     graduate_min_approvals: int | None = Field(default=None, le=INT32_MAX)
     graduate_min_age_hours: float | None = None
     auto_send_cap_per_day: int | None = Field(default=None, le=INT32_MAX)
+    quorum_approvals: int | None = Field(
+        default=None, le=INT32_MAX, description="distinct approvals of the current revision a draft needs"
+    )
+    quorum_review_agent: bool | None = Field(
+        default=None, description="a review agent's approval counts as one of them"
+    )
+    review_deadline_minutes: int | None = Field(
+        default=None, le=INT32_MAX, description="a review agent's time to decide; 0: no deadline"
+    )
 
 
 class CategoryDialIn(DialValues):
@@ -369,6 +378,11 @@ class RiskValues(Shape):
     graduate_min_approvals: int
     graduate_min_age_hours: Hours
     auto_send_cap_per_day: int
+    quorum_approvals: int = Field(description="distinct approvals of the current revision a draft needs")
+    quorum_review_agent: bool = Field(description="a review agent's approval counts as one of them")
+    review_deadline_minutes: int = Field(
+        description="minutes a review agent has to decide before the draft is forced to a human; 0: none"
+    )
 
 
 class CategoryRiskDial(Shape):
@@ -382,6 +396,9 @@ class CategoryRiskDial(Shape):
     graduate_min_approvals: int | None = None
     graduate_min_age_hours: Hours | None = None
     auto_send_cap_per_day: int | None = None
+    quorum_approvals: int | None = None
+    quorum_review_agent: bool | None = None
+    review_deadline_minutes: int | None = None
     effective: RiskValues
 
 

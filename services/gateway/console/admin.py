@@ -313,7 +313,7 @@ def _dial_inputs(prefix: str, values: dict[str, Any], blank: str) -> str:
         shown = _shown(values.get(name))
         ident = f"{prefix}-{name}"
         was = f'<input type="hidden" name="was_{h(name)}" value="{h(shown)}">'
-        if name == "first_contact_gate":
+        if isinstance(getattr(rules_pb2.RiskValues(), name), bool):
             opts = "".join(
                 f'<option value="{v}"{" selected" if shown == v else ""}>{v or blank}</option>'
                 for v in ("", "true", "false")

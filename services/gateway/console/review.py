@@ -244,7 +244,33 @@ async def _get(request: Request, session: Session, review_id: str) -> dict[str, 
         review_pb2.GetReviewRequest(principal=session.principal.to_proto(), review_id=review_id),
         request,
     )
-    return as_review(reply)
+    return {**as_review(reply), "approvers": list(reply.approvers)}
+
+
+async def _quorum(request: Request, session: Session, review: dict[str, Any]) -> str:
+    """Where a pending draft of a category with a quorum stands: "2 of 3 approvals" and who gave them.
+    Only approvals of the current revision count (an edit starts the count again)."""
+    category = review.get("category_id")
+    if not category or review["state"] not in PENDING:
+        return ""
+    dial = await web.call(
+        web.backend(request).rules.GetRiskDial,
+        rules_pb2.GetRiskDialRequest(principal=session.principal.to_proto(), category_id=category),
+        request,
+    )
+    needed = next(
+        (c.effective.quorum_approvals for c in dial.categories if c.category_id == category),
+        dial.account.quorum_approvals,
+    )
+    if needed <= 1:
+        return ""
+    given = review["approvers"]
+    who = f": approved by {', '.join(given)}" if given else ""
+    mine = " You approved this revision." if session.principal.actor_id in given else ""
+    return (
+        f'<p id="quorum" role="status"><strong>{len(given)} of {needed} approvals</strong> of revision '
+        f"{review['revision']}{h(who)}.{mine} Approvals of an earlier revision no longer count.</p>"
+    )
 
 
 def _diff(hunks: list[dict[str, Any]]) -> str:
@@ -349,7 +375,8 @@ def _thread(review: dict[str, Any]) -> str:
         diff = _diff(turn["diff_json"]["hunks"]) if turn.get("diff_json") else ""
         text = f"<pre>{h(turn['body'])}</pre>" if turn["body"] else ""
         items.append(
-            f"<li><strong>{h(what)}</strong> by {h(turn['actor_kind'])}, revision {turn['revision']}, "
+            f"<li><strong>{h(what)}</strong> by {h(turn['actor_kind'])} "
+            f"{h(turn.get('actor_id', ''))}, revision {turn['revision']}, "
             f"{h(turn['created_at'])}{text}{diff}</li>"
         )
     return "<ol class='thread'>" + "".join(items) + "</ol>" if items else "<p>No turns yet.</p>"
@@ -600,7 +627,7 @@ revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</co
 {present}
 {notice}
 {warning_panel}
-<section aria-labelledby="act"><h2 id="act">Decide</h2>{actions}</section>
+<section aria-labelledby="act"><h2 id="act">Decide</h2>{await _quorum(request, session, review)}{actions}</section>
 {_delivery_status(review, session)}
 <div class="grid">
 {_delivery(review)}

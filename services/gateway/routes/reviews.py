@@ -36,7 +36,7 @@ from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, require
 from gateway.backends import Backends, backends
 from gateway.headers import IdempotencyKey
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
-from gateway.translate import Json, page
+from gateway.translate import Json, page, timestamp
 from gateway.translate.reviews import (
     as_review,
     as_review_chat_result,
@@ -195,7 +195,7 @@ async def get_review_decision_context(
         "review_id": review.id,
         "hop_count": hops,
         "max_hops": max_hops,
-        "review_deadline": None,  # review_state records no review deadline
+        "review_deadline": timestamp(review.review_deadline) if review.HasField("review_deadline") else None,
         "force_to_human": held,
         "force_reason": review.gate_outcome.removeprefix(HELD_BY) if held else None,
     }

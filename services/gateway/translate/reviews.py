@@ -30,6 +30,8 @@ def as_review_turn(turn: review_pb2.Turn) -> Json:
     }
     if turn.action:
         body["action"] = turn.action
+    if turn.actor_id:
+        body["actor_id"] = turn.actor_id
     if turn.diff_json:
         body["diff_json"] = orjson.loads(turn.diff_json)
     return body
@@ -183,6 +185,7 @@ def as_review_feedback(reply: review_pb2.Feedback) -> Json:
         {"turn_id": c.turn_id, "actor_kind": c.actor_kind, "body": c.body} for c in reply.comments
     ]  # the SDK's actor_id and created_at are not on the wire between services yet
     body["new_rules"] = list(reply.new_rules)
+    body["approvers"] = list(reply.approvers)
     return body
 
 

@@ -27,7 +27,13 @@ from review_state.app.delivery import (
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
 from review_state.app.reads import Feedback, get_feedback, get_review, get_revisions, list_reviews
-from review_state.app.reviewer import ReviewerResult, decide, open_review, reviewer_decide
+from review_state.app.reviewer import (
+    ReviewerResult,
+    decide,
+    open_review,
+    reviewer_decide,
+    sweep_review_deadlines,
+)
 from review_state.app.submission import submit
 from review_state.domain.decision import Decision
 from review_state.domain.revision import Revision
@@ -64,4 +70,5 @@ __all__ = [
     "set_policy",
     "submit",
     "submit_revision",
+    "sweep_review_deadlines",
 ]

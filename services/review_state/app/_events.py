@@ -44,6 +44,7 @@ class Facts:
     cancelled_by: str = ""  # the caller's actor kind
     decision: str = ""  # how the reviewers' decisions read (``feedback.decision_of``), on `sent`
     breaker: str = ""  # the circuit breaker that held a review agent's release
+    approvers: tuple[str, ...] = ()  # whose approval released the final revision, on `sent`
 
 
 NO_FACTS = Facts()
@@ -150,6 +151,7 @@ def _sent(edge: Edge, facts: Facts) -> N.Sent:
     )
     if sent.state is State.SENT:
         payload.decision = facts.decision
+        payload.approvers.extend(facts.approvers)
     else:
         payload.gate_outcome = sent.gate_outcome or ""
     if sent.thread_ref:  # an empty one would read as "a thread, unnamed"

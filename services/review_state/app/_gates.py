@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from review_state import store
 from review_state.app.env import Env
 from review_state.domain.review import Review
-from review_state.domain.submission import GRADUATED, auto_send_hold, breaker
+from review_state.domain.submission import GRADUATED, Dial, auto_send_hold, breaker
 
 QUOTA_WINDOW = timedelta(days=1)  # the outbound quota counts messages sent in the last 24 hours
 
@@ -117,16 +117,17 @@ async def auto_send_gate(
     return hold, category.state, dial.auto_send_cap_per_day if dial is not None else 0
 
 
-async def reviewer_breaker(env: Env, principal: Principal, review: Review) -> tuple[str | None, int]:
+async def reviewer_breaker(env: Env, principal: Principal, review: Review) -> tuple[str | None, Dial]:
     """The circuit breakers of the review-agent plane, by name, or None when the release may go out;
-    and the category's daily auto-send cap (spent by ``spend_cap`` in the decision's unit)."""
+    and the category's dial (its daily auto-send cap is spent by ``spend_cap`` in the decision's
+    unit, its quorum counted there)."""
     dial = await env.peers.get_dial(principal, review.category_id)
     async with env.db.engine.connect() as conn:
         facts = await sending_facts(conn, review.project_id, review.recipients)
     tripped = breaker(
         dial=dial, confidence=review.confidence, first_contact=facts.first_contact, review_id=review.id
     )
-    return tripped, dial.auto_send_cap_per_day
+    return tripped, dial
 
 
 async def spend_cap(uow: UnitOfWork, project_id: str, category_id: str, cap: int) -> bool:

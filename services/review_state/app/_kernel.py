@@ -153,13 +153,17 @@ async def move(
     parent_revision: int | None = None,
     expected_version: int | None = None,
     facts: Facts = NO_FACTS,
+    short_of_quorum: bool = False,
     **changes: Any,
 ) -> Edge:
     """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
-    ``parent_revision`` None names no revision (chat, the platform's edges)."""
+    ``parent_revision`` None names no revision (chat, the platform's edges). An approval (or edit)
+    ``short_of_quorum`` is legal where the table allows it, and leaves the draft where it is."""
     target = check_transition(
         review, verb, actor, parent_revision=parent_revision, expected_version=expected_version
     )
+    if short_of_quorum:
+        target = review.state
     with span(review, target, actor):
         updated = await store.compare_and_set(
             uow.conn, review, **{"updated_at": utcnow(), **changes, "state": target}

@@ -29,7 +29,7 @@ from review_state.app import _kernel
 from review_state.app._events import Facts
 from review_state.app._gates import contacts_allow
 from review_state.app.env import Env
-from review_state.domain.feedback import decision_of, decisions_of
+from review_state.domain.feedback import approvers, decision_of, decisions_of
 from review_state.domain.machine import Actor, State, Verb
 from review_state.domain.mime import message_of, rfc_message_id
 from review_state.domain.review import Review
@@ -201,7 +201,10 @@ async def _record_delivered(env: Env, review_id: str, resolution: str | None = N
                 review,
                 verb,
                 Actor.SYSTEM,
-                facts=Facts(decision=decision_of(decisions_of(turns))),
+                facts=Facts(
+                    decision=decision_of(decisions_of(turns)),
+                    approvers=tuple(approvers(turns, review.revision)),
+                ),
                 message_id=attempt.message_id,
                 sent_at=now,
                 updated_at=now,

@@ -11,7 +11,7 @@ from reviewloop.tenancy import Principal
 from review_state import store
 from review_state.app._kernel import not_found
 from review_state.app.env import Env
-from review_state.domain.feedback import decision_of, decisions_of
+from review_state.domain.feedback import approvers, decision_of, decisions_of
 from review_state.domain.review import Review, RevisionContent, Turn
 
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
@@ -75,6 +75,7 @@ class Feedback:
     diff_json: dict[str, Any] | None
     comments: list[Turn]
     new_rules: list[str]
+    approvers: list[str]  # whose approval stands on the current revision (all of a quorum)
 
 
 async def get_feedback(env: Env, principal: Principal, review_id: str) -> Feedback:
@@ -89,4 +90,5 @@ async def get_feedback(env: Env, principal: Principal, review_id: str) -> Feedba
         diff_json=edits[-1].diff_json if edits else None,
         comments=comments,
         new_rules=[rule for t in turns for rule in t.rule_ids],
+        approvers=approvers(turns, review.revision),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -14,22 +15,49 @@ from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
+from review_state import store
 from review_state.app import _events, _kernel
 from review_state.app._events import Facts
 from review_state.app._gates import reviewer_breaker, spend_cap
 from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
 from review_state.clients import DiffResult
-from review_state.domain.decision import Decision, changed, decision_changes, diffable
-from review_state.domain.feedback import DecisionTurn, decision_of
+from review_state.domain.decision import (
+    FORCED_PAST_DEADLINE,
+    QUORUM_REQUIRED,
+    REVIEW_DEADLINE_PASSED,
+    Decision,
+    changed,
+    deadline_passed,
+    decision_changes,
+    diffable,
+)
+from review_state.domain.feedback import approvers, decision_of, decisions_of
 from review_state.domain.machine import Actor, State, Verb
-from review_state.domain.review import Review
+from review_state.domain.review import Review, Turn
+from review_state.domain.submission import Dial
 
 log = logging.getLogger(__name__)
 
 # Why a review agent's round was not admitted (``forced_by_breaker``): the draft goes to a human.
 MAX_HOPS = "max_hops_reached"
 NO_VERDICT_CAP = "no_verdict_cap_reached"
+
+
+SYSTEM_ACTOR = "review_state"  # the actor of the platform's own turns
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """A category's quorum (the risk dial's review settings): distinct approvals of the current
+    revision a release needs, and whether a review agent's counts as one."""
+
+    approvals: int = 1
+    review_agent_counts: bool = False
+
+    @classmethod
+    def of(cls, dial: Dial) -> Quorum:
+        return cls(dial.quorum_approvals, dial.quorum_review_agent)
 
 
 @dataclass(frozen=True)
@@ -105,10 +133,24 @@ async def _decide(
         # The review as it now is (a replay drives a delivery its first call left unfinished), and the
         # breaker that held the first call.
         return await deliver(env, replay[0]), replay[1]
-    current = await _kernel.precheck(env.db, principal, review_id, verb, decision.revision, decision.version)
+    try:
+        current = await _kernel.precheck(
+            env.db, principal, review_id, verb, decision.revision, decision.version
+        )
+    except DomainError as error:
+        counted = await _counted(env, principal, review_id, decision) if error.code is Code.STALE else None
+        if counted is None:
+            raise
+        return counted, ""
     hold: str | None = None
     receipt: str | None = None
     cap: int | None = None  # the daily auto-send cap a review agent's release spends in its unit
+    quorum = Quorum()
+    if actor is Actor.REVIEW_AGENT and deadline_passed(current, utcnow()):
+        # Too late for a review agent: the draft is the human's, whatever it decided; no round is spent.
+        return await _force_past_deadline(env, current), REVIEW_DEADLINE_PASSED
+    if actor is Actor.HUMAN and verb in (Verb.APPROVE, Verb.EDIT) and current.category_id:
+        quorum = Quorum.of(await env.peers.get_dial(principal, current.category_id))
     if actor is Actor.REVIEW_AGENT:
         # Every review-agent round is admitted by dispatch_budget before it acts; a spent budget is
         # the hop limit, and the draft goes to a human whatever the reviewer decided.
@@ -124,10 +166,13 @@ async def _decide(
                 raise
             hold = _refused_round(error)
         if receipt is not None and verb in (Verb.APPROVE, Verb.EDIT):
-            hold, cap = await reviewer_breaker(env, principal, current)
+            hold, dial = await reviewer_breaker(env, principal, current)
+            cap, quorum = dial.auto_send_cap_per_day, Quorum.of(dial)
+            if hold is None and quorum.approvals > 1 and not quorum.review_agent_counts:
+                hold = QUORUM_REQUIRED
     try:
         review, held_by = await _apply_decision(
-            env, principal, current, decision, verb, actor, hold, fields, idempotency_key, cap
+            env, principal, current, decision, verb, actor, hold, fields, idempotency_key, cap, quorum
         )
     except DomainError as error:
         if receipt is not None and http_status(error.code) == 409:
@@ -138,6 +183,19 @@ async def _decide(
     if receipt is not None:
         await _settle_round(env, principal, receipt, verdict="pass" if verb is Verb.APPROVE else "issues")
     return review, held_by
+
+
+async def _counted(env: Env, principal: Principal, review_id: str, decision: Decision) -> Review | None:
+    """The review, when this is a repeat of an approval that already stands on the revision it names
+    (a quorum's approver approving twice counts once, though the version moved on since)."""
+    if decision.action != "approve":
+        return None
+    async with env.db.engine.connect() as conn:
+        review = await _kernel.load(conn, principal, review_id)
+        if review.revision != decision.revision or review.state is State.APPROVED:
+            return None
+        standing = approvers(await store.list_turns(conn, review_id), review.revision)
+    return review if principal.actor_id in standing else None
 
 
 def _refused_round(error: DomainError) -> str:
@@ -209,9 +267,12 @@ async def _apply_decision(
     fields: dict[str, Any],
     idempotency_key: str,
     cap: int | None = None,
+    quorum: Quorum | None = None,
 ) -> tuple[Review, str]:
     """The decision's unit of work: the review as it now is, and the breaker that held a review
-    agent's release ("" for none)."""
+    agent's release ("" for none). Under a quorum, an approval (or edit) short of it is counted and
+    the draft stays open; the one that completes it releases the draft."""
+    quorum = quorum or Quorum()
     review_id = current.id
     edited: dict[str, str] | None = None
     diff: DiffResult | None = None
@@ -229,7 +290,21 @@ async def _apply_decision(
         if hold is not None:
             return await _hold(uow, principal, review_id, decision, hold)
         before = await _kernel.load(uow.conn, principal, review_id)
-        if cap is not None and not await spend_cap(uow, before.project_id, before.category_id, cap):
+        prior: list[Turn] = []
+        short = False
+        if quorum.approvals > 1 and verb in (Verb.APPROVE, Verb.EDIT):
+            # Counted in the unit whose compare-and-set on the version writes the approval: two
+            # approvals racing for the last slot cannot both see it free.
+            prior = await store.list_turns(uow.conn, review_id)
+            standing = approvers(prior, before.revision, review_agent_counts=quorum.review_agent_counts)
+            if verb is Verb.APPROVE and principal.actor_id in standing:
+                return before, ""  # the same approver twice counts once
+            short = (1 if verb is Verb.EDIT else len(standing) + 1) < quorum.approvals
+        if (
+            cap is not None
+            and not short
+            and not await spend_cap(uow, before.project_id, before.category_id, cap)
+        ):
             # The daily cap is spent in this unit: a release that does not commit spends nothing.
             return await _hold(uow, principal, review_id, decision, "daily_cap")
         edge = await _kernel.move(
@@ -240,13 +315,14 @@ async def _apply_decision(
             parent_revision=decision.revision,
             expected_version=decision.version,
             facts=Facts(said=decision.feedback),
+            short_of_quorum=short,
             **decision_changes(verb, before, edited, now),
             # Each review-agent round is a hop, counted here for the reader; dispatch_budget bounds them.
             reviewer_hops=before.reviewer_hops + (actor is Actor.REVIEW_AGENT),
         )
         after = edge.after
         did_change = changed(edited, before)
-        await _kernel.add_turn(
+        turn = await _kernel.add_turn(
             uow,
             after,
             principal,
@@ -263,7 +339,8 @@ async def _apply_decision(
             _events.publish_diff(uow, principal, before, diff)
         if rule is not None:
             _events.request_rule(uow, after, rule)
-        _events.publish_outcome(uow, after, decision_of([DecisionTurn(decision.action, did_change)]))
+        if not short:  # the category counts the review's outcome once, when it is decided
+            _events.publish_outcome(uow, after, decision_of(decisions_of([*prior, turn])))
         if after.state is State.APPROVED:
             path = "human_reviewed" if actor is Actor.HUMAN else "reviewer_approved"
             after = await start_delivery(uow, after, path, now)
@@ -271,6 +348,46 @@ async def _apply_decision(
 
     review, held_by, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
     return await deliver(env, review), held_by  # a replay drives a delivery left unfinished
+
+
+async def _force_past_deadline(env: Env, review: Review) -> Review:
+    """The review-deadline breaker returns the draft to the human queue, once: the hold is a
+    compare-and-set on the row, and a draft it already forced is left as it is."""
+    if review.gate_outcome == FORCED_PAST_DEADLINE:
+        return review
+    system = Principal(review.org_id, review.project_id, ActorKind.SYSTEM, SYSTEM_ACTOR)
+    async with env.db.transaction() as uow:
+        edge = await _kernel.move(
+            uow,
+            review,
+            Verb.HOLD,
+            Actor.SYSTEM,
+            facts=Facts(breaker=REVIEW_DEADLINE_PASSED),
+            gate_outcome=FORCED_PAST_DEADLINE,
+        )
+        await _kernel.add_turn(
+            uow, edge.after, system, "breaker", "The review deadline passed before a review agent decided."
+        )
+    return edge.after
+
+
+async def sweep_review_deadlines(env: Env, now: datetime | None = None, limit: int = 100) -> list[str]:
+    """The review-deadline breaker's sweep, which any replica may run: every draft whose deadline
+    passed before a review agent decided is forced to the human, once. Two sweeps that read the same
+    draft race on its compare-and-set: the loser sees ``stale`` and leaves it. Returns the ids forced."""
+    now = now or utcnow()
+    async with env.db.engine.connect() as conn:
+        due = await store.past_review_deadline(conn, now, FORCED_PAST_DEADLINE, limit)
+    forced = []
+    for review in due:
+        try:
+            await _force_past_deadline(env, review)
+        except DomainError as error:
+            if error.code is not Code.STALE:
+                raise
+            continue  # another replica, a reviewer or the composer moved it first
+        forced.append(review.id)
+    return forced
 
 
 async def _hold(

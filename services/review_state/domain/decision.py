@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from reviewloop.errors import invalid
 
-from review_state.domain.machine import Verb
+from review_state.domain.machine import State, Verb
 from review_state.domain.review import Review
 from review_state.domain.submission import CHAT_MAX, MAX_SUBJECT
 
@@ -74,6 +74,30 @@ def decision_changes(
         # revision is stale, which is what lets exactly one of concurrent writers win.
         changes["revision"] = current.revision + 1
     return changes
+
+
+# Issue 19's breakers of the review-agent plane (``forced_by_breaker``).
+REVIEW_DEADLINE_PASSED = "review_deadline_passed"  # spec 000's second breaker (NOTES.md); no round spent
+QUORUM_REQUIRED = "quorum_required"  # a quorum the review agent's approval does not count toward
+
+
+def review_deadline(submitted_at: datetime, minutes: int) -> datetime | None:
+    """When a review agent's time to decide a draft submitted at ``submitted_at`` runs out."""
+    return submitted_at + timedelta(minutes=minutes) if minutes > 0 else None
+
+
+FORCED_PAST_DEADLINE = f"held:{REVIEW_DEADLINE_PASSED}"  # the gate_outcome of a draft it forced
+
+
+def deadline_passed(review: Review, now: datetime) -> bool:
+    """The draft's review deadline passed before any review-agent decision: it is the human's (a
+    draft the sweep already forced stays the human's)."""
+    return review.gate_outcome == FORCED_PAST_DEADLINE or (
+        review.review_deadline is not None
+        and review.reviewer_hops == 0
+        and review.state is State.NEEDS_REVIEW
+        and now >= review.review_deadline
+    )
 
 
 def changed(edited: dict[str, str] | None, before: Review) -> bool:

@@ -8,27 +8,49 @@ from dataclasses import dataclass
 
 from review_state.domain.review import Turn
 
+APPROVING = ("approve", "edit")  # an edit is its author's approval of the revision it wrote
+
 
 @dataclass(frozen=True)
 class DecisionTurn:
     action: str  # approve | edit | reject | escalate
     changed: bool  # the edit actually changed subject or body
+    revision: int = 0  # the revision the decision left (an edit's is the one it wrote)
 
 
 def decisions_of(turns: Sequence[Turn]) -> list[DecisionTurn]:
     """The reviewer decisions of a review's thread, oldest first."""
-    return [DecisionTurn(t.action, t.changed) for t in turns if t.turn_type == "decision"]
+    return [DecisionTurn(t.action, t.changed, t.revision) for t in turns if t.turn_type == "decision"]
 
 
 def decision_of(decisions: Sequence[DecisionTurn]) -> str:
-    """``edited`` when the last reviewer decision changed the draft, ``approved`` when it released it
-    as-is (an edit that changed nothing included), ``rejected`` / ``escalated``, else ``none``."""
+    """``edited`` when a reviewer's edit wrote the revision the last approval released (under a
+    quorum, others approve that edit after it), ``approved`` when it went out as the composer wrote
+    it (an edit that changed nothing included), ``rejected`` / ``escalated``, else ``none``."""
     if not decisions:
         return "none"
     last = decisions[-1]
-    if last.action in ("approve", "edit"):
-        return "edited" if last.action == "edit" and last.changed else "approved"
+    if last.action in APPROVING:
+        edited = any(d.action == "edit" and d.changed and d.revision == last.revision for d in decisions)
+        return "edited" if edited else "approved"
     return {"reject": "rejected", "escalate": "escalated"}.get(last.action, "none")
+
+
+def approvers(turns: Sequence[Turn], revision: int, *, review_agent_counts: bool = True) -> list[str]:
+    """The distinct actors whose approval stands on ``revision``, in the order they gave it (issue 19's
+    quorum). An approval of an older revision is void, as a stale approval is on code review; the
+    same approver twice counts once."""
+    kinds = ("human", "review_agent") if review_agent_counts else ("human",)
+    return list(
+        dict.fromkeys(
+            t.actor_id
+            for t in turns
+            if t.turn_type == "decision"
+            and t.action in APPROVING
+            and t.revision == revision
+            and t.actor_kind in kinds
+        )
+    )
 
 
 def outcome_for_rules(decision: str) -> str | None:

@@ -54,6 +54,7 @@ class Review:
     reviewer_hops: int = 0
     decided_at: datetime | None = None
     sent_at: datetime | None = None
+    review_deadline: datetime | None = None  # a review agent decides before it, or a human does
 
     @property
     def recipients(self) -> list[str]:

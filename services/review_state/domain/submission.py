@@ -330,6 +330,9 @@ class Dial:
     first_contact_gate: bool
     canary_rate: float
     auto_send_cap_per_day: int
+    quorum_approvals: int = 1  # distinct approvals of the current revision a release needs
+    quorum_review_agent: bool = False  # a review agent's approval counts as one
+    review_deadline_minutes: int = 0  # a review agent's time to decide (0: no deadline)
 
 
 def canary_draw(review_id: str) -> float:

@@ -43,6 +43,7 @@ from review_state.store.reviews import (
     list_reviews,
     list_revisions,
     list_turns,
+    past_review_deadline,
     pending_in_scope,
 )
 from review_state.store.tables import idempotency_keys, metadata
@@ -81,6 +82,7 @@ __all__ = [
     "metadata",
     "park",
     "parked_attempts",
+    "past_review_deadline",
     "pending_in_scope",
     "reach_data",
     "renew_lease",

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
@@ -155,6 +155,25 @@ async def pending_in_scope(
     if agent_id:
         query = query.where(reviews.c.agent_id == agent_id)
     rows = await conn.execute(query.order_by(reviews.c.id).with_for_update())
+    return [_from_row(row) for row in rows]
+
+
+async def past_review_deadline(
+    conn: AsyncConnection, now: datetime, forced_outcome: str, limit: int
+) -> list[Review]:
+    """Drafts still waiting for a first review-agent decision whose review deadline has passed, and
+    that the deadline has not already forced to a human (``forced_outcome``), oldest deadline first."""
+    rows = await conn.execute(
+        select(reviews)
+        .where(
+            reviews.c.state == State.NEEDS_REVIEW.value,
+            reviews.c.review_deadline <= now,
+            reviews.c.reviewer_hops == 0,
+            or_(reviews.c.gate_outcome.is_(None), reviews.c.gate_outcome != forced_outcome),
+        )
+        .order_by(reviews.c.review_deadline)
+        .limit(limit)
+    )
     return [_from_row(row) for row in rows]
 
 

@@ -58,7 +58,10 @@ reviews = Table(
     Column("updated_at", UtcDateTime, nullable=False),
     Column("decided_at", UtcDateTime),
     Column("sent_at", UtcDateTime),
+    # When a review agent's time to decide runs out (the category's review_deadline_minutes at submit).
+    Column("review_deadline", UtcDateTime),
     Index("ix_reviews_project_id_id", "project_id", "id"),
+    Index("ix_reviews_state_review_deadline", "state", "review_deadline"),
     Index("ix_reviews_org_id_state", "org_id", "state"),
 )
 

@@ -17,13 +17,21 @@ DEFAULTS: dict[str, Any] = {
     "graduate_min_approvals": 20,
     "graduate_min_age_hours": 48,
     "auto_send_cap_per_day": 200,
+    # Review settings (issue 19): how many distinct approvers a draft of the category needs on its
+    # current revision (1: one reviewer decides), whether a review agent's approval counts as one,
+    # and the minutes a review agent has to decide before the draft is forced to a human (0: none).
+    "quorum_approvals": 1,
+    "quorum_review_agent": False,
+    "review_deadline_minutes": 0,
 }
 FIELDS = tuple(DEFAULTS)
+_BOOLEANS = ("first_contact_gate", "quorum_review_agent")
+_AT_LEAST_ONE = ("drift_demote_after", "quorum_approvals")
 
 
 def _check(pointer: str, name: str, value: Any) -> Any:
     """A value of the right type and range, or ``bad_request`` naming the field."""
-    if name == "first_contact_gate":
+    if name in _BOOLEANS:
         if not isinstance(value, bool):
             raise invalid(pointer, "must be true or false")
         return value
@@ -39,7 +47,7 @@ def _check(pointer: str, name: str, value: Any) -> Any:
         return value
     if value != int(value):
         raise invalid(pointer, "must be a whole number")
-    low = 1 if name == "drift_demote_after" else 0
+    low = 1 if name in _AT_LEAST_ONE else 0
     if value < low:
         raise invalid(pointer, f"must be {low} or more")
     return int(value)
