@@ -12,7 +12,7 @@ from playwright.async_api import Page, expect
 
 from tests.conftest import Api, draft
 from tests.console.conftest import shot
-from tests.e2e.helpers import events_until
+from tests.e2e.helpers import auto_notify_category, events_until
 from tests.e2e.test_delivery_smtp import Relay
 
 
@@ -426,38 +426,32 @@ async def test_parked_delivery_shown_and_resolved_by_an_admin_from_the_page(
 
 
 async def test_an_auto_notify_send_is_a_line_in_the_queue(capi: Api, new_page: Any) -> None:
-    """A category graduated to auto_notify auto-sends a confident draft: the humans see it in the queue,
-    under what went out without review; a draft held for review stays in the pending table only."""
+    """A category graduated to auto_notify auto-sends a confident draft: the humans watching the queue
+    get it live under what went out without review (no reload); a draft held for review waits behind
+    the "new" bar of the pending table only."""
     p = await _project(capi)
-    pid, admin = p["project_id"], capi.auth(p["admin"])
-    category = await _category(capi, pid, "renewals")
-    gate = {
-        "graduate_min_approvals": 0,  # a maturity gate met from the start
-        "graduate_min_age_hours": 0,
-        "min_confidence": 0.6,
-        "first_contact_gate": False,
-        "canary_rate": 0.0,
-    }
-    dial = await capi.http.put(f"/v1/admin/projects/{pid}/risk-dial", json={"account": gate}, headers=admin)
-    assert dial.status_code == 200, dial.text
-    graduated = await capi.http.post(
-        f"/v1/admin/categories/{category}/graduate", json={"to_state": "auto_notify"}, headers=admin
-    )
-    assert graduated.status_code == 200, graduated.text
-    policy = await capi.http.put(
-        f"/v1/admin/projects/{pid}/review-policy", json={"policy": "auto_send_graduated"}, headers=admin
-    )
-    assert policy.status_code == 200, policy.text
-    sent = await submit(capi, p["agent"], subject="renewal sent", category_id=category, confidence=0.9)
-    held = await submit(capi, p["agent"], subject="renewal held", category_id=category, confidence=0.2)
-    assert (await review(capi, p["agent"], sent))["state"] == "auto_sent"
-
+    category = await auto_notify_category(capi, p["project_id"])
     page = await new_page()
     await sign_in(page, p["human"])
+    await expect(page.get_by_text("Nothing was auto-sent in an auto_notify category.")).to_be_visible()
+    await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+
+    sent = await submit(capi, p["agent"], subject="renewal sent", category_id=category, confidence=0.9)
+    held = await submit(capi, p["agent"], subject="renewal held", category_id=category, confidence=0.2)
+    assert (await review(capi, p["agent"], sent))["state"] in ("auto_sent", "sent")
     auto = page.locator("tr.auto-row")
     await expect(auto).to_have_count(1)
     await expect(auto.first).to_have_id(f"auto-{sent}")
     await expect(auto.first).to_contain_text("renewals")
+    await expect(auto.first).to_contain_text("vp@acme.com")
+    await expect(page.get_by_text("Nothing was auto-sent in an auto_notify category.")).to_be_hidden()
+    await expect(page.locator("#live")).to_contain_text("Sent without review")
+    await expect(page.locator("#new-bar")).to_have_text("1 new — show")
+    assert await page.evaluate("window.loadedOnce === true")
+    await axe_clean(page, "queue-auto-notify-live")
+
+    await page.reload()
+    await expect(auto).to_have_count(1)
     await expect(page.locator(f"#row-{held}")).to_have_count(1)
     await expect(page.locator(f"#row-{sent}")).to_have_count(0)
     await axe_clean(page, "queue-auto-notify")
