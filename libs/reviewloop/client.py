@@ -37,6 +37,8 @@ from reviewloop.shapes import (
     Category,
     CategoryList,
     ContractManifest,
+    GraduationProposal,
+    GraduationProposalList,
     GraduationStatus,
     Problem,
     Review,
@@ -886,6 +888,56 @@ class Verbs:
         )  # fmt: skip
 
     @staticmethod
+    def list_graduation_proposals(category_id: str) -> Call[GraduationProposalList]:
+        """The category's graduation proposals, newest first (``GET .../{category_id}/graduation-proposals``).
+
+        How an agent learns what a human did with its proposal: ``status`` is ``proposed`` (waiting),
+        ``approved`` (the category graduated to it) or ``rejected`` with the human's ``reason``, verbatim.
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            A :class:`GraduationProposalList`, decided proposals included.
+
+        Raises:
+            ReviewloopError: ``404`` for a category this key does not see.
+        """
+        return Call(
+            "GET", f"/v1/categories/{_id(category_id)}/graduation-proposals", _shape(GraduationProposalList)
+        )
+
+    @staticmethod
+    def reject_graduation_proposal(
+        project_id: str, proposal_id: str, *, reason: str, idempotency_key: str | None = None
+    ) -> Call[GraduationProposal]:
+        """Reject a graduation proposal with a reason; the category stays on its rung.
+
+        ``POST /v1/admin/projects/{project_id}/graduation-proposals/{proposal_id}/reject``; takes an admin
+        key. The proposing agent reads ``reason`` verbatim (:meth:`list_graduation_proposals`). To approve
+        a proposal instead, graduate its category to the proposal's ``to_state``.
+
+        Args:
+            project_id: The proposal's ``prj_`` project.
+            proposal_id: The ``gprop_`` id.
+            reason: Why, for the agent.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+
+        Returns:
+            The :class:`GraduationProposal`, now ``rejected``.
+
+        Raises:
+            ReviewloopError: ``409 wrong_state`` for a proposal already decided or moot; ``403`` for a
+                non-admin key.
+        """
+        return Call(
+            "POST",
+            f"/v1/admin/projects/{_id(project_id)}/graduation-proposals/{_id(proposal_id)}/reject",
+            _shape(GraduationProposal), body={"reason": reason}, idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    @staticmethod
     def get_risk_dial(*, category_id: str | None = None) -> Call[RiskDial]:
         """Read the brand-risk dial in force (``GET /v1/risk-dial``); only a human can change it.
 
@@ -1163,6 +1215,8 @@ class AsyncReviewloop(_Base):
     get_backlog_status = _async(Verbs.get_backlog_status)
     get_graduation_status = _async(Verbs.get_graduation_status)
     propose_graduation = _async(Verbs.propose_graduation)
+    list_graduation_proposals = _async(Verbs.list_graduation_proposals)
+    reject_graduation_proposal = _async(Verbs.reject_graduation_proposal)
     get_risk_dial = _async(Verbs.get_risk_dial)
     get_effective_review_policy = _async(Verbs.get_effective_review_policy)
     resolve_delivery = _async(Verbs.resolve_delivery)
@@ -1252,6 +1306,8 @@ class Reviewloop(_Base):
     get_backlog_status = _sync(Verbs.get_backlog_status)
     get_graduation_status = _sync(Verbs.get_graduation_status)
     propose_graduation = _sync(Verbs.propose_graduation)
+    list_graduation_proposals = _sync(Verbs.list_graduation_proposals)
+    reject_graduation_proposal = _sync(Verbs.reject_graduation_proposal)
     get_risk_dial = _sync(Verbs.get_risk_dial)
     get_effective_review_policy = _sync(Verbs.get_effective_review_policy)
     resolve_delivery = _sync(Verbs.resolve_delivery)

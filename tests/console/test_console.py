@@ -520,3 +520,45 @@ async def test_review_page_compares_any_two_revisions(capi: Api, new_page: Any) 
     await expect(diff).to_contain_text("- Can we talk Monday?")
     await expect(diff).to_contain_text("+ Can we talk Tuesday?")
     await axe_clean(page, "review-revisions")
+
+
+async def test_admin_rejects_one_graduation_proposal_and_approves_the_next(capi: Api, new_page: Any) -> None:
+    """The Categories page lists the proposals waiting for a human with approve and reject: a rejection
+    keeps the category on its rung and its agent reads the reason verbatim; an approval graduates it."""
+    p = await _project(capi)
+    pid, agent = p["project_id"], capi.auth(p["agent"])
+    category = await _category(capi, pid, "renewals")
+    proposals = f"/v1/categories/{category}/graduation-proposals"
+    first = await capi.http.post(proposals, json={"note": "clean for weeks"}, headers=agent)
+    assert first.status_code == 201, first.text
+
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/categories")
+    row = page.locator(f"#proposal-{first.json()['id']}")
+    await expect(row).to_contain_text("supervised → auto_notify")
+    await expect(row).to_contain_text("clean for weeks")
+    await axe_clean(page, "categories-proposals")
+    await row.get_by_text("Reject…").click()
+    await row.get_by_label("Reason (the agent reads it verbatim)").fill("Wait for the Q3 pricing change.")
+    await row.get_by_role("button", name="Reject the proposal for renewals").click()
+    await expect(page.get_by_role("status").first).to_contain_text("proposal rejected")
+    await expect(page.locator("[id^=proposal-]")).to_have_count(0)
+    await expect(page.locator("tbody tr").first).to_contain_text("supervised")
+    seen = (await capi.http.get(proposals, headers=agent)).json()["proposals"]
+    assert [(x["status"], x["reason"]) for x in seen] == [("rejected", "Wait for the Q3 pricing change.")]
+
+    second = await capi.http.post(proposals, json={"note": "and now?"}, headers=agent)
+    gate = {"graduate_min_approvals": 0, "graduate_min_age_hours": 0}
+    opened = await capi.http.put(
+        f"/v1/admin/projects/{pid}/risk-dial", json={"account": gate}, headers=capi.auth(p["admin"])
+    )
+    assert opened.status_code == 200, opened.text
+    await page.reload()
+    await page.get_by_role("button", name="Approve: graduate renewals to auto_notify").click()
+    await expect(page.get_by_role("status").first).to_contain_text("category graduated")
+    await expect(page.locator("tbody tr").first).to_contain_text("auto_notify")
+    seen = (await capi.http.get(proposals, headers=agent)).json()["proposals"]
+    assert [(x["id"], x["status"]) for x in seen] == [
+        (second.json()["id"], "approved"),
+        (first.json()["id"], "rejected"),
+    ]

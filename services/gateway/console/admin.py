@@ -181,7 +181,8 @@ async def categories_page(request: Request) -> Response:
     backend = web.backend(request)
     principal = session.principal.to_proto()
     rows = []
-    for category in await _categories(request, session):
+    categories = await _categories(request, session)
+    for category in categories:
         status = as_graduation_status(
             await web.call(
                 backend.rules.GetGraduationStatus,
@@ -226,22 +227,15 @@ async def categories_page(request: Request) -> Response:
         rules_pb2.ListGraduationProposalsRequest(principal=principal),
         request,
     )
+    names = {c["id"]: c["name"] for c in categories}
     proposal_rows = [
-        f"<tr><td>{h(p['category_id'])}</td><td>{h(p['from_state'])} → {h(p['to_state'])}</td>"
-        f"<td>{h(p['proposed_by'])}: {h(p['note'])}</td><td>{h(p['status'])}</td><td>"
-        + _form(
-            session,
-            f"/console/categories/{p['category_id']}/graduate",
-            f'<input type="hidden" name="to_state" value="{h(p["to_state"])}">',
-            f"Accept: graduate to {p['to_state']}",
-        )
-        + "</td></tr>"
+        _proposal_row(session, p, names.get(p["category_id"], p["category_id"]))
         for p in (as_graduation_proposal(x) for x in proposals.proposals)
     ]
     body = f"""{_notice(request)}
 {table("Categories and their graduation status", ["Category", "Rung", "Maturity gate", "Never graduate", "Actions"], rows, empty="No categories yet.")}
 <h2>Graduation proposals waiting for a human</h2>
-{table("Proposals", ["Category", "Move", "Proposed by", "Status", "Action"], proposal_rows, empty="No proposals.")}
+{table("Proposals, newest first", ["Category", "Move", "Proposed by", "Maturity gate", "Actions"], proposal_rows, empty="No proposals.")}
 <h2>New category</h2>
 <form method="post" action="/console/categories">{csrf_field(session)}
   <input type="hidden" name="idem" value="{web.idempotency_key()}">
@@ -250,6 +244,43 @@ async def categories_page(request: Request) -> Response:
   <p><button type="submit">Create category</button></p>
 </form>"""
     return page("Categories", body, session=session, active="categories")
+
+
+def _proposal_row(session: Session, proposal: dict[str, Any], name: str) -> str:
+    """A waiting proposal: approve (graduate the category to it) or reject with the reason the agent
+    reads verbatim (the category stays on its rung)."""
+    pid, to_state = proposal["id"], proposal["to_state"]
+    gate = "met" if proposal["graduation"]["maturity_gate_met"] else "not met"
+    approve = _form(
+        session,
+        f"/console/categories/{proposal['category_id']}/graduate",
+        f'<input type="hidden" name="to_state" value="{h(to_state)}">',
+        f"Approve: graduate {name} to {to_state}",
+    )
+    reject = (
+        f'<details><summary>Reject…</summary><form method="post" action="/console/categories/proposals/{h(pid)}/reject">'
+        f'{csrf_field(session)}<label for="reason-{h(pid)}">Reason (the agent reads it verbatim)</label>'
+        f'<textarea id="reason-{h(pid)}" name="reason" rows="2" cols="40" required maxlength="2000"></textarea>'
+        f'<p><button type="submit">Reject the proposal for {h(name)}</button></p></form></details>'
+    )
+    return (
+        f'<tr id="proposal-{h(pid)}"><td>{h(name)}</td><td>{h(proposal["from_state"])} → {h(to_state)}</td>'
+        f"<td>{h(proposal['proposed_by'])}: {h(proposal['note'])}<br><small>{h(proposal['created_at'])}</small></td>"
+        f"<td>{gate}</td><td>{approve}{reject}</td></tr>"
+    )
+
+
+@router.post("/categories/proposals/{proposal_id}/reject")
+async def reject_proposal(request: Request, proposal_id: str) -> Response:
+    session, form = await _admin_write(request)
+    await web.call(
+        web.backend(request).rules.RejectGraduationProposal,
+        rules_pb2.RejectGraduationProposalRequest(
+            principal=session.principal.to_proto(), proposal_id=proposal_id, reason=web.field(form, "reason")
+        ),
+        request,
+    )
+    return _done("/console/categories", "proposal_rejected")
 
 
 @router.post("/categories")

@@ -24,6 +24,7 @@ from rules.app.graduation import (
     graduation_status,
     list_graduation_proposals,
     propose_graduation,
+    reject_graduation_proposal,
 )
 from rules.app.ingest import SUBSCRIPTIONS
 from rules.app.rules import (
@@ -75,6 +76,7 @@ __all__ = [
     "list_graduation_proposals",
     "promote_rule",
     "propose_graduation",
+    "reject_graduation_proposal",
     "reject_rule",
     "resolve_owner",
     "retire_rule",
