@@ -227,9 +227,9 @@ async def categories_page(request: Request) -> Response:
         rules_pb2.ListGraduationProposalsRequest(principal=principal),
         request,
     )
-    names = {c["id"]: c["name"] for c in categories}
+    names = {str(c["id"]): str(c["name"]) for c in categories}
     proposal_rows = [
-        _proposal_row(session, p, names.get(p["category_id"], p["category_id"]))
+        _proposal_row(session, p, names.get(p["category_id"], str(p["category_id"])))
         for p in (as_graduation_proposal(x) for x in proposals.proposals)
     ]
     body = f"""{_notice(request)}
