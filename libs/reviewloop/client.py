@@ -36,6 +36,8 @@ from reviewloop.shapes import (
     AckReviewEventResult,
     Category,
     CategoryList,
+    Contact,
+    ContactList,
     ContractManifest,
     GraduationProposal,
     GraduationProposalList,
@@ -996,6 +998,56 @@ class Verbs:
         )  # fmt: skip
 
     @staticmethod
+    def list_blocked_and_suppressed(project_id: str) -> Call[ContactList]:
+        """The project's blocked and suppressed recipients (``GET /v1/admin/projects/{project_id}/contacts``).
+
+        Takes an admin key. Each contact says since when and by whom each flag is set.
+
+        Args:
+            project_id: The ``prj_`` project.
+
+        Returns:
+            A :class:`ContactList`, by address.
+        """
+        return Call("GET", f"/v1/admin/projects/{_id(project_id)}/contacts", _shape(ContactList))
+
+    @staticmethod
+    def unblock_recipient(project_id: str, address: str) -> Call[Contact]:
+        """Take a recipient off the project's block list (``DELETE .../blocks/{address}``); admin key.
+
+        Args:
+            project_id: The ``prj_`` project.
+            address: The blocked address.
+
+        Returns:
+            The :class:`Contact` with ``blocked`` false.
+
+        Raises:
+            ReviewloopError: ``404`` when the address is not blocked.
+        """
+        return Call("DELETE", f"/v1/admin/projects/{_id(project_id)}/blocks/{_id(address)}", _shape(Contact))
+
+    @staticmethod
+    def unsuppress_recipient(project_id: str, address: str) -> Call[Contact]:
+        """Take a recipient off the project's suppression list (``DELETE .../suppressions/{address}``).
+
+        Takes an admin key.
+
+        Args:
+            project_id: The ``prj_`` project.
+            address: The suppressed address.
+
+        Returns:
+            The :class:`Contact` with ``suppressed`` false.
+
+        Raises:
+            ReviewloopError: ``404`` when the address is not suppressed.
+        """
+        return Call(
+            "DELETE", f"/v1/admin/projects/{_id(project_id)}/suppressions/{_id(address)}", _shape(Contact)
+        )
+
+    @staticmethod
     def get_contract_manifest() -> Call[ContractManifest]:
         """Read the contract manifest the server implements (``GET /v1/contract-manifest``).
 
@@ -1220,6 +1272,9 @@ class AsyncReviewloop(_Base):
     get_risk_dial = _async(Verbs.get_risk_dial)
     get_effective_review_policy = _async(Verbs.get_effective_review_policy)
     resolve_delivery = _async(Verbs.resolve_delivery)
+    list_blocked_and_suppressed = _async(Verbs.list_blocked_and_suppressed)
+    unblock_recipient = _async(Verbs.unblock_recipient)
+    unsuppress_recipient = _async(Verbs.unsuppress_recipient)
     get_contract_manifest = _async(Verbs.get_contract_manifest)
 
 
@@ -1311,6 +1366,9 @@ class Reviewloop(_Base):
     get_risk_dial = _sync(Verbs.get_risk_dial)
     get_effective_review_policy = _sync(Verbs.get_effective_review_policy)
     resolve_delivery = _sync(Verbs.resolve_delivery)
+    list_blocked_and_suppressed = _sync(Verbs.list_blocked_and_suppressed)
+    unblock_recipient = _sync(Verbs.unblock_recipient)
+    unsuppress_recipient = _sync(Verbs.unsuppress_recipient)
     get_contract_manifest = _sync(Verbs.get_contract_manifest)
 
 

@@ -562,3 +562,32 @@ async def test_admin_rejects_one_graduation_proposal_and_approves_the_next(capi:
         (second.json()["id"], "approved"),
         (first.json()["id"], "rejected"),
     ]
+
+
+async def test_admin_sees_blocks_and_suppressions_and_lifts_one(capi: Api, new_page: Any) -> None:
+    """The Settings page lists each blocked or suppressed recipient with since when and by whom, and
+    lifts a flag; the agent's mail to that address then goes through."""
+    p = await _project(capi)
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/settings")
+    await expect(page.get_by_text("No recipient is blocked or suppressed.")).to_be_visible()
+    for address, verb in (("no@acme.com", "Block"), ("gone@acme.com", "Suppress")):
+        await page.get_by_label("Address").fill(address)
+        await page.get_by_role("button", name=verb, exact=True).click()
+        await expect(page.get_by_role("status").first).to_contain_text("contact saved")
+    listed = page.get_by_role("table", name="Blocked and suppressed recipients")
+    blocked = listed.locator("tr", has_text="no@acme.com")
+    await expect(blocked.locator("td").nth(1)).to_contain_text("since 20")
+    await expect(blocked.locator("td").nth(2)).to_have_text("no")
+    await expect(listed.locator("tr", has_text="gone@acme.com").locator("td").nth(2)).to_contain_text("since")
+    await axe_clean(page, "settings-contacts")
+    refused = await capi.http.post(
+        "/v1/messages", json=draft(to=["no@acme.com"]), headers=capi.auth(p["agent"])
+    )
+    assert refused.json()["code"] == "recipient_blocked"
+
+    await page.get_by_role("button", name="Unblock no@acme.com").click()
+    await expect(page.get_by_role("status").first).to_contain_text("unblocked")
+    await expect(listed.locator("tr", has_text="no@acme.com")).to_have_count(0)
+    await expect(listed.locator("tr", has_text="gone@acme.com")).to_have_count(1)
+    await submit(capi, p["agent"], to=["no@acme.com"])

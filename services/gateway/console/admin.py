@@ -23,7 +23,7 @@ from gateway.console import web
 from gateway.console.html import csrf_field, error_box, h, page, table
 from gateway.console.sessions import Session
 from gateway.translate.budget import as_round_budget
-from gateway.translate.reviews import as_review_policy
+from gateway.translate.reviews import as_contact, as_review_policy
 from gateway.translate.rules import (
     as_category,
     as_graduation_proposal,
@@ -430,6 +430,10 @@ async def _settings(request: Request, session: Session, issued: str = "") -> Res
         + "</td></tr>"
         for k in keys
     ]
+    listed = await web.call(
+        backend.review.ListContacts, review_pb2.ListContactsRequest(principal=principal), request
+    )
+    contact_rows = [_contact_row(session, as_contact(c)) for c in listed.contacts]
     policy_options = "".join(
         f'<option value="{p}"{" selected" if p == policy["policy"] else ""}>{p}</option>' for p in POLICIES
     )
@@ -454,6 +458,7 @@ async def _settings(request: Request, session: Session, issued: str = "") -> Res
   <label for="policy">Policy</label><select id="policy" name="policy">{policy_options}</select>
   <p><button type="submit">Save review policy</button></p></form>
 <h2>Blocks and suppressions</h2>
+{table("Blocked and suppressed recipients", ["Address", "Blocked", "Suppressed", "Actions"], contact_rows, empty="No recipient is blocked or suppressed.")}
 <form method="post" action="/console/settings/contacts">{csrf_field(session)}
   <label for="contact">Address</label><input type="text" id="contact" name="address" required>
   <p><button type="submit" name="list" value="block">Block</button>
@@ -495,6 +500,39 @@ async def set_review_policy(request: Request) -> Response:
         request,
     )
     return _done("/console/settings", "review_policy_saved")
+
+
+def _contact_row(session: Session, contact: dict[str, Any]) -> str:
+    """A listed recipient: each flag with since when and by whom, and a form to lift it."""
+    address = contact["address"]
+    cells, verbs = [], ""
+    for flag, lift in (("blocked", "Unblock"), ("suppressed", "Unsuppress")):
+        if not contact[flag]:
+            cells.append("<td>no</td>")
+            continue
+        by = contact.get(f"{flag}_by") or "unknown"
+        cells.append(f"<td>since {h(contact.get(f'{flag}_at') or '?')} by <code>{h(by)}</code></td>")
+        verbs += _form(
+            session,
+            "/console/settings/contacts/remove",
+            f'<input type="hidden" name="address" value="{h(address)}">'
+            f'<input type="hidden" name="list" value="{flag}">',
+            f"{lift} {address}",
+        )
+    return f"<tr><td>{h(address)}</td>{''.join(cells)}<td>{verbs}</td></tr>"
+
+
+@router.post("/settings/contacts/remove")
+async def remove_contact(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    backend = web.backend(request)
+    blocked = web.field(form, "list") == "blocked"
+    await web.call(
+        backend.review.RemoveBlock if blocked else backend.review.RemoveSuppression,
+        review_pb2.ContactRequest(principal=session.principal.to_proto(), address=web.field(form, "address")),
+        request,
+    )
+    return _done("/console/settings", "unblocked" if blocked else "unsuppressed")
 
 
 @router.post("/settings/contacts")
