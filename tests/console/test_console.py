@@ -591,3 +591,26 @@ async def test_admin_sees_blocks_and_suppressions_and_lifts_one(capi: Api, new_p
     await expect(listed.locator("tr", has_text="no@acme.com")).to_have_count(0)
     await expect(listed.locator("tr", has_text="gone@acme.com")).to_have_count(1)
     await submit(capi, p["agent"], to=["no@acme.com"])
+
+
+async def test_a_walk_finds_console_pages_where_links_lead(capi: Api, new_page: Any, base_url: str) -> None:
+    """What a walk through the console found: a mistyped console link answers a console page with the
+    way back (not JSON), an empty filtered queue names its filter, one draft is "1 draft", and the
+    browser's icon request is answered."""
+    p = await _project(capi)
+    category = await _category(capi, p["project_id"], "renewals")
+    page = await new_page()
+    await sign_in(page, p["human"])
+    missing = await page.goto("/console/reveiws")
+    assert missing is not None and missing.status == 404
+    await expect(page.get_by_role("alert")).to_contain_text("No console page at /console/reveiws.")
+    await page.get_by_role("link", name="Back to the queue").click()
+    await expect(page).to_have_url(f"{base_url}/console/queue")
+    await submit(capi, p["agent"], category_id=category)
+    await page.goto("/console/queue")
+    await expect(page.locator("caption").first).to_have_text("1 draft, oldest first")
+    await page.goto(f"/console/queue?state=sent&category={category}")
+    await expect(page.get_by_text("No drafts in state sent in renewals.")).to_be_visible()
+    await axe_clean(page, "queue-filtered-empty")
+    icon = await page.request.get("/console/static/favicon.svg")
+    assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg")

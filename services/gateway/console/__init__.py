@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 from fastapi import FastAPI, Request
 from reviewloop.errors import Code, DomainError, http_status
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
@@ -39,6 +40,18 @@ def create_console(state: object) -> FastAPI:
     @console.exception_handler(DomainError)
     async def domain(request: Request, exc: DomainError) -> Response:
         return _error_page(exc)
+
+    @console.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """A mistyped or stale console link answers a console page (with the way back), not JSON."""
+        if exc.status_code == 404:
+            return _error_page(DomainError(Code.NOT_FOUND, f"No console page at {request.url.path}."))
+        return page(
+            "Something stopped",
+            error_box(str(exc.detail)) + '<p><a href="/console/queue">Back to the queue</a></p>',
+            status=exc.status_code,
+            extra_headers=dict(exc.headers or {}),
+        )
 
     @console.exception_handler(grpc.aio.AioRpcError)
     async def backend(request: Request, exc: grpc.aio.AioRpcError) -> Response:

@@ -120,6 +120,7 @@ def page(
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{h(title)} · reviewloop console</title>
+<link rel="icon" href="/console/static/favicon.svg" type="image/svg+xml">
 <link rel="stylesheet" href="/console/static/console.css">
 <script src="/console/static/console.js" defer></script>
 </head>

@@ -129,16 +129,22 @@ async def queue(request: Request) -> Response:
 <button type="button" id="new-bar" class="new-bar" hidden data-reload>0 new</button>
 {
         table(
-            f"{len(reviews)} drafts, oldest first",
+            f"{len(reviews)} draft{'' if len(reviews) == 1 else 's'}, oldest first",
             ["Intent", "Category", "Kind", "Recipients", "Age", "State", "Open by"],
             rows,
-            empty="No drafts are waiting for review.",
+            empty=_nothing_listed(state if state in _STATES else "", names.get(category, category)),
             live=live,
         )
     }
 <p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>
 {await _auto_notified(request, session, names, category)}"""
     return page("Review queue", body, session=session, active="queue", announce=_announcement(request))
+
+
+def _nothing_listed(state: str, category: str) -> str:
+    """What an empty queue says: the filters it was asked for, not always "waiting for review"."""
+    where = f" in {category}" if category else ""
+    return f"No drafts in state {state}{where}." if state else f"No drafts are waiting for review{where}."
 
 
 AUTO_NOTIFIED_SHOWN = 20
