@@ -614,3 +614,18 @@ async def test_a_walk_finds_console_pages_where_links_lead(capi: Api, new_page: 
     await axe_clean(page, "queue-filtered-empty")
     icon = await page.request.get("/console/static/favicon.svg")
     assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg")
+
+
+async def test_a_refused_admin_action_keeps_the_navigation_and_the_way_back(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    await _category(capi, p["project_id"], "renewals")
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/categories")
+    await page.get_by_role("button", name="Graduate renewals to auto_notify").click()
+    await expect(page.get_by_role("alert")).to_contain_text("needs 20 clean approvals")
+    nav = page.get_by_role("navigation", name="Console")
+    await expect(nav.get_by_role("link", name="Settings")).to_be_visible()
+    await expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    await axe_clean(page, "refused-graduate")
+    await page.get_by_role("link", name="Back to the page you came from").click()
+    await expect(page.get_by_role("heading", name="Categories")).to_be_visible()

@@ -11,6 +11,7 @@ rendered mail hides), ``static/`` (one CSS, one JS file).
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import grpc
 from fastapi import FastAPI, Request
@@ -39,13 +40,15 @@ def create_console(state: object) -> FastAPI:
 
     @console.exception_handler(DomainError)
     async def domain(request: Request, exc: DomainError) -> Response:
-        return _error_page(exc)
+        return await _error_page(request, exc)
 
     @console.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         """A mistyped or stale console link answers a console page (with the way back), not JSON."""
         if exc.status_code == 404:
-            return _error_page(DomainError(Code.NOT_FOUND, f"No console page at {request.url.path}."))
+            return await _error_page(
+                request, DomainError(Code.NOT_FOUND, f"No console page at {request.url.path}.")
+            )
         return page(
             "Something stopped",
             error_box(str(exc.detail)) + '<p><a href="/console/queue">Back to the queue</a></p>',
@@ -55,7 +58,7 @@ def create_console(state: object) -> FastAPI:
 
     @console.exception_handler(grpc.aio.AioRpcError)
     async def backend(request: Request, exc: grpc.aio.AioRpcError) -> Response:
-        return _error_page(web.as_domain(exc))
+        return await _error_page(request, web.as_domain(exc))
 
     @console.get("/")
     async def home() -> Response:
@@ -100,11 +103,25 @@ def _sign_in_page(next_url: str, error: str = "", status: int = 200) -> Response
     return page("Sign in", body, status=status)
 
 
-def _error_page(error: DomainError) -> Response:
+async def _error_page(request: Request, error: DomainError) -> Response:
+    """The refusal, with the console's navigation while the browser is signed in, and a way back to
+    the page whose form was refused (its same-origin Referer)."""
+    try:
+        session = await sessions.current(request, write=False)
+    except Exception:  # the refusal is what the reader needs; a session lookup failing must not hide it
+        session = None
     status = http_status(error.code)
     hint = "" if error.code is not Code.NOT_FOUND else "<p>It may belong to another project.</p>"
+    referer = urlsplit(request.headers.get("referer", ""))
+    came_from = web.safe_next(referer.path + (f"?{referer.query}" if referer.query else ""))
+    back = (
+        f'<p><a href="{h(came_from)}">Back to the page you came from</a></p>'
+        if request.method == "POST" and came_from != "/console/queue"
+        else ""
+    )
     return page(
         "Something stopped",
-        error_box(error.detail) + hint + '<p><a href="/console/queue">Back to the queue</a></p>',
+        error_box(error.detail) + hint + back + '<p><a href="/console/queue">Back to the queue</a></p>',
+        session=session,
         status=status,
     )
