@@ -890,7 +890,7 @@ class Verbs:
         )  # fmt: skip
 
     @staticmethod
-    def list_graduation_proposals(category_id: str) -> Call[GraduationProposalList]:
+    def list_graduation_proposals_of_category(category_id: str) -> Call[GraduationProposalList]:
         """The category's graduation proposals, newest first (``GET .../{category_id}/graduation-proposals``).
 
         How an agent learns what a human did with its proposal: ``status`` is ``proposed`` (waiting),
@@ -916,7 +916,7 @@ class Verbs:
         """Reject a graduation proposal with a reason; the category stays on its rung.
 
         ``POST /v1/admin/projects/{project_id}/graduation-proposals/{proposal_id}/reject``; takes an admin
-        key. The proposing agent reads ``reason`` verbatim (:meth:`list_graduation_proposals`). To approve
+        key. The proposing agent reads ``reason`` verbatim (:meth:`list_graduation_proposals_of_category`). To approve
         a proposal instead, graduate its category to the proposal's ``to_state``.
 
         Args:
@@ -1267,7 +1267,7 @@ class AsyncReviewloop(_Base):
     get_backlog_status = _async(Verbs.get_backlog_status)
     get_graduation_status = _async(Verbs.get_graduation_status)
     propose_graduation = _async(Verbs.propose_graduation)
-    list_graduation_proposals = _async(Verbs.list_graduation_proposals)
+    list_graduation_proposals_of_category = _async(Verbs.list_graduation_proposals_of_category)
     reject_graduation_proposal = _async(Verbs.reject_graduation_proposal)
     get_risk_dial = _async(Verbs.get_risk_dial)
     get_effective_review_policy = _async(Verbs.get_effective_review_policy)
@@ -1361,7 +1361,7 @@ class Reviewloop(_Base):
     get_backlog_status = _sync(Verbs.get_backlog_status)
     get_graduation_status = _sync(Verbs.get_graduation_status)
     propose_graduation = _sync(Verbs.propose_graduation)
-    list_graduation_proposals = _sync(Verbs.list_graduation_proposals)
+    list_graduation_proposals_of_category = _sync(Verbs.list_graduation_proposals_of_category)
     reject_graduation_proposal = _sync(Verbs.reject_graduation_proposal)
     get_risk_dial = _sync(Verbs.get_risk_dial)
     get_effective_review_policy = _sync(Verbs.get_effective_review_policy)
