@@ -37,9 +37,13 @@ from reviewloop.shapes import (
     Category,
     CategoryList,
     CategoryMerge,
+    Contact,
+    ContactList,
     ContractManifest,
     DeadLetter,
     DeadLetterList,
+    GraduationProposal,
+    GraduationProposalList,
     GraduationStatus,
     Problem,
     Review,
@@ -930,6 +934,56 @@ class Verbs:
         )  # fmt: skip
 
     @staticmethod
+    def list_graduation_proposals_of_category(category_id: str) -> Call[GraduationProposalList]:
+        """The category's graduation proposals, newest first (``GET .../{category_id}/graduation-proposals``).
+
+        How an agent learns what a human did with its proposal: ``status`` is ``proposed`` (waiting),
+        ``approved`` (the category graduated to it) or ``rejected`` with the human's ``reason``, verbatim.
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            A :class:`GraduationProposalList`, decided proposals included.
+
+        Raises:
+            ReviewloopError: ``404`` for a category this key does not see.
+        """
+        return Call(
+            "GET", f"/v1/categories/{_id(category_id)}/graduation-proposals", _shape(GraduationProposalList)
+        )
+
+    @staticmethod
+    def reject_graduation_proposal(
+        project_id: str, proposal_id: str, *, reason: str, idempotency_key: str | None = None
+    ) -> Call[GraduationProposal]:
+        """Reject a graduation proposal with a reason; the category stays on its rung.
+
+        ``POST /v1/admin/projects/{project_id}/graduation-proposals/{proposal_id}/reject``; takes an admin
+        key. The proposing agent reads ``reason`` verbatim (:meth:`list_graduation_proposals_of_category`). To approve
+        a proposal instead, graduate its category to the proposal's ``to_state``.
+
+        Args:
+            project_id: The proposal's ``prj_`` project.
+            proposal_id: The ``gprop_`` id.
+            reason: Why, for the agent.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+
+        Returns:
+            The :class:`GraduationProposal`, now ``rejected``.
+
+        Raises:
+            ReviewloopError: ``409 wrong_state`` for a proposal already decided or moot; ``403`` for a
+                non-admin key.
+        """
+        return Call(
+            "POST",
+            f"/v1/admin/projects/{_id(project_id)}/graduation-proposals/{_id(proposal_id)}/reject",
+            _shape(GraduationProposal), body={"reason": reason}, idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    @staticmethod
     def get_risk_dial(*, category_id: str | None = None) -> Call[RiskDial]:
         """Read the brand-risk dial in force (``GET /v1/risk-dial``); only a human can change it.
 
@@ -1063,6 +1117,56 @@ class Verbs:
             "PUT", f"/v1/review-rounds/runs/{_id(run_id)}", _shape(ReviewRun), body=_drop_none(fields),
             idempotency_key=idempotency_key,
         )  # fmt: skip
+
+    @staticmethod
+    def list_blocked_and_suppressed(project_id: str) -> Call[ContactList]:
+        """The project's blocked and suppressed recipients (``GET /v1/admin/projects/{project_id}/contacts``).
+
+        Takes an admin key. Each contact says since when and by whom each flag is set.
+
+        Args:
+            project_id: The ``prj_`` project.
+
+        Returns:
+            A :class:`ContactList`, by address.
+        """
+        return Call("GET", f"/v1/admin/projects/{_id(project_id)}/contacts", _shape(ContactList))
+
+    @staticmethod
+    def unblock_recipient(project_id: str, address: str) -> Call[Contact]:
+        """Take a recipient off the project's block list (``DELETE .../blocks/{address}``); admin key.
+
+        Args:
+            project_id: The ``prj_`` project.
+            address: The blocked address.
+
+        Returns:
+            The :class:`Contact` with ``blocked`` false.
+
+        Raises:
+            ReviewloopError: ``404`` when the address is not blocked.
+        """
+        return Call("DELETE", f"/v1/admin/projects/{_id(project_id)}/blocks/{_id(address)}", _shape(Contact))
+
+    @staticmethod
+    def unsuppress_recipient(project_id: str, address: str) -> Call[Contact]:
+        """Take a recipient off the project's suppression list (``DELETE .../suppressions/{address}``).
+
+        Takes an admin key.
+
+        Args:
+            project_id: The ``prj_`` project.
+            address: The suppressed address.
+
+        Returns:
+            The :class:`Contact` with ``suppressed`` false.
+
+        Raises:
+            ReviewloopError: ``404`` when the address is not suppressed.
+        """
+        return Call(
+            "DELETE", f"/v1/admin/projects/{_id(project_id)}/suppressions/{_id(address)}", _shape(Contact)
+        )
 
     @staticmethod
     def get_contract_manifest() -> Call[ContractManifest]:
@@ -1285,6 +1389,8 @@ class AsyncReviewloop(_Base):
     get_backlog_status = _async(Verbs.get_backlog_status)
     get_graduation_status = _async(Verbs.get_graduation_status)
     propose_graduation = _async(Verbs.propose_graduation)
+    list_graduation_proposals_of_category = _async(Verbs.list_graduation_proposals_of_category)
+    reject_graduation_proposal = _async(Verbs.reject_graduation_proposal)
     get_risk_dial = _async(Verbs.get_risk_dial)
     get_effective_review_policy = _async(Verbs.get_effective_review_policy)
     resolve_delivery = _async(Verbs.resolve_delivery)
@@ -1292,6 +1398,9 @@ class AsyncReviewloop(_Base):
     list_dead_letters = _async(Verbs.list_dead_letters)
     retry_dead_letter = _async(Verbs.retry_dead_letter)
     discard_dead_letter = _async(Verbs.discard_dead_letter)
+    list_blocked_and_suppressed = _async(Verbs.list_blocked_and_suppressed)
+    unblock_recipient = _async(Verbs.unblock_recipient)
+    unsuppress_recipient = _async(Verbs.unsuppress_recipient)
     get_contract_manifest = _async(Verbs.get_contract_manifest)
 
 
@@ -1379,6 +1488,8 @@ class Reviewloop(_Base):
     get_backlog_status = _sync(Verbs.get_backlog_status)
     get_graduation_status = _sync(Verbs.get_graduation_status)
     propose_graduation = _sync(Verbs.propose_graduation)
+    list_graduation_proposals_of_category = _sync(Verbs.list_graduation_proposals_of_category)
+    reject_graduation_proposal = _sync(Verbs.reject_graduation_proposal)
     get_risk_dial = _sync(Verbs.get_risk_dial)
     get_effective_review_policy = _sync(Verbs.get_effective_review_policy)
     resolve_delivery = _sync(Verbs.resolve_delivery)
@@ -1386,6 +1497,9 @@ class Reviewloop(_Base):
     list_dead_letters = _sync(Verbs.list_dead_letters)
     retry_dead_letter = _sync(Verbs.retry_dead_letter)
     discard_dead_letter = _sync(Verbs.discard_dead_letter)
+    list_blocked_and_suppressed = _sync(Verbs.list_blocked_and_suppressed)
+    unblock_recipient = _sync(Verbs.unblock_recipient)
+    unsuppress_recipient = _sync(Verbs.unsuppress_recipient)
     get_contract_manifest = _sync(Verbs.get_contract_manifest)
 
 

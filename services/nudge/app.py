@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
-from reviewloop.review.v1.events_pb2 import NudgeRequested
+from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested
 from reviewloop.storage import Database, UnitOfWork, codec, utcnow
 from reviewloop.storage.codec import as_json_object, encode
 from reviewloop.storage.inbox import Subscription, ingest_batch
@@ -117,8 +117,18 @@ async def _store(uow: UnitOfWork, requested: NudgeRequested) -> str | None:
     return incoming.project_id
 
 
+async def _humans_notified(uow: UnitOfWork, event: HumansNotified) -> str:
+    """Not a nudge (the agent already has its ``sent``): the deliveries of the webhooks that asked
+    for ``humans_notified``. The doorbell then wakes the sender."""
+    await webhooks.enqueue_humans_notified(uow.conn, event, utcnow())
+    return event.project_id
+
+
 # Each stored nudge, once committed, rings the doorbell of the project it became visible in.
-SUBSCRIPTIONS = {"nudge": Subscription(NudgeRequested, _store)}
+SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
+    "nudge": Subscription(NudgeRequested, _store),
+    "humans_notified": Subscription(HumansNotified, _humans_notified),
+}
 
 
 def on_commit(db: Database) -> Callable[[Any], None]:
@@ -143,7 +153,7 @@ async def _lock_projects(uow: UnitOfWork, events: Sequence[common_pb2.Event]) ->
     project's lock again, which a transaction already holding it passes at once)."""
     projects = set()
     for event in events:
-        if event.type in SUBSCRIPTIONS:
+        if event.type == "nudge":
             with contextlib.suppress(json_format.ParseError):
                 projects.add(codec.decode(event.payload, NudgeRequested).project_id)
     for project_id in sorted(projects):

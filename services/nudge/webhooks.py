@@ -27,6 +27,7 @@ import httpx
 import orjson
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
+from reviewloop.review.v1.events_pb2 import HumansNotified
 from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -197,10 +198,6 @@ async def enqueue(
     conn: AsyncConnection, incoming: Incoming, nudge_id: str, seq: int, created_at: datetime
 ) -> None:
     """In the nudge's own transaction: one pending delivery per endpoint of its project that wants it."""
-    endpoints = await store.endpoints_of(conn, incoming.org_id, incoming.project_id)
-    wanted = [e for e in endpoints if rules.wants(e.reasons, incoming.reason.value)]
-    if not wanted:
-        return
     data: dict[str, Any] = {
         "seq": seq,
         "id": nudge_id,
@@ -210,15 +207,69 @@ async def enqueue(
     if incoming.category_id:
         data["category_id"] = incoming.category_id
     data |= {"payload": incoming.payload, "created_at": _iso(created_at)}
-    body = orjson.dumps({"type": "review_event", "timestamp": _iso(created_at), "data": data}).decode()
+    await _enqueue(
+        conn,
+        incoming.org_id,
+        incoming.project_id,
+        incoming.reason.value,
+        nudge_id,
+        incoming.review_id,
+        {"type": "review_event", "timestamp": _iso(created_at), "data": data},
+        created_at,
+    )
+
+
+async def enqueue_humans_notified(conn: AsyncConnection, event: HumansNotified, created_at: datetime) -> None:
+    """In the event's own transaction: one pending delivery per endpoint of its project that asked for
+    ``humans_notified``. Its id (``webhook-id``) is the review's humans_notified turn."""
+    sent_at = _iso(event.created_at.ToDatetime(UTC)) if event.HasField("created_at") else _iso(created_at)
+    data = {
+        "id": event.turn_id,
+        "review_id": event.review_id,
+        "category_id": event.category_id,
+        "agent_id": event.agent_id,
+        "summary": event.summary,
+        "subject": event.subject,
+        "to": list(event.to),
+        "cc": list(event.cc),
+        "bcc": list(event.bcc),
+        "created_at": sent_at,
+    }
+    await _enqueue(
+        conn,
+        event.org_id,
+        event.project_id,
+        rules.HUMANS_NOTIFIED,
+        event.turn_id,
+        event.review_id,
+        {"type": rules.HUMANS_NOTIFIED, "timestamp": _iso(created_at), "data": data},
+        created_at,
+    )
+
+
+async def _enqueue(
+    conn: AsyncConnection,
+    org_id: str,
+    project_id: str,
+    reason: str,
+    event_id: str,
+    review_id: str,
+    event: dict[str, Any],
+    created_at: datetime,
+) -> None:
+    endpoints = await store.endpoints_of(conn, org_id, project_id)
+    wanted = [e for e in endpoints if rules.wants(e.reasons, reason)]
+    if not wanted:
+        return
+    body = orjson.dumps(event).decode()
     await store.enqueue_deliveries(
         conn,
         [
             {
                 "endpoint_id": e.id,
-                "event_id": nudge_id,
-                "reason": incoming.reason.value,
-                "review_id": incoming.review_id,
+                "event_id": event_id,
+                "reason": reason,
+                "review_id": review_id,
                 "body": body,
                 "status": "pending",
                 "attempts": 0,

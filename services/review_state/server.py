@@ -147,7 +147,18 @@ def _intent(message: Any, has: bool) -> dict[str, object] | None:
 
 
 def _contact(contact: store.Contact) -> review_pb2.Contact:
-    return review_pb2.Contact(address=contact.address, blocked=contact.blocked, suppressed=contact.suppressed)
+    message = review_pb2.Contact(
+        address=contact.address,
+        blocked=contact.blocked,
+        suppressed=contact.suppressed,
+        blocked_by=contact.blocked_by,
+        suppressed_by=contact.suppressed_by,
+    )
+    if contact.blocked_at is not None:
+        message.blocked_at.CopyFrom(stamp(contact.blocked_at))
+    if contact.suppressed_at is not None:
+        message.suppressed_at.CopyFrom(stamp(contact.suppressed_at))
+    return message
 
 
 def _optional(message: Any, name: str) -> Any:
@@ -431,6 +442,24 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         self, request: review_pb2.ContactRequest, context: Context
     ) -> review_pb2.Contact:
         contact = await app.add_suppression(
+            self.env, Principal.from_proto(request.principal), request.address
+        )
+        return _contact(contact)
+
+    async def ListContacts(
+        self, request: review_pb2.ListContactsRequest, context: Context
+    ) -> review_pb2.ListContactsResponse:
+        contacts = await app.list_contacts(self.env, Principal.from_proto(request.principal))
+        return review_pb2.ListContactsResponse(contacts=[_contact(c) for c in contacts])
+
+    async def RemoveBlock(self, request: review_pb2.ContactRequest, context: Context) -> review_pb2.Contact:
+        contact = await app.remove_block(self.env, Principal.from_proto(request.principal), request.address)
+        return _contact(contact)
+
+    async def RemoveSuppression(
+        self, request: review_pb2.ContactRequest, context: Context
+    ) -> review_pb2.Contact:
+        contact = await app.remove_suppression(
             self.env, Principal.from_proto(request.principal), request.address
         )
         return _contact(contact)

@@ -91,17 +91,22 @@ def status_to_proto(s: Status) -> rules_pb2.GraduationStatus:
 
 
 def proposal_to_proto(proposal: app.Proposal) -> rules_pb2.GraduationProposal:
-    return rules_pb2.GraduationProposal(
+    message = rules_pb2.GraduationProposal(
         id=proposal.id,
         category_id=proposal.category_id,
         from_state=proposal.from_state,
         to_state=proposal.to_state,
         proposed_by=proposal.proposed_by,
         note=proposal.note,
-        status="proposed",
+        status=proposal.decision,
         graduation=status_to_proto(proposal.status),
         created_at=stamp(proposal.created_at),
+        reason=proposal.reason,
+        decided_by=proposal.decided_by,
     )
+    if proposal.decided_at is not None:
+        message.decided_at.CopyFrom(stamp(proposal.decided_at))
+    return message
 
 
 def _values_to_proto(values: dict[str, Any]) -> rules_pb2.RiskValues:
@@ -330,8 +335,16 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
     async def ListGraduationProposals(
         self, request: rules_pb2.ListGraduationProposalsRequest, context: Context
     ) -> rules_pb2.ListGraduationProposalsResponse:
-        proposals = await app.list_graduation_proposals(self.env, _principal(request))
+        proposals = await app.list_graduation_proposals(self.env, _principal(request), request.category_id)
         return rules_pb2.ListGraduationProposalsResponse(proposals=[proposal_to_proto(p) for p in proposals])
+
+    async def RejectGraduationProposal(
+        self, request: rules_pb2.RejectGraduationProposalRequest, context: Context
+    ) -> rules_pb2.GraduationProposal:
+        proposal = await app.reject_graduation_proposal(
+            self.env, _principal(request), request.proposal_id, request.reason
+        )
+        return proposal_to_proto(proposal)
 
     async def Graduate(self, request: rules_pb2.GraduateRequest, context: Context) -> rules_pb2.Category:
         view = await app.graduate(self.env, _principal(request), request.category_id, request.to_state)

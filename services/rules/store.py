@@ -117,6 +117,11 @@ graduation_proposals = Table(
     Column("to_state", String(16), nullable=False),
     Column("note", Text, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+    # "proposed" until a human decides: "approved" (graduated to it) or "rejected" (with the reason).
+    Column("status", String(16), nullable=False, server_default="proposed"),
+    Column("reason", Text),
+    Column("decided_by", String(40)),
+    Column("decided_at", UtcDateTime),
 )
 
 risk_dials = Table(
@@ -370,16 +375,54 @@ async def add_proposal(conn: AsyncConnection, **values: Any) -> None:
 
 
 async def pending_proposals(conn: AsyncConnection, project_id: str) -> list[dict[str, Any]]:
-    """This project's proposals whose category still sits on the rung they proposed to leave (a
-    human has not acted on it since), newest first."""
+    """This project's undecided proposals whose category still sits on the rung they proposed to leave
+    (a human has not acted on it since), newest first."""
     p = graduation_proposals.c
     query = (
         select(graduation_proposals)
         .join(categories, categories.c.id == p.category_id)
-        .where(p.project_id == project_id, categories.c.state == p.from_state)
+        .where(p.project_id == project_id, p.status == "proposed", categories.c.state == p.from_state)
         .order_by(p.created_at.desc(), p.id.desc())
     )
     return [dict(row._mapping) for row in (await conn.execute(query)).all()]
+
+
+async def category_proposals(
+    conn: AsyncConnection, project_id: str, category_id: str
+) -> list[dict[str, Any]]:
+    """Every proposal of this project for the category, decided ones included, newest first."""
+    p = graduation_proposals.c
+    query = (
+        select(graduation_proposals)
+        .where(p.project_id == project_id, p.category_id == category_id)
+        .order_by(p.created_at.desc(), p.id.desc())
+    )
+    return [dict(row._mapping) for row in (await conn.execute(query)).all()]
+
+
+async def get_proposal(conn: AsyncConnection, proposal_id: str) -> dict[str, Any] | None:
+    row = (
+        await conn.execute(select(graduation_proposals).where(graduation_proposals.c.id == proposal_id))
+    ).first()
+    return dict(row._mapping) if row else None
+
+
+async def decide_proposals(
+    conn: AsyncConnection,
+    ids: list[str],
+    status: str,
+    decided_by: str,
+    decided_at: datetime,
+    reason: str = "",
+) -> int:
+    """Close the still-undecided proposals among ``ids`` (compare-and-set on ``proposed``); how many."""
+    p = graduation_proposals.c
+    result = await conn.execute(
+        update(graduation_proposals)
+        .where(p.id.in_(ids), p.status == "proposed")
+        .values(status=status, decided_by=decided_by, decided_at=decided_at, reason=reason or None)
+    )
+    return int(result.rowcount)
 
 
 # --- risk dial ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from playwright.async_api import Page, expect
 
 from tests.conftest import Api, draft
 from tests.console.conftest import shot
-from tests.e2e.helpers import events_until
+from tests.e2e.helpers import auto_notify_category, events_until
 from tests.e2e.test_delivery_smtp import Relay
 
 
@@ -426,38 +426,32 @@ async def test_parked_delivery_shown_and_resolved_by_an_admin_from_the_page(
 
 
 async def test_an_auto_notify_send_is_a_line_in_the_queue(capi: Api, new_page: Any) -> None:
-    """A category graduated to auto_notify auto-sends a confident draft: the humans see it in the queue,
-    under what went out without review; a draft held for review stays in the pending table only."""
+    """A category graduated to auto_notify auto-sends a confident draft: the humans watching the queue
+    get it live under what went out without review (no reload); a draft held for review waits behind
+    the "new" bar of the pending table only."""
     p = await _project(capi)
-    pid, admin = p["project_id"], capi.auth(p["admin"])
-    category = await _category(capi, pid, "renewals")
-    gate = {
-        "graduate_min_approvals": 0,  # a maturity gate met from the start
-        "graduate_min_age_hours": 0,
-        "min_confidence": 0.6,
-        "first_contact_gate": False,
-        "canary_rate": 0.0,
-    }
-    dial = await capi.http.put(f"/v1/admin/projects/{pid}/risk-dial", json={"account": gate}, headers=admin)
-    assert dial.status_code == 200, dial.text
-    graduated = await capi.http.post(
-        f"/v1/admin/categories/{category}/graduate", json={"to_state": "auto_notify"}, headers=admin
-    )
-    assert graduated.status_code == 200, graduated.text
-    policy = await capi.http.put(
-        f"/v1/admin/projects/{pid}/review-policy", json={"policy": "auto_send_graduated"}, headers=admin
-    )
-    assert policy.status_code == 200, policy.text
-    sent = await submit(capi, p["agent"], subject="renewal sent", category_id=category, confidence=0.9)
-    held = await submit(capi, p["agent"], subject="renewal held", category_id=category, confidence=0.2)
-    assert (await review(capi, p["agent"], sent))["state"] == "auto_sent"
-
+    category = await auto_notify_category(capi, p["project_id"])
     page = await new_page()
     await sign_in(page, p["human"])
+    await expect(page.get_by_text("Nothing was auto-sent in an auto_notify category.")).to_be_visible()
+    await page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+
+    sent = await submit(capi, p["agent"], subject="renewal sent", category_id=category, confidence=0.9)
+    held = await submit(capi, p["agent"], subject="renewal held", category_id=category, confidence=0.2)
+    assert (await review(capi, p["agent"], sent))["state"] in ("auto_sent", "sent")
     auto = page.locator("tr.auto-row")
     await expect(auto).to_have_count(1)
     await expect(auto.first).to_have_id(f"auto-{sent}")
     await expect(auto.first).to_contain_text("renewals")
+    await expect(auto.first).to_contain_text("vp@acme.com")
+    await expect(page.get_by_text("Nothing was auto-sent in an auto_notify category.")).to_be_hidden()
+    await expect(page.locator("#live")).to_contain_text("Sent without review")
+    await expect(page.locator("#new-bar")).to_have_text("1 new — show")
+    assert await page.evaluate("window.loadedOnce === true")
+    await axe_clean(page, "queue-auto-notify-live")
+
+    await page.reload()
+    await expect(auto).to_have_count(1)
     await expect(page.locator(f"#row-{held}")).to_have_count(1)
     await expect(page.locator(f"#row-{sent}")).to_have_count(0)
     await axe_clean(page, "queue-auto-notify")
@@ -526,3 +520,112 @@ async def test_review_page_compares_any_two_revisions(capi: Api, new_page: Any) 
     await expect(diff).to_contain_text("- Can we talk Monday?")
     await expect(diff).to_contain_text("+ Can we talk Tuesday?")
     await axe_clean(page, "review-revisions")
+
+
+async def test_admin_rejects_one_graduation_proposal_and_approves_the_next(capi: Api, new_page: Any) -> None:
+    """The Categories page lists the proposals waiting for a human with approve and reject: a rejection
+    keeps the category on its rung and its agent reads the reason verbatim; an approval graduates it."""
+    p = await _project(capi)
+    pid, agent = p["project_id"], capi.auth(p["agent"])
+    category = await _category(capi, pid, "renewals")
+    proposals = f"/v1/categories/{category}/graduation-proposals"
+    first = await capi.http.post(proposals, json={"note": "clean for weeks"}, headers=agent)
+    assert first.status_code == 201, first.text
+
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/categories")
+    row = page.locator(f"#proposal-{first.json()['id']}")
+    await expect(row).to_contain_text("supervised → auto_notify")
+    await expect(row).to_contain_text("clean for weeks")
+    await axe_clean(page, "categories-proposals")
+    await row.get_by_text("Reject…").click()
+    await row.get_by_label("Reason (the agent reads it verbatim)").fill("Wait for the Q3 pricing change.")
+    await row.get_by_role("button", name="Reject the proposal for renewals").click()
+    await expect(page.get_by_role("status").first).to_contain_text("proposal rejected")
+    await expect(page.locator("[id^=proposal-]")).to_have_count(0)
+    await expect(page.locator("tbody tr").first).to_contain_text("supervised")
+    seen = (await capi.http.get(proposals, headers=agent)).json()["proposals"]
+    assert [(x["status"], x["reason"]) for x in seen] == [("rejected", "Wait for the Q3 pricing change.")]
+
+    second = await capi.http.post(proposals, json={"note": "and now?"}, headers=agent)
+    gate = {"graduate_min_approvals": 0, "graduate_min_age_hours": 0}
+    opened = await capi.http.put(
+        f"/v1/admin/projects/{pid}/risk-dial", json={"account": gate}, headers=capi.auth(p["admin"])
+    )
+    assert opened.status_code == 200, opened.text
+    await page.reload()
+    await page.get_by_role("button", name="Approve: graduate renewals to auto_notify").click()
+    await expect(page.get_by_role("status").first).to_contain_text("category graduated")
+    await expect(page.locator("tbody tr").first).to_contain_text("auto_notify")
+    seen = (await capi.http.get(proposals, headers=agent)).json()["proposals"]
+    assert [(x["id"], x["status"]) for x in seen] == [
+        (second.json()["id"], "approved"),
+        (first.json()["id"], "rejected"),
+    ]
+
+
+async def test_admin_sees_blocks_and_suppressions_and_lifts_one(capi: Api, new_page: Any) -> None:
+    """The Settings page lists each blocked or suppressed recipient with since when and by whom, and
+    lifts a flag; the agent's mail to that address then goes through."""
+    p = await _project(capi)
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/settings")
+    await expect(page.get_by_text("No recipient is blocked or suppressed.")).to_be_visible()
+    for address, verb in (("no@acme.com", "Block"), ("gone@acme.com", "Suppress")):
+        await page.get_by_label("Address").fill(address)
+        await page.get_by_role("button", name=verb, exact=True).click()
+        await expect(page.get_by_role("status").first).to_contain_text("contact saved")
+    listed = page.get_by_role("table", name="Blocked and suppressed recipients")
+    blocked = listed.locator("tr", has_text="no@acme.com")
+    await expect(blocked.locator("td").nth(1)).to_contain_text("since 20")
+    await expect(blocked.locator("td").nth(2)).to_have_text("no")
+    await expect(listed.locator("tr", has_text="gone@acme.com").locator("td").nth(2)).to_contain_text("since")
+    await axe_clean(page, "settings-contacts")
+    refused = await capi.http.post(
+        "/v1/messages", json=draft(to=["no@acme.com"]), headers=capi.auth(p["agent"])
+    )
+    assert refused.json()["code"] == "recipient_blocked"
+
+    await page.get_by_role("button", name="Unblock no@acme.com").click()
+    await expect(page.get_by_role("status").first).to_contain_text("unblocked")
+    await expect(listed.locator("tr", has_text="no@acme.com")).to_have_count(0)
+    await expect(listed.locator("tr", has_text="gone@acme.com")).to_have_count(1)
+    await submit(capi, p["agent"], to=["no@acme.com"])
+
+
+async def test_a_walk_finds_console_pages_where_links_lead(capi: Api, new_page: Any, base_url: str) -> None:
+    """What a walk through the console found: a mistyped console link answers a console page with the
+    way back (not JSON), an empty filtered queue names its filter, one draft is "1 draft", and the
+    browser's icon request is answered."""
+    p = await _project(capi)
+    category = await _category(capi, p["project_id"], "renewals")
+    page = await new_page()
+    await sign_in(page, p["human"])
+    missing = await page.goto("/console/reveiws")
+    assert missing is not None and missing.status == 404
+    await expect(page.get_by_role("alert")).to_contain_text("No console page at /console/reveiws.")
+    await page.get_by_role("link", name="Back to the queue").click()
+    await expect(page).to_have_url(f"{base_url}/console/queue")
+    await submit(capi, p["agent"], category_id=category)
+    await page.goto("/console/queue")
+    await expect(page.locator("caption").first).to_have_text("1 draft, oldest first")
+    await page.goto(f"/console/queue?state=sent&category={category}")
+    await expect(page.get_by_text("No drafts in state sent in renewals.")).to_be_visible()
+    await axe_clean(page, "queue-filtered-empty")
+    icon = await page.request.get("/console/static/favicon.svg")
+    assert icon.status == 200 and icon.headers["content-type"].startswith("image/svg")
+
+
+async def test_a_refused_admin_action_keeps_the_navigation_and_the_way_back(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    await _category(capi, p["project_id"], "renewals")
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/categories")
+    await page.get_by_role("button", name="Graduate renewals to auto_notify").click()
+    await expect(page.get_by_role("alert")).to_contain_text("needs 20 clean approvals")
+    nav = page.get_by_role("navigation", name="Console")
+    await expect(nav.get_by_role("link", name="Settings")).to_be_visible()
+    await expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    await axe_clean(page, "refused-graduate")
+    await page.get_by_role("link", name="Back to the page you came from").click()
+    await expect(page.get_by_role("heading", name="Categories")).to_be_visible()

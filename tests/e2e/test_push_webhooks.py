@@ -14,7 +14,8 @@ from reviewloop.client import AsyncReviewloop, WebhookVerificationError, verify_
 from stack.launcher import Stack, free_port
 from stack.topology import GATEWAY
 
-from tests.conftest import BACKENDS, Api, Databases, _pg_server, start_stack
+from tests.conftest import BACKENDS, INTENT, Api, Databases, _pg_server, draft, start_stack
+from tests.e2e.helpers import auto_notify_category
 from tests.e2e.test_events_wait import Producer
 from tests.e2e.test_secrets import text_of_every_store
 from tests.receiver import receiving
@@ -112,6 +113,59 @@ async def test_a_registered_webhook_gets_each_nudge_signed_retried_and_rotated(p
     listed_hooks = (await api.http.get(hooks, headers=api.admin)).json()["webhooks"]
     assert [(w["webhook_id"], w["secret_version"]) for w in listed_hooks] == [(webhook["webhook_id"], 2)]
     assert "secret" not in listed_hooks[0]
+
+
+async def test_an_endpoint_that_asks_for_humans_notified_gets_each_auto_notify_send(
+    producer: Producer,
+) -> None:
+    """An auto-send in an auto_notify category is a signed ``humans_notified`` event for the endpoint
+    that names it, and only for it: an endpoint of every nudge reason gets the agent's nudges alone."""
+    api = producer.api
+    project = await api.project()
+    pid = project["project_id"]
+    agent = api.auth((await api.key(pid))["api_key"])
+    category = await auto_notify_category(api, pid)
+    hooks = f"/v1/admin/projects/{pid}/webhooks"
+    async with receiving() as humans, receiving() as agents:
+        asked = await api.http.post(
+            hooks, json={"url": humans.url, "reasons": ["humans_notified"]}, headers=api.admin
+        )
+        assert asked.status_code == 201, asked.text
+        every = await api.http.post(hooks, json={"url": agents.url}, headers=api.admin)
+        assert every.status_code == 201, every.text
+        body = draft(subject="renewal", category_id=category, confidence=0.9)
+        submitted = await api.http.post("/v1/messages", json=body, headers=agent)
+        assert submitted.status_code == 202, submitted.text
+        review_id = submitted.json()["review_id"]
+        held = await api.http.post("/v1/messages", json={**body, "confidence": 0.2}, headers=agent)
+        assert held.status_code == 202, held.text
+
+        await humans.until(1)
+        headers, raw = humans.received[0]
+        assert verifies(asked.json()["secret"], headers, raw)
+        event = orjson.loads(raw)
+        assert event["type"] == "humans_notified"
+        data = event["data"]
+        assert (data["review_id"], data["category_id"], data["subject"]) == (review_id, category, "renewal")
+        assert data["to"] == ["vp@acme.com"] and data["summary"] == INTENT["summary"]
+        assert headers["webhook-id"] == data["id"]
+        await agents.until(1)  # the agent's terminal nudge of the auto-send
+        assert {orjson.loads(b)["type"] for _, b in agents.received} == {"review_event"}
+    assert len(humans.received) == 1  # the held draft notified nobody
+
+
+async def test_an_unknown_webhook_reason_is_refused(producer: Producer) -> None:
+    api = producer.api
+    _, principal = await producer.agent()
+    refused = await api.http.post(
+        f"/v1/admin/projects/{principal.project_id}/webhooks",
+        json={"url": "https://hooks.example.com/x", "reasons": ["humans_notify"]},
+        headers=api.admin,
+    )
+    assert refused.status_code == 422, refused.text
+    assert (
+        refused.json()["errors"][0]["field"] == "/reasons" and "humans_notified" in refused.text
+    )  # the refusal lists what an endpoint can ask for
 
 
 @pytest.mark.parametrize(

@@ -150,11 +150,12 @@ async def test_an_admin_key_administers_only_its_own_org(api: Api) -> None:
     ok = await api.http.post(
         f"/v1/admin/projects/{mine['project_id']}/blocks", json={"address": "x@acme.com"}, headers=admin
     )
-    assert ok.status_code == 201 and ok.json() == {
-        "address": "x@acme.com",
-        "blocked": True,
-        "suppressed": False,
-    }
+    assert ok.status_code == 201, ok.text
+    assert (ok.json()["address"], ok.json()["blocked"], ok.json()["suppressed"]) == (
+        "x@acme.com",
+        True,
+        False,
+    )
     other = await api.http.post(
         f"/v1/admin/projects/{theirs['project_id']}/blocks", json={"address": "x@acme.com"}, headers=admin
     )
@@ -179,6 +180,48 @@ async def test_blocks_and_suppressions_refuse_at_submit_before_the_intent_gate(a
         assert (refused.status_code, refused.json()["code"]) == (status, code)
         assert ("recipient", address) in _facts(refused.json())
     assert (await api.http.get("/v1/reviews", headers=agent)).json()["reviews"] == []
+
+
+async def test_an_admin_lists_blocks_and_suppressions_and_lifts_them(api: Api) -> None:
+    project, agent, _ = await _setup(api)
+    admin_key = await api.key(project, "admin")
+    admin = api.auth(admin_key["api_key"])
+    base = f"/v1/admin/projects/{project}"
+    assert (
+        await api.http.post(f"{base}/blocks", json={"address": "No@Acme.com"}, headers=admin)
+    ).status_code == 201
+    for address in ("no@acme.com", "gone@acme.com"):
+        made = await api.http.post(f"{base}/suppressions", json={"address": address}, headers=admin)
+        assert made.status_code == 201, made.text
+
+    listed = await api.http.get(f"{base}/contacts", headers=admin)
+    assert listed.status_code == 200, listed.text
+    rows = {c["address"]: c for c in listed.json()["contacts"]}
+    assert list(rows) == ["gone@acme.com", "no@acme.com"]
+    no = rows["no@acme.com"]
+    assert (no["blocked"], no["suppressed"]) == (True, True)
+    assert no["blocked_by"] == no["suppressed_by"] and no["blocked_by"]  # the admin key's actor
+    assert no["blocked_at"] <= no["suppressed_at"]
+    assert (rows["gone@acme.com"]["blocked"], rows["gone@acme.com"].get("blocked_at")) == (False, None)
+    assert (await api.http.get(f"{base}/contacts", headers=agent)).status_code == 403
+    stranger = await api.project()
+    elsewhere = await api.http.get(f"/v1/admin/projects/{stranger['project_id']}/contacts", headers=admin)
+    assert elsewhere.status_code == 404
+
+    lifted = await api.http.delete(f"{base}/blocks/no@acme.com", headers=admin)
+    assert lifted.status_code == 200, lifted.text
+    assert (lifted.json()["blocked"], lifted.json()["suppressed"]) == (False, True)
+    assert (await api.http.delete(f"{base}/blocks/no@acme.com", headers=admin)).status_code == 404
+    bad = await api.http.delete(f"{base}/blocks/no%00one", headers=admin)
+    assert bad.status_code in (400, 422) and bad.json()["code"] == "bad_request", bad.text
+    body = draft(to=["no@acme.com"])
+    still = await api.http.post("/v1/messages", json=body, headers=agent)
+    assert still.json()["code"] == "recipient_suppressed"  # the other list still holds it
+    assert (await api.http.delete(f"{base}/suppressions/no@acme.com", headers=admin)).status_code == 200
+    sent = await api.http.post("/v1/messages", json=body, headers=agent)
+    assert sent.status_code == 202, sent.text
+    left = (await api.http.get(f"{base}/contacts", headers=admin)).json()["contacts"]
+    assert [c["address"] for c in left] == ["gone@acme.com"]
 
 
 async def test_reply_and_forward_are_materialized_from_recorded_inbound_mail(api: Api) -> None:

@@ -354,6 +354,40 @@ async def test_graduation_is_proposed_by_agents_and_flipped_by_the_console(api: 
     assert (status["never_graduate"], status["can_graduate"]) == (True, False)
 
 
+async def test_a_human_rejects_a_graduation_proposal_and_the_agent_reads_why(api: Api) -> None:
+    org, stranger = await Org.create(api), await Org.create(api)
+    category = await org.category("Renewals")
+    proposals = f"/v1/categories/{category['id']}/graduation-proposals"
+    made = await api.http.post(proposals, json={"note": "clean for weeks"}, headers=org.agent)
+    assert made.status_code == 201, made.text
+    reject = f"/v1/admin/projects/{org.project_id}/graduation-proposals/{made.json()['id']}/reject"
+    why = {"reason": "Not before the Q3 pricing change ships."}
+    assert (await api.http.post(reject, json=why, headers=org.agent)).status_code == 403
+    elsewhere = reject.replace(org.project_id, stranger.project_id)
+    assert (await api.http.post(elsewhere, json=why, headers=stranger.admin)).status_code == 404
+    empty = await api.http.post(reject, json={"reason": ""}, headers=org.admin)
+    assert empty.status_code == 422 and empty.json()["errors"][0]["field"] == "/reason", empty.text
+
+    rejected = await api.http.post(reject, json=why, headers={**org.admin, "Idempotency-Key": "rej-1"})
+    assert rejected.status_code == 200, rejected.text
+    assert (rejected.json()["status"], rejected.json()["reason"]) == ("rejected", why["reason"])
+    replayed = await api.http.post(reject, json=why, headers={**org.admin, "Idempotency-Key": "rej-1"})
+    assert replayed.status_code == 200 and replayed.json() == rejected.json()  # a retry, not a 409
+    again = await api.http.post(reject, json=why, headers=org.admin)
+    assert again.status_code == 409 and again.json()["code"] == "wrong_state", again.text
+    queue = f"/v1/admin/projects/{org.project_id}/graduation-proposals"
+    assert (await api.http.get(queue, headers=org.admin)).json()["proposals"] == []
+    # The agent reads the decision, with the reason verbatim; the category stays on its rung.
+    seen = (await api.http.get(proposals, headers=org.agent)).json()["proposals"]
+    assert [(p["id"], p["status"], p["reason"]) for p in seen] == [
+        (made.json()["id"], "rejected", why["reason"])
+    ]
+    assert seen[0]["decided_at"] and seen[0]["decided_by"]
+    status = (await api.http.get(f"/v1/categories/{category['id']}/graduation", headers=org.agent)).json()
+    assert status["state"] == "supervised"
+    assert (await api.http.get(proposals, headers=stranger.agent)).status_code == 404
+
+
 async def test_outcomes_over_grpc_demote_on_drift_once_per_event_and_reach_review_state(api: Api) -> None:
     org = await Org.create(api)
     category = await org.category()

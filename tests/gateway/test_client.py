@@ -99,3 +99,35 @@ async def test_the_example_agent_stops_on_the_terminal_event(api: Api) -> None:
         assert outcome.payload["state"] == "cancelled"
         # The terminal nudge was acked: nothing is left to drain.
         assert (await rl.list_review_events()).events == []
+
+
+async def test_the_client_rejects_a_graduation_proposal_and_lifts_blocks(api: Api) -> None:
+    """The console verbs of the client: an admin rejects a proposal and its agent reads why; an admin
+    lists and lifts blocks and suppressions."""
+    project = await api.project()
+    pid = project["project_id"]
+    agent = (await api.key(pid))["api_key"]
+    admin = (await api.key(pid, "admin"))["api_key"]
+    async with AsyncReviewloop(url(api), agent) as rl, AsyncReviewloop(url(api), admin) as console:
+        category = await rl.create_category(name="renewals")
+        proposal = await rl.propose_graduation(category.id, note="clean for weeks")
+        rejected = await console.reject_graduation_proposal(pid, proposal["id"], reason="Not yet.")
+        assert (rejected.status, rejected.reason) == ("rejected", "Not yet.")
+        seen = (await rl.list_graduation_proposals_of_category(category.id)).proposals
+        assert [(p.id, p.status, p.reason) for p in seen] == [(proposal["id"], "rejected", "Not yet.")]
+
+        await api.http.post(
+            f"/v1/admin/projects/{pid}/blocks", json={"address": "no@acme.com"}, headers=api.auth(admin)
+        )
+        await api.http.post(
+            f"/v1/admin/projects/{pid}/suppressions", json={"address": "no@acme.com"}, headers=api.auth(admin)
+        )
+        [listed] = (await console.list_blocked_and_suppressed(pid)).contacts
+        assert (listed.address, listed.blocked, listed.suppressed) == ("no@acme.com", True, True)
+        assert listed.blocked_at is not None and listed.blocked_by
+        assert not (await console.unblock_recipient(pid, "no@acme.com")).blocked
+        assert not (await console.unsuppress_recipient(pid, "no@acme.com")).suppressed
+        assert (await console.list_blocked_and_suppressed(pid)).contacts == []
+        with pytest.raises(ReviewloopError) as missing:
+            await console.unblock_recipient(pid, "no@acme.com")
+        assert missing.value.status == 404

@@ -21,7 +21,7 @@ from review_state.domain.submission import Dial, Draft
 from review_state.providers import AtData, EmlProvider, OutcomeUnknown, Refused
 from reviewloop.diff.v1.diff_pb2 import DiffCommitted
 from reviewloop.errors import Code, DomainError
-from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
+from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested, ReviewOutcome
 from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, codec
@@ -183,18 +183,19 @@ def peers(env: Env) -> FakePeers:
     return env.peers
 
 
-async def outbox(env: Env, destination: str = "nudge") -> list[dict[str, Any]]:
-    """The events written so far for ``destination``, oldest first."""
+async def outbox(env: Env, destination: str = "nudge", event_type: str = "") -> list[dict[str, Any]]:
+    """The events written so far for ``destination`` (only ``event_type``'s, if given; for nudge, its
+    nudges unless told otherwise), oldest first."""
+    event_type = event_type or ("nudge" if destination == "nudge" else "")
+    query = select(OUTBOX).where(OUTBOX.c.destination == destination)
+    if event_type:
+        query = query.where(OUTBOX.c.type == event_type)
     async with env.db.engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(OUTBOX).where(OUTBOX.c.destination == destination).order_by(OUTBOX.c.id)
-            )
-        ).all()
-    return [_as_read(destination, r.payload) for r in rows]
+        rows = (await conn.execute(query.order_by(OUTBOX.c.id))).all()
+    return [_as_read(destination, r.type, r.payload) for r in rows]
 
 
-def _as_read(destination: str, payload: str) -> dict[str, Any]:
+def _as_read(destination: str, event_type: str, payload: str) -> dict[str, Any]:
     """A typed event as its consumer reads it: a nudge's reason is its payload's name."""
     if destination == "rules":
         try:
@@ -203,6 +204,8 @@ def _as_read(destination: str, payload: str) -> dict[str, Any]:
             return {"rule_requested": codec.as_json_object(codec.decode(payload, SaveRuleRequest))}
     if destination == "diff":
         return codec.as_json_object(codec.decode(payload, DiffCommitted))
+    if event_type == "humans_notified":
+        return codec.as_json_object(codec.decode(payload, HumansNotified))
     nudge = codec.decode(payload, NudgeRequested)
     reason = nudge.WhichOneof("payload")
     assert reason is not None

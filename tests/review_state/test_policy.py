@@ -138,6 +138,13 @@ async def test_an_auto_send_in_an_auto_notify_category_notifies_the_humans(
     assert [t.turn_type for t in turns if t.actor_kind == "system"] == (
         ["humans_notified"] if notified else []
     )
+    # In the same unit: the event the project's webhooks can ask for, named by the turn.
+    told = await outbox(env, "nudge", "humans_notified")
+    assert [(e["review_id"], e["turn_id"], e["to"]) for e in told] == (
+        [(sent.id, next(t.id for t in turns if t.turn_type == "humans_notified"), sent.to)]
+        if notified
+        else []
+    )
 
 
 async def test_the_daily_cap_holds_the_send_and_never_drops_it(env: Env) -> None:

@@ -16,6 +16,7 @@ from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, codec
 from reviewloop.storage.inbox import ingest_each
 from reviewloop.storage.schema import OUTBOX
+from reviewloop.tenancy import ActorKind, Principal
 from rules import app
 from rules.__main__ import SPEC
 from sqlalchemy import select
@@ -116,6 +117,46 @@ async def _open_gate(env: app.Env, t: Tenant, cat: str) -> None:
     """A maturity gate met from the start (no approvals, no age), for tests about something else."""
     gate = {"graduate_min_approvals": 0, "graduate_min_age_hours": 0}
     await app.set_risk_dial(env, t.admin, account=None, categories=[(cat, gate)])
+
+
+async def test_a_rejected_proposal_closes_with_its_reason_and_the_rung_stays(open_db: OpenDb) -> None:
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
+    cat = await _new_category(env, t)
+    await _open_gate(env, t, cat)
+    proposal = await app.propose_graduation(env, t.agent, cat, "", "20 clean approvals")
+    assert (
+        await _code(app.reject_graduation_proposal(env, t.agent, proposal.id, "no")) is Code.FORBIDDEN_SCOPE
+    )
+    assert await _code(app.reject_graduation_proposal(env, t.admin, proposal.id, "  ")) is Code.BAD_REQUEST
+    other_admin = Principal(t.org, new_id("prj"), ActorKind.ADMIN, new_id("key"))
+    assert await _code(app.reject_graduation_proposal(env, other_admin, proposal.id, "no")) is Code.NOT_FOUND
+
+    rejected = await app.reject_graduation_proposal(
+        env, t.admin, proposal.id, "Wait for the Q3 pricing change."
+    )
+    assert (rejected.decision, rejected.reason, rejected.decided_by) == (
+        "rejected",
+        "Wait for the Q3 pricing change.",
+        t.admin.actor_id,
+    )
+    assert (await app.get_category(env, t.agent, cat)).row.state.value == "supervised"  # stays on its rung
+    assert await app.list_graduation_proposals(env, t.admin) == []  # closed: out of the queue
+    # The agent reads the decision and the reason verbatim from its category's proposals.
+    [seen] = await app.list_graduation_proposals(env, t.agent, cat)
+    assert (seen.id, seen.decision, seen.reason) == (
+        proposal.id,
+        "rejected",
+        "Wait for the Q3 pricing change.",
+    )
+    again = app.reject_graduation_proposal(env, t.admin, proposal.id, "still no")
+    assert await _code(again) is Code.WRONG_STATE
+
+    # A later proposal is approved by the graduation it asked for, and can no longer be rejected.
+    second = await app.propose_graduation(env, t.agent, cat, "", "now?")
+    await app.graduate(env, t.admin, cat, "auto_notify")
+    decided = {p.id: p.decision for p in await app.list_graduation_proposals(env, t.agent, cat)}
+    assert decided == {proposal.id: "rejected", second.id: "approved"}
+    assert await _code(app.reject_graduation_proposal(env, t.admin, second.id, "no")) is Code.WRONG_STATE
 
 
 async def test_only_a_human_graduates_and_every_rung_needs_the_maturity_gate(open_db: OpenDb) -> None:

@@ -12,10 +12,15 @@ WEEK_S = 7 * 24 * 3600
 
 
 class WebhookIn(Shape):
-    """``register_webhook``: where to POST the project's nudges, and which reasons (none = every one)."""
+    """``register_webhook``: where to POST the project's events, and which (none = every nudge reason)."""
 
     url: str = Field(min_length=1, max_length=2000, description="http(s); private ranges are refused")
-    reasons: list[str] = Field(default_factory=list, max_length=20)
+    reasons: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="nudge reasons, and humans_notified (an auto_notify category's auto-send, for the "
+        "project's humans: only where named); none: every nudge reason",
+    )
 
 
 class Webhook(Shape):

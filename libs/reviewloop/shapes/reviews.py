@@ -480,11 +480,21 @@ class InboundIn(Shape):
 
 
 class Contact(Shape):
-    """A recipient's flags in the project after a block or a suppression."""
+    """A recipient's flags in the project, with since when and by whom each is set."""
 
     address: str
     blocked: bool
     suppressed: bool
+    blocked_at: datetime | None = None
+    blocked_by: str | None = Field(default=None, description="the admin key's actor id that blocked it")
+    suppressed_at: datetime | None = None
+    suppressed_by: str | None = None
+
+
+class ContactList(Shape):
+    """The project's blocked and suppressed recipients, by address."""
+
+    contacts: list[Contact]
 
 
 class InboundMessage(Shape):

@@ -312,7 +312,7 @@ class GraduationStatus(Shape):
 
 
 class GraduationProposal(Shape):
-    """An agent's proposal of the next rung, waiting for a human; with its category's status."""
+    """An agent's proposal of the next rung, and how a human decided it; with its category's status."""
 
     id: str
     category_id: str
@@ -320,15 +320,27 @@ class GraduationProposal(Shape):
     to_state: str
     proposed_by: str
     note: str
-    status: str
+    status: Literal["proposed", "approved", "rejected"] = Field(
+        description="proposed: waiting for a human; approved: the category graduated to it; "
+        "rejected: closed with `reason`, the category stays on its rung"
+    )
     created_at: datetime
     graduation: GraduationStatus
+    reason: str | None = Field(default=None, description="a rejection's reason, verbatim from the human")
+    decided_by: str | None = None
+    decided_at: datetime | None = None
 
 
 class GraduationProposalList(Shape):
-    """The graduation proposals waiting for a human."""
+    """Graduation proposals, newest first."""
 
     proposals: list[GraduationProposal]
+
+
+class RejectProposalIn(Shape):
+    """``reject_graduation_proposal``: why, in words the proposing agent reads verbatim."""
+
+    reason: str = Field(min_length=1, max_length=2000)
 
 
 # --- the risk dial ----------------------------------------------------------------------------------

@@ -12,10 +12,12 @@ JS file).
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import grpc
 from fastapi import FastAPI, Request
 from reviewloop.errors import Code, DomainError, http_status
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
@@ -40,11 +42,25 @@ def create_console(state: object) -> FastAPI:
 
     @console.exception_handler(DomainError)
     async def domain(request: Request, exc: DomainError) -> Response:
-        return _error_page(exc)
+        return await _error_page(request, exc)
+
+    @console.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """A mistyped or stale console link answers a console page (with the way back), not JSON."""
+        if exc.status_code == 404:
+            return await _error_page(
+                request, DomainError(Code.NOT_FOUND, f"No console page at {request.url.path}.")
+            )
+        return page(
+            "Something stopped",
+            error_box(str(exc.detail)) + '<p><a href="/console/queue">Back to the queue</a></p>',
+            status=exc.status_code,
+            extra_headers=dict(exc.headers or {}),
+        )
 
     @console.exception_handler(grpc.aio.AioRpcError)
     async def backend(request: Request, exc: grpc.aio.AioRpcError) -> Response:
-        return _error_page(web.as_domain(exc))
+        return await _error_page(request, web.as_domain(exc))
 
     @console.get("/")
     async def home() -> Response:
@@ -89,11 +105,25 @@ def _sign_in_page(next_url: str, error: str = "", status: int = 200) -> Response
     return page("Sign in", body, status=status)
 
 
-def _error_page(error: DomainError) -> Response:
+async def _error_page(request: Request, error: DomainError) -> Response:
+    """The refusal, with the console's navigation while the browser is signed in, and a way back to
+    the page whose form was refused (its same-origin Referer)."""
+    try:
+        session = await sessions.current(request, write=False)
+    except Exception:  # the refusal is what the reader needs; a session lookup failing must not hide it
+        session = None
     status = http_status(error.code)
     hint = "" if error.code is not Code.NOT_FOUND else "<p>It may belong to another project.</p>"
+    referer = urlsplit(request.headers.get("referer", ""))
+    came_from = web.safe_next(referer.path + (f"?{referer.query}" if referer.query else ""))
+    back = (
+        f'<p><a href="{h(came_from)}">Back to the page you came from</a></p>'
+        if request.method == "POST" and came_from != "/console/queue"
+        else ""
+    )
     return page(
         "Something stopped",
-        error_box(error.detail) + hint + '<p><a href="/console/queue">Back to the queue</a></p>',
+        error_box(error.detail) + hint + back + '<p><a href="/console/queue">Back to the queue</a></p>',
+        session=session,
         status=status,
     )

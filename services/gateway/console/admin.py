@@ -23,7 +23,7 @@ from gateway.console import web
 from gateway.console.html import csrf_field, error_box, h, page, table
 from gateway.console.sessions import Session
 from gateway.translate.budget import as_round_budget
-from gateway.translate.reviews import as_review_policy
+from gateway.translate.reviews import as_contact, as_review_policy
 from gateway.translate.rules import (
     as_category,
     as_graduation_proposal,
@@ -181,7 +181,8 @@ async def categories_page(request: Request) -> Response:
     backend = web.backend(request)
     principal = session.principal.to_proto()
     rows = []
-    for category in await _categories(request, session):
+    categories = await _categories(request, session)
+    for category in categories:
         status = as_graduation_status(
             await web.call(
                 backend.rules.GetGraduationStatus,
@@ -226,22 +227,15 @@ async def categories_page(request: Request) -> Response:
         rules_pb2.ListGraduationProposalsRequest(principal=principal),
         request,
     )
+    names = {str(c["id"]): str(c["name"]) for c in categories}
     proposal_rows = [
-        f"<tr><td>{h(p['category_id'])}</td><td>{h(p['from_state'])} → {h(p['to_state'])}</td>"
-        f"<td>{h(p['proposed_by'])}: {h(p['note'])}</td><td>{h(p['status'])}</td><td>"
-        + _form(
-            session,
-            f"/console/categories/{p['category_id']}/graduate",
-            f'<input type="hidden" name="to_state" value="{h(p["to_state"])}">',
-            f"Accept: graduate to {p['to_state']}",
-        )
-        + "</td></tr>"
+        _proposal_row(session, p, names.get(p["category_id"], str(p["category_id"])))
         for p in (as_graduation_proposal(x) for x in proposals.proposals)
     ]
     body = f"""{_notice(request)}
 {table("Categories and their graduation status", ["Category", "Rung", "Maturity gate", "Never graduate", "Actions"], rows, empty="No categories yet.")}
 <h2>Graduation proposals waiting for a human</h2>
-{table("Proposals", ["Category", "Move", "Proposed by", "Status", "Action"], proposal_rows, empty="No proposals.")}
+{table("Proposals, newest first", ["Category", "Move", "Proposed by", "Maturity gate", "Actions"], proposal_rows, empty="No proposals.")}
 <h2>New category</h2>
 <form method="post" action="/console/categories">{csrf_field(session)}
   <input type="hidden" name="idem" value="{web.idempotency_key()}">
@@ -250,6 +244,43 @@ async def categories_page(request: Request) -> Response:
   <p><button type="submit">Create category</button></p>
 </form>"""
     return page("Categories", body, session=session, active="categories")
+
+
+def _proposal_row(session: Session, proposal: dict[str, Any], name: str) -> str:
+    """A waiting proposal: approve (graduate the category to it) or reject with the reason the agent
+    reads verbatim (the category stays on its rung)."""
+    pid, to_state = proposal["id"], proposal["to_state"]
+    gate = "met" if proposal["graduation"]["maturity_gate_met"] else "not met"
+    approve = _form(
+        session,
+        f"/console/categories/{proposal['category_id']}/graduate",
+        f'<input type="hidden" name="to_state" value="{h(to_state)}">',
+        f"Approve: graduate {name} to {to_state}",
+    )
+    reject = (
+        f'<details><summary>Reject…</summary><form method="post" action="/console/categories/proposals/{h(pid)}/reject">'
+        f'{csrf_field(session)}<label for="reason-{h(pid)}">Reason (the agent reads it verbatim)</label>'
+        f'<textarea id="reason-{h(pid)}" name="reason" rows="2" cols="40" required maxlength="2000"></textarea>'
+        f'<p><button type="submit">Reject the proposal for {h(name)}</button></p></form></details>'
+    )
+    return (
+        f'<tr id="proposal-{h(pid)}"><td>{h(name)}</td><td>{h(proposal["from_state"])} → {h(to_state)}</td>'
+        f"<td>{h(proposal['proposed_by'])}: {h(proposal['note'])}<br><small>{h(proposal['created_at'])}</small></td>"
+        f"<td>{gate}</td><td>{approve}{reject}</td></tr>"
+    )
+
+
+@router.post("/categories/proposals/{proposal_id}/reject")
+async def reject_proposal(request: Request, proposal_id: str) -> Response:
+    session, form = await _admin_write(request)
+    await web.call(
+        web.backend(request).rules.RejectGraduationProposal,
+        rules_pb2.RejectGraduationProposalRequest(
+            principal=session.principal.to_proto(), proposal_id=proposal_id, reason=web.field(form, "reason")
+        ),
+        request,
+    )
+    return _done("/console/categories", "proposal_rejected")
 
 
 @router.post("/categories")
@@ -399,6 +430,10 @@ async def _settings(request: Request, session: Session, issued: str = "") -> Res
         + "</td></tr>"
         for k in keys
     ]
+    listed = await web.call(
+        backend.review.ListContacts, review_pb2.ListContactsRequest(principal=principal), request
+    )
+    contact_rows = [_contact_row(session, as_contact(c)) for c in listed.contacts]
     policy_options = "".join(
         f'<option value="{p}"{" selected" if p == policy["policy"] else ""}>{p}</option>' for p in POLICIES
     )
@@ -423,6 +458,7 @@ async def _settings(request: Request, session: Session, issued: str = "") -> Res
   <label for="policy">Policy</label><select id="policy" name="policy">{policy_options}</select>
   <p><button type="submit">Save review policy</button></p></form>
 <h2>Blocks and suppressions</h2>
+{table("Blocked and suppressed recipients", ["Address", "Blocked", "Suppressed", "Actions"], contact_rows, empty="No recipient is blocked or suppressed.")}
 <form method="post" action="/console/settings/contacts">{csrf_field(session)}
   <label for="contact">Address</label><input type="text" id="contact" name="address" required>
   <p><button type="submit" name="list" value="block">Block</button>
@@ -464,6 +500,39 @@ async def set_review_policy(request: Request) -> Response:
         request,
     )
     return _done("/console/settings", "review_policy_saved")
+
+
+def _contact_row(session: Session, contact: dict[str, Any]) -> str:
+    """A listed recipient: each flag with since when and by whom, and a form to lift it."""
+    address = contact["address"]
+    cells, verbs = [], ""
+    for flag, lift in (("blocked", "Unblock"), ("suppressed", "Unsuppress")):
+        if not contact[flag]:
+            cells.append("<td>no</td>")
+            continue
+        by = contact.get(f"{flag}_by") or "unknown"
+        cells.append(f"<td>since {h(contact.get(f'{flag}_at') or '?')} by <code>{h(by)}</code></td>")
+        verbs += _form(
+            session,
+            "/console/settings/contacts/remove",
+            f'<input type="hidden" name="address" value="{h(address)}">'
+            f'<input type="hidden" name="list" value="{flag}">',
+            f"{lift} {address}",
+        )
+    return f"<tr><td>{h(address)}</td>{''.join(cells)}<td>{verbs}</td></tr>"
+
+
+@router.post("/settings/contacts/remove")
+async def remove_contact(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    backend = web.backend(request)
+    blocked = web.field(form, "list") == "blocked"
+    await web.call(
+        backend.review.RemoveBlock if blocked else backend.review.RemoveSuppression,
+        review_pb2.ContactRequest(principal=session.principal.to_proto(), address=web.field(form, "address")),
+        request,
+    )
+    return _done("/console/settings", "unblocked" if blocked else "unsuppressed")
 
 
 @router.post("/settings/contacts")

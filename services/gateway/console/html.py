@@ -121,6 +121,7 @@ def page(
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{h(title)} · reviewloop console</title>
+<link rel="icon" href="/console/static/favicon.svg" type="image/svg+xml">
 <link rel="stylesheet" href="/console/static/console.css">
 <script src="/console/static/console.js" defer></script>
 </head>
@@ -140,13 +141,20 @@ def page(
 
 
 def table(
-    caption: str, head: Iterable[str], rows: Iterable[str], *, empty: str = "Nothing here.", live: str = ""
+    caption: str,
+    head: Iterable[str],
+    rows: Iterable[str],
+    *,
+    empty: str = "Nothing here.",
+    live: str = "",
+    fed: bool = False,
 ) -> str:
     """A captioned table, or ``empty`` when there are no rows. ``live``: the event stream that keeps it
-    current (the table is then rendered, hidden, even when empty, so new rows can be announced)."""
+    current; ``fed``: another table's stream adds rows to it. Either way the table is rendered, hidden,
+    even when empty, so rows can arrive."""
     rows = list(rows)
     attrs = f' data-live="{h(live)}"' if live else ""
-    if not rows and not live:
+    if not rows and not (live or fed):
         return f"<p>{h(empty)}</p>"
     cols = "".join(f'<th scope="col">{h(c)}</th>' for c in head)
     table_ = (

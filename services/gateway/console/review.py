@@ -129,16 +129,22 @@ async def queue(request: Request) -> Response:
 <button type="button" id="new-bar" class="new-bar" hidden data-reload>0 new</button>
 {
         table(
-            f"{len(reviews)} drafts, oldest first",
+            f"{len(reviews)} draft{'' if len(reviews) == 1 else 's'}, oldest first",
             ["Intent", "Category", "Kind", "Recipients", "Age", "State", "Open by"],
             rows,
-            empty="No drafts are waiting for review.",
+            empty=_nothing_listed(state if state in _STATES else "", names.get(category, category)),
             live=live,
         )
     }
 <p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>
 {await _auto_notified(request, session, names, category)}"""
     return page("Review queue", body, session=session, active="queue", announce=_announcement(request))
+
+
+def _nothing_listed(state: str, category: str) -> str:
+    """What an empty queue says: the filters it was asked for, not always "waiting for review"."""
+    where = f" in {category}" if category else ""
+    return f"No drafts in state {state}{where}." if state else f"No drafts are waiting for review{where}."
 
 
 AUTO_NOTIFIED_SHOWN = 20
@@ -153,16 +159,18 @@ async def _auto_notified(request: Request, session: Session, names: dict[str, st
         f'<td><a href="/console/reviews/{h(r["id"])}">{h(_summary(r))}</a></td>'
         f"<td>{h(names.get(r.get('category_id') or '', r.get('category_id') or '—'))}</td>"
         f"<td>{h(', '.join([*r['to'], *r['cc'], *r['bcc']]))}</td><td>{h(_age(r['created_at']))}</td>"
-        f"<td>{h(r['state'])}</td></tr>"
+        f'<td class="state">{h(r["state"])}</td></tr>'
         for r in sent
     ]
     return (
-        '<section aria-labelledby="auto-sent"><h2 id="auto-sent">Sent without review (auto_notify)</h2>'
+        '<section id="auto-sent-section" aria-labelledby="auto-sent">'
+        '<h2 id="auto-sent">Sent without review (auto_notify)</h2>'
         + table(
-            f"The latest {len(rows)} auto-sent messages, newest first",
+            f"The latest auto-sent messages, newest first (at most {AUTO_NOTIFIED_SHOWN} when loaded)",
             ["Intent", "Category", "Recipients", "Sent", "State"],
             rows,
             empty="Nothing was auto-sent in an auto_notify category.",
+            fed=True,  # the queue's event stream adds each new one at the top
         )
         + "</section>"
     )
@@ -195,18 +203,30 @@ async def events(request: Request) -> Response:
         except ValueError:
             return datetime.now(UTC)
 
+    async def notified(changed: list[dict[str, Any]]) -> set[str]:
+        """Which of the changed reviews went out without review in an auto_notify category (asked only
+        when one of them left the pending states)."""
+        if all(r["state"] in PENDING for r in changed):
+            return set()
+        sent = await _list(request, session, [], category, humans_notified=True, limit=AUTO_NOTIFIED_SHOWN)
+        return {r["id"] for r in sent}
+
     async def stream() -> AsyncIterator[bytes]:
         mark = parse(since)
         shown: dict[str, list[str]] | None = None
+        names: dict[str, str] | None = None
         yield b"retry: 2000\n\n"
         while not await request.is_disconnected():
             try:
                 recent = await _list(request, session, [])
+                changed = sorted(
+                    (r for r in recent if parse(r["updated_at"]) > mark), key=lambda r: r["updated_at"]
+                )
+                told = await notified(changed)
+                if told and names is None:
+                    names = await category_names(request, session)
             except Exception:
-                recent = []
-            changed = sorted(
-                (r for r in recent if parse(r["updated_at"]) > mark), key=lambda r: r["updated_at"]
-            )
+                changed, told = [], set()
             for review in changed:
                 mark = parse(review["updated_at"])
                 data = {
@@ -217,6 +237,12 @@ async def events(request: Request) -> Response:
                     and (not category or review.get("category_id") == category),
                     "summary": _summary(review),
                 }
+                if review["id"] in told:  # a line for "Sent without review"
+                    category_id = review.get("category_id") or ""
+                    data["humans_notified"] = {
+                        "category": (names or {}).get(category_id, category_id or "—"),
+                        "recipients": ", ".join([*review["to"], *review["cc"], *review["bcc"]]),
+                    }
                 yield f"id: {review['updated_at']}\nevent: review\ndata: {json.dumps(data)}\n\n".encode()
             try:
                 open_by = await presence.by_review(request, session)

@@ -14,6 +14,7 @@ from reviewloop.shapes import (
     CategoryList,
     CategoryMerge,
     GraduationProposal,
+    GraduationProposalList,
     GraduationStatus,
     LearnReviewRuleRequest,
     MergeCategoriesRequest,
@@ -418,6 +419,23 @@ async def propose_graduation(
         timeout=backend.timeout_s,
     )
     return as_graduation_proposal(reply)
+
+
+@router.get(
+    "/v1/categories/{category_id}/graduation-proposals",
+    operation_id="list_graduation_proposals_of_category",
+    response_model=GraduationProposalList,
+)
+async def list_graduation_proposals_of_category(
+    category_id: str, principal: ProjectKey, backend: Backend
+) -> Json:
+    """The category's graduation proposals, newest first, decided ones included: how the agent learns
+    a human approved (graduated) or rejected its proposal, and the reason, verbatim."""
+    reply = await backend.rules.ListGraduationProposals(
+        rules_pb2.ListGraduationProposalsRequest(principal=principal.to_proto(), category_id=category_id),
+        timeout=backend.timeout_s,
+    )
+    return {"proposals": [as_graduation_proposal(p) for p in reply.proposals]}
 
 
 @router.get("/v1/risk-dial", operation_id="get_risk_dial", response_model=RiskDial)

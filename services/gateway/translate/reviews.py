@@ -215,7 +215,15 @@ def as_review_policy(reply: review_pb2.ReviewPolicy) -> Json:
 
 
 def as_contact(reply: review_pb2.Contact) -> Json:
-    return {"address": reply.address, "blocked": reply.blocked, "suppressed": reply.suppressed}
+    return {
+        "address": reply.address,
+        "blocked": reply.blocked,
+        "suppressed": reply.suppressed,
+        "blocked_at": timestamp(reply.blocked_at) if reply.HasField("blocked_at") else None,
+        "blocked_by": reply.blocked_by or None,
+        "suppressed_at": timestamp(reply.suppressed_at) if reply.HasField("suppressed_at") else None,
+        "suppressed_by": reply.suppressed_by or None,
+    }
 
 
 def as_inbound_message(reply: review_pb2.InboundMessage) -> Json:

@@ -186,6 +186,9 @@ def as_graduation_proposal(proposal: rules_pb2.GraduationProposal) -> Json:
         "status": proposal.status,
         "created_at": timestamp(proposal.created_at),
         "graduation": as_graduation_status(proposal.graduation),
+        "reason": proposal.reason or None,
+        "decided_by": proposal.decided_by or None,
+        "decided_at": timestamp(proposal.decided_at) if proposal.HasField("decided_at") else None,
     }
 
 

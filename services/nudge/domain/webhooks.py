@@ -22,6 +22,10 @@ SECRET_BYTES = 24
 MAX_URL = 2000
 # A webhook may name only these reasons (the reserved ones are never emitted).
 REASONS = frozenset(r.value for r in Reason if r not in RESERVED)
+# Not a nudge: an auto-send in an ``auto_notify`` category, for the project's humans (issue 13). Only
+# an endpoint that names it gets it (a receiver written for the agent's nudges never sees it).
+HUMANS_NOTIFIED = "humans_notified"
+EVENT_TYPES = REASONS | {HUMANS_NOTIFIED}
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -95,16 +99,20 @@ def check_url(url: str) -> tuple[str, str | None]:
 
 
 def check_reasons(reasons: Iterable[str]) -> list[str]:
-    """The reasons an endpoint wants, deduplicated in order (none = every reason), or Refused."""
+    """The reasons an endpoint wants, deduplicated in order (none = every nudge reason), or Refused."""
     wanted = list(dict.fromkeys(reasons))
-    unknown = [r for r in wanted if r not in REASONS]
+    unknown = [r for r in wanted if r not in EVENT_TYPES]
     if unknown:
-        raise Refused(f"unknown reason {unknown[0]!r}; one of {', '.join(sorted(REASONS))}")
+        raise Refused(f"unknown reason {unknown[0]!r}; one of {', '.join(sorted(EVENT_TYPES))}")
     return wanted
 
 
 def wants(reasons: Sequence[str], reason: str) -> bool:
-    return not reasons or reason in reasons
+    """Whether an endpoint asking for ``reasons`` gets an event of ``reason``: none asks for every
+    nudge, ``humans_notified`` only where named."""
+    if reason == HUMANS_NOTIFIED or reasons:
+        return reason in reasons
+    return True
 
 
 def backoff_s(attempts: int, base_s: float, cap_s: float, rng: random.Random | None = None) -> float:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 from reviewloop.diff.v1.diff_pb2 import Diff, DiffCommitted
 from reviewloop.protoconv import rfc3339, stamp
-from reviewloop.review.v1.events_pb2 import NudgeRequested, ReviewOutcome
+from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested, ReviewOutcome
 from reviewloop.rules.v1 import events_pb2 as rules_events
 from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork
@@ -32,6 +32,7 @@ OUTCOME = "review_outcome"
 RULE_REQUESTED = "rule_requested"
 DIFF = "diff"  # the diffs of the revision pairs reviews committed to
 DIFF_COMMITTED = "diff_committed"
+HUMANS_NOTIFIED = "humans_notified"  # to nudge, for the webhooks that ask for it (never the agent's)
 SUGGESTED_BATCH = 3  # propagate_general_rule: a few drafts at a time, never the whole queue
 
 
@@ -101,6 +102,30 @@ def publish_diff(uow: UnitOfWork, principal: Principal, before: Review, diff: Di
                 fields_changed=diff.fields_changed,
                 input_sha256=diff.input_sha256,
             ),
+        ),
+    )
+
+
+def publish_humans_notified(uow: UnitOfWork, review: Review, turn_id: str) -> None:
+    """An auto-send in an ``auto_notify`` category, for the project's humans: the nudge service hands it
+    to the webhook endpoints that asked for ``humans_notified`` (after the review's earlier events)."""
+    uow.emit(
+        NUDGE,
+        review.id,
+        HUMANS_NOTIFIED,
+        HumansNotified(
+            review_id=review.id,
+            org_id=review.org_id,
+            project_id=review.project_id,
+            agent_id=review.agent_id,
+            category_id=review.category_id,
+            turn_id=turn_id,
+            subject=review.subject,
+            summary=str((review.intent or {}).get("summary") or ""),
+            to=review.to,
+            cc=review.cc,
+            bcc=review.bcc,
+            created_at=stamp(review.created_at),
         ),
     )
 

@@ -144,10 +144,38 @@ async def _flag(
     env: Env,
     principal: Principal,
     address: str,
-    write: Callable[[AsyncConnection, str, str, datetime], Awaitable[store.Contact]],
+    write: Callable[[AsyncConnection, str, str, str, datetime], Awaitable[store.Contact]],
 ) -> store.Contact:
     require_admin(principal)
     if not is_address(address):
         raise invalid("/address", f"{address!r} is not an email address")
     async with env.db.transaction() as uow:
-        return await write(uow.conn, principal.project_id, address, utcnow())
+        return await write(uow.conn, principal.project_id, address, principal.actor_id, utcnow())
+
+
+async def list_contacts(env: Env, principal: Principal) -> list[store.Contact]:
+    """The project's block and suppression lists, with who set each flag and since when."""
+    require_admin(principal)
+    async with env.db.engine.connect() as conn:
+        return await store.listed_contacts(conn, principal.project_id)
+
+
+async def remove_block(env: Env, principal: Principal, address: str) -> store.Contact:
+    """Mail may go to ``address`` again (unless it is suppressed). Errors: ``not_found``."""
+    return await _unflag(env, principal, address, "blocked")
+
+
+async def remove_suppression(env: Env, principal: Principal, address: str) -> store.Contact:
+    """``address`` may get this project's mail again (unless it is blocked). Errors: ``not_found``."""
+    return await _unflag(env, principal, address, "suppressed")
+
+
+async def _unflag(env: Env, principal: Principal, address: str, flag: str) -> store.Contact:
+    require_admin(principal)
+    if not is_address(address):
+        raise invalid("/address", f"{address!r} is not an email address")
+    async with env.db.transaction() as uow:
+        contact = await store.unflag_contact(uow.conn, principal.project_id, address, flag, utcnow())
+    if contact is None:
+        raise DomainError(Code.NOT_FOUND, f"{address} is not {flag} in this project.")
+    return contact

@@ -13,6 +13,7 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
 from review_state.app import _kernel
+from review_state.app._events import publish_humans_notified
 from review_state.app._gates import auto_send_gate, check_token, contacts_allow, spend_cap
 from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
@@ -145,11 +146,13 @@ async def submit(
 
 async def _notify_humans(uow: UnitOfWork, review: Review) -> None:
     """An auto-send in an ``auto_notify`` category tells the project's humans: a turn on the review,
-    in the unit that releases it, which the console lists (``list_reviews(humans_notified=True)``)."""
+    in the unit that releases it, which the console lists (``list_reviews(humans_notified=True)``),
+    and an event the project's webhooks can ask for."""
+    turn_id = new_id("turn")
     await store.add_turn(
         uow.conn,
         Turn(
-            id=new_id("turn"),
+            id=turn_id,
             review_id=review.id,
             seq=0,
             turn_type=HUMANS_NOTIFIED,
@@ -160,6 +163,7 @@ async def _notify_humans(uow: UnitOfWork, review: Review) -> None:
             created_at=review.created_at,
         ),
     )
+    publish_humans_notified(uow, review, turn_id)
 
 
 async def _stack_high_water(env: Env, principal: Principal, category_id: str) -> int:

@@ -24,11 +24,13 @@ from review_state.store.contacts import (
     block_contact,
     get_account_policy,
     get_policy,
+    listed_contacts,
     mark_contacted,
     sending_facts,
     set_account_policy,
     set_policy,
     suppress_contact,
+    unflag_contact,
 )
 from review_state.store.messages import Message, add_message, get_message, message_by_rfc_id
 from review_state.store.reviews import (
@@ -77,6 +79,7 @@ __all__ = [
     "list_reviews",
     "list_revisions",
     "list_turns",
+    "listed_contacts",
     "mark_contacted",
     "message_by_rfc_id",
     "metadata",
@@ -92,4 +95,5 @@ __all__ = [
     "set_policy",
     "start_attempt",
     "suppress_contact",
+    "unflag_contact",
 ]

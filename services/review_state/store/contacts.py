@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from reviewloop.storage.schema import insert_ignore
-from sqlalchemy import Column, bindparam, func, insert, select, update
+from sqlalchemy import Row, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.store.tables import account_review_policies, contacts, messages, review_policies
@@ -150,33 +151,87 @@ class Contact:
     address: str
     blocked: bool
     suppressed: bool
+    blocked_at: datetime | None = None
+    blocked_by: str = ""
+    suppressed_at: datetime | None = None
+    suppressed_by: str = ""
 
 
-async def block_contact(conn: AsyncConnection, project_id: str, address: str, now: datetime) -> Contact:
+BLOCKED, SUPPRESSED = "blocked", "suppressed"
+
+
+def _contact(row: Row[Any]) -> Contact:
+    return Contact(
+        row.address,
+        row.blocked,
+        row.suppressed,
+        row.blocked_at,
+        row.blocked_by or "",
+        row.suppressed_at,
+        row.suppressed_by or "",
+    )
+
+
+async def block_contact(
+    conn: AsyncConnection, project_id: str, address: str, actor_id: str, now: datetime
+) -> Contact:
     """Put ``address`` on the project's block list: no mail goes to it, at submit or at delivery."""
-    return await _flag(conn, project_id, address, contacts.c.blocked, now)
+    return await _flag(conn, project_id, address, BLOCKED, actor_id, now)
 
 
-async def suppress_contact(conn: AsyncConnection, project_id: str, address: str, now: datetime) -> Contact:
+async def suppress_contact(
+    conn: AsyncConnection, project_id: str, address: str, actor_id: str, now: datetime
+) -> Contact:
     """Record that ``address`` unsubscribed from the project's mail."""
-    return await _flag(conn, project_id, address, contacts.c.suppressed, now)
+    return await _flag(conn, project_id, address, SUPPRESSED, actor_id, now)
 
 
 async def _flag(
-    conn: AsyncConnection, project_id: str, address: str, flag: Column[bool], now: datetime
+    conn: AsyncConnection, project_id: str, address: str, flag: str, actor_id: str, now: datetime
 ) -> Contact:
+    """Set ``flag`` on the address; a flag already set keeps its first ``_at`` and ``_by``."""
     address = address.lower()
     key = (contacts.c.project_id == project_id) & (contacts.c.address == address)
-    updated = await conn.execute(update(contacts).where(key).values({flag: True, "updated_at": now}))
+    at, by = contacts.c[f"{flag}_at"], contacts.c[f"{flag}_by"]
+    updated = await conn.execute(
+        update(contacts)
+        .where(key)
+        .values({flag: True, at: func.coalesce(at, now), by: func.coalesce(by, actor_id), "updated_at": now})
+    )
     if updated.rowcount == 0:
         await conn.execute(
             insert(contacts).values(
                 project_id=project_id,
                 address=address,
-                blocked=flag is contacts.c.blocked,
-                suppressed=flag is contacts.c.suppressed,
+                blocked=flag == BLOCKED,
+                suppressed=flag == SUPPRESSED,
+                **{f"{flag}_at": now, f"{flag}_by": actor_id},
                 updated_at=now,
             )
         )
-    row = (await conn.execute(select(contacts).where(key))).one()
-    return Contact(row.address, row.blocked, row.suppressed)
+    return _contact((await conn.execute(select(contacts).where(key))).one())
+
+
+async def unflag_contact(
+    conn: AsyncConnection, project_id: str, address: str, flag: str, now: datetime
+) -> Contact | None:
+    """Take ``address`` off the ``flag`` list; None when it was not on it."""
+    key = (contacts.c.project_id == project_id) & (contacts.c.address == address.lower())
+    updated = await conn.execute(
+        update(contacts)
+        .where(key & contacts.c[flag].is_(True))
+        .values({flag: False, f"{flag}_at": None, f"{flag}_by": None, "updated_at": now})
+    )
+    if updated.rowcount == 0:
+        return None
+    return _contact((await conn.execute(select(contacts).where(key))).one())
+
+
+async def listed_contacts(conn: AsyncConnection, project_id: str) -> list[Contact]:
+    """The project's blocked or suppressed recipients, by address."""
+    rows = await conn.execute(
+        select(contacts)
+        .where(contacts.c.project_id == project_id, contacts.c.blocked | contacts.c.suppressed)
+        .order_by(contacts.c.address)
+    )
+    return [_contact(row) for row in rows]

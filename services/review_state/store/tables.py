@@ -153,6 +153,11 @@ contacts = Table(
     Column("address", String(320), nullable=False),
     Column("blocked", Boolean, nullable=False, server_default="0"),
     Column("suppressed", Boolean, nullable=False, server_default="0"),
+    # Since when and by whom (an admin's actor id) each flag is set; null while it is not.
+    Column("blocked_at", UtcDateTime),
+    Column("blocked_by", String(40)),
+    Column("suppressed_at", UtcDateTime),
+    Column("suppressed_by", String(40)),
     # Set once mail went to or came from the address: it is no longer a first contact.
     Column("contacted_at", UtcDateTime),
     Column("updated_at", UtcDateTime, nullable=False),

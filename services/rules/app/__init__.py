@@ -25,6 +25,7 @@ from rules.app.graduation import (
     graduation_status,
     list_graduation_proposals,
     propose_graduation,
+    reject_graduation_proposal,
 )
 from rules.app.ingest import SUBSCRIPTIONS
 from rules.app.merge import Merge, merge_categories
@@ -79,6 +80,7 @@ __all__ = [
     "merge_categories",
     "promote_rule",
     "propose_graduation",
+    "reject_graduation_proposal",
     "reject_rule",
     "resolve_owner",
     "retire_rule",

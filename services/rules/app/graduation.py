@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
@@ -24,6 +25,9 @@ from rules.domain import graduation
 from rules.domain.graduation import Rung as Grad
 from rules.store import CategoryRow
 
+PROPOSED, APPROVED, REJECTED = "proposed", "approved", "rejected"
+MAX_NOTE = 2000
+
 
 @dataclass(frozen=True)
 class Proposal:
@@ -35,6 +39,27 @@ class Proposal:
     note: str
     status: graduation.Status
     created_at: datetime
+    decision: str = PROPOSED  # approved | rejected once a human decided
+    reason: str = ""  # a rejection's, verbatim
+    decided_by: str = ""
+    decided_at: datetime | None = None
+
+
+def _proposal(row: dict[str, Any], status: graduation.Status) -> Proposal:
+    return Proposal(
+        row["id"],
+        row["category_id"],
+        row["from_state"],
+        row["to_state"],
+        row["proposed_by"],
+        row["note"],
+        status,
+        row["created_at"],
+        row["status"],
+        row["reason"] or "",
+        row["decided_by"] or "",
+        row["decided_at"],
+    )
 
 
 def maturity(row: CategoryRow, now: datetime) -> graduation.Maturity:
@@ -89,8 +114,8 @@ async def propose_graduation(
     env: Env, principal: Principal, category_id: str, to_state: str, note: str
 ) -> Proposal:
     """Agents propose; only a human flips the rung (D16). The proposal is recorded for the console."""
-    if len(note) > 2000:
-        raise invalid("/note", "must be at most 2000 characters")
+    if len(note) > MAX_NOTE:
+        raise invalid("/note", f"must be at most {MAX_NOTE} characters")
     async with env.db.transaction() as uow:
         row = await load_category(uow.conn, principal, category_id)
         upcoming = graduation.next_rung(row.state)
@@ -125,32 +150,62 @@ async def propose_graduation(
     )
 
 
-async def list_graduation_proposals(env: Env, principal: Principal) -> list[Proposal]:
-    """The console's queue: proposals a human has not acted on yet, each with its category's
-    graduation status as of now."""
-    require(principal, (ActorKind.ADMIN,), "Listing graduation proposals")
+async def list_graduation_proposals(env: Env, principal: Principal, category_id: str = "") -> list[Proposal]:
+    """Without ``category_id``, the console's queue (admin): proposals a human has not acted on yet.
+    With it, that category's proposals, decided ones included, for any key that sees the category: how
+    an agent learns its proposal was approved or rejected, and why. Newest first, each with its
+    category's graduation status as of now."""
+    if not category_id:
+        require(principal, (ActorKind.ADMIN,), "Listing graduation proposals")
     now = utcnow()
     found: list[Proposal] = []
     async with env.db.engine.connect() as conn:
         statuses: dict[str, graduation.Status] = {}
-        for row in await store.pending_proposals(conn, principal.project_id):
-            category_id = row["category_id"]
-            if category_id not in statuses:
-                category = await load_category(conn, principal, category_id)
-                statuses[category_id] = await _status(conn, principal.project_id, category, now)
-            found.append(
-                Proposal(
-                    row["id"],
-                    category_id,
-                    row["from_state"],
-                    row["to_state"],
-                    row["proposed_by"],
-                    row["note"],
-                    statuses[category_id],
-                    row["created_at"],
-                )
+        if category_id:
+            statuses[category_id] = await _status(
+                conn, principal.project_id, await load_category(conn, principal, category_id), now
             )
+            rows = await store.category_proposals(conn, principal.project_id, category_id)
+        else:
+            rows = await store.pending_proposals(conn, principal.project_id)
+        for row in rows:
+            if row["category_id"] not in statuses:
+                category = await load_category(conn, principal, row["category_id"])
+                statuses[row["category_id"]] = await _status(conn, principal.project_id, category, now)
+            found.append(_proposal(row, statuses[row["category_id"]]))
     return found
+
+
+async def reject_graduation_proposal(
+    env: Env, principal: Principal, proposal_id: str, reason: str
+) -> Proposal:
+    """A human closes a waiting proposal with a reason the agent reads verbatim; the category stays on
+    its rung. Errors: ``not_found`` (another project's), ``bad_request`` (no reason),
+    ``wrong_state`` (already decided, or moot: the category left the rung it proposed to leave)."""
+    require(principal, (ActorKind.ADMIN,), "Rejecting a graduation proposal")
+    reason = reason.strip()
+    if not reason:
+        raise invalid("/reason", "say why: the agent reads it")
+    if len(reason) > MAX_NOTE:
+        raise invalid("/reason", f"must be at most {MAX_NOTE} characters")
+    now = utcnow()
+    async with env.db.transaction() as uow:
+        row = await store.get_proposal(uow.conn, proposal_id)
+        if row is None or row["project_id"] != principal.project_id:
+            raise DomainError(Code.NOT_FOUND, f"No graduation proposal {proposal_id} in this project.")
+        category = await load_category(uow.conn, principal, row["category_id"])
+        if row["status"] != PROPOSED or category.state.value != row["from_state"]:
+            decided = (
+                row["status"] if row["status"] != PROPOSED else f"moot (the category is {category.state})"
+            )
+            raise DomainError(Code.WRONG_STATE, f"Graduation proposal {proposal_id} is {decided}.")
+        if not await store.decide_proposals(
+            uow.conn, [proposal_id], REJECTED, principal.actor_id, now, reason
+        ):
+            raise DomainError(Code.STALE, "The proposal was decided at the same moment; re-read it.")
+        status = await _status(uow.conn, principal.project_id, category, now)
+        row |= {"status": REJECTED, "reason": reason, "decided_by": principal.actor_id, "decided_at": now}
+    return _proposal(row, status)
 
 
 async def graduate(env: Env, principal: Principal, category_id: str, to_state: str) -> CategoryView:
@@ -162,8 +217,13 @@ async def graduate(env: Env, principal: Principal, category_id: str, to_state: s
         row = await load_category(uow.conn, principal, category_id)
         if target is not row.state:
             up = graduation.LADDER.index(target) > graduation.LADDER.index(row.state)
+            climbed: list[str] = []  # the waiting proposals of this very climb: it approves them
             if up:
                 await _check_climb(uow.conn, principal, row, target)
+                waiting = await store.pending_proposals(uow.conn, principal.project_id)
+                climbed = [
+                    p["id"] for p in waiting if p["category_id"] == row.id and p["to_state"] == target.value
+                ]
             if not await store.compare_and_set_category(
                 uow.conn,
                 row,
@@ -176,6 +236,8 @@ async def graduate(env: Env, principal: Principal, category_id: str, to_state: s
                     Code.STALE, "The category changed at the same moment; re-read it and retry."
                 )
             emit_category_changed(uow, row, target, "graduated" if up else "demoted")
+            if climbed:
+                await store.decide_proposals(uow.conn, climbed, APPROVED, principal.actor_id, utcnow())
     return await get_category(env, principal, category_id)
 
 

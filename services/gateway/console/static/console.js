@@ -117,6 +117,8 @@
           row.classList.add("decided");
           announce("A draft was decided elsewhere: " + review.summary);
         }
+      } else if (review.humans_notified) {
+        notified(review);
       } else if (review.pending && review.listed && !fresh.has(review.id)) {
         fresh.add(review.id);
         bar.hidden = false;
@@ -124,6 +126,34 @@
         bar.setAttribute("aria-label", fresh.size + " new drafts: show them");
       }
     });
+    // What went out without review in an auto_notify category: a new line at the top of its table
+    // (below the queue, so nothing moves under the cursor), or its state brought up to date.
+    const sentTable = document.querySelector("#auto-sent-section table");
+    function notified(review) {
+      if (!sentTable) return;
+      const known = document.getElementById("auto-" + review.id);
+      if (known) { known.querySelector(".state").textContent = review.state; return; }
+      const row = document.createElement("tr");
+      row.className = "auto-row";
+      row.id = "auto-" + review.id;
+      const link = document.createElement("a");
+      link.href = "/console/reviews/" + encodeURIComponent(review.id);
+      link.textContent = review.summary;
+      const line = review.humans_notified;
+      [link, line.category, line.recipients, "just now", review.state].forEach((value, at) => {
+        const cell = document.createElement("td");
+        if (at === 4) cell.className = "state";
+        if (typeof value === "string") cell.textContent = value; else cell.appendChild(value);
+        row.appendChild(cell);
+      });
+      sentTable.tBodies[0].prepend(row);
+      if (sentTable.hidden) {
+        sentTable.hidden = false;
+        const empty = sentTable.previousElementSibling;
+        if (empty && empty.tagName === "P") empty.hidden = true;
+      }
+      announce("Sent without review: " + review.summary);
+    }
     source.addEventListener("presence", (message) => {
       const openBy = JSON.parse(message.data);
       rows().forEach((row) => {

@@ -10,6 +10,7 @@ from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
     AddressIn,
     Contact,
+    ContactList,
     DeliveryResolutionIn,
     InboundIn,
     InboundMessage,
@@ -95,6 +96,54 @@ async def suppress_recipient(
     reply = await backend.review.AddSuppression(
         review_pb2.ContactRequest(principal=principal.to_proto(), address=body.address),
         timeout=backend.timeout_s,
+    )
+    return as_contact(reply)
+
+
+@router.get(
+    "/v1/admin/projects/{project_id}/contacts",
+    operation_id="list_blocked_and_suppressed",
+    response_model=ContactList,
+)
+async def list_blocked_and_suppressed(
+    project_id: str, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """The project's blocked and suppressed recipients, with who put each on its list and since when."""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.review.ListContacts(
+        review_pb2.ListContactsRequest(principal=principal.to_proto()), timeout=backend.timeout_s
+    )
+    return {"contacts": [as_contact(c) for c in reply.contacts]}
+
+
+@router.delete(
+    "/v1/admin/projects/{project_id}/blocks/{address}",
+    operation_id="unblock_recipient",
+    response_model=Contact,
+)
+async def unblock_recipient(
+    project_id: str, address: str, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """Take a recipient off the block list (404 when it is not on it)."""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.review.RemoveBlock(
+        review_pb2.ContactRequest(principal=principal.to_proto(), address=address), timeout=backend.timeout_s
+    )
+    return as_contact(reply)
+
+
+@router.delete(
+    "/v1/admin/projects/{project_id}/suppressions/{address}",
+    operation_id="unsuppress_recipient",
+    response_model=Contact,
+)
+async def unsuppress_recipient(
+    project_id: str, address: str, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """Take a recipient off the suppression list (404 when it is not on it)."""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.review.RemoveSuppression(
+        review_pb2.ContactRequest(principal=principal.to_proto(), address=address), timeout=backend.timeout_s
     )
     return as_contact(reply)
 

@@ -14,9 +14,11 @@ from reviewloop.shapes import (
     Category,
     CompositionKey,
     GraduateIn,
+    GraduationProposal,
     GraduationProposalList,
     HouseRuleIn,
     PromoteRuleRequest,
+    RejectProposalIn,
     RevIn,
     RiskDial,
     RiskDialIn,
@@ -245,6 +247,31 @@ async def list_graduation_proposals(
         timeout=backend.timeout_s,
     )
     return {"proposals": [as_graduation_proposal(p) for p in reply.proposals]}
+
+
+@router.post(
+    "/v1/admin/projects/{project_id}/graduation-proposals/{proposal_id}/reject",
+    operation_id="reject_graduation_proposal",
+    response_model=GraduationProposal,
+)
+async def reject_graduation_proposal(
+    project_id: str,
+    proposal_id: str,
+    body: RejectProposalIn,
+    caller: Admin,
+    request: Request,
+    backend: Backend,
+) -> Json:
+    """Close a waiting proposal with the reason its agent reads verbatim; the category stays on its rung.
+    (To approve one, graduate the category to its ``to_state``.)"""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.rules.RejectGraduationProposal(
+        rules_pb2.RejectGraduationProposalRequest(
+            principal=principal.to_proto(), proposal_id=proposal_id, reason=body.reason
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_graduation_proposal(reply)
 
 
 # --- the risk dial, rule settings, signing keys ---------------------------------------------------
