@@ -15,7 +15,7 @@ from reviewloop.storage.outbox import as_utc
 from sqlalchemy import func, select
 
 from review_state import app, store
-from review_state.app import Env
+from review_state.app import Env, pacing
 from review_state.bootstrap import build_env
 from review_state.server import registrations
 from review_state.store import metadata, tables
@@ -35,7 +35,16 @@ def background(env: Env) -> Sequence[Job]:
                 log.exception("delivery sweep failed")
             await asyncio.sleep(env.settings.sweep_interval_s)
 
-    return [sweep]
+    async def pace() -> None:
+        """Refills the pacing windows the minimum interval (or a crash) left short."""
+        while True:
+            try:
+                await pacing.sweep(env)
+            except Exception:
+                log.exception("pacing sweep failed")
+            await asyncio.sleep(env.settings.pacing_sweep_interval_s)
+
+    return [sweep, pace]
 
 
 def probes(env: Env) -> Sequence[Probe]:

@@ -6,6 +6,7 @@
 - ``categories``: the category registry;
 - ``graduation``: proposals and the rung a human flips;
 - ``dial``: the brand-risk dial;
+- ``pacing``: the backlog pacing values (the dial's family);
 - ``ingest``: review outcomes from review_state (maturity counters, drift demotion);
 - ``authority``: who may do what, and who owns what;
 - ``env``: the ``Env`` every use case takes (built by ``rules.bootstrap``).
@@ -26,6 +27,7 @@ from rules.app.graduation import (
     propose_graduation,
 )
 from rules.app.ingest import SUBSCRIPTIONS
+from rules.app.pacing import get_pacing_settings, set_pacing_settings
 from rules.app.rules import (
     RuleInput,
     RuleView,
@@ -66,6 +68,7 @@ __all__ = [
     "create_category",
     "ensure_token_key",
     "get_category",
+    "get_pacing_settings",
     "get_risk_dial",
     "get_rule_settings",
     "get_rules",
@@ -81,6 +84,7 @@ __all__ = [
     "rotate_composition_key",
     "rule_history",
     "save_rule",
+    "set_pacing_settings",
     "set_risk_dial",
     "set_rule_settings",
     "undo_rule",

@@ -23,6 +23,7 @@ from rules import store
 from rules.app.authority import HUMAN_AUTHORITY, author, require, writer
 from rules.app.categories import check_category
 from rules.app.env import REVIEW_STATE, Env, idempotent
+from rules.domain import pacing
 from rules.domain.guardrails import check_rule_text, normalize
 from rules.domain.ladder import (
     Action,
@@ -70,6 +71,10 @@ class RuleInput:
     idempotency_key: str = ""
     rule_id: str = ""  # chosen by a caller that names the rule before it exists (a decision's new rule)
     dry_run: bool = False  # check everything a save checks, write nothing
+    # The SDK's retro-propagation: nudge the pending drafts the rule makes stale (paced by review_state),
+    # each suggesting this batch (0: the look-ahead window). Off, the drafts are only held from release.
+    propagate_to_pending: bool = True
+    suggested_batch: int = 0
 
 
 def _rule_not_found(lineage_id: str) -> DomainError:
@@ -91,7 +96,9 @@ def _view(revisions: list[RuleRev], revision: RuleRev) -> RuleView:
     return RuleView(revision, status_of(revision, revisions[-1].rev, current.rev if current else None))
 
 
-def _emit_rule_changed(uow: UnitOfWork, rule: RuleRev) -> None:
+def _emit_rule_changed(
+    uow: UnitOfWork, rule: RuleRev, propagate: bool = True, suggested_batch: int = 0
+) -> None:
     uow.emit(
         REVIEW_STATE,
         rule.org_id,  # one aggregate per org: review_state sees the high-water rise in order
@@ -111,6 +118,8 @@ def _emit_rule_changed(uow: UnitOfWork, rule: RuleRev) -> None:
                 action=rule.action.value,
             ),
             rule_high_water=rule.high_water,
+            propagate_to_pending=propagate,
+            suggested_batch=suggested_batch,
         ),
     )
 
@@ -161,6 +170,10 @@ def _draft(principal: Principal, body: RuleInput) -> Draft:
         raise invalid("/expected_rev", "name the rev you read (read-before-write); get_rules shows it")
     if not body.lineage_id and body.expected_rev:
         raise invalid("/lineage_id", "expected_rev revises a lineage; name its lineage_id")
+    if not 0 <= body.suggested_batch <= pacing.BATCH_LIMIT:
+        raise invalid(
+            "/suggested_batch", f"must be between 0 and {pacing.BATCH_LIMIT} (0: the look-ahead window)"
+        )
     return Draft(
         rule_text=text,
         kind=kind,
@@ -233,7 +246,7 @@ async def _write(uow: UnitOfWork, principal: Principal, body: RuleInput, draft: 
             "this in the same scope; revise that one instead.",
             hints=(("rule_id", duplicate.id), ("lineage_id", duplicate.lineage_id)),
         )
-    await _append(uow, rule)
+    await _append(uow, rule, body.propagate_to_pending, body.suggested_batch)
     return rule.id
 
 
@@ -257,7 +270,7 @@ async def save_requested(uow: UnitOfWork, request: SaveRuleRequest) -> None:
         log.warning("the new rule of review %s was not saved: %s", request.source_review_id, error)
 
 
-async def _append(uow: UnitOfWork, rule: RuleRev) -> None:
+async def _append(uow: UnitOfWork, rule: RuleRev, propagate: bool = True, suggested_batch: int = 0) -> None:
     """Append one revision; a lost race on (lineage, rev) is ``stale``. Publishes ``rule_changed``
     when the revision moved the effective stack."""
     try:
@@ -269,7 +282,7 @@ async def _append(uow: UnitOfWork, rule: RuleRev) -> None:
             revision=rule.rev,
         ) from None
     if rule.high_water:
-        _emit_rule_changed(uow, rule)
+        _emit_rule_changed(uow, rule, propagate, suggested_batch)
 
 
 async def _rule_by_id(env: Env, principal: Principal, rule_id: str) -> RuleView:
