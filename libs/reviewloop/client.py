@@ -36,6 +36,7 @@ from reviewloop.shapes import (
     AckReviewEventResult,
     Category,
     CategoryList,
+    CategoryPacingState,
     ContractManifest,
     GraduationStatus,
     Problem,
@@ -629,7 +630,9 @@ class Verbs:
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
             **fields: Further request fields: to revise, ``lineage_id`` and the ``expected_rev`` that was
-                read; also ``kind``, ``priority``, ``source_review_id``, ...
+                read; also ``kind``, ``priority``, ``source_review_id``, ``propagate_to_pending`` (default
+                true: the pending drafts the rule leaves stale are nudged a look-ahead window at a time)
+                and ``suggested_batch`` (what each such nudge suggests; 0: the window) ...
 
         Returns:
             The saved :class:`Rule` (``201``).
@@ -842,6 +845,23 @@ class Verbs:
             ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
         """
         return Call("GET", f"/v1/categories/{_id(category_id)}/backlog", _shape(ScanBacklogStatus))
+
+    @staticmethod
+    def get_pacing_state(category_id: str) -> Call[CategoryPacingState]:
+        """How a category's stale drafts are being worked through (``GET .../pacing``).
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            The :class:`CategoryPacingState`: the project's pacing values, and each pending draft fresh
+            (``in_window_fresh``), nudged and awaiting its redraft or restamp (``in_window_redrafting``) or
+            waiting for a slot (``ahead``), with ``next_review_ids`` in order.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
+        """
+        return Call("GET", f"/v1/categories/{_id(category_id)}/pacing", _shape(CategoryPacingState))
 
     @staticmethod
     def get_graduation_status(category_id: str) -> Call[GraduationStatus]:
@@ -1161,6 +1181,7 @@ class AsyncReviewloop(_Base):
     create_category = _async(Verbs.create_category)
     get_category = _async(Verbs.get_category)
     get_backlog_status = _async(Verbs.get_backlog_status)
+    get_pacing_state = _async(Verbs.get_pacing_state)
     get_graduation_status = _async(Verbs.get_graduation_status)
     propose_graduation = _async(Verbs.propose_graduation)
     get_risk_dial = _async(Verbs.get_risk_dial)
@@ -1250,6 +1271,7 @@ class Reviewloop(_Base):
     create_category = _sync(Verbs.create_category)
     get_category = _sync(Verbs.get_category)
     get_backlog_status = _sync(Verbs.get_backlog_status)
+    get_pacing_state = _sync(Verbs.get_pacing_state)
     get_graduation_status = _sync(Verbs.get_graduation_status)
     propose_graduation = _sync(Verbs.propose_graduation)
     get_risk_dial = _sync(Verbs.get_risk_dial)
