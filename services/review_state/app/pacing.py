@@ -85,11 +85,15 @@ async def refill(uow: UnitOfWork, window: Window, now: datetime) -> int:
     due = await paced.waiting(conn, window.project_id, window.category_id, room, lock=True)
     if not due:
         return 0
-    with tracer.start_as_current_span(
-        "pacing.refill",
-        attributes={"category_id": window.category_id, "reviewloop.review_ids": [r.id for r, _ in due]},
-    ):
-        for review, row in due:
+    for review, row in due:
+        with tracer.start_as_current_span(
+            "pacing.nudge",
+            attributes={
+                "reviewloop.review_id": review.id,
+                "reason": row.reason,
+                "category_id": review.category_id,
+            },
+        ):
             payload: Message
             if row.reason == Reason.PROPAGATE_GENERAL_RULE.value:
                 batch = window.suggested_batch(row.suggested_batch)
@@ -97,8 +101,8 @@ async def refill(uow: UnitOfWork, window: Window, now: datetime) -> int:
             else:
                 payload = _events.rule_changed(review, row)
             _events.publish(uow, review, Reason(row.reason), payload)
-        await paced.mark_nudged(conn, [r.id for r, _ in due], now)
-        await paced.save_window(conn, replace(window, last_nudged_at=now))
+    await paced.mark_nudged(conn, [r.id for r, _ in due], now)
+    await paced.save_window(conn, replace(window, last_nudged_at=now))
     return len(due)
 
 
