@@ -74,8 +74,7 @@ async def _pacing(api: Api, agent: dict[str, str], category_id: str) -> dict[str
 
 
 async def test_two_hundred_stale_drafts_are_reached_a_look_ahead_window_at_a_time(api: Api) -> None:
-    postgres = api.stack.env["REVIEWLOOP_REVIEW_STATE_DB"].startswith("postgres")
-    count = 60 if postgres else 200  # PostgreSQL's round trips cost more on two shared cores
+    count = 200
     project, agent, _, category_id = await _project(api)
     ids = await _submit(api, agent, category_id, count)
     assert (await _backlog(api, agent, category_id))["stale"] == 0

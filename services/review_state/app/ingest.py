@@ -22,8 +22,9 @@ from review_state.domain.machine import RULES_NUDGES
 log = logging.getLogger(__name__)
 
 
-async def _rule_changed(uow: UnitOfWork, change: RuleChanged) -> None:
+async def _rule_changed(uow: UnitOfWork, change: RuleChanged) -> bool:
     await pacing.mark_stale(uow, change)  # nudged a window at a time by the refill after the commit
+    return True
 
 
 async def _category_changed(uow: UnitOfWork, change: CategoryChanged) -> None:
@@ -48,9 +49,11 @@ SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
 
 async def ingest(env: Env, events: Iterable[common_pb2.Event]) -> tuple[int, int]:
     """Handle each event once (deduplicated on event_id). Returns (accepted, duplicates)."""
-    done = await ingest_each(env.db, events, SUBSCRIPTIONS)
-    try:
-        await pacing.sweep(env)  # open the windows of the drafts a rule change just left stale
-    except Exception:  # the sweep on its timer comes back: the events are handled either way
-        log.exception("pacing refill after ingest failed")
+    marked: list[bool] = []
+    done = await ingest_each(env.db, events, SUBSCRIPTIONS, on_commit=marked.append)
+    if any(marked):
+        try:
+            await pacing.sweep(env)  # open the windows of the drafts a rule change just left stale
+        except Exception:  # the sweep on its timer comes back: the events are handled either way
+            log.exception("pacing refill after ingest failed")
     return done.accepted, done.duplicates
