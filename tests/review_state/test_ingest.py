@@ -11,6 +11,7 @@ from review_state import app
 from review_state.app import Env, pacing
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
+from reviewloop.storage.inbox import ingest_each
 
 from tests.review_state.conftest import AGENT, DRAFT, HUMAN, outbox
 
@@ -144,3 +145,13 @@ async def test_another_orgs_rule_touches_nothing(env: Env) -> None:
     rule = {"org_id": "org_2", "project_id": "", "scope": "general", "rule": {}, "rule_high_water": 1}
     await app.ingest(env, [_event("rule_changed", rule, "evt_4")])
     assert await outbox(env) == []
+
+
+async def test_a_crash_before_the_refill_loses_no_slot_the_sweep_opens_the_window(env: Env) -> None:
+    ids = [await _submit(env, "cat_a") for _ in range(4)]
+    # The event's unit of work commits, then the process dies before the refill that follows it.
+    await ingest_each(env.db, [_event("rule_changed", _general_rule(3), "evt_c")], app.SUBSCRIPTIONS)
+    assert _propagated(await outbox(env)) == []
+    assert await pacing.sweep(env) == 3  # any replica's sweep, once
+    assert await pacing.sweep(env) == 0
+    assert _propagated(await outbox(env)) == ids[:3]
