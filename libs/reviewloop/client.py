@@ -37,6 +37,7 @@ from reviewloop.shapes import (
     Category,
     CategoryList,
     CategoryMerge,
+    CategoryPacingState,
     Contact,
     ContactList,
     ContractManifest,
@@ -640,7 +641,10 @@ class Verbs:
                 omitted.
             **fields: Further request fields: to revise, ``lineage_id`` and the ``expected_rev`` that was
                 read; also ``kind``, ``priority``, ``source_review_id`` and ``source_turn_id`` (the turn
-                of that review it was learnt from), ``scope_agent_id`` (a per-agent rule), ...
+                of that review it was learnt from), ``scope_agent_id`` (a per-agent rule),
+                ``propagate_to_pending`` (default true: the pending drafts the rule leaves stale are nudged
+                a look-ahead window at a time) and ``suggested_batch`` (what each such nudge suggests; 0:
+                the window) ...
 
         Returns:
             The saved :class:`Rule` (``201``).
@@ -890,6 +894,23 @@ class Verbs:
             ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
         """
         return Call("GET", f"/v1/categories/{_id(category_id)}/backlog", _shape(ScanBacklogStatus))
+
+    @staticmethod
+    def get_pacing_state(category_id: str) -> Call[CategoryPacingState]:
+        """How a category's stale drafts are being worked through (``GET .../pacing``).
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            The :class:`CategoryPacingState`: the project's pacing values, and each pending draft fresh
+            (``in_window_fresh``), nudged and awaiting its redraft or restamp (``in_window_redrafting``) or
+            waiting for a slot (``ahead``), with ``next_review_ids`` in order.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
+        """
+        return Call("GET", f"/v1/categories/{_id(category_id)}/pacing", _shape(CategoryPacingState))
 
     @staticmethod
     def get_graduation_status(category_id: str) -> Call[GraduationStatus]:
@@ -1387,6 +1408,7 @@ class AsyncReviewloop(_Base):
     get_category = _async(Verbs.get_category)
     merge_categories = _async(Verbs.merge_categories)
     get_backlog_status = _async(Verbs.get_backlog_status)
+    get_pacing_state = _async(Verbs.get_pacing_state)
     get_graduation_status = _async(Verbs.get_graduation_status)
     propose_graduation = _async(Verbs.propose_graduation)
     list_graduation_proposals_of_category = _async(Verbs.list_graduation_proposals_of_category)
@@ -1486,6 +1508,7 @@ class Reviewloop(_Base):
     get_category = _sync(Verbs.get_category)
     merge_categories = _sync(Verbs.merge_categories)
     get_backlog_status = _sync(Verbs.get_backlog_status)
+    get_pacing_state = _sync(Verbs.get_pacing_state)
     get_graduation_status = _sync(Verbs.get_graduation_status)
     propose_graduation = _sync(Verbs.propose_graduation)
     list_graduation_proposals_of_category = _sync(Verbs.list_graduation_proposals_of_category)

@@ -6,9 +6,8 @@ from typing import Final
 CONTRACT_VERSION: Final = "0.1.0-pre.6"
 
 # Every shape by the SDK's type name (spec/SDK.md: the SDK is the reference where the spec is silent).
-# The SDK's names this surface does not serve yet (ReviewDecisionContext, ScanBacklogStatus,
-# CategoryPacingState, PacingItem, RuleAuditEntry, LearnReviewRuleRequest, LearnedReviewRule, the commerce
-# plane) are left out rather than promised; ``Page<Review>`` is ``ReviewList`` here.
+# The SDK's names this surface does not serve yet (RuleAuditEntry, LearnedReviewRule, the commerce plane)
+# are left out rather than promised; ``Page<Review>`` is ``ReviewList`` here.
 CONTRACT_MANIFEST: Final = {
     "name": "extrovert.review-loop",
     "version": CONTRACT_VERSION,
@@ -55,6 +54,10 @@ CONTRACT_MANIFEST: Final = {
         "RiskDial",
         "GraduationStatus",
         "ProposeGraduationRequest",
+        # backlog reconciliation and pacing
+        "ScanBacklogStatus",
+        "CategoryPacingState",
+        "PacingItem",
         # rules
         "RuleSnapshot",
         "SaveRuleRequest",

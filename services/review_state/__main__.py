@@ -2,7 +2,7 @@
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from reviewloop.diff.v1 import diff_pb2
@@ -15,7 +15,7 @@ from reviewloop.storage.outbox import as_utc
 from sqlalchemy import func, select
 
 from review_state import app, store
-from review_state.app import Env
+from review_state.app import Env, pacing
 from review_state.bootstrap import build_env
 from review_state.server import registrations
 from review_state.store import metadata, tables
@@ -24,28 +24,27 @@ log = logging.getLogger(__name__)
 
 
 def background(env: Env) -> Sequence[Job]:
-    """The delivery sweep, from boot on: attempts a dead worker left are claimed again (a try past DATA
-    only by evidence), retries come due, parked attempts are recovered by Message-ID, never resent;
-    and the review-deadline sweep."""
+    """The sweeps any replica runs from boot on, each step once across replicas (claims and CAS):
+    delivery (attempts a dead worker left are claimed again, a try past DATA only by evidence, retries
+    come due, parked attempts are recovered by Message-ID, never resent), the review-deadline breaker, and
+    the pacing windows the minimum interval (or a crash) left short."""
 
-    async def sweep() -> None:
-        while True:
-            try:
-                await app.reconcile(env)
-            except Exception:  # the store is briefly unreachable: keep sweeping
-                log.exception("delivery sweep failed")
-            await asyncio.sleep(env.settings.sweep_interval_s)
+    def forever(step: Callable[[Env], Awaitable[object]], interval_s: float, what: str) -> Job:
+        async def loop() -> None:
+            while True:
+                try:
+                    await step(env)
+                except Exception:  # the store is briefly unreachable: keep sweeping
+                    log.exception("%s sweep failed", what)
+                await asyncio.sleep(interval_s)
 
-    async def deadlines() -> None:
-        """The review-deadline breaker: any replica may run it; each draft is forced once (CAS)."""
-        while True:
-            try:
-                await app.sweep_review_deadlines(env)
-            except Exception:  # the store is briefly unreachable: keep sweeping
-                log.exception("review-deadline sweep failed")
-            await asyncio.sleep(env.settings.sweep_interval_s)
+        return loop
 
-    return [sweep, deadlines]
+    return [
+        forever(app.reconcile, env.settings.sweep_interval_s, "delivery"),
+        forever(app.sweep_review_deadlines, env.settings.sweep_interval_s, "review-deadline"),
+        forever(pacing.sweep, env.settings.pacing_sweep_interval_s, "pacing"),
+    ]
 
 
 def probes(env: Env) -> Sequence[Probe]:

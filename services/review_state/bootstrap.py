@@ -30,6 +30,9 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
         ),
         delivery_wait_s=float(environ.get("REVIEWLOOP_DELIVERY_WAIT_S", default.delivery_wait_s)),
         sweep_interval_s=float(environ.get("REVIEWLOOP_RECONCILE_SWEEP_S", default.sweep_interval_s)),
+        pacing_sweep_interval_s=float(
+            environ.get("REVIEWLOOP_PACING_SWEEP_S", default.pacing_sweep_interval_s)
+        ),
     )
 
 

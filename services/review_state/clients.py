@@ -78,6 +78,7 @@ class Collaborators(Protocol):
     async def get_dial(self, principal: Principal, category_id: str) -> Dial: ...
     async def check_rule(self, principal: Principal, rule: rules_pb2.SaveRuleRequest) -> None: ...
     async def stack_high_water(self, principal: Principal, category_id: str) -> int: ...
+    async def pacing_settings(self, principal: Principal) -> dict[str, int]: ...
     async def compute_diff(
         self,
         principal: Principal,
@@ -182,6 +183,17 @@ class GrpcCollaborators:
             rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
         )
         return int(reply.rule_high_water)
+
+    async def pacing_settings(self, principal: Principal) -> dict[str, int]:
+        """The project's backlog pacing values in force (lookahead_window, rework_batch_max,
+        nudge_min_interval_ms)."""
+        reply = await _call(
+            "rules",
+            "the pacing settings",
+            self.rules.GetPacingSettings,
+            rules_pb2.GetPacingSettingsRequest(principal=principal.to_proto()),
+        )
+        return {f.name: int(v) for f, v in reply.values.ListFields()}
 
     async def compute_diff(
         self,

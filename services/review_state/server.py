@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import grpc
 import orjson
-from reviewloop import service
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.protoconv import enum_name, required_enum, stamp, to_enum
@@ -277,6 +276,36 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor
         )
 
+    async def GetPacingState(
+        self, request: review_pb2.GetPacingStateRequest, context: Context
+    ) -> review_pb2.PacingState:
+        state = await app.pacing_state(self.env, Principal.from_proto(request.principal), request.category_id)
+        reply = review_pb2.PacingState(
+            category_id=state.category_id,
+            rule_high_water=state.rule_high_water,
+            next_review_ids=state.next_review_ids,
+            drafts=[
+                review_pb2.PacedDraft(
+                    review_id=review.id,
+                    pacing="current"
+                    if stale is None
+                    else "stale"
+                    if stale.nudged_at is None
+                    else "in_flight",
+                    state=_state_to_proto(review.state),
+                    rule_high_water=review.rule_high_water,
+                    required_high_water=stale.required_high_water if stale is not None else 0,
+                )
+                for review, stale in state.drafts
+            ],
+        )
+        if state.window is not None:
+            reply.cursor_review_id = state.window.cursor_review_id
+            reply.cursor_advanced_count = state.window.cursor_advanced_count
+            if state.window.last_nudged_at is not None:
+                reply.last_nudged_at.CopyFrom(stamp(state.window.last_nudged_at))
+        return reply
+
     async def Cancel(self, request: review_pb2.CancelRequest, context: Context) -> review_pb2.Review:
         review = await app.cancel(
             self.env,
@@ -465,7 +494,8 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         return _contact(contact)
 
     async def Ingest(self, request: common_pb2.IngestRequest, context: Context) -> common_pb2.IngestResponse:
-        return await service.ingest(self.env.db, request, app.SUBSCRIPTIONS)
+        accepted, duplicates = await app.ingest(self.env, request.events)
+        return common_pb2.IngestResponse(accepted=accepted, duplicates=duplicates)
 
 
 def registrations(env: Env) -> Sequence[Registration]:

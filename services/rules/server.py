@@ -136,6 +136,10 @@ def _principal(request: Any) -> Principal:
     return Principal.from_proto(request.principal)
 
 
+def _pacing(principal: Principal, values: dict[str, int]) -> rules_pb2.PacingSettings:
+    return rules_pb2.PacingSettings(project_id=principal.project_id, values=rules_pb2.PacingValues(**values))
+
+
 class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
     def __init__(self, env: app.Env) -> None:
         self.env = env
@@ -183,6 +187,10 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             idempotency_key=request.idempotency_key,
             rule_id=request.rule_id,
             dry_run=request.dry_run,
+            propagate_to_pending=request.propagate_to_pending
+            if request.HasField("propagate_to_pending")
+            else True,
+            suggested_batch=request.suggested_batch,
         )
         saved = await app.save_rule(self.env, _principal(request), body)
         return rules_pb2.Rule() if saved is None else rule_to_proto(saved)
@@ -261,6 +269,20 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         principal = _principal(request)
         on = await app.set_rule_settings(self.env, principal, request.write_approval)
         return rules_pb2.RuleSettings(project_id=principal.project_id, write_approval=on)
+
+    async def GetPacingSettings(
+        self, request: rules_pb2.GetPacingSettingsRequest, context: Context
+    ) -> rules_pb2.PacingSettings:
+        principal = _principal(request)
+        return _pacing(principal, await app.get_pacing_settings(self.env, principal))
+
+    async def SetPacingSettings(
+        self, request: rules_pb2.SetPacingSettingsRequest, context: Context
+    ) -> rules_pb2.PacingSettings:
+        principal = _principal(request)
+        values = {f.name: v for f, v in request.values.ListFields()}
+        settings = await app.set_pacing_settings(self.env, principal, values, list(request.clear))
+        return _pacing(principal, settings)
 
     async def CreateCategory(
         self, request: rules_pb2.CreateCategoryRequest, context: Context

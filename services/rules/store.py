@@ -141,6 +141,15 @@ risk_overrides = Table(
     PrimaryKeyConstraint("project_id", "category_id"),
 )
 
+# A project's backlog pacing values (``domain.pacing``), as the console wrote them; unset = default.
+pacing_settings = Table(
+    "pacing_settings",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("settings", Json, nullable=False),
+)
+
 token_keys = Table(
     "token_keys",
     metadata,
@@ -270,6 +279,22 @@ async def write_approval(conn: AsyncConnection, project_id: str) -> bool:
 
 async def set_write_approval(conn: AsyncConnection, org_id: str, project_id: str, on: bool) -> None:
     await _put(conn, rule_settings, {"project_id": project_id, "org_id": org_id}, {"write_approval": on})
+
+
+async def pacing_values(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
+    """The pacing values the console stored for ``project_id`` (absent ones are the defaults)."""
+    row = (
+        await conn.execute(
+            select(pacing_settings.c.settings).where(pacing_settings.c.project_id == project_id)
+        )
+    ).first()
+    return dict(row.settings) if row else {}
+
+
+async def save_pacing_values(
+    conn: AsyncConnection, org_id: str, project_id: str, values: dict[str, Any]
+) -> None:
+    await _put(conn, pacing_settings, {"project_id": project_id, "org_id": org_id}, {"settings": values})
 
 
 # --- categories --------------------------------------------------------------------------------

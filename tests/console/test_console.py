@@ -232,6 +232,12 @@ async def test_admin_flips_risk_dial_and_graduates_a_category(capi: Api, new_pag
     renewals = dial.locator("tbody tr").nth(1)
     await expect(renewals).to_contain_text("0.95 (override)")
     await expect(renewals.locator("td").nth(2)).to_have_text("3 (inherited)")
+    # Backlog pacing sits beside the dial: the admin narrows the look-ahead window.
+    await expect(page.locator("#pacing-lookahead_window")).to_have_value("3")
+    await page.locator("#pacing-lookahead_window").fill("2")
+    await page.get_by_role("button", name="Save pacing").click()
+    await expect(page.get_by_role("status").first).to_contain_text("pacing saved")
+    await expect(page.locator("#pacing-lookahead_window")).to_have_value("2")
     await axe_clean(page, "settings")
     # With the gate opened on the dial, the admin graduates the category.
     await page.goto("/console/categories")

@@ -263,7 +263,29 @@ SDK: dict[str, dict[str, Any]] = {
             "current_house_style_version": INT,
             "staleness_tolerance": INT,
         },
-        extras={"rule_high_water": INT},
+        extras={"rule_high_water": INT, "in_flight": INT, "next_review_ids": STRINGS},
+    ),
+    "PacingItem": shape(
+        {
+            "review_id": STRING,
+            "state": enum("behind_cursor", "in_window_fresh", "in_window_redrafting", "ahead"),
+        },
+        extras={"rule_high_water": INT, "required_high_water": INT},
+    ),
+    "CategoryPacingState": shape(
+        {
+            "category_id": STRING,
+            "cursor_advanced_count": INT,
+            "lookahead_window": INT,
+            "rework_batch_max": INT,
+            "nudge_min_interval_ms": INT,
+            "queued": INT,
+            "in_window": INT,
+            "redrafting": INT,
+            "items": array(ref("PacingItem")),
+        },
+        {"cursor_review_id": STRING},
+        extras={"stale": INT, "rule_high_water": INT, "next_review_ids": STRINGS, "last_nudged_at": STAMP},
     ),
     "RuleAuditEntry": shape(
         {

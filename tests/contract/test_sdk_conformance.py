@@ -146,6 +146,8 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     )  # fmt: skip
     restamped = await run.call("ScanBacklogStatus", "GET", backlog, agent)
     assert (restamped["queued"], restamped["stale"]) == (1, 0)
+    pacing = await run.call("CategoryPacingState", "GET", f"/v1/categories/{category['id']}/pacing", agent)
+    assert pacing["lookahead_window"] == 3 and pacing["items"][0]["review_id"] == pending["review"]["id"]
 
     # A direct send answers the SDK's SentResult.
     await api.http.put(
@@ -185,6 +187,7 @@ async def test_every_agent_answer_reads_as_the_sdk_type(answers: list[tuple[str,
         "Review", "Page<Review>", "Page<ReviewTurn>", "SubmitForReviewResult", "ReviewFeedback",
         "ReviewEventsResult", "AckReviewEventResult", "ReviewerDecisionResult", "Category", "Page<Category>",
         "Rule", "RuleSnapshot", "GraduationStatus", "Problem", "ScanBacklogStatus", "Page<RuleAuditEntry>",
+        "CategoryPacingState",
     }  # fmt: skip
 
 

@@ -286,6 +286,12 @@ async def test_a_redraft_without_a_token_after_a_rule_change_is_born_stale(api: 
 
 async def test_a_general_rule_propagates_to_pending_drafts_a_few_at_a_time(api: Api) -> None:
     project, agent, _ = await _setup(api)
+    interval = await api.http.put(
+        f"/v1/admin/projects/{project['project_id']}/pacing",
+        json={"nudge_min_interval_ms": 0},
+        headers=api.admin,
+    )
+    assert interval.status_code == 200, interval.text
     ids = []
     for _ in range(4):
         sent = await api.http.post("/v1/messages", json=draft(), headers=agent)
@@ -296,11 +302,25 @@ async def test_a_general_rule_propagates_to_pending_drafts_a_few_at_a_time(api: 
         headers=api.admin,
     )
     assert rule.status_code in (200, 201), rule.text
-    events = await events_until(api, agent, 4)
+    events = await events_until(api, agent, 3)
     propagated = [e for e in events if e["reason"] == "propagate_general_rule"]
-    assert sorted(e["review_id"] for e in propagated) == sorted(ids)
+    assert sorted(e["review_id"] for e in propagated) == sorted(ids[:3])  # the look-ahead window, not all
     assert {e["payload"]["suggested_batch"] for e in propagated} == {3}
     assert {e["payload"]["siblings"]["pending_count"] for e in propagated} == {3}
+    # An honest restamp of a nudged draft opens its slot: the fourth draft is nudged next.
+    token = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
+    restamped = await api.http.post(
+        f"/v1/reviews/{ids[0]}/restamp",
+        json={"parent_revision": 1, "composition_token": token},
+        headers=agent,
+    )
+    assert restamped.status_code == 200, restamped.text
+    events = await _until(
+        api,
+        agent,
+        lambda es: any(e["reason"] == "propagate_general_rule" and e["review_id"] == ids[3] for e in es),
+    )
+    assert [e["payload"]["siblings"]["pending_count"] for e in events if e["review_id"] == ids[3]] == [2]
 
 
 async def test_a_graduated_category_auto_sends_when_every_gate_passes(api: Api) -> None:

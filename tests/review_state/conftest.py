@@ -69,6 +69,10 @@ class FakePeers:
     # the new rules decisions had checked (a dry run: the rule itself travels in the outbox)
     rules_checked: list[SaveRuleRequest] = field(default_factory=list)
     rule_refusal: DomainError | None = None
+    # the project's pacing values (rules' GetPacingSettings); an interval of 0 refills at once
+    pacing: dict[str, int] = field(
+        default_factory=lambda: {"lookahead_window": 3, "rework_batch_max": 10, "nudge_min_interval_ms": 0}
+    )
 
     def _check(self) -> None:
         if self.down:
@@ -95,6 +99,10 @@ class FakePeers:
     async def stack_high_water(self, principal: Principal, category_id: str) -> int:
         self._check()
         return self.stack_high_water_now
+
+    async def pacing_settings(self, principal: Principal) -> dict[str, int]:
+        self._check()
+        return dict(self.pacing)
 
     async def compute_diff(
         self,

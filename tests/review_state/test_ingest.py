@@ -1,13 +1,19 @@
-"""Events from rules: rule changes and graduations nudge the pending drafts in their scope."""
+"""Events from rules: rule changes mark the pending drafts in their scope stale and nudge them a look-ahead
+window at a time (the pacing); graduations nudge the pending drafts of their category."""
 
 from __future__ import annotations
 
-import orjson
-from review_state import app
-from review_state.app import Env
-from reviewloop.common.v1 import common_pb2
+from typing import Any
 
-from tests.review_state.conftest import AGENT, DRAFT, outbox
+import orjson
+import pytest
+from review_state import app
+from review_state.app import Env, pacing
+from reviewloop.common.v1 import common_pb2
+from reviewloop.errors import Code, DomainError
+from reviewloop.storage.inbox import ingest_each
+
+from tests.review_state.conftest import AGENT, DRAFT, HUMAN, outbox
 
 
 def _event(type_: str, payload: dict[str, object], event_id: str) -> common_pb2.Event:
@@ -21,30 +27,90 @@ async def _submit(env: Env, category_id: str) -> str:
     return review.id
 
 
-async def test_a_general_rule_propagates_with_siblings_and_a_small_batch(env: Env) -> None:
+def _general_rule(high_water: int, **extra: object) -> dict[str, object]:
+    return {
+        "org_id": "org_1",
+        "project_id": "",
+        "scope": "general",
+        "category_id": "",
+        "agent_id": "",
+        "rule": {"id": "rule_1", "lineage_id": "rln_1", "rev": 1, "rule_text": "Be concrete."},
+        "rule_high_water": high_water,
+        **extra,
+    }
+
+
+def _propagated(events: list[dict[str, Any]]) -> list[str]:
+    return [e["review_id"] for e in events if e["reason"] == "propagate_general_rule"]
+
+
+async def test_a_general_rule_nudges_a_look_ahead_window_per_category_with_siblings(env: Env) -> None:
     ids = [await _submit(env, "cat_a") for _ in range(5)] + [await _submit(env, "cat_b")]
     await app.cancel(env, AGENT, ids[0], 1, "")  # closed drafts are out of scope
-    event = _event(
-        "rule_changed",
-        {
-            "org_id": "org_1",
-            "project_id": "",
-            "scope": "general",
-            "category_id": "",
-            "agent_id": "",
-            "rule": {"id": "rule_1", "lineage_id": "rln_1", "rev": 1, "rule_text": "Be concrete."},
-            "rule_high_water": 3,
-        },
-        "evt_1",
-    )
+    event = _event("rule_changed", _general_rule(3), "evt_1")
     assert await app.ingest(env, [event, event]) == (1, 1)  # a redelivery is counted once
     nudges = [e for e in await outbox(env) if e["reason"] == "propagate_general_rule"]
-    assert sorted(n["review_id"] for n in nudges) == sorted(ids[1:])
+    # Never the whole queue: the look-ahead window (3) of cat_a's four stale drafts, and cat_b's one.
+    assert sorted(n["review_id"] for n in nudges) == sorted([*ids[1:4], ids[5]])
     by_id = {n["review_id"]: n["payload"] for n in nudges}
     assert by_id[ids[1]]["siblings"] == {"category_id": "cat_a", "pending_count": 3}
     assert by_id[ids[5]]["siblings"] == {"category_id": "cat_b", "pending_count": 0}
     assert {p["suggested_batch"] for p in by_id.values()} == {3}
     assert by_id[ids[1]]["rule"] == {"id": "rule_1", "rule_text": "Be concrete."}
+
+    # A restamp against the new rules opens the slot, in its own unit of work: the last draft is nudged.
+    await app.restamp(env, AGENT, ids[2], 1, composition_token="tok")
+    assert _propagated(await outbox(env))[len(nudges) :] == [ids[4]]
+    state = await app.pacing_state(env, AGENT, "cat_a")
+    assert [(r.id, s is None) for r, s in state.drafts] == [
+        (ids[1], False), (ids[2], True), (ids[3], False), (ids[4], False)
+    ]  # fmt: skip
+    assert state.window is not None and state.window.cursor_review_id == ids[2]
+    assert state.rule_high_water == 3 and state.next_review_ids == []
+
+
+async def test_a_stale_draft_is_held_from_release_until_restamped(env: Env) -> None:
+    held, restamped = await _submit(env, "cat_a"), await _submit(env, "cat_a")
+    await app.ingest(env, [_event("rule_changed", _general_rule(7), "evt_h")])
+    opened = await app.open_review(env, HUMAN, held, 1, 1)
+    with pytest.raises(DomainError) as refused:
+        await app.decide(env, HUMAN, held, app.Decision("approve", opened.revision, opened.version))
+    assert refused.value.code is Code.BORN_STALE
+    review, _ = await app.get_review(env, AGENT, held)
+    assert (review.state.value, review.version) == ("in_review", opened.version)  # no mutation
+    renudged = [e for e in await outbox(env) if e["reason"] == "rule_changed"]
+    assert [(e["review_id"], e["payload"].get("born_stale")) for e in renudged] == [(held, True)]
+
+    env.peers.token_high_water = 7  # type: ignore[attr-defined]
+    await app.restamp(env, AGENT, restamped, 1, composition_token="tok")
+    opened = await app.open_review(env, HUMAN, restamped, 1, 2)
+    approved = await app.decide(env, HUMAN, restamped, app.Decision("approve", 1, opened.version))
+    assert approved.state.value in ("approved", "sent")
+
+
+async def test_a_rule_saved_without_propagation_holds_but_nudges_nobody(env: Env) -> None:
+    review_id = await _submit(env, "cat_a")
+    event = _event("rule_changed", _general_rule(7, propagate_to_pending=False), "evt_p")
+    await app.ingest(env, [event])
+    assert _propagated(await outbox(env)) == []
+    state = await app.pacing_state(env, AGENT, "cat_a")
+    assert [(r.id, s is not None) for r, s in state.drafts] == [(review_id, True)]
+
+
+async def test_the_minimum_interval_defers_a_refill_to_the_sweep(env: Env) -> None:
+    ids = [await _submit(env, "cat_a") for _ in range(4)]
+    env.peers.pacing = {"lookahead_window": 1, "rework_batch_max": 2, "nudge_min_interval_ms": 3_600_000}  # type: ignore[attr-defined]
+    await app.ingest(env, [_event("rule_changed", _general_rule(3, suggested_batch=5), "evt_i")])
+    first = [e for e in await outbox(env) if e["reason"] == "propagate_general_rule"]
+    assert [e["review_id"] for e in first] == [ids[0]]
+    assert first[0]["payload"]["suggested_batch"] == 2  # bounded by rework_batch_max
+    await app.restamp(env, AGENT, ids[0], 1, composition_token="tok")
+    assert await pacing.sweep(env) == 0  # the interval has not passed: nothing more yet
+    assert _propagated(await outbox(env)) == [ids[0]]
+    env.peers.pacing = {**env.peers.pacing, "nudge_min_interval_ms": 0}  # type: ignore[attr-defined]
+    assert await pacing.sweep(env) == 1
+    assert _propagated(await outbox(env)) == [ids[0], ids[1]]
+    assert await pacing.sweep(env) == 0  # the window is full: one sweep, one refill
 
 
 async def test_a_category_rule_and_a_graduation_nudge_only_that_category(env: Env) -> None:
@@ -69,7 +135,8 @@ async def test_a_category_rule_and_a_graduation_nudge_only_that_category(env: En
         env, [_event("rule_changed", rule, "evt_2"), _event("category_changed", graduated, "evt_3")]
     )
     events = [(e["reason"], e["review_id"]) for e in await outbox(env)]
-    assert events == [("rule_changed", mine), ("recheck_category", mine)]
+    # The rule's nudge comes from the pacing refill once the events are in.
+    assert events == [("recheck_category", mine), ("rule_changed", mine)]
     assert other not in {rid for _, rid in events}
 
 
@@ -78,3 +145,13 @@ async def test_another_orgs_rule_touches_nothing(env: Env) -> None:
     rule = {"org_id": "org_2", "project_id": "", "scope": "general", "rule": {}, "rule_high_water": 1}
     await app.ingest(env, [_event("rule_changed", rule, "evt_4")])
     assert await outbox(env) == []
+
+
+async def test_a_crash_before_the_refill_loses_no_slot_the_sweep_opens_the_window(env: Env) -> None:
+    ids = [await _submit(env, "cat_a") for _ in range(4)]
+    # The event's unit of work commits, then the process dies before the refill that follows it.
+    await ingest_each(env.db, [_event("rule_changed", _general_rule(3), "evt_c")], app.SUBSCRIPTIONS)
+    assert _propagated(await outbox(env)) == []
+    assert await pacing.sweep(env) == 3  # any replica's sweep, once
+    assert await pacing.sweep(env) == 0
+    assert _propagated(await outbox(env)) == ids[:3]

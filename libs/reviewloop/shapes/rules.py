@@ -42,6 +42,18 @@ class SaveRuleRequest(Shape):
         max_length=40,
         description="the SDK's name for agent_id: a per-agent rule (your own agent)",
     )
+    propagate_to_pending: bool = Field(
+        default=True,
+        description="Nudge the pending drafts the rule leaves stale, a look-ahead window per category at a "
+        "time (false: they are only held from release until redrafted or restamped).",
+    )
+    suggested_batch: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="The batch each propagation nudge suggests; 0: the look-ahead window. Never above the "
+        "project's rework_batch_max.",
+    )
 
 
 class LearnReviewRuleRequest(Shape):
@@ -276,7 +288,8 @@ class ScanBacklogStatus(Shape):
     """``get_backlog_status``: a category's queued drafts, current against its rules or stale.
 
     A draft is stale when it was composed (or last restamped) under an older rule high-water than the one
-    now in force for its category; a redraft or an honest restamp makes it current again.
+    now in force for its category; a redraft or an honest restamp makes it current again. Stale drafts are
+    nudged a look-ahead window at a time (``in_flight``), ``next_review_ids`` after them.
     """
 
     category_id: str
@@ -288,6 +301,72 @@ class ScanBacklogStatus(Shape):
     current_house_style_version: int
     staleness_tolerance: int = Field(description="how many versions behind a draft may be: none")
     rule_high_water: int = Field(description="the high-water a draft must have been composed under")
+    in_flight: int = Field(description="stale drafts nudged and awaiting their redraft or restamp")
+    next_review_ids: list[str] = Field(description="the stale drafts to be nudged next, in order")
+
+
+class PacingItem(Shape):
+    """One pending draft's place in its category's pacing.
+
+    ``in_window_redrafting``: stale and nudged (a look-ahead slot), awaiting its redraft or restamp;
+    ``ahead``: stale, waiting for a slot; ``in_window_fresh``: composed under the rules in force.
+    ``behind_cursor`` (the SDK's human review cursor) is not used: the pacing advances with the agent.
+    """
+
+    review_id: str
+    state: Literal["behind_cursor", "in_window_fresh", "in_window_redrafting", "ahead"]
+    rule_high_water: int = Field(description="the high-water the draft was composed under")
+    required_high_water: int | None = Field(
+        default=None, description="the high-water a redraft or restamp must reach (stale drafts only)"
+    )
+
+
+class CategoryPacingState(Shape):
+    """``get_pacing_state``: how a category's stale drafts are worked through, a look-ahead window at a time.
+
+    A new rule never nudges the whole queue: at most ``lookahead_window`` stale drafts are nudged at once;
+    the next slot opens as the agent redrafts or restamps one (or it leaves pending), and refills are at
+    least ``nudge_min_interval_ms`` apart. Stale drafts are held from release until then.
+    """
+
+    category_id: str
+    cursor_review_id: str | None = Field(default=None, description="the last draft the pacing released")
+    cursor_advanced_count: int = Field(
+        description="stale drafts released so far (redrafted, restamped, closed)"
+    )
+    lookahead_window: int
+    rework_batch_max: int
+    nudge_min_interval_ms: int
+    queued: int = Field(description="drafts in the human queue (needs_review | in_review | chatting)")
+    in_window: int = Field(description="pending drafts that are fresh or being redrafted")
+    redrafting: int = Field(description="of the in-window, the stale ones nudged and awaiting a redraft")
+    items: list[PacingItem] = Field(description="every pending draft (also rejected ones), oldest first")
+    stale: int = Field(description="pending drafts composed under an older rule high-water than required")
+    rule_high_water: int = Field(description="the highest high-water a stale draft must reach (0: none)")
+    next_review_ids: list[str] = Field(description="the stale drafts to be nudged next, in order")
+    last_nudged_at: datetime | None = None
+
+
+class PacingValues(Shape):
+    """A project's backlog pacing values in force (the risk dial's family)."""
+
+    lookahead_window: int = Field(description="propagation nudges outstanding per category at a time")
+    rework_batch_max: int = Field(description="the ceiling of any nudge's suggested_batch")
+    nudge_min_interval_ms: int = Field(description="the least time between two refills of a category")
+
+
+class PacingSettings(PacingValues):
+    """``get_pacing_settings`` / ``set_pacing_settings``."""
+
+    project_id: str
+
+
+class PacingSettingsIn(Shape):
+    """``set_pacing_settings``: an absent field is untouched, ``null`` returns it to the default."""
+
+    lookahead_window: int | None = Field(default=None, ge=1, le=100)
+    rework_batch_max: int | None = Field(default=None, ge=1, le=100)
+    nudge_min_interval_ms: int | None = Field(default=None, ge=0, le=3_600_000)
 
 
 class GraduationStatus(Shape):

@@ -379,6 +379,45 @@ def _dial_values(form: FormData, *, changed_only: bool) -> tuple[rules_pb2.RiskV
     return values, blank
 
 
+PACING_FIELDS = ("lookahead_window", "rework_batch_max", "nudge_min_interval_ms")
+
+
+async def _pacing_section(request: Request, session: Session) -> str:
+    """Backlog pacing (the risk dial's family): how a new rule's stale drafts are nudged to the agent."""
+    reply = await web.call(
+        web.backend(request).rules.GetPacingSettings,
+        rules_pb2.GetPacingSettingsRequest(principal=session.principal.to_proto()),
+        request,
+    )
+    inputs = "".join(
+        f'<label for="pacing-{n}">{h(n)}</label><input type="text" inputmode="numeric" id="pacing-{n}" '
+        f'name="{n}" value="{getattr(reply.values, n)}" placeholder="default">'
+        for n in PACING_FIELDS
+    )
+    return f"""<h2>Backlog pacing</h2>
+<p>A new rule's stale drafts are nudged to the agent <code>lookahead_window</code> per category at a time, each
+suggesting at most <code>rework_batch_max</code>, refills <code>nudge_min_interval_ms</code> apart (blank = default).</p>
+<form method="post" action="/console/settings/pacing">{csrf_field(session)}
+{inputs}
+<p><button type="submit">Save pacing</button></p></form>"""
+
+
+@router.post("/settings/pacing")
+async def set_pacing(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    message = rules_pb2.SetPacingSettingsRequest(principal=session.principal.to_proto())
+    for name in PACING_FIELDS:
+        text = web.field(form, name).strip()
+        if not text:
+            message.clear.append(name)
+        elif text.isdigit():
+            setattr(message.values, name, int(text))
+        else:
+            raise DomainError(Code.BAD_REQUEST, f"{name} must be a whole number, not {text!r}.")
+    await web.call(web.backend(request).rules.SetPacingSettings, message, request)
+    return _done("/console/settings", "pacing_saved")
+
+
 @router.get("/settings")
 async def settings_page(request: Request) -> Response:
     session = await _admin(request)
@@ -452,6 +491,7 @@ async def _settings(request: Request, session: Session, issued: str = "") -> Res
 {_dial_inputs("dial-account", dial["account"], "default")}
 <p><button type="submit">Save account values</button></p></form></details>
 {category_forms}
+{await _pacing_section(request, session)}
 <h2>Review policy</h2>
 <p>In force: <strong>{h(policy["policy"])}</strong> (from {h(policy["source"])}).</p>
 <form method="post" action="/console/settings/review-policy">{csrf_field(session)}

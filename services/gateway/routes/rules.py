@@ -3,6 +3,7 @@ console verbs are in ``routes/console/rules``.)"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query
@@ -13,6 +14,7 @@ from reviewloop.shapes import (
     Category,
     CategoryList,
     CategoryMerge,
+    CategoryPacingState,
     GraduationProposal,
     GraduationProposalList,
     GraduationStatus,
@@ -43,6 +45,7 @@ from gateway.translate.rules import (
     as_category_merge,
     as_graduation_proposal,
     as_graduation_status,
+    as_pacing_state,
     as_risk_dial,
     as_rule,
     as_rule_audit,
@@ -54,7 +57,6 @@ from gateway.translate.rules import (
 router = APIRouter(tags=["rules"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
 ProjectKey = Annotated[Principal, Depends(ANY_PROJECT_KEY)]
-MAX_PAGE = 200
 IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", max_length=255)]
 
 
@@ -77,6 +79,8 @@ def save_request(
         rule_layer=layer,
         agent_id=body.agent_id or body.scope_agent_id,
         idempotency_key=idempotency_key,
+        propagate_to_pending=body.propagate_to_pending,
+        suggested_batch=body.suggested_batch,
     )
 
 
@@ -323,13 +327,6 @@ async def update_project_category(
     return as_category(await backend.rules.UpdateCategory(patch, timeout=backend.timeout_s))
 
 
-QUEUED_STATES = (
-    review_pb2.REVIEW_STATE_NEEDS_REVIEW,
-    review_pb2.REVIEW_STATE_IN_REVIEW,
-    review_pb2.REVIEW_STATE_CHATTING,
-)
-
-
 @router.get(
     "/v1/categories/{category_id}/backlog",
     operation_id="get_backlog_status",
@@ -337,35 +334,49 @@ QUEUED_STATES = (
 )
 async def get_backlog_status(category_id: str, principal: ProjectKey, backend: Backend) -> Json:
     """How many of the category's queued drafts were composed under the rules in force, and how many are
-    stale (composed under an older rule high-water: redraft them, or restamp the ones that need no change).
+    stale (composed under an older rule high-water: redraft them, or restamp the ones that need no change);
+    how many stale drafts are nudged and awaiting their redraft (``in_flight``) and which come next.
     Read-only; it counts down as drafts are redrafted, restamped, decided or cancelled."""
-    category = await backend.rules.GetCategory(
-        rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id),
-        timeout=backend.timeout_s,
-    )
-    rules = await backend.rules.GetRules(
-        rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
-        timeout=backend.timeout_s,
-    )
-    queued = stale = 0
-    cursor = ""
-    while True:
-        page_ = await backend.review.ListReviews(
-            review_pb2.ListReviewsRequest(
-                principal=principal.to_proto(),
-                states=QUEUED_STATES,
-                category_id=category_id,
-                cursor=cursor,
-                limit=MAX_PAGE,
-            ),
+    category, rules, pacing = await asyncio.gather(
+        backend.rules.GetCategory(
+            rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id),
             timeout=backend.timeout_s,
-        )
-        queued += len(page_.reviews)
-        stale += sum(r.rule_high_water < rules.rule_high_water for r in page_.reviews)
-        cursor = page_.next_cursor
-        if not cursor:
-            break
-    return as_backlog_status(category, rules, queued, stale)
+        ),
+        backend.rules.GetRules(
+            rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
+            timeout=backend.timeout_s,
+        ),
+        _pacing(principal, backend, category_id),
+    )
+    return as_backlog_status(category, rules, pacing)
+
+
+async def _pacing(principal: Principal, backend: Backends, category_id: str) -> review_pb2.PacingState:
+    return await backend.review.GetPacingState(
+        review_pb2.GetPacingStateRequest(principal=principal.to_proto(), category_id=category_id),
+        timeout=backend.timeout_s,
+    )
+
+
+@router.get(
+    "/v1/categories/{category_id}/pacing",
+    operation_id="get_pacing_state",
+    response_model=CategoryPacingState,
+)
+async def get_pacing_state(category_id: str, principal: ProjectKey, backend: Backend) -> Json:
+    """How the category's stale drafts are being worked through after a rule change: at most
+    ``lookahead_window`` nudged at a time (``in_window_redrafting``), the rest ``ahead`` in order
+    (``next_review_ids`` first); a redraft or honest restamp of a nudged draft opens the next slot.
+    Read-only."""
+    category_request = rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id)
+    await backend.rules.GetCategory(category_request, timeout=backend.timeout_s)  # 404 across tenants
+    settings, pacing = await asyncio.gather(
+        backend.rules.GetPacingSettings(
+            rules_pb2.GetPacingSettingsRequest(principal=principal.to_proto()), timeout=backend.timeout_s
+        ),
+        _pacing(principal, backend, category_id),
+    )
+    return as_pacing_state(settings, pacing)
 
 
 @router.post("/v1/categories", status_code=201, operation_id="create_category", response_model=Category)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import orjson
+from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import RISK_DIAL_FIELDS, DialValues
 
@@ -140,21 +141,81 @@ def as_category_merge(reply: rules_pb2.MergeCategoriesResponse) -> Json:
     }
 
 
+QUEUED_STATES = frozenset(
+    {
+        review_pb2.REVIEW_STATE_NEEDS_REVIEW,
+        review_pb2.REVIEW_STATE_IN_REVIEW,
+        review_pb2.REVIEW_STATE_CHATTING,
+    }
+)
+
+
 def as_backlog_status(
-    category: rules_pb2.Category, rules: rules_pb2.GetRulesResponse, queued: int, stale: int
+    category: rules_pb2.Category, rules: rules_pb2.GetRulesResponse, pacing: review_pb2.PacingState
 ) -> Json:
     """``ScanBacklogStatus``: ``stale`` of the ``queued`` drafts predate the rule high-water in force."""
+    queued = [d for d in pacing.drafts if d.state in QUEUED_STATES]
+    stale = sum(d.rule_high_water < rules.rule_high_water for d in queued)
     return {
         "category_id": category.id,
         "state": category.state,
-        "queued": queued,
-        "current_enough": queued - stale,
+        "queued": len(queued),
+        "current_enough": len(queued) - stale,
         "stale": stale,
         "current_category_rules_version": rules.category_rules_version,
         "current_house_style_version": rules.house_style_version,
         "staleness_tolerance": 0,
         "rule_high_water": rules.rule_high_water,
+        "in_flight": sum(d.pacing == "in_flight" for d in pacing.drafts),
+        "next_review_ids": list(pacing.next_review_ids),
     }
+
+
+_PACING_ITEM = {"current": "in_window_fresh", "in_flight": "in_window_redrafting", "stale": "ahead"}
+
+
+def pacing_values(values: rules_pb2.PacingValues) -> Json:
+    return {
+        "lookahead_window": values.lookahead_window,
+        "rework_batch_max": values.rework_batch_max,
+        "nudge_min_interval_ms": values.nudge_min_interval_ms,
+    }
+
+
+def as_pacing_state(settings: rules_pb2.PacingSettings, pacing: review_pb2.PacingState) -> Json:
+    """``CategoryPacingState``: each pending draft fresh, in flight (nudged) or ahead (waiting its slot)."""
+    items: list[Json] = []
+    for draft in pacing.drafts:
+        item: Json = {
+            "review_id": draft.review_id,
+            "state": _PACING_ITEM[draft.pacing],
+            "rule_high_water": draft.rule_high_water,
+        }
+        if draft.pacing != "current":
+            item["required_high_water"] = draft.required_high_water
+        items.append(item)
+    redrafting = sum(i["state"] == "in_window_redrafting" for i in items)
+    body: Json = {
+        "category_id": pacing.category_id,
+        "cursor_advanced_count": pacing.cursor_advanced_count,
+        **pacing_values(settings.values),
+        "queued": sum(d.state in QUEUED_STATES for d in pacing.drafts),
+        "in_window": sum(i["state"] != "ahead" for i in items),
+        "redrafting": redrafting,
+        "items": items,
+        "stale": sum(d.pacing != "current" for d in pacing.drafts),
+        "rule_high_water": pacing.rule_high_water,
+        "next_review_ids": list(pacing.next_review_ids),
+    }
+    if pacing.cursor_review_id:
+        body["cursor_review_id"] = pacing.cursor_review_id
+    if pacing.HasField("last_nudged_at"):
+        body["last_nudged_at"] = timestamp(pacing.last_nudged_at)
+    return body
+
+
+def as_pacing_settings(settings: rules_pb2.PacingSettings) -> Json:
+    return {"project_id": settings.project_id, **pacing_values(settings.values)}
 
 
 def as_graduation_status(status: rules_pb2.GraduationStatus) -> Json:

@@ -4,7 +4,8 @@ Calls to other contexts (rules, diff, dispatch_budget) happen before the transac
 peer that is down fails the request closed with ``unavailable`` and nothing is written. Delivery is the
 one use case with two transactions around an I/O call (``delivery``). The modules, by plane:
 ``submission`` (submit), ``composer`` (cancel, redraft, restamp, chat), ``reviewer`` (open, decide),
-``delivery`` (the durable delivery step: deliver, reconcile, resolve_delivery), ``reads``, ``console`` and ``ingest`` (events from rules); they run
+``delivery`` (the durable delivery step: deliver, reconcile, resolve_delivery), ``reads``, ``console``, ``ingest`` (events from rules)
+and ``pacing`` (backlog reconciliation: stale drafts held, nudged a window at a time); they run
 on ``_kernel`` (load, check, CAS, Idempotency-Key, refusals), ``_gates`` and ``_events``.
 """
 
@@ -29,6 +30,7 @@ from review_state.app.delivery import (
 )
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
+from review_state.app.pacing import PacingState, pacing_state
 from review_state.app.reads import Feedback, get_feedback, get_review, get_revisions, list_reviews
 from review_state.app.reviewer import (
     ReviewerResult,
@@ -46,6 +48,7 @@ __all__ = [
     "Decision",
     "Env",
     "Feedback",
+    "PacingState",
     "ReviewerResult",
     "Revision",
     "Settings",
@@ -64,6 +67,7 @@ __all__ = [
     "list_contacts",
     "list_reviews",
     "open_review",
+    "pacing_state",
     "post_chat",
     "reconcile",
     "record_inbound",

@@ -23,6 +23,7 @@ from reviewloop.tenancy import Principal
 from review_state.clients import DiffResult
 from review_state.domain.feedback import outcome_for_rules
 from review_state.domain.machine import Reason, State, Verb
+from review_state.domain.pacing import StaleDraft
 from review_state.domain.review import Edge, Review
 
 N = NudgeRequested
@@ -33,7 +34,6 @@ RULE_REQUESTED = "rule_requested"
 DIFF = "diff"  # the diffs of the revision pairs reviews committed to
 DIFF_COMMITTED = "diff_committed"
 HUMANS_NOTIFIED = "humans_notified"  # to nudge, for the webhooks that ask for it (never the agent's)
-SUGGESTED_BATCH = 3  # propagate_general_rule: a few drafts at a time, never the whole queue
 
 
 @dataclass(frozen=True)
@@ -225,33 +225,23 @@ def born_stale(review: Review, detail: str) -> N.RuleChanged:
     return N.RuleChanged(born_stale=True, revision=review.revision, detail=detail)
 
 
-def rule_changed(draft: Review, change: rules_events.RuleChanged, high_water: int) -> N.RuleChanged:
+def rule_changed(draft: Review, stale: StaleDraft) -> N.RuleChanged:
     """A category rule in the draft's scope moved; the rule as the change named it."""
-    payload = N.RuleChanged(rule_high_water=high_water, revision=draft.revision)
-    if change.HasField("rule"):
-        rule = change.rule
-        payload.rule.CopyFrom(
-            N.RuleRef(
-                id=rule.id,
-                lineage_id=rule.lineage_id,
-                rev=rule.rev,
-                rule_text=rule.rule_text,
-                status=rule.status,
-                action=rule.action,
-            )
-        )
+    payload = N.RuleChanged(rule_high_water=stale.required_high_water, revision=draft.revision)
+    if stale.rule:
+        payload.rule.CopyFrom(N.RuleRef(**stale.rule))
     return payload
 
 
 def propagate_general_rule(
-    draft: Review, change: rules_events.RuleChanged, pending_siblings: int, high_water: int
+    draft: Review, stale: StaleDraft, pending_siblings: int, batch: int
 ) -> N.PropagateGeneralRule:
-    """A general rule moved: this draft and ``pending_siblings`` more of its category, a few at a time."""
+    """A general rule moved: this draft and ``pending_siblings`` more of its category, ``batch`` at a time."""
     return N.PropagateGeneralRule(
-        rule=N.RuleRef(id=change.rule.id, rule_text=change.rule.rule_text),
+        rule=N.RuleRef(id=stale.rule.get("id", ""), rule_text=stale.rule.get("rule_text", "")),
         siblings=N.Siblings(category_id=draft.category_id, pending_count=pending_siblings),
-        suggested_batch=SUGGESTED_BATCH,
-        rule_high_water=high_water,
+        suggested_batch=batch,
+        rule_high_water=stale.required_high_water,
     )
 
 

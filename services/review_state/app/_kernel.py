@@ -21,7 +21,7 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state import store
-from review_state.app import _events
+from review_state.app import _events, pacing
 from review_state.app._events import NO_FACTS, Facts
 from review_state.domain.machine import (
     CLOSED,
@@ -164,6 +164,8 @@ async def move(
     )
     if short_of_quorum:
         target = review.state
+    if verb is Verb.APPROVE:
+        await pacing.hold(uow.conn, review)  # a stale draft is not released before its redraft
     with span(review, target, actor):
         updated = await store.compare_and_set(
             uow.conn, review, **{"updated_at": utcnow(), **changes, "state": target}
@@ -182,6 +184,7 @@ async def move(
         )
     edge = Edge(review, updated, verb, actor)
     _events.publish_edge(uow, edge, facts)
+    await pacing.settle(uow, edge)
     return edge
 
 

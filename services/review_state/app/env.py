@@ -28,6 +28,8 @@ class Settings:
     delivery_retry_base_s: float = 2.0
     # The sweep: due and orphaned attempts, and the evidence for parked ones.
     sweep_interval_s: float = 5.0
+    # The pacing sweep: windows whose minimum interval has passed are refilled within about this long.
+    pacing_sweep_interval_s: float = 1.0
 
 
 @dataclass

@@ -1,15 +1,15 @@
-"""Events from the rules context, each handled once: a rule change nudges every pending draft in its
-scope (``rule_changed`` for a category rule, ``propagate_general_rule`` with its siblings and a small
-``suggested_batch`` for a general one); a graduation or reconciliation nudges ``recheck_category``, and
-so does a merge, once the merged category's pending drafts moved to the category that stays."""
+"""Events from the rules context, each handled once: a rule change marks the pending drafts it leaves stale,
+and the pacing nudges them a window at a time (``rule_changed`` for a category rule,
+``propagate_general_rule`` with its siblings and ``suggested_batch`` for a general one; ``pacing``); a
+graduation or reconciliation nudges ``recheck_category``, and so does a merge, once the merged category's
+pending drafts moved to the category that stays."""
 
 from __future__ import annotations
 
-from collections import Counter
+import logging
 from collections.abc import Iterable
 from typing import Any
 
-from google.protobuf.message import Message
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.rules.v1.events_pb2 import CategoriesMerged, CategoryChanged, RuleChanged
@@ -17,31 +17,16 @@ from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.storage.inbox import Subscription, ingest_each
 
 from review_state import store
-from review_state.app import _events
+from review_state.app import _events, pacing
 from review_state.app.env import Env
 from review_state.domain.machine import RULES_NUDGES
 
+log = logging.getLogger(__name__)
 
-async def _rule_changed(uow: UnitOfWork, change: RuleChanged) -> None:
-    general = change.scope != "category"
-    high_water = change.rule_high_water
-    drafts = await store.pending_in_scope(
-        uow.conn,
-        org_id=change.org_id,
-        project_id=change.project_id,
-        category_id="" if general else change.category_id,
-        agent_id=change.agent_id,
-    )
-    drafts = [d for d in drafts if not high_water or d.rule_high_water < high_water]
-    per_category = Counter(d.category_id for d in drafts)
-    reason = RULES_NUDGES["general_rule" if general else "category_rule"]
-    for draft in drafts:
-        if general:
-            siblings = per_category[draft.category_id] - 1
-            payload: Message = _events.propagate_general_rule(draft, change, siblings, high_water)
-        else:
-            payload = _events.rule_changed(draft, change, high_water)
-        _events.publish(uow, draft, reason, payload)
+
+async def _rule_changed(uow: UnitOfWork, change: RuleChanged) -> bool:
+    await pacing.mark_stale(uow, change)  # nudged a window at a time by the refill after the commit
+    return True
 
 
 async def _category_changed(uow: UnitOfWork, change: CategoryChanged) -> None:
@@ -83,5 +68,11 @@ SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
 
 async def ingest(env: Env, events: Iterable[common_pb2.Event]) -> tuple[int, int]:
     """Handle each event once (deduplicated on event_id). Returns (accepted, duplicates)."""
-    done = await ingest_each(env.db, events, SUBSCRIPTIONS)
+    marked: list[bool] = []
+    done = await ingest_each(env.db, events, SUBSCRIPTIONS, on_commit=marked.append)
+    if any(marked):
+        try:
+            await pacing.sweep(env)  # open the windows of the drafts a rule change just left stale
+        except Exception:  # the sweep on its timer comes back: the events are handled either way
+            log.exception("pacing refill after ingest failed")
     return done.accepted, done.duplicates

@@ -143,10 +143,10 @@ async def auto_send_room(
 
 
 async def pending_in_scope(
-    conn: AsyncConnection, *, org_id: str, project_id: str, category_id: str, agent_id: str
+    conn: AsyncConnection, *, org_id: str, project_id: str, category_id: str, agent_id: str, lock: bool = True
 ) -> list[Review]:
-    """The drafts a rule change or a graduation may still affect, locked against concurrent closes
-    so no nudge lands after a review's terminal one."""
+    """The drafts a rule change or a graduation may still affect; ``lock`` holds them against concurrent
+    closes so no nudge lands after a review's terminal one."""
     query = select(reviews).where(reviews.c.org_id == org_id, reviews.c.state.in_([s.value for s in PENDING]))
     if project_id:
         query = query.where(reviews.c.project_id == project_id)
@@ -154,7 +154,8 @@ async def pending_in_scope(
         query = query.where(reviews.c.category_id == category_id)
     if agent_id:
         query = query.where(reviews.c.agent_id == agent_id)
-    rows = await conn.execute(query.order_by(reviews.c.id).with_for_update())
+    query = query.order_by(reviews.c.id)
+    rows = await conn.execute(query.with_for_update() if lock else query)
     return [_from_row(row) for row in rows]
 
 

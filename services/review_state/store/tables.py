@@ -193,6 +193,43 @@ delivery_attempts = Table(
     Index("ix_delivery_attempts_status_started_at", "status", "started_at"),
 )
 
+# Backlog reconciliation (spec 000 "backlog reconciliation + pacing"): one row per pending draft a rule
+# change left stale (composed under an older rule high-water than its scope now has), until a redraft or
+# restamp reaches ``required_high_water`` or the draft leaves pending. While a row exists the draft is
+# held from release. ``nudged_at`` set: the draft holds one of its category's look-ahead slots.
+stale_drafts = Table(
+    "stale_drafts",
+    metadata,
+    Column("review_id", String(40), primary_key=True),
+    Column("project_id", String(40), nullable=False),
+    Column("category_id", String(40), nullable=False),
+    Column("required_high_water", BigInteger, nullable=False),
+    # The rule that moved last (as its nudge names it), and the nudge: propagate_general_rule | rule_changed.
+    Column("rule", Json, nullable=False),
+    Column("reason", String(32), nullable=False),
+    Column("propagate", Boolean, nullable=False),
+    Column("suggested_batch", Integer, nullable=False),
+    Column("nudged_at", UtcDateTime),
+    Index("ix_stale_drafts_project_id_category_id_review_id", "project_id", "category_id", "review_id"),
+)
+
+# The pacing of one category of a project: the values in force when the sweep last read them from the
+# rules context, when its window was last refilled, and how far the agent has worked through it.
+pacing_windows = Table(
+    "pacing_windows",
+    metadata,
+    Column("project_id", String(40), nullable=False),
+    Column("category_id", String(40), nullable=False),
+    Column("org_id", String(40), nullable=False),
+    Column("lookahead_window", Integer, nullable=False),
+    Column("rework_batch_max", Integer, nullable=False),
+    Column("nudge_min_interval_ms", Integer, nullable=False),
+    Column("last_nudged_at", UtcDateTime),
+    Column("cursor_review_id", String(40), nullable=False, server_default=""),
+    Column("cursor_advanced_count", BigInteger, nullable=False, server_default="0"),
+    PrimaryKeyConstraint("project_id", "category_id"),
+)
+
 idempotency_keys = idempotency_table(
     metadata,
     Column("review_id", String(40), nullable=False),

@@ -7,6 +7,7 @@
 - ``merge``: merging a category into another (its rules move, its drafts are rechecked);
 - ``graduation``: proposals and the rung a human flips;
 - ``dial``: the brand-risk dial;
+- ``pacing``: the backlog pacing values (the dial's family);
 - ``ingest``: review outcomes from review_state (maturity counters, drift demotion);
 - ``authority``: who may do what, and who owns what;
 - ``env``: the ``Env`` every use case takes (built by ``rules.bootstrap``).
@@ -29,6 +30,7 @@ from rules.app.graduation import (
 )
 from rules.app.ingest import SUBSCRIPTIONS
 from rules.app.merge import Merge, merge_categories
+from rules.app.pacing import get_pacing_settings, set_pacing_settings
 from rules.app.rules import (
     RuleInput,
     RuleView,
@@ -70,6 +72,7 @@ __all__ = [
     "create_category",
     "ensure_token_key",
     "get_category",
+    "get_pacing_settings",
     "get_risk_dial",
     "get_rule_settings",
     "get_rules",
@@ -87,6 +90,7 @@ __all__ = [
     "rotate_composition_key",
     "rule_history",
     "save_rule",
+    "set_pacing_settings",
     "set_risk_dial",
     "set_rule_settings",
     "undo_rule",

@@ -23,6 +23,7 @@ from rules import store
 from rules.app.authority import HUMAN_AUTHORITY, author, require, require_house_style, writer
 from rules.app.categories import check_category
 from rules.app.env import REVIEW_STATE, Env, idempotent
+from rules.domain import pacing
 from rules.domain.guardrails import check_rule_text, normalize
 from rules.domain.ladder import (
     Action,
@@ -71,6 +72,10 @@ class RuleInput:
     idempotency_key: str = ""
     rule_id: str = ""  # chosen by a caller that names the rule before it exists (a decision's new rule)
     dry_run: bool = False  # check everything a save checks, write nothing
+    # The SDK's retro-propagation: nudge the pending drafts the rule makes stale (paced by review_state),
+    # each suggesting this batch (0: the look-ahead window). Off, the drafts are only held from release.
+    propagate_to_pending: bool = True
+    suggested_batch: int = 0
 
 
 def _rule_not_found(lineage_id: str) -> DomainError:
@@ -92,7 +97,9 @@ def _view(revisions: list[RuleRev], revision: RuleRev) -> RuleView:
     return RuleView(revision, status_of(revision, revisions[-1].rev, current.rev if current else None))
 
 
-def _emit_rule_changed(uow: UnitOfWork, rule: RuleRev) -> None:
+def _emit_rule_changed(
+    uow: UnitOfWork, rule: RuleRev, propagate: bool = True, suggested_batch: int = 0
+) -> None:
     uow.emit(
         REVIEW_STATE,
         rule.org_id,  # one aggregate per org: review_state sees the high-water rise in order
@@ -112,6 +119,8 @@ def _emit_rule_changed(uow: UnitOfWork, rule: RuleRev) -> None:
                 action=rule.action.value,
             ),
             rule_high_water=rule.high_water,
+            propagate_to_pending=propagate,
+            suggested_batch=suggested_batch,
         ),
     )
 
@@ -164,6 +173,10 @@ def _draft(principal: Principal, body: RuleInput) -> Draft:
         raise invalid("/expected_rev", "name the rev you read (read-before-write); get_rules shows it")
     if not body.lineage_id and body.expected_rev:
         raise invalid("/lineage_id", "expected_rev revises a lineage; name its lineage_id")
+    if not 0 <= body.suggested_batch <= pacing.BATCH_LIMIT:
+        raise invalid(
+            "/suggested_batch", f"must be between 0 and {pacing.BATCH_LIMIT} (0: the look-ahead window)"
+        )
     return Draft(
         rule_text=text,
         kind=kind,
@@ -228,7 +241,7 @@ async def _write(uow: UnitOfWork, principal: Principal, body: RuleInput, draft: 
     if head is None and rule.category_id:
         await check_category(conn, principal, rule.category_id)
     await _refuse_duplicate(uow, principal, rule)
-    await append_revision(uow, rule)
+    await append_revision(uow, rule, body.propagate_to_pending, body.suggested_batch)
     return rule.id
 
 
@@ -268,7 +281,9 @@ async def save_requested(uow: UnitOfWork, request: SaveRuleRequest) -> None:
         log.warning("the new rule of review %s was not saved: %s", request.source_review_id, error)
 
 
-async def append_revision(uow: UnitOfWork, rule: RuleRev) -> None:
+async def append_revision(
+    uow: UnitOfWork, rule: RuleRev, propagate: bool = True, suggested_batch: int = 0
+) -> None:
     """Append one revision; a lost race on (lineage, rev) is ``stale``. Publishes ``rule_changed``
     when the revision moved the effective stack."""
     try:
@@ -280,7 +295,7 @@ async def append_revision(uow: UnitOfWork, rule: RuleRev) -> None:
             revision=rule.rev,
         ) from None
     if rule.high_water:
-        _emit_rule_changed(uow, rule)
+        _emit_rule_changed(uow, rule, propagate, suggested_batch)
 
 
 async def _rule_by_id(env: Env, principal: Principal, rule_id: str) -> RuleView:

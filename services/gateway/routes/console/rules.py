@@ -1,5 +1,5 @@
 """Console routes of the rules service (admin key or the bootstrap token): house-style rules, a rule
-lineage's undo / approve / reject / retire, categories and graduation, the risk dial, rule settings, and the
+lineage's undo / approve / reject / retire, categories and graduation, the risk dial, backlog pacing, rule settings, and the
 composition-token key rotation."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from reviewloop.shapes import (
     GraduationProposal,
     GraduationProposalList,
     HouseRuleIn,
+    PacingSettings,
+    PacingSettingsIn,
     PromoteRuleRequest,
     RejectProposalIn,
     RevIn,
@@ -38,6 +40,7 @@ from gateway.translate import Json
 from gateway.translate.rules import (
     as_category,
     as_graduation_proposal,
+    as_pacing_settings,
     as_risk_dial,
     as_rule,
     category_scope,
@@ -296,6 +299,42 @@ async def set_risk_dial(
             rules_pb2.CategoryRisk(category_id=entry.category_id, overrides=values, inherit_fields=inherited)
         )
     return as_risk_dial(await backend.rules.SetRiskDial(message, timeout=backend.timeout_s))
+
+
+@router.get(
+    "/v1/admin/projects/{project_id}/pacing",
+    operation_id="get_pacing_settings",
+    response_model=PacingSettings,
+)
+async def get_pacing_settings(project_id: str, caller: Admin, request: Request, backend: Backend) -> Json:
+    """The project's backlog pacing values in force (the risk dial's family)."""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.rules.GetPacingSettings(
+        rules_pb2.GetPacingSettingsRequest(principal=principal.to_proto()), timeout=backend.timeout_s
+    )
+    return as_pacing_settings(reply)
+
+
+@router.put(
+    "/v1/admin/projects/{project_id}/pacing",
+    operation_id="set_pacing_settings",
+    response_model=PacingSettings,
+)
+async def set_pacing_settings(
+    project_id: str, body: PacingSettingsIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """Set how a rule change's stale drafts are nudged: ``lookahead_window`` at a time per category, each
+    suggesting at most ``rework_batch_max``, refills ``nudge_min_interval_ms`` apart. A field set to
+    ``null`` returns to its default (3, 10, 5000); an absent one is untouched."""
+    principal = await console_principal(caller, request, project_id)
+    message = rules_pb2.SetPacingSettingsRequest(principal=principal.to_proto())
+    for name in body.model_fields_set:
+        value = getattr(body, name)
+        if value is None:
+            message.clear.append(name)
+        else:
+            setattr(message.values, name, value)
+    return as_pacing_settings(await backend.rules.SetPacingSettings(message, timeout=backend.timeout_s))
 
 
 @router.get(

@@ -1,0 +1,192 @@
+"""Backlog reconciliation and pacing: stale drafts (held from release, nudged a window at a time) and
+each category's pacing window, in the domain's words."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from reviewloop.storage.schema import insert_ignore
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from review_state.domain.machine import PENDING
+from review_state.domain.pacing import StaleDraft, Window
+from review_state.domain.review import Review
+from review_state.store.reviews import _from_row
+from review_state.store.tables import pacing_windows, reviews, stale_drafts
+
+_PENDING = [s.value for s in PENDING]
+_STALE_COLUMNS = tuple(StaleDraft.__dataclass_fields__)
+
+
+def _stale(row: Any) -> StaleDraft:
+    return StaleDraft(**{name: row._mapping[name] for name in _STALE_COLUMNS})
+
+
+def _window(row: Any) -> Window:
+    return Window(**{name: row._mapping[name] for name in Window.__dataclass_fields__})
+
+
+async def mark_stale(conn: AsyncConnection, org_id: str, drafts: Sequence[StaleDraft]) -> None:
+    """Record each draft as stale against its ``required_high_water`` (a draft already stale keeps the
+    higher one, the latest rule, and its slot), and open a pacing window for each category touched."""
+    if not drafts:
+        return
+    ids = [d.review_id for d in drafts]
+    known = {
+        row.review_id: row.required_high_water
+        for row in await conn.execute(
+            select(stale_drafts.c.review_id, stale_drafts.c.required_high_water).where(
+                stale_drafts.c.review_id.in_(ids)
+            )
+        )
+    }
+    fresh = [d.__dict__ for d in drafts if d.review_id not in known]
+    if fresh:
+        await conn.execute(insert_ignore(conn, stale_drafts), fresh)
+    for draft in drafts:
+        if draft.review_id in known and draft.required_high_water > known[draft.review_id]:
+            await conn.execute(
+                update(stale_drafts)
+                .where(stale_drafts.c.review_id == draft.review_id)
+                .values(
+                    required_high_water=draft.required_high_water,
+                    rule=draft.rule,
+                    reason=draft.reason,
+                    propagate=draft.propagate,
+                    suggested_batch=draft.suggested_batch,
+                )
+            )
+    for project_id, category_id in sorted({(d.project_id, d.category_id) for d in drafts}):
+        values = Window(project_id, category_id, org_id).__dict__
+        await conn.execute(insert_ignore(conn, pacing_windows).values(**values))
+
+
+async def held_against(conn: AsyncConnection, review: Review) -> int | None:
+    """The rule high-water ``review`` must be redrafted or restamped to before it may be released, or
+    None when it is not held."""
+    required = await conn.scalar(
+        select(stale_drafts.c.required_high_water).where(stale_drafts.c.review_id == review.id)
+    )
+    return int(required) if required is not None and required > review.rule_high_water else None
+
+
+async def release(conn: AsyncConnection, review: Review) -> StaleDraft | None:
+    """Forget ``review`` as stale if it left pending or now reaches its required high-water; the row
+    it had, or None."""
+    query = select(stale_drafts).where(stale_drafts.c.review_id == review.id)
+    if review.state in PENDING:
+        query = query.where(stale_drafts.c.required_high_water <= review.rule_high_water)
+    row = (await conn.execute(query)).first()
+    if row is None:
+        return None
+    await conn.execute(delete(stale_drafts).where(stale_drafts.c.review_id == review.id))
+    return _stale(row)
+
+
+async def get_window(
+    conn: AsyncConnection, project_id: str, category_id: str, *, lock: bool = False, skip_locked: bool = False
+) -> Window | None:
+    """The category's window; ``lock`` holds it until commit (PostgreSQL), so one refill runs at a
+    time; with ``skip_locked`` a window another replica is refilling reads as None."""
+    query = select(pacing_windows).where(
+        pacing_windows.c.project_id == project_id, pacing_windows.c.category_id == category_id
+    )
+    if lock:
+        query = query.with_for_update(skip_locked=skip_locked)
+    row = (await conn.execute(query)).first()
+    return _window(row) if row else None
+
+
+async def save_window(conn: AsyncConnection, window: Window) -> None:
+    await conn.execute(
+        update(pacing_windows)
+        .where(
+            pacing_windows.c.project_id == window.project_id,
+            pacing_windows.c.category_id == window.category_id,
+        )
+        .values(**window.__dict__)
+    )
+
+
+def _in_category(project_id: str, category_id: str) -> Any:
+    return (stale_drafts.c.project_id == project_id) & (stale_drafts.c.category_id == category_id)
+
+
+async def counts(conn: AsyncConnection, project_id: str, category_id: str) -> tuple[int, int]:
+    """(stale, of them in flight) in the category."""
+    stale, in_flight = (
+        await conn.execute(
+            select(func.count(), func.count(stale_drafts.c.nudged_at)).where(
+                _in_category(project_id, category_id)
+            )
+        )
+    ).one()
+    return int(stale), int(in_flight)
+
+
+async def waiting(
+    conn: AsyncConnection, project_id: str, category_id: str, limit: int, *, lock: bool = False
+) -> list[tuple[Review, StaleDraft]]:
+    """The category's stale drafts still owed their nudge, oldest first. ``lock`` takes their rows so no
+    nudge lands after a review's terminal one; a draft another writer holds is skipped this time."""
+    query = (
+        select(reviews, *(stale_drafts.c[name].label(f"stale__{name}") for name in _STALE_COLUMNS))
+        .join(stale_drafts, stale_drafts.c.review_id == reviews.c.id)
+        .where(
+            _in_category(project_id, category_id),
+            stale_drafts.c.nudged_at.is_(None),
+            stale_drafts.c.propagate.is_(True),
+            reviews.c.state.in_(_PENDING),
+        )
+        .order_by(reviews.c.id)
+        .limit(limit)
+    )
+    if lock:
+        query = query.with_for_update(skip_locked=True)
+    rows = (await conn.execute(query)).all()
+    return [
+        (_from_row(row), StaleDraft(**{name: row._mapping[f"stale__{name}"] for name in _STALE_COLUMNS}))
+        for row in rows
+    ]
+
+
+async def mark_nudged(conn: AsyncConnection, review_ids: Sequence[str], now: datetime) -> None:
+    await conn.execute(
+        update(stale_drafts).where(stale_drafts.c.review_id.in_(review_ids)).values(nudged_at=now)
+    )
+
+
+async def windows_waiting(conn: AsyncConnection) -> list[tuple[str, str]]:
+    """Every (project, category) with stale drafts still owed their nudge: what the sweep refills."""
+    rows = await conn.execute(
+        select(stale_drafts.c.project_id, stale_drafts.c.category_id)
+        .where(stale_drafts.c.nudged_at.is_(None), stale_drafts.c.propagate.is_(True))
+        .distinct()
+    )
+    return [(r.project_id, r.category_id) for r in rows]
+
+
+async def pending_with_staleness(
+    conn: AsyncConnection, project_id: str, category_id: str
+) -> list[tuple[Review, StaleDraft | None]]:
+    """The category's pending drafts, oldest first, each with its stale row (None: current)."""
+    query = (
+        select(reviews, *(stale_drafts.c[name].label(f"stale__{name}") for name in _STALE_COLUMNS))
+        .outerjoin(stale_drafts, stale_drafts.c.review_id == reviews.c.id)
+        .where(
+            reviews.c.project_id == project_id,
+            reviews.c.category_id == category_id,
+            reviews.c.state.in_(_PENDING),
+        )
+        .order_by(reviews.c.id)
+    )
+    out: list[tuple[Review, StaleDraft | None]] = []
+    for row in (await conn.execute(query)).all():
+        stale = None
+        if row._mapping["stale__review_id"] is not None:
+            stale = StaleDraft(**{name: row._mapping[f"stale__{name}"] for name in _STALE_COLUMNS})
+        out.append((_from_row(row), stale))
+    return out
