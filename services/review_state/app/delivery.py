@@ -77,7 +77,7 @@ async def deliver(env: Env, review: Review) -> Review:
     worker = start_worker(env, review.id)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(worker), env.settings.delivery_wait_s)
-    async with env.db.engine.connect() as conn:
+    async with env.db.single_statement.connect() as conn:
         return await store.get_review_any(conn, review.id) or review
 
 
@@ -130,7 +130,7 @@ async def _try(env: Env, attempt: store.Attempt, owner: str) -> None:
             await _park(env, review_id, owner)
             return
         # The provider knows it never took the message: sending it now is not a resend.
-    async with env.db.engine.connect() as conn:
+    async with env.db.single_statement.connect() as conn:
         review = await store.get_review_any(conn, review_id)
     assert review is not None
     try:
