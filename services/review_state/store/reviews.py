@@ -231,14 +231,29 @@ async def list_revisions(conn: AsyncConnection, project_id: str, review_id: str)
 # --- turns --------------------------------------------------------------------------------------
 
 
+_TURN_FIELDS = [column.name for column in turns.c if column.name != "seq"]
+_TURN_REVIEW = bindparam("review_id", type_=turns.c.review_id.type)
+# Built once: the next seq and the insert in one statement.
+_ADD_TURN = (
+    insert(turns)
+    .from_select(
+        [*_TURN_FIELDS, "seq"],
+        select(
+            *(
+                _TURN_REVIEW if name == "review_id" else bindparam(name, type_=turns.c[name].type)
+                for name in _TURN_FIELDS
+            ),
+            func.coalesce(func.max(turns.c.seq), 0) + 1,
+        ).where(turns.c.review_id == _TURN_REVIEW),
+    )
+    .returning(turns.c.seq)
+)
+
+
 async def add_turn(conn: AsyncConnection, turn: Turn) -> Turn:
     """Appends ``turn`` at the review's next seq (the caller holds the review row via its CAS)."""
-    last = (
-        await conn.execute(select(func.max(turns.c.seq)).where(turns.c.review_id == turn.review_id))
-    ).scalar()
-    turn = replace(turn, seq=(last or 0) + 1)
-    await conn.execute(insert(turns), turn.__dict__)
-    return turn
+    seq = (await conn.execute(_ADD_TURN, {name: getattr(turn, name) for name in _TURN_FIELDS})).scalar_one()
+    return replace(turn, seq=seq)
 
 
 async def list_turns(conn: AsyncConnection, review_id: str) -> list[Turn]:
