@@ -190,13 +190,15 @@ async def _park(env: Env, review_id: str, owner: str) -> None:
 
 async def _record_delivered(env: Env, review_id: str, resolution: str | None = None) -> Review:
     async with env.db.transaction() as uow:
-        review = await store.get_review_any(uow.conn, review_id)
-        assert review is not None
         now = utcnow()
         attempt = await store.finish_attempt(uow.conn, review_id, "delivered", now, resolution=resolution)
-        if attempt is None:
-            return review  # already recorded (by the sweep or a twin)
-        turns = await store.list_turns(uow.conn, review_id)
+        if attempt is None:  # already recorded (by the sweep or a twin)
+            closed = await store.get_review_any(uow.conn, review_id)
+            assert closed is not None
+            return closed
+        found = await store.get_review_with_turns(uow.conn, attempt.project_id, review_id)
+        assert found is not None
+        review, turns = found
         verb = Verb.DELIVERED if attempt.send_path in _REVIEWED else Verb.AUTO_DELIVERED
         sent = (
             await _kernel.move(

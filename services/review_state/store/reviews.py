@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -48,11 +48,18 @@ def _from_row(row: Any) -> Review:
     return Review(**values)
 
 
-def _to_row(review: Review) -> dict[str, Any]:
-    row = {_COLUMN.get(name, name): getattr(review, name) for name in Review.__dataclass_fields__}
-    row["state"] = review.state.value
-    row["attachments"] = _attachments_to_json(review.attachments)
-    row["to_addrs"], row["cc_addrs"], row["bcc_addrs"] = list(review.to), list(review.cc), list(review.bcc)
+def _to_row(review: Review, names: Iterable[str] = Review.__dataclass_fields__) -> dict[str, Any]:
+    """``review``'s columns (only those of the fields ``names``) as the table stores them."""
+    row: dict[str, Any] = {}
+    for name in names:
+        value = getattr(review, name)
+        if name == "state":
+            value = value.value
+        elif name == "attachments":
+            value = _attachments_to_json(value)
+        elif name in _COLUMN:
+            value = list(value)
+        row[_COLUMN.get(name, name)] = value
     return row
 
 
@@ -164,9 +171,9 @@ async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any
     Returns the new review, or None when another writer got there first.
     """
     updated = replace(current, version=current.version + 1, **changes)
-    before = _to_row(current)
     # Only what changed: the version CAS already guarantees nobody else wrote the row since.
-    values = {k: v for k, v in _to_row(updated).items() if v != before[k]}
+    names = [n for n in ("version", *changes) if getattr(updated, n) != getattr(current, n)]
+    values = _to_row(updated, names)
     result = await conn.execute(
         update(reviews)
         .where(reviews.c.id == current.id, reviews.c.version == current.version)
