@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, insert, or_, select, update
+from sqlalchemy import and_, bindparam, case, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.review import Review
@@ -70,8 +70,11 @@ def _attempt(row: Any) -> Attempt:
     return Attempt(*(m[name] for name in Attempt.__dataclass_fields__))
 
 
+_ATTEMPT = select(t).where(t.c.review_id == bindparam("review_id"))
+
+
 async def get_attempt(conn: AsyncConnection, review_id: str) -> Attempt | None:
-    row = (await conn.execute(select(t).where(t.c.review_id == review_id))).first()
+    row = (await conn.execute(_ATTEMPT, {"review_id": review_id})).first()
     return _attempt(row) if row else None
 
 

@@ -83,9 +83,12 @@ async def get_review(
     return _from_row(row) if row else None
 
 
+_REVIEW_ANY = select(reviews).where(reviews.c.id == bindparam("review_id"))
+
+
 async def get_review_any(conn: AsyncConnection, review_id: str) -> Review | None:
     """System use only (the reconciliation sweep): no tenant filter."""
-    row = (await conn.execute(select(reviews).where(reviews.c.id == review_id))).first()
+    row = (await conn.execute(_REVIEW_ANY, {"review_id": review_id})).first()
     return _from_row(row) if row else None
 
 
