@@ -206,7 +206,7 @@ def _limit(limit: int) -> int:
 
 
 async def _unacked(db: Database, principal: Principal, after: int, limit: int) -> list[Nudge]:
-    async with store.one_statement(db) as conn:
+    async with db.one_statement() as conn:
         return await store.unacked_nudges(conn, principal, after=after, limit=limit)
 
 
@@ -282,7 +282,7 @@ async def ack(db: Database, principal: Principal, acks: list[tuple[str, int]]) -
         if seq < 1:
             raise DomainError(Code.BAD_REQUEST, f"acks: seq {seq} of {review_id} must be at least 1.")
         wanted[review_id] = max(seq, wanted.get(review_id, 0))
-    async with store.one_statement(db) as conn:
+    async with db.one_statement() as conn:
         # The happy path is one guarded UPDATE; only when it changes nothing (a repeated ack, or a
         # refused one) do we read the heads, to tell the two apart and name what was wrong.
         if await store.advance_cursors(conn, principal, wanted):

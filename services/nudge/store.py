@@ -4,14 +4,11 @@ terminal guarantee and the ``front_run_next`` collapse outlive the nudges they g
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
-from reviewloop.storage import Database
 from reviewloop.storage.schema import BigId, Json, UtcDateTime, insert_ignore, new_metadata
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy import (
@@ -182,19 +179,6 @@ def _nudge(row: Row[Any]) -> Nudge:
         payload_json=row.payload,
         created_at=row.created_at,
     )
-
-
-@contextlib.asynccontextmanager
-async def one_statement(db: Database) -> AsyncIterator[AsyncConnection]:
-    """A connection for work that is one statement, atomic by itself. On PostgreSQL it runs in
-    autocommit, two round trips fewer than BEGIN ... COMMIT (every long-poll wake, drain page and ack
-    pays them); SQLite keeps its BEGIN IMMEDIATE."""
-    if db.is_sqlite:
-        async with db.transaction() as uow:
-            yield uow.conn
-        return
-    async with db.engine.connect() as conn:
-        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def visible_to(principal: Principal) -> ColumnElement[bool]:

@@ -147,7 +147,7 @@ async def _owned(conn: AsyncConnection, principal: Principal, endpoint_id: str) 
 
 async def list_endpoints(db: Database, principal: Principal) -> list[tuple[Endpoint, int]]:
     """The project's endpoints with their current secret version, oldest first."""
-    async with store.one_statement(db) as conn:
+    async with db.one_statement() as conn:
         endpoints = await store.endpoints_of(conn, principal.org_id, principal.project_id)
         versions = await store.secret_versions(conn, [e.id for e in endpoints])
     return [(e, versions.get(e.id, 0)) for e in endpoints]
@@ -185,7 +185,7 @@ async def deliveries(
         raise invalid("/status", f"one of {', '.join(STATUSES)}")
     if not 0 <= limit <= LIST_LIMIT_MAX:
         raise invalid("/limit", f"between 1 and {LIST_LIMIT_MAX}")
-    async with store.one_statement(db) as conn:
+    async with db.one_statement() as conn:
         await _owned(conn, principal, endpoint_id)
         return await store.deliveries_of(conn, endpoint_id, status, limit or LIST_LIMIT_DEFAULT)
 
@@ -359,7 +359,7 @@ async def _deliver_endpoint(
     try:
         while time.monotonic() - started < settings.lease_s / 2:
             now = utcnow()
-            async with store.one_statement(db) as conn:
+            async with db.one_statement() as conn:
                 endpoint = await store.endpoint(conn, endpoint_id)
                 head = await store.head_delivery(conn, endpoint_id)
                 live = await store.live_secrets(conn, endpoint_id, now)
@@ -397,7 +397,7 @@ async def _deliver_endpoint(
 
 async def deliver_due(db: Database, settings: WebhookSettings, client: httpx.AsyncClient) -> int:
     """One round of the sender: every endpoint with a due delivery, concurrently; how many finished."""
-    async with store.one_statement(db) as conn:
+    async with db.one_statement() as conn:
         due = await store.endpoints_due(conn, utcnow())
     done = await asyncio.gather(*(_deliver_endpoint(db, settings, client, e) for e in due))
     return sum(done)

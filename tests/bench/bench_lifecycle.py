@@ -10,7 +10,9 @@ of ``RUNS`` runs (min..max beside them):
 - server CPU per lifecycle: utime+stime from /proc/<pid>/stat of every server process and of the
   PostgreSQL backends connected to the system's databases;
 - submit p99 under that load;
-- approve answered -> terminal nudge seen by the agent's long-poll, p50 and p99.
+- approve answered -> terminal nudge seen by the agent's long-poll, p50 and p99;
+- then a submit-only load (the same agents only submitting, for ``LOAD_S`` seconds): submits/s, submit
+  p99 and server CPU per submit.
 
 The benchmark checks its own results: every lifecycle sees exactly one terminal nudge for its review.
 ``BENCH_JSON=path`` also writes the figures as JSON, so two runs can be compared.
@@ -27,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,7 @@ def cpu_s(pids: list[int]) -> dict[int, float]:
 @dataclass
 class Run:
     lifecycles: int = 0
+    submits: int = 0
     submit_s: list[float] = field(default_factory=list)
     nudge_s: list[float] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
@@ -144,7 +147,34 @@ async def lifecycle_loop(
         run.lifecycles += 1
 
 
-async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]:
+async def submit_loop(
+    http: httpx.AsyncClient, agent: dict[str, str], _human: dict[str, str], run: Run, until: float
+) -> None:
+    while time.monotonic() < until:
+        started = time.perf_counter()
+        sent = await http.post(
+            "/v1/messages", json=draft(subject=f"bench submit {run.submits}"), headers=agent
+        )
+        run.submit_s.append(time.perf_counter() - started)
+        assert sent.status_code == 202, sent.text
+        run.submits += 1
+
+
+Loop = Callable[[httpx.AsyncClient, dict[str, str], dict[str, str], Run, float], Awaitable[None]]
+
+
+@dataclass
+class Load:
+    """What one load used: the run's outcomes, its length, the CPU seconds of each process, spans."""
+
+    run: Run
+    elapsed: float
+    cpu: dict[str, float]
+    spans: int
+
+
+async def load(target: Target, admin: asyncpg.Connection, loop: Loop) -> Load:
+    """Every agent runs ``loop`` for ``LOAD_S`` seconds; the CPU and spans it cost the servers."""
     run = Run()
     async with httpx.AsyncClient(
         base_url=target.base, timeout=30, limits=httpx.Limits(max_connections=4 * AGENTS)
@@ -153,7 +183,7 @@ async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]
         before, spans0 = cpu_s([*target.pids.values(), *pg]), spans(target.traces)
         started = time.monotonic()
         until = started + LOAD_S
-        await asyncio.gather(*(lifecycle_loop(http, a, h, run, until) for a, h in target.keys))
+        await asyncio.gather(*(loop(http, a, h, run, until) for a, h in target.keys))
         elapsed = time.monotonic() - started
         pg_after = await backend_pids(admin, target.datnames)
         after = cpu_s([*target.pids.values(), *set(pg) | set(pg_after)])
@@ -161,21 +191,29 @@ async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]
         used = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
         per_process = {name: used.get(pid, 0.0) for name, pid in target.pids.items()}
         per_process["postgres"] = sum(t for pid, t in used.items() if pid not in target.pids.values())
-        cpu = sum(per_process.values())
     await asyncio.sleep(0.5)  # each process flushes its spans every 200 ms
-    spans_per = (spans(target.traces) - spans0) / max(1, run.lifecycles)
     assert not run.wrong, run.wrong[:5]
+    return Load(run, elapsed, per_process, spans(target.traces) - spans0)
+
+
+async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]:
+    """The lifecycle load, then the submit-only load, as one run's figures."""
+    cycles = await load(target, admin, lifecycle_loop)
+    submits = await load(target, admin, submit_loop)
+    n, m = max(1, cycles.run.lifecycles), max(1, submits.run.submits)
     return {
-        "lifecycles_per_s": run.lifecycles / elapsed,
-        "cpu_ms_per_lifecycle": 1000 * cpu / max(1, run.lifecycles),
-        "submit_p99_ms": 1000 * pct(run.submit_s, 0.99),
-        "approve_to_nudge_p50_ms": 1000 * pct(run.nudge_s, 0.5),
-        "approve_to_nudge_p99_ms": 1000 * pct(run.nudge_s, 0.99),
-        "spans_per_lifecycle": spans_per,
-        **{
-            f"cpu_ms_per_lifecycle.{name}": 1000 * t / max(1, run.lifecycles)
-            for name, t in per_process.items()
-        },
+        "lifecycles_per_s": cycles.run.lifecycles / cycles.elapsed,
+        "cpu_ms_per_lifecycle": 1000 * sum(cycles.cpu.values()) / n,
+        "submit_p99_ms": 1000 * pct(cycles.run.submit_s, 0.99),
+        "approve_to_nudge_p50_ms": 1000 * pct(cycles.run.nudge_s, 0.5),
+        "approve_to_nudge_p99_ms": 1000 * pct(cycles.run.nudge_s, 0.99),
+        "spans_per_lifecycle": cycles.spans / n,
+        "submits_per_s": submits.run.submits / submits.elapsed,
+        "cpu_ms_per_submit": 1000 * sum(submits.cpu.values()) / m,
+        "submit_only_p99_ms": 1000 * pct(submits.run.submit_s, 0.99),
+        "spans_per_submit": submits.spans / m,
+        **{f"cpu_ms_per_lifecycle.{name}": 1000 * t / n for name, t in cycles.cpu.items()},
+        **{f"cpu_ms_per_submit.{name}": 1000 * t / m for name, t in submits.cpu.items()},
     }
 
 
@@ -228,6 +266,10 @@ FIGURES = [
     ("approve -> terminal nudge seen p50 (ms)", "approve_to_nudge_p50_ms", "{:.1f}"),
     ("approve -> terminal nudge seen p99 (ms)", "approve_to_nudge_p99_ms", "{:.1f}"),
     ("trace spans per lifecycle", "spans_per_lifecycle", "{:.0f}"),
+    ("submits/s, submit-only load", "submits_per_s", "{:.0f}"),
+    ("server CPU per submit (ms)", "cpu_ms_per_submit", "{:.2f}"),
+    ("submit p99, submit-only load (ms)", "submit_only_p99_ms", "{:.0f}"),
+    ("trace spans per submit", "spans_per_submit", "{:.1f}"),
 ]
 
 
@@ -250,10 +292,11 @@ def start_floor(dsn: str, port: int) -> subprocess.Popen[bytes]:
 
 def report(results: dict[str, list[dict[str, float]]]) -> None:
     print("\n".join(table(results)))
-    for name, runs in results.items():
-        keys = sorted(k for k in runs[0] if k.startswith("cpu_ms_per_lifecycle."))
-        parts = [f"{k.split('.', 1)[1]} {statistics.median(r[k] for r in runs):.1f}" for k in keys]
-        print(f"CPU ms per lifecycle, {name}: " + ", ".join(parts))
+    for per in ("lifecycle", "submit"):
+        for name, runs in results.items():
+            keys = sorted(k for k in runs[0] if k.startswith(f"cpu_ms_per_{per}."))
+            parts = [f"{k.split('.', 1)[1]} {statistics.median(r[k] for r in runs):.2f}" for k in keys]
+            print(f"CPU ms per {per}, {name}: " + ", ".join(parts))
     if path := os.environ.get("BENCH_JSON"):
         Path(path).write_text(json.dumps(results, indent=2))
 

@@ -13,7 +13,7 @@ from google.protobuf.wrappers_pb2 import Int32Value
 from review_state.__main__ import SPEC
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, make_engine, sqlite
-from reviewloop.storage.schema import OUTBOX
+from reviewloop.storage.schema import OUTBOX, outbox_row
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
@@ -31,6 +31,24 @@ async def test_concurrent_writers_all_commit(open_db: OpenDb) -> None:
     await asyncio.gather(*(write(n) for n in range(30)))
     async with db.engine.connect() as conn:
         assert (await conn.execute(select(func.count()).select_from(OUTBOX))).scalar() == 30
+
+
+async def test_one_statement_writes_commit_on_their_own_and_a_refused_one_leaves_nothing(
+    open_db: OpenDb,
+) -> None:
+    """``Database.one_statement``: autocommit on PostgreSQL, the queued writer on SQLite."""
+    db = await open_db(SPEC)
+    rows = [outbox_row("nudge", f"rr_{n}", "nudge", Int32Value(value=n)) for n in range(20)]
+
+    async def write(row: dict[str, object]) -> None:
+        async with db.one_statement() as conn:
+            await conn.execute(insert(OUTBOX).values(row))
+
+    await asyncio.gather(*(write(row) for row in rows))
+    with pytest.raises(IntegrityError):
+        await write(rows[0])  # the same event id again
+    async with db.single_statement.connect() as conn:
+        assert (await conn.execute(select(func.count()).select_from(OUTBOX))).scalar() == 20
 
 
 async def test_a_nested_writer_on_sqlite_is_refused_not_hung(open_db: OpenDb) -> None:

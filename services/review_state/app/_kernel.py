@@ -222,7 +222,7 @@ async def precheck(
     expected_version: int | None = None,
 ) -> Review:
     """The table's verdict before any peer is called, so a 409 costs no remote call."""
-    async with db.engine.connect() as conn:
+    async with db.single_statement.connect() as conn:
         review = await load(conn, principal, review_id)
     check_transition(
         review,

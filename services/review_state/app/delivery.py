@@ -53,15 +53,16 @@ async def start_delivery(uow: UnitOfWork, review: Review, send_path: str, now: d
     return updated
 
 
-def start_worker(env: Env, review_id: str) -> asyncio.Task[None]:
+def start_worker(env: Env, review_id: str, approved: Review | None = None) -> asyncio.Task[Review | None]:
     """This process's worker for the review's attempt: a task of its own, so a request that is
-    cancelled (the gateway died) does not cancel the delivery it started."""
+    cancelled (the gateway died) does not cancel the delivery it started. ``approved`` is the review
+    as its approval committed it (its content is what goes out), which spares the worker a read."""
     task = env.workers.get(review_id)
     if task is None or task.done():
-        task = asyncio.get_running_loop().create_task(_work(env, review_id))
+        task = asyncio.get_running_loop().create_task(_work(env, review_id, approved))
         env.workers[review_id] = task
 
-        def forget(done: asyncio.Task[None]) -> None:
+        def forget(done: asyncio.Task[Review | None]) -> None:
             if env.workers.get(review_id) is done:
                 del env.workers[review_id]
 
@@ -74,27 +75,28 @@ async def deliver(env: Env, review: Review) -> Review:
     as it then is: sent, failed, or still approved with its delivery under way or parked."""
     if review.state is not State.APPROVED:
         return review
-    worker = start_worker(env, review.id)
+    worker = start_worker(env, review.id, review)
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.shield(worker), env.settings.delivery_wait_s)
-    async with env.db.engine.connect() as conn:
+        if closed := await asyncio.wait_for(asyncio.shield(worker), env.settings.delivery_wait_s):
+            return closed  # the review as this worker's closing unit of work left it
+    async with env.db.single_statement.connect() as conn:
         return await store.get_review_any(conn, review.id) or review
 
 
-async def _work(env: Env, review_id: str) -> None:
-    """Claim the attempt (no-op when a live worker holds it or it is closed) and run one try."""
+async def _work(env: Env, review_id: str, approved: Review | None) -> Review | None:
+    """Claim the attempt (no-op when a live worker holds it or it is closed) and run one try; the
+    review as the try closed it (None when it did not)."""
     owner = uuid.uuid4().hex  # this claim
     try:
-        async with env.db.transaction() as uow:
-            attempt = await store.claim_attempt(
-                uow.conn, review_id, owner, utcnow(), env.settings.delivery_lease
-            )
+        async with env.db.one_statement() as conn:
+            attempt = await store.claim_attempt(conn, review_id, owner, utcnow(), env.settings.delivery_lease)
         if attempt is None:
-            return
+            return None
         async with _leased(env, review_id, owner):
-            await _try(env, attempt, owner)
+            return await _try(env, attempt, owner, approved)
     except Exception:  # the store or the provider failed oddly: the lease lapses, the sweep retries
         log.exception("delivery of %s stopped; the sweep picks it up when its lease lapses", review_id)
+        return None
 
 
 @contextlib.asynccontextmanager
@@ -105,8 +107,8 @@ async def _leased(env: Env, review_id: str, owner: str) -> AsyncIterator[None]:
     async def renew() -> None:
         while True:
             await asyncio.sleep(lease.total_seconds() / 3)
-            async with env.db.transaction() as uow:
-                if not await store.renew_lease(uow.conn, review_id, owner, utcnow() + lease):
+            async with env.db.one_statement() as conn:
+                if not await store.renew_lease(conn, review_id, owner, utcnow() + lease):
                     return
 
     renewer = asyncio.get_running_loop().create_task(renew())
@@ -118,33 +120,33 @@ async def _leased(env: Env, review_id: str, owner: str) -> AsyncIterator[None]:
             await renewer
 
 
-async def _try(env: Env, attempt: store.Attempt, owner: str) -> None:
+async def _try(env: Env, attempt: store.Attempt, owner: str, review: Review | None) -> Review | None:
     review_id = attempt.review_id
     if attempt.stage == store.DATA:
         # A worker died past DATA: only evidence may close it, never a blind resend.
         evidence = await env.provider.was_delivered(attempt.rfc_message_id)
         if evidence:
-            await _record_delivered(env, review_id)
-            return
+            return await _record_delivered(env, review_id)
         if evidence is None:
             await _park(env, review_id, owner)
-            return
+            return None
         # The provider knows it never took the message: sending it now is not a resend.
-    async with env.db.engine.connect() as conn:
-        review = await store.get_review_any(conn, review_id)
+    if review is None:
+        async with env.db.single_statement.connect() as conn:
+            review = await store.get_review_any(conn, review_id)
     assert review is not None
     try:
         await contacts_allow(env, review.project_id, review.recipients)
     except DomainError as refusal:
-        await _record_failure(env, review_id, f"{refusal.code.value}: {refusal.detail}")
-        return
+        return await _record_failure(env, review_id, f"{refusal.code.value}: {refusal.detail}")
     reached = False
 
     async def at_data() -> None:
         nonlocal reached
-        async with env.db.transaction() as uow:
-            if attempt.stage != store.DATA and not await store.reach_data(uow.conn, review_id, owner):
-                raise NotSent("another worker holds this delivery")
+        if attempt.stage != store.DATA:
+            async with env.db.one_statement() as conn:
+                if not await store.reach_data(conn, review_id, owner):
+                    raise NotSent("another worker holds this delivery")
         reached = True
 
     try:
@@ -156,7 +158,7 @@ async def _try(env: Env, attempt: store.Attempt, owner: str) -> None:
             at_data,
         )
     except Refused as exc:
-        await _record_failure(env, review_id, str(exc))
+        return await _record_failure(env, review_id, str(exc))
     except NotSent as exc:
         await _retry_later(env, attempt, owner, str(exc))
     except OutcomeUnknown as exc:
@@ -166,7 +168,8 @@ async def _try(env: Env, attempt: store.Attempt, owner: str) -> None:
             log.warning("delivery of %s has an unknown outcome (%s): parked", review_id, exc)
             await _park(env, review_id, owner)
     else:
-        await _record_delivered(env, review_id)
+        return await _record_delivered(env, review_id)
+    return None
 
 
 async def _retry_later(env: Env, attempt: store.Attempt, owner: str, error: str) -> None:
@@ -181,19 +184,21 @@ async def _retry_later(env: Env, attempt: store.Attempt, owner: str, error: str)
 
 
 async def _park(env: Env, review_id: str, owner: str) -> None:
-    async with env.db.transaction() as uow:
-        await store.park(uow.conn, review_id, owner, utcnow())
+    async with env.db.one_statement() as conn:
+        await store.park(conn, review_id, owner, utcnow())
 
 
 async def _record_delivered(env: Env, review_id: str, resolution: str | None = None) -> Review:
     async with env.db.transaction() as uow:
-        review = await store.get_review_any(uow.conn, review_id)
-        attempt = await store.get_attempt(uow.conn, review_id)
-        assert review is not None and attempt is not None
         now = utcnow()
-        if not await store.finish_attempt(uow.conn, review_id, "delivered", now, resolution=resolution):
-            return review  # already recorded (by the sweep or a twin)
-        turns = await store.list_turns(uow.conn, review_id)
+        attempt = await store.finish_attempt(uow.conn, review_id, "delivered", now, resolution=resolution)
+        if attempt is None:  # already recorded (by the sweep or a twin)
+            closed = await store.get_review_any(uow.conn, review_id)
+            assert closed is not None
+            return closed
+        found = await store.get_review_with_turns(uow.conn, attempt.project_id, review_id)
+        assert found is not None
+        review, turns = found
         verb = Verb.DELIVERED if attempt.send_path in _REVIEWED else Verb.AUTO_DELIVERED
         sent = (
             await _kernel.move(
@@ -243,8 +248,11 @@ async def _record_failure(env: Env, review_id: str, error: str, resolution: str 
     async with env.db.transaction() as uow:
         review = await store.get_review_any(uow.conn, review_id)
         assert review is not None
-        if not await store.finish_attempt(
-            uow.conn, review_id, "refused", utcnow(), _scrub(error), resolution=resolution
+        if (
+            await store.finish_attempt(
+                uow.conn, review_id, "refused", utcnow(), _scrub(error), resolution=resolution
+            )
+            is None
         ):
             return review
         edge = await _kernel.move(uow, review, Verb.DELIVERY_FAILED, Actor.SYSTEM, send_error=_scrub(error))

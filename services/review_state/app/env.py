@@ -9,6 +9,7 @@ from datetime import timedelta
 from reviewloop.storage import Database
 
 from review_state.clients import Collaborators
+from review_state.domain.review import Review
 from review_state.providers import Provider
 
 
@@ -41,4 +42,4 @@ class Env:
     provider: Provider
     settings: Settings = field(default_factory=Settings)
     # This process's delivery workers, by review id: one per attempt, outside any request's scope.
-    workers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    workers: dict[str, asyncio.Task[Review | None]] = field(default_factory=dict)

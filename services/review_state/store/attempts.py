@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, insert, or_, select, update
+from sqlalchemy import and_, bindparam, case, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.review import Review
@@ -62,13 +62,19 @@ class Attempt:
     resolution: str | None
 
 
+_COLUMNS = [t.c[name] for name in Attempt.__dataclass_fields__]
+
+
 def _attempt(row: Any) -> Attempt:
     m = row._mapping
     return Attempt(*(m[name] for name in Attempt.__dataclass_fields__))
 
 
+_ATTEMPT = select(t).where(t.c.review_id == bindparam("review_id"))
+
+
 async def get_attempt(conn: AsyncConnection, review_id: str) -> Attempt | None:
-    row = (await conn.execute(select(t).where(t.c.review_id == review_id))).first()
+    row = (await conn.execute(_ATTEMPT, {"review_id": review_id})).first()
     return _attempt(row) if row else None
 
 
@@ -92,19 +98,20 @@ async def claim_attempt(
     conn: AsyncConnection, review_id: str, owner: str, now: datetime, lease: timedelta
 ) -> Attempt | None:
     """Take the attempt for ``lease`` unless a live worker holds it (the CAS makes one winner); a claim
-    of a queued row counts a try."""
-    result = await conn.execute(
-        update(t)
-        .where(t.c.review_id == review_id, _claimable(now))
-        .values(
-            lease_owner=owner,
-            lease_until=now + lease,
-            tries=t.c.tries + case((t.c.stage == QUEUED, 1), else_=0),
+    of a queued row counts a try. One statement: the claimed row comes back with it."""
+    row = (
+        await conn.execute(
+            update(t)
+            .where(t.c.review_id == review_id, _claimable(now))
+            .values(
+                lease_owner=owner,
+                lease_until=now + lease,
+                tries=t.c.tries + case((t.c.stage == QUEUED, 1), else_=0),
+            )
+            .returning(*_COLUMNS)
         )
-    )
-    if result.rowcount != 1:
-        return None
-    return await get_attempt(conn, review_id)
+    ).first()
+    return _attempt(row) if row else None
 
 
 def _held(review_id: str, owner: str) -> Any:
@@ -155,21 +162,25 @@ async def finish_attempt(
     now: datetime,
     error: str | None = None,
     resolution: str | None = None,
-) -> bool:
-    """Closes an in-flight attempt; False when someone (the sweep, a twin) already closed it."""
-    result = await conn.execute(
-        update(t)
-        .where(t.c.review_id == review_id, t.c.status == "in_flight")
-        .values(
-            status=status,
-            finished_at=now,
-            error=error,
-            resolution=resolution,
-            lease_owner=None,
-            lease_until=None,
+) -> Attempt | None:
+    """Closes an in-flight attempt and returns it closed; None when someone (the sweep, a twin) already
+    closed it."""
+    row = (
+        await conn.execute(
+            update(t)
+            .where(t.c.review_id == review_id, t.c.status == "in_flight")
+            .values(
+                status=status,
+                finished_at=now,
+                error=error,
+                resolution=resolution,
+                lease_owner=None,
+                lease_until=None,
+            )
+            .returning(*_COLUMNS)
         )
-    )
-    return bool(result.rowcount == 1)
+    ).first()
+    return _attempt(row) if row else None
 
 
 async def parked_attempts(conn: AsyncConnection, limit: int = 100) -> list[Attempt]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -48,11 +48,18 @@ def _from_row(row: Any) -> Review:
     return Review(**values)
 
 
-def _to_row(review: Review) -> dict[str, Any]:
-    row = {_COLUMN.get(name, name): getattr(review, name) for name in Review.__dataclass_fields__}
-    row["state"] = review.state.value
-    row["attachments"] = _attachments_to_json(review.attachments)
-    row["to_addrs"], row["cc_addrs"], row["bcc_addrs"] = list(review.to), list(review.cc), list(review.bcc)
+def _to_row(review: Review, names: Iterable[str] = Review.__dataclass_fields__) -> dict[str, Any]:
+    """``review``'s columns (only those of the fields ``names``) as the table stores them."""
+    row: dict[str, Any] = {}
+    for name in names:
+        value = getattr(review, name)
+        if name == "state":
+            value = value.value
+        elif name == "attachments":
+            value = _attachments_to_json(value)
+        elif name in _COLUMN:
+            value = list(value)
+        row[_COLUMN.get(name, name)] = value
     return row
 
 
@@ -76,9 +83,12 @@ async def get_review(
     return _from_row(row) if row else None
 
 
+_REVIEW_ANY = select(reviews).where(reviews.c.id == bindparam("review_id"))
+
+
 async def get_review_any(conn: AsyncConnection, review_id: str) -> Review | None:
     """System use only (the reconciliation sweep): no tenant filter."""
-    row = (await conn.execute(select(reviews).where(reviews.c.id == review_id))).first()
+    row = (await conn.execute(_REVIEW_ANY, {"review_id": review_id})).first()
     return _from_row(row) if row else None
 
 
@@ -184,9 +194,9 @@ async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any
     Returns the new review, or None when another writer got there first.
     """
     updated = replace(current, version=current.version + 1, **changes)
-    before = _to_row(current)
     # Only what changed: the version CAS already guarantees nobody else wrote the row since.
-    values = {k: v for k, v in _to_row(updated).items() if v != before[k]}
+    names = [n for n in ("version", *changes) if getattr(updated, n) != getattr(current, n)]
+    values = _to_row(updated, names)
     result = await conn.execute(
         update(reviews)
         .where(reviews.c.id == current.id, reviews.c.version == current.version)
@@ -251,14 +261,29 @@ async def list_revisions(conn: AsyncConnection, project_id: str, review_id: str)
 # --- turns --------------------------------------------------------------------------------------
 
 
+_TURN_FIELDS = [column.name for column in turns.c if column.name != "seq"]
+_TURN_REVIEW = bindparam("review_id", type_=turns.c.review_id.type)
+# Built once: the next seq and the insert in one statement.
+_ADD_TURN = (
+    insert(turns)
+    .from_select(
+        [*_TURN_FIELDS, "seq"],
+        select(
+            *(
+                _TURN_REVIEW if name == "review_id" else bindparam(name, type_=turns.c[name].type)
+                for name in _TURN_FIELDS
+            ),
+            func.coalesce(func.max(turns.c.seq), 0) + 1,
+        ).where(turns.c.review_id == _TURN_REVIEW),
+    )
+    .returning(turns.c.seq)
+)
+
+
 async def add_turn(conn: AsyncConnection, turn: Turn) -> Turn:
     """Appends ``turn`` at the review's next seq (the caller holds the review row via its CAS)."""
-    last = (
-        await conn.execute(select(func.max(turns.c.seq)).where(turns.c.review_id == turn.review_id))
-    ).scalar()
-    turn = replace(turn, seq=(last or 0) + 1)
-    await conn.execute(insert(turns), turn.__dict__)
-    return turn
+    seq = (await conn.execute(_ADD_TURN, {name: getattr(turn, name) for name in _TURN_FIELDS})).scalar_one()
+    return replace(turn, seq=seq)
 
 
 async def list_turns(conn: AsyncConnection, review_id: str) -> list[Turn]:
