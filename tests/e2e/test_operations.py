@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -156,10 +157,12 @@ async def test_logs_are_json_lines_with_trace_and_review_ids_and_an_access_log(
             if line["logger"] == "reviewloop.access" and line.get("review_id") == review_id
         ]
 
-    lines = access_lines()
-    assert {(line["method"], line["route"], line["status"]) for line in lines} >= {
-        ("POST", "/v1/messages", 202),
-        ("GET", "/v1/reviews/{review_id}", 200),
-    }, lines
+    wanted = {("POST", "/v1/messages", 202), ("GET", "/v1/reviews/{review_id}", 200)}
+    for _ in range(100):  # the access line is written once the response has gone out
+        lines = access_lines()
+        if {(line["method"], line["route"], line["status"]) for line in lines} >= wanted:
+            break
+        await asyncio.sleep(0.05)
+    assert {(line["method"], line["route"], line["status"]) for line in lines} >= wanted, lines
     assert all(len(line["trace_id"]) == 32 and len(line["span_id"]) == 16 for line in lines)
     assert all(isinstance(line["duration_ms"], float) for line in lines)
