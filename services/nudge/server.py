@@ -81,11 +81,14 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: nudge_pb2.ListEventsRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.ListEventsRequest, nudge_pb2.ListEventsResponse],
     ) -> nudge_pb2.ListEventsResponse:
+        principal = Principal.from_proto(request.principal)
         events, next_cursor = await app.list_events(
-            self.db, Principal.from_proto(request.principal), limit=request.limit, cursor=request.cursor
+            self.db, principal, limit=request.limit, cursor=request.cursor, review_id=request.review_id
         )
         return nudge_pb2.ListEventsResponse(
-            events=[nudge_to_proto(e) for e in events], next_cursor=next_cursor
+            events=[nudge_to_proto(e) for e in events],
+            next_cursor=next_cursor,
+            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)]),
         )
 
     async def Ack(
@@ -93,20 +96,31 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: nudge_pb2.AckRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.AckRequest, nudge_pb2.AckResponse],
     ) -> nudge_pb2.AckResponse:
-        acked = await app.ack(
-            self.db, Principal.from_proto(request.principal), [(a.review_id, a.seq) for a in request.acks]
+        principal = Principal.from_proto(request.principal)
+        acks = [(a.review_id, a.seq) for a in request.acks]
+        acked = await app.ack(self.db, principal, acks, list(request.broadcast_ids))
+        return nudge_pb2.AckResponse(
+            acked=acked, cursors=await self._cursors(principal, [review_id for review_id, _ in acks])
         )
-        return nudge_pb2.AckResponse(acked=acked)
 
     async def WaitForEvents(
         self,
         request: nudge_pb2.WaitForEventsRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.WaitForEventsRequest, nudge_pb2.WaitForEventsResponse],
     ) -> nudge_pb2.WaitForEventsResponse:
+        principal = Principal.from_proto(request.principal)
         events = await app.wait_for_events(
-            self.db, Principal.from_proto(request.principal), timeout_s=request.timeout_s, limit=request.limit
+            self.db, principal, timeout_s=request.timeout_s, limit=request.limit, review_id=request.review_id
         )
-        return nudge_pb2.WaitForEventsResponse(events=[nudge_to_proto(e) for e in events])
+        return nudge_pb2.WaitForEventsResponse(
+            events=[nudge_to_proto(e) for e in events],
+            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)]),
+        )
+
+    async def _cursors(self, principal: Principal, review_ids: list[str]) -> list[nudge_pb2.Cursor]:
+        """The ack cursor of each named review the caller may see, in review_id order."""
+        found = await app.cursors(self.db, principal, review_ids)
+        return [nudge_pb2.Cursor(review_id=r, last_acked_seq=seq) for r, seq in sorted(found.items())]
 
     async def Subscribe(
         self,

@@ -77,7 +77,7 @@ async def stream_review_events(
         str,
         Header(
             alias="Last-Event-ID",
-            pattern=r"^[0-9]{0,18}$",
+            pattern=r"^([0-9]{1,18}(\.[0-9]{1,18})?)?$",
             description="The `id` of the last event seen: the stream resumes right after it.",
         ),
     ] = "",
