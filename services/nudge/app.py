@@ -325,15 +325,22 @@ async def wait_for_events(
                 await asyncio.wait_for(rung.wait(), min(remaining, RECHECK_S))
 
 
-async def subscribe(db: Database, principal: Principal, *, cursor: str) -> AsyncIterator[tuple[Nudge, str]]:
+async def subscribe(
+    db: Database, principal: Principal, *, cursor: str, from_head: bool = False
+) -> AsyncIterator[tuple[Nudge | None, str]]:
     """Stream the caller's un-acked nudges and broadcasts after ``cursor``, then each new one as it
-    commits, forever.
+    commits, forever. ``from_head`` starts after the newest the project now holds instead, and first
+    yields ``(None, cursor of that point)``: a live tail (the gateway's one read per project).
 
     Yields (nudge, cursor to resume after it). Acking stays the consumer's job (``ack``).
     Errors: ``bad_request`` for a cursor this service did not issue.
     """
     after = _parse_cursor(cursor)
     with doorbell(db).waiter(principal.project_id) as rung:
+        if from_head:
+            async with store.one_statement(db) as conn:
+                after = Position(*await store.head_of(conn, principal))
+            yield None, str(after)
         while True:
             rung.clear()
             rows = await _unacked(db, principal, after, LIST_LIMIT_MAX)

@@ -25,6 +25,7 @@ def nudge_to_proto(nudge: Nudge) -> nudge_pb2.Nudge:
         category_id=nudge.category_id,
         payload_json=nudge.payload_json,
         created_at=stamp(nudge.created_at),
+        agent_id=nudge.agent_id,
     )
 
 
@@ -128,8 +129,13 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         context: grpc.aio.ServicerContext[nudge_pb2.SubscribeRequest, nudge_pb2.SubscribeResponse],
     ) -> AsyncIterator[nudge_pb2.SubscribeResponse]:
         principal = Principal.from_proto(request.principal)
-        async for nudge, cursor in app.subscribe(self.db, principal, cursor=request.cursor):
-            yield nudge_pb2.SubscribeResponse(nudge=nudge_to_proto(nudge), cursor=cursor)
+        async for nudge, cursor in app.subscribe(
+            self.db, principal, cursor=request.cursor, from_head=request.from_head
+        ):
+            if nudge is None:
+                yield nudge_pb2.SubscribeResponse(cursor=cursor)
+            else:
+                yield nudge_pb2.SubscribeResponse(nudge=nudge_to_proto(nudge), cursor=cursor)
 
     async def RegisterWebhook(
         self,

@@ -194,6 +194,8 @@ class Nudge:
     # The stored JSON object, passed through as text: the servicer never re-encodes it.
     payload_json: str
     created_at: datetime
+    # The review's agent; on a broadcast, the one agent it names ("" for every agent).
+    agent_id: str = ""
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -211,6 +213,7 @@ def _nudge(row: Row[Any]) -> Nudge:
         category_id=row.category_id,
         payload_json=row.payload,
         created_at=row.created_at,
+        agent_id=getattr(row, "agent_id", ""),
     )
 
 
@@ -330,7 +333,7 @@ async def unacked_nudges(
     if review_id:
         scope = and_(scope, unacked.c.review_id == review_id)
     query = (
-        select(nudges)
+        select(nudges, unacked.c.agent_id)
         .join(unacked, unacked.c.pos == nudges.c.pos)
         .where(scope, unacked.c.pos > after)
         .order_by(unacked.c.pos)
@@ -493,9 +496,28 @@ async def unacked_broadcasts(
             category_id=row.category_id,
             payload_json=row.payload,
             created_at=row.created_at,
+            agent_id=row.agent_id,
         )
         for row in await conn.execute(query)
     ]
+
+
+async def head_of(conn: AsyncConnection, principal: Principal) -> tuple[int, int]:
+    """The ``pos`` of the newest nudge and of the newest broadcast the principal's project holds (0 when
+    none): appends of a project (and broadcasts of an org) commit in ``pos`` order, so nothing of it
+    commits below them later."""
+    newest_nudge = (
+        select(func.max(nudges.c.pos))
+        .join(review_heads, review_heads.c.review_id == nudges.c.review_id)
+        .where(review_heads.c.org_id == principal.org_id, review_heads.c.project_id == principal.project_id)
+    )
+    newest_broadcast = select(func.max(broadcasts.c.pos)).where(
+        broadcasts.c.org_id == principal.org_id, broadcasts.c.project_id.in_([principal.project_id, ""])
+    )
+    return (
+        int(await conn.scalar(newest_nudge) or 0),
+        int(await conn.scalar(newest_broadcast) or 0),
+    )
 
 
 async def ack_broadcasts(conn: AsyncConnection, principal: Principal, ids: list[str]) -> set[str]:
