@@ -19,6 +19,7 @@ import orjson
 from google.protobuf import json_format
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
+from reviewloop.eventcursor import Position
 from reviewloop.ids import new_id
 from reviewloop.review.v1.events_pb2 import NudgeRequested
 from reviewloop.rules.v1.events_pb2 import BroadcastRequested
@@ -205,40 +206,21 @@ def _legacy_dict_event(event: common_pb2.Event) -> common_pb2.Event:
     return typed
 
 
-@dataclass(frozen=True)
-class Position:
-    """A drain's resume point: the last review nudge and the last broadcast read (their ``pos``). Written
-    ``"<nudge>"`` while no broadcast was read, else ``"<nudge>.<broadcast>"``."""
-
-    nudge: int = 0
-    broadcast: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.nudge}.{self.broadcast}" if self.broadcast else str(self.nudge)
-
-    def past(self, item: Nudge) -> Position:
-        """The position right after ``item``."""
-        if is_broadcast(item):
-            return Position(self.nudge, item.pos)
-        return Position(item.pos, self.broadcast)
-
-
 def is_broadcast(nudge: Nudge) -> bool:
     return not nudge.review_id
 
 
+def _past(position: Position, nudge: Nudge) -> Position:
+    return position.past(nudge.pos, broadcast=is_broadcast(nudge))
+
+
 def _parse_cursor(cursor: str) -> Position:
-    if not cursor:
-        return Position()
     try:
-        parts = [int(part) for part in cursor.split(".")]
+        return Position.parse(cursor)
     except ValueError:
-        parts = []
-    if len(parts) not in (1, 2) or min(parts) < 0:
         raise DomainError(
             Code.BAD_REQUEST, "cursor is not one this service issued; pass next_cursor as given."
-        )
-    return Position(*parts)
+        ) from None
 
 
 def _limit(limit: int) -> int:
@@ -270,7 +252,7 @@ async def _unacked(
             item, b = broadcasts[b], b + 1
         else:
             item, n = nudges[n], n + 1
-        position = position.past(item)
+        position = _past(position, item)
         merged.append((item, position))
     return merged
 

@@ -26,6 +26,7 @@ def nudge_to_proto(nudge: Nudge) -> nudge_pb2.Nudge:
         payload_json=nudge.payload_json,
         created_at=stamp(nudge.created_at),
         agent_id=nudge.agent_id,
+        pos=nudge.pos,
     )
 
 
