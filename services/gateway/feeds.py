@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
 from reviewloop.eventcursor import Position
+from reviewloop.metrics import Point
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.tenancy import ActorKind, Principal
 
@@ -121,9 +122,13 @@ class Feeds:
         self.backends = backends
         self._feeds: dict[tuple[str, str], ProjectFeed] = {}
 
-    def reads(self) -> int:
-        """How many shared reads are open (one per project with a stream here)."""
-        return len(self._feeds)
+    async def probe(self) -> Mapping[str, Sequence[Point]]:
+        """The gauges of ``/metrics``: open streams, and the shared reads they cost (one per project)."""
+        streams = sum(len(feed.listeners) for feed in self._feeds.values())
+        return {
+            "reviewloop.gateway.event_streams": [(float(streams), {})],
+            "reviewloop.gateway.event_feeds": [(float(len(self._feeds)), {})],
+        }
 
     @contextlib.asynccontextmanager
     async def join(self, principal: Principal) -> AsyncIterator[tuple[Listener, Position]]:
