@@ -87,8 +87,10 @@ async def run_agent(
                     await rl.ack_review_event([(review_id, event.seq)])
                     return Outcome(review_id, event.reason, dict(event.payload or {}), handled)
                 await act(rl, review_id, event.reason, dict(event.payload or {}))
-            if event.review_id:  # a broadcast nudge (seq 0, no review) has no cursor to move
+            if event.review_id:
                 await rl.ack_review_event([(event.review_id, event.seq)])
+            else:  # a broadcast (seq 0: a project-wide rule or category change) is acked by its id
+                await rl.ack_review_event(broadcast_ids=[event.id])
     # No terminal event in time: the definitive per-review answer is `closed` on the review itself.
     review = await rl.get_review(review_id)
     return Outcome(review_id, "timeout" if not review.closed else review.state, {}, handled)

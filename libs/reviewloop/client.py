@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
@@ -526,22 +526,24 @@ class Verbs:
         """Drain the caller's un-acked nudges, oldest first (``GET /v1/review-events``).
 
         A nudge keeps re-surfacing until :meth:`ack_review_events` acks it. Handle every ``reason`` and ack
-        and ignore the ones this agent does not know: the enum grows across 0.x.
+        and ignore the ones this agent does not know: the enum grows across 0.x. A broadcast (``seq`` 0,
+        no ``review_id``) tells of a project-wide rule or category change; ack it by ``broadcast_ids``.
 
         Args:
             limit: Page size (1..200; the server's default is 50).
             cursor: The ``next_cursor`` of the previous page.
-            review_id: Only this review's nudges (a page may then be short: follow ``next_cursor``).
+            review_id: Only this review's nudges (no broadcasts).
 
         Returns:
-            A :class:`ReviewEventsResult`; its ``next_cursor`` is ``None`` on the last page.
+            A :class:`ReviewEventsResult`; its ``next_cursor`` is ``None`` on the last page, and ``cursors``
+            holds the ack frontier (``last_acked_seq``) of each review on the page, and of ``review_id``.
         """
         params = _drop_none(dict(limit=limit, cursor=cursor, review_id=review_id))
         return Call("GET", "/v1/review-events", _shape(ReviewEventsResult), params=params)
 
     @staticmethod
     def wait_for_review_event(
-        *, timeout_s: float = 30.0, limit: int | None = None
+        *, timeout_s: float = 30.0, limit: int | None = None, review_id: str | None = None
     ) -> Call[ReviewEventsResult]:
         """Long-poll for the caller's next un-acked nudges (``GET /v1/review-events/wait``).
 
@@ -551,11 +553,13 @@ class Verbs:
         Args:
             timeout_s: How long the server may hold the request (clamped to 1..55 s).
             limit: The most events answered (1..200; the server's default is 50).
+            review_id: Wait for this review's nudges only (no broadcasts).
 
         Returns:
-            A :class:`ReviewEventsResult`, empty when nothing arrived in time.
+            A :class:`ReviewEventsResult`, empty when nothing arrived in time; ``cursors`` holds each
+            answered review's ack frontier (``last_acked_seq``).
         """
-        params = _drop_none(dict(wait_seconds=timeout_s, limit=limit))
+        params = _drop_none(dict(wait_seconds=timeout_s, limit=limit, review_id=review_id))
         # The server holds the request up to timeout_s: read for longer than that.
         return Call(
             "GET",
@@ -567,29 +571,37 @@ class Verbs:
 
     @staticmethod
     def ack_review_events(
-        acks: Sequence[tuple[str, int]], *, idempotency_key: str | None = None
+        acks: Sequence[tuple[str, int]] = (),
+        *,
+        broadcast_ids: Sequence[str] = (),
+        idempotency_key: str | None = None,
     ) -> Call[AckReviewEventResult]:
-        """Advance each review's ack cursor (``POST /v1/review-events/ack``).
+        """Advance each review's ack cursor, and mark broadcasts done (``POST /v1/review-events/ack``).
 
         Idempotent, never backwards, all or nothing. An acked nudge never re-surfaces, so ack a terminal
-        nudge only once its outcome is recorded.
+        nudge only once its outcome is recorded. A broadcast (``seq`` 0, no ``review_id``: a project-wide
+        rule or category change) is acked by its ``id``, for this key only.
 
         Args:
             acks: ``(review_id, through_seq)`` pairs: every nudge of that review up to ``through_seq`` is
                 acked.
+            broadcast_ids: The ``id`` of each broadcast this key is done with.
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
 
         Returns:
-            An :class:`AckReviewEventResult`; ``acked`` counts the acks accepted, a repeated one
-        included.
+            An :class:`AckReviewEventResult`; ``acked`` counts the acks and broadcast ids taken, a repeated
+            one included, and ``cursors`` where each acked review's cursor now stands.
 
         Raises:
-            ReviewloopError: ``bad_request`` for no acks, more than 100, or a ``seq`` past the
-                review's newest nudge (nothing is acked); ``404 not_found`` for a review whose
-                nudges the caller cannot see.
+            ReviewloopError: ``bad_request`` for more than 100 acks or broadcast ids, or a ``seq`` past
+                the review's newest nudge (nothing is acked); ``404 not_found`` for a review or broadcast
+                the caller cannot see.
         """
-        body = {"acks": [{"review_id": review_id, "through_seq": seq} for review_id, seq in acks]}
+        body = {
+            "acks": [{"review_id": review_id, "through_seq": seq} for review_id, seq in acks],
+            "broadcast_ids": list(broadcast_ids),
+        }
         return Call(
             "POST", "/v1/review-events/ack", _shape(AckReviewEventResult), body=body,
             idempotency_key=idempotency_key,
@@ -1275,6 +1287,34 @@ class StreamedEvent:
 STREAM_PATH = "/v1/review-events/stream"
 
 
+class _EventLines:
+    """Server-sent event lines in, ``StreamedEvent``s out; shared by both clients' ``stream()``.
+
+    A blank line ends an event; comments (heartbeats) carry no data.
+    """
+
+    def __init__(self) -> None:
+        self.event_id = ""
+        self.data: list[str] = []
+
+    def line(self, line: str) -> StreamedEvent | None:
+        if line:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "id":
+                self.event_id = value
+            elif name == "data":
+                self.data.append(value)
+            return None
+        item = (
+            StreamedEvent(self.event_id, ReviewEvent.model_validate_json("\n".join(self.data)))
+            if self.data
+            else None
+        )
+        self.event_id, self.data = "", []
+        return item
+
+
 class AsyncReviewloop(_Base):
     """The async client. Use as ``async with AsyncReviewloop(url, key) as rl``."""
 
@@ -1358,23 +1398,11 @@ class AsyncReviewloop(_Base):
                             if error.code != "unavailable":
                                 raise
                     else:
-                        event_id, data = "", []
+                        lines = _EventLines()
                         async for line in response.aiter_lines():
-                            if line:
-                                name, _, value = line.partition(":")
-                                value = value.removeprefix(" ")
-                                if name == "id":
-                                    event_id = value
-                                elif name == "data":
-                                    data.append(value)
-                                continue
-                            if data:  # a blank line ends an event; comments (heartbeats) carry no data
-                                item = StreamedEvent(
-                                    event_id, ReviewEvent.model_validate_json("\n".join(data))
-                                )
-                                cursor = event_id or cursor
+                            if item := lines.line(line):
+                                cursor = item.id or cursor
                                 yield item
-                            event_id, data = "", []
             except httpx.TransportError:
                 pass  # reconnect below, resuming after the last event yielded
             await asyncio.sleep(reconnect_s)
@@ -1478,6 +1506,44 @@ class Reviewloop(_Base):
                     raise
                 attempt += 1
                 time.sleep(error.retry_after or 1.0)
+
+    def stream(
+        self, *, last_event_id: str | None = None, reconnect_s: float = 1.0, idle_timeout_s: float = 60.0
+    ) -> Generator[StreamedEvent, None, None]:
+        """The caller's nudges as they land (server-sent events), forever: ``for item in rl.stream()``.
+
+        As :meth:`AsyncReviewloop.stream`: a dropped connection (or ``503``) is reopened after
+        ``reconnect_s`` with ``Last-Event-ID``, resuming right after the last event yielded (no gap, no
+        repeat); keep ``item.id`` to resume in a new process; an acked nudge is never streamed again.
+
+        Raises:
+            ReviewloopError: The server refused the stream (401, 403, a bad ``Last-Event-ID``).
+        """
+        cursor = last_event_id
+        refusal: Call[Json] = Call("GET", STREAM_PATH, _raw)
+        while True:
+            headers = {**self.headers, "Accept": "text/event-stream"}
+            if cursor:
+                headers["Last-Event-ID"] = cursor
+            timeout = httpx.Timeout(DEFAULT_TIMEOUT_S, read=idle_timeout_s)
+            try:
+                with self.http.stream("GET", STREAM_PATH, headers=headers, timeout=timeout) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        try:
+                            self._answer(refusal, response)
+                        except ReviewloopError as error:
+                            if error.code != "unavailable":
+                                raise
+                    else:
+                        lines = _EventLines()
+                        for line in response.iter_lines():
+                            if item := lines.line(line):
+                                cursor = item.id or cursor
+                                yield item
+            except httpx.TransportError:
+                pass  # reconnect below, resuming after the last event yielded
+            time.sleep(reconnect_s)
 
     send_email = _sync(Verbs.send_email)
     reply_to_email = _sync(Verbs.reply_to_email)

@@ -32,6 +32,7 @@ from gateway import operations, problems, store
 from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
 from gateway.console import create_console
+from gateway.feeds import Feeds
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
 from gateway.responses import REPLAY_ANSWER, OrjsonResponse
@@ -230,10 +231,12 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         peers = Peers(settings.peers, Trust.from_env("gateway"))
         app.state.db = db
         app.state.backends = Backends(peers, settings.backend_timeout_s)
+        app.state.feeds = Feeds(app.state.backends)
         try:
             async with mcp.run():
                 yield
         finally:
+            await app.state.feeds.close()
             await peers.close()
             await db.dispose()
 

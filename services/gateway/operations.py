@@ -114,9 +114,10 @@ router = APIRouter(tags=["operations"], include_in_schema=False)
 
 
 @router.get("/metrics")
-async def metrics_endpoint() -> Response:
+async def metrics_endpoint(request: Request) -> Response:
     """The Prometheus text exposition of this gateway process."""
-    return Response(await metrics.scrape(()), media_type=metrics.CONTENT_TYPE)
+    probes = [request.app.state.feeds.probe] if hasattr(request.app.state, "feeds") else []
+    return Response(await metrics.scrape(probes), media_type=metrics.CONTENT_TYPE)
 
 
 @router.get("/livez")

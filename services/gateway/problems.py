@@ -35,6 +35,36 @@ def hint(name: str, value: object, code: Code) -> dict[str, str]:
     return {"field": name, "code": code.value, "detail": text}
 
 
+# The SDK's ``next_action`` extra: what an agent does next, for the codes whose recovery spec 000 and the
+# SDK's retryability table spell out (a retry of the same bytes fixes none of them).
+NEXT_ACTIONS: dict[Code, str] = {
+    Code.STALE: "reread_and_retry",
+    Code.BORN_STALE: "get_rules_and_redraft",
+    Code.WRONG_STATE: "use_an_allowed_action",
+    Code.TERMINAL: "stop",
+    Code.SEND_NEEDS_RECONCILIATION: "wait_for_reconciliation",
+    Code.INTENT_REQUIRED: "add_intent_and_resubmit",
+    Code.REPLY_CONTEXT_CHANGED: "reread_thread_and_recompose",
+    Code.IDEMPOTENCY_CONFLICT: "use_a_new_idempotency_key",
+    Code.UNAVAILABLE: "retry_after",
+}
+
+
+def current_state(error: DomainError) -> dict[str, Any] | None:
+    """The SDK's ``current_state`` extra: the review as it now is, as one object (the same facts as the
+    ``errors[]`` hints, typed), or None when the error names no review state."""
+    facts: dict[str, Any] = {
+        "state": error.state,
+        "revision": error.revision,
+        "version": error.version,
+        "sent_message_id": error.sent_message_id,
+    }
+    if error.allowed_actions:
+        facts["allowed_actions"] = list(error.allowed_actions)
+    present = {name: value for name, value in facts.items() if value is not None}
+    return present or None
+
+
 def problem_body(error: DomainError, status: int, request_id: str | None = None) -> dict[str, Any]:
     errors: list[dict[str, Any]] = [
         {"field": v.field, "code": error.code.value, "detail": v.description} for v in error.violations
@@ -57,6 +87,10 @@ def problem_body(error: DomainError, status: int, request_id: str | None = None)
     }
     if errors:
         body["errors"] = errors
+    if error.code in NEXT_ACTIONS:
+        body["next_action"] = NEXT_ACTIONS[error.code]
+    if (state := current_state(error)) is not None:
+        body["current_state"] = state
     if request_id:
         body["request_id"] = request_id
     return body

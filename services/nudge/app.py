@@ -19,8 +19,10 @@ import orjson
 from google.protobuf import json_format
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
+from reviewloop.eventcursor import Position
 from reviewloop.ids import new_id
 from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested
+from reviewloop.rules.v1.events_pb2 import BroadcastRequested
 from reviewloop.storage import Database, UnitOfWork, codec, utcnow
 from reviewloop.storage.codec import as_json_object, encode
 from reviewloop.storage.inbox import Subscription, ingest_batch
@@ -28,7 +30,7 @@ from reviewloop.storage.outbox import prune
 from reviewloop.tenancy import Principal
 
 from nudge import store, webhooks
-from nudge.domain.payloads import Incoming, Invalid, check
+from nudge.domain.payloads import Incoming, Invalid, check, check_broadcast
 from nudge.domain.reasons import TERMINAL, collapse_key, refusal
 from nudge.store import Nudge
 from nudge.wakeup import RECHECK_S, doorbell
@@ -124,10 +126,33 @@ async def _humans_notified(uow: UnitOfWork, event: HumansNotified) -> str:
     return event.project_id
 
 
+async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> str | None:
+    """Append a broadcast (a project-wide nudge); the project it became visible in ("" for every project
+    of the org), or None when refused: logged, never stored, and still counted as received."""
+    reason = requested.WhichOneof("payload") or ""
+    try:
+        broadcast = check_broadcast(
+            reason,
+            as_json_object(getattr(requested, reason)) if reason else {},
+            broadcast_id=new_id("ndg"),
+            org_id=requested.org_id,
+            project_id=requested.project_id,
+            agent_id=requested.agent_id,
+            category_id=requested.category_id,
+        )
+    except Invalid as exc:
+        log.error("refused broadcast event for %s: %s", requested.org_id, exc)
+        return None
+    await store.lock_broadcasts(uow.conn, broadcast.org_id)
+    await store.append_broadcast(uow.conn, broadcast, created_at=utcnow())
+    return broadcast.project_id
+
+
 # Each stored nudge, once committed, rings the doorbell of the project it became visible in.
 SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
     "nudge": Subscription(NudgeRequested, _store),
     "humans_notified": Subscription(HumansNotified, _humans_notified),
+    "broadcast": Subscription(BroadcastRequested, _store_broadcast),
 }
 
 
@@ -151,13 +176,17 @@ async def _lock_projects(uow: UnitOfWork, events: Sequence[common_pb2.Event]) ->
     """Take the append locks of every project the batch names, in one order, before any append: two
     batches naming the same projects then queue instead of deadlocking (each ``_store`` takes its
     project's lock again, which a transaction already holding it passes at once)."""
-    projects = set()
+    projects, orgs = set(), set()
     for event in events:
-        if event.type == "nudge":
-            with contextlib.suppress(json_format.ParseError):
+        with contextlib.suppress(json_format.ParseError):
+            if event.type == "nudge":
                 projects.add(codec.decode(event.payload, NudgeRequested).project_id)
+            elif event.type == "broadcast":
+                orgs.add(codec.decode(event.payload, BroadcastRequested).org_id)
     for project_id in sorted(projects):
         await store.lock_project(uow.conn, project_id)
+    for org_id in sorted(orgs):
+        await store.lock_broadcasts(uow.conn, org_id)
 
 
 def _legacy_dict_event(event: common_pb2.Event) -> common_pb2.Event:
@@ -185,18 +214,21 @@ def _legacy_dict_event(event: common_pb2.Event) -> common_pb2.Event:
     return typed
 
 
-def _parse_cursor(cursor: str) -> int:
-    if not cursor:
-        return 0
+def is_broadcast(nudge: Nudge) -> bool:
+    return not nudge.review_id
+
+
+def _past(position: Position, nudge: Nudge) -> Position:
+    return position.past(nudge.pos, broadcast=is_broadcast(nudge))
+
+
+def _parse_cursor(cursor: str) -> Position:
     try:
-        after = int(cursor)
+        return Position.parse(cursor)
     except ValueError:
-        after = -1
-    if after < 0:
         raise DomainError(
             Code.BAD_REQUEST, "cursor is not one this service issued; pass next_cursor as given."
-        )
-    return after
+        ) from None
 
 
 def _limit(limit: int) -> int:
@@ -205,27 +237,63 @@ def _limit(limit: int) -> int:
     return limit or LIST_LIMIT_DEFAULT
 
 
-async def _unacked(db: Database, principal: Principal, after: int, limit: int) -> list[Nudge]:
+async def _unacked(
+    db: Database, principal: Principal, after: Position, limit: int, review_id: str = ""
+) -> list[tuple[Nudge, Position]]:
+    """Up to ``limit`` of the caller's un-acked nudges and broadcasts after ``after``, oldest first, each
+    with the position right after it. The two queues are merged by creation time; each is read as a
+    prefix in its own order, so a position never skips a row of either."""
     async with db.one_statement() as conn:
-        return await store.unacked_nudges(conn, principal, after=after, limit=limit)
+        nudges = await store.unacked_nudges(
+            conn, principal, after=after.nudge, limit=limit, review_id=review_id
+        )
+        # A review's drain has no broadcasts: they belong to no review.
+        broadcasts = (
+            []
+            if review_id
+            else await store.unacked_broadcasts(conn, principal, after=after.broadcast, limit=limit)
+        )
+    merged: list[tuple[Nudge, Position]] = []
+    position, n, b = after, 0, 0
+    while len(merged) < limit and (n < len(nudges) or b < len(broadcasts)):
+        if b < len(broadcasts) and (n == len(nudges) or broadcasts[b].created_at <= nudges[n].created_at):
+            item, b = broadcasts[b], b + 1
+        else:
+            item, n = nudges[n], n + 1
+        position = _past(position, item)
+        merged.append((item, position))
+    return merged
+
+
+async def cursors(db: Database, principal: Principal, review_ids: Iterable[str]) -> dict[str, int]:
+    """``review_id -> last_acked_seq`` of those reviews the caller may see (the SDK's ReviewEventCursor)."""
+    wanted = sorted({review_id for review_id in review_ids if review_id})
+    if not wanted:
+        return {}
+    async with db.one_statement() as conn:
+        return await store.cursors_of(conn, principal, wanted)
 
 
 async def list_events(
-    db: Database, principal: Principal, *, limit: int, cursor: str
+    db: Database, principal: Principal, *, limit: int, cursor: str, review_id: str = ""
 ) -> tuple[list[Nudge], str]:
-    """The caller's un-acked nudges across its reviews, oldest first, a page at a time.
+    """The caller's un-acked nudges across its reviews and its un-acked broadcasts (``seq`` 0), oldest
+    first, a page at a time; with ``review_id``, that review's nudges only.
 
     Errors: ``bad_request`` for a limit out of 1..200 or a cursor this service did not issue.
     """
     limit = _limit(limit)
-    rows = await _unacked(db, principal, _parse_cursor(cursor), limit + 1)
-    events = rows[:limit]
-    next_cursor = str(events[-1].pos) if len(rows) > limit else ""
-    return events, next_cursor
+    rows = await _unacked(db, principal, _parse_cursor(cursor), limit + 1, review_id)
+    page = rows[:limit]
+    next_cursor = str(page[-1][1]) if len(rows) > limit else ""
+    return [nudge for nudge, _ in page], next_cursor
 
 
-async def wait_for_events(db: Database, principal: Principal, *, timeout_s: float, limit: int) -> list[Nudge]:
-    """Long-poll: the caller's un-acked nudges as soon as any is visible, or ``[]`` after ``timeout_s``.
+async def wait_for_events(
+    db: Database, principal: Principal, *, timeout_s: float, limit: int, review_id: str = ""
+) -> list[Nudge]:
+    """Long-poll: the caller's un-acked nudges and broadcasts (``review_id``'s nudges only, when given)
+    as soon as any is visible, or ``[]`` after ``timeout_s``.
 
     Errors: ``bad_request`` for a timeout outside 1..60 s or a limit outside 1..200.
     """
@@ -239,65 +307,91 @@ async def wait_for_events(db: Database, principal: Principal, *, timeout_s: floa
     with doorbell(db).waiter(principal.project_id) as rung:
         while True:
             rung.clear()
-            rows = await _unacked(db, principal, 0, limit)
+            rows = await _unacked(db, principal, Position(), limit, review_id)
             remaining = deadline - loop.time()
             if rows or remaining <= 0:
-                return rows
+                return [nudge for nudge, _ in rows]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(rung.wait(), min(remaining, RECHECK_S))
 
 
-async def subscribe(db: Database, principal: Principal, *, cursor: str) -> AsyncIterator[tuple[Nudge, str]]:
-    """Stream the caller's un-acked nudges after ``cursor``, then each new one as it commits, forever.
+async def subscribe(
+    db: Database, principal: Principal, *, cursor: str, from_head: bool = False
+) -> AsyncIterator[tuple[Nudge | None, str]]:
+    """Stream the caller's un-acked nudges and broadcasts after ``cursor``, then each new one as it
+    commits, forever. ``from_head`` starts after the newest the project now holds instead, and first
+    yields ``(None, cursor of that point)``: a live tail (the gateway's one read per project).
 
     Yields (nudge, cursor to resume after it). Acking stays the consumer's job (``ack``).
     Errors: ``bad_request`` for a cursor this service did not issue.
     """
     after = _parse_cursor(cursor)
     with doorbell(db).waiter(principal.project_id) as rung:
+        if from_head:
+            async with db.one_statement() as conn:
+                after = Position(*await store.head_of(conn, principal))
+            yield None, str(after)
         while True:
             rung.clear()
             rows = await _unacked(db, principal, after, LIST_LIMIT_MAX)
-            for nudge in rows:
-                after = nudge.pos
+            for nudge, after in rows:
                 yield nudge, str(after)
             if len(rows) < LIST_LIMIT_MAX:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(rung.wait(), RECHECK_S)
 
 
-async def ack(db: Database, principal: Principal, acks: list[tuple[str, int]]) -> int:
+async def ack(
+    db: Database, principal: Principal, acks: list[tuple[str, int]], broadcast_ids: Sequence[str] = ()
+) -> int:
     """Advance each review's ack cursor to the seq given: monotonic and idempotent (an older or
-    repeated ack changes nothing). All or nothing.
+    repeated ack changes nothing); and mark each broadcast of ``broadcast_ids`` done for the caller, so
+    it never sees it again. All or nothing. Returns how many acks and broadcast ids were taken.
 
-    Errors: ``bad_request`` (no acks, more than 100, a seq below 1 or past the review's head),
-    ``not_found`` for a review whose nudges the caller cannot see.
+    Errors: ``bad_request`` (nothing to ack, more than 100 acks or broadcast ids, a seq below 1 or past
+    the review's head), ``not_found`` for a review or broadcast the caller cannot see.
     """
-    if not acks:
-        raise DomainError(Code.BAD_REQUEST, "acks: give at least one {review_id, seq}.")
-    if len(acks) > MAX_ACKS:
-        raise DomainError(Code.BAD_REQUEST, f"acks: at most {MAX_ACKS} per call.")
+    if not acks and not broadcast_ids:
+        raise DomainError(Code.BAD_REQUEST, "acks: give at least one {review_id, seq}, or a broadcast id.")
+    if len(acks) > MAX_ACKS or len(broadcast_ids) > MAX_ACKS:
+        raise DomainError(
+            Code.BAD_REQUEST, f"acks: at most {MAX_ACKS} acks and {MAX_ACKS} broadcast ids per call."
+        )
     wanted: dict[str, int] = {}
     for review_id, seq in acks:
         if seq < 1:
             raise DomainError(Code.BAD_REQUEST, f"acks: seq {seq} of {review_id} must be at least 1.")
         wanted[review_id] = max(seq, wanted.get(review_id, 0))
-    async with db.one_statement() as conn:
+    ids = list(dict.fromkeys(broadcast_ids))
+    async with db.one_statement() if not ids else _transaction(db) as conn:
+        if ids:
+            missing = set(ids) - await store.ack_broadcasts(conn, principal, ids)
+            if missing:
+                raise DomainError(
+                    Code.NOT_FOUND, f"No broadcast {sorted(missing)[0]} is visible to this key."
+                )
         # The happy path is one guarded UPDATE; only when it changes nothing (a repeated ack, or a
         # refused one) do we read the heads, to tell the two apart and name what was wrong.
-        if await store.advance_cursors(conn, principal, wanted):
-            return len(acks)
+        if not wanted or await store.advance_cursors(conn, principal, wanted):
+            return len(acks) + len(ids)
         heads = await store.heads_of(conn, principal, list(wanted))
-    for review_id, seq in wanted.items():
-        if review_id not in heads:
-            raise DomainError(Code.NOT_FOUND, f"No events of review {review_id} are visible to this key.")
-        if seq > heads[review_id]:
-            raise DomainError(
-                Code.BAD_REQUEST,
-                f"acks: seq {seq} of {review_id} is past its head ({heads[review_id]}); "
-                "ack only seqs you received.",
-            )
-    return len(acks)
+        for review_id, seq in wanted.items():
+            if review_id not in heads:
+                raise DomainError(Code.NOT_FOUND, f"No events of review {review_id} are visible to this key.")
+            if seq > heads[review_id]:
+                raise DomainError(
+                    Code.BAD_REQUEST,
+                    f"acks: seq {seq} of {review_id} is past its head ({heads[review_id]}); "
+                    "ack only seqs you received.",
+                )
+    return len(acks) + len(ids)
+
+
+@contextlib.asynccontextmanager
+async def _transaction(db: Database) -> AsyncIterator[Any]:
+    """A connection in one transaction: an ack of reviews and broadcasts together is all or nothing."""
+    async with db.transaction() as uow:
+        yield uow.conn
 
 
 async def compact(db: Database, *, retention: timedelta, inbox_retention: timedelta) -> int:

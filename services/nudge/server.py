@@ -25,6 +25,8 @@ def nudge_to_proto(nudge: Nudge) -> nudge_pb2.Nudge:
         category_id=nudge.category_id,
         payload_json=nudge.payload_json,
         created_at=stamp(nudge.created_at),
+        agent_id=nudge.agent_id,
+        pos=nudge.pos,
     )
 
 
@@ -81,11 +83,14 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: nudge_pb2.ListEventsRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.ListEventsRequest, nudge_pb2.ListEventsResponse],
     ) -> nudge_pb2.ListEventsResponse:
+        principal = Principal.from_proto(request.principal)
         events, next_cursor = await app.list_events(
-            self.db, Principal.from_proto(request.principal), limit=request.limit, cursor=request.cursor
+            self.db, principal, limit=request.limit, cursor=request.cursor, review_id=request.review_id
         )
         return nudge_pb2.ListEventsResponse(
-            events=[nudge_to_proto(e) for e in events], next_cursor=next_cursor
+            events=[nudge_to_proto(e) for e in events],
+            next_cursor=next_cursor,
+            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)]),
         )
 
     async def Ack(
@@ -93,20 +98,31 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: nudge_pb2.AckRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.AckRequest, nudge_pb2.AckResponse],
     ) -> nudge_pb2.AckResponse:
-        acked = await app.ack(
-            self.db, Principal.from_proto(request.principal), [(a.review_id, a.seq) for a in request.acks]
+        principal = Principal.from_proto(request.principal)
+        acks = [(a.review_id, a.seq) for a in request.acks]
+        acked = await app.ack(self.db, principal, acks, list(request.broadcast_ids))
+        return nudge_pb2.AckResponse(
+            acked=acked, cursors=await self._cursors(principal, [review_id for review_id, _ in acks])
         )
-        return nudge_pb2.AckResponse(acked=acked)
 
     async def WaitForEvents(
         self,
         request: nudge_pb2.WaitForEventsRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.WaitForEventsRequest, nudge_pb2.WaitForEventsResponse],
     ) -> nudge_pb2.WaitForEventsResponse:
+        principal = Principal.from_proto(request.principal)
         events = await app.wait_for_events(
-            self.db, Principal.from_proto(request.principal), timeout_s=request.timeout_s, limit=request.limit
+            self.db, principal, timeout_s=request.timeout_s, limit=request.limit, review_id=request.review_id
         )
-        return nudge_pb2.WaitForEventsResponse(events=[nudge_to_proto(e) for e in events])
+        return nudge_pb2.WaitForEventsResponse(
+            events=[nudge_to_proto(e) for e in events],
+            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)]),
+        )
+
+    async def _cursors(self, principal: Principal, review_ids: list[str]) -> list[nudge_pb2.Cursor]:
+        """The ack cursor of each named review the caller may see, in review_id order."""
+        found = await app.cursors(self.db, principal, review_ids)
+        return [nudge_pb2.Cursor(review_id=r, last_acked_seq=seq) for r, seq in sorted(found.items())]
 
     async def Subscribe(
         self,
@@ -114,8 +130,13 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         context: grpc.aio.ServicerContext[nudge_pb2.SubscribeRequest, nudge_pb2.SubscribeResponse],
     ) -> AsyncIterator[nudge_pb2.SubscribeResponse]:
         principal = Principal.from_proto(request.principal)
-        async for nudge, cursor in app.subscribe(self.db, principal, cursor=request.cursor):
-            yield nudge_pb2.SubscribeResponse(nudge=nudge_to_proto(nudge), cursor=cursor)
+        async for nudge, cursor in app.subscribe(
+            self.db, principal, cursor=request.cursor, from_head=request.from_head
+        ):
+            if nudge is None:
+                yield nudge_pb2.SubscribeResponse(cursor=cursor)
+            else:
+                yield nudge_pb2.SubscribeResponse(nudge=nudge_to_proto(nudge), cursor=cursor)
 
     async def RegisterWebhook(
         self,

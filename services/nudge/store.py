@@ -34,7 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nudge.domain.payloads import Incoming
+from nudge.domain.payloads import Broadcast, Incoming
 
 metadata = new_metadata()
 
@@ -93,6 +93,36 @@ collapse_keys = Table(
     Column("collapse_key", String(200), primary_key=True),
     Column("review_id", String(40), nullable=False),
     Column("seq", BigInteger, nullable=False),
+)
+
+# --- broadcasts (issue 15) ----------------------------------------------------------------------------
+
+# Project-wide nudges (``seq`` 0, no review): stored once, shown to every agent they name until that
+# agent acks them (``broadcast_acks``). ``project_id`` "" reaches every project of the org, ``agent_id``
+# "" every agent. ``pos`` orders them; appends take the org's lock (``lock_broadcasts``), so they commit
+# in ``pos`` order and a cursor never skips a later-committing row.
+broadcasts = Table(
+    "broadcasts",
+    metadata,
+    Column("pos", BigId, primary_key=True, autoincrement=True),
+    Column("id", String(40), nullable=False, unique=True),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("agent_id", String(40), nullable=False),
+    Column("reason", String(40), nullable=False),
+    Column("category_id", String(40), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_broadcasts_org_project_pos", "org_id", "project_id", "pos"),
+    Index("ix_broadcasts_created_at", "created_at"),
+)
+
+# Who is done with which broadcast: one row per (broadcast, acking principal).
+broadcast_acks = Table(
+    "broadcast_acks",
+    metadata,
+    Column("broadcast_pos", BigId, primary_key=True, autoincrement=False),
+    Column("actor_id", String(40), primary_key=True),
 )
 
 # --- webhooks (issue 19) ------------------------------------------------------------------------------
@@ -161,6 +191,8 @@ class Nudge:
     # The stored JSON object, passed through as text: the servicer never re-encodes it.
     payload_json: str
     created_at: datetime
+    # The review's agent; on a broadcast, the one agent it names ("" for every agent).
+    agent_id: str = ""
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -178,6 +210,7 @@ def _nudge(row: Row[Any]) -> Nudge:
         category_id=row.category_id,
         payload_json=row.payload,
         created_at=row.created_at,
+        agent_id=getattr(row, "agent_id", ""),
     )
 
 
@@ -274,14 +307,17 @@ async def append(
 
 
 async def unacked_nudges(
-    conn: AsyncConnection, principal: Principal, *, after: int, limit: int
+    conn: AsyncConnection, principal: Principal, *, after: int, limit: int, review_id: str = ""
 ) -> list[Nudge]:
-    """Up to ``limit`` un-acked nudges visible to ``principal`` with ``pos > after``, oldest first."""
+    """Up to ``limit`` un-acked nudges visible to ``principal`` with ``pos > after``, oldest first
+    (only ``review_id``'s when given)."""
     scope = and_(unacked.c.org_id == principal.org_id, unacked.c.project_id == principal.project_id)
     if principal.actor_kind is ActorKind.AGENT:
         scope = and_(scope, unacked.c.agent_id == principal.actor_id)
+    if review_id:
+        scope = and_(scope, unacked.c.review_id == review_id)
     query = (
-        select(nudges)
+        select(nudges, unacked.c.agent_id)
         .join(unacked, unacked.c.pos == nudges.c.pos)
         .where(scope, unacked.c.pos > after)
         .order_by(unacked.c.pos)
@@ -357,10 +393,144 @@ async def advance_cursors(conn: AsyncConnection, principal: Principal, acks: dic
     return int(result.rowcount or 0)
 
 
+async def cursors_of(conn: AsyncConnection, principal: Principal, review_ids: list[str]) -> dict[str, int]:
+    """``review_id -> last_acked_seq`` for those of ``review_ids`` the principal may see. Acks move a
+    review's cursor through a seq, so its un-acked nudges are always the seqs after its cursor."""
+    if not review_ids:
+        return {}
+    first_unacked = (
+        select(func.min(unacked.c.seq))
+        .where(unacked.c.review_id == review_heads.c.review_id)
+        .scalar_subquery()
+    )
+    rows = await conn.execute(
+        select(review_heads.c.review_id, review_heads.c.last_seq, first_unacked.label("first_unacked")).where(
+            review_heads.c.review_id.in_(review_ids), visible_to(principal)
+        )
+    )
+    return {r.review_id: r.last_seq if r.first_unacked is None else int(r.first_unacked) - 1 for r in rows}
+
+
+def _broadcasts_visible_to(principal: Principal) -> ColumnElement[bool]:
+    """The broadcasts of the principal's project and of its whole org; an agent sees those naming no
+    agent or itself (other actors see the project's, as with nudges)."""
+    condition = and_(
+        broadcasts.c.org_id == principal.org_id, broadcasts.c.project_id.in_([principal.project_id, ""])
+    )
+    if principal.actor_kind is ActorKind.AGENT:
+        condition = and_(condition, broadcasts.c.agent_id.in_([principal.actor_id, ""]))
+    return condition
+
+
+async def lock_broadcasts(conn: AsyncConnection, org_id: str) -> None:
+    """On PostgreSQL, serialize one org's broadcast appends until commit (``pos`` commits in order)."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": f"broadcast:{org_id}"}
+        )
+
+
+async def append_broadcast(conn: AsyncConnection, broadcast: Broadcast, *, created_at: datetime) -> None:
+    """Insert a broadcast and (PostgreSQL) announce it on commit: to its project, or to every one."""
+    await conn.execute(
+        insert(broadcasts).values(
+            id=broadcast.id,
+            org_id=broadcast.org_id,
+            project_id=broadcast.project_id,
+            agent_id=broadcast.agent_id,
+            reason=broadcast.reason.value,
+            category_id=broadcast.category_id,
+            payload=orjson.dumps(broadcast.payload).decode(),
+            created_at=created_at,
+        )
+    )
+    if conn.dialect.name == "postgresql":
+        await conn.execute(
+            text("SELECT pg_notify(:channel, :project_id)"),
+            {"channel": NOTIFY_CHANNEL, "project_id": broadcast.project_id},
+        )
+
+
+async def unacked_broadcasts(
+    conn: AsyncConnection, principal: Principal, *, after: int, limit: int
+) -> list[Nudge]:
+    """Up to ``limit`` broadcasts the principal may see and has not acked, with ``pos > after``, oldest
+    first, as nudges with ``seq`` 0 and no review."""
+    acked = (
+        select(broadcast_acks.c.broadcast_pos)
+        .where(
+            broadcast_acks.c.broadcast_pos == broadcasts.c.pos,
+            broadcast_acks.c.actor_id == principal.actor_id,
+        )
+        .exists()
+    )
+    query = (
+        select(broadcasts)
+        .where(_broadcasts_visible_to(principal), broadcasts.c.pos > after, ~acked)
+        .order_by(broadcasts.c.pos)
+        .limit(limit)
+    )
+    return [
+        Nudge(
+            pos=row.pos,
+            seq=0,
+            id=row.id,
+            reason=row.reason,
+            review_id="",
+            category_id=row.category_id,
+            payload_json=row.payload,
+            created_at=row.created_at,
+            agent_id=row.agent_id,
+        )
+        for row in await conn.execute(query)
+    ]
+
+
+async def head_of(conn: AsyncConnection, principal: Principal) -> tuple[int, int]:
+    """The ``pos`` of the newest nudge and of the newest broadcast the principal's project holds (0 when
+    none): appends of a project (and broadcasts of an org) commit in ``pos`` order, so nothing of it
+    commits below them later."""
+    newest_nudge = (
+        select(func.max(nudges.c.pos))
+        .join(review_heads, review_heads.c.review_id == nudges.c.review_id)
+        .where(review_heads.c.org_id == principal.org_id, review_heads.c.project_id == principal.project_id)
+    )
+    newest_broadcast = select(func.max(broadcasts.c.pos)).where(
+        broadcasts.c.org_id == principal.org_id, broadcasts.c.project_id.in_([principal.project_id, ""])
+    )
+    return (
+        int(await conn.scalar(newest_nudge) or 0),
+        int(await conn.scalar(newest_broadcast) or 0),
+    )
+
+
+async def ack_broadcasts(conn: AsyncConnection, principal: Principal, ids: list[str]) -> set[str]:
+    """Mark the broadcasts of ``ids`` the principal may see as done for it (again: no change); returns
+    the ids it may see, so the caller can name the others."""
+    rows = (
+        await conn.execute(
+            select(broadcasts.c.pos, broadcasts.c.id).where(
+                broadcasts.c.id.in_(ids), _broadcasts_visible_to(principal)
+            )
+        )
+    ).all()
+    if rows:
+        await conn.execute(
+            insert_ignore(conn, broadcast_acks),
+            [{"broadcast_pos": row.pos, "actor_id": principal.actor_id} for row in rows],
+        )
+    return {row.id for row in rows}
+
+
 async def compact(conn: AsyncConnection, created_before: datetime) -> int:
-    """Delete acked nudges created before ``created_before``; un-acked nudges are never dropped."""
+    """Delete acked nudges created before ``created_before``; un-acked nudges are never dropped.
+    Broadcasts (and their acks) older than that go whoever acked them: they tell of a change, and the
+    review nudges that carry the guarantees stay."""
     still_unacked = select(unacked.c.pos).where(unacked.c.pos == nudges.c.pos).exists()
     result = await conn.execute(delete(nudges).where(nudges.c.created_at < created_before, ~still_unacked))
+    old = select(broadcasts.c.pos).where(broadcasts.c.created_at < created_before)
+    await conn.execute(delete(broadcast_acks).where(broadcast_acks.c.broadcast_pos.in_(old)))
+    await conn.execute(delete(broadcasts).where(broadcasts.c.created_at < created_before))
     return int(result.rowcount or 0)
 
 

@@ -27,6 +27,8 @@ RECHECK_S = 5.0
 # A waiter on this "project" is rung for every project (the webhook sender).
 ANY_PROJECT = "*"
 RECONNECT_S = 1.0
+# The project an org-wide broadcast is rung for.
+ORG_WIDE = ""
 
 
 class Doorbell:
@@ -38,6 +40,9 @@ class Doorbell:
         self.listening = asyncio.Event()
 
     def ring(self, project_id: str) -> None:
+        if project_id == ORG_WIDE:  # a broadcast to every project of an org: wake every project here
+            self.ring_all()
+            return
         for event in (*self._waiters.get(project_id, ()), *self._waiters.get(ANY_PROJECT, ())):
             event.set()
 

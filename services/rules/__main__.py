@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 from pathlib import Path
 
+from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.review.v1 import review_pb2
 from reviewloop.service import Job, ServiceSpec, main
 
@@ -23,7 +24,10 @@ SPEC = ServiceSpec(
     migrations_dir=Path(__file__).parent / "migrations",
     bootstrap=lambda db, _peers: bootstrap(db),
     servicers=server.servicers,
-    subscribers={"review_state": review_pb2.DESCRIPTOR.services_by_name["ReviewStateService"].full_name},
+    subscribers={
+        "review_state": review_pb2.DESCRIPTOR.services_by_name["ReviewStateService"].full_name,
+        "nudge": nudge_pb2.DESCRIPTOR.services_by_name["NudgeService"].full_name,
+    },
     background=background,
 )
 

@@ -197,6 +197,9 @@ PROBLEM = {
         {"field": "version", "code": "7", "detail": "7"},
         {"field": "allowed_action", "code": "get_review", "detail": "get_review"},
     ],
+    # The SDK's extras: the same facts as one object, and what to do next.
+    "next_action": "reread_and_retry",
+    "current_state": {"state": "in_review", "revision": 4, "version": 7, "allowed_actions": ["get_review"]},
 }
 
 # (shape, example id, example): every canonical example of spec 000, by the shape it shows.

@@ -306,7 +306,17 @@ SDK: dict[str, dict[str, Any]] = {
             "reason": STRING,
             "next_action": STRING,
             "projects": OBJECT,
-            "current_state": OBJECT,
+            # A free-form record in the SDK; ours holds the review's recovery facts, closed so a rename fails.
+            "current_state": shape(
+                {},
+                {
+                    "state": STRING,
+                    "revision": INT,
+                    "version": INT,
+                    "allowed_actions": STRINGS,
+                    "sent_message_id": STRING,
+                },
+            ),
             "unsent_text": STRING,
             "detail": STRING,
             "request_id": STRING,

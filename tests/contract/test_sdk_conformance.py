@@ -161,7 +161,7 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     events: list[dict[str, Any]] = []
     for _ in range(100):  # the nudges cross the outbox asynchronously
         events = (await run.call("ReviewEventsResult", "GET", "/v1/review-events", agent))["events"]
-        if any(e["reason"] == "cancelled" for e in events):
+        if any(e["reason"] == "cancelled" for e in events) and any(e["seq"] == 0 for e in events):
             break
     mine = await run.call(
         "ReviewEventsResult", "GET", "/v1/review-events", agent, params={"review_id": review_id}
@@ -171,6 +171,12 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     acks = [{"review_id": review_id, "through_seq": max(e["seq"] for e in mine["events"])}]
     await run.call("AckReviewEventResult", "POST", "/v1/review-events/ack", agent, json={"acks": acks})
     await run.call("AckReviewEventResult", "POST", "/v1/review-events/ack", agent, json={"broadcast_ids": []})
+    # The rules saved above reached the agent as broadcasts (seq 0, no review_id); acked by id.
+    broadcasts = [e["id"] for e in events if e["seq"] == 0]
+    assert broadcasts and all("review_id" not in e for e in events if e["seq"] == 0)
+    await run.call(
+        "AckReviewEventResult", "POST", "/v1/review-events/ack", agent, json={"broadcast_ids": broadcasts}
+    )
     return run.seen
 
 
@@ -200,6 +206,11 @@ async def test_the_sdk_reads_the_recovery_facts_of_a_409(answers: list[tuple[str
     assert by_field["state"] == ["needs_review"] or by_field["state"] == ["chatting"]
     assert by_field["revision"] == ["2"] and by_field["version"][0].isdigit()
     assert "submit_revision" in by_field["allowed_action"]
+    # The SDK's extras say the same as one object, and what to do next.
+    assert problem["next_action"] == "reread_and_retry"
+    state = problem["current_state"]
+    assert (state["state"], state["revision"]) == (by_field["state"][0], 2)
+    assert "submit_revision" in state["allowed_actions"]
 
 
 # Free-form JSON values (a nudge's payload, an intent's meta, headers, a diff): their keys are data.

@@ -101,7 +101,7 @@ async def test_wait_for_review_event_times_out_with_no_events(api: Api) -> None:
     started = time.monotonic()
     answered = await api.http.get("/v1/review-events/wait", params={"timeout_s": 1}, headers=agent)
     assert answered.status_code == 200, answered.text
-    assert answered.json() == {"events": []}
+    assert answered.json() == {"events": [], "cursors": []}
     assert 0.9 <= time.monotonic() - started < 3
 
 
@@ -110,7 +110,7 @@ async def test_wait_for_review_event_clamps_its_wait_to_1_to_55_s(producer: Prod
     agent, principal = await producer.agent()
     # Below the floor: waits 1 s (clamped), not refused.
     short = await api.http.get("/v1/review-events/wait", params={"timeout_s": "0"}, headers=agent)
-    assert short.status_code == 200 and short.json() == {"events": []}, short.text
+    assert short.status_code == 200 and short.json() == {"events": [], "cursors": []}, short.text
     # Past the ceiling: waits at most 55 s (clamped), not refused; a nudge already there answers at once.
     review_id = await producer.publish(principal, "rejected")
     for timeout_s in ("61", "600"):
@@ -155,7 +155,8 @@ async def test_acking_past_the_head_is_refused_and_acks_are_idempotent(producer:
         acked = await api.http.post(
             "/v1/review-events/ack", json={"acks": [{"review_id": review_id, "seq": 1}]}, headers=agent
         )
-        assert acked.status_code == 200 and acked.json() == {"acked": 1}
+        assert acked.status_code == 200, acked.text
+        assert acked.json() == {"acked": 1, "cursors": [{"review_id": review_id, "last_acked_seq": 1}]}
     assert (await api.http.get("/v1/review-events", headers=agent)).json()["events"] == []
     await producer.publish(principal, "feedback_added", review_id)  # after the terminal: refused
     assert (await api.http.get("/v1/review-events", headers=agent)).json()["events"] == []

@@ -3,14 +3,19 @@ gateway, resumed with Last-Event-ID, read by the Python client's ``stream()``.""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncGenerator
 
 import pytest
-from reviewloop.client import AsyncReviewloop, ReviewloopError, StreamedEvent
+from reviewloop.client import AsyncReviewloop, Reviewloop, ReviewloopError, StreamedEvent
+from reviewloop.tenancy import ActorKind, Principal
 from stack.launcher import Stack
 from stack.topology import GATEWAY
 
+from tests.conftest import Api
 from tests.e2e.test_events_wait import Producer
+from tests.e2e.test_operations import samples
 
 
 @pytest.fixture
@@ -84,3 +89,111 @@ async def test_a_stream_shows_only_the_callers_nudges_and_refuses_a_bad_last_eve
         with pytest.raises(ReviewloopError) as error:
             await anext(bad.stream())
         assert error.value.status == 401
+
+
+async def gauges(api: Api) -> tuple[float, float]:
+    """The gateway's open event streams and the shared reads they cost."""
+    text = (await api.http.get("/metrics")).text
+    (streams,) = samples(text, "reviewloop_gateway_event_streams")
+    (feeds,) = samples(text, "reviewloop_gateway_event_feeds")
+    return streams, feeds
+
+
+async def until_gauges(api: Api, wanted: tuple[float, float]) -> None:
+    deadline = time.monotonic() + 15
+    while (seen := await gauges(api)) != wanted:
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(0.05)
+
+
+async def test_a_projects_streams_share_one_read_and_each_sees_only_what_its_key_may(
+    api: Api, stack: Stack
+) -> None:
+    project = await api.project()
+    alice, bob, human = [await api.key(project["project_id"], kind) for kind in ("agent", "agent", "human")]
+    alice_p, bob_p = (
+        Principal(k["org_id"], k["project_id"], ActorKind.AGENT, k["agent_id"]) for k in (alice, bob)
+    )
+    base = f"http://{stack.address(GATEWAY)}"
+    await until_gauges(api, (0, 0))  # earlier tests' streams have closed
+    clients = [AsyncReviewloop(base, k["api_key"]) for k in (alice, alice, alice, bob, bob, human)]
+    streams = [client.stream() for client in clients]
+    pending = [asyncio.ensure_future(anext(s)) for s in streams]
+    try:
+        await until_gauges(api, (6, 1))  # six streams, one read of the nudge service
+        producer = Producer(api, stack)
+        alices = await producer.publish(alice_p, "rejected")
+        bobs = await producer.publish(bob_p, "cancelled")
+        rule = await api.http.post(
+            "/v1/rules",
+            json={"rule_text": "Be brief.", "scope": "general"},
+            headers=api.auth(human["api_key"]),
+        )
+        assert rule.status_code == 201, rule.text
+        seen: list[list[tuple[str | None, int]]] = []
+        for stream, first in zip(streams, pending, strict=True):
+            got = [await first]
+            wanted = 3 if stream is streams[-1] else 2
+            got += [await anext(stream) for _ in range(wanted - 1)]
+            seen.append(sorted((g.event.review_id or "", g.event.seq) for g in got))
+        assert seen == [
+            *[sorted([(alices, 1), ("", 0)])] * 3,
+            *[sorted([(bobs, 1), ("", 0)])] * 2,
+            sorted([(alices, 1), (bobs, 1), ("", 0)]),
+        ]
+    finally:
+        for stream in streams:
+            await stream.aclose()
+        for client in clients:
+            await client.aclose()
+    await until_gauges(api, (0, 0))  # the last stream of a project closes its read
+
+
+async def test_a_stream_resumes_across_broadcasts_with_no_gap_and_no_repeat(
+    producer: Producer, stack: Stack
+) -> None:
+    headers, principal = await producer.agent()
+    api = producer.api
+    first = await producer.publish(principal, "rejected")
+    human = api.auth((await api.key(principal.project_id, "human"))["api_key"])
+    saved = await api.http.post(
+        "/v1/rules", json={"rule_text": "Be brief.", "scope": "general"}, headers=human
+    )
+    assert saved.status_code == 201, saved.text
+    async with AsyncReviewloop(f"http://{stack.address(GATEWAY)}", key_of(headers)) as rl:
+        seen = await take(rl.stream(), 2)
+        assert sorted((s.event.review_id or "", s.event.seq) for s in seen) == sorted([(first, 1), ("", 0)])
+        later = await producer.publish(principal, "cancelled", first)
+        resumed = rl.stream(last_event_id=seen[-1].id)
+        got = await anext(resumed)
+        await resumed.aclose()
+        assert (got.event.review_id, got.event.reason, got.event.seq) == (later, "cancelled", 2)
+        # Acking the broadcast by id: a fresh stream shows only the review's nudges.
+        broadcast = next(s.event for s in seen if s.event.seq == 0)
+        await rl.ack_review_event(broadcast_ids=[broadcast.id])
+        (again,) = await take(rl.stream(), 1)
+        assert again.event.review_id == first
+
+
+async def test_the_sync_clients_stream_resumes_with_no_gap_and_no_repeat(
+    producer: Producer, stack: Stack
+) -> None:
+    headers, principal = await producer.agent()
+    review_id = await producer.publish(principal, "rejected")
+    await producer.publish(principal, "cancelled", review_id)
+
+    def read() -> list[StreamedEvent]:
+        with Reviewloop(f"http://{stack.address(GATEWAY)}", key_of(headers)) as rl:
+            first = rl.stream()
+            seen = [next(first)]
+            first.close()  # drops the connection
+            resumed = rl.stream(last_event_id=seen[0].id)
+            seen.append(next(resumed))
+            resumed.close()
+            return seen
+
+    seen = await asyncio.to_thread(read)
+    assert [(s.event.review_id, s.event.reason, s.event.seq) for s in seen] == [
+        (review_id, "rejected", 1),
+        (review_id, "cancelled", 2),
+    ]

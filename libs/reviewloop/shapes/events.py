@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import (
     AliasChoices,
@@ -18,10 +19,12 @@ from reviewloop.shapes._base import INT64_MAX, Shape
 class ReviewEvent(Shape):
     """A nudge: an element of ``list_review_events``.
 
-    ``reason`` is additive across 0.x: ack and ignore one you do not know.
+    ``reason`` is additive across 0.x: ack and ignore one you do not know. A broadcast (a project-wide
+    change: ``rule_changed``, ``recheck_category``) has ``seq`` 0 and no ``review_id``; ack it by ``id``
+    in ``broadcast_ids``.
     """
 
-    seq: int
+    seq: int = Field(description="the review's ordinal; 0 on a broadcast")
     id: str
     reason: str = Field(
         description=(
@@ -63,17 +66,22 @@ class AckReviewEventEntry(Shape):
 
 
 class AckReviewEventRequest(Shape):
-    """``ack_review_event``: one cursor per review, all or nothing.
+    """``ack_review_event``: one cursor per review, and broadcasts by id; all or nothing.
 
-    ``broadcast_ids`` marks broadcast nudges done (none are emitted yet, so they are accepted and ignored).
+    ``broadcast_ids`` names the broadcasts (``seq`` 0) the caller is done with.
     """
 
     acks: list[AckReviewEventEntry] = Field(default_factory=list, max_length=100)
-    broadcast_ids: list[str] = Field(default_factory=list, max_length=100)
+    broadcast_ids: list[Annotated[str, Field(min_length=1, max_length=40)]] = Field(
+        default_factory=list, max_length=100
+    )
 
 
 class AckReviewEventResult(Shape):
-    """How many review cursors moved, and where each named review's cursor now stands."""
+    """What an ack took, and where each acked review's cursor now stands.
+
+    ``acked`` counts the acks and broadcast ids taken.
+    """
 
     acked: int
     cursors: list[ReviewEventCursor] | None = None

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import (
     Field,
+    JsonValue,
 )
 
 from reviewloop.errors import Code
@@ -119,6 +120,18 @@ class Problem(Shape):
     code: Code
     errors: list[ProblemError] | None = None
     request_id: str | None = None
+    next_action: str | None = Field(
+        default=None,
+        description=(
+            "what to do next, where the code has one recovery: reread_and_retry | get_rules_and_redraft | "
+            "use_an_allowed_action | stop | wait_for_reconciliation | add_intent_and_resubmit | "
+            "reread_thread_and_recompose | use_a_new_idempotency_key | retry_after"
+        ),
+    )
+    current_state: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="the review as it now is: state, revision, version, allowed_actions, sent_message_id",
+    )
 
 
 class ContractManifest(Shape):

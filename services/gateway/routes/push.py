@@ -11,6 +11,7 @@ import grpc
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from reviewloop.eventcursor import Position
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.shapes import (
     ReviewEvent,
@@ -25,6 +26,7 @@ from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY, Caller, console_principal, require_admin
 from gateway.backends import Backends, backends
+from gateway.feeds import FeedEnded, Feeds, is_broadcast
 from gateway.responses import ShapedRoute, replay_answer
 from gateway.translate import Json
 from gateway.translate.events import as_review_event
@@ -48,16 +50,14 @@ class EventStream(StreamingResponse):
     media_type = "text/event-stream"
 
 
-def sse_event(nudge: nudge_pb2.Nudge, cursor: str) -> bytes:
+def sse_event(nudge: nudge_pb2.Nudge, cursor: Position) -> bytes:
     """One nudge as a server-sent event: ``id`` is the resume point a reconnect sends back."""
     data = orjson.dumps(as_review_event(nudge))
-    return b"id: %s\nevent: review_event\ndata: %s\n\n" % (cursor.encode(), data)
+    return b"id: %s\nevent: review_event\ndata: %s\n\n" % (str(cursor).encode(), data)
 
 
-def _consume(future: asyncio.Future[nudge_pb2.SubscribeResponse]) -> None:
-    """Retrieve an abandoned read's outcome, so an error of the cancelled call is not logged as lost."""
-    if not future.cancelled():
-        future.exception()
+# One backlog page of a stream that (re)connects.
+BACKLOG_PAGE = 200
 
 
 @router.get(
@@ -77,41 +77,50 @@ async def stream_review_events(
         str,
         Header(
             alias="Last-Event-ID",
-            pattern=r"^[0-9]{0,18}$",
+            pattern=r"^([0-9]{1,18}(\.[0-9]{1,18})?)?$",
             description="The `id` of the last event seen: the stream resumes right after it.",
         ),
     ] = "",
 ) -> EventStream:
-    """Server-sent events of the caller's un-acked nudges (`event: review_event`, `data` a ReviewEvent),
-    in `seq` order per review, then each new one as it lands, on any gateway replica. Each event's `id`
-    is a resume point: reconnect with `Last-Event-ID` to continue right after it, with no gap and no
-    repeat. A nudge acked before it is read is never shown. A `: heartbeat` comment keeps proxies open."""
+    """Server-sent events of the caller's un-acked nudges and broadcasts (`event: review_event`, `data` a
+    ReviewEvent), in `seq` order per review, then each new one as it lands, on any gateway replica. Each
+    event's `id` is a resume point: reconnect with `Last-Event-ID` to continue right after it, with no gap
+    and no repeat. A nudge acked before it is read is never shown. A `: heartbeat` comment keeps proxies
+    open. All of a project's streams on one gateway share one read of the nudge service."""
     heartbeat_s = request.app.state.settings.sse_heartbeat_s
-    subscription = nudge_pb2.SubscribeRequest(principal=principal.to_proto(), cursor=last_event_id)
+    feeds: Feeds = request.app.state.feeds
+    start = Position.parse(last_event_id)
 
     async def events() -> AsyncIterator[bytes]:
-        # Opened here, so the generator's own cleanup always closes it (a disconnect closes the generator).
-        call = backend.nudge.Subscribe(subscription)
-        reader = aiter(call)
-        pending: asyncio.Future[nudge_pb2.SubscribeResponse] | None = None
+        yield b"retry: 1000\n: connected\n\n"
         try:
-            yield b"retry: 1000\n: connected\n\n"
-            while True:
-                if pending is None:
-                    pending = asyncio.ensure_future(anext(reader))
-                done, _ = await asyncio.wait({pending}, timeout=heartbeat_s)
-                if not done:
-                    yield b": heartbeat\n\n"
-                    continue
-                item, pending = pending.result(), None
-                yield sse_event(item.nudge, item.cursor)
-        except (StopAsyncIteration, grpc.aio.AioRpcError):
+            async with feeds.join(principal) as (listener, joined_at):
+                position = start
+                while True:  # the backlog after Last-Event-ID, to its end
+                    page = await backend.nudge.ListEvents(
+                        nudge_pb2.ListEventsRequest(
+                            principal=principal.to_proto(), limit=BACKLOG_PAGE, cursor=str(position)
+                        ),
+                        timeout=backend.timeout_s,
+                    )
+                    for nudge in page.events:
+                        position = position.past(nudge.pos, broadcast=is_broadcast(nudge))
+                        yield sse_event(nudge, position)
+                    if not page.next_cursor:
+                        break
+                position = position.join(joined_at)
+                while True:  # then the project's live tail, past what was read
+                    try:
+                        nudge = await asyncio.wait_for(listener.next(), heartbeat_s)
+                    except TimeoutError:
+                        yield b": heartbeat\n\n"
+                        continue
+                    broadcast = is_broadcast(nudge)
+                    if not position.covers(nudge.pos, broadcast=broadcast):
+                        position = position.past(nudge.pos, broadcast=broadcast)
+                        yield sse_event(nudge, position)
+        except (FeedEnded, grpc.aio.AioRpcError):
             return  # the client reconnects with Last-Event-ID
-        finally:
-            call.cancel()
-            if pending is not None:
-                pending.cancel()
-                pending.add_done_callback(_consume)
 
     return EventStream(
         events(),

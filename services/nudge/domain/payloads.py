@@ -162,3 +162,52 @@ def check(
         category_id=_id(category_id, "category_id", required=False),
         payload=payload,
     )
+
+
+# The reasons a broadcast (a project-wide nudge: ``seq`` 0, no review) may carry: a change every agent of
+# the project should learn of, with or without a draft pending.
+BROADCAST_REASONS = frozenset({Reason.RULE_CHANGED, Reason.RECHECK_CATEGORY})
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    id: str
+    reason: Reason
+    org_id: str
+    # "" reaches every project of the org; ``agent_id`` "" every agent.
+    project_id: str
+    agent_id: str
+    category_id: str
+    payload: dict[str, Any]
+
+
+def check_broadcast(
+    reason: str,
+    payload: dict[str, Any],
+    *,
+    broadcast_id: str,
+    org_id: str,
+    project_id: str,
+    agent_id: str,
+    category_id: str,
+) -> Broadcast:
+    """The producer's broadcast as a ``Broadcast``, or ``Invalid`` saying what is wrong with it."""
+    if reason not in BROADCAST_REASONS:
+        raise Invalid(f"{reason or 'no reason'} is not a broadcast reason")
+    if reason == Reason.RULE_CHANGED:
+        rule = payload.get("rule")
+        if not isinstance(rule, dict):
+            raise Invalid("payload.rule must be an object {id, rule_text, ...}")
+        _text(rule, "id")
+    else:
+        _text(payload, "category_id")
+        _text(payload, "state")
+    return Broadcast(
+        id=broadcast_id,
+        reason=Reason(reason),
+        org_id=_id(org_id, "org_id"),
+        project_id=_id(project_id, "project_id", required=False),
+        agent_id=_id(agent_id, "agent_id", required=False),
+        category_id=_id(category_id, "category_id", required=False),
+        payload=payload,
+    )

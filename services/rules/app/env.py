@@ -17,6 +17,7 @@ from rules import store
 
 DEFAULT_TOKEN_TTL_S = 15 * 60
 REVIEW_STATE = "review_state"  # the outbox destination that learns of rule and category changes
+NUDGE = "nudge"  # the outbox destination of broadcasts: the agents learn of them with no draft pending
 
 
 @dataclass(frozen=True)

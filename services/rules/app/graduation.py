@@ -11,7 +11,7 @@ from typing import Any
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
-from reviewloop.rules.v1.events_pb2 import CategoryChanged
+from reviewloop.rules.v1.events_pb2 import BroadcastRequested, CategoryChanged
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -20,7 +20,7 @@ from rules import store
 from rules.app.authority import require
 from rules.app.categories import CategoryView, get_category, load_category
 from rules.app.dial import dial_for
-from rules.app.env import REVIEW_STATE, Env
+from rules.app.env import NUDGE, REVIEW_STATE, Env
 from rules.domain import graduation
 from rules.domain.graduation import Rung as Grad
 from rules.store import CategoryRow
@@ -82,17 +82,28 @@ async def _status(
 
 def emit_category_changed(uow: UnitOfWork, row: CategoryRow, state: Grad, reason: str) -> None:
     """A rung moved. An org-shared category's rung holds for every project of the org, so its event
-    names no project (review_state then rechecks the whole org's pending drafts)."""
+    names no project (review_state then rechecks the whole org's pending drafts). Every agent hears of
+    it too, as a broadcast: its routing into the category may change."""
+    project_id = "" if row.scope == "org_shared" else row.project_id
     uow.emit(
         REVIEW_STATE,
         row.id,
         "category_changed",
         CategoryChanged(
+            org_id=row.org_id, project_id=project_id, category_id=row.id, state=state.value, reason=reason
+        ),
+    )
+    uow.emit(
+        NUDGE,
+        row.org_id,
+        "broadcast",
+        BroadcastRequested(
             org_id=row.org_id,
-            project_id="" if row.scope == "org_shared" else row.project_id,
+            project_id=project_id,
             category_id=row.id,
-            state=state.value,
-            reason=reason,
+            recheck_category=BroadcastRequested.CategoryMoved(
+                category_id=row.id, state=state.value, reason=reason
+            ),
         ),
     )
 

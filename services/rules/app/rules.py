@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import has_prefix, new_id
-from reviewloop.rules.v1.events_pb2 import RuleChanged
+from reviewloop.rules.v1.events_pb2 import BroadcastRequested, RuleChanged
 from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from rules import store
 from rules.app.authority import HUMAN_AUTHORITY, author, require, require_house_style, writer
 from rules.app.categories import check_category
-from rules.app.env import REVIEW_STATE, Env, idempotent
+from rules.app.env import NUDGE, REVIEW_STATE, Env, idempotent
 from rules.domain import pacing
 from rules.domain.guardrails import check_rule_text, normalize
 from rules.domain.ladder import (
@@ -100,6 +100,16 @@ def _view(revisions: list[RuleRev], revision: RuleRev) -> RuleView:
 def _emit_rule_changed(
     uow: UnitOfWork, rule: RuleRev, propagate: bool = True, suggested_batch: int = 0
 ) -> None:
+    """Tell review_state (it nudges the drafts in scope) and, as a broadcast, every agent the rule
+    governs: an agent with no draft pending composes its next one under the new stack."""
+    changed = RuleChanged.ChangedRule(
+        id=rule.id,
+        lineage_id=rule.lineage_id,
+        rev=rule.rev,
+        rule_text=rule.rule_text,
+        status=rule.state.value,
+        action=rule.action.value,
+    )
     uow.emit(
         REVIEW_STATE,
         rule.org_id,  # one aggregate per org: review_state sees the high-water rise in order
@@ -110,17 +120,24 @@ def _emit_rule_changed(
             scope=rule.scope.value,
             category_id=rule.category_id,
             agent_id=rule.agent_id,
-            rule=RuleChanged.ChangedRule(
-                id=rule.id,
-                lineage_id=rule.lineage_id,
-                rev=rule.rev,
-                rule_text=rule.rule_text,
-                status=rule.state.value,
-                action=rule.action.value,
-            ),
+            rule=changed,
             rule_high_water=rule.high_water,
             propagate_to_pending=propagate,
             suggested_batch=suggested_batch,
+        ),
+    )
+    uow.emit(
+        NUDGE,
+        rule.org_id,
+        "broadcast",
+        BroadcastRequested(
+            org_id=rule.org_id,
+            project_id=rule.project_id,
+            agent_id=rule.agent_id,
+            category_id=rule.category_id,
+            rule_changed=BroadcastRequested.RuleMoved(
+                scope=rule.scope.value, rule=changed, rule_high_water=rule.high_water
+            ),
         ),
     )
 
