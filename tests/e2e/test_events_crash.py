@@ -116,7 +116,7 @@ async def test_sigkill_while_the_relay_delivers_loses_and_doubles_nothing(
 
     events = await all_events(api, agent)
     await api.http.aclose()
-    per_review = {rid: [(e["reason"], e["seq"]) for e in events if e["review_id"] == rid] for rid in ids}
+    per_review = {rid: [(e["reason"], e["seq"]) for e in events if e.get("review_id") == rid] for rid in ids}
     assert all(log == STORED for log in per_review.values()), per_review
     assert len(events) == REVIEWS * len(STORED)
     assert Counter(e["id"] for e in events).most_common(1)[0][1] == 1
@@ -154,6 +154,6 @@ async def test_sigkill_while_review_states_relay_delivers_loses_and_doubles_noth
     await asyncio.sleep(1)  # a straggling redelivery would land now, and show as a double
     events = await all_events(api, agent)
     await api.http.aclose()
-    per_review = {rid: [(e["reason"], e["seq"]) for e in events if e["review_id"] == rid] for rid in ids}
+    per_review = {rid: [(e["reason"], e["seq"]) for e in events if e.get("review_id") == rid] for rid in ids}
     assert all(log == [("cancelled", 1), ("front_run_next", 2)] for log in per_review.values()), per_review
     assert len(events) == 2 * len(ids)

@@ -73,7 +73,7 @@ async def test_a_generated_client_sends_reads_and_acks(api: Api, stack: Stack, g
     )
     assert cancelled.status_code == 200, cancelled.content
     events = await events_until(api, agent, 1)
-    seq = max(e["seq"] for e in events if e["review_id"] == review_id)
+    seq = max(e["seq"] for e in events if e.get("review_id") == review_id)
     acked = await ack.asyncio_detailed(
         client=client,
         body=models.AckReviewEventRequest.from_dict({"acks": [{"review_id": review_id, "through_seq": seq}]}),

@@ -97,7 +97,7 @@ async def test_a_two_of_three_quorum_with_an_edit_needs_two_approvals_of_the_fin
     ).json()
     assert (feedback["decision"], feedback["approvers"]) == ("edited", [panel.ids["b"], panel.ids["a"]])
     events = await events_until(api, panel.headers["agent"], 1)
-    (sent,) = [e for e in events if e["review_id"] == review_id]
+    (sent,) = [e for e in events if e.get("review_id") == review_id]
     assert (sent["reason"], sent["payload"]["decision"]) == ("sent", "edited")
     assert sent["payload"]["approvers"] == [panel.ids["b"], panel.ids["a"]]
 
@@ -121,7 +121,7 @@ async def test_approvals_racing_for_the_last_slot_deliver_once(api: Api) -> None
     (won,) = [r.json() for r in racing if r.status_code == 200]
     assert won["state"] == "sent"
     events = await events_until(api, panel.headers["agent"], 1)
-    assert [e["reason"] for e in events if e["review_id"] == review_id] == ["sent"]
+    assert [e["reason"] for e in events if e.get("review_id") == review_id] == ["sent"]
 
 
 async def _move_deadline_into_the_past(api: Api, review_id: str) -> None:
@@ -165,7 +165,7 @@ async def test_the_review_deadline_forces_the_draft_to_a_human_once(api: Api) ->
         "review_deadline_passed",
     )
     events = await events_until(api, panel.headers["agent"], 1)
-    mine = [e for e in events if e["review_id"] == review_id]
+    mine = [e for e in events if e.get("review_id") == review_id]
     assert [(e["reason"], e["payload"]["forced_by_breaker"]) for e in mine] == [
         ("redraft_requested", "review_deadline_passed")
     ]

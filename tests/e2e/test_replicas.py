@@ -81,7 +81,7 @@ async def test_two_replicas_each_of_review_state_and_nudge_lose_and_double_nothi
                 break
             await asyncio.sleep(0.2)
         for review_id, marker, ending in outcomes:
-            log = [(e["reason"], e["seq"]) for e in found if e["review_id"] == review_id]
+            log = [(e["reason"], e["seq"]) for e in found if e.get("review_id") == review_id]
             seqs = [seq for _, seq in log]
             assert seqs == list(range(1, len(seqs) + 1)), (review_id, log)  # none lost, none doubled
             assert [reason for reason, _ in log].count(ending) == 1, (review_id, log)

@@ -243,7 +243,7 @@ async def test_a_stale_composition_token_is_born_stale_with_no_mutation_and_a_ru
     review = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
     assert (review["revision"], review["body_text"]) == (1, draft()["body_text"])
     events = await _until(api, agent, lambda es: any(e["reason"] == "rule_changed" for e in es))
-    assert "rule_changed" in {e["reason"] for e in events if e["review_id"] == review_id}
+    assert "rule_changed" in {e["reason"] for e in events if e.get("review_id") == review_id}
     fresh = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
     restamped = await api.http.post(
         f"/v1/reviews/{review_id}/restamp",
@@ -276,7 +276,7 @@ async def test_a_redraft_without_a_token_after_a_rule_change_is_born_stale(api: 
         agent,
         lambda es: any(e["reason"] == "rule_changed" and e["payload"].get("born_stale") for e in es),
     )
-    assert any(e["payload"].get("born_stale") for e in events if e["review_id"] == review_id)
+    assert any(e["payload"].get("born_stale") for e in events if e.get("review_id") == review_id)
     fresh = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
     passed = await api.http.post(
         redraft, json={"parent_revision": 2, "body_text": "v3", "composition_token": fresh}, headers=agent
@@ -318,9 +318,9 @@ async def test_a_general_rule_propagates_to_pending_drafts_a_few_at_a_time(api: 
     events = await _until(
         api,
         agent,
-        lambda es: any(e["reason"] == "propagate_general_rule" and e["review_id"] == ids[3] for e in es),
+        lambda es: any(e["reason"] == "propagate_general_rule" and e.get("review_id") == ids[3] for e in es),
     )
-    assert [e["payload"]["siblings"]["pending_count"] for e in events if e["review_id"] == ids[3]] == [2]
+    assert [e["payload"]["siblings"]["pending_count"] for e in events if e.get("review_id") == ids[3]] == [2]
 
 
 async def test_a_graduated_category_auto_sends_when_every_gate_passes(api: Api) -> None:

@@ -257,7 +257,7 @@ async def test_merge_categories_moves_rules_and_drafts_and_rechecks_them(api: Ap
     async def recheck() -> dict[str, Any] | None:
         events = await events_until(api, org.agent, 1, timeout_s=0)
         return next(
-            (e for e in events if e["reason"] == "recheck_category" and e["review_id"] == review_id), None
+            (e for e in events if e["reason"] == "recheck_category" and e.get("review_id") == review_id), None
         )
 
     nudge = await _eventually(recheck, "the merged draft's recheck_category")

@@ -83,7 +83,7 @@ async def test_traces_command_prints_the_reviews_whole_life_as_one_timeline(api:
     review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
     await api.http.post(f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=agent)
     events = await events_until(api, agent, 1)
-    seq = max(e["seq"] for e in events if e["review_id"] == review_id)
+    seq = max(e["seq"] for e in events if e.get("review_id") == review_id)
     acked = await api.http.post(
         "/v1/review-events/ack", json={"acks": [{"review_id": review_id, "seq": seq}]}, headers=agent
     )
