@@ -121,3 +121,26 @@ async def test_settings_show_the_account_default_beside_the_override_and_keep_re
     await expect(page.locator("#dial-account-min_confidence")).not_to_have_value("very")
     dial = (await capi.http.get("/v1/risk-dial", headers=agent)).json()
     assert dial["account"].get("min_confidence") != "very"  # nothing was written
+
+
+async def test_a_stale_rule_action_is_refused_on_the_rules_page(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    agent = capi.auth(p["agent"])
+    saved = await capi.http.post(
+        "/v1/rules", json={"rule_text": "Never promise a discount.", "scope": "general"}, headers=agent
+    )
+    assert saved.status_code == 201, saved.text
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/rules")
+    ladder = page.get_by_role("table", name="Effective ladder, in the order a draft applies it")
+    await expect(ladder).to_contain_text("Never promise a discount.")
+    # The agent changes the rule after the page was read: the page's undo names a rev no longer current.
+    retired = await capi.http.post(
+        f"/v1/rules/{saved.json()['lineage_id']}/retire", json={"rev": saved.json()["rev"]}, headers=agent
+    )
+    assert retired.status_code == 200, retired.text
+    await ladder.get_by_role("button", name="Undo last change").click()
+    await expect(page.get_by_role("alert")).to_contain_text("Refused:")
+    await expect(page.get_by_role("heading", name="Rules", exact=True)).to_be_visible()
+    await expect(page.get_by_text("No rules in force.")).to_be_visible()
+    await axe_clean(page, "rules-refused")

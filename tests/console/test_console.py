@@ -95,7 +95,7 @@ async def test_edit_saved_as_category_rule_then_approved(capi: Api, new_page: An
     sent: list[dict[str, Any]] = []
     while not sent and time.monotonic() < deadline:
         events = await events_until(capi, agent, 1)
-        sent = [e for e in events if e["review_id"] == oldest and e["reason"] == "sent"]
+        sent = [e for e in events if e.get("review_id") == oldest and e["reason"] == "sent"]
         await asyncio.sleep(0.2)
     assert sent and sent[0]["payload"]["decision"] == "edited", sent
     rules = await capi.http.get("/v1/rules", params={"category_id": category}, headers=agent)
