@@ -682,6 +682,7 @@ async def review_page(request: Request, review_id: str) -> Response:
 def _refusal(
     request: Request, session: Session, review_id: str, form: FormData
 ) -> Callable[[DomainError], Awaitable[Response]]:
+    """What a refused review action answers: the review page again (``_refused``)."""
     return lambda error: _refused(request, session, review_id, form, error)
 
 
