@@ -453,8 +453,12 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     async def GetReviewPolicy(
         self, request: review_pb2.GetReviewPolicyRequest, context: Context
     ) -> review_pb2.ReviewPolicy:
-        policy, source = await app.get_policy(self.env, Principal.from_proto(request.principal))
-        return review_pb2.ReviewPolicy(policy=policy, source=source)
+        policy, source, override, account_default = await app.get_policy(
+            self.env, Principal.from_proto(request.principal)
+        )
+        return review_pb2.ReviewPolicy(
+            policy=policy, source=source, project_override=override, account_default=account_default
+        )
 
     async def SetReviewPolicy(
         self, request: review_pb2.SetReviewPolicyRequest, context: Context

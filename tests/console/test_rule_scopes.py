@@ -66,6 +66,7 @@ async def test_a_reviewer_saves_a_rule_for_this_agent_and_cannot_set_house_style
     await expect(page.get_by_label("Rule the agent applies next time")).to_have_value(
         "Never use exclamation marks anywhere."
     )
+    await expect(page.get_by_label("Body")).to_have_value("Would Thursday at 2pm work for a 20-minute call?")
     still = (await capi.http.get(f"/v1/reviews/{second}", headers=capi.auth(p["agent"]))).json()
     assert still["state"] == "in_review"
 

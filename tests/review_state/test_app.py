@@ -209,6 +209,6 @@ async def test_console_verbs_take_an_admin(env: Env) -> None:
             assert error.code is Code.FORBIDDEN_SCOPE
         else:
             raise AssertionError("a non-admin used a console verb")
-    assert await app.get_policy(env, AGENT) == ("require_review", "floor")
+    assert await app.get_policy(env, AGENT) == ("require_review", "floor", "", "")
     assert await app.set_policy(env, ADMIN, "allow_direct") == ("allow_direct", "override")
-    assert await app.get_policy(env, AGENT) == ("allow_direct", "override")
+    assert await app.get_policy(env, AGENT) == ("allow_direct", "override", "allow_direct", "")

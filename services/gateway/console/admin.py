@@ -4,13 +4,14 @@ and budgets (review rounds N/L, extension grants). Admin keys only; each acts wi
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.common.v1 import common_pb2
-from reviewloop.errors import Code, DomainError
+from reviewloop.errors import Code, DomainError, http_status
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import RISK_DIAL_FIELDS
@@ -23,11 +24,13 @@ from gateway.console import web
 from gateway.console.html import csrf_field, error_box, h, page, table
 from gateway.console.sessions import Session
 from gateway.translate.budget import as_round_budget
-from gateway.translate.reviews import as_contact, as_review_policy
+from gateway.translate.reviews import as_contact
 from gateway.translate.rules import (
     as_category,
+    as_category_merge,
     as_graduation_proposal,
     as_graduation_status,
+    as_pacing_state,
     as_risk_dial,
     as_rule,
     as_rule_revision,
@@ -58,7 +61,36 @@ def _form(session: Session, action: str, inner: str, label: str) -> str:
 
 
 def _done(path: str, message: str) -> Response:
-    return RedirectResponse(f"{path}?done={message}", status_code=303)
+    return RedirectResponse(f"{path}?{urlencode({'done': message})}", status_code=303)
+
+
+# A page that renders again after one of its forms was refused: ``form`` is what was posted.
+View = Callable[..., Awaitable[Response]]
+
+
+def _again(
+    view: View, request: Request, session: Session, form: FormData
+) -> Callable[[DomainError], Awaitable[Response]]:
+    """A refused admin form answers its page again, saying why, with what was typed kept in that form."""
+    return lambda error: view(request, session, form=form, error=error)
+
+
+def _refused(error: DomainError | None) -> str:
+    if error is None:
+        return ""
+    return (
+        f'<div class="error" role="alert" data-autofocus tabindex="-1"><p>Refused: {h(error.detail)}</p>'
+        "<p>Nothing was changed; what you typed is kept in its form.</p></div>"
+    )
+
+
+def _status(error: DomainError | None) -> int:
+    return 200 if error is None else http_status(error.code)
+
+
+def _form_id(name: str) -> str:
+    """Names the form a post came from, so a refusal puts what was typed back into that form only."""
+    return f'<input type="hidden" name="form" value="{h(name)}">'
 
 
 def _notice(request: Request) -> str:
@@ -109,7 +141,12 @@ def _rule_rows(
 
 @router.get("/rules")
 async def rules_page(request: Request) -> Response:
-    session = await _admin(request)
+    return await _rules_view(request, await _admin(request))
+
+
+async def _rules_view(
+    request: Request, session: Session, *, form: FormData | None = None, error: DomainError | None = None
+) -> Response:
     category = request.query_params.get("category", "")
     agent = request.query_params.get("agent", "")
     backend = web.backend(request)
@@ -138,7 +175,7 @@ async def rules_page(request: Request) -> Response:
         for c in categories
     )
     head = ["Layer", "Scope", "Category", "Agent", "Kind / priority", "Rule", "Revision", "Actions"]
-    body = f"""{_notice(request)}
+    body = f"""{_notice(request)}{_refused(error)}
 <form method="get" action="/console/rules">
   <label for="r-category">Category</label>
   <select id="r-category" name="category"><option value="">general only</option>{options}</select>
@@ -149,7 +186,7 @@ async def rules_page(request: Request) -> Response:
 {table("Effective ladder, in the order a draft applies it", head, _rule_rows(session, rules, history), empty="No rules in force.")}
 <h2>Proposed rules waiting for a human</h2>
 {table("Proposed rules", head, _rule_rows(session, waiting, history), empty="No proposed rules.")}"""
-    return page("Rules", body, session=session, active="rules")
+    return page("Rules", body, session=session, active="rules", status=_status(error))
 
 
 @router.post("/rules/{lineage_id}/{verb}")
@@ -160,16 +197,19 @@ async def rule_verb(request: Request, lineage_id: str, verb: str) -> Response:
     )
     if rpc is None:
         raise DomainError(Code.NOT_FOUND, f"No rule verb {verb}.")
-    await web.call(
-        getattr(web.backend(request).rules, rpc),
-        rules_pb2.RuleActionRequest(
-            principal=session.principal.to_proto(),
-            lineage_id=lineage_id,
-            expected_rev=web.number(form, "rev"),
+    return await web.act(
+        lambda: web.call(
+            getattr(web.backend(request).rules, rpc),
+            rules_pb2.RuleActionRequest(
+                principal=session.principal.to_proto(),
+                lineage_id=lineage_id,
+                expected_rev=web.number(form, "rev"),
+            ),
+            request,
         ),
-        request,
+        _done("/console/rules", f"rule_{verb}_done"),
+        _again(_rules_view, request, session, form),
     )
-    return _done("/console/rules", f"rule_{verb}_done")
 
 
 # --- categories -----------------------------------------------------------------------------------
@@ -177,11 +217,20 @@ async def rule_verb(request: Request, lineage_id: str, verb: str) -> Response:
 
 @router.get("/categories")
 async def categories_page(request: Request) -> Response:
-    session = await _admin(request)
+    return await _categories_view(request, await _admin(request))
+
+
+async def _categories_view(
+    request: Request, session: Session, *, form: FormData | None = None, error: DomainError | None = None
+) -> Response:
     backend = web.backend(request)
     principal = session.principal.to_proto()
     rows = []
     categories = await _categories(request, session)
+    names = {str(c["id"]): str(c["name"]) for c in categories}
+    pacing_settings = await web.call(
+        backend.rules.GetPacingSettings, rules_pb2.GetPacingSettingsRequest(principal=principal), request
+    )
     for category in categories:
         status = as_graduation_status(
             await web.call(
@@ -189,6 +238,14 @@ async def categories_page(request: Request) -> Response:
                 rules_pb2.GetGraduationStatusRequest(principal=principal, category_id=category["id"]),
                 request,
             )
+        )
+        pacing = as_pacing_state(
+            pacing_settings,
+            await web.call(
+                backend.review.GetPacingState,
+                review_pb2.GetPacingStateRequest(principal=principal, category_id=category["id"]),
+                request,
+            ),
         )
         base = f"/console/categories/{category['id']}"
         verbs = ""
@@ -213,13 +270,16 @@ async def categories_page(request: Request) -> Response:
             f'<input type="hidden" name="never_graduate" value="{lock}">',
             ("Allow graduation of " if status["never_graduate"] else "Never graduate ") + category["name"],
         )
+        verbs += await _merge_form(request, session, category, names, len(pacing["items"]), form)
         gate = "met" if status["maturity_gate_met"] else "not met"
         rows.append(
-            f"<tr><td>{h(category['name'])}<br><code>{h(category['id'])}</code></td><td>{h(status['state'])}</td>"
+            f'<tr id="category-{h(category["id"])}"><td>{h(category["name"])}<br><code>{h(category["id"])}</code></td>'
+            f"<td>{h(status['state'])}</td>"
             f"<td>approvals {status['clean_approval_count']}/{status['graduate_min_approvals']} "
             f"({'met' if status['approvals_met'] else 'not met'}); age {status['age_hours']:.1f} h/"
             f"{status['graduate_min_age_hours']:.0f} h ({'met' if status['age_met'] else 'not met'}); "
             f"maturity gate {gate}; drift {status['drift_count']}/{status['drift_demote_after']}</td>"
+            f'<td class="pacing">{_pacing_cell(pacing)}</td>'
             f"<td>{'yes' if status['never_graduate'] else 'no'}</td><td>{verbs}</td></tr>"
         )
     proposals = await web.call(
@@ -227,26 +287,110 @@ async def categories_page(request: Request) -> Response:
         rules_pb2.ListGraduationProposalsRequest(principal=principal),
         request,
     )
-    names = {str(c["id"]): str(c["name"]) for c in categories}
     proposal_rows = [
-        _proposal_row(session, p, names.get(p["category_id"], str(p["category_id"])))
+        _proposal_row(session, p, names.get(p["category_id"], str(p["category_id"])), form)
         for p in (as_graduation_proposal(x) for x in proposals.proposals)
     ]
-    body = f"""{_notice(request)}
-{table("Categories and their graduation status", ["Category", "Rung", "Maturity gate", "Never graduate", "Actions"], rows, empty="No categories yet.")}
+    new = web.typed(form, "new-category")
+    head = ["Category", "Rung", "Maturity gate", "Backlog pacing", "Never graduate", "Actions"]
+    body = f"""{_notice(request)}{_refused(error)}
+{table("Categories and their graduation status", head, rows, empty="No categories yet.")}
 <h2>Graduation proposals waiting for a human</h2>
 {table("Proposals, newest first", ["Category", "Move", "Proposed by", "Maturity gate", "Actions"], proposal_rows, empty="No proposals.")}
 <h2>New category</h2>
-<form method="post" action="/console/categories">{csrf_field(session)}
+<form method="post" action="/console/categories">{csrf_field(session)}{_form_id("new-category")}
   <input type="hidden" name="idem" value="{web.idempotency_key()}">
-  <label for="c-name">Name</label><input type="text" id="c-name" name="name" required>
-  <label for="c-description">Description</label><input type="text" id="c-description" name="description" size="60">
+  <label for="c-name">Name</label><input type="text" id="c-name" name="name" required value="{h(new("name", ""))}">
+  <label for="c-description">Description</label><input type="text" id="c-description" name="description" size="60" value="{h(new("description", ""))}">
   <p><button type="submit">Create category</button></p>
 </form>"""
-    return page("Categories", body, session=session, active="categories")
+    return page("Categories", body, session=session, active="categories", status=_status(error))
 
 
-def _proposal_row(session: Session, proposal: dict[str, Any], name: str) -> str:
+def _pacing_cell(pacing: dict[str, Any]) -> str:
+    """The category's backlog pacing as ``GET /v1/categories/{id}/pacing`` answers it: what is pending,
+    what is stale against which rule high-water, what is nudged in the look-ahead window, what is next."""
+    nxt = ", ".join(pacing["next_review_ids"]) or "nothing"
+    return (
+        f"{pacing['queued']} pending; {pacing['stale']} stale against rule high-water "
+        f"{pacing['rule_high_water']}; {pacing['redrafting']} in the window (nudged, of "
+        f"{pacing['lookahead_window']}); next: <code>{h(nxt)}</code>"
+    )
+
+
+async def _merge_form(
+    request: Request,
+    session: Session,
+    category: dict[str, Any],
+    names: dict[str, str],
+    pending: int,
+    form: FormData | None,
+) -> str:
+    """ "Merge into…": the other categories to merge into, the rationale, and what moves (the category's
+    own live rules and its pending drafts, each nudged to recheck its category)."""
+    cid = str(category["id"])
+    others = {i: n for i, n in names.items() if i != cid}
+    if not others:
+        return ""
+    rules = await web.call(
+        web.backend(request).rules.GetRules,
+        rules_pb2.GetRulesRequest(principal=session.principal.to_proto(), category_id=cid),
+        request,
+    )
+    own = sum(1 for r in rules.rules if r.scope == "category" and r.category_id == cid)
+    typed = web.typed(form, f"merge-{cid}")
+    into = typed("into_category_id", "")
+    options = "".join(
+        f'<option value="{h(i)}"{" selected" if i == into else ""}>{h(n)}</option>'
+        for i, n in sorted(others.items(), key=lambda x: x[1])
+    )
+    ident = f"merge-{h(cid)}"
+    return (
+        f"<details{' open' if into else ''}><summary>Merge {h(category['name'])} into…</summary>"
+        f'<form method="post" action="/console/categories/{h(cid)}/merge">{csrf_field(session)}{_form_id(f"merge-{cid}")}'
+        f'<input type="hidden" name="idem" value="{web.idempotency_key()}">'
+        f'<label for="{ident}-into">Category that stays</label>'
+        f'<select id="{ident}-into" name="into_category_id" required><option value="">pick one</option>{options}</select>'
+        f'<label for="{ident}-why">Rationale (why both describe the same purpose)</label>'
+        f'<textarea id="{ident}-why" name="rationale" rows="2" cols="40" required maxlength="2000">'
+        f"{h(typed('rationale', ''))}</textarea>"
+        f'<p class="confirm">Moves {own} category rule{"" if own == 1 else "s"} and {pending} pending '
+        f"draft{'' if pending == 1 else 's'} (each nudged to recheck its category); {h(category['name'])} "
+        "is retired.</p>"
+        f'<p><button type="submit">Merge {h(category["name"])}</button></p></form></details>'
+    )
+
+
+@router.post("/categories/{category_id}/merge")
+async def merge(request: Request, category_id: str) -> Response:
+    session, form = await _admin_write(request)
+    return await web.act(
+        lambda: web.call(
+            web.backend(request).rules.MergeCategories,
+            rules_pb2.MergeCategoriesRequest(
+                principal=session.principal.to_proto(),
+                category_id=category_id,
+                into_category_id=web.field(form, "into_category_id"),
+                rationale=web.field(form, "rationale"),
+                idempotency_key=web.field(form, "idem"),
+            ),
+            request,
+        ),
+        _merged,
+        _again(_categories_view, request, session, form),
+    )
+
+
+async def _merged(reply: rules_pb2.MergeCategoriesResponse) -> Response:
+    merged = as_category_merge(reply)
+    return _done(
+        "/console/categories",
+        f"{merged['merged']['name']} merged into {merged['into']['name']}: {merged['rules_moved']} rules "
+        f"moved, {merged['rules_retired']} retired as twins; its pending drafts moved and were nudged",
+    )
+
+
+def _proposal_row(session: Session, proposal: dict[str, Any], name: str, form: FormData | None) -> str:
     """A waiting proposal: approve (graduate the category to it) or reject with the reason the agent
     reads verbatim (the category stays on its rung)."""
     pid, to_state = proposal["id"], proposal["to_state"]
@@ -257,10 +401,11 @@ def _proposal_row(session: Session, proposal: dict[str, Any], name: str) -> str:
         f'<input type="hidden" name="to_state" value="{h(to_state)}">',
         f"Approve: graduate {name} to {to_state}",
     )
+    reason = web.typed(form, f"reject-{pid}")("reason", "")
     reject = (
-        f'<details><summary>Reject…</summary><form method="post" action="/console/categories/proposals/{h(pid)}/reject">'
-        f'{csrf_field(session)}<label for="reason-{h(pid)}">Reason (the agent reads it verbatim)</label>'
-        f'<textarea id="reason-{h(pid)}" name="reason" rows="2" cols="40" required maxlength="2000"></textarea>'
+        f'<details{" open" if reason else ""}><summary>Reject…</summary><form method="post" action="/console/categories/proposals/{h(pid)}/reject">'
+        f'{csrf_field(session)}{_form_id(f"reject-{pid}")}<label for="reason-{h(pid)}">Reason (the agent reads it verbatim)</label>'
+        f'<textarea id="reason-{h(pid)}" name="reason" rows="2" cols="40" required maxlength="2000">{h(reason)}</textarea>'
         f'<p><button type="submit">Reject the proposal for {h(name)}</button></p></form></details>'
     )
     return (
@@ -273,61 +418,76 @@ def _proposal_row(session: Session, proposal: dict[str, Any], name: str) -> str:
 @router.post("/categories/proposals/{proposal_id}/reject")
 async def reject_proposal(request: Request, proposal_id: str) -> Response:
     session, form = await _admin_write(request)
-    await web.call(
-        web.backend(request).rules.RejectGraduationProposal,
-        rules_pb2.RejectGraduationProposalRequest(
-            principal=session.principal.to_proto(), proposal_id=proposal_id, reason=web.field(form, "reason")
+    return await web.act(
+        lambda: web.call(
+            web.backend(request).rules.RejectGraduationProposal,
+            rules_pb2.RejectGraduationProposalRequest(
+                principal=session.principal.to_proto(),
+                proposal_id=proposal_id,
+                reason=web.field(form, "reason"),
+            ),
+            request,
         ),
-        request,
+        _done("/console/categories", "proposal_rejected"),
+        _again(_categories_view, request, session, form),
     )
-    return _done("/console/categories", "proposal_rejected")
 
 
 @router.post("/categories")
 async def create_category(request: Request) -> Response:
     session, form = await _admin_write(request)
-    await web.call(
-        web.backend(request).rules.CreateCategory,
-        rules_pb2.CreateCategoryRequest(
-            principal=session.principal.to_proto(),
-            name=web.field(form, "name"),
-            description=web.field(form, "description"),
-            scope="project",
-            idempotency_key=web.field(form, "idem"),
+    return await web.act(
+        lambda: web.call(
+            web.backend(request).rules.CreateCategory,
+            rules_pb2.CreateCategoryRequest(
+                principal=session.principal.to_proto(),
+                name=web.field(form, "name"),
+                description=web.field(form, "description"),
+                scope="project",
+                idempotency_key=web.field(form, "idem"),
+            ),
+            request,
         ),
-        request,
+        _done("/console/categories", "category_created"),
+        _again(_categories_view, request, session, form),
     )
-    return _done("/console/categories", "category_created")
 
 
 @router.post("/categories/{category_id}/graduate")
 async def graduate(request: Request, category_id: str) -> Response:
     session, form = await _admin_write(request)
-    to_state = web.field(form, "to_state")
-    await web.call(
-        web.backend(request).rules.Graduate,
-        rules_pb2.GraduateRequest(
-            principal=session.principal.to_proto(), category_id=category_id, to_state=to_state
-        ),
-        request,
-    )
     verb = "demoted" if web.field(form, "verb") == "demote" else "graduated"
-    return _done("/console/categories", f"category_{verb}")
+    return await web.act(
+        lambda: web.call(
+            web.backend(request).rules.Graduate,
+            rules_pb2.GraduateRequest(
+                principal=session.principal.to_proto(),
+                category_id=category_id,
+                to_state=web.field(form, "to_state"),
+            ),
+            request,
+        ),
+        _done("/console/categories", f"category_{verb}"),
+        _again(_categories_view, request, session, form),
+    )
 
 
 @router.post("/categories/{category_id}/never-graduate")
 async def never_graduate(request: Request, category_id: str) -> Response:
     session, form = await _admin_write(request)
-    await web.call(
-        web.backend(request).rules.UpdateCategory,
-        rules_pb2.UpdateCategoryRequest(
-            principal=session.principal.to_proto(),
-            category_id=category_id,
-            never_graduate=web.field(form, "never_graduate") == "true",
+    return await web.act(
+        lambda: web.call(
+            web.backend(request).rules.UpdateCategory,
+            rules_pb2.UpdateCategoryRequest(
+                principal=session.principal.to_proto(),
+                category_id=category_id,
+                never_graduate=web.field(form, "never_graduate") == "true",
+            ),
+            request,
         ),
-        request,
+        _done("/console/categories", "graduation_lock_saved"),
+        _again(_categories_view, request, session, form),
     )
-    return _done("/console/categories", "graduation_lock_saved")
 
 
 # --- settings -------------------------------------------------------------------------------------
@@ -337,16 +497,19 @@ def _shown(value: object) -> str:
     return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _dial_inputs(prefix: str, values: dict[str, Any], blank: str) -> str:
-    """One input per dial field, with the value the page showed (so a save sends only what changed)."""
-    out = []
+def _dial_inputs(prefix: str, values: dict[str, Any], blank: str, form: FormData | None) -> str:
+    """One input per dial field, with the value the page showed (so a save sends only what changed), or
+    what the admin typed when this very form was refused."""
+    typed = web.typed(form, prefix)
+    out = [_form_id(prefix)]
     for name in RISK_DIAL_FIELDS:
         shown = _shown(values.get(name))
+        value = typed(name, shown)
         ident = f"{prefix}-{name}"
         was = f'<input type="hidden" name="was_{h(name)}" value="{h(shown)}">'
         if isinstance(getattr(rules_pb2.RiskValues(), name), bool):
             opts = "".join(
-                f'<option value="{v}"{" selected" if shown == v else ""}>{v or blank}</option>'
+                f'<option value="{v}"{" selected" if value == v else ""}>{v or blank}</option>'
                 for v in ("", "true", "false")
             )
             out.append(
@@ -355,7 +518,7 @@ def _dial_inputs(prefix: str, values: dict[str, Any], blank: str) -> str:
         else:
             out.append(
                 f'<label for="{ident}">{h(name)}</label><input type="text" inputmode="decimal" id="{ident}" '
-                f'name="{h(name)}" value="{h(shown)}" placeholder="{h(blank)}">{was}'
+                f'name="{h(name)}" value="{h(value)}" placeholder="{h(blank)}">{was}'
             )
     return "".join(out)
 
@@ -382,29 +545,28 @@ def _dial_values(form: FormData, *, changed_only: bool) -> tuple[rules_pb2.RiskV
 PACING_FIELDS = ("lookahead_window", "rework_batch_max", "nudge_min_interval_ms")
 
 
-async def _pacing_section(request: Request, session: Session) -> str:
+async def _pacing_section(request: Request, session: Session, form: FormData | None) -> str:
     """Backlog pacing (the risk dial's family): how a new rule's stale drafts are nudged to the agent."""
     reply = await web.call(
         web.backend(request).rules.GetPacingSettings,
         rules_pb2.GetPacingSettingsRequest(principal=session.principal.to_proto()),
         request,
     )
+    typed = web.typed(form, "pacing")
     inputs = "".join(
         f'<label for="pacing-{n}">{h(n)}</label><input type="text" inputmode="numeric" id="pacing-{n}" '
-        f'name="{n}" value="{getattr(reply.values, n)}" placeholder="default">'
+        f'name="{n}" value="{h(typed(n, str(getattr(reply.values, n))))}" placeholder="default">'
         for n in PACING_FIELDS
     )
     return f"""<h2>Backlog pacing</h2>
 <p>A new rule's stale drafts are nudged to the agent <code>lookahead_window</code> per category at a time, each
 suggesting at most <code>rework_batch_max</code>, refills <code>nudge_min_interval_ms</code> apart (blank = default).</p>
-<form method="post" action="/console/settings/pacing">{csrf_field(session)}
+<form method="post" action="/console/settings/pacing">{csrf_field(session)}{_form_id("pacing")}
 {inputs}
 <p><button type="submit">Save pacing</button></p></form>"""
 
 
-@router.post("/settings/pacing")
-async def set_pacing(request: Request) -> Response:
-    session, form = await _admin_write(request)
+def _pacing_request(session: Session, form: FormData) -> rules_pb2.SetPacingSettingsRequest:
     message = rules_pb2.SetPacingSettingsRequest(principal=session.principal.to_proto())
     for name in PACING_FIELDS:
         text = web.field(form, name).strip()
@@ -414,8 +576,19 @@ async def set_pacing(request: Request) -> Response:
             setattr(message.values, name, int(text))
         else:
             raise DomainError(Code.BAD_REQUEST, f"{name} must be a whole number, not {text!r}.")
-    await web.call(web.backend(request).rules.SetPacingSettings, message, request)
-    return _done("/console/settings", "pacing_saved")
+    return message
+
+
+@router.post("/settings/pacing")
+async def set_pacing(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    return await web.act(
+        lambda: web.call(
+            web.backend(request).rules.SetPacingSettings, _pacing_request(session, form), request
+        ),
+        _done("/console/settings", "pacing_saved"),
+        _again(_settings, request, session, form),
+    )
 
 
 @router.get("/settings")
@@ -424,16 +597,52 @@ async def settings_page(request: Request) -> Response:
     return await _settings(request, session)
 
 
-async def _settings(request: Request, session: Session, issued: str = "") -> Response:
+POLICY_LAYERS = {
+    "account": "Account default (every project of the org without its own override)",
+    "project": "This project's override",
+}
+
+
+def _policy_section(session: Session, policy: review_pb2.ReviewPolicy, form: FormData | None) -> str:
+    """The org's account default beside the project's override, and which of them (or the
+    require_review floor) is in force."""
+    held = {"account": policy.account_default, "project": policy.project_override}
+    forms = []
+    for layer, label in POLICY_LAYERS.items():
+        picked = web.typed(form, f"policy-{layer}")("policy", held[layer])
+        options = "".join(
+            f'<option value="{p}"{" selected" if p == picked else ""}>{p or "not set"}</option>'
+            for p in ("", *POLICIES)
+            if p or not held[layer]  # "not set" only while the layer holds nothing
+        )
+        forms.append(
+            f'<form method="post" action="/console/settings/review-policy">{csrf_field(session)}'
+            f'{_form_id(f"policy-{layer}")}<input type="hidden" name="layer" value="{layer}">'
+            f'<label for="policy-{layer}">{h(label)}: <strong>{h(held[layer] or "not set")}</strong></label>'
+            f'<select id="policy-{layer}" name="policy">{options}</select>'
+            f"<p><button type='submit'>Save {h(label.split(' (')[0].lower())}</button></p></form>"
+        )
+    return f"""<h2>Review policy</h2>
+<p id="policy-in-force">In force: <strong>{h(policy.policy)}</strong> (from {h(policy.source)}).
+The project's override wins, then the account default, then the <code>require_review</code> floor.</p>
+{"".join(forms)}"""
+
+
+async def _settings(
+    request: Request,
+    session: Session,
+    issued: str = "",
+    *,
+    form: FormData | None = None,
+    error: DomainError | None = None,
+) -> Response:
     backend = web.backend(request)
     principal = session.principal.to_proto()
     dial = as_risk_dial(
         await web.call(backend.rules.GetRiskDial, rules_pb2.GetRiskDialRequest(principal=principal), request)
     )
-    policy = as_review_policy(
-        await web.call(
-            backend.review.GetReviewPolicy, review_pb2.GetReviewPolicyRequest(principal=principal), request
-        )
+    policy = await web.call(
+        backend.review.GetReviewPolicy, review_pb2.GetReviewPolicyRequest(principal=principal), request
     )
     categories = await _categories(request, session)
     overrides = {c["category_id"]: c for c in dial["categories"]}
@@ -449,10 +658,11 @@ async def _settings(request: Request, session: Session, issued: str = "") -> Res
         )
         dial_rows.append(f"<tr><th scope='row'>{h(c['category_id'])}</th>{cells}</tr>")
     category_forms = "".join(
-        f"<details><summary>Overrides for {h(c['name'])}</summary>"
+        f"<details{' open' if form is not None and web.field(form, 'form') == 'dial-' + c['id'] else ''}>"
+        f"<summary>Overrides for {h(c['name'])}</summary>"
         f"<form method='post' action='/console/settings/risk-dial'>{csrf_field(session)}"
         f"<input type='hidden' name='category_id' value='{h(c['id'])}'>"
-        f"{_dial_inputs('dial-' + c['id'], overrides.get(c['id'], {}), 'inherit')}"
+        f"{_dial_inputs('dial-' + c['id'], overrides.get(c['id'], {}), 'inherit', form)}"
         f"<p><button type='submit'>Save overrides for {h(c['name'])}</button></p></form></details>"
         for c in categories
     )
@@ -473,48 +683,44 @@ async def _settings(request: Request, session: Session, issued: str = "") -> Res
         backend.review.ListContacts, review_pb2.ListContactsRequest(principal=principal), request
     )
     contact_rows = [_contact_row(session, as_contact(c)) for c in listed.contacts]
-    policy_options = "".join(
-        f'<option value="{p}"{" selected" if p == policy["policy"] else ""}>{p}</option>' for p in POLICIES
+    contact = web.typed(form, "contacts")("address", "")
+    key = web.typed(form, "key")
+    kinds = "".join(
+        f'<option value="{k}"{" selected" if k == key("actor_kind", "") else ""}>{k}</option>'
+        for k in ("human", "agent", "review_agent", "admin")
     )
-    kinds = "".join(f'<option value="{k}">{k}</option>' for k in ("human", "agent", "review_agent", "admin"))
     shown_once = (
         f'<div class="notice" role="status" data-autofocus tabindex="-1"><p>New key (shown once, copy it now):</p>'
         f'<p class="secret">{h(issued)}</p></div>'
         if issued
         else ""
     )
-    body = f"""{_notice(request)}{shown_once}
+    body = f"""{_notice(request)}{_refused(error)}{shown_once}
 <h2>Risk dial</h2>
 {table("Values in force: the account's, and each category's effective value", ["Scope", *RISK_DIAL_FIELDS], dial_rows)}
 <details open><summary>Account values (blank = built-in default)</summary>
 <form method="post" action="/console/settings/risk-dial">{csrf_field(session)}
-{_dial_inputs("dial-account", dial["account"], "default")}
+{_dial_inputs("dial-account", dial["account"], "default", form)}
 <p><button type="submit">Save account values</button></p></form></details>
 {category_forms}
-{await _pacing_section(request, session)}
-<h2>Review policy</h2>
-<p>In force: <strong>{h(policy["policy"])}</strong> (from {h(policy["source"])}).</p>
-<form method="post" action="/console/settings/review-policy">{csrf_field(session)}
-  <label for="policy">Policy</label><select id="policy" name="policy">{policy_options}</select>
-  <p><button type="submit">Save review policy</button></p></form>
+{await _pacing_section(request, session, form)}
+{_policy_section(session, policy, form)}
 <h2>Blocks and suppressions</h2>
 {table("Blocked and suppressed recipients", ["Address", "Blocked", "Suppressed", "Actions"], contact_rows, empty="No recipient is blocked or suppressed.")}
-<form method="post" action="/console/settings/contacts">{csrf_field(session)}
-  <label for="contact">Address</label><input type="text" id="contact" name="address" required>
+<form method="post" action="/console/settings/contacts">{csrf_field(session)}{_form_id("contacts")}
+  <label for="contact">Address</label><input type="text" id="contact" name="address" required value="{h(contact)}">
   <p><button type="submit" name="list" value="block">Block</button>
   <button type="submit" name="list" value="suppress">Suppress</button></p></form>
 <h2>API keys</h2>
 {table("Keys of this project", ["Key", "Kind", "Name", "Created", ""], key_rows)}
-<form method="post" action="/console/settings/api-keys">{csrf_field(session)}
+<form method="post" action="/console/settings/api-keys">{csrf_field(session)}{_form_id("key")}
   <label for="key-kind">Kind</label><select id="key-kind" name="actor_kind">{kinds}</select>
-  <label for="key-name">Name</label><input type="text" id="key-name" name="name">
+  <label for="key-name">Name</label><input type="text" id="key-name" name="name" value="{h(key("name", ""))}">
   <p><button type="submit">Issue key</button></p></form>"""
-    return page("Settings", body, session=session, active="settings")
+    return page("Settings", body, session=session, active="settings", status=_status(error))
 
 
-@router.post("/settings/risk-dial")
-async def set_risk_dial(request: Request) -> Response:
-    session, form = await _admin_write(request)
+def _dial_request(session: Session, form: FormData) -> rules_pb2.SetRiskDialRequest:
     category_id = web.field(form, "category_id")
     values, blank = _dial_values(form, changed_only=not category_id)
     message = rules_pb2.SetRiskDialRequest(principal=session.principal.to_proto())
@@ -525,21 +731,36 @@ async def set_risk_dial(request: Request) -> Response:
     else:
         message.account.CopyFrom(values)
         message.account_clear.extend(blank)
-    await web.call(web.backend(request).rules.SetRiskDial, message, request)
-    return _done("/console/settings", "risk_dial_saved")
+    return message
+
+
+@router.post("/settings/risk-dial")
+async def set_risk_dial(request: Request) -> Response:
+    session, form = await _admin_write(request)
+    return await web.act(
+        lambda: web.call(web.backend(request).rules.SetRiskDial, _dial_request(session, form), request),
+        _done("/console/settings", "risk_dial_saved"),
+        _again(_settings, request, session, form),
+    )
 
 
 @router.post("/settings/review-policy")
 async def set_review_policy(request: Request) -> Response:
     session, form = await _admin_write(request)
-    await web.call(
-        web.backend(request).review.SetReviewPolicy,
-        review_pb2.SetReviewPolicyRequest(
-            principal=session.principal.to_proto(), policy=web.field(form, "policy")
+    account = web.field(form, "layer") == "account"
+    return await web.act(
+        lambda: web.call(
+            web.backend(request).review.SetReviewPolicy,
+            review_pb2.SetReviewPolicyRequest(
+                principal=session.principal.to_proto(),
+                policy=web.field(form, "policy"),
+                account_default=account,
+            ),
+            request,
         ),
-        request,
+        _done("/console/settings", "account_default_saved" if account else "review_policy_saved"),
+        _again(_settings, request, session, form),
     )
-    return _done("/console/settings", "review_policy_saved")
 
 
 def _contact_row(session: Session, contact: dict[str, Any]) -> str:
@@ -567,12 +788,17 @@ async def remove_contact(request: Request) -> Response:
     session, form = await _admin_write(request)
     backend = web.backend(request)
     blocked = web.field(form, "list") == "blocked"
-    await web.call(
-        backend.review.RemoveBlock if blocked else backend.review.RemoveSuppression,
-        review_pb2.ContactRequest(principal=session.principal.to_proto(), address=web.field(form, "address")),
-        request,
+    return await web.act(
+        lambda: web.call(
+            backend.review.RemoveBlock if blocked else backend.review.RemoveSuppression,
+            review_pb2.ContactRequest(
+                principal=session.principal.to_proto(), address=web.field(form, "address")
+            ),
+            request,
+        ),
+        _done("/console/settings", "unblocked" if blocked else "unsuppressed"),
+        _again(_settings, request, session, form),
     )
-    return _done("/console/settings", "unblocked" if blocked else "unsuppressed")
 
 
 @router.post("/settings/contacts")
@@ -580,40 +806,58 @@ async def add_contact(request: Request) -> Response:
     session, form = await _admin_write(request)
     backend = web.backend(request)
     rpc = backend.review.AddBlock if web.field(form, "list") == "block" else backend.review.AddSuppression
-    await web.call(
-        rpc,
-        review_pb2.ContactRequest(principal=session.principal.to_proto(), address=web.field(form, "address")),
-        request,
+    return await web.act(
+        lambda: web.call(
+            rpc,
+            review_pb2.ContactRequest(
+                principal=session.principal.to_proto(), address=web.field(form, "address")
+            ),
+            request,
+        ),
+        _done("/console/settings", "contact_saved"),
+        _again(_settings, request, session, form),
     )
-    return _done("/console/settings", "contact_saved")
 
 
 @router.post("/settings/api-keys")
 async def issue_key(request: Request) -> Response:
     session, form = await _admin_write(request)
-    try:
-        kind = ActorKind(web.field(form, "actor_kind"))
-    except ValueError:
-        raise DomainError(Code.BAD_REQUEST, "Pick a key kind.") from None
-    async with request.app.state.db.transaction() as uow:
-        project = await store.get_project(uow.conn, session.principal.project_id)
-        assert project is not None
-        _, secret = await store.issue_key(
-            uow.conn, project, kind, web.field(form, "name") or f"console {kind}"
-        )
-    return await _settings(request, session, issued=secret)
+
+    async def issue() -> str:
+        try:
+            kind = ActorKind(web.field(form, "actor_kind"))
+        except ValueError:
+            raise DomainError(Code.BAD_REQUEST, "Pick a key kind.") from None
+        async with request.app.state.db.transaction() as uow:
+            project = await store.get_project(uow.conn, session.principal.project_id)
+            assert project is not None
+            _, secret = await store.issue_key(
+                uow.conn, project, kind, web.field(form, "name") or f"console {kind}"
+            )
+        return secret
+
+    return await web.act(
+        issue,
+        lambda secret: _settings(request, session, issued=secret),
+        _again(_settings, request, session, form),
+    )
 
 
 @router.post("/settings/api-keys/{key_id}/revoke")
 async def revoke_key(request: Request, key_id: str) -> Response:
-    session, _ = await _admin_write(request)
-    async with request.app.state.db.transaction() as uow:
-        key = await store.get_key(uow.conn, key_id)
-        if key is None or key.project_id != session.principal.project_id:
-            raise DomainError(Code.NOT_FOUND, f"No key {key_id} in this project.")
-        await store.revoke_key(uow.conn, key_id)
-    request.app.state.key_cache.forget(key_id)
-    return _done("/console/settings", "key_revoked")
+    session, form = await _admin_write(request)
+
+    async def revoke() -> None:
+        async with request.app.state.db.transaction() as uow:
+            key = await store.get_key(uow.conn, key_id)
+            if key is None or key.project_id != session.principal.project_id:
+                raise DomainError(Code.NOT_FOUND, f"No key {key_id} in this project.")
+            await store.revoke_key(uow.conn, key_id)
+        request.app.state.key_cache.forget(key_id)
+
+    return await web.act(
+        revoke, _done("/console/settings", "key_revoked"), _again(_settings, request, session, form)
+    )
 
 
 # --- budgets --------------------------------------------------------------------------------------
@@ -621,8 +865,14 @@ async def revoke_key(request: Request, key_id: str) -> Response:
 
 @router.get("/budgets")
 async def budgets_page(request: Request) -> Response:
-    session = await _admin(request)
-    run_id = request.query_params.get("run_id", "").strip()
+    return await _budgets_view(request, await _admin(request))
+
+
+async def _budgets_view(
+    request: Request, session: Session, *, form: FormData | None = None, error: DomainError | None = None
+) -> Response:
+    run_id = (web.field(form, "run_id") if form else request.query_params.get("run_id", "")).strip()
+    typed = web.typed(form, "extend")
     found = ""
     if run_id:
         try:
@@ -650,20 +900,20 @@ async def budgets_page(request: Request) -> Response:
 <dt>Admissions</dt><dd>{budget["admissions"]}</dd><dt>Scope</dt><dd>{h(budget["scope_key"])}</dd></dl>
 {receipt}
 <h3>Grant an extension</h3>
-<form method="post" action="/console/budgets/extend">{csrf_field(session)}
+<form method="post" action="/console/budgets/extend">{csrf_field(session)}{_form_id("extend")}
   <input type="hidden" name="run_id" value="{h(run_id)}">
   <input type="hidden" name="expected_prior_limit" value="{budget["limit"]}">
   <input type="hidden" name="idem" value="{web.idempotency_key()}">
-  <label for="b-head">Approved head (commit sha)</label><input type="text" id="b-head" name="head_sha" required>
-  <label for="b-limit">New limit</label><input type="number" id="b-limit" name="new_limit" value="{budget["limit"] + 1}" required>
-  <label for="b-brief">Scope brief</label><input type="text" id="b-brief" name="scope_brief" size="60" required>
+  <label for="b-head">Approved head (commit sha)</label><input type="text" id="b-head" name="head_sha" required value="{h(typed("head_sha", ""))}">
+  <label for="b-limit">New limit</label><input type="number" id="b-limit" name="new_limit" value="{h(typed("new_limit", str(budget["limit"] + 1)))}" required>
+  <label for="b-brief">Scope brief</label><input type="text" id="b-brief" name="scope_brief" size="60" required value="{h(typed("scope_brief", ""))}">
   <p><button type="submit">Grant extension</button></p></form>"""
-    body = f"""{_notice(request)}
+    body = f"""{_notice(request)}{_refused(error)}
 <form method="get" action="/console/budgets">
   <label for="run">Run id</label><input type="text" id="run" name="run_id" value="{h(run_id)}">
   <p><button type="submit">Show the review-round budget</button></p></form>
 {found}"""
-    return page("Budgets", body, session=session, active="budgets")
+    return page("Budgets", body, session=session, active="budgets", status=_status(error))
 
 
 @router.post("/budgets/extend")
@@ -677,19 +927,22 @@ async def extend(request: Request) -> Response:
         remote_addr=request.client.host if request.client else "",
         user_agent=request.headers.get("user-agent", "")[:200],
     )
-    await web.call(
-        web.backend(request).budget.ExtendReviewBudget,
-        budget_pb2.ExtendReviewBudgetRequest(
-            principal=session.principal.to_proto(),
-            run_id=run_id,
-            head_sha=web.field(form, "head_sha"),
-            new_limit=web.number(form, "new_limit"),
-            expected_prior_limit=web.number(form, "expected_prior_limit"),
-            scope_brief=web.field(form, "scope_brief"),
-            idempotency_key=web.field(form, "idem"),
-            origin=origin,
-        ),
-        request,
-    )
     query = urlencode({"run_id": run_id, "done": "extension_granted"})
-    return RedirectResponse(f"/console/budgets?{query}", status_code=303)
+    return await web.act(
+        lambda: web.call(
+            web.backend(request).budget.ExtendReviewBudget,
+            budget_pb2.ExtendReviewBudgetRequest(
+                principal=session.principal.to_proto(),
+                run_id=run_id,
+                head_sha=web.field(form, "head_sha"),
+                new_limit=web.number(form, "new_limit"),
+                expected_prior_limit=web.number(form, "expected_prior_limit"),
+                scope_brief=web.field(form, "scope_brief"),
+                idempotency_key=web.field(form, "idem"),
+                origin=origin,
+            ),
+            request,
+        ),
+        RedirectResponse(f"/console/budgets?{query}", status_code=303),
+        _again(_budgets_view, request, session, form),
+    )

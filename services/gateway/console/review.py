@@ -8,7 +8,7 @@ import base64
 import difflib
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -679,6 +679,13 @@ async def review_page(request: Request, review_id: str) -> Response:
     return await render_review(request, session, await _get(request, session, review_id))
 
 
+def _refusal(
+    request: Request, session: Session, review_id: str, form: FormData
+) -> Callable[[DomainError], Awaitable[Response]]:
+    """What a refused review action answers: the review page again (``_refused``)."""
+    return lambda error: _refused(request, session, review_id, form, error)
+
+
 async def _refused(
     request: Request, session: Session, review_id: str, form: FormData, error: DomainError
 ) -> Response:
@@ -721,8 +728,8 @@ async def _after_decision(request: Request, session: Session, review_id: str, do
 @router.post("/reviews/{review_id}/open")
 async def open_review(request: Request, review_id: str) -> Response:
     session, form = await web.writer(request)
-    try:
-        await web.call(
+    return await web.act(
+        lambda: web.call(
             web.backend(request).review.Open,
             review_pb2.OpenRequest(
                 principal=session.principal.to_proto(),
@@ -732,20 +739,27 @@ async def open_review(request: Request, review_id: str) -> Response:
                 idempotency_key=web.field(form, "idem"),
             ),
             request,
-        )
-    except web.REFUSALS as exc:  # every refusal is rendered on the page
-        return await _refused(request, session, review_id, form, web.as_domain(exc))
-    return RedirectResponse(f"/console/reviews/{review_id}?done=open", status_code=303)
+        ),
+        RedirectResponse(f"/console/reviews/{review_id}?done=open", status_code=303),
+        _refusal(request, session, review_id, form),
+    )
 
 
 @router.post("/reviews/{review_id}/decide")
 async def decide(request: Request, review_id: str) -> Response:
     session, form = await web.writer(request)
     action = web.field(form, "action")
+    return await web.act(
+        lambda: web.call(web.backend(request).review.Decide, _decision(session, form, review_id), request),
+        lambda _: _after_decision(request, session, review_id, action),
+        _refusal(request, session, review_id, form),
+    )
+
+
+def _decision(session: Session, form: FormData, review_id: str) -> review_pb2.DecideRequest:
+    action = web.field(form, "action")
     if action not in PAST:
-        return await _refused(
-            request, session, review_id, form, DomainError(Code.BAD_REQUEST, "Pick an action.")
-        )
+        raise DomainError(Code.BAD_REQUEST, "Pick an action.")
     message = review_pb2.DecideRequest(
         principal=session.principal.to_proto(),
         review_id=review_id,
@@ -770,18 +784,14 @@ async def decide(request: Request, review_id: str) -> Response:
                 message.new_rule.rule_layer = "org"
             elif scope == "agent":
                 message.new_rule.scope_agent_id = web.field(form, "rule_agent")
-    try:
-        await web.call(web.backend(request).review.Decide, message, request)
-    except web.REFUSALS as exc:  # every refusal is rendered on the page
-        return await _refused(request, session, review_id, form, web.as_domain(exc))
-    return await _after_decision(request, session, review_id, action)
+    return message
 
 
 @router.post("/reviews/{review_id}/chat")
 async def chat(request: Request, review_id: str) -> Response:
     session, form = await web.writer(request)
-    try:
-        await web.call(
+    return await web.act(
+        lambda: web.call(
             web.backend(request).review.PostChat,
             review_pb2.PostChatRequest(
                 principal=session.principal.to_proto(),
@@ -790,18 +800,19 @@ async def chat(request: Request, review_id: str) -> Response:
                 idempotency_key=web.field(form, "idem"),
             ),
             request,
-        )
-    except web.REFUSALS as exc:  # every refusal is rendered on the page
-        return await _refused(request, session, review_id, form, web.as_domain(exc))
-    return RedirectResponse(f"/console/reviews/{review_id}", status_code=303)
+        ),
+        RedirectResponse(f"/console/reviews/{review_id}", status_code=303),
+        _refusal(request, session, review_id, form),
+    )
 
 
 @router.post("/reviews/{review_id}/delivery-resolution")
 async def resolve_delivery(request: Request, review_id: str) -> Response:
     """An admin closes a parked send as delivered or failed, with the reason (never a resend)."""
     session, form = await web.writer(request)
-    outcome, reason = web.field(form, "outcome"), web.field(form, "reason").strip()
-    try:
+
+    async def resolve() -> None:
+        outcome, reason = web.field(form, "outcome"), web.field(form, "reason").strip()
         web.require_admin(session)
         if outcome not in OUTCOMES or not reason:
             raise DomainError(
@@ -814,9 +825,12 @@ async def resolve_delivery(request: Request, review_id: str) -> Response:
             ),
             request,
         )
-    except web.REFUSALS as exc:  # every refusal is rendered on the page
-        return await _refused(request, session, review_id, form, web.as_domain(exc))
-    return RedirectResponse(f"/console/reviews/{review_id}?done=resolved", status_code=303)
+
+    return await web.act(
+        resolve,
+        RedirectResponse(f"/console/reviews/{review_id}?done=resolved", status_code=303),
+        _refusal(request, session, review_id, form),
+    )
 
 
 @router.post("/reviews/{review_id}/presence")

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import grpc
 from fastapi import Request
 from reviewloop.errors import Code, DomainError
 from starlette.datastructures import FormData
+from starlette.responses import Response
 
 from gateway.backends import Backends
 from gateway.console.sessions import Session, check_csrf, current
 from gateway.problems import backend_error
+
+T = TypeVar("T")
 
 
 class SignInRequired(Exception):
@@ -92,3 +96,26 @@ def as_domain(error: Exception) -> DomainError:
 
 async def call(rpc: Any, message: Any, request: Request) -> Any:
     return await rpc(message, timeout=backend(request).timeout_s)
+
+
+async def act(
+    work: Callable[[], Awaitable[T]],
+    then: Response | Callable[[T], Awaitable[Response]],
+    refused: Callable[[DomainError], Awaitable[Response]],
+) -> Response:
+    """Every console action: ``work`` reads the form and calls the backend; a refusal (nothing changed)
+    answers ``refused`` (the page again, saying why and keeping what was typed), else ``then`` (given
+    what ``work`` answered)."""
+    try:
+        result = await work()
+    except REFUSALS as exc:
+        return await refused(as_domain(exc))
+    return then if isinstance(then, Response) else await then(result)
+
+
+def typed(form: FormData | None, form_id: str) -> Callable[[str, str], str]:
+    """What a field shows: what the reviewer typed when the page renders again after its form
+    (named by a hidden ``form`` field) was refused, else the value the page has."""
+    if form is None or field(form, "form") != form_id:
+        return lambda name, shown: shown
+    return lambda name, shown: field(form, name, shown)

@@ -102,12 +102,14 @@ async def record_inbound(
     return message
 
 
-async def get_policy(env: Env, principal: Principal) -> tuple[str, str]:
+async def get_policy(env: Env, principal: Principal) -> tuple[str, str, str, str]:
+    """The policy in force and its source, then what the project's override and the org's account
+    default each hold ("" where unset)."""
     async with env.db.engine.connect() as conn:
         override = await store.get_policy(conn, principal.project_id)
         account_default = await store.get_account_policy(conn, principal.org_id)
     policy, source = resolve_policy(override, account_default)
-    return policy.value, source
+    return policy.value, source, override or "", account_default or ""
 
 
 async def set_account_policy(env: Env, principal: Principal, policy: str) -> tuple[str, str]:
