@@ -157,3 +157,22 @@ async def test_a_restamp_names_the_rules_versions_it_reread_as_the_sdk_does(api:
     assert restamped.status_code == 200, restamped.text
     assert (restamped.json()["revision"], restamped.json()["version"]) == (1, version + 1)
     assert (await api.http.get(backlog, headers=agent)).json()["stale"] == 0
+
+
+async def test_a_refused_send_hands_its_text_back_as_unsent_text(api: Api) -> None:
+    """The SDK's ``unsent_text`` extra: a send refused before anything was queued answers with its text."""
+    project = await api.project()
+    agent = api.auth((await api.key(project["project_id"], "agent"))["api_key"])
+    text = "Can you do Thursday 2pm?"
+    refused = await api.http.post(
+        "/v1/messages", json={"to": ["vp@acme.com"], "subject": "Q3 pilot", "text": text}, headers=agent
+    )
+    assert refused.status_code == 422 and refused.json()["code"] == "intent_required", refused.text
+    assert refused.json()["unsent_text"] == text
+    assert (await api.http.get("/v1/reviews", headers=agent)).json()["items"] == []
+    sent = await api.http.post(
+        "/v1/messages",
+        json={**{k: v for k, v in draft().items() if k != "body_text"}, "text": text},
+        headers=agent,
+    )
+    assert sent.status_code == 202 and "unsent_text" not in sent.json(), sent.text

@@ -35,6 +35,7 @@ from reviewloop.tenancy import ActorKind, Principal
 from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, require
 from gateway.backends import Backends, backends
 from gateway.headers import IdempotencyKey
+from gateway.problems import refused_send
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.translate import Json, page, timestamp
 from gateway.translate.reviews import (
@@ -87,7 +88,10 @@ async def _submit(
         request.reply_to = body.reply_to
     if body.confidence is not None:
         request.confidence = body.confidence
-    reply = await backend.review.Submit(request, timeout=backend.timeout_s)
+    try:
+        reply = await backend.review.Submit(request, timeout=backend.timeout_s)
+    except grpc.aio.AioRpcError as exc:
+        raise refused_send(exc, body.body_text) from exc
     return encoded(as_submit_result(reply), status_code=202)
 
 
