@@ -400,8 +400,10 @@ class Verbs:
             parent_revision: The ``revision`` the redraft was built on (the optimistic check).
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
-            **fields: The redraft: ``subject``, ``body_text``, ``composition_token``, ``intent``,
-                ``attachments`` (omit to keep them, ``[]`` to clear them), ...
+            **fields: The redraft: ``subject``, ``text``, ``composition_token`` (or ``rules_version_seen``,
+                the ``rule_high_water`` of the rules applied), ``version`` (a second compare-and-set, on
+                the row's version), ``intent``, ``attachments`` (omit to keep them, ``[]`` to clear
+                them), ...
 
         Returns:
             The :class:`Review` at its new revision.
@@ -421,7 +423,11 @@ class Verbs:
 
     @staticmethod
     def restamp_review(
-        review_id: str, *, parent_revision: int, idempotency_key: str | None = None, **fields: Any
+        review_id: str,
+        *,
+        parent_revision: int | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
     ) -> Call[Review]:
         """Re-stamp a draft against the current rules without changing it (``POST .../{review_id}/restamp``).
 
@@ -430,17 +436,20 @@ class Verbs:
 
         Args:
             review_id: The ``rr_`` id.
-            parent_revision: The ``revision`` that was re-checked.
+            parent_revision: The ``revision`` that was re-checked; omitted, the current one (or the one
+                ``expected_version`` holds).
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
-            **fields: Further request fields, chiefly the ``composition_token`` of the rules re-read.
+            **fields: The rules re-read: their ``composition_token``, or the SDK's ``against_version``
+                (the ``category_rules_version``) and ``house_style_version`` ``get_rules`` reported;
+                ``expected_version``, a compare-and-set on the row's version.
 
         Returns:
             The :class:`Review`, stamped with the current rule high-water.
 
         Raises:
-            ReviewloopError: ``409 stale``, ``409 wrong_state`` or ``409 terminal``, as for
-                :meth:`submit_revision`.
+            ReviewloopError: ``409 born_stale`` when the rules moved past those named; ``409 stale``,
+                ``409 wrong_state`` or ``409 terminal``, as for :meth:`submit_revision`.
         """
         body = _drop_none(dict(parent_revision=parent_revision, **fields))
         return Call(

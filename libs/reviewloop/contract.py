@@ -5,9 +5,11 @@ from typing import Final
 
 CONTRACT_VERSION: Final = "0.1.0-pre.6"
 
-# Every shape by the SDK's type name (spec/SDK.md: the SDK is the reference where the spec is silent).
-# The SDK's names this surface does not serve yet (RuleAuditEntry, LearnedReviewRule, the commerce plane)
-# are left out rather than promised; ``Page<Review>`` is ``ReviewList`` here.
+# Every shape by the SDK's type name (spec/SDK.md: the SDK is the reference where the spec is silent), then
+# the ones this surface adds. Where the SDK names a generic (``Page<Review>``), the component is named
+# ``ReviewList``; ``SubmitForReviewResult`` is one schema whose ``kind`` tells the SDK's
+# ``QueuedForReviewResult`` from its ``SentResult``. The SDK's commerce plane and ``LearnedReviewRule``
+# (``learn_review_rule`` answers a ``Rule``) are not served here, so not promised.
 CONTRACT_MANIFEST: Final = {
     "name": "extrovert.review-loop",
     "version": CONTRACT_VERSION,
@@ -24,32 +26,27 @@ CONTRACT_MANIFEST: Final = {
         "DiffHunk",
         "Rule",
         "ReviewEvent",
-        # submit and reads
+        # submit, states and reads
+        "ReviewMode",
+        "ReviewState",
         "Review",
         "ReviewTurn",
-        "ReviewTurnList",
-        "ReviewDecisionContext",
-        "ReviewList",
         "SubmitForReviewResult",
-        "SentMessage",
         # review events
         "ReviewEventsResult",
         "ReviewEventCursor",
-        "AckReviewEventRequest",
-        "AckReviewEventEntry",
-        "AckReviewEventResult",
-        # chat, revision, restamp, cancel
+        "LearnReviewRuleRequest",
+        # chat, revision, restamp
         "PostReviewChatRequest",
         "SubmitRevisionRequest",
         "RestampReviewRequest",
         # categories
         "Category",
-        "CategoryList",
         "ProposeCategoryRequest",
         "UpdateCategoryRequest",
-        "MergeCategoriesRequest",
-        "CategoryMerge",
         # graduation and the risk dial
+        "AccountRiskDial",
+        "EffectiveRiskDial",
         "CategoryRiskDial",
         "RiskDial",
         "GraduationStatus",
@@ -58,14 +55,26 @@ CONTRACT_MANIFEST: Final = {
         "ScanBacklogStatus",
         "CategoryPacingState",
         "PacingItem",
-        # rules
-        "RuleSnapshot",
+        # rules and audit
         "SaveRuleRequest",
-        "LearnReviewRuleRequest",
-        "PromoteRuleRequest",
+        "RuleAuditEntry",
         # the reviewer planes
+        "ReviewerAction",
+        "ReviewDecisionContext",
         "ReviewerDecisionRequest",
         "ReviewerDecisionResult",
+        # ours: pages, acks, merges, promotion, the snapshot and the problem
+        "ReviewList",
+        "ReviewTurnList",
+        "CategoryList",
+        "SentMessage",
+        "AckReviewEventRequest",
+        "AckReviewEventEntry",
+        "AckReviewEventResult",
+        "MergeCategoriesRequest",
+        "CategoryMerge",
+        "PromoteRuleRequest",
+        "RuleSnapshot",
         "Problem",
     ],
     "skills": ["extrovert-send-email", "extrovert-writing-rules"],

@@ -145,6 +145,8 @@ class DomainError(Exception):
     violations: Sequence[FieldViolation] = field(default_factory=tuple)
     # The HTTP status, where the failure is more specific than its code's usual one (see ``Code``).
     status: int | None = None
+    # The text of a refused send, handed back so the agent can fix the request without re-composing.
+    unsent_text: str | None = None
 
     def __post_init__(self) -> None:
         super().__init__(f"{self.code}: {self.detail}")

@@ -91,6 +91,8 @@ def problem_body(error: DomainError, status: int, request_id: str | None = None)
         body["next_action"] = NEXT_ACTIONS[error.code]
     if (state := current_state(error)) is not None:
         body["current_state"] = state
+    if error.unsent_text is not None:
+        body["unsent_text"] = error.unsent_text
     if request_id:
         body["request_id"] = request_id
     return body
@@ -145,6 +147,22 @@ def validation_error(exc: RequestValidationError) -> DomainError:
     )
     detail = "; ".join(f"{v.field}: {v.description}" for v in violations) or "The request is invalid."
     return DomainError(Code.BAD_REQUEST, detail, violations=violations)
+
+
+# Refusals that say for certain nothing was sent (an unavailable or failed backend leaves that open).
+UNCERTAIN = frozenset({Code.UNAVAILABLE, Code.INTERNAL})
+
+
+def refused_send(exc: grpc.aio.AioRpcError, text: str) -> Exception:
+    """A backend's refusal of a send as the SDK reads it: with the body it did not send (``unsent_text``)."""
+    try:
+        error = from_rpc_error(exc)
+    except ValueError:
+        return exc
+    if error.code in UNCERTAIN:
+        return exc
+    error.unsent_text = text
+    return error
 
 
 def backend_error(exc: grpc.aio.AioRpcError) -> DomainError:

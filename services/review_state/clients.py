@@ -56,6 +56,15 @@ class TokenCheck:
 
 
 @dataclass(frozen=True)
+class StackVersions:
+    """The versions ``get_rules`` reports for a draft's stack now."""
+
+    house_style_version: int
+    category_rules_version: int
+    rule_high_water: int
+
+
+@dataclass(frozen=True)
 class CategoryInfo:
     id: str
     state: str
@@ -78,6 +87,7 @@ class Collaborators(Protocol):
     async def get_dial(self, principal: Principal, category_id: str) -> Dial: ...
     async def check_rule(self, principal: Principal, rule: rules_pb2.SaveRuleRequest) -> None: ...
     async def stack_high_water(self, principal: Principal, category_id: str) -> int: ...
+    async def stack_versions(self, principal: Principal, category_id: str) -> StackVersions: ...
     async def pacing_settings(self, principal: Principal) -> dict[str, int]: ...
     async def compute_diff(
         self,
@@ -183,6 +193,18 @@ class GrpcCollaborators:
             rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
         )
         return int(reply.rule_high_water)
+
+    async def stack_versions(self, principal: Principal, category_id: str) -> StackVersions:
+        """The house-style and category rules-versions and the high-water of ``category_id``'s stack."""
+        reply = await _call(
+            "rules",
+            "the rule stack",
+            self.rules.GetRules,
+            rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
+        )
+        return StackVersions(
+            int(reply.house_style_version), int(reply.category_rules_version), int(reply.rule_high_water)
+        )
 
     async def pacing_settings(self, principal: Principal) -> dict[str, int]:
         """The project's backlog pacing values in force (lookahead_window, rework_batch_max,

@@ -342,6 +342,8 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             request.parent_revision,
             revision,
             composition_token=request.composition_token,
+            expected_version=_optional(request, "expected_version"),
+            rules_version_seen=_optional(request, "rules_version_seen"),
             idempotency_key=request.idempotency_key,
         )
         return review_to_proto(review)
@@ -353,6 +355,9 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             request.review_id,
             request.parent_revision,
             composition_token=request.composition_token,
+            expected_version=_optional(request, "expected_version"),
+            against_version=_optional(request, "against_version"),
+            house_style_version=_optional(request, "house_style_version"),
             idempotency_key=request.idempotency_key,
         )
         return review_to_proto(review)

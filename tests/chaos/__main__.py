@@ -139,7 +139,7 @@ class Run:
             body.pop("intent")
         answer = await self.client.call("POST", "/v1/messages", agent, key=f"s-{tag}-{i}", json=body)
         if still_running(answer):  # re-derive: did the first submit land?
-            mine = await all_pages(self.client, "/v1/reviews", human, "reviews")
+            mine = await all_pages(self.client, "/v1/reviews", human, "items")
             found = [r["id"] for r in mine if r["subject"] == subject]
             if not found:
                 answer = await self.client.call(
@@ -215,7 +215,7 @@ async def operator(run: Run, sink: Sink, stop: asyncio.Event, stats: Counter[str
             listed = await run.client.call(
                 "GET", "/v1/reviews", project["human"], params={"state": "approved"}
             )
-            for review in listed.json()["reviews"]:
+            for review in listed.json()["items"]:
                 path = f"/v1/reviews/{review['id']}"
                 delivery = (await run.client.call("GET", path, project["human"])).json().get("delivery") or {}
                 if delivery.get("status") != "send_needs_reconciliation":
@@ -250,7 +250,7 @@ async def check(run: Run, sink: Sink) -> dict[str, Any]:
     reader: dict[str, dict[str, str]] = {}
     events: list[dict[str, Any]] = []
     for project in run.projects.values():
-        for review in await all_pages(run.client, "/v1/reviews", project["human"], "reviews"):
+        for review in await all_pages(run.client, "/v1/reviews", project["human"], "items"):
             listed[review["id"]] = review
             reader[review["id"]] = project["human"]
         events += await all_pages(run.client, "/v1/review-events", project["agent"], "events")

@@ -99,7 +99,7 @@ async def test_edit_saved_as_category_rule_then_approved(capi: Api, new_page: An
         await asyncio.sleep(0.2)
     assert sent and sent[0]["payload"]["decision"] == "edited", sent
     rules = await capi.http.get("/v1/rules", params={"category_id": category}, headers=agent)
-    assert "Always propose one concrete time slot." in [r["rule_text"] for r in rules.json()["rules"]]
+    assert "Always propose one concrete time slot." in [r["rule_text"] for r in rules.json()["items"]]
 
 
 async def test_stale_click_refused_visibly_keeping_what_was_typed(capi: Api, new_page: Any) -> None:
@@ -368,7 +368,7 @@ async def test_admin_approves_a_proposed_rule_and_reads_its_history(capi: Api, n
     await ladder.get_by_text("History").click()
     await expect(ladder.locator("details li")).to_have_count(2)
     rules = await capi.http.get("/v1/rules", headers=capi.auth(p["agent"]))
-    assert "Never promise a discount." in [r["rule_text"] for r in rules.json()["rules"]]
+    assert "Never promise a discount." in [r["rule_text"] for r in rules.json()["items"]]
 
 
 async def _approve_by_api(api: Api, human_key: str, review_id: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ async def _saved_rule(api: Api, agent_key: str, text: str) -> dict[str, Any]:
     """The rule saying ``text`` on the agent's ladder, once the decision's outbox delivered it."""
     deadline = time.monotonic() + 20
     while True:
-        rules = (await api.http.get("/v1/rules", headers=api.auth(agent_key))).json()["rules"]
+        rules = (await api.http.get("/v1/rules", headers=api.auth(agent_key))).json()["items"]
         found = [r for r in rules if r["rule_text"] == text]
         if found:
             return dict(found[0])

@@ -232,7 +232,6 @@ SDK: dict[str, dict[str, Any]] = {
             "rule_high_water": INT,
         },
         {"next_cursor": STRING, "composition_token": STRING, "composition_token_expires_at": STAMP},
-        {"rules": array(ref("Rule"))},
     ),
     "GraduationStatus": shape(
         {
@@ -326,19 +325,15 @@ SDK: dict[str, dict[str, Any]] = {
 }
 
 
-def page(item: str, extra: str) -> dict[str, Any]:
-    """The SDK's ``Page<T>`` (``next_cursor`` absent on the last page), and our older list name."""
-    return shape(
-        {"items": array(ref(item)), "total": INT},
-        {"next_cursor": STRING},
-        {extra: array(ref(item))},
-    )
+def page(item: str) -> dict[str, Any]:
+    """The SDK's ``Page<T>`` (``next_cursor`` absent on the last page)."""
+    return shape({"items": array(ref(item)), "total": INT}, {"next_cursor": STRING})
 
 
-SDK["Page<Review>"] = page("Review", "reviews")
-SDK["Page<Category>"] = page("Category", "categories")
-SDK["Page<ReviewTurn>"] = page("ReviewTurn", "turns")
-SDK["Page<RuleAuditEntry>"] = page("RuleAuditEntry", "entries")
+SDK["Page<Review>"] = page("Review")
+SDK["Page<Category>"] = page("Category")
+SDK["Page<ReviewTurn>"] = page("ReviewTurn")
+SDK["Page<RuleAuditEntry>"] = page("RuleAuditEntry")
 
 
 def sdk_errors(type_name: str, value: Any) -> list[str]:

@@ -193,7 +193,7 @@ UNVALIDATED: list[tuple[type[Any], Any]] = [
     (shapes.Review, lambda: as_review(filled(review_pb2.Review()))),
     (shapes.Review, lambda: as_review(review_pb2.Review(kind=1, state=1))),  # every optional absent
     (shapes.SubmitForReviewResult, lambda: as_submit_result(filled(review_pb2.SubmitResponse()))),
-    (shapes.ReviewList, lambda: page([as_review(filled(review_pb2.Review()))], "c", also_as="reviews")),
+    (shapes.ReviewList, lambda: page([as_review(filled(review_pb2.Review()))], "c")),
     (shapes.ReviewTurnList, lambda: page([as_review_turn(filled(review_pb2.Turn()))])),
     (shapes.ReviewChatResult, lambda: as_review_chat_result(filled(review_pb2.PostChatResponse()))),
     (shapes.ReviewEventsResult, lambda: {"events": [as_review_event(filled(nudge_pb2.Nudge()))]}),
@@ -205,7 +205,7 @@ UNVALIDATED: list[tuple[type[Any], Any]] = [
     ),
     (
         shapes.CategoryList,
-        lambda: page([as_category(filled(rules_pb2.Category()))], also_as="categories"),
+        lambda: page([as_category(filled(rules_pb2.Category()))]),
     ),
     (shapes.RunnerList, lambda: {"runners": [as_runner(filled(budget_pb2.Runner()))]}),
     (shapes.GateDecisionList, lambda: {"decisions": [as_gate_decision(filled(budget_pb2.GateDecision()))]}),

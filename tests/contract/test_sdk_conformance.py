@@ -142,8 +142,9 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     token = (await api.http.get("/v1/rules", params={"category_id": category["id"]}, headers=agent)).json()
     await run.call(
         "Review", "POST", f"/v1/reviews/{pending['review']['id']}/restamp", agent,
-        json={"parent_revision": 1, "composition_token": token["composition_token"]},
-    )  # fmt: skip
+        json={"against_version": token["category_rules_version"], "house_style_version": token["house_style_version"],
+              "expected_version": pending["review"]["version"]},
+    )  # fmt: skip  # the SDK's restamp: the versions re-read, no parent_revision
     restamped = await run.call("ScanBacklogStatus", "GET", backlog, agent)
     assert (restamped["queued"], restamped["stale"]) == (1, 0)
     pacing = await run.call("CategoryPacingState", "GET", f"/v1/categories/{category['id']}/pacing", agent)

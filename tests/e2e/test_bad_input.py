@@ -46,7 +46,7 @@ async def test_an_over_long_field_is_a_422_naming_the_field_and_stores_nothing(a
     response = await api.http.post("/v1/messages", json=draft(subject="x" * 5000), headers=agent)
     problem = assert_problem(response, 422, "bad_request")
     assert problem["errors"][0]["field"] == "/subject"  # type: ignore[index]
-    assert (await api.http.get("/v1/reviews", headers=agent)).json()["reviews"] == []
+    assert (await api.http.get("/v1/reviews", headers=agent)).json()["items"] == []
 
 
 async def test_a_body_over_the_limit_is_a_413(api: Api) -> None:
@@ -94,7 +94,7 @@ async def test_text_no_store_can_hold_is_refused_naming_the_field(api: Api, bad:
     )
     problem = assert_problem(response, status, "bad_request")
     assert problem["errors"][0]["field"] == "/body_text"  # type: ignore[index]
-    assert (await api.http.get("/v1/reviews", headers=agent)).json()["reviews"] == []
+    assert (await api.http.get("/v1/reviews", headers=agent)).json()["items"] == []
 
 
 NUL = "a\u0000b"
@@ -143,7 +143,7 @@ async def test_an_integer_beyond_64_bits_in_a_free_form_object_is_a_422_naming_i
     problem = assert_problem(sent, 422, "bad_request")
     assert problem["errors"][0]["field"] == "/intent/meta"  # type: ignore[index]
     assert "/deep/0/n" in str(problem["detail"])
-    assert (await api.http.get("/v1/reviews", headers=agent)).json()["reviews"] == []
+    assert (await api.http.get("/v1/reviews", headers=agent)).json()["items"] == []
     project = await api.project()
     admin = api.auth((await api.key(project["project_id"], "admin"))["api_key"])
     config = await api.http.put(

@@ -132,7 +132,7 @@ async def _rule_saved(api: Api, headers: dict[str, str], rule_id: str, **query: 
     """The rule ``rule_id`` once the rules context saved it (it travels in the decision's outbox)."""
     deadline = time.monotonic() + 15
     while True:
-        rules = (await api.http.get("/v1/rules", params=query, headers=headers)).json()["rules"]
+        rules = (await api.http.get("/v1/rules", params=query, headers=headers)).json()["items"]
         saved = [r for r in rules if r["id"] == rule_id]
         if saved:
             return dict(saved[0])
@@ -171,7 +171,7 @@ async def test_a_new_rule_on_a_categorized_review_is_saved_only_with_its_decisio
     [rule_id] = feedback["new_rules"]
     saved = await _rule_saved(api, agent, rule_id)
     assert (saved["scope"], saved.get("category_id") or "") == ("general", "")
-    rules = (await api.http.get("/v1/rules", headers=agent)).json()["rules"]
+    rules = (await api.http.get("/v1/rules", headers=agent)).json()["items"]
     assert [r["id"] for r in rules if r["rule_text"] == rule["rule_text"]] == [
         rule_id
     ]  # the stale one left none
@@ -339,7 +339,7 @@ async def test_a_graduated_category_auto_sends_when_every_gate_passes(api: Api) 
     human = api.auth((await api.key(project["project_id"], "human"))["api_key"])
     queue = await api.http.get("/v1/reviews", params={"humans_notified": "true"}, headers=human)
     assert queue.status_code == 200, queue.text
-    assert [r["id"] for r in queue.json()["reviews"]] == [sent.json()["review_id"]]
+    assert [r["id"] for r in queue.json()["items"]] == [sent.json()["review_id"]]
 
 
 async def test_the_daily_auto_send_cap_is_spent_only_by_a_committed_release(api: Api) -> None:

@@ -179,7 +179,7 @@ async def test_blocks_and_suppressions_refuse_at_submit_before_the_intent_gate(a
         refused = await api.http.post("/v1/messages", json=body, headers=agent)
         assert (refused.status_code, refused.json()["code"]) == (status, code)
         assert ("recipient", address) in _facts(refused.json())
-    assert (await api.http.get("/v1/reviews", headers=agent)).json()["reviews"] == []
+    assert (await api.http.get("/v1/reviews", headers=agent)).json()["items"] == []
 
 
 async def test_an_admin_lists_blocks_and_suppressions_and_lifts_them(api: Api) -> None:

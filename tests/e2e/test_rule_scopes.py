@@ -31,7 +31,7 @@ async def _rule(api: Api, headers: dict[str, str], rule_id: str, **query: str) -
     """The rule ``rule_id`` on the caller's ladder, once the rules context saved it."""
 
     async def probe() -> dict[str, Any] | None:
-        rules = (await api.http.get("/v1/rules", params=query, headers=headers)).json()["rules"]
+        rules = (await api.http.get("/v1/rules", params=query, headers=headers)).json()["items"]
         return next((r for r in rules if r["id"] == rule_id), None)
 
     return await _eventually(probe, f"rule {rule_id} saved")
@@ -87,7 +87,7 @@ async def test_a_decisions_new_rule_can_be_for_the_reviews_agent_and_names_its_d
     assert rule["source_review_id"] == review["id"] and rule["source_turn_id"] == decision_turn["id"]
     # Another agent of the project does not compose under it.
     other = api.auth((await api.key(org.project_id, "agent"))["api_key"])
-    theirs = (await api.http.get("/v1/rules", headers=other)).json()["rules"]
+    theirs = (await api.http.get("/v1/rules", headers=other)).json()["items"]
     assert rule_id not in {r["id"] for r in theirs}
 
 
@@ -188,7 +188,7 @@ async def test_promote_rule_to_house_style_takes_an_admin_key(api: Api) -> None:
     )
     assert sibling.status_code == 201, sibling.text
     sibling_agent = api.auth((await api.key(sibling.json()["project_id"], "agent"))["api_key"])
-    ladder = (await api.http.get("/v1/rules", headers=sibling_agent)).json()["rules"]
+    ladder = (await api.http.get("/v1/rules", headers=sibling_agent)).json()["items"]
     assert [r["id"] for r in ladder if r["lineage_id"] == lineage] == [promoted["id"]]
     stale = await api.http.post(
         f"/v1/rules/{lineage}/promote", json={"rev": 2, "to_layer": "org"}, headers=org.admin
@@ -242,11 +242,11 @@ async def test_merge_categories_moves_rules_and_drafts_and_rechecks_them(api: Ap
 
     # The rules: the moved lineage now governs the category that stays; its twin retired.
     kept = (await api.http.get("/v1/rules", params={"category_id": keep["id"]}, headers=org.agent)).json()
-    assert sorted(r["rule_text"] for r in kept["rules"] if r["scope"] == "category") == [
+    assert sorted(r["rule_text"] for r in kept["items"] if r["scope"] == "category") == [
         "Keep it under 120 words.",
         "Quote the pilot start date.",
     ]
-    moved = next(r for r in kept["rules"] if r["lineage_id"] == moving["lineage_id"])
+    moved = next(r for r in kept["items"] if r["lineage_id"] == moving["lineage_id"])
     assert (moved["rev"], moved["category_id"]) == (2, keep["id"])
     audit = (await api.http.get(f"/v1/rules/{moving['lineage_id']}/audit", headers=org.agent)).json()["items"]
     assert [e["action"] for e in audit] == ["create", "merge"]

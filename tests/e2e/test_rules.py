@@ -173,7 +173,7 @@ async def test_get_rules_returns_the_ordered_ladder_and_a_token_only_when_unfilt
     stack = (
         await api.http.get("/v1/rules", params={"category_id": category["id"]}, headers=org.agent)
     ).json()
-    assert [r["id"] for r in stack["rules"]] == [
+    assert [r["id"] for r in stack["items"]] == [
         mine["id"],
         in_category["id"],
         general["id"],
@@ -185,7 +185,7 @@ async def test_get_rules_returns_the_ordered_ladder_and_a_token_only_when_unfilt
 
     browsing = (await api.http.get("/v1/rules", params={"scope": "general"}, headers=org.agent)).json()
     assert "composition_token" not in browsing
-    assert {r["scope"] for r in browsing["rules"]} == {"general"}
+    assert {r["scope"] for r in browsing["items"]} == {"general"}
 
 
 async def test_revisions_are_append_only_with_stale_duplicate_and_credential_refusals(api: Api) -> None:
@@ -223,7 +223,7 @@ async def test_revisions_are_append_only_with_stale_duplicate_and_credential_ref
         (2, "active", "revised"),
     ]
     stack = (await api.http.get("/v1/rules", headers=org.agent)).json()
-    assert [r["rule_text"] for r in stack["rules"]] == ["Keep emails under 100 words."]
+    assert [r["rule_text"] for r in stack["items"]] == ["Keep emails under 100 words."]
 
 
 async def test_agents_get_403_on_every_console_verb_and_other_orgs_get_404(api: Api) -> None:
@@ -270,9 +270,9 @@ async def test_staged_approval_and_console_undo(api: Api) -> None:
     proposed = await org.save(org.agent, rule_text="Always propose a concrete time.")
     assert proposed["status"] == "proposed" and proposed["author_kind"] == "agent"
     after = (await api.http.get("/v1/rules", headers=org.agent)).json()
-    assert after["rules"] == [] and after["rule_high_water"] == before["rule_high_water"]
+    assert after["items"] == [] and after["rule_high_water"] == before["rule_high_water"]
     pending = (await api.http.get("/v1/rules", params={"status": "proposed"}, headers=org.human)).json()
-    assert [r["id"] for r in pending["rules"]] == [proposed["id"]]
+    assert [r["id"] for r in pending["items"]] == [proposed["id"]]
 
     approved = await api.http.post(
         f"/v1/admin/rules/{proposed['lineage_id']}/approve", json={"rev": 1}, headers=org.admin
@@ -280,7 +280,7 @@ async def test_staged_approval_and_console_undo(api: Api) -> None:
     assert approved.status_code == 200, approved.text
     assert (approved.json()["status"], approved.json()["rev"]) == ("active", 2)
     stack = (await api.http.get("/v1/rules", headers=org.agent)).json()
-    assert [r["rule_text"] for r in stack["rules"]] == ["Always propose a concrete time."]
+    assert [r["rule_text"] for r in stack["items"]] == ["Always propose a concrete time."]
     assert stack["rule_high_water"] > after["rule_high_water"]
 
     undone = await api.http.post(
@@ -306,7 +306,7 @@ async def test_graduation_is_proposed_by_agents_and_flipped_by_the_console(api: 
     assert agent_made.status_code == 201 and agent_made.json()["author_kind"] == "agent"
     category = agent_made.json()
     listed = (await api.http.get("/v1/categories", headers=org.agent)).json()
-    assert [c["id"] for c in listed["categories"]] == [category["id"]] and "next_cursor" not in listed
+    assert [c["id"] for c in listed["items"]] == [category["id"]] and "next_cursor" not in listed
 
     proposal = await api.http.post(
         f"/v1/categories/{category['id']}/graduation-proposals",
@@ -497,7 +497,7 @@ async def test_agents_retire_undo_and_rename_through_the_catalog_tools(api: Api)
         )
         assert (renamed["id"], renamed["name"]) == (made["id"], "Renewal reminders")
     stack = (await api.http.get("/v1/rules", headers=org.agent)).json()
-    assert [r["rule_text"] for r in stack["rules"]] == ["Always propose a concrete time."]
+    assert [r["rule_text"] for r in stack["items"]] == ["Always propose a concrete time."]
 
     lock = await api.http.patch(
         f"/v1/categories/{made['id']}", json={"never_graduate": True}, headers=org.agent
@@ -551,7 +551,7 @@ async def test_promote_rule_makes_a_category_rule_general_and_moves_the_stack(ap
     after = (await api.http.get("/v1/rules", headers=org.agent)).json()
     assert after["rule_high_water"] > before["rule_high_water"]
     general = (await api.http.get("/v1/rules", params={"scope": "general"}, headers=org.agent)).json()
-    assert [r["rule_text"] for r in general["rules"]] == ["Name the pilot's start date."]
+    assert [r["rule_text"] for r in general["items"]] == ["Name the pilot's start date."]
     again = await api.http.post(f"/v1/rules/{rule['lineage_id']}/promote", json={"rev": 2}, headers=org.agent)
     assert again.status_code == 409 and again.json()["code"] == "wrong_state", again.text
     foreign = await api.http.post(

@@ -25,7 +25,7 @@ async def test_send_queues_a_review_that_reads_back_and_lists(api: Api) -> None:
     assert "thread_ref" not in review and "message_id" not in review
 
     listed = (await api.http.get("/v1/reviews", headers=agent)).json()
-    assert [r["id"] for r in listed["reviews"]] == [body["review_id"]], listed
+    assert [r["id"] for r in listed["items"]] == [body["review_id"]], listed
     assert "next_cursor" not in listed
 
 
@@ -39,7 +39,7 @@ async def test_send_without_intent_is_refused_and_stores_nothing(api: Api) -> No
     problem = refused.json()
     assert problem["code"] == "intent_required"
     assert '"intent"' in problem["detail"] and "Nothing was sent" in problem["detail"]
-    assert (await api.http.get("/v1/reviews", headers=agent)).json()["reviews"] == []
+    assert (await api.http.get("/v1/reviews", headers=agent)).json()["items"] == []
 
 
 async def test_list_reviews_pages_newest_first_and_filters_by_state(api: Api) -> None:
@@ -50,13 +50,13 @@ async def test_list_reviews_pages_newest_first_and_filters_by_state(api: Api) ->
     ]
     await api.http.post(f"/v1/reviews/{ids[0]}/cancel", json={"parent_revision": 1}, headers=agent)
     first = (await api.http.get("/v1/reviews", params={"limit": 2}, headers=agent)).json()
-    assert [r["id"] for r in first["reviews"]] == [ids[2], ids[1]]
+    assert [r["id"] for r in first["items"]] == [ids[2], ids[1]]
     rest = (
         await api.http.get("/v1/reviews", params={"limit": 2, "cursor": first["next_cursor"]}, headers=agent)
     ).json()
-    assert [r["id"] for r in rest["reviews"]] == [ids[0]] and "next_cursor" not in rest
+    assert [r["id"] for r in rest["items"]] == [ids[0]] and "next_cursor" not in rest
     pending = (await api.http.get("/v1/reviews", params={"state": ["needs_review"]}, headers=agent)).json()
-    assert {r["id"] for r in pending["reviews"]} == {ids[1], ids[2]}
+    assert {r["id"] for r in pending["items"]} == {ids[1], ids[2]}
 
 
 async def test_cancel_emits_one_terminal_nudge_that_ack_removes_for_good(api: Api) -> None:
@@ -141,4 +141,4 @@ async def test_idempotency_key_replays_the_submit_and_refuses_another_body(api: 
     assert first["review_id"] == second["review_id"]
     other = await api.http.post("/v1/messages", json=draft(subject="Different"), headers=headers)
     assert other.status_code == 409 and other.json()["code"] == "idempotency_conflict"
-    assert len((await api.http.get("/v1/reviews", headers=agent)).json()["reviews"]) == 1
+    assert len((await api.http.get("/v1/reviews", headers=agent)).json()["items"]) == 1

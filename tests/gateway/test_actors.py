@@ -92,7 +92,7 @@ async def test_only_an_agent_key_composes(api: Api, kind: str) -> None:
     refused = await api.http.post("/v1/messages", json=draft(), headers=found[kind]["headers"])
     problem = assert_problem(refused, 403, "forbidden_scope")
     assert "agent" in str(problem["detail"])
-    assert (await api.http.get("/v1/reviews", headers=found["agent"]["headers"])).json()["reviews"] == []
+    assert (await api.http.get("/v1/reviews", headers=found["agent"]["headers"])).json()["items"] == []
 
 
 async def test_the_bootstrap_token_has_no_tenant_for_project_verbs(api: Api) -> None:
@@ -136,7 +136,7 @@ async def test_another_projects_review_is_not_found_never_forbidden(api: Api) ->
         headers = theirs[kind]["headers"]
         assert_problem(await api.http.get(f"/v1/reviews/{review_id}", headers=headers), 404, "not_found")
         listed = await api.http.get("/v1/reviews", headers=headers)
-        assert review_id not in {r["id"] for r in listed.json()["reviews"]}
+        assert review_id not in {r["id"] for r in listed.json()["items"]}
     for kind in ("agent", "human"):
         cancel = await api.http.post(
             f"/v1/reviews/{review_id}/cancel", json={"parent_revision": 1}, headers=theirs[kind]["headers"]

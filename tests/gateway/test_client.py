@@ -49,7 +49,7 @@ async def test_async_client_round_trip_and_typed_problems(api: Api) -> None:
             1,
             INTENT["summary"],
         )
-        assert [r.id for r in (await rl.list_reviews(state=["needs_review"])).reviews] == [sent.review_id]
+        assert [r.id for r in (await rl.list_reviews(state=["needs_review"])).items] == [sent.review_id]
         cancelled = await rl.cancel_review(sent.review_id, parent_revision=1)
         assert cancelled.closed
         with pytest.raises(ReviewloopError) as refused:
@@ -70,7 +70,7 @@ async def test_a_retried_send_with_one_idempotency_key_is_one_review(api: Api) -
         )
         first, again = await rl.run(call), await rl.run(call)
         assert first.review_id == again.review_id
-        assert len((await rl.list_reviews()).reviews) == 1
+        assert len((await rl.list_reviews()).items) == 1
 
 
 async def test_sync_client_reads_the_same_contract(api: Api) -> None:
@@ -79,7 +79,7 @@ async def test_sync_client_reads_the_same_contract(api: Api) -> None:
     def work() -> tuple[str, int]:
         with Reviewloop(url(api), agent) as rl:
             sent = rl.send_email(to=["vp@acme.com"], subject="Q3", body_text="Hi", intent=INTENT)
-            return rl.get_review(sent.review_id).state, len(rl.list_reviews().reviews)
+            return rl.get_review(sent.review_id).state, len(rl.list_reviews().items)
 
     assert await asyncio.to_thread(work) == ("needs_review", 1)
 
@@ -90,7 +90,7 @@ async def test_the_example_agent_stops_on_the_terminal_event(api: Api) -> None:
     async with AsyncReviewloop(url(api), agent) as rl, AsyncReviewloop(url(api), human) as console:
         running = asyncio.create_task(example.run_agent(rl, max_wait_s=60))
         for _ in range(200):  # until the agent's draft is in the human's queue
-            if pending := (await console.list_reviews(state=["needs_review"])).reviews:
+            if pending := (await console.list_reviews(state=["needs_review"])).items:
                 break
             await asyncio.sleep(0.05)
         await console.cancel_review(pending[0].id, parent_revision=pending[0].revision)

@@ -15,7 +15,7 @@ from google.protobuf.json_format import ParseError
 from review_state import app
 from review_state.__main__ import SPEC
 from review_state.app import Env, Settings
-from review_state.clients import CategoryInfo, DiffResult, TokenCheck
+from review_state.clients import CategoryInfo, DiffResult, StackVersions, TokenCheck
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
 from review_state.providers import AtData, EmlProvider, OutcomeUnknown, Refused
@@ -55,6 +55,8 @@ class FakePeers:
     token_high_water: int = 5
     current_high_water: int = 5
     stack_high_water_now: int = 0  # the stack's high-water a draft without a token is checked against
+    house_style_version_now: int = 0  # the versions get_rules reports (a restamp names them)
+    category_rules_version_now: int = 0
     category_state: str = "supervised"
     never_graduate: bool = False
     dial: Dial = field(default_factory=lambda: Dial(0.7, False, 0.0, 200))
@@ -99,6 +101,12 @@ class FakePeers:
     async def stack_high_water(self, principal: Principal, category_id: str) -> int:
         self._check()
         return self.stack_high_water_now
+
+    async def stack_versions(self, principal: Principal, category_id: str) -> StackVersions:
+        self._check()
+        return StackVersions(
+            self.house_style_version_now, self.category_rules_version_now, self.stack_high_water_now
+        )
 
     async def pacing_settings(self, principal: Principal) -> dict[str, int]:
         self._check()

@@ -127,6 +127,47 @@ async def test_born_stale_fails_closed_a_redraft_without_a_token_after_the_stack
     assert (await app.submit_revision(env, AGENT, review.id, 3, Revision(body_text="v4"))).revision == 4
 
 
+async def test_the_sdks_rules_version_seen_and_restamp_versions_are_checked_like_a_token(env: Env) -> None:
+    fake = peers(env)
+    fake.stack_high_water_now, fake.category_rules_version_now, fake.house_style_version_now = 5, 2, 1
+    review = await queued(env)
+    fake.stack_high_water_now, fake.category_rules_version_now = 7, 3  # a category rule moved
+    with pytest.raises(DomainError) as seen_old:
+        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"), rules_version_seen=5)
+    assert seen_old.value.code is Code.BORN_STALE
+    assert await reasons(env, review.id) == ["rule_changed"]  # re-nudged, exactly like a stale token
+    with pytest.raises(DomainError) as seen_ahead:
+        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"), rules_version_seen=8)
+    assert seen_ahead.value.violations[0].field == "/rules_version_seen"
+    for against, house, code in (
+        (2, None, Code.BORN_STALE),
+        (3, 0, Code.BORN_STALE),
+        (4, None, Code.BAD_REQUEST),
+    ):
+        with pytest.raises(DomainError) as refused:
+            await app.restamp(env, AGENT, review.id, 1, against_version=against, house_style_version=house)
+        assert refused.value.code is code
+    with pytest.raises(DomainError) as wrong_row:
+        await app.restamp(env, AGENT, review.id, 1, expected_version=review.version + 1, against_version=3)
+    assert wrong_row.value.code is Code.STALE
+    current = (await app.get_review(env, AGENT, review.id))[0]
+    assert (current.revision, current.version, current.rule_high_water) == (1, review.version, 5)  # untouched
+    restamped = await app.restamp(
+        env, AGENT, review.id, 1, expected_version=review.version, against_version=3, house_style_version=1
+    )
+    assert (restamped.revision, restamped.rule_high_water) == (1, 7)
+    redrafted = await app.submit_revision(
+        env,
+        AGENT,
+        review.id,
+        1,
+        Revision(body_text="v2"),
+        expected_version=restamped.version,
+        rules_version_seen=7,
+    )
+    assert (redrafted.revision, redrafted.rule_high_water) == (2, 7)
+
+
 async def test_a_stale_token_on_a_new_message_is_born_stale_and_queues_nothing(env: Env) -> None:
     peers(env).token_status = "stale"
     with pytest.raises(DomainError) as caught:

@@ -40,7 +40,9 @@ from reviewloop.shapes._base import (
     Addresses,
     CategoryState,
     Hours,
+    ReviewMode,
     ReviewModeName,
+    ReviewState,
     ReviewStateName,
     SendPath,
     Sha,
@@ -149,6 +151,7 @@ from reviewloop.shapes.reviews import (
     ReviewChatResult,
     ReviewDecisionContext,
     ReviewDelivery,
+    ReviewerAction,
     ReviewerDecisionRequest,
     ReviewerDecisionResult,
     ReviewerDecisionReview,
@@ -166,6 +169,7 @@ from reviewloop.shapes.reviews import (
 )
 from reviewloop.shapes.rules import (
     RISK_DIAL_FIELDS,
+    AccountRiskDial,
     AdminCategoryIn,
     Category,
     CategoryDialIn,
@@ -175,6 +179,7 @@ from reviewloop.shapes.rules import (
     CategoryRiskDial,
     CompositionKey,
     DialValues,
+    EffectiveRiskDial,
     GraduateIn,
     GraduationProposal,
     GraduationProposalList,
@@ -193,7 +198,6 @@ from reviewloop.shapes.rules import (
     RevIn,
     RiskDial,
     RiskDialIn,
-    RiskValues,
     Rule,
     RuleAudit,
     RuleAuditEntry,
@@ -206,22 +210,6 @@ from reviewloop.shapes.rules import (
     ScanBacklogStatus,
     UpdateCategoryRequest,
 )
-
-# The names before issue 15 (the SDK's type names replaced them), for code written against them.
-ReviewChatRequest = PostReviewChatRequest
-SubmitResult = SubmitForReviewResult
-ReviewEventList = ReviewEventsResult
-RuleList = RuleSnapshot
-ReviewComment = ReviewFeedbackComment
-AckReviewEventsRequest = AckReviewEventRequest
-AckReviewEventsResult = AckReviewEventResult
-ReviewEventAck = AckReviewEventEntry
-RevisionIn = SubmitRevisionRequest
-RestampIn = RestampReviewRequest
-CategoryIn = ProposeCategoryRequest
-CategoryPatch = UpdateCategoryRequest
-RuleIn = SaveRuleRequest
-ProposalIn = ProposeGraduationRequest
 
 
 def _declared(module: ModuleType) -> tuple[type[BaseModel], ...]:
@@ -266,6 +254,7 @@ __all__ = [
     "MAX_RULE_CHARS",
     "RISK_DIAL_FIELDS",
     "SHAPES",
+    "AccountRiskDial",
     "AckReviewEventEntry",
     "AckReviewEventRequest",
     "AckReviewEventResult",
@@ -305,6 +294,7 @@ __all__ = [
     "DiffRange",
     "DigestIn",
     "DiscardIn",
+    "EffectiveRiskDial",
     "EnabledIn",
     "EvidenceStatus",
     "ExtendIn",
@@ -369,20 +359,22 @@ __all__ = [
     "ReviewIn",
     "ReviewIntent",
     "ReviewList",
+    "ReviewMode",
     "ReviewModeName",
     "ReviewPolicy",
     "ReviewRun",
     "ReviewSessionBinding",
+    "ReviewState",
     "ReviewStateName",
     "ReviewTurn",
     "ReviewTurnList",
+    "ReviewerAction",
     "ReviewerDecisionRequest",
     "ReviewerDecisionResult",
     "ReviewerDecisionReview",
     "RevokedOut",
     "RiskDial",
     "RiskDialIn",
-    "RiskValues",
     "RotateWebhookSecretIn",
     "RoundBudget",
     "Rule",

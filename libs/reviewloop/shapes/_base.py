@@ -10,6 +10,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    RootModel,
     WithJsonSchema,
 )
 
@@ -98,3 +99,11 @@ ReviewModeName = Literal["review", "direct"]
 SendPath = Literal["human_reviewed", "reviewer_approved", "graduated_auto", "agent_direct"]
 ActorKindName = Literal["agent", "human", "review_agent", "admin", "system"]
 CategoryState = Literal["supervised", "auto_notify", "auto_silent"]
+
+
+class ReviewState(RootModel[ReviewStateName]):
+    """A review's state (the SDK's ``ReviewState``): ``stale`` and ``stalled`` have no producer today."""
+
+
+class ReviewMode(RootModel[ReviewModeName]):
+    """How a message was resolved: held for ``review``, or sent ``direct`` (the SDK's ``ReviewMode``)."""

@@ -132,6 +132,9 @@ class Problem(Shape):
         default=None,
         description="the review as it now is: state, revision, version, allowed_actions, sent_message_id",
     )
+    unsent_text: str | None = Field(
+        default=None, description="a refused send's text, handed back: nothing was sent and nothing queued"
+    )
 
 
 class ContractManifest(Shape):

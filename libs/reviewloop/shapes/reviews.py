@@ -7,9 +7,11 @@ from typing import Annotated, Literal
 
 from pydantic import (
     AliasChoices,
+    AwareDatetime,
     ConfigDict,
     Field,
     JsonValue,
+    RootModel,
 )
 
 from reviewloop.shapes._base import (
@@ -99,9 +101,22 @@ class CancelIn(Shape):
 
 
 class SubmitRevisionRequest(Shape):
-    """A redraft: omitted fields keep the draft's value; ``attachments: []`` clears them."""
+    """A redraft: omitted fields keep the draft's value; ``attachments: []`` clears them.
+
+    ``parent_revision`` is the compare-and-set; ``version`` (optional) a second one, on the row's version.
+    The composition is named by ``composition_token`` or by ``rules_version_seen`` (the ``rule_high_water``
+    ``get_rules`` reported): one older than the stack's is ``409 born_stale``.
+    """
 
     parent_revision: int = Field(ge=1, le=INT64_MAX)
+    version: int | None = Field(default=None, ge=1, le=INT64_MAX, description="the row version you read")
+    rules_version_seen: int | None = Field(
+        default=None, ge=0, le=INT64_MAX, description="the rule_high_water of the rules you redrafted against"
+    )
+    built_at: AwareDatetime | None = Field(
+        default=None,
+        description="when you built the redraft (accepted; the rule high-water decides born_stale)",
+    )
     to: Addresses | None = Field(default=None, min_length=1, max_length=100)
     cc: Addresses | None = Field(default=None, max_length=100)
     bcc: Addresses | None = Field(default=None, max_length=100)
@@ -119,10 +134,19 @@ class SubmitRevisionRequest(Shape):
 
 
 class RestampReviewRequest(Shape):
-    """``restamp_review``: the draft at ``parent_revision`` stands as is, composed under a new token."""
+    """``restamp_review``: the draft stands as is, re-read against the rules in force.
 
-    parent_revision: int = Field(ge=1, le=INT64_MAX)
+    The rules re-read are named by ``composition_token`` (the spec's) or by the versions ``get_rules``
+    reported (the SDK's ``against_version``, the category rules-version, and ``house_style_version``): a
+    version above the current one is a 422, one below it ``409 born_stale``. The compare-and-set is
+    ``parent_revision`` and/or ``expected_version`` (the row's version); with neither, the current revision.
+    """
+
+    parent_revision: int | None = Field(default=None, ge=1, le=INT64_MAX)
+    expected_version: int | None = Field(default=None, ge=1, le=INT64_MAX)
     composition_token: str | None = Field(default=None, max_length=4096)
+    against_version: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    house_style_version: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
 
 class PostReviewChatRequest(Shape):
@@ -159,10 +183,17 @@ class NewRule(Shape):
     )
 
 
+ReviewerActionName = Literal["approve", "edit", "reject", "escalate"]
+
+
+class ReviewerAction(RootModel[ReviewerActionName]):
+    """A reviewer's decision verb (the SDK's ``ReviewerAction``)."""
+
+
 class ReviewerDecisionRequest(Shape):
     """A reviewer's decision; ``revision`` and ``version`` are the optimistic CAS."""
 
-    action: Literal["approve", "edit", "reject", "escalate"]
+    action: ReviewerActionName
     revision: int = Field(ge=1, le=INT64_MAX)
     version: int | None = Field(
         default=None, ge=1, le=INT64_MAX, description="optional row-version CAS (defense in depth)"
@@ -369,12 +400,11 @@ class Review(Shape):
 
 
 class ReviewList(Shape):
-    """``list_reviews``: a page of reviews (the SDK's ``Page<Review>``; ``reviews`` is the same list)."""
+    """``list_reviews``: a page of reviews (the SDK's ``Page<Review>``)."""
 
     items: list[Review]
     total: int = Field(description="how many reviews this page holds and the pages before it hold")
     next_cursor: str | None = None
-    reviews: list[Review]
 
 
 class ReviewChatResult(Review):

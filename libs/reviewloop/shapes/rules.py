@@ -121,13 +121,12 @@ class Rule(Shape):
 class RuleSnapshot(Shape):
     """``get_rules`` (the SDK's ``RuleSnapshot``): the ordered effective ladder.
 
-    Unfiltered, it carries the composition token. ``rules`` is ``items`` under the spec's older name.
+    Unfiltered, it carries the composition token.
     """
 
     items: list[Rule]
     total: int
     next_cursor: str | None = None
-    rules: list[Rule]
     house_style_version: int | None = None
     category_rules_version: int | None = None
     rule_high_water: int | None = None
@@ -273,15 +272,11 @@ class CategoryMerge(Shape):
 
 
 class CategoryList(Shape):
-    """``list_categories``: a page of categories (the SDK's ``Page<Category>``).
-
-    ``categories`` is the same list under the spec's older name.
-    """
+    """``list_categories``: a page of categories (the SDK's ``Page<Category>``)."""
 
     items: list[Category]
     total: int
     next_cursor: str | None = None
-    categories: list[Category]
 
 
 class ScanBacklogStatus(Shape):
@@ -459,8 +454,8 @@ class RiskDialIn(Shape):
     categories: list[CategoryDialIn] = Field(default_factory=list, max_length=500)
 
 
-class RiskValues(Shape):
-    """Every dial value in force."""
+class AccountRiskDial(Shape):
+    """The account's dial: every value a category that overrides nothing inherits."""
 
     min_confidence: float
     first_contact_gate: bool
@@ -474,6 +469,10 @@ class RiskValues(Shape):
     review_deadline_minutes: int = Field(
         description="minutes a review agent has to decide before the draft is forced to a human; 0: none"
     )
+
+
+class EffectiveRiskDial(AccountRiskDial):
+    """A category's dial in force: the account's values with the category's overrides applied."""
 
 
 class CategoryRiskDial(Shape):
@@ -490,14 +489,14 @@ class CategoryRiskDial(Shape):
     quorum_approvals: int | None = None
     quorum_review_agent: bool | None = None
     review_deadline_minutes: int | None = None
-    effective: RiskValues
+    effective: EffectiveRiskDial
 
 
 class RiskDial(Shape):
     """``get_risk_dial``: the resolved brand-risk dial. Agents read it; the console sets it."""
 
-    account: RiskValues
+    account: AccountRiskDial
     categories: list[CategoryRiskDial] = Field(default_factory=list)
 
 
-RISK_DIAL_FIELDS: tuple[str, ...] = tuple(RiskValues.model_fields)
+RISK_DIAL_FIELDS: tuple[str, ...] = tuple(AccountRiskDial.model_fields)

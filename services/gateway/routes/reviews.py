@@ -35,6 +35,7 @@ from reviewloop.tenancy import ActorKind, Principal
 from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, require
 from gateway.backends import Backends, backends
 from gateway.headers import IdempotencyKey
+from gateway.problems import refused_send
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.translate import Json, page, timestamp
 from gateway.translate.reviews import (
@@ -87,7 +88,10 @@ async def _submit(
         request.reply_to = body.reply_to
     if body.confidence is not None:
         request.confidence = body.confidence
-    reply = await backend.review.Submit(request, timeout=backend.timeout_s)
+    try:
+        reply = await backend.review.Submit(request, timeout=backend.timeout_s)
+    except grpc.aio.AioRpcError as exc:
+        raise refused_send(exc, body.body_text) from exc
     return encoded(as_submit_result(reply), status_code=202)
 
 
@@ -247,7 +251,7 @@ async def list_reviews(
         ),
         timeout=backend.timeout_s,
     )
-    return encoded(page([as_review(r) for r in reply.reviews], reply.next_cursor, also_as="reviews"))
+    return encoded(page([as_review(r) for r in reply.reviews], reply.next_cursor))
 
 
 @router.post("/v1/reviews/{review_id}/revisions", operation_id="submit_revision", response_model=Review)
@@ -266,6 +270,10 @@ async def submit_revision(
         composition_token=body.composition_token or "",
         idempotency_key=idempotency_key,
     )
+    if body.version is not None:
+        request.expected_version = body.version
+    if body.rules_version_seen is not None:
+        request.rules_version_seen = body.rules_version_seen
     for name in ("subject", "body_text", "body_html", "reply_to", "confidence"):
         value = getattr(body, name)
         if value is not None:
@@ -293,18 +301,19 @@ async def restamp_review(
     backend: Backend,
     idempotency_key: IdempotencyKey = "",
 ) -> OrjsonResponse:
-    """The honest "I re-read the rules and nothing needed to change"."""
-    reply = await backend.review.Restamp(
-        review_pb2.RestampRequest(
-            principal=principal.to_proto(),
-            review_id=review_id,
-            parent_revision=body.parent_revision,
-            composition_token=body.composition_token or "",
-            idempotency_key=idempotency_key,
-        ),
-        timeout=backend.timeout_s,
+    """The honest "I re-read the rules and nothing needed to change". Without ``parent_revision`` (the SDK
+    and catalog send ``expected_version`` instead, or nothing) the current revision is the one restamped."""
+    request = review_pb2.RestampRequest(
+        principal=principal.to_proto(),
+        review_id=review_id,
+        parent_revision=body.parent_revision or (await _current(backend, principal, review_id)).revision,
+        composition_token=body.composition_token or "",
+        idempotency_key=idempotency_key,
     )
-    return encoded(as_review(reply))
+    for name in ("expected_version", "against_version", "house_style_version"):
+        if getattr(body, name) is not None:
+            setattr(request, name, getattr(body, name))
+    return encoded(as_review(await backend.review.Restamp(request, timeout=backend.timeout_s)))
 
 
 @router.post("/v1/reviews/{review_id}/cancel", operation_id="cancel_review", response_model=Review)

@@ -24,13 +24,10 @@ def enum_name(enum: Any, value: int, prefix: str) -> str:
     return str(enum.Name(value)).removeprefix(prefix).lower()
 
 
-def page(items: list[Json], next_cursor: str = "", *, also_as: str = "") -> Json:
+def page(items: list[Json], next_cursor: str = "") -> Json:
     """The SDK's ``Page<T>``: ``items``, ``total`` (the items of this page: a count across pages is not
-    cheap here) and ``next_cursor`` (absent on the last page). ``also_as`` repeats the items under the
-    spec's older name of the list (``reviews``, ``categories``, ``rules``)."""
+    cheap here) and ``next_cursor`` (absent on the last page)."""
     body: Json = {"items": items, "total": len(items)}
     if next_cursor:
         body["next_cursor"] = next_cursor
-    if also_as:
-        body[also_as] = items
     return body

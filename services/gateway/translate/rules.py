@@ -86,9 +86,9 @@ def as_rule_audit(reply: rules_pb2.RuleHistory) -> Json:
 
 
 def as_rule_list(reply: rules_pb2.GetRulesResponse) -> Json:
-    """``RuleSnapshot`` (the SDK's ``RuleSnapshot``: ``items``, ``total``; ``rules`` is the same list); the
-    versions and the composition token come with an unfiltered read only."""
-    body = page([as_rule(r) for r in reply.rules], also_as="rules")
+    """``RuleSnapshot`` (the SDK's ``RuleSnapshot``: ``items``, ``total``); the versions and the composition
+    token come with an unfiltered read only."""
+    body = page([as_rule(r) for r in reply.rules])
     if reply.composition_token:
         body.update(
             house_style_version=reply.house_style_version,

@@ -41,16 +41,29 @@ async def _token_high_water(env: Env, principal: Principal, review: Review, toke
     return await check_token(env, principal, token, review.category_id) if token else None
 
 
-async def _composed_under(env: Env, principal: Principal, review: Review, token: str) -> int:
-    """The rule high-water a redraft was composed under. Without a token it fails closed: if the
-    review's stack (its category's rules, the house style, the agent's own rules) moved past the
-    high-water the review was composed under, the redraft is ``409 born_stale`` like a stale token."""
-    if token:
-        return await check_token(env, principal, token, review.category_id)
+async def _composed_under(
+    env: Env, principal: Principal, review: Review, token: str, rules_version_seen: int | None
+) -> int:
+    """The rule high-water a redraft was composed under: its token's, or the SDK's ``rules_version_seen``
+    (checked the same way: below the stack's high-water is ``409 born_stale``). Without either it fails
+    closed: if the review's stack (its category's rules, the house style, the agent's own rules) moved
+    past the high-water the review was composed under, the redraft is ``409 born_stale`` too."""
+    high_water = await check_token(env, principal, token, review.category_id) if token else None
+    if high_water is not None and rules_version_seen is None:
+        return high_water
     current = await env.peers.stack_high_water(principal, review.category_id)
-    if current > review.rule_high_water:
-        raise born_stale(review.rule_high_water, current, "sent no composition_token")
-    return review.rule_high_water
+    if rules_version_seen is None:
+        if current > review.rule_high_water:
+            raise born_stale(review.rule_high_water, current, "sent no composition_token")
+        return review.rule_high_water
+    if rules_version_seen > current:
+        raise invalid(
+            "/rules_version_seen",
+            f"is above the stack's rule high-water {current}; send the rule_high_water get_rules reported",
+        )
+    if rules_version_seen < current:
+        raise born_stale(rules_version_seen, current, "named it as rules_version_seen")
+    return rules_version_seen if high_water is None else high_water
 
 
 async def submit_revision(
@@ -61,22 +74,29 @@ async def submit_revision(
     revision: Revision,
     *,
     composition_token: str = "",
+    expected_version: int | None = None,
+    rules_version_seen: int | None = None,
     idempotency_key: str = "",
 ) -> Review:
-    """A redraft from needs_review, chatting or rejected: bumps ``revision`` and returns to needs_review."""
+    """A redraft from needs_review, chatting or rejected: bumps ``revision`` and returns to needs_review.
+    ``expected_version`` (the SDK's ``version``) is a second compare-and-set, on the row's version."""
     fields = {
         "verb": "submit_revision",
         "review_id": review_id,
         "parent_revision": parent_revision,
         "revision": revision.fingerprint(),
         "token": composition_token,
+        "expected_version": expected_version,
+        "rules_version_seen": rules_version_seen,
     }
 
     async def run() -> Review:
         replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
         if replay is not None:
             return replay[0]
-        current = await _kernel.precheck(env.db, principal, review_id, Verb.SUBMIT_REVISION, parent_revision)
+        current = await _kernel.precheck(
+            env.db, principal, review_id, Verb.SUBMIT_REVISION, parent_revision, expected_version
+        )
         draft = revision.apply(current)
         validate_draft(draft)
         if revision.intent is not None:
@@ -84,7 +104,7 @@ async def submit_revision(
         if revision.confidence is not None and not 0.0 <= revision.confidence <= 1.0:
             raise invalid("/confidence", "must be between 0 and 1")
         await contacts_allow(env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
-        high_water = await _composed_under(env, principal, current, composition_token)
+        high_water = await _composed_under(env, principal, current, composition_token, rules_version_seen)
 
         async def act(uow: UnitOfWork) -> tuple[Review, str]:
             before = await _kernel.load(uow.conn, principal, review_id)
@@ -94,6 +114,7 @@ async def submit_revision(
                 Verb.SUBMIT_REVISION,
                 _kernel.actor_of(principal, before),
                 parent_revision=parent_revision,
+                expected_version=expected_version,
                 revision=before.revision + 1,
                 to=list(draft.to),
                 cc=list(draft.cc),
@@ -123,23 +144,35 @@ async def restamp(
     parent_revision: int,
     *,
     composition_token: str = "",
+    expected_version: int | None = None,
+    against_version: int | None = None,
+    house_style_version: int | None = None,
     idempotency_key: str = "",
 ) -> Review:
-    """The honest "I re-read the rules and nothing needed to change": no new revision; records the
-    token's rule high-water so the draft stops counting as born stale."""
+    """The honest "I re-read the rules and nothing needed to change": no new revision; records the rule
+    high-water the agent re-read (its token's, or the stack's when the SDK's ``against_version`` and
+    ``house_style_version`` name the versions in force) so the draft stops counting as born stale.
+    ``expected_version`` is a second compare-and-set, on the row's version."""
     fields = {
         "verb": "restamp",
         "review_id": review_id,
         "parent_revision": parent_revision,
         "token": composition_token,
+        "expected_version": expected_version,
+        "against_version": against_version,
+        "house_style_version": house_style_version,
     }
 
     async def run() -> Review:
         replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
         if replay is not None:
             return replay[0]
-        current = await _kernel.precheck(env.db, principal, review_id, Verb.RESTAMP, parent_revision)
+        current = await _kernel.precheck(
+            env.db, principal, review_id, Verb.RESTAMP, parent_revision, expected_version
+        )
         high_water = await _token_high_water(env, principal, current, composition_token)
+        if high_water is None and against_version is not None:
+            high_water = await _reread(env, principal, current, against_version, house_style_version)
 
         async def act(uow: UnitOfWork) -> tuple[Review, str]:
             before = await _kernel.load(uow.conn, principal, review_id)
@@ -149,6 +182,7 @@ async def restamp(
                 Verb.RESTAMP,
                 _kernel.actor_of(principal, before),
                 parent_revision=parent_revision,
+                expected_version=expected_version,
                 rule_high_water=before.rule_high_water if high_water is None else high_water,
             )
             await _kernel.add_turn(uow, edge.after, principal, "restamp", "")
@@ -157,6 +191,28 @@ async def restamp(
         return (await _kernel.once(env.db, principal, idempotency_key, fields, act))[0]
 
     return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
+
+
+async def _reread(
+    env: Env, principal: Principal, review: Review, against_version: int, house_style_version: int | None
+) -> int:
+    """The stack's high-water, when the versions the agent re-read (the SDK's restamp inputs) are the ones
+    in force. A version above them is a 422; one below them is ``409 born_stale``, like a stale token:
+    the rules moved since, so nothing is stamped. Our drafts carry one high-water for the whole stack,
+    so an omitted ``house_style_version`` is read as the one ``get_rules`` reported with it."""
+    now = await env.peers.stack_versions(principal, review.category_id)
+    named = [("/against_version", against_version, now.category_rules_version)]
+    if house_style_version is not None:
+        named.append(("/house_style_version", house_style_version, now.house_style_version))
+    for pointer, seen, current in named:
+        if seen > current:
+            raise invalid(pointer, f"is above the current version {current}; send what get_rules reported")
+    for pointer, seen, current in named:
+        if seen < current:
+            raise born_stale(
+                review.rule_high_water, now.rule_high_water, f"re-read {pointer[1:]} {seen} of {current}"
+            )
+    return now.rule_high_water
 
 
 async def post_chat(
