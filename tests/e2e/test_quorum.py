@@ -180,6 +180,47 @@ async def test_the_review_deadline_forces_the_draft_to_a_human_once(api: Api) ->
     assert approved.json()["state"] == "sent", approved.text
 
 
+async def _forced(api: Api, panel: Panel, review_id: str) -> dict[str, Any]:
+    """The decision context once review_state's sweep (every replica runs one) forced the draft."""
+    url = f"/v1/reviews/{review_id}/decision-context"
+    until = time.monotonic() + 30
+    while True:
+        context: dict[str, Any] = (await api.http.get(url, headers=panel.headers["reviewer"])).json()
+        if context["force_to_human"] or time.monotonic() > until:
+            return context
+        await asyncio.sleep(0.2)
+
+
+async def test_a_redraft_restarts_the_review_deadline_from_the_redraft(api: Api) -> None:
+    panel = await Panel.create(api, review_deadline_minutes=30)
+    review_id = await panel.submit()
+    await _move_deadline_into_the_past(api, review_id)
+    assert (await _forced(api, panel, review_id))["force_reason"] == "review_deadline_passed"
+
+    redraft = await api.http.post(
+        f"/v1/reviews/{review_id}/revisions",
+        json={"parent_revision": 1, "body_text": "Can you do Thursday 2pm?"},
+        headers=panel.headers["agent"],
+    )
+    assert redraft.status_code == 200, redraft.text
+    url = f"/v1/reviews/{review_id}/decision-context"
+    context = (await api.http.get(url, headers=panel.headers["reviewer"])).json()
+    assert (context["force_to_human"], context["force_reason"]) == (False, None)
+    deadline = datetime.fromisoformat(context["review_deadline"])
+    assert timedelta(minutes=29) < deadline - datetime.now(UTC) <= timedelta(minutes=30)
+
+    # The new revision's window passes too: the sweep forces the draft again, once.
+    await _move_deadline_into_the_past(api, review_id)
+    assert (await _forced(api, panel, review_id))["force_reason"] == "review_deadline_passed"
+    events = await events_until(api, panel.headers["agent"], 2)
+    assert [
+        (e["reason"], e["payload"]["forced_by_breaker"]) for e in events if e["review_id"] == review_id
+    ] == [
+        ("redraft_requested", "review_deadline_passed"),
+        ("redraft_requested", "review_deadline_passed"),
+    ]
+
+
 async def test_a_quorum_or_deadline_out_of_range_is_refused_and_changes_nothing(api: Api) -> None:
     panel = await Panel.create(api, quorum_approvals=2)
     url = f"/v1/admin/projects/{panel.project_id}/risk-dial"

@@ -405,6 +405,7 @@ async def _hold(
         facts=Facts(breaker=breaker_name),
         gate_outcome=f"held:{breaker_name}",
         reviewer_hops=before.reviewer_hops + 1,
+        review_deadline=None,  # the draft is the human's now
     )
     await _kernel.add_turn(uow, edge.after, principal, "breaker", decision.feedback, action=decision.action)
     return edge.after, breaker_name
