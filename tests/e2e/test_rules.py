@@ -37,6 +37,7 @@ DIAL_KEYS = {
     "min_confidence", "first_contact_gate", "drift_demote_after", "canary_rate", "graduate_min_approvals",
     "graduate_min_age_hours", "auto_send_cap_per_day", "quorum_approvals", "quorum_review_agent",
     "review_deadline_minutes",
+    "quorum_panel",
 }  # fmt: skip
 
 
@@ -129,6 +130,7 @@ async def test_shapes_match_the_spec_examples_exactly(api: Api) -> None:
             "quorum_approvals": 1,
             "quorum_review_agent": False,
             "review_deadline_minutes": 0,
+            "quorum_panel": 0,
         },
         "categories": [
             {
@@ -146,6 +148,7 @@ async def test_shapes_match_the_spec_examples_exactly(api: Api) -> None:
                     "quorum_approvals": 1,
                     "quorum_review_agent": False,
                     "review_deadline_minutes": 0,
+                    "quorum_panel": 0,
                 },
             }
         ],

@@ -114,6 +114,23 @@ async def test_a_review_agent_counts_toward_a_quorum_only_where_the_dial_says(en
     assert (await app.get_feedback(env, HUMAN, review.id)).approvers == ["agt_r", "key_h"]
 
 
+async def test_a_full_panel_refuses_another_humans_verb(env: Env) -> None:
+    peers(env).dial = _dial(quorum_approvals=2, quorum_panel=2)
+    review = await _opened(env)
+    first = await _approve(env, HUMAN, review)
+    edited = await app.decide(
+        env, HUMAN_B, review.id, Decision("edit", 1, first.version, body="Thursday 2pm?", feedback="tighter")
+    )
+    for action in ("approve", "reject"):
+        with pytest.raises(DomainError) as refused:
+            await app.decide(env, HUMAN_C, review.id, Decision(action, 2, edited.version))
+        assert refused.value.code is Code.FORBIDDEN_SCOPE and http_status(refused.value.code) == 403
+        assert ("reason", "quorum_panel_full") in refused.value.hints
+        assert "key_h, key_b" in refused.value.detail
+    # The panel's own members still decide it.
+    assert (await _approve(env, HUMAN, edited)).state.value == "sent"
+
+
 async def test_the_review_deadline_sweep_forces_a_draft_once_across_two_replicas(env: Env) -> None:
     peers(env).dial = _dial(review_deadline_minutes=30)
     _, review = await app.submit(

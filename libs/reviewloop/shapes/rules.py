@@ -444,6 +444,11 @@ class DialValues(Shape):
     review_deadline_minutes: int | None = Field(
         default=None, le=INT32_MAX, description="a review agent's time to decide; 0: no deadline"
     )
+    quorum_panel: int | None = Field(
+        default=None,
+        le=INT32_MAX,
+        description="at most this many distinct humans decide a draft (0: any number; at least quorum_approvals)",
+    )
 
 
 class CategoryDialIn(DialValues):
@@ -474,6 +479,7 @@ class RiskValues(Shape):
     review_deadline_minutes: int = Field(
         description="minutes a review agent has to decide before the draft is forced to a human; 0: none"
     )
+    quorum_panel: int = Field(description="at most this many distinct humans decide a draft; 0: any number")
 
 
 class CategoryRiskDial(Shape):
@@ -490,6 +496,7 @@ class CategoryRiskDial(Shape):
     quorum_approvals: int | None = None
     quorum_review_agent: bool | None = None
     review_deadline_minutes: int | None = None
+    quorum_panel: int | None = None
     effective: RiskValues
 
 
