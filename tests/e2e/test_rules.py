@@ -420,7 +420,7 @@ async def test_outcomes_over_grpc_demote_on_drift_once_per_event_and_reach_revie
     status = (await api.http.get(f"/v1/categories/{category['id']}/graduation", headers=org.agent)).json()
     assert (status["state"], status["drift_count"], status["clean_approval_count"]) == ("supervised", 0, 0)
 
-    # The rules outbox (rule_changed, category_changed) is relayed to review_state's Ingest.
+    # The rules outbox (rule_changed, category_changed to review_state; the broadcasts to nudge) is relayed.
     await org.save(org.agent, rule_text="Always propose a concrete time.")
     engine = make_engine(
         api.stack.env["REVIEWLOOP_RULES_DB"].replace("postgresql://", "postgresql+asyncpg://")
@@ -438,7 +438,7 @@ async def test_outcomes_over_grpc_demote_on_drift_once_per_event_and_reach_revie
             await asyncio.sleep(0.1)
     finally:
         await engine.dispose()
-    assert {r.type for r in mine} == {"category_changed", "rule_changed"}
+    assert {r.type for r in mine} == {"category_changed", "rule_changed", "broadcast"}
     assert all(r.delivered_at is not None for r in mine)
 
 
