@@ -35,6 +35,7 @@ from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.shapes import (
     AckReviewEventResult,
     Category,
+    CategoryAudit,
     CategoryList,
     CategoryMerge,
     CategoryPacingState,
@@ -869,11 +870,13 @@ class Verbs:
             idempotency_key: Reuse it to retry safely; a fresh key is generated when omitted.
 
         Returns:
-            A :class:`CategoryMerge`: both categories as they now are, and how many rules moved.
+            A :class:`CategoryMerge`: both categories as they now are, how many rules moved, and the
+            merge's audit entry (with the rationale).
 
         Raises:
-            ReviewloopError: ``403 forbidden_scope`` for an agent merging a human-curated or graduated
-                category (an admin's); ``409 conflict`` when either was merged elsewhere (``merged_into``
+            ReviewloopError: ``403 forbidden_scope`` for an agent's merge outside the catalog's limits (both
+                agent-authored, shared, supervised, under 24 hours old, governed alike, used by its project
+                alone; the limit is the ``reason`` hint); ``409 conflict`` when either was merged elsewhere (``merged_into``
                 in the hints); ``404`` for a category the caller's project cannot see.
         """
         body = {"into_category_id": into_category_id, "rationale": rationale}
@@ -884,6 +887,22 @@ class Verbs:
             body=body,
             idempotency_key=idempotency_key,
         )
+
+    @staticmethod
+    def get_category_audit(category_id: str) -> Call[CategoryAudit]:
+        """The merges a category took part in, either side (``GET /v1/categories/{category_id}/audit``).
+
+        Args:
+            category_id: The ``cat_`` id.
+
+        Returns:
+            A :class:`CategoryAudit`: each merge's who, when, from, into, rationale and rules moved, oldest
+            first.
+
+        Raises:
+            ReviewloopError: ``404`` for a category the caller's project cannot see.
+        """
+        return Call("GET", f"/v1/categories/{_id(category_id)}/audit", _shape(CategoryAudit))
 
     @staticmethod
     def get_category(category_id: str) -> Call[Category]:
@@ -1444,6 +1463,7 @@ class AsyncReviewloop(_Base):
     create_category = _async(Verbs.create_category)
     get_category = _async(Verbs.get_category)
     merge_categories = _async(Verbs.merge_categories)
+    get_category_audit = _async(Verbs.get_category_audit)
     get_backlog_status = _async(Verbs.get_backlog_status)
     get_pacing_state = _async(Verbs.get_pacing_state)
     get_graduation_status = _async(Verbs.get_graduation_status)
@@ -1582,6 +1602,7 @@ class Reviewloop(_Base):
     create_category = _sync(Verbs.create_category)
     get_category = _sync(Verbs.get_category)
     merge_categories = _sync(Verbs.merge_categories)
+    get_category_audit = _sync(Verbs.get_category_audit)
     get_backlog_status = _sync(Verbs.get_backlog_status)
     get_pacing_state = _sync(Verbs.get_pacing_state)
     get_graduation_status = _sync(Verbs.get_graduation_status)

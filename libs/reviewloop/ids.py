@@ -28,6 +28,7 @@ PREFIXES = frozenset(
         "rvl",
         "whk",
         "lse",
+        "cmg",  # a category merge (its audit entry)
     ]
 )
 

@@ -143,8 +143,10 @@ async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> st
     except Invalid as exc:
         log.error("refused broadcast event for %s: %s", requested.org_id, exc)
         return None
+    created_at = utcnow()
     await store.lock_broadcasts(uow.conn, broadcast.org_id)
-    await store.append_broadcast(uow.conn, broadcast, created_at=utcnow())
+    await store.append_broadcast(uow.conn, broadcast, created_at=created_at)
+    await webhooks.enqueue_broadcast(uow.conn, broadcast, created_at)
     return broadcast.project_id
 
 

@@ -575,11 +575,12 @@ async def add_endpoint(conn: AsyncConnection, endpoint: Endpoint) -> None:
 
 
 async def endpoints_of(conn: AsyncConnection, org_id: str, project_id: str) -> list[Endpoint]:
-    rows = await conn.execute(
-        select(webhook_endpoints)
-        .where(webhook_endpoints.c.org_id == org_id, webhook_endpoints.c.project_id == project_id)
-        .order_by(webhook_endpoints.c.created_at, webhook_endpoints.c.id)
-    )
+    """The endpoints of a project; with ``project_id`` "" (an org-wide broadcast), of every project of the
+    org."""
+    query = select(webhook_endpoints).where(webhook_endpoints.c.org_id == org_id)
+    if project_id:
+        query = query.where(webhook_endpoints.c.project_id == project_id)
+    rows = await conn.execute(query.order_by(webhook_endpoints.c.created_at, webhook_endpoints.c.id))
     return [_endpoint(row) for row in rows]
 
 

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nudge import store
 from nudge.domain import webhooks as rules
-from nudge.domain.payloads import Incoming
+from nudge.domain.payloads import Broadcast, Incoming
 from nudge.store import Endpoint
 from nudge.wakeup import ANY_PROJECT, doorbell
 
@@ -214,6 +214,27 @@ async def enqueue(
         incoming.reason.value,
         nudge_id,
         incoming.review_id,
+        {"type": "review_event", "timestamp": _iso(created_at), "data": data},
+        created_at,
+    )
+
+
+async def enqueue_broadcast(conn: AsyncConnection, broadcast: Broadcast, created_at: datetime) -> None:
+    """In the broadcast's own transaction: one pending delivery per endpoint that wants its reason, in its
+    project (every project of the org for an org-wide one). The event reads as the drain shows it: ``seq``
+    0, no ``review_id``; its id (``webhook-id``) is the broadcast's, the same for every endpoint, so a
+    receiver dedupes on it."""
+    data: dict[str, Any] = {"seq": 0, "id": broadcast.id, "reason": broadcast.reason.value}
+    if broadcast.category_id:
+        data["category_id"] = broadcast.category_id
+    data |= {"payload": broadcast.payload, "created_at": _iso(created_at)}
+    await _enqueue(
+        conn,
+        broadcast.org_id,
+        broadcast.project_id,
+        broadcast.reason.value,
+        broadcast.id,
+        "",
         {"type": "review_event", "timestamp": _iso(created_at), "data": data},
         created_at,
     )

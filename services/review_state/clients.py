@@ -174,6 +174,7 @@ class GrpcCollaborators:
             quorum_approvals=values.quorum_approvals or 1,
             quorum_review_agent=values.quorum_review_agent,
             review_deadline_minutes=values.review_deadline_minutes,
+            quorum_panel=values.quorum_panel,
         )
 
     async def check_rule(self, principal: Principal, rule: rules_pb2.SaveRuleRequest) -> None:

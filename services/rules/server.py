@@ -17,6 +17,7 @@ from reviewloop.tenancy import Principal
 from rules import app
 from rules.domain import risk
 from rules.domain.graduation import Status
+from rules.store import CategoryMergeRow
 
 # No RPC here reads its context: the boundary interceptor answers errors and the metadata.
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -68,6 +69,20 @@ def category_to_proto(view: app.CategoryView) -> rules_pb2.Category:
         project_id=c.project_id,
         created_at=stamp(c.created_at),
         merged_into=c.merged_into,
+    )
+
+
+def merge_to_proto(m: CategoryMergeRow) -> rules_pb2.CategoryMergeEntry:
+    return rules_pb2.CategoryMergeEntry(
+        id=m.id,
+        category_id=m.category_id,
+        into_category_id=m.into_category_id,
+        rationale=m.rationale,
+        actor_kind=m.actor_kind,
+        actor_id=m.actor_id,
+        rules_moved=m.rules_moved,
+        rules_retired=m.rules_retired,
+        created_at=stamp(m.created_at),
     )
 
 
@@ -314,7 +329,14 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             into=category_to_proto(merge.into),
             rules_moved=merge.rules_moved,
             rules_retired=merge.rules_retired,
+            audit=merge_to_proto(merge.audit) if merge.audit is not None else None,
         )
+
+    async def GetCategoryAudit(
+        self, request: rules_pb2.GetCategoryAuditRequest, context: Context
+    ) -> rules_pb2.CategoryAudit:
+        merges = await app.category_audit(self.env, _principal(request), request.category_id)
+        return rules_pb2.CategoryAudit(merges=[merge_to_proto(m) for m in merges])
 
     async def UpdateCategory(
         self, request: rules_pb2.UpdateCategoryRequest, context: Context

@@ -150,6 +150,25 @@ pacing_settings = Table(
     Column("settings", Json, nullable=False),
 )
 
+# The audit of category merges: one row per merge, who did it and why, and what it moved.
+category_merges = Table(
+    "category_merges",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("project_id", String(40), nullable=False),
+    Column("category_id", String(40), nullable=False),
+    Column("into_category_id", String(40), nullable=False),
+    Column("rationale", Text, nullable=False),
+    Column("actor_kind", String(16), nullable=False),
+    Column("actor_id", String(40), nullable=False),
+    Column("rules_moved", Integer, nullable=False),
+    Column("rules_retired", Integer, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_category_merges_category_id", "category_id"),
+    Index("ix_category_merges_into_category_id", "into_category_id"),
+)
+
 token_keys = Table(
     "token_keys",
     metadata,
@@ -504,3 +523,41 @@ async def token_key(conn: AsyncConnection, key_id: str) -> bytes | None:
 
 async def add_token_key(conn: AsyncConnection, key_id: str, secret: bytes) -> None:
     await conn.execute(insert(token_keys).values(key_id=key_id, secret=secret.hex(), created_at=utcnow()))
+
+
+# --- category merges --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CategoryMergeRow:
+    id: str
+    org_id: str
+    project_id: str
+    category_id: str  # merged away
+    into_category_id: str  # the one that stays
+    rationale: str
+    actor_kind: str
+    actor_id: str
+    rules_moved: int
+    rules_retired: int
+    created_at: datetime
+
+
+async def add_category_merge(conn: AsyncConnection, merge: CategoryMergeRow) -> None:
+    await conn.execute(insert(category_merges).values(**merge.__dict__))
+
+
+async def category_merges_of(conn: AsyncConnection, org_id: str, category_id: str) -> list[CategoryMergeRow]:
+    """The merges ``category_id`` took part in, either side, oldest first."""
+    rows = await conn.execute(
+        select(category_merges)
+        .where(
+            category_merges.c.org_id == org_id,
+            or_(
+                category_merges.c.category_id == category_id,
+                category_merges.c.into_category_id == category_id,
+            ),
+        )
+        .order_by(category_merges.c.created_at, category_merges.c.id)
+    )
+    return [CategoryMergeRow(**dict(row._mapping)) for row in rows]

@@ -11,20 +11,22 @@ from tests.conftest import Api
 from tests.console.test_console import axe_clean, review, sign_in, submit
 
 
-async def test_the_review_page_shows_two_of_three_approvals_and_who_gave_them(
+async def test_the_review_page_shows_two_of_three_approvals_of_a_panel_and_who_gave_them(
     capi: Api, new_page: Any
 ) -> None:
     project_id = (await capi.project())["project_id"]
     keys = {
         name: await capi.key(project_id, kind)
-        for name, kind in (
-            ("agent", "agent"),
-            ("admin", "admin"),
-            ("a", "human"),
-            ("b", "human"),
-            ("c", "human"),
-        )
+        for name, kind in (("agent", "agent"), ("admin", "admin"), ("c", "human"))
     }
+    for name, key_name in (("a", "Ana Reviewer"), ("b", "Ben Reviewer")):  # named keys read by name
+        issued = await capi.http.post(
+            "/v1/admin/api-keys",
+            json={"project_id": project_id, "actor_kind": "human", "name": key_name},
+            headers=capi.admin,
+        )
+        assert issued.status_code == 201, issued.text
+        keys[name] = issued.json()
     created = await capi.http.post(
         f"/v1/admin/projects/{project_id}/categories", json={"name": "renewals"}, headers=capi.admin
     )
@@ -34,6 +36,7 @@ async def test_the_review_page_shows_two_of_three_approvals_and_who_gave_them(
     await sign_in(admin, keys["admin"]["api_key"], "/console/settings")
     await admin.get_by_text("Overrides for renewals", exact=True).click()
     await admin.locator(f"#dial-{category}-quorum_approvals").fill("3")
+    await admin.locator(f"#dial-{category}-quorum_panel").fill("4")
     await admin.get_by_role("button", name="Save overrides for renewals").click()
     await expect(admin.get_by_role("status").first).to_contain_text("risk dial saved")
     await expect(admin.locator("table").first.locator("tbody tr").nth(1)).to_contain_text("3 (override)")
@@ -57,9 +60,8 @@ async def test_the_review_page_shows_two_of_three_approvals_and_who_gave_them(
     page = await new_page()
     await sign_in(page, keys["c"]["api_key"], f"/console/reviews/{rid}")
     quorum = page.locator("#quorum")
-    await expect(quorum).to_contain_text("2 of 3 approvals")
-    await expect(quorum).to_contain_text(keys["a"]["key_id"])
-    await expect(quorum).to_contain_text(keys["b"]["key_id"])
+    await expect(quorum).to_contain_text("2 of 3 approvals (panel of 4)")
+    await expect(quorum).to_contain_text("approved by Ana Reviewer, Ben Reviewer")
     await axe_clean(page, "review-quorum")
     await page.get_by_role("button", name="Approve", exact=True).click()
     await expect(page.locator("#live")).to_have_text(f"Approved {rid}.")

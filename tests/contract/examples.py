@@ -157,6 +157,7 @@ _EFFECTIVE = {
     "quorum_approvals": 1,
     "quorum_review_agent": False,
     "review_deadline_minutes": 0,
+    "quorum_panel": 0,
 }
 
 RISK_DIAL = {

@@ -15,7 +15,7 @@ from stack.launcher import Stack, free_port
 from stack.topology import GATEWAY
 
 from tests.conftest import BACKENDS, INTENT, Api, Databases, _pg_server, draft, start_stack
-from tests.e2e.helpers import auto_notify_category
+from tests.e2e.helpers import auto_notify_category, events_until
 from tests.e2e.test_events_wait import Producer
 from tests.e2e.test_secrets import text_of_every_store
 from tests.receiver import receiving
@@ -152,6 +152,54 @@ async def test_an_endpoint_that_asks_for_humans_notified_gets_each_auto_notify_s
         await agents.until(1)  # the agent's terminal nudge of the auto-send
         assert {orjson.loads(b)["type"] for _, b in agents.received} == {"review_event"}
     assert len(humans.received) == 1  # the held draft notified nobody
+
+
+async def test_broadcasts_reach_the_endpoints_of_their_reason_signed_with_the_broadcast_id(
+    producer: Producer,
+) -> None:
+    """A rule change is a broadcast (seq 0, no review): an endpoint that names ``rule_changed`` gets it,
+    and so does one that names nothing (every nudge); one that names only ``sent`` does not. Every copy
+    carries the broadcast's own id, the id the agent's drain shows."""
+    api = producer.api
+    project = await api.project()
+    pid = project["project_id"]
+    agent = api.auth((await api.key(pid))["api_key"])
+    human = api.auth((await api.key(pid, "human"))["api_key"])
+    hooks = f"/v1/admin/projects/{pid}/webhooks"
+    async with receiving() as ruled, receiving() as every, receiving() as sent_only:
+        secrets = {}
+        for receiver, reasons in ((ruled, ["rule_changed"]), (every, []), (sent_only, ["sent"])):
+            made = await api.http.post(
+                hooks, json={"url": receiver.url, "reasons": reasons}, headers=api.admin
+            )
+            assert made.status_code == 201, made.text
+            secrets[receiver.url] = (made.json()["secret"], made.json()["webhook"]["webhook_id"])
+        saved = await api.http.post(
+            "/v1/rules", json={"rule_text": "Propose a concrete time.", "scope": "general"}, headers=human
+        )
+        assert saved.status_code == 201, saved.text
+
+        await ruled.until(1)
+        await every.until(1)
+        (seen,) = [e for e in await events_until(api, agent, 1) if e["seq"] == 0]
+        for receiver in (ruled, every):
+            (headers, raw), secret = receiver.received[0], secrets[receiver.url][0]
+            assert verifies(secret, headers, raw)
+            assert not verifies(secret, headers, raw.replace(b"concrete", b"vague"))
+            event = orjson.loads(raw)
+            assert event["type"] == "review_event"
+            assert headers["webhook-id"] == event["data"]["id"] == seen["id"]  # stable: dedupe on it
+            assert (event["data"]["seq"], event["data"]["reason"]) == (0, "rule_changed")
+            assert "review_id" not in event["data"]
+            assert event["data"]["payload"]["rule"]["id"] == saved.json()["id"]
+        listed = await settled(api, f"{hooks}/{secrets[ruled.url][1]}/deliveries")
+        assert [(d["event_id"], d["status"], d.get("review_id")) for d in listed] == [
+            (seen["id"], "delivered", None)
+        ]
+        none = (
+            await api.http.get(f"{hooks}/{secrets[sent_only.url][1]}/deliveries", headers=api.admin)
+        ).json()
+        assert none["deliveries"] == [] and sent_only.received == []
 
 
 async def test_an_unknown_webhook_reason_is_refused(producer: Producer) -> None:

@@ -106,6 +106,52 @@ async def test_a_two_of_three_quorum_with_an_edit_needs_two_approvals_of_the_fin
     assert (late.status_code, late.json()["code"]) == (409, "terminal"), late.text
 
 
+async def test_a_panel_of_two_refuses_a_third_human_and_m_above_n_is_refused(api: Api) -> None:
+    panel = await Panel.create(api, quorum_approvals=2, quorum_panel=2)
+    review_id = await panel.submit()
+    opened = await api.http.post(
+        f"/v1/reviews/{review_id}/open", json={"revision": 1, "version": 1}, headers=panel.headers["a"]
+    )
+    first = await panel.decide("a", review_id, opened.json(), action="approve")
+    edited = await panel.decide("b", review_id, first.json(), action="edit", body="Can you do Thursday 2pm?")
+    assert edited.status_code == 200, edited.text
+    late = await panel.decide("c", review_id, edited.json(), action="approve")
+    assert late.status_code == 403, late.text
+    assert late.headers["content-type"].startswith("application/problem+json")
+    problem = late.json()
+    assert problem["code"] == "forbidden_scope" and "panel is full" in problem["detail"]
+    hints = [(e["field"], e["detail"]) for e in problem["errors"]]
+    assert ("reason", "quorum_panel_full") in hints
+    assert [d for f, d in hints if f == "panel_member"] == [panel.ids["a"], panel.ids["b"]]
+    review = (await api.http.get(f"/v1/reviews/{review_id}", headers=panel.headers["agent"])).json()
+    assert review["version"] == edited.json()["version"]  # nothing written
+    final = await panel.decide("a", review_id, edited.json(), action="approve")
+    assert final.status_code == 200 and final.json()["state"] == "sent", final.text
+
+    # M above N, on the category or through the account's values it inherits, is refused whole.
+    url = f"/v1/admin/projects/{panel.project_id}/risk-dial"
+    for body, pointer in (
+        (
+            {"categories": [{"category_id": panel.category_id, "quorum_approvals": 3, "quorum_panel": 2}]},
+            "/categories/0/quorum_panel",
+        ),
+        (
+            {
+                "account": {"quorum_panel": 1},
+                "categories": [{"category_id": panel.category_id, "quorum_approvals": 2}],
+            },
+            "/categories/0/quorum_panel",
+        ),
+    ):
+        refused = await api.http.put(url, json=body, headers=api.admin)
+        assert refused.status_code in (400, 422) and refused.json()["code"] == "bad_request", refused.text
+        assert refused.json()["errors"][0]["field"] == pointer
+    dial = (await api.http.get("/v1/risk-dial", headers=panel.headers["agent"])).json()
+    (category,) = dial["categories"]
+    assert (category["effective"]["quorum_approvals"], category["effective"]["quorum_panel"]) == (2, 2)
+    assert dial["account"]["quorum_panel"] == 0
+
+
 async def test_approvals_racing_for_the_last_slot_deliver_once(api: Api) -> None:
     panel = await Panel.create(api, quorum_approvals=2)
     review_id = await panel.submit()
@@ -178,6 +224,47 @@ async def test_the_review_deadline_forces_the_draft_to_a_human_once(api: Api) ->
     assert opened.status_code == 200, opened.text
     approved = await panel.decide("a", review_id, opened.json(), action="approve")
     assert approved.json()["state"] == "sent", approved.text
+
+
+async def _forced(api: Api, panel: Panel, review_id: str) -> dict[str, Any]:
+    """The decision context once review_state's sweep (every replica runs one) forced the draft."""
+    url = f"/v1/reviews/{review_id}/decision-context"
+    until = time.monotonic() + 30
+    while True:
+        context: dict[str, Any] = (await api.http.get(url, headers=panel.headers["reviewer"])).json()
+        if context["force_to_human"] or time.monotonic() > until:
+            return context
+        await asyncio.sleep(0.2)
+
+
+async def test_a_redraft_restarts_the_review_deadline_from_the_redraft(api: Api) -> None:
+    panel = await Panel.create(api, review_deadline_minutes=30)
+    review_id = await panel.submit()
+    await _move_deadline_into_the_past(api, review_id)
+    assert (await _forced(api, panel, review_id))["force_reason"] == "review_deadline_passed"
+
+    redraft = await api.http.post(
+        f"/v1/reviews/{review_id}/revisions",
+        json={"parent_revision": 1, "body_text": "Can you do Thursday 2pm?"},
+        headers=panel.headers["agent"],
+    )
+    assert redraft.status_code == 200, redraft.text
+    url = f"/v1/reviews/{review_id}/decision-context"
+    context = (await api.http.get(url, headers=panel.headers["reviewer"])).json()
+    assert (context["force_to_human"], context["force_reason"]) == (False, None)
+    deadline = datetime.fromisoformat(context["review_deadline"])
+    assert timedelta(minutes=29) < deadline - datetime.now(UTC) <= timedelta(minutes=30)
+
+    # The new revision's window passes too: the sweep forces the draft again, once.
+    await _move_deadline_into_the_past(api, review_id)
+    assert (await _forced(api, panel, review_id))["force_reason"] == "review_deadline_passed"
+    events = await events_until(api, panel.headers["agent"], 2)
+    assert [
+        (e["reason"], e["payload"]["forced_by_breaker"]) for e in events if e["review_id"] == review_id
+    ] == [
+        ("redraft_requested", "review_deadline_passed"),
+        ("redraft_requested", "review_deadline_passed"),
+    ]
 
 
 async def test_a_quorum_or_deadline_out_of_range_is_refused_and_changes_nothing(api: Api) -> None:

@@ -337,3 +337,55 @@ async def test_the_console_promotes_a_project_rule_to_house_style(api: Api) -> N
         ("created", "project"),
         ("promoted", "org"),
     ]
+
+
+async def test_a_merge_keeps_its_rationale_in_an_audit_and_an_agent_stays_within_the_limits(api: Api) -> None:
+    org, stranger = await Org.create(api), await Org.create(api)
+    keep, dup = (
+        await _agent_category(org, "Renewal reminder"),
+        await _agent_category(org, "Renewal reminders"),
+    )
+    other = await _agent_category(org, "Renewal nudges")
+    # Governed differently (a quorum on one): the catalog leaves that merge to a human.
+    dial = await api.http.put(
+        f"/v1/admin/projects/{org.project_id}/risk-dial",
+        json={"categories": [{"category_id": other["id"], "quorum_approvals": 2}]},
+        headers=org.admin,
+    )
+    assert dial.status_code == 200, dial.text
+    refused = await api.http.post(
+        f"/v1/categories/{other['id']}/merge",
+        json={"into_category_id": keep["id"], "rationale": "same purpose"},
+        headers=org.agent,
+    )
+    assert refused.status_code == 403 and refused.json()["code"] == "forbidden_scope", refused.text
+    assert "governed differently (quorum_approvals)" in refused.json()["detail"]
+    assert {"field": "reason", "code": "forbidden_scope", "detail": "policy_differs"} in refused.json()[
+        "errors"
+    ]
+
+    rationale = "Both remind a customer that a renewal is due."
+    merged = await api.http.post(
+        f"/v1/categories/{dup['id']}/merge",
+        json={"into_category_id": keep["id"], "rationale": rationale},
+        headers=org.agent,
+    )
+    assert merged.status_code == 200, merged.text
+    entry = merged.json()["audit"]
+    assert entry["id"].startswith("cmg_") and entry["created_at"]
+    assert (entry["merged_from"], entry["merged_into"], entry["rationale"]) == (
+        dup["id"],
+        keep["id"],
+        rationale,
+    )
+    assert (entry["actor_kind"], entry["entity_kind"], entry["action"]) == ("agent", "category", "merge")
+    assert (entry["rules_moved"], entry["rules_retired"]) == (0, 0)
+    for side in (dup["id"], keep["id"]):
+        audit = await api.http.get(f"/v1/categories/{side}/audit", headers=org.human)
+        assert audit.status_code == 200, audit.text
+        assert audit.json() == {"items": [entry], "total": 1}
+    assert (await api.http.get(f"/v1/categories/{other['id']}/audit", headers=org.agent)).json()[
+        "items"
+    ] == []
+    foreign = await api.http.get(f"/v1/categories/{keep['id']}/audit", headers=stranger.agent)
+    assert foreign.status_code == 404, foreign.text

@@ -37,6 +37,7 @@ DIAL_KEYS = {
     "min_confidence", "first_contact_gate", "drift_demote_after", "canary_rate", "graduate_min_approvals",
     "graduate_min_age_hours", "auto_send_cap_per_day", "quorum_approvals", "quorum_review_agent",
     "review_deadline_minutes",
+    "quorum_panel",
 }  # fmt: skip
 
 
@@ -129,6 +130,7 @@ async def test_shapes_match_the_spec_examples_exactly(api: Api) -> None:
             "quorum_approvals": 1,
             "quorum_review_agent": False,
             "review_deadline_minutes": 0,
+            "quorum_panel": 0,
         },
         "categories": [
             {
@@ -146,6 +148,7 @@ async def test_shapes_match_the_spec_examples_exactly(api: Api) -> None:
                     "quorum_approvals": 1,
                     "quorum_review_agent": False,
                     "review_deadline_minutes": 0,
+                    "quorum_panel": 0,
                 },
             }
         ],
@@ -417,7 +420,7 @@ async def test_outcomes_over_grpc_demote_on_drift_once_per_event_and_reach_revie
     status = (await api.http.get(f"/v1/categories/{category['id']}/graduation", headers=org.agent)).json()
     assert (status["state"], status["drift_count"], status["clean_approval_count"]) == ("supervised", 0, 0)
 
-    # The rules outbox (rule_changed, category_changed) is relayed to review_state's Ingest.
+    # The rules outbox (rule_changed, category_changed to review_state; the broadcasts to nudge) is relayed.
     await org.save(org.agent, rule_text="Always propose a concrete time.")
     engine = make_engine(
         api.stack.env["REVIEWLOOP_RULES_DB"].replace("postgresql://", "postgresql+asyncpg://")

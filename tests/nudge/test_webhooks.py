@@ -270,3 +270,36 @@ async def test_a_changed_webhook_key_is_named_instead_of_signing_wrongly(open_db
         headers, body = receiver.received[0]
         assert headers["webhook-signature"].count("v1,") == 1  # the old key's secret cannot sign
         assert verifies(rotated.secret, headers, body) and not verifies(hook.secret, headers, body)
+
+
+async def test_an_org_wide_broadcast_reaches_the_endpoints_of_every_project_of_the_org(
+    open_db: OpenDb,
+) -> None:
+    from tests.nudge.test_broadcasts import broadcast, category_broadcast, rule_broadcast
+
+    db = await open_db(SPEC)
+    sibling = Principal(AGENT.org_id, "prj_2", ActorKind.ADMIN, "adm_2")
+    other_org = Principal("org_2", AGENT.project_id, ActorKind.ADMIN, "adm_3")
+    async with receiving() as receiver:
+        for admin, path, reasons in (
+            (ADMIN, "?mine", ["rule_changed"]),
+            (sibling, "?sibling", []),
+            (other_org, "?other", []),
+            (ADMIN, "?recheck", ["recheck_category"]),
+        ):
+            await webhooks.register(db, SETTINGS, admin, receiver.url + path, reasons)
+        await app.ingest(
+            db, [broadcast(rule_broadcast("org-wide", project_id="")), broadcast(category_broadcast())]
+        )
+        await drain(db, SETTINGS, receiver, 3)
+        async with webhooks.http_client() as client:  # one more round: nothing else is due
+            assert await webhooks.deliver_due(db, SETTINGS, client) == 0
+    got = sorted((h["webhook-id"], orjson.loads(b)["data"]["reason"]) for h, b in receiver.received)
+    ids = {e.reason: e.id for e in (await app.list_events(db, AGENT, limit=10, cursor=""))[0]}
+    assert got == sorted(
+        [
+            (ids["rule_changed"], "rule_changed"),  # mine
+            (ids["rule_changed"], "rule_changed"),  # the sibling project's
+            (ids["recheck_category"], "recheck_category"),  # prj_1's, asked for by name
+        ]
+    )

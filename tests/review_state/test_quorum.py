@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from review_state import app
 from review_state.app import Decision, Env
 from review_state.domain.review import Review
+from review_state.domain.revision import Revision
 from review_state.domain.submission import Dial
 from reviewloop.errors import Code, DomainError, http_status
 from reviewloop.storage import Database, make_engine, utcnow
@@ -113,6 +114,23 @@ async def test_a_review_agent_counts_toward_a_quorum_only_where_the_dial_says(en
     assert (await app.get_feedback(env, HUMAN, review.id)).approvers == ["agt_r", "key_h"]
 
 
+async def test_a_full_panel_refuses_another_humans_verb(env: Env) -> None:
+    peers(env).dial = _dial(quorum_approvals=2, quorum_panel=2)
+    review = await _opened(env)
+    first = await _approve(env, HUMAN, review)
+    edited = await app.decide(
+        env, HUMAN_B, review.id, Decision("edit", 1, first.version, body="Thursday 2pm?", feedback="tighter")
+    )
+    for action in ("approve", "reject"):
+        with pytest.raises(DomainError) as refused:
+            await app.decide(env, HUMAN_C, review.id, Decision(action, 2, edited.version))
+        assert refused.value.code is Code.FORBIDDEN_SCOPE and http_status(refused.value.code) == 403
+        assert ("reason", "quorum_panel_full") in refused.value.hints
+        assert "key_h, key_b" in refused.value.detail
+    # The panel's own members still decide it.
+    assert (await _approve(env, HUMAN, edited)).state.value == "sent"
+
+
 async def test_the_review_deadline_sweep_forces_a_draft_once_across_two_replicas(env: Env) -> None:
     peers(env).dial = _dial(review_deadline_minutes=30)
     _, review = await app.submit(
@@ -157,6 +175,30 @@ async def test_a_review_agent_that_decides_in_time_is_not_forced(env: Env) -> No
     result = await app.reviewer_decide(env, REVIEWER, review.id, Decision("escalate", 1, 1))
     assert result.review.state.value == "needs_review"
     assert await app.sweep_review_deadlines(env, utcnow() + timedelta(hours=1)) == []
+
+
+async def test_a_redraft_gives_the_review_agent_a_full_window_from_the_redraft(env: Env) -> None:
+    peers(env).dial = _dial(review_deadline_minutes=30)
+    _, review = await app.submit(
+        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+    )
+    rejected = await app.reviewer_decide(env, REVIEWER, review.id, Decision("reject", 1, 1))
+    assert rejected.review.review_deadline is None  # decided in time: nothing left to force
+    assert await app.sweep_review_deadlines(env, utcnow() + timedelta(hours=1)) == []
+    redrafted = await app.submit_revision(env, AGENT, review.id, 2, Revision(body_text="Thursday 2pm?"))
+    assert redrafted.review_deadline is not None
+    assert timedelta(minutes=29) < redrafted.review_deadline - utcnow() <= timedelta(minutes=30)
+    # The redraft's window, though a review agent decided an earlier revision.
+    assert await app.sweep_review_deadlines(env, utcnow() + timedelta(minutes=15)) == []
+    assert await app.sweep_review_deadlines(env, utcnow() + timedelta(minutes=31)) == [review.id]
+    forced, _ = await app.get_review(env, HUMAN, review.id)
+    assert forced.gate_outcome == "held:review_deadline_passed"
+    # A redraft of the forced draft opens a new window for the review agent, who may decide again.
+    again = await app.submit_revision(env, AGENT, review.id, 3, Revision(body_text="Friday 10am?"))
+    assert (again.gate_outcome, again.state.value) == (None, "needs_review")
+    assert await app.sweep_review_deadlines(env, utcnow() + timedelta(minutes=15)) == []
+    sent = await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 4, again.version))
+    assert (sent.kind, sent.forced_by_breaker) == ("sent", "")
 
 
 @settings(

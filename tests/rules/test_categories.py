@@ -284,6 +284,7 @@ async def test_risk_dial_overrides_inherit_the_account_defaults(open_db: OpenDb)
         "quorum_approvals": 1,
         "quorum_review_agent": False,
         "review_deadline_minutes": 0,
+        "quorum_panel": 0,
     }
     assert dial.categories == []
     dial = await app.set_risk_dial(

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from reviewloop.errors import Code, DomainError
+from reviewloop.ids import new_id
 from reviewloop.rules.v1.events_pb2 import CategoriesMerged
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database, codec
+from reviewloop.storage import Database, codec, utcnow
 from reviewloop.storage.schema import OUTBOX
-from rules import app
+from rules import app, store
 from rules.__main__ import SPEC
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from tests.rules.test_app import SETTINGS, Tenant, _category, _code, _save
 
@@ -85,3 +87,79 @@ async def test_an_org_shared_category_moves_every_projects_rules_and_only_into_a
     await app.merge_categories(env, t.admin, shared_a, c, "same", idempotency_key="k1")
     other = app.merge_categories(env, t.admin, shared_a, shared_b, "same", idempotency_key="k1")
     assert await _code(other) is Code.IDEMPOTENCY_CONFLICT
+
+
+async def _refusal(coro: Awaitable[object]) -> tuple[Code, str]:
+    try:
+        await coro
+    except DomainError as error:
+        return error.code, dict(error.hints).get("reason", "")
+    raise AssertionError("the merge went through")
+
+
+async def test_a_merge_is_audited_with_its_rationale_on_both_sides(open_db: OpenDb) -> None:
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
+    a, b = await _category(env, t.agent, "Pilot follow-up"), await _category(env, t.agent, "Pilot followups")
+    await _save(env, t.agent, "Quote the pilot start date.", category_id=a)
+    merge = await app.merge_categories(env, t.agent, a, b, "  Both follow up on a pilot.  ")
+    assert merge.audit is not None
+    assert (merge.audit.category_id, merge.audit.into_category_id, merge.audit.rationale) == (
+        a,
+        b,
+        "Both follow up on a pilot.",
+    )
+    assert (merge.audit.actor_kind, merge.audit.actor_id) == ("agent", t.agent.actor_id)
+    assert (merge.audit.rules_moved, merge.audit.rules_retired) == (1, 0)
+    assert await app.category_audit(env, t.human, a) == [merge.audit]
+    assert await app.category_audit(env, t.human, b) == [merge.audit]
+    # A repeat answers the same merge and records nothing new.
+    again = await app.merge_categories(env, t.agent, a, b, "again")
+    assert again.audit == merge.audit and await app.category_audit(env, t.human, b) == [merge.audit]
+    stranger = Tenant()
+    assert await _code(app.category_audit(env, stranger.agent, a)) is Code.NOT_FOUND
+
+
+async def test_an_agent_merges_only_within_the_catalogs_limits(open_db: OpenDb) -> None:
+    env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
+
+    async def pair() -> tuple[str, str]:
+        return await _category(env, t.agent, new_id("cat")), await _category(env, t.agent, new_id("cat"))
+
+    old, young = await pair()
+    async with env.db.transaction() as uow:
+        await uow.conn.execute(
+            update(store.categories)
+            .where(store.categories.c.id == old)
+            .values(created_at=utcnow() - timedelta(hours=25))
+        )
+    assert await _refusal(app.merge_categories(env, t.agent, old, young, "same")) == (
+        Code.FORBIDDEN_SCOPE,
+        "too_old",
+    )
+
+    private = (
+        await app.create_category(
+            env, t.agent, name="Mine", description="", scope="project", never_graduate=False
+        )
+    ).row.id
+    assert await _refusal(app.merge_categories(env, t.agent, private, young, "same")) == (
+        Code.FORBIDDEN_SCOPE,
+        "not_shared",
+    )
+
+    a, b = await pair()
+    await app.set_risk_dial(env, t.admin, account=None, categories=[(a, {"quorum_approvals": 2})])
+    assert await _refusal(app.merge_categories(env, t.agent, a, b, "same")) == (
+        Code.FORBIDDEN_SCOPE,
+        "policy_differs",
+    )
+
+    c, d = await pair()
+    await _save(env, t.sibling_project(), "Mention the renewal date first.", category_id=c)
+    assert await _refusal(app.merge_categories(env, t.agent, c, d, "same")) == (
+        Code.FORBIDDEN_SCOPE,
+        "not_exclusive",
+    )
+    # Nothing moved; the console still merges any of them.
+    assert not (await app.get_category(env, t.admin, c)).row.merged_into
+    assert (await app.merge_categories(env, t.admin, old, young, "same")).merged.row.merged_into == young

@@ -59,7 +59,7 @@ class RotateWebhookSecretIn(Shape):
 
 
 class WebhookDelivery(Shape):
-    """One nudge's delivery to an endpoint.
+    """One nudge's (or broadcast's) delivery to an endpoint.
 
     ``pending`` (retrying), ``delivered`` (2xx) or ``failed`` (retried for the deployment's bound;
     not sent again).
@@ -67,7 +67,7 @@ class WebhookDelivery(Shape):
 
     event_id: str = Field(description="The webhook-id header: stable across retries, dedupe on it.")
     reason: str
-    review_id: str
+    review_id: str | None = Field(default=None, description="absent on a broadcast (seq 0)")
     status: str = Field(description="pending | delivered | failed")
     attempts: int
     last_status: int | None = None

@@ -262,6 +262,33 @@ class Category(Shape):
     merged_into: str | None = Field(default=None, description="set once merged into that category (retired)")
 
 
+class CategoryAuditEntry(Shape):
+    """One merge a category took part in: who merged which category into which, when, why, and what moved.
+
+    An audit entry of its own, in the layout of ``RuleAuditEntry``.
+    """
+
+    id: str = Field(description="the cmg_ id of the merge")
+    entity_kind: Literal["category"]
+    entity_id: str = Field(description="the category merged away")
+    action: Literal["merge"]
+    actor_kind: str = Field(description="agent | admin: whose key merged")
+    actor_id: str
+    merged_from: str = Field(description="the category merged away (retired, its merged_into set)")
+    merged_into: str = Field(description="the category that stays")
+    rationale: str = Field(description="why both describe the same reusable purpose, verbatim")
+    rules_moved: int
+    rules_retired: int
+    created_at: datetime
+
+
+class CategoryAudit(Shape):
+    """``get_category_audit``: the merges a category took part in, either side, oldest first."""
+
+    items: list[CategoryAuditEntry]
+    total: int
+
+
 class CategoryMerge(Shape):
     """``merge_categories``: both categories as they now are, and what moved."""
 
@@ -269,6 +296,9 @@ class CategoryMerge(Shape):
     into: Category
     rules_moved: int = Field(description="rule lineages now in into (a new revision each)")
     rules_retired: int = Field(description="rules retired as twins of one already in into")
+    audit: CategoryAuditEntry | None = Field(
+        default=None, description="the merge's audit entry (absent only for a merge older than the audit)"
+    )
 
 
 class CategoryList(Shape):
@@ -439,6 +469,11 @@ class DialValues(Shape):
     review_deadline_minutes: int | None = Field(
         default=None, le=INT32_MAX, description="a review agent's time to decide; 0: no deadline"
     )
+    quorum_panel: int | None = Field(
+        default=None,
+        le=INT32_MAX,
+        description="at most this many distinct humans decide a draft (0: any number; at least quorum_approvals)",
+    )
 
 
 class CategoryDialIn(DialValues):
@@ -469,6 +504,7 @@ class AccountRiskDial(Shape):
     review_deadline_minutes: int = Field(
         description="minutes a review agent has to decide before the draft is forced to a human; 0: none"
     )
+    quorum_panel: int = Field(description="at most this many distinct humans decide a draft; 0: any number")
 
 
 class EffectiveRiskDial(AccountRiskDial):
@@ -489,6 +525,7 @@ class CategoryRiskDial(Shape):
     quorum_approvals: int | None = None
     quorum_review_agent: bool | None = None
     review_deadline_minutes: int | None = None
+    quorum_panel: int | None = None
     effective: EffectiveRiskDial
 
 

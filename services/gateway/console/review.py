@@ -20,6 +20,7 @@ from reviewloop.rules.v1 import rules_pb2
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
+from gateway import store
 from gateway.console import presence, web
 from gateway.console.html import button, csrf_field, h, page, table
 from gateway.console.sessions import Session
@@ -274,8 +275,9 @@ async def _get(request: Request, session: Session, review_id: str) -> dict[str, 
 
 
 async def _quorum(request: Request, session: Session, review: dict[str, Any]) -> str:
-    """Where a pending draft of a category with a quorum stands: "2 of 3 approvals" and who gave them.
-    Only approvals of the current revision count (an edit starts the count again)."""
+    """Where a pending draft of a category with a quorum stands: "2 of 3 approvals (panel of 4)" and who
+    gave them, by key name where the project has one. Only approvals of the current revision count (an
+    edit starts the count again)."""
     category = review.get("category_id")
     if not category or review["state"] not in PENDING:
         return ""
@@ -284,17 +286,18 @@ async def _quorum(request: Request, session: Session, review: dict[str, Any]) ->
         rules_pb2.GetRiskDialRequest(principal=session.principal.to_proto(), category_id=category),
         request,
     )
-    needed = next(
-        (c.effective.quorum_approvals for c in dial.categories if c.category_id == category),
-        dial.account.quorum_approvals,
-    )
+    values = next((c.effective for c in dial.categories if c.category_id == category), dial.account)
+    needed = values.quorum_approvals
     if needed <= 1:
         return ""
     given = review["approvers"]
-    who = f": approved by {', '.join(given)}" if given else ""
+    async with request.app.state.db.single_statement.connect() as conn:
+        names = {k.key_id: k.name for k in await store.project_keys(conn, session.principal.project_id)}
+    who = f": approved by {', '.join(names.get(a) or a for a in given)}" if given else ""
+    panel = f" (panel of {values.quorum_panel})" if values.quorum_panel else ""
     mine = " You approved this revision." if session.principal.actor_id in given else ""
     return (
-        f'<p id="quorum" role="status"><strong>{len(given)} of {needed} approvals</strong> of revision '
+        f'<p id="quorum" role="status"><strong>{len(given)} of {needed} approvals{panel}</strong> of revision '
         f"{review['revision']}{h(who)}.{mine} Approvals of an earlier revision no longer count.</p>"
     )
 

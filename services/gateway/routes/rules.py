@@ -12,6 +12,7 @@ from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
     Category,
+    CategoryAudit,
     CategoryList,
     CategoryMerge,
     CategoryPacingState,
@@ -42,6 +43,7 @@ from gateway.translate import Json, page
 from gateway.translate.rules import (
     as_backlog_status,
     as_category,
+    as_category_audit,
     as_category_merge,
     as_graduation_proposal,
     as_graduation_status,
@@ -295,9 +297,12 @@ async def merge_categories(
 ) -> Json:
     """Merge this category into ``into_category_id``: its live rules move there (a twin of one already
     there is retired), its pending drafts move there and each gets a ``recheck_category`` nudge (reason
-    ``merged``), and it is retired (``merged_into``; list_categories no longer shows it). An agent merges
-    only agent-authored, supervised categories; anything else takes an admin key. Repeating a merge
-    answers it again; a side already merged elsewhere is 409 ``conflict`` naming ``merged_into``."""
+    ``merged``), and it is retired (``merged_into``; list_categories no longer shows it). The merge is
+    recorded with its ``rationale`` (``audit``; ``get_category_audit`` lists it). An agent merges only
+    young duplicates: both agent-authored, shared, supervised, under 24 hours old, governed alike and used
+    by its project alone; anything else is 403 ``forbidden_scope`` with the limit as ``reason`` and takes
+    an admin key. Repeating a merge answers it again; a side already merged elsewhere is 409 ``conflict``
+    naming ``merged_into``."""
     reply = await backend.rules.MergeCategories(
         rules_pb2.MergeCategoriesRequest(
             principal=principal.to_proto(),
@@ -309,6 +314,19 @@ async def merge_categories(
         timeout=backend.timeout_s,
     )
     return as_category_merge(reply)
+
+
+@router.get(
+    "/v1/categories/{category_id}/audit", operation_id="get_category_audit", response_model=CategoryAudit
+)
+async def get_category_audit(category_id: str, principal: ProjectKey, backend: Backend) -> Json:
+    """The merges this category took part in (merged away or merged into), oldest first: who, when, from,
+    into, the rationale, and the rules moved and retired."""
+    reply = await backend.rules.GetCategoryAudit(
+        rules_pb2.GetCategoryAuditRequest(principal=principal.to_proto(), category_id=category_id),
+        timeout=backend.timeout_s,
+    )
+    return as_category_audit(reply)
 
 
 @router.patch("/v1/categories/{category_id}", operation_id="update_project_category", response_model=Category)

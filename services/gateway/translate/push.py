@@ -22,11 +22,12 @@ def as_delivery(delivery: nudge_pb2.WebhookDelivery) -> Json:
     body: Json = {
         "event_id": delivery.event_id,
         "reason": delivery.reason,
-        "review_id": delivery.review_id,
         "status": delivery.status,
         "attempts": delivery.attempts,
         "created_at": timestamp(delivery.created_at),
     }
+    if delivery.review_id:  # a broadcast belongs to no review
+        body["review_id"] = delivery.review_id
     if delivery.last_status:
         body["last_status"] = delivery.last_status
     if delivery.last_error:

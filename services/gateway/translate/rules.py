@@ -133,12 +133,39 @@ def as_category(category: rules_pb2.Category) -> Json:
 
 def as_category_merge(reply: rules_pb2.MergeCategoriesResponse) -> Json:
     """``CategoryMerge``."""
-    return {
+    body: Json = {
         "merged": as_category(reply.merged),
         "into": as_category(reply.into),
         "rules_moved": reply.rules_moved,
         "rules_retired": reply.rules_retired,
     }
+    if reply.HasField("audit"):
+        body["audit"] = as_category_audit_entry(reply.audit)
+    return body
+
+
+def as_category_audit_entry(m: rules_pb2.CategoryMergeEntry) -> Json:
+    """``CategoryAuditEntry``."""
+    return {
+        "id": m.id,
+        "entity_kind": "category",
+        "entity_id": m.category_id,
+        "action": "merge",
+        "actor_kind": m.actor_kind,
+        "actor_id": m.actor_id,
+        "merged_from": m.category_id,
+        "merged_into": m.into_category_id,
+        "rationale": m.rationale,
+        "rules_moved": m.rules_moved,
+        "rules_retired": m.rules_retired,
+        "created_at": timestamp(m.created_at),
+    }
+
+
+def as_category_audit(reply: rules_pb2.CategoryAudit) -> Json:
+    """``CategoryAudit``."""
+    items = [as_category_audit_entry(m) for m in reply.merges]
+    return {"items": items, "total": len(items)}
 
 
 QUEUED_STATES = frozenset(

@@ -139,3 +139,17 @@ async def spend_cap(uow: UnitOfWork, project_id: str, category_id: str, cap: int
         return True
     day_start = utcnow().replace(hour=0, minute=0, second=0, microsecond=0)
     return await store.auto_send_room(uow.conn, project_id, category_id, day_start, cap)
+
+
+async def deadline_minutes(env: Env, principal: Principal, category_id: str) -> int:
+    """The category's review deadline for a queued draft or its redraft (the risk dial's
+    ``review_deadline_minutes``; 0: none, as for no category). The deadline only hurries a review agent
+    along, so a submit does not wait on a rules context that cannot say: the draft then carries none."""
+    if not category_id:
+        return 0
+    try:
+        return (await env.peers.get_dial(principal, category_id)).review_deadline_minutes
+    except DomainError as error:
+        if error.code not in (Code.UNAVAILABLE, Code.NOT_FOUND):
+            raise
+        return 0

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
-from reviewloop.storage import UnitOfWork
+from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
 from review_state.app import _kernel
 from review_state.app._events import Facts
-from review_state.app._gates import born_stale, check_token, contacts_allow
+from review_state.app._gates import born_stale, check_token, contacts_allow, deadline_minutes
 from review_state.app.env import Env
+from review_state.domain.decision import FORCED_PAST_DEADLINE, review_deadline
 from review_state.domain.machine import Verb
 from review_state.domain.review import Review, Turn
 from review_state.domain.revision import Revision
@@ -104,10 +107,16 @@ async def submit_revision(
         if revision.confidence is not None and not 0.0 <= revision.confidence <= 1.0:
             raise invalid("/confidence", "must be between 0 and 1")
         await contacts_allow(env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
-        high_water = await _composed_under(env, principal, current, composition_token, rules_version_seen)
+        high_water, minutes = await asyncio.gather(
+            _composed_under(env, principal, current, composition_token, rules_version_seen),
+            deadline_minutes(env, principal, current.category_id),
+        )
 
         async def act(uow: UnitOfWork) -> tuple[Review, str]:
             before = await _kernel.load(uow.conn, principal, review_id)
+            # The new revision gets a review agent's full window from now (a deadline that forced
+            # the old revision to a human is spent with it).
+            forced = before.gate_outcome == FORCED_PAST_DEADLINE
             edge = await _kernel.move(
                 uow,
                 before,
@@ -128,6 +137,8 @@ async def submit_revision(
                 intent=draft.intent,
                 confidence=before.confidence if revision.confidence is None else revision.confidence,
                 rule_high_water=high_water,
+                review_deadline=review_deadline(utcnow(), minutes),
+                gate_outcome=None if forced else before.gate_outcome,
             )
             await _kernel.add_turn(uow, edge.after, principal, "revision", "")
             return edge.after, ""

@@ -32,7 +32,7 @@ from review_state.domain.decision import (
     decision_changes,
     diffable,
 )
-from review_state.domain.feedback import approvers, decision_of, decisions_of
+from review_state.domain.feedback import approvers, decision_of, decisions_of, panel
 from review_state.domain.machine import Actor, State, Verb
 from review_state.domain.review import Review, Turn
 from review_state.domain.submission import Dial
@@ -54,10 +54,11 @@ class Quorum:
 
     approvals: int = 1
     review_agent_counts: bool = False
+    panel: int = 0  # at most this many distinct humans decide the draft (0: any number)
 
     @classmethod
     def of(cls, dial: Dial) -> Quorum:
-        return cls(dial.quorum_approvals, dial.quorum_review_agent)
+        return cls(dial.quorum_approvals, dial.quorum_review_agent, dial.quorum_panel)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ async def _decide(
     if actor is Actor.REVIEW_AGENT and deadline_passed(current, utcnow()):
         # Too late for a review agent: the draft is the human's, whatever it decided; no round is spent.
         return await _force_past_deadline(env, current), REVIEW_DEADLINE_PASSED
-    if actor is Actor.HUMAN and verb in (Verb.APPROVE, Verb.EDIT) and current.category_id:
+    if actor is Actor.HUMAN and current.category_id:  # every human verb: the panel bounds them all
         quorum = Quorum.of(await env.peers.get_dial(principal, current.category_id))
     if actor is Actor.REVIEW_AGENT:
         # Every review-agent round is admitted by dispatch_budget before it acts; a spent budget is
@@ -292,10 +293,14 @@ async def _apply_decision(
         before = await _kernel.load(uow.conn, principal, review_id)
         prior: list[Turn] = []
         short = False
-        if quorum.approvals > 1 and verb in (Verb.APPROVE, Verb.EDIT):
-            # Counted in the unit whose compare-and-set on the version writes the approval: two
-            # approvals racing for the last slot cannot both see it free.
+        counting = quorum.approvals > 1 and verb in (Verb.APPROVE, Verb.EDIT)
+        if counting or (quorum.panel and actor is Actor.HUMAN):
+            # Counted in the unit whose compare-and-set on the version writes the decision: two
+            # deciders racing for the last slot (or panel seat) cannot both see it free.
             prior = await store.list_turns(uow.conn, review_id)
+        if quorum.panel and actor is Actor.HUMAN:
+            _check_panel(panel(prior), principal.actor_id, quorum.panel)
+        if counting:
             standing = approvers(prior, before.revision, review_agent_counts=quorum.review_agent_counts)
             if verb is Verb.APPROVE and principal.actor_id in standing:
                 return before, ""  # the same approver twice counts once
@@ -348,6 +353,20 @@ async def _apply_decision(
 
     review, held_by, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
     return await deliver(env, review), held_by  # a replay drives a delivery left unfinished
+
+
+def _check_panel(members: list[str], actor_id: str, size: int) -> None:
+    """``forbidden_scope`` for a human outside a full panel: the category lets only ``size`` distinct
+    humans decide a draft, and they already have. Not a 409: no re-read or retry makes this key one of
+    them (the same reason a key of the wrong kind is refused)."""
+    if actor_id in members or len(members) < size:
+        return
+    raise DomainError(
+        Code.FORBIDDEN_SCOPE,
+        f"This draft's review panel is full: its category lets {size} distinct humans decide a draft, and "
+        f"{', '.join(members)} already have. Only they may decide it; ask one of them.",
+        hints=(("reason", "quorum_panel_full"), *(("panel_member", m) for m in members)),
+    )
 
 
 async def _force_past_deadline(env: Env, review: Review) -> Review:
@@ -405,6 +424,7 @@ async def _hold(
         facts=Facts(breaker=breaker_name),
         gate_outcome=f"held:{breaker_name}",
         reviewer_hops=before.reviewer_hops + 1,
+        review_deadline=None,  # the draft is the human's now
     )
     await _kernel.add_turn(uow, edge.after, principal, "breaker", decision.feedback, action=decision.action)
     return edge.after, breaker_name

@@ -14,7 +14,13 @@ from reviewloop.tenancy import ActorKind, Principal
 from review_state import store
 from review_state.app import _kernel
 from review_state.app._events import publish_humans_notified
-from review_state.app._gates import auto_send_gate, check_token, contacts_allow, spend_cap
+from review_state.app._gates import (
+    auto_send_gate,
+    check_token,
+    contacts_allow,
+    deadline_minutes,
+    spend_cap,
+)
 from review_state.app.delivery import deliver, start_delivery
 from review_state.app.env import Env
 from review_state.domain.decision import review_deadline
@@ -78,8 +84,8 @@ async def submit(
         if composition_token
         else _stack_high_water(env, principal, category_id)
     )
-    rule_high_water, deadline_minutes = await asyncio.gather(
-        high_water, _deadline_minutes(env, principal, route, category_id)
+    rule_high_water, minutes = await asyncio.gather(
+        high_water, deadline_minutes(env, principal, "" if route is Route.DIRECT else category_id)
     )
     review_id = new_id("rr")
     hold: str | None = None
@@ -129,7 +135,7 @@ async def submit(
             references_hdr=threading.references,
             thread_ref=threading.thread_ref,
             gate_outcome=(f"held:{held}" if held else "") if route is Route.AUTO_CANDIDATE else None,
-            review_deadline=None if released else review_deadline(now, deadline_minutes),
+            review_deadline=None if released else review_deadline(now, minutes),
         )
         await store.add_review(uow.conn, review)
         if released and route is Route.AUTO_CANDIDATE and notifies_humans(rung):
@@ -172,20 +178,6 @@ async def _stack_high_water(env: Env, principal: Principal, category_id: str) ->
     rules context: when it cannot say, 0 (the oldest) makes that redraft prove itself with a token."""
     try:
         return await env.peers.stack_high_water(principal, category_id)
-    except DomainError as error:
-        if error.code not in (Code.UNAVAILABLE, Code.NOT_FOUND):
-            raise
-        return 0
-
-
-async def _deadline_minutes(env: Env, principal: Principal, route: Route, category_id: str) -> int:
-    """The category's review deadline for a queued draft (the risk dial's ``review_deadline_minutes``;
-    0: none). The deadline only hurries a review agent along, so a submit does not wait on a rules
-    context that cannot say: the draft then carries none."""
-    if route is Route.DIRECT or not category_id:
-        return 0
-    try:
-        return (await env.peers.get_dial(principal, category_id)).review_deadline_minutes
     except DomainError as error:
         if error.code not in (Code.UNAVAILABLE, Code.NOT_FOUND):
             raise

@@ -66,7 +66,9 @@ def decision_changes(
     verb: Verb, current: Review, edited: dict[str, str] | None, now: datetime
 ) -> dict[str, Any]:
     """The columns a decision writes besides the state."""
-    changes: dict[str, Any] = {"decided_at": now}
+    # A decision spends the review deadline: it hurries a review agent toward a first decision of the
+    # current revision, and a redraft starts a new one.
+    changes: dict[str, Any] = {"decided_at": now, "review_deadline": None}
     if verb is Verb.EDIT and edited is not None:
         changes.update(edited)
     if verb in (Verb.EDIT, Verb.REJECT, Verb.ESCALATE):
@@ -90,11 +92,10 @@ FORCED_PAST_DEADLINE = f"held:{REVIEW_DEADLINE_PASSED}"  # the gate_outcome of a
 
 
 def deadline_passed(review: Review, now: datetime) -> bool:
-    """The draft's review deadline passed before any review-agent decision: it is the human's (a
-    draft the sweep already forced stays the human's)."""
+    """The draft's review deadline passed before a decision of its current revision (a decision or a
+    breaker's hold clears it): it is the human's (a draft the sweep already forced stays the human's)."""
     return review.gate_outcome == FORCED_PAST_DEADLINE or (
         review.review_deadline is not None
-        and review.reviewer_hops == 0
         and review.state is State.NEEDS_REVIEW
         and now >= review.review_deadline
     )

@@ -53,6 +53,14 @@ def approvers(turns: Sequence[Turn], revision: int, *, review_agent_counts: bool
     )
 
 
+def panel(turns: Sequence[Turn]) -> list[str]:
+    """The distinct humans who decided the draft (any verb, any revision), in the order they first did:
+    the panel a category's ``quorum_panel`` bounds."""
+    return list(
+        dict.fromkeys(t.actor_id for t in turns if t.turn_type == "decision" and t.actor_kind == "human")
+    )
+
+
 def outcome_for_rules(decision: str) -> str | None:
     """The review outcome the rules context counts per category: approval, drift, rejection."""
     return {"approved": "clean_approval", "edited": "drift", "rejected": "rejection"}.get(decision)

@@ -333,6 +333,7 @@ class Dial:
     quorum_approvals: int = 1  # distinct approvals of the current revision a release needs
     quorum_review_agent: bool = False  # a review agent's approval counts as one
     review_deadline_minutes: int = 0  # a review agent's time to decide (0: no deadline)
+    quorum_panel: int = 0  # at most this many distinct humans decide a draft (0: any number)
 
 
 def canary_draw(review_id: str) -> float:

@@ -172,14 +172,14 @@ async def pending_in_scope(
 async def past_review_deadline(
     conn: AsyncConnection, now: datetime, forced_outcome: str, limit: int
 ) -> list[Review]:
-    """Drafts still waiting for a first review-agent decision whose review deadline has passed, and
-    that the deadline has not already forced to a human (``forced_outcome``), oldest deadline first."""
+    """Drafts whose current revision still waits for a decision past its review deadline (a decision or
+    a hold clears the deadline, a redraft sets a new one), and that the deadline has not already forced
+    to a human (``forced_outcome``), oldest deadline first."""
     rows = await conn.execute(
         select(reviews)
         .where(
             reviews.c.state == State.NEEDS_REVIEW.value,
             reviews.c.review_deadline <= now,
-            reviews.c.reviewer_hops == 0,
             or_(reviews.c.gate_outcome.is_(None), reviews.c.gate_outcome != forced_outcome),
         )
         .order_by(reviews.c.review_deadline)

@@ -29,7 +29,7 @@ from rules.app.graduation import (
     reject_graduation_proposal,
 )
 from rules.app.ingest import SUBSCRIPTIONS
-from rules.app.merge import Merge, merge_categories
+from rules.app.merge import Merge, category_audit, merge_categories
 from rules.app.pacing import get_pacing_settings, set_pacing_settings
 from rules.app.rules import (
     RuleInput,
@@ -69,6 +69,7 @@ __all__ = [
     "TokenCheck",
     "TokenStatus",
     "approve_rule",
+    "category_audit",
     "create_category",
     "ensure_token_key",
     "get_category",

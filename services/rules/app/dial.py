@@ -82,4 +82,11 @@ async def set_risk_dial(
         for cid, values in checked:
             await load_category(uow.conn, principal, cid)
             await store.save_overrides(uow.conn, principal.project_id, cid, values)
-        return await _dial(uow.conn, principal, "")
+        dial = await _dial(uow.conn, principal, "")
+        # The values in force after the change: a refusal rolls the whole change back.
+        risk.check_panel(dial.account, "/account")
+        listed = {cid: i for i, (cid, _) in enumerate(checked)}
+        for category in dial.categories:
+            at = listed.get(category.category_id)
+            risk.check_panel(category.effective, f"/categories/{at}" if at is not None else "/account")
+        return dial

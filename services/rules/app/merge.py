@@ -9,6 +9,7 @@ move the pending drafts and ask their agents to recheck (``recheck_category``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from itertools import pairwise
 
 from reviewloop.errors import Code, DomainError, invalid
@@ -21,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rules import store
 from rules.app.authority import author, require
 from rules.app.categories import CategoryView, get_category, load_category
+from rules.app.dial import dial_for
 from rules.app.env import REVIEW_STATE, Env, idempotent
 from rules.app.rules import append_revision, duplicate_of
 from rules.domain.graduation import Rung as Grad
@@ -30,24 +32,65 @@ from rules.store import CategoryRow
 MAX_RATIONALE_BYTES = 2000
 
 
+# The skill catalog's limits on an agent's merge: young duplicates only.
+AGENT_MERGE_MAX_AGE = timedelta(hours=24)
+CURATION = "merging it needs human curation (an admin key)"
+
+
 @dataclass(frozen=True)
 class Merge:
     merged: CategoryView
     into: CategoryView
     rules_moved: int
     rules_retired: int
+    audit: store.CategoryMergeRow | None = None  # None only for a merge made before the audit existed
 
 
-def _check_agent_may(merged: CategoryRow, into: CategoryRow) -> None:
-    """An agent consolidates only young duplicates of its own kind: agent-authored and supervised on both
-    sides; anything a human curated or graduated needs the console."""
+def _refused(reason: str, detail: str) -> DomainError:
+    return DomainError(Code.FORBIDDEN_SCOPE, detail, hints=(("reason", reason),))
+
+
+async def _check_agent_may(
+    conn: AsyncConnection, principal: Principal, merged: CategoryRow, into: CategoryRow
+) -> None:
+    """The catalog's limits on an agent's merge (``merge_categories``): both categories agent-authored,
+    shared, supervised, under 24 hours old, with matching policy and in exclusive use of the agent's
+    project. Anything else is ``forbidden_scope`` naming the first limit it breaks (``reason``)."""
+    now = utcnow()
     for row in (merged, into):
-        if row.author_kind != "agent" or row.state is not Grad.SUPERVISED:
-            raise DomainError(
-                Code.FORBIDDEN_SCOPE,
-                f"Category {row.id} is {row.author_kind}-authored and {row.state}: merging it needs human "
-                "curation (an admin key). An agent merges only agent-authored, supervised categories.",
+        if row.author_kind != "agent":
+            raise _refused("human_curated", f"Category {row.id} is {row.author_kind}-authored: {CURATION}.")
+        if row.state is not Grad.SUPERVISED:
+            raise _refused("graduated", f"Category {row.id} is {row.state}, not supervised: {CURATION}.")
+        if row.scope != "org_shared":
+            raise _refused("not_shared", f"Category {row.id} is {row.scope}-scoped, not shared: {CURATION}.")
+        if now - row.created_at >= AGENT_MERGE_MAX_AGE:
+            hours = (now - row.created_at).total_seconds() / 3600
+            raise _refused(
+                "too_old",
+                f"Category {row.id} is {hours:.0f} hours old; an agent merges only categories under 24 hours "
+                f"old: {CURATION}.",
             )
+        others = {
+            h[-1].project_id
+            for h in await store.lineages_in_category(conn, principal.org_id, row.id)
+            if h[-1].project_id != principal.project_id
+        }
+        if row.project_id != principal.project_id or others:
+            user = row.project_id if row.project_id != principal.project_id else sorted(others)[0]
+            raise _refused(
+                "not_exclusive",
+                f"Category {row.id} is in use by project {user} too, not only yours: {CURATION}.",
+            )
+    a = await dial_for(conn, principal.project_id, merged.id)
+    b = await dial_for(conn, principal.project_id, into.id)
+    differs = sorted(name for name in a if a[name] != b[name])
+    if differs or merged.never_graduate != into.never_graduate:
+        what = ", ".join(differs) or "never_graduate"
+        raise _refused(
+            "policy_differs",
+            f"Categories {merged.id} and {into.id} are governed differently ({what}): {CURATION}.",
+        )
 
 
 async def _move_rules(
@@ -140,10 +183,27 @@ async def merge_categories(
                 "every project of the org",
             )
         if principal.actor_kind is ActorKind.AGENT:
-            _check_agent_may(merged, into)
+            await _check_agent_may(uow.conn, principal, merged, into)
         await _move_rules(uow, principal, merged, into, high_water)
         if not await store.compare_and_set_category(uow.conn, merged, merged_into=into.id):
             raise DomainError(Code.STALE, "The category changed at the same moment; re-read it and retry.")
+        moved, retired = await _counts(uow.conn, principal.org_id, merged.id, into.id)
+        await store.add_category_merge(
+            uow.conn,
+            store.CategoryMergeRow(
+                id=new_id("cmg"),
+                org_id=principal.org_id,
+                project_id=principal.project_id,
+                category_id=merged.id,
+                into_category_id=into.id,
+                rationale=rationale,
+                actor_kind=principal.actor_kind.value,
+                actor_id=principal.actor_id,
+                rules_moved=moved,
+                rules_retired=retired,
+                created_at=utcnow(),
+            ),
+        )
         uow.emit(
             REVIEW_STATE,
             principal.org_id,  # the aggregate of rule_changed: the drafts move after the rules did
@@ -162,9 +222,23 @@ async def merge_categories(
     await idempotent(env, principal, idempotency_key, {**fields, "rationale": rationale}, act)
     async with env.db.engine.connect() as conn:
         moved, retired = await _counts(conn, principal.org_id, category_id, into_category_id)
+        audit = [
+            m
+            for m in await store.category_merges_of(conn, principal.org_id, category_id)
+            if (m.category_id, m.into_category_id) == (category_id, into_category_id)
+        ]
     return Merge(
         merged=await get_category(env, principal, category_id),
         into=await get_category(env, principal, into_category_id),
         rules_moved=moved,
         rules_retired=retired,
+        audit=audit[-1] if audit else None,
     )
+
+
+async def category_audit(env: Env, principal: Principal, category_id: str) -> list[store.CategoryMergeRow]:
+    """The merges ``category_id`` took part in (merged away or merged into), oldest first: who, when,
+    from, into, why and what moved. Errors: ``not_found`` for a category the project cannot see."""
+    async with env.db.engine.connect() as conn:
+        await load_category(conn, principal, category_id)
+        return await store.category_merges_of(conn, principal.org_id, category_id)

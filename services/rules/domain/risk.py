@@ -23,6 +23,8 @@ DEFAULTS: dict[str, Any] = {
     "quorum_approvals": 1,
     "quorum_review_agent": False,
     "review_deadline_minutes": 0,
+    # The panel: at most this many distinct humans decide a draft of the category (0: any number).
+    "quorum_panel": 0,
 }
 FIELDS = tuple(DEFAULTS)
 _BOOLEANS = ("first_contact_gate", "quorum_review_agent")
@@ -61,6 +63,18 @@ def validate(values: Mapping[str, Any], pointer: str) -> dict[str, Any]:
             raise invalid(f"{pointer}/{name}", f"unknown dial field; one of {', '.join(FIELDS)}")
         out[name] = None if value is None else _check(f"{pointer}/{name}", name, value)
     return out
+
+
+def check_panel(values: Mapping[str, Any], pointer: str) -> None:
+    """``bad_request`` unless a set panel (N) can hold the quorum (M <= N): a panel smaller than the
+    approvals a draft needs would leave every draft of the category undecidable."""
+    panel, needed = values["quorum_panel"], values["quorum_approvals"]
+    if panel and needed > panel:
+        raise invalid(
+            f"{pointer}/quorum_panel",
+            f"a panel of {panel} cannot give the {needed} approvals quorum_approvals asks for; "
+            "set quorum_panel to 0 (any number) or at least quorum_approvals",
+        )
 
 
 def account_in_force(stored: Mapping[str, Any]) -> dict[str, Any]:
