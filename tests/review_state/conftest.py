@@ -55,6 +55,7 @@ class FakePeers:
     token_high_water: int = 5
     current_high_water: int = 5
     stack_high_water_now: int = 0  # the stack's high-water a draft without a token is checked against
+    on_stack_read: Callable[[], Awaitable[Any]] | None = None  # run while rules answers GetRules
     category_state: str = "supervised"
     never_graduate: bool = False
     dial: Dial = field(default_factory=lambda: Dial(0.7, False, 0.0, 200))
@@ -98,7 +99,10 @@ class FakePeers:
 
     async def stack_high_water(self, principal: Principal, category_id: str) -> int:
         self._check()
-        return self.stack_high_water_now
+        now = self.stack_high_water_now
+        if self.on_stack_read is not None:
+            await self.on_stack_read()
+        return now
 
     async def pacing_settings(self, principal: Principal) -> dict[str, int]:
         self._check()
