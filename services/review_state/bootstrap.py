@@ -33,6 +33,7 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
         pacing_sweep_interval_s=float(
             environ.get("REVIEWLOOP_PACING_SWEEP_S", default.pacing_sweep_interval_s)
         ),
+        rule_stack_ttl_s=float(environ.get("REVIEWLOOP_RULE_STACK_TTL_S", default.rule_stack_ttl_s)),
     )
 
 

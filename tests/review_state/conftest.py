@@ -57,6 +57,7 @@ class FakePeers:
     stack_high_water_now: int = 0  # the stack's high-water a draft without a token is checked against
     house_style_version_now: int = 0  # the versions get_rules reports (a restamp names them)
     category_rules_version_now: int = 0
+    on_stack_read: Callable[[], Awaitable[Any]] | None = None  # run while rules answers GetRules
     category_state: str = "supervised"
     never_graduate: bool = False
     dial: Dial = field(default_factory=lambda: Dial(0.7, False, 0.0, 200))
@@ -100,7 +101,10 @@ class FakePeers:
 
     async def stack_high_water(self, principal: Principal, category_id: str) -> int:
         self._check()
-        return self.stack_high_water_now
+        now = self.stack_high_water_now
+        if self.on_stack_read is not None:
+            await self.on_stack_read()
+        return now
 
     async def stack_versions(self, principal: Principal, category_id: str) -> StackVersions:
         self._check()

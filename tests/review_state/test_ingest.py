@@ -13,7 +13,7 @@ from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.storage.inbox import ingest_each
 
-from tests.review_state.conftest import AGENT, DRAFT, HUMAN, outbox
+from tests.review_state.conftest import AGENT, DRAFT, HUMAN, outbox, peers
 
 
 def _event(type_: str, payload: dict[str, object], event_id: str) -> common_pb2.Event:
@@ -155,3 +155,40 @@ async def test_a_crash_before_the_refill_loses_no_slot_the_sweep_opens_the_windo
     assert await pacing.sweep(env) == 3  # any replica's sweep, once
     assert await pacing.sweep(env) == 0
     assert _propagated(await outbox(env)) == ids[:3]
+
+
+async def _high_water(env: Env, category_id: str = "cat_a") -> int:
+    review, _ = await app.get_review(env, AGENT, await _submit(env, category_id))
+    return review.rule_high_water
+
+
+async def test_a_new_draft_records_the_stack_a_rules_event_moved_never_an_older_one(env: Env) -> None:
+    """The submit remembers the stack's high-water (no GetRules per submit); a rules event forgets it."""
+    fake = peers(env)
+    fake.stack_high_water_now = 3
+    assert await _high_water(env) == 3
+    fake.stack_high_water_now = 7  # saved in rules; its rule_changed not relayed yet
+    assert await _high_water(env) == 3  # remembered: an older high-water, which the event then marks stale
+    await app.ingest(env, [_event("rule_changed", _general_rule(7), "evt_m")])
+    assert await _high_water(env) == 7
+    state = await app.pacing_state(env, AGENT, "cat_a")
+    assert sorted((r.rule_high_water, s is None) for r, s in state.drafts) == [
+        (3, False), (3, False), (7, True)
+    ]  # fmt: skip
+
+
+async def test_a_rules_event_during_a_submits_stack_read_is_not_remembered(env: Env) -> None:
+    """A GetRules answer that raced a rules event is used by that submit only if no event came before
+    its insert; it is never stored, so the next submit asks again."""
+    fake = peers(env)
+    fake.stack_high_water_now = 3
+
+    async def rule_saved_and_relayed() -> None:
+        fake.on_stack_read = None
+        fake.stack_high_water_now = 7
+        await app.ingest(env, [_event("rule_changed", _general_rule(7), "evt_r")])
+
+    fake.on_stack_read = rule_saved_and_relayed
+    assert await _high_water(env) == 7  # the event came before the insert: asked again
+    fake.stack_high_water_now = 9  # not relayed yet: the 7 was stored after the event, so it stays
+    assert await _high_water(env) == 7

@@ -154,16 +154,20 @@ async def move(
     expected_version: int | None = None,
     facts: Facts = NO_FACTS,
     short_of_quorum: bool = False,
+    if_approved: dict[str, Any] | None = None,
     **changes: Any,
 ) -> Edge:
     """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
     ``parent_revision`` None names no revision (chat, the platform's edges). An approval (or edit)
-    ``short_of_quorum`` is legal where the table allows it, and leaves the draft where it is."""
+    ``short_of_quorum`` is legal where the table allows it, and leaves the draft where it is.
+    ``if_approved``: more columns, written by the same compare-and-set when the edge lands on approved."""
     target = check_transition(
         review, verb, actor, parent_revision=parent_revision, expected_version=expected_version
     )
     if short_of_quorum:
         target = review.state
+    if if_approved and target is State.APPROVED:
+        changes = {**changes, **if_approved}
     if verb is Verb.APPROVE:
         await pacing.hold(uow.conn, review)  # a stale draft is not released before its redraft
     with span(review, target, actor):

@@ -43,14 +43,30 @@ _REVIEWED = ("human_reviewed", "reviewer_approved")
 
 async def start_delivery(uow: UnitOfWork, review: Review, send_path: str, now: datetime) -> Review:
     """Record the attempt (and its ids) in the approval's own transaction, before any provider call."""
-    message_id = new_id("msg")
-    rfc_id = rfc_message_id(message_id, review.from_address)
-    await store.start_attempt(uow.conn, review, message_id, rfc_id, send_path, now)
+    send = send_columns(review, send_path)
+    await store.start_attempt(uow.conn, review, send["message_id"], send["rfc_message_id"], send_path, now)
     updated = await store.compare_and_set(
-        uow.conn, review, send_path=send_path, rfc_message_id=rfc_id, updated_at=now
+        uow.conn, review, send_path=send_path, rfc_message_id=send["rfc_message_id"], updated_at=now
     )
     assert updated is not None  # the row was written or CAS-locked by this transaction
     return updated
+
+
+def send_columns(review: Review, send_path: str) -> dict[str, str]:
+    """The ids a release sends ``review`` under (``message_id`` is the attempt's, not a column)."""
+    message_id = new_id("msg")
+    return {
+        "message_id": message_id,
+        "rfc_message_id": rfc_message_id(message_id, review.from_address),
+        "send_path": send_path,
+    }
+
+
+async def record_attempt(uow: UnitOfWork, approved: Review, send: dict[str, str], now: datetime) -> None:
+    """The attempt of a review whose approving compare-and-set already wrote ``send``'s columns."""
+    await store.start_attempt(
+        uow.conn, approved, send["message_id"], send["rfc_message_id"], send["send_path"], now
+    )
 
 
 def start_worker(env: Env, review_id: str, approved: Review | None = None) -> asyncio.Task[Review | None]:

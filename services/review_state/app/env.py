@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from reviewloop.storage import Database
 
+from review_state.app.stacks import RuleStacks
 from review_state.clients import Collaborators
 from review_state.domain.review import Review
 from review_state.providers import Provider
@@ -31,6 +32,8 @@ class Settings:
     sweep_interval_s: float = 5.0
     # The pacing sweep: windows whose minimum interval has passed are refilled within about this long.
     pacing_sweep_interval_s: float = 1.0
+    # How long a new draft's rule high-water is remembered (``RuleStacks``); 0: ask rules every submit.
+    rule_stack_ttl_s: float = 5.0
 
 
 @dataclass
@@ -43,3 +46,7 @@ class Env:
     settings: Settings = field(default_factory=Settings)
     # This process's delivery workers, by review id: one per attempt, outside any request's scope.
     workers: dict[str, asyncio.Task[Review | None]] = field(default_factory=dict)
+    stacks: RuleStacks = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stacks = RuleStacks(self.settings.rule_stack_ttl_s)

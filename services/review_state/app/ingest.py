@@ -68,6 +68,9 @@ SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
 
 async def ingest(env: Env, events: Iterable[common_pb2.Event]) -> tuple[int, int]:
     """Handle each event once (deduplicated on event_id). Returns (accepted, duplicates)."""
+    events = list(events)
+    if any(e.type in SUBSCRIPTIONS for e in events):
+        env.stacks.invalidate()  # before the handlers look for the drafts a change leaves stale
     marked: list[bool] = []
     done = await ingest_each(env.db, events, SUBSCRIPTIONS, on_commit=marked.append)
     if any(marked):

@@ -19,7 +19,7 @@ from review_state import store
 from review_state.app import _events, _kernel
 from review_state.app._events import Facts
 from review_state.app._gates import reviewer_breaker, spend_cap
-from review_state.app.delivery import deliver, start_delivery
+from review_state.app.delivery import deliver, record_attempt, send_columns
 from review_state.app.env import Env
 from review_state.clients import DiffResult
 from review_state.domain.decision import (
@@ -312,6 +312,8 @@ async def _apply_decision(
         ):
             # The daily cap is spent in this unit: a release that does not commit spends nothing.
             return await _hold(uow, principal, review_id, decision, "daily_cap")
+        # The send's ids go in the decision's own compare-and-set when it approves (one CAS, not two).
+        send = send_columns(before, "human_reviewed" if actor is Actor.HUMAN else "reviewer_approved")
         edge = await _kernel.move(
             uow,
             before,
@@ -321,6 +323,7 @@ async def _apply_decision(
             expected_version=decision.version,
             facts=Facts(said=decision.feedback),
             short_of_quorum=short,
+            if_approved={k: send[k] for k in ("send_path", "rfc_message_id")},
             **decision_changes(verb, before, edited, now),
             # Each review-agent round is a hop, counted here for the reader; dispatch_budget bounds them.
             reviewer_hops=before.reviewer_hops + (actor is Actor.REVIEW_AGENT),
@@ -347,8 +350,7 @@ async def _apply_decision(
         if not short:  # the category counts the review's outcome once, when it is decided
             _events.publish_outcome(uow, after, decision_of(decisions_of([*prior, turn])))
         if after.state is State.APPROVED:
-            path = "human_reviewed" if actor is Actor.HUMAN else "reviewer_approved"
-            after = await start_delivery(uow, after, path, now)
+            await record_attempt(uow, after, send, now)
         return after, ""
 
     review, held_by, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)

@@ -79,6 +79,7 @@ async def submit(
     )
     policy, source = resolve_policy(facts.policy, facts.account_policy)
     route = route_for(policy, draft.intent, source)
+    generation = env.stacks.generation
     high_water = (
         check_token(env, principal, composition_token, category_id)
         if composition_token
@@ -96,6 +97,10 @@ async def submit(
         )
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
+        nonlocal rule_high_water, generation
+        if not composition_token and generation != env.stacks.generation:
+            generation = env.stacks.generation  # a rule moved since the stack was read: read it again
+            rule_high_water = await _stack_high_water(env, principal, category_id)
         now = utcnow()
         held = hold
         if (
@@ -175,9 +180,11 @@ async def _notify_humans(uow: UnitOfWork, review: Review) -> None:
 async def _stack_high_water(env: Env, principal: Principal, category_id: str) -> int:
     """The high-water a draft without a token was composed under: the stack's now, which a later
     redraft without a token is checked against (born_stale fails closed). A submit does not need the
-    rules context: when it cannot say, 0 (the oldest) makes that redraft prove itself with a token."""
+    rules context: when it cannot say, 0 (the oldest) makes that redraft prove itself with a token.
+    Remembered for a while (``RuleStacks``): a value older than the stack's only fails closed."""
+    key = (principal.org_id, principal.project_id, principal.actor_id, category_id)
     try:
-        return await env.peers.stack_high_water(principal, category_id)
+        return await env.stacks.high_water(key, lambda: env.peers.stack_high_water(principal, category_id))
     except DomainError as error:
         if error.code not in (Code.UNAVAILABLE, Code.NOT_FOUND):
             raise
