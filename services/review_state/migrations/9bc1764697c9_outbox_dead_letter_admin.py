@@ -7,8 +7,7 @@ Create Date: 2026-12-03 16:00:00.000000
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
-from alembic import op
+from reviewloop.storage.outbox_migrations import add_dead_letter_admin, drop_dead_letter_admin
 
 revision: str = "9bc1764697c9"
 down_revision: str | None = "c5d8e1f2a3b4"
@@ -17,16 +16,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    # Rows written before keep no project: only the deployment operator (`reviewloop outbox`) sees them.
-    op.add_column("outbox", sa.Column("project_id", sa.String(length=64), nullable=True))
-    op.add_column("outbox", sa.Column("discarded_at", sa.DateTime(timezone=True), nullable=True))
-    op.add_column("outbox", sa.Column("discard_reason", sa.Text(), nullable=True))
-    op.create_index("ix_outbox_dead", "outbox", ["dead_at"])
+    add_dead_letter_admin()
 
 
 def downgrade() -> None:
-    op.drop_index("ix_outbox_dead", table_name="outbox")
-    with op.batch_alter_table("outbox") as batch:
-        batch.drop_column("discard_reason")
-        batch.drop_column("discarded_at")
-        batch.drop_column("project_id")
+    drop_dead_letter_admin()

@@ -1,0 +1,30 @@
+"""Alembic steps every store's outbox takes alike, called from each service's own migration.
+
+Each service keeps its own revision chain (its store is its own), but the outbox table is the shared
+library's: its changes are written once here.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+
+def add_dead_letter_admin() -> None:
+    """Each row's project, and a discard with its reason (dead letters an admin lists, retries or discards).
+
+    Rows written before keep no project: only the deployment operator (`reviewloop outbox`) sees them.
+    """
+    op.add_column("outbox", sa.Column("project_id", sa.String(length=64), nullable=True))
+    op.add_column("outbox", sa.Column("discarded_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("outbox", sa.Column("discard_reason", sa.Text(), nullable=True))
+    op.create_index("ix_outbox_dead", "outbox", ["dead_at"])
+
+
+def drop_dead_letter_admin() -> None:
+    """Undo :func:`add_dead_letter_admin`."""
+    op.drop_index("ix_outbox_dead", table_name="outbox")
+    with op.batch_alter_table("outbox") as batch:
+        batch.drop_column("discard_reason")
+        batch.drop_column("discarded_at")
+        batch.drop_column("project_id")
