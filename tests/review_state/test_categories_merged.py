@@ -6,9 +6,13 @@ from __future__ import annotations
 import orjson
 from review_state import app
 from review_state.app import Env
+from review_state.store import pacing as paced
 from reviewloop.common.v1 import common_pb2
 
 from tests.review_state.conftest import AGENT, DRAFT, outbox
+from tests.review_state.test_ingest import _event, _general_rule
+
+HIGH_WATER = 9
 
 
 async def _submit(env: Env, category_id: str) -> str:
@@ -53,3 +57,22 @@ async def test_a_merge_moves_the_pending_drafts_and_asks_their_agent_to_recheck(
         }
         for n in nudges
     )
+
+
+async def test_a_merged_stale_draft_is_paced_by_the_category_that_stays(env: Env) -> None:
+    """A draft a rule left stale keeps its hold and its place in the pacing after the merge, now under the
+    category it moved to."""
+    drafts = [await _submit(env, "cat_a") for _ in range(2)]
+    await app.ingest(env, [_event("rule_changed", _general_rule(HIGH_WATER), "evt_rule")])
+    merge = {
+        "org_id": "org_1",
+        "project_id": "prj_1",
+        "category_id": "cat_a",
+        "into_category_id": "cat_c",
+        "state": "supervised",
+    }
+    await app.ingest(env, [_event("categories_merged", merge, "evt_merge")])
+    async with env.db.engine.connect() as conn:
+        assert await paced.counts(conn, "prj_1", "cat_a") == (0, 0)
+        stale, _ = await paced.counts(conn, "prj_1", "cat_c")
+    assert stale == len(drafts)

@@ -20,6 +20,7 @@ from review_state import store
 from review_state.app import _events, pacing
 from review_state.app.env import Env
 from review_state.domain.machine import RULES_NUDGES
+from review_state.store import pacing as paced
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ async def _categories_merged(uow: UnitOfWork, merge: CategoriesMerged) -> None:
         if moved is None:  # the rows are locked; a lost CAS means a writer got in: the relay redelivers
             raise DomainError(Code.STALE, f"review {draft.id} changed while its category merged")
         _events.publish(uow, moved, RULES_NUDGES["category"], _events.recheck_merged(merge))
+    # A stale draft's pacing slot follows it: the category that stays paces it from now on.
+    await paced.move_to_category(uow.conn, [d.id for d in drafts], merge.into_category_id)
 
 
 SUBSCRIPTIONS: dict[str, Subscription[Any]] = {

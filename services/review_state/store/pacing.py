@@ -159,6 +159,16 @@ async def mark_nudged(conn: AsyncConnection, review_ids: Sequence[str], now: dat
     )
 
 
+async def move_to_category(conn: AsyncConnection, review_ids: Sequence[str], category_id: str) -> None:
+    """Drafts that moved category (a merge) take their stale rows, and so their slots, with them."""
+    if review_ids:
+        await conn.execute(
+            update(stale_drafts)
+            .where(stale_drafts.c.review_id.in_(review_ids))
+            .values(category_id=category_id)
+        )
+
+
 async def windows_waiting(conn: AsyncConnection) -> list[tuple[str, str]]:
     """Every (project, category) with stale drafts still owed their nudge: what the sweep refills."""
     rows = await conn.execute(
