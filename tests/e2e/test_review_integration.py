@@ -242,7 +242,12 @@ async def test_a_stale_composition_token_is_born_stale_with_no_mutation_and_a_ru
     assert refused.status_code == 409 and refused.json()["code"] == "born_stale", refused.text
     review = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
     assert (review["revision"], review["body_text"]) == (1, draft()["body_text"])
-    events = await _until(api, agent, lambda es: any(e["reason"] == "rule_changed" for e in es))
+    # The draft's own nudge (the project's broadcast of the rule, with no review_id, may come first).
+    events = await _until(
+        api,
+        agent,
+        lambda es: any(e["reason"] == "rule_changed" and e.get("review_id") == review_id for e in es),
+    )
     assert "rule_changed" in {e["reason"] for e in events if e.get("review_id") == review_id}
     fresh = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
     restamped = await api.http.post(
