@@ -24,7 +24,7 @@ async def test_a_dead_relay_turns_the_service_not_ready_and_a_restarted_one_read
         db_url=f"sqlite+aiosqlite:///{tmp_path / 'rules.db'}",
         listen=listen,
         data_dir=tmp_path,
-        peers={"review_state": f"127.0.0.1:{free_port()}"},
+        peers={"review_state": f"127.0.0.1:{free_port()}", "nudge": f"127.0.0.1:{free_port()}"},
         otlp_endpoint=None,
         metrics_listen=metrics,
     )
