@@ -661,8 +661,8 @@ class Verbs:
             category_id: The category a ``category`` rule applies to.
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
-            **fields: Further request fields: to revise, ``lineage_id`` and the ``expected_rev`` that was
-                read; also ``kind``, ``priority``, ``source_review_id`` and ``source_turn_id`` (the turn
+            **fields: Further request fields: to revise, ``supersedes_id`` (the ``rule_`` id of the revision
+                replaced, the SDK's way) or ``lineage_id`` and the ``expected_rev`` that was read; also ``kind``, ``priority``, ``source_review_id`` and ``source_turn_id`` (the turn
                 of that review it was learnt from), ``scope_agent_id`` (a per-agent rule),
                 ``propagate_to_pending`` (default true: the pending drafts the rule leaves stale are nudged
                 a look-ahead window at a time) and ``suggested_batch`` (what each such nudge suggests; 0:
@@ -970,29 +970,29 @@ class Verbs:
 
     @staticmethod
     def propose_graduation(
-        category_id: str, *, idempotency_key: str | None = None, **fields: Any
-    ) -> Call[Json]:
+        category_id: str, *, evidence: dict[str, Any] | None = None, **fields: Any
+    ) -> Call[GraduationStatus]:
         """Propose graduating a category to its next rung (``POST .../{category_id}/graduation-proposals``).
 
-        An agent only proposes; a human flips the bit.
+        An agent only proposes; a human flips the bit. The proposal, and how a human decided it, are read
+        with :meth:`list_graduation_proposals_of_category`.
 
         Args:
             category_id: The ``cat_`` id.
-            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
-                omitted.
-            **fields: The proposal: ``to_state`` and a ``note`` for the human.
+            evidence: Opaque structured evidence for the human (the SDK's), e.g. ``{"approvals": 20}``.
+            **fields: ``to_state`` (default: the next rung) and a ``note`` for the human.
 
         Returns:
-            The proposal's JSON (``201``), with the category's graduation status.
+            The category's :class:`GraduationStatus` (``201``), as the SDK reads it.
 
         Raises:
             ReviewloopError: ``409 graduation_locked`` for a category marked ``never_graduate``;
                 ``bad_request`` when ``to_state`` is not the category's next rung.
         """
+        body = _drop_none(dict(evidence=evidence, **fields))
         return Call(
-            "POST", f"/v1/categories/{_id(category_id)}/graduation-proposals", _raw, body=dict(fields),
-            idempotency_key=idempotency_key,
-        )  # fmt: skip
+            "POST", f"/v1/categories/{_id(category_id)}/graduation-proposals", _shape(GraduationStatus), body=body
+        )
 
     @staticmethod
     def list_graduation_proposals_of_category(category_id: str) -> Call[GraduationProposalList]:

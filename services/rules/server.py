@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grpc
+import orjson
 from reviewloop import service
 from reviewloop.common.v1 import common_pb2
 from reviewloop.protoconv import stamp, to_enum
@@ -48,6 +49,7 @@ def rule_to_proto(view: app.RuleView) -> rules_pb2.Rule:
         changed_by_id=r.changed_by_id,
         high_water=r.high_water,
         source_turn_id=r.source_turn_id,
+        updated_at=stamp(view.updated_at or r.created_at),
     )
 
 
@@ -69,6 +71,8 @@ def category_to_proto(view: app.CategoryView) -> rules_pb2.Category:
         project_id=c.project_id,
         created_at=stamp(c.created_at),
         merged_into=c.merged_into,
+        created_by_agent_id=c.created_by_agent_id,
+        updated_at=stamp(c.updated_at),
     )
 
 
@@ -118,6 +122,7 @@ def proposal_to_proto(proposal: app.Proposal) -> rules_pb2.GraduationProposal:
         created_at=stamp(proposal.created_at),
         reason=proposal.reason,
         decided_by=proposal.decided_by,
+        evidence_json=orjson.dumps(proposal.evidence).decode() if proposal.evidence is not None else "",
     )
     if proposal.decided_at is not None:
         message.decided_at.CopyFrom(stamp(proposal.decided_at))
@@ -195,6 +200,7 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             priority=request.priority,
             lineage_id=request.lineage_id,
             expected_rev=request.expected_rev,
+            supersedes_id=request.supersedes_id,
             source_review_id=request.source_review_id,
             source_turn_id=request.source_turn_id,
             rule_layer=request.rule_layer,
@@ -372,7 +378,12 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         self, request: rules_pb2.ProposeGraduationRequest, context: Context
     ) -> rules_pb2.GraduationProposal:
         proposal = await app.propose_graduation(
-            self.env, _principal(request), request.category_id, request.to_state, request.note
+            self.env,
+            _principal(request),
+            request.category_id,
+            request.to_state,
+            request.note,
+            request.evidence_json,
         )
         return proposal_to_proto(proposal)
 

@@ -102,6 +102,8 @@ categories = Table(
     Column("state_changed_at", UtcDateTime, nullable=False),
     # Set once merged into another category: retired, its name free again.
     Column("merged_into", String(40), nullable=False, server_default=""),
+    Column("created_by_agent_id", String(40), nullable=False, server_default=""),
+    Column("updated_at", UtcDateTime, nullable=False),
     Index("ix_categories_org_id_id", "org_id", "id"),
 )
 
@@ -122,6 +124,8 @@ graduation_proposals = Table(
     Column("reason", Text),
     Column("decided_by", String(40)),
     Column("decided_at", UtcDateTime),
+    # The agent's opaque evidence for the human (the SDK's ``evidence``).
+    Column("evidence", Json),
 )
 
 risk_dials = Table(
@@ -335,7 +339,9 @@ class CategoryRow:
     version: int
     created_at: datetime
     state_changed_at: datetime
+    updated_at: datetime
     merged_into: str = ""
+    created_by_agent_id: str = ""  # empty: the console predefined it
 
 
 def _category(row: Any) -> CategoryRow:
@@ -402,10 +408,17 @@ async def list_categories(
     return [_category(r) for r in rows]
 
 
+# What moves a category without changing its record: ``updated_at`` stays.
+_COUNTERS = frozenset({"clean_approval_count", "drift_count"})
+
+
 async def compare_and_set_category(conn: AsyncConnection, current: CategoryRow, **changes: Any) -> bool:
-    """Write ``changes`` only if the category is still at ``current.version``; the row count decides."""
+    """Write ``changes`` only if the category is still at ``current.version``; the row count decides.
+    Any change but the maturity counters' moves ``updated_at``."""
     if "state" in changes:
         changes["state"] = changes["state"].value
+    if set(changes) - _COUNTERS:
+        changes.setdefault("updated_at", utcnow())
     result = await conn.execute(
         update(categories)
         .where(categories.c.id == current.id, categories.c.version == current.version)

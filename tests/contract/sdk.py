@@ -189,8 +189,9 @@ SDK: dict[str, dict[str, Any]] = {
             "rule_high_water": INT,
             "rules_version": INT,
             "created_at": STAMP,
+            "updated_at": STAMP,
         },
-        {"merged_into": STRING, "created_by_agent_id": STRING, "updated_at": STAMP},
+        {"merged_into": STRING, "created_by_agent_id": STRING},
         {
             "never_graduate": BOOL,
             "clean_approval_count": INT,
@@ -211,6 +212,7 @@ SDK: dict[str, dict[str, Any]] = {
             "status": enum("proposed", "active", "superseded", "retired"),
             "author_kind": enum("agent", "human"),
             "created_at": STAMP,
+            "updated_at": STAMP,
         },
         {
             "rule_layer": enum("org", "project"),
@@ -219,7 +221,6 @@ SDK: dict[str, dict[str, Any]] = {
             "category_id": STRING,
             "scope_agent_id": STRING,
             "supersedes_id": STRING,
-            "updated_at": STAMP,
         },
         {"source_review_id": STRING, "agent_id": STRING},
     ),

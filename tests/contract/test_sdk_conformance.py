@@ -178,6 +178,34 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     await run.call(
         "AckReviewEventResult", "POST", "/v1/review-events/ack", agent, json={"broadcast_ids": broadcasts}
     )
+
+    # The SDK's rule and category writes: a revision by supersedes_id (a stale one is a 409), a graduation
+    # proposal with evidence (answered by the graduation status), a rename.
+    revised = await run.call(
+        "Rule", "POST", "/v1/rules", human, 201,
+        json={"rule_text": "Propose two concrete times.", "supersedes_id": rule["id"]},
+    )  # fmt: skip
+    assert (revised["lineage_id"], revised["rev"], revised["supersedes_id"]) == (
+        rule["lineage_id"],
+        2,
+        rule["id"],
+    )
+    stale = await run.call(
+        "Problem",
+        "POST",
+        "/v1/rules",
+        human,
+        409,
+        json={"rule_text": "Propose a time.", "supersedes_id": rule["id"]},
+    )
+    assert stale["code"] == "stale"
+    await run.call(
+        "GraduationStatus", "POST", f"/v1/categories/{category['id']}/graduation-proposals", agent, 201,
+        json={"evidence": {"approvals": 20, "last_edits": 0}},
+    )  # fmt: skip
+    await run.call(
+        "Category", "PATCH", f"/v1/categories/{category['id']}", agent, json={"name": "Cold outreach"}
+    )
     return run.seen
 
 

@@ -311,17 +311,17 @@ async def test_graduation_is_proposed_by_agents_and_flipped_by_the_console(api: 
     listed = (await api.http.get("/v1/categories", headers=org.agent)).json()
     assert [c["id"] for c in listed["items"]] == [category["id"]] and "next_cursor" not in listed
 
-    proposal = await api.http.post(
-        f"/v1/categories/{category['id']}/graduation-proposals",
-        json={"note": "clean for weeks"},
-        headers=org.agent,
-    )
+    proposals = f"/v1/categories/{category['id']}/graduation-proposals"
+    proposal = await api.http.post(proposals, json={"note": "clean for weeks"}, headers=org.agent)
     assert proposal.status_code == 201, proposal.text
-    assert (proposal.json()["to_state"], proposal.json()["status"]) == ("auto_notify", "proposed")
+    # The SDK's answer: the category's graduation status (the proposal is read from the list).
+    assert (proposal.json()["category_id"], proposal.json()["next_state"]) == (category["id"], "auto_notify")
+    [mine] = (await api.http.get(proposals, headers=org.agent)).json()["proposals"]
+    assert (mine["to_state"], mine["status"]) == ("auto_notify", "proposed")
     queue = f"/v1/admin/projects/{org.project_id}/graduation-proposals"
     waiting = (await api.http.get(queue, headers=org.admin)).json()["proposals"]
     assert [(p["id"], p["from_state"], p["note"]) for p in waiting] == [
-        (proposal.json()["id"], "supervised", "clean for weeks")
+        (mine["id"], "supervised", "clean for weeks")
     ]
     assert (await api.http.get(queue, headers=org.agent)).json()["code"] == "forbidden_scope"
     graduate = f"/v1/admin/categories/{category['id']}/graduate"
@@ -363,7 +363,8 @@ async def test_a_human_rejects_a_graduation_proposal_and_the_agent_reads_why(api
     proposals = f"/v1/categories/{category['id']}/graduation-proposals"
     made = await api.http.post(proposals, json={"note": "clean for weeks"}, headers=org.agent)
     assert made.status_code == 201, made.text
-    reject = f"/v1/admin/projects/{org.project_id}/graduation-proposals/{made.json()['id']}/reject"
+    [proposal] = (await api.http.get(proposals, headers=org.agent)).json()["proposals"]
+    reject = f"/v1/admin/projects/{org.project_id}/graduation-proposals/{proposal['id']}/reject"
     why = {"reason": "Not before the Q3 pricing change ships."}
     assert (await api.http.post(reject, json=why, headers=org.agent)).status_code == 403
     elsewhere = reject.replace(org.project_id, stranger.project_id)
@@ -383,7 +384,7 @@ async def test_a_human_rejects_a_graduation_proposal_and_the_agent_reads_why(api
     # The agent reads the decision, with the reason verbatim; the category stays on its rung.
     seen = (await api.http.get(proposals, headers=org.agent)).json()["proposals"]
     assert [(p["id"], p["status"], p["reason"]) for p in seen] == [
-        (made.json()["id"], "rejected", why["reason"])
+        (proposal["id"], "rejected", why["reason"])
     ]
     assert seen[0]["decided_at"] and seen[0]["decided_by"]
     status = (await api.http.get(f"/v1/categories/{category['id']}/graduation", headers=org.agent)).json()

@@ -110,11 +110,14 @@ async def test_the_client_rejects_a_graduation_proposal_and_lifts_blocks(api: Ap
     admin = (await api.key(pid, "admin"))["api_key"]
     async with AsyncReviewloop(url(api), agent) as rl, AsyncReviewloop(url(api), admin) as console:
         category = await rl.create_category(name="renewals")
-        proposal = await rl.propose_graduation(category.id, note="clean for weeks")
-        rejected = await console.reject_graduation_proposal(pid, proposal["id"], reason="Not yet.")
+        status = await rl.propose_graduation(category.id, note="clean for weeks", evidence={"approvals": 20})
+        assert (status.category_id, status.next_state) == (category.id, "auto_notify")
+        [proposal] = (await rl.list_graduation_proposals_of_category(category.id)).proposals
+        assert proposal.evidence == {"approvals": 20}
+        rejected = await console.reject_graduation_proposal(pid, proposal.id, reason="Not yet.")
         assert (rejected.status, rejected.reason) == ("rejected", "Not yet.")
         seen = (await rl.list_graduation_proposals_of_category(category.id)).proposals
-        assert [(p.id, p.status, p.reason) for p in seen] == [(proposal["id"], "rejected", "Not yet.")]
+        assert [(p.id, p.status, p.reason) for p in seen] == [(proposal.id, "rejected", "Not yet.")]
 
         await api.http.post(
             f"/v1/admin/projects/{pid}/blocks", json={"address": "no@acme.com"}, headers=api.auth(admin)

@@ -98,6 +98,9 @@ ReviewStateName = Literal[
 ReviewModeName = Literal["review", "direct"]
 SendPath = Literal["human_reviewed", "reviewer_approved", "graduated_auto", "agent_direct"]
 ActorKindName = Literal["agent", "human", "review_agent", "admin", "system"]
+# Who wrote a rule or a category, as the SDK reads it: an admin's or a human's is ``human``, a review agent's
+# ``agent`` (a rule revision's ``changed_by_kind`` keeps the exact actor kind).
+AuthorKind = Literal["agent", "human"]
 CategoryState = Literal["supervised", "auto_notify", "auto_silent"]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
@@ -13,10 +13,11 @@ from reviewloop.shapes._base import (
     INT32_MAX,
     INT64_MAX,
     MAX_RULE_BODY,
-    ActorKindName,
+    AuthorKind,
     CategoryState,
     Hours,
     Shape,
+    Storable,
 )
 
 # --- rules ------------------------------------------------------------------------------------------
@@ -32,6 +33,13 @@ class SaveRuleRequest(Shape):
     priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
     lineage_id: str = Field(default="", max_length=40)
     expected_rev: int = Field(default=0, ge=0, le=INT64_MAX)
+    supersedes_id: str = Field(
+        default="",
+        max_length=40,
+        description="The SDK's way to revise: the rule_ id of the revision this save replaces. It must still "
+        "be its lineage's current revision (else 409 stale, nothing written), as lineage_id + expected_rev; "
+        "given beside them, all must name the same revision (else 422).",
+    )
     source_review_id: str = Field(default="", max_length=40)
     source_turn_id: str = Field(
         default="", max_length=40, description="the turn of source_review_id the rule was learnt from"
@@ -110,12 +118,15 @@ class Rule(Shape):
     rule_text: str
     source_review_id: str | None = None
     source_turn_id: str | None = Field(default=None, description="the review turn it was learnt from")
-    author_kind: ActorKindName
+    author_kind: AuthorKind
     status: Literal["proposed", "active", "superseded", "retired"]
     agent_id: str | None = None
     scope_agent_id: str | None = Field(default=None, description="the SDK's name for agent_id")
     supersedes_id: str | None = None
-    created_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime = Field(
+        description="when its status last moved (a later revision superseded it); else created_at"
+    )
 
 
 class RuleSnapshot(Shape):
@@ -219,10 +230,14 @@ class UpdateCategoryRequest(Shape):
 
 
 class ProposeGraduationRequest(Shape):
-    """``propose_graduation``: the rung proposed, and why."""
+    """``propose_graduation``: the rung proposed, and why (a ``note``, and the SDK's opaque ``evidence``)."""
 
-    to_state: str = Field(default="", max_length=16)
+    to_state: str = Field(default="", max_length=16, description="Default: the next rung.")
     note: str = Field(default="", max_length=10_000)
+    evidence: Annotated[dict[str, Any], Storable] | None = Field(
+        default=None,
+        description="Opaque structured evidence for the human, e.g. {approvals: 20, last_edits: 0}.",
+    )
 
 
 class MergeCategoriesRequest(Shape):
@@ -250,7 +265,7 @@ class Category(Shape):
         description="org_shared: every project of the org; agent_private: this project's agents only"
     )
     state: CategoryState
-    author_kind: ActorKindName
+    author_kind: AuthorKind
     rule_high_water: int
     rules_version: int
     never_graduate: bool
@@ -258,8 +273,14 @@ class Category(Shape):
     drift_count: int
     org_id: str | None = None
     project_id: str | None = None
-    created_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime = Field(
+        description="when its record last changed: a rename, a description, the lock, a rung, a merge"
+    )
     merged_into: str | None = Field(default=None, description="set once merged into that category (retired)")
+    created_by_agent_id: str | None = Field(
+        default=None, description="the agent that created it (absent for one the console predefined)"
+    )
 
 
 class CategoryAuditEntry(Shape):
@@ -433,6 +454,7 @@ class GraduationProposal(Shape):
     reason: str | None = Field(default=None, description="a rejection's reason, verbatim from the human")
     decided_by: str | None = None
     decided_at: datetime | None = None
+    evidence: dict[str, Any] | None = Field(default=None, description="the proposing agent's, as it gave it")
 
 
 class GraduationProposalList(Shape):

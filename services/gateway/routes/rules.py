@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Depends, Header, Query
 from reviewloop.errors import invalid
 from reviewloop.review.v1 import review_pb2
@@ -16,7 +17,6 @@ from reviewloop.shapes import (
     CategoryList,
     CategoryMerge,
     CategoryPacingState,
-    GraduationProposal,
     GraduationProposalList,
     GraduationStatus,
     LearnReviewRuleRequest,
@@ -76,6 +76,7 @@ def save_request(
         priority=body.priority,
         lineage_id=body.lineage_id,
         expected_rev=body.expected_rev,
+        supersedes_id=body.supersedes_id,
         source_review_id=body.source_review_id,
         source_turn_id=body.source_turn_id,
         rule_layer=layer,
@@ -128,7 +129,9 @@ async def get_rules(
 async def save_rule(
     body: SaveRuleRequest, principal: ProjectKey, backend: Backend, idempotency_key: IdempotencyKey = ""
 ) -> Json:
-    """Save a project-layer rule, or revise one (``lineage_id`` + the ``expected_rev`` you read). A per-agent
+    """Save a project-layer rule, or revise one: name the revision it replaces (``supersedes_id``, the SDK's
+    way) or its ``lineage_id`` + the ``expected_rev`` you read; either is a compare-and-set, so a revision that
+    is no longer the lineage's current one is 409 ``stale`` with nothing written. A per-agent
     rule names its agent (``scope_agent_id``; an agent key, itself); ``source_turn_id`` names the turn of
     ``source_review_id`` the rule was learnt from."""
     if body.source_turn_id:
@@ -435,19 +438,26 @@ async def get_graduation_status(category_id: str, principal: ProjectKey, backend
     "/v1/categories/{category_id}/graduation-proposals",
     status_code=201,
     operation_id="propose_graduation",
-    response_model=GraduationProposal,
+    response_model=GraduationStatus,
 )
 async def propose_graduation(
     category_id: str, body: ProposeGraduationRequest, principal: ProjectKey, backend: Backend
 ) -> Json:
-    """Propose the next rung; only a human flips it."""
+    """Propose the next rung (``to_state``, default the next one) with a ``note`` and the SDK's opaque
+    ``evidence`` for the human; only a human flips it. Answers the category's graduation status, as the SDK
+    reads it; the proposal itself, and how a human decided it, are in
+    ``list_graduation_proposals_of_category`` (newest first)."""
     reply = await backend.rules.ProposeGraduation(
         rules_pb2.ProposeGraduationRequest(
-            principal=principal.to_proto(), category_id=category_id, to_state=body.to_state, note=body.note
+            principal=principal.to_proto(),
+            category_id=category_id,
+            to_state=body.to_state,
+            note=body.note,
+            evidence_json=orjson.dumps(body.evidence).decode() if body.evidence is not None else "",
         ),
         timeout=backend.timeout_s,
     )
-    return as_graduation_proposal(reply)
+    return as_graduation_status(reply.graduation)
 
 
 @router.get(

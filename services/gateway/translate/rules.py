@@ -37,8 +37,7 @@ def as_rule(rule: rules_pb2.Rule) -> Json:
         body["scope_agent_id"] = rule.agent_id  # the SDK's name
     if rule.supersedes_id:
         body["supersedes_id"] = rule.supersedes_id
-    if rule.HasField("created_at"):
-        body["created_at"] = timestamp(rule.created_at)
+    body.update(created_at=timestamp(rule.created_at), updated_at=timestamp(rule.updated_at))
     return body
 
 
@@ -57,6 +56,8 @@ def as_rule_revision(rule: rules_pb2.Rule) -> Json:
 AUDIT_ACTIONS = {"created": "create", "revised": "supersede", "retired": "retire", "undone": "restore",
                  "approved": "approve", "rejected": "reject", "promoted": "supersede",
                  "merged": "merge"}  # fmt: skip
+# The SDK's audit actor kinds (agent | human | system) for ours: the console is a human acting.
+AUDIT_ACTORS = {"admin": "human", "review_agent": "agent", "service": "agent"}
 
 
 def as_rule_audit(reply: rules_pb2.RuleHistory) -> Json:
@@ -69,7 +70,7 @@ def as_rule_audit(reply: rules_pb2.RuleHistory) -> Json:
             "entity_kind": "rule",
             "entity_id": reply.lineage_id,
             "action": AUDIT_ACTIONS.get(revision["action"], revision["action"]),
-            "actor_kind": revision["changed_by_kind"],
+            "actor_kind": AUDIT_ACTORS.get(revision["changed_by_kind"], revision["changed_by_kind"]),
         }
         if revision["changed_by_id"]:
             entry["actor_id"] = revision["changed_by_id"]
@@ -124,10 +125,11 @@ def as_category(category: rules_pb2.Category) -> Json:
         "clean_approval_count": category.clean_approval_count,
         "drift_count": category.drift_count,
     }
-    if category.HasField("created_at"):
-        body["created_at"] = timestamp(category.created_at)
+    body.update(created_at=timestamp(category.created_at), updated_at=timestamp(category.updated_at))
     if category.merged_into:
         body["merged_into"] = category.merged_into
+    if category.created_by_agent_id:
+        body["created_by_agent_id"] = category.created_by_agent_id
     return body
 
 
@@ -277,6 +279,7 @@ def as_graduation_proposal(proposal: rules_pb2.GraduationProposal) -> Json:
         "reason": proposal.reason or None,
         "decided_by": proposal.decided_by or None,
         "decided_at": timestamp(proposal.decided_at) if proposal.HasField("decided_at") else None,
+        "evidence": orjson.loads(proposal.evidence_json) if proposal.evidence_json else None,
     }
 
 

@@ -23,9 +23,13 @@ HUMAN_AUTHORITY = (ActorKind.ADMIN, ActorKind.HUMAN)
 STAGED_KINDS = (ActorKind.AGENT, ActorKind.REVIEW_AGENT)
 
 
+# The SDK's author_kind is ``agent | human``: the console (and the platform acting on its authority) is a
+# human acting; a review agent or a service is an agent. The exact kind stays in ``changed_by_kind``.
+AGENT_AUTHORS = frozenset({ActorKind.AGENT, ActorKind.REVIEW_AGENT, ActorKind.SERVICE})
+
+
 def author_kind(principal: Principal) -> str:
-    # The console is a human acting; the spec's author_kind has no "admin".
-    return "human" if principal.actor_kind in HUMAN_AUTHORITY else principal.actor_kind.value
+    return "agent" if principal.actor_kind in AGENT_AUTHORS else "human"
 
 
 def author(principal: Principal, *, staged: bool = False) -> Author:

@@ -11,13 +11,14 @@ from typing import Any
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import has_prefix, new_id
+from reviewloop.rules.v1.events_pb2 import BroadcastRequested
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rules import store
 from rules.app.authority import author_kind, require
-from rules.app.env import Env, idempotent
+from rules.app.env import NUDGE, Env, idempotent
 from rules.domain.graduation import Rung as Grad
 from rules.domain.guardrails import normalize
 from rules.domain.ladder import Scope
@@ -81,6 +82,31 @@ async def check_category(conn: AsyncConnection, principal: Principal, category_i
         )
 
 
+def broadcast_category_moved(
+    uow: UnitOfWork, row: CategoryRow, reason: str, *, state: str = "", name: str = "", into: str = ""
+) -> None:
+    """Tell every agent the category can route to (``recheck_category``, a broadcast: it reaches agents with
+    no draft pending) that it moved: its rung, its name or description, or a merge into ``into``. An
+    org-shared category's broadcast names no project (every project of the org sees the category)."""
+    uow.emit(
+        NUDGE,
+        row.org_id,
+        "broadcast",
+        BroadcastRequested(
+            org_id=row.org_id,
+            project_id="" if row.scope == "org_shared" else row.project_id,
+            category_id=row.id,
+            recheck_category=BroadcastRequested.CategoryMoved(
+                category_id=row.id,
+                state=state or row.state.value,
+                reason=reason,
+                name=name,
+                into_category_id=into,
+            ),
+        ),
+    )
+
+
 def _checked_name(name: str) -> str:
     name = " ".join(name.split())
     if not name or len(name) > MAX_NAME_CHARS:
@@ -134,6 +160,8 @@ async def create_category(
             version=1,
             created_at=now,
             state_changed_at=now,
+            updated_at=now,
+            created_by_agent_id=principal.actor_id if principal.actor_kind is ActorKind.AGENT else "",
         )
         await store.add_category(uow.conn, row, normalize(name))
         return row.id
@@ -186,6 +214,11 @@ async def update_category(
                 )
         if changes and not await store.compare_and_set_category(uow.conn, row, **changes):
             raise DomainError(Code.STALE, "The category changed at the same moment; re-read it and retry.")
+        # A new name or description changes which drafts belong here: every agent rechecks.
+        if name is not None and name != row.name:
+            broadcast_category_moved(uow, row, "renamed", name=name)
+        elif description is not None and description.strip() != row.description:
+            broadcast_category_moved(uow, row, "redescribed", name=row.name)
     return await get_category(env, principal, category_id)
 
 

@@ -9,24 +9,41 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
-from reviewloop.rules.v1.events_pb2 import BroadcastRequested, CategoryChanged
+from reviewloop.rules.v1.events_pb2 import CategoryChanged
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rules import store
 from rules.app.authority import require
-from rules.app.categories import CategoryView, get_category, load_category
+from rules.app.categories import CategoryView, broadcast_category_moved, get_category, load_category
 from rules.app.dial import dial_for
-from rules.app.env import NUDGE, REVIEW_STATE, Env
+from rules.app.env import REVIEW_STATE, Env
 from rules.domain import graduation
 from rules.domain.graduation import Rung as Grad
 from rules.store import CategoryRow
 
 PROPOSED, APPROVED, REJECTED = "proposed", "approved", "rejected"
 MAX_NOTE = 2000
+MAX_EVIDENCE_BYTES = 16_384
+
+
+def _evidence(evidence_json: str) -> dict[str, Any] | None:
+    """The SDK's opaque ``evidence`` (a JSON object, as text), checked: None when there is none."""
+    if not evidence_json:
+        return None
+    if len(evidence_json.encode()) > MAX_EVIDENCE_BYTES:
+        raise invalid("/evidence", f"must be at most {MAX_EVIDENCE_BYTES} bytes as JSON")
+    try:
+        evidence = orjson.loads(evidence_json)
+    except orjson.JSONDecodeError:
+        evidence = None
+    if not isinstance(evidence, dict):
+        raise invalid("/evidence", "must be a JSON object")
+    return evidence
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,7 @@ class Proposal:
     reason: str = ""  # a rejection's, verbatim
     decided_by: str = ""
     decided_at: datetime | None = None
+    evidence: dict[str, Any] | None = None  # the agent's, opaque
 
 
 def _proposal(row: dict[str, Any], status: graduation.Status) -> Proposal:
@@ -59,6 +77,7 @@ def _proposal(row: dict[str, Any], status: graduation.Status) -> Proposal:
         row["reason"] or "",
         row["decided_by"] or "",
         row["decided_at"],
+        row["evidence"],
     )
 
 
@@ -93,19 +112,7 @@ def emit_category_changed(uow: UnitOfWork, row: CategoryRow, state: Grad, reason
             org_id=row.org_id, project_id=project_id, category_id=row.id, state=state.value, reason=reason
         ),
     )
-    uow.emit(
-        NUDGE,
-        row.org_id,
-        "broadcast",
-        BroadcastRequested(
-            org_id=row.org_id,
-            project_id=project_id,
-            category_id=row.id,
-            recheck_category=BroadcastRequested.CategoryMoved(
-                category_id=row.id, state=state.value, reason=reason
-            ),
-        ),
-    )
+    broadcast_category_moved(uow, row, reason, state=state.value)
 
 
 async def graduation_status(env: Env, principal: Principal, category_id: str) -> graduation.Status:
@@ -122,11 +129,13 @@ def _parse_rung(value: str, pointer: str) -> Grad:
 
 
 async def propose_graduation(
-    env: Env, principal: Principal, category_id: str, to_state: str, note: str
+    env: Env, principal: Principal, category_id: str, to_state: str, note: str, evidence_json: str = ""
 ) -> Proposal:
-    """Agents propose; only a human flips the rung (D16). The proposal is recorded for the console."""
+    """Agents propose; only a human flips the rung (D16). The proposal, with the agent's ``note`` and
+    ``evidence``, is recorded for the console."""
     if len(note) > MAX_NOTE:
         raise invalid("/note", f"must be at most {MAX_NOTE} characters")
+    evidence = _evidence(evidence_json)
     async with env.db.transaction() as uow:
         row = await load_category(uow.conn, principal, category_id)
         upcoming = graduation.next_rung(row.state)
@@ -154,10 +163,19 @@ async def propose_graduation(
             to_state=target.value,
             note=note,
             created_at=now,
+            evidence=evidence,
         )
         status = await _status(uow.conn, principal.project_id, row, now)
     return Proposal(
-        proposal_id, category_id, row.state.value, target.value, principal.actor_id, note, status, now
+        proposal_id,
+        category_id,
+        row.state.value,
+        target.value,
+        principal.actor_id,
+        note,
+        status,
+        now,
+        evidence=evidence,
     )
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rules import store
 from rules.app.authority import author, require
-from rules.app.categories import CategoryView, get_category, load_category
+from rules.app.categories import CategoryView, broadcast_category_moved, get_category, load_category
 from rules.app.dial import dial_for
 from rules.app.env import REVIEW_STATE, Env, idempotent
 from rules.app.rules import append_revision, duplicate_of
@@ -216,6 +216,7 @@ async def merge_categories(
                 state=into.state.value,
             ),
         )
+        broadcast_category_moved(uow, merged, "merged", state=into.state.value, into=into.id)
         return merged.id
 
     fields = {"verb": "merge_categories", "category_id": category_id, "into": into_category_id}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import has_prefix, new_id
@@ -18,6 +19,7 @@ from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rules import store
 from rules.app.authority import HUMAN_AUTHORITY, author, require, require_house_style, writer
@@ -38,6 +40,7 @@ from rules.domain.ladder import (
     parse_choice,
     restate,
     stale,
+    status_moved_at,
     status_of,
 )
 
@@ -48,10 +51,12 @@ PRIORITY_RANGE = (-1000, 1000)
 
 @dataclass(frozen=True)
 class RuleView:
-    """A revision as the API shows it: the stored revision plus its derived status."""
+    """A revision as the API shows it: the stored revision plus its derived status, and when that
+    status last moved (None: never since it was created)."""
 
     rule: RuleRev
     status: str
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class RuleInput:
     priority: int = 0
     lineage_id: str = ""
     expected_rev: int = 0
+    supersedes_id: str = ""  # the SDK's way to revise: the revision replaced (the lineage's head)
     source_review_id: str = ""
     source_turn_id: str = ""  # the turn of source_review_id it was learnt from (checked by its owner)
     rule_layer: str = ""
@@ -94,7 +100,8 @@ def visible_lineage(principal: Principal, revisions: list[RuleRev], lineage_id: 
 
 def _view(revisions: list[RuleRev], revision: RuleRev) -> RuleView:
     current = in_force(revisions)
-    return RuleView(revision, status_of(revision, revisions[-1].rev, current.rev if current else None))
+    status = status_of(revision, revisions[-1].rev, current.rev if current else None)
+    return RuleView(revision, status, status_moved_at(revision, revisions))
 
 
 def _emit_rule_changed(
@@ -186,9 +193,11 @@ def _draft(principal: Principal, body: RuleInput) -> Draft:
         raise DomainError(Code.FORBIDDEN_SCOPE, "An agent may write per-agent rules for itself only.")
     if agent_id and not has_prefix(agent_id, "agt"):
         raise invalid("/agent_id", "must be an agent id (agt_...)")
-    if body.lineage_id and body.expected_rev < 1:
+    if body.supersedes_id and not has_prefix(body.supersedes_id, "rule"):
+        raise invalid("/supersedes_id", "must be the id (rule_...) of the revision this save replaces")
+    if body.lineage_id and body.expected_rev < 1 and not body.supersedes_id:
         raise invalid("/expected_rev", "name the rev you read (read-before-write); get_rules shows it")
-    if not body.lineage_id and body.expected_rev:
+    if not body.lineage_id and not body.supersedes_id and body.expected_rev:
         raise invalid("/lineage_id", "expected_rev revises a lineage; name its lineage_id")
     if not 0 <= body.suggested_batch <= pacing.BATCH_LIMIT:
         raise invalid(
@@ -239,9 +248,12 @@ async def _write(uow: UnitOfWork, principal: Principal, body: RuleInput, draft: 
     conn = uow.conn
     high_water = await store.bump_high_water(conn, principal.org_id)  # also the org's write lock
     head = None
-    if body.lineage_id:
+    if body.supersedes_id:
+        draft = await _superseding(conn, principal, body, draft)
+    lineage_id = body.lineage_id or draft.lineage_id
+    if lineage_id:
         history = visible_lineage(
-            principal, await store.lineage(conn, principal.org_id, body.lineage_id), body.lineage_id
+            principal, await store.lineage(conn, principal.org_id, lineage_id), lineage_id
         )
         head = history[-1]
         if head.layer is Layer.ORG:
@@ -260,6 +272,27 @@ async def _write(uow: UnitOfWork, principal: Principal, body: RuleInput, draft: 
     await _refuse_duplicate(uow, principal, rule)
     await append_revision(uow, rule, body.propagate_to_pending, body.suggested_batch)
     return rule.id
+
+
+async def _superseding(conn: AsyncConnection, principal: Principal, body: RuleInput, draft: Draft) -> Draft:
+    """``draft`` revising the lineage of the revision ``supersedes_id`` names, against that revision's rev:
+    the read-before-write of ``lineage_id`` + ``expected_rev``, so a revision that is no longer its
+    lineage's head is ``stale`` (``next_revision``). Named beside them, both must name the same revision."""
+    lineage_id = await store.rule_lineage_of(conn, body.supersedes_id)
+    history = await store.lineage(conn, principal.org_id, lineage_id) if lineage_id else []
+    named = next((r for r in history if r.id == body.supersedes_id), None)
+    if named is None:
+        raise DomainError(Code.NOT_FOUND, f"No rule {body.supersedes_id} is visible to this key.")
+    visible_lineage(principal, history, named.lineage_id)  # another project's is not_found
+    if (body.lineage_id and body.lineage_id != named.lineage_id) or (
+        body.expected_rev and body.expected_rev != named.rev
+    ):
+        raise invalid(
+            "/supersedes_id",
+            f"names rev {named.rev} of {named.lineage_id}, not what lineage_id and expected_rev name; "
+            "give one of the two",
+        )
+    return replace(draft, lineage_id=named.lineage_id, expected_rev=named.rev)
 
 
 async def _refuse_duplicate(uow: UnitOfWork, principal: Principal, rule: RuleRev) -> None:

@@ -135,6 +135,17 @@ def status_of(revision: RuleRev, head_rev: int, in_force_rev: int | None) -> str
     return SUPERSEDED
 
 
+def status_moved_at(revision: RuleRev, history: Sequence[RuleRev]) -> datetime:
+    """When ``revision``'s status (``status_of``) last moved, given its lineage's ``history``: no row is
+    ever rewritten, so it is the revision's own creation or the later one that superseded it. A proposal
+    is superseded by the next revision; a revision in force by the next one that is in force too (a
+    proposal on top leaves it in force)."""
+    for later in sorted(history, key=lambda r: r.rev):
+        if later.rev > revision.rev and (revision.state not in IN_FORCE or later.state in IN_FORCE):
+            return later.created_at
+    return revision.created_at
+
+
 def stack_order_key(rule: RuleRev) -> tuple[int, int, str]:
     return (rung_of(rule), -rule.priority, rule.lineage_id)
 
@@ -189,6 +200,7 @@ class Draft:
     category_id: str = ""
     agent_id: str = ""
     expected_rev: int = 0
+    lineage_id: str = ""  # the lineage a revision names by a revision of it (``supersedes_id``)
 
 
 @dataclass(frozen=True)
@@ -199,7 +211,7 @@ class Author:
     project_id: str
     actor_kind: str  # recorded as changed_by_kind
     actor_id: str
-    author_kind: str  # the spec's author_kind: agent, review_agent or human
+    author_kind: str  # the SDK's author_kind: agent or human
     staged: bool = False  # staged approval: this author's project-layer writes are born proposed
 
 
