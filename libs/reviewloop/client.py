@@ -991,7 +991,10 @@ class Verbs:
         """
         body = _drop_none(dict(evidence=evidence, **fields))
         return Call(
-            "POST", f"/v1/categories/{_id(category_id)}/graduation-proposals", _shape(GraduationStatus), body=body
+            "POST",
+            f"/v1/categories/{_id(category_id)}/graduation-proposals",
+            _shape(GraduationStatus),
+            body=body,
         )
 
     @staticmethod
