@@ -88,6 +88,13 @@ def broadcast_category_moved(
     """Tell every agent the category can route to (``recheck_category``, a broadcast: it reaches agents with
     no draft pending) that it moved: its rung, its name or description, or a merge into ``into``. An
     org-shared category's broadcast names no project (every project of the org sees the category)."""
+    moved = BroadcastRequested.CategoryMoved(
+        category_id=row.id, state=state or row.state.value, reason=reason
+    )
+    if name:
+        moved.name = name
+    if into:
+        moved.into_category_id = into
     uow.emit(
         NUDGE,
         row.org_id,
@@ -96,13 +103,7 @@ def broadcast_category_moved(
             org_id=row.org_id,
             project_id="" if row.scope == "org_shared" else row.project_id,
             category_id=row.id,
-            recheck_category=BroadcastRequested.CategoryMoved(
-                category_id=row.id,
-                state=state or row.state.value,
-                reason=reason,
-                name=name,
-                into_category_id=into,
-            ),
+            recheck_category=moved,
         ),
     )
 
