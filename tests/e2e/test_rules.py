@@ -22,11 +22,11 @@ from tests.conftest import Api
 # The canonical example JSON of spec 000, whose keys the gateway must answer with exactly.
 RULE_KEYS = {
     "id", "lineage_id", "rev", "rule_layer", "org_id", "project_id", "scope", "category_id", "kind",
-    "priority", "rule_text", "source_review_id", "author_kind", "status", "created_at",
+    "priority", "rule_text", "source_review_id", "author_kind", "status", "created_at", "updated_at",
 }  # fmt: skip
 CATEGORY_KEYS = {
     "id", "name", "description", "scope", "state", "author_kind", "rule_high_water", "rules_version",
-    "never_graduate", "clean_approval_count", "drift_count", "created_at",
+    "never_graduate", "clean_approval_count", "drift_count", "created_at", "updated_at",
 }  # fmt: skip
 GRADUATION_KEYS = {
     "category_id", "state", "next_state", "never_graduate", "clean_approval_count",
