@@ -123,9 +123,12 @@ class Rule(Shape):
     agent_id: str | None = None
     scope_agent_id: str | None = Field(default=None, description="the SDK's name for agent_id")
     supersedes_id: str | None = None
-    created_at: datetime
-    updated_at: datetime = Field(
-        description="when its status last moved (a later revision superseded it); else created_at"
+    # Always served (the SDK requires both); optional here so the spec's canonical example, which omits
+    # them, still reads.
+    created_at: datetime | None = None
+    updated_at: datetime | None = Field(
+        default=None,
+        description="when its status last moved (a later revision superseded it); else created_at",
     )
 
 
@@ -273,9 +276,11 @@ class Category(Shape):
     drift_count: int
     org_id: str | None = None
     project_id: str | None = None
-    created_at: datetime
-    updated_at: datetime = Field(
-        description="when its record last changed: a rename, a description, the lock, a rung, a merge"
+    # Always served (the SDK requires both); optional here as for Rule.
+    created_at: datetime | None = None
+    updated_at: datetime | None = Field(
+        default=None,
+        description="when its record last changed: a rename, a description, the lock, a rung, a merge",
     )
     merged_into: str | None = Field(default=None, description="set once merged into that category (retired)")
     created_by_agent_id: str | None = Field(
