@@ -970,7 +970,11 @@ class Verbs:
 
     @staticmethod
     def propose_graduation(
-        category_id: str, *, evidence: dict[str, Any] | None = None, **fields: Any
+        category_id: str,
+        *,
+        evidence: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
     ) -> Call[GraduationStatus]:
         """Propose graduating a category to its next rung (``POST .../{category_id}/graduation-proposals``).
 
@@ -980,6 +984,8 @@ class Verbs:
         Args:
             category_id: The ``cat_`` id.
             evidence: Opaque structured evidence for the human (the SDK's), e.g. ``{"approvals": 20}``.
+            idempotency_key: Reuse it to retry the same request safely (no second proposal); a fresh key is
+                generated when omitted.
             **fields: ``to_state`` (default: the next rung) and a ``note`` for the human.
 
         Returns:

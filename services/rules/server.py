@@ -384,6 +384,7 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
             request.to_state,
             request.note,
             request.evidence_json,
+            request.idempotency_key,
         )
         return proposal_to_proto(proposal)
 

@@ -91,8 +91,13 @@ async def test_propose_graduation_takes_evidence_and_answers_the_graduation_stat
     category = await org.category("Renewals")
     proposals = f"/v1/categories/{category['id']}/graduation-proposals"
     evidence = {"approvals": 20, "last_edits": 0, "notes": ["clean for weeks"]}
-    made = await api.http.post(proposals, json={"evidence": evidence}, headers=org.agent)
+    keyed = {**org.agent, "Idempotency-Key": "grad-1"}
+    made = await api.http.post(proposals, json={"evidence": evidence}, headers=keyed)
     assert made.status_code == 201, made.text
+    retried = await api.http.post(proposals, json={"evidence": evidence}, headers=keyed)
+    assert retried.status_code == 201, retried.text  # the same proposal, not a second (listed below)
+    reused = await api.http.post(proposals, json={"evidence": {"approvals": 1}}, headers=keyed)
+    assert reused.status_code == 409 and reused.json()["code"] == "idempotency_conflict", reused.text
     assert set(made.json()) == GRADUATION_KEYS
     assert (made.json()["category_id"], made.json()["next_state"]) == (category["id"], "auto_notify")
     # The spec's {to_state, note} keep working beside it; the proposals carry what the agent gave.

@@ -441,12 +441,17 @@ async def get_graduation_status(category_id: str, principal: ProjectKey, backend
     response_model=GraduationStatus,
 )
 async def propose_graduation(
-    category_id: str, body: ProposeGraduationRequest, principal: ProjectKey, backend: Backend
+    category_id: str,
+    body: ProposeGraduationRequest,
+    principal: ProjectKey,
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
 ) -> Json:
     """Propose the next rung (``to_state``, default the next one) with a ``note`` and the SDK's opaque
     ``evidence`` for the human; only a human flips it. Answers the category's graduation status, as the SDK
     reads it; the proposal itself, and how a human decided it, are in
-    ``list_graduation_proposals_of_category`` (newest first)."""
+    ``list_graduation_proposals_of_category`` (newest first). A retry with the same Idempotency-Key records
+    no second proposal."""
     reply = await backend.rules.ProposeGraduation(
         rules_pb2.ProposeGraduationRequest(
             principal=principal.to_proto(),
@@ -454,6 +459,7 @@ async def propose_graduation(
             to_state=body.to_state,
             note=body.note,
             evidence_json=orjson.dumps(body.evidence).decode() if body.evidence is not None else "",
+            idempotency_key=idempotency_key,
         ),
         timeout=backend.timeout_s,
     )

@@ -21,7 +21,7 @@ from rules import store
 from rules.app.authority import require
 from rules.app.categories import CategoryView, broadcast_category_moved, get_category, load_category
 from rules.app.dial import dial_for
-from rules.app.env import REVIEW_STATE, Env
+from rules.app.env import REVIEW_STATE, Env, idempotent
 from rules.domain import graduation
 from rules.domain.graduation import Rung as Grad
 from rules.store import CategoryRow
@@ -129,14 +129,21 @@ def _parse_rung(value: str, pointer: str) -> Grad:
 
 
 async def propose_graduation(
-    env: Env, principal: Principal, category_id: str, to_state: str, note: str, evidence_json: str = ""
+    env: Env,
+    principal: Principal,
+    category_id: str,
+    to_state: str,
+    note: str,
+    evidence_json: str = "",
+    idempotency_key: str = "",
 ) -> Proposal:
     """Agents propose; only a human flips the rung (D16). The proposal, with the agent's ``note`` and
-    ``evidence``, is recorded for the console."""
+    ``evidence``, is recorded for the console, once per Idempotency-Key (a retry answers it again)."""
     if len(note) > MAX_NOTE:
         raise invalid("/note", f"must be at most {MAX_NOTE} characters")
     evidence = _evidence(evidence_json)
-    async with env.db.transaction() as uow:
+
+    async def act(uow: UnitOfWork) -> str:
         row = await load_category(uow.conn, principal, category_id)
         upcoming = graduation.next_rung(row.state)
         target = _parse_rung(to_state, "/to_state") if to_state else upcoming
@@ -151,7 +158,7 @@ async def propose_graduation(
                 f"the category is {row.state}; propose its next rung"
                 + (f" ({upcoming})" if upcoming else " (it is already at the top)"),
             )
-        proposal_id, now = new_id("gprop"), utcnow()
+        proposal_id = new_id("gprop")
         await store.add_proposal(
             uow.conn,
             id=proposal_id,
@@ -162,21 +169,20 @@ async def propose_graduation(
             from_state=row.state.value,
             to_state=target.value,
             note=note,
-            created_at=now,
+            created_at=utcnow(),
             evidence=evidence,
         )
-        status = await _status(uow.conn, principal.project_id, row, now)
-    return Proposal(
-        proposal_id,
-        category_id,
-        row.state.value,
-        target.value,
-        principal.actor_id,
-        note,
-        status,
-        now,
-        evidence=evidence,
+        return proposal_id
+
+    fields = {"verb": "propose_graduation", "category_id": category_id, "to_state": to_state, "note": note}
+    proposal_id = await idempotent(
+        env, principal, idempotency_key, {**fields, "evidence": evidence_json}, act
     )
+    async with env.db.engine.connect() as conn:
+        category = await load_category(conn, principal, category_id)
+        row = await store.get_proposal(conn, proposal_id)
+        assert row is not None  # written above, or by the first call with this key
+        return _proposal(row, await _status(conn, principal.project_id, category, utcnow()))
 
 
 async def list_graduation_proposals(env: Env, principal: Principal, category_id: str = "") -> list[Proposal]:
