@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
+from alembic import command
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
 from reviewloop.rules.v1.events_pb2 import BroadcastRequested
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, codec
+from reviewloop.storage.engine import WRITE_OPTION
+from reviewloop.storage.migrations import _config
 from reviewloop.storage.schema import OUTBOX
 from reviewloop.tenancy import ActorKind, Principal
 from rules import app, store
 from rules.__main__ import SPEC
 from rules.app import RuleInput
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from tests.rules.test_app import SETTINGS, Tenant
 
@@ -208,4 +212,41 @@ async def test_a_rename_and_a_merge_are_broadcast_to_every_agent(open_db: OpenDb
             {"category_id": kept, "state": "supervised", "reason": "renamed", "name": "Contract renewals"},
         ),
         ("", dup, {"category_id": dup, "state": "supervised", "reason": "merged", "into_category_id": kept}),
+    ]
+
+
+async def test_the_migration_backfills_updated_at_and_narrows_stored_author_kinds(open_db: OpenDb) -> None:
+    """A category from before the columns reads updated_at = created_at; stored review_agent / admin
+    author kinds read agent / human."""
+    db = await open_db(SPEC)
+    cfg = _config(SPEC.migrations_dir, SPEC.metadata)
+
+    def to(target: str) -> Any:
+        def run(sync_conn: Any) -> None:
+            cfg.attributes["connection"] = sync_conn
+            (command.upgrade if target == "head" else command.downgrade)(cfg, target)
+
+        return run
+
+    t, engine = Tenant(), db.engine.execution_options(**{WRITE_OPTION: True})
+    async with engine.begin() as conn:
+        await conn.run_sync(to("e5c1a7b9d2f4"))  # the schema before the columns
+        created = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+        for cat_id, kind in (("cat_1", "review_agent"), ("cat_2", "admin")):
+            await conn.execute(
+                text(
+                    "INSERT INTO categories (id, org_id, project_id, scope, name, normalized_name, description, "
+                    "state, author_kind, never_graduate, clean_approval_count, drift_count, version, created_at, "
+                    "state_changed_at) VALUES (:id, :org, :prj, 'org_shared', :id, :id, '', 'supervised', :kind, "
+                    "false, 0, 0, 1, :at, :at)"
+                ),
+                {"id": cat_id, "org": t.org, "prj": t.project, "kind": kind, "at": created},
+            )
+    async with engine.begin() as conn:
+        await conn.run_sync(to("head"))
+    env = app.Env(db, SETTINGS)
+    old = [(await app.get_category(env, t.agent, c)).row for c in ("cat_1", "cat_2")]
+    assert [(c.author_kind, c.updated_at, c.created_by_agent_id) for c in old] == [
+        ("agent", created, ""),
+        ("human", created, ""),
     ]
