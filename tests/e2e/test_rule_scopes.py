@@ -181,7 +181,8 @@ async def test_promote_rule_to_house_style_takes_an_admin_key(api: Api) -> None:
     )
     assert promoted.get("project_id") is None
     audit = (await api.http.get(f"/v1/rules/{lineage}/audit", headers=org.agent)).json()["items"]
-    assert [(e["action"], e["actor_kind"]) for e in audit] == [("create", "agent"), ("supersede", "admin")]
+    # The SDK's audit actor kinds: the console (an admin key) is a human acting.
+    assert [(e["action"], e["actor_kind"]) for e in audit] == [("create", "agent"), ("supersede", "human")]
     # Another project of the same org composes under it now.
     sibling = await api.http.post(
         "/v1/admin/projects", json={"name": "sibling", "org_id": org.org_id}, headers=api.admin

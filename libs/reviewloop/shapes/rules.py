@@ -173,7 +173,9 @@ class RuleAuditEntry(Shape):
     action: str = Field(
         description="create | supersede | retire | restore (the SDK's names); approve | reject (ours, no SDK name)"
     )
-    actor_kind: str
+    actor_kind: Literal["agent", "human", "system"] = Field(
+        description="the SDK's: an admin (the console) is human, a review agent an agent"
+    )
     actor_id: str | None = None
     before_json: str | None = Field(default=None, description="the revision before, as JSON")
     after_json: str = Field(description="this revision, as JSON")
