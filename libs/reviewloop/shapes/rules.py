@@ -173,8 +173,8 @@ class RuleAuditEntry(Shape):
     action: str = Field(
         description="create | supersede | retire | restore (the SDK's names); approve | reject (ours, no SDK name)"
     )
-    actor_kind: Literal["agent", "human", "system"] = Field(
-        description="the SDK's: an admin (the console) is human, a review agent an agent"
+    actor_kind: str = Field(
+        description="agent | human | system (the SDK's): an admin (the console) is human, a review agent an agent"
     )
     actor_id: str | None = None
     before_json: str | None = Field(default=None, description="the revision before, as JSON")
