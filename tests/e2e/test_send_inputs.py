@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.conftest import Api, draft
 from tests.e2e.helpers import auto_notify_category
+from tests.gateway.test_mcp import mcp_client, structured
 
 
 async def _setup(api: Api, policy: str = "") -> tuple[str, dict[str, str], dict[str, str]]:
@@ -267,3 +268,30 @@ async def test_a_reply_to_a_thread_that_moved_is_409_and_writes_nothing(api: Api
     assert fresh.status_code == 202, fresh.text
     unknown = await api.http.get("/v1/threads/thread_01JAAAAAAAAAAAAAAAAAAAAAAA", headers=agent)
     assert (unknown.status_code, unknown.json()["code"]) == (404, "not_found")
+
+
+async def test_the_catalogs_reply_email_picks_its_parent_by_thread_or_by_message(api: Api) -> None:
+    project, agent, _ = await _setup(api)
+    first = await _inbound(api, project)
+    later = await _inbound(
+        api, project, subject="Re: Q3 pilot", headers={"In-Reply-To": first["rfc_message_id"]}
+    )
+    async with mcp_client(api, agent) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        arguments = set(tools["reply_email"].input_schema["properties"])
+        assert {"message_id", "thread_id", "reply_all", "mode", "inbox", "expected_context_version",
+                "expected_last_message_id"} <= arguments  # fmt: skip
+        assert {"inbox", "thread_id"} <= set(tools["list_reviews"].input_schema["properties"])
+        body = {"text": "Thursday?", "intent": draft()["intent"], "reply_all": True}
+        by_thread = structured(
+            await client.call_tool(
+                "reply_email", {**body, "thread_id": first["thread_ref"], "client_id": "r-1"}
+            )
+        )
+        by_message = structured(
+            await client.call_tool(
+                "reply_email", {**body, "message_id": first["message_id"], "client_id": "r-2"}
+            )
+        )
+    assert by_thread["review"]["parent_message_id"] == later["message_id"]
+    assert by_message["review"]["parent_message_id"] == first["message_id"]
