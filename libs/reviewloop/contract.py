@@ -68,6 +68,7 @@ CONTRACT_MANIFEST: Final = {
         "ReviewTurnList",
         "CategoryList",
         "SentMessage",
+        "Thread",
         "AckReviewEventRequest",
         "AckReviewEventEntry",
         "AckReviewEventResult",
