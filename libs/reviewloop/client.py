@@ -32,6 +32,7 @@ import httpx
 from pydantic import BaseModel
 
 from reviewloop.contract import CONTRACT_VERSION
+from reviewloop.errors import is_retryable as _is_retryable
 from reviewloop.shapes import (
     AckReviewEventResult,
     Category,
@@ -115,6 +116,27 @@ class ReviewloopError(Exception):
     def allowed_actions(self) -> list[str]:
         """The verbs legal from the review's current state, as the problem's hints name them."""
         return [str(v) for v in self.facts("allowed_action")]
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the problem is worth repeating (:func:`is_retryable`)."""
+        return is_retryable(self)
+
+
+def is_retryable(problem: ReviewloopError | Mapping[str, Any]) -> bool:
+    """Whether a problem is worth repeating, by the published table (``REVIEW_PROBLEM_RETRYABLE``).
+
+    The manifest serves the table, with ``review_problem_retry_limits``. Never blind: the client itself repeats only ``503 unavailable`` (same Idempotency-Key, after its
+    Retry-After). ``stale`` (at most 3 times) and ``reply_context_changed`` are worth repeating after a
+    re-read and re-applying your change on top of what is there now; ``born_stale`` once per rule
+    high-water, after ``get_rules`` and a redraft (or an honest restamp). Every other code fails again until
+    the request itself changes.
+
+    Args:
+        problem: A :class:`ReviewloopError`, or a problem+json body.
+    """
+    code = problem.code if isinstance(problem, ReviewloopError) else str(problem.get("code", "internal"))
+    return _is_retryable(code)
 
 
 def _shape(model: type[M]) -> Callable[[Any], M]:
@@ -443,7 +465,9 @@ class Verbs:
                 omitted.
             **fields: The rules re-read: their ``composition_token``, or the SDK's ``against_version``
                 (the ``category_rules_version``) and ``house_style_version`` ``get_rules`` reported;
-                ``expected_version``, a compare-and-set on the row's version.
+                ``expected_version``, a compare-and-set on the row's version; ``recheck_through_seq``,
+                the highest of the review's recheck nudge seqs handled (the answer's
+                ``recheck_completed_through_seq`` then covers it).
 
         Returns:
             The :class:`Review`, stamped with the current rule high-water.
@@ -1282,7 +1306,8 @@ class _Base:
         return call.parse(response.json())
 
     def _retryable(self, error: ReviewloopError, attempt: int) -> bool:
-        # Only `unavailable` is safe to repeat, and only because every mutation carries its Idempotency-Key.
+        # Of the retryable codes only `unavailable` repeats as it was (every mutation carries its
+        # Idempotency-Key); the others need a re-read and a new request, which only the caller can make.
         return error.code == "unavailable" and attempt < self.max_retries
 
 
@@ -1632,6 +1657,7 @@ __all__ = [
     "Reviewloop",
     "ReviewloopError",
     "Verbs",
+    "is_retryable",
 ]
 
 

@@ -87,6 +87,7 @@ def review_to_proto(
         attachments=[_attachment_to_proto(a) for a in review.attachments],
         from_address=review.from_address,
         rule_high_water=review.rule_high_water,
+        recheck_completed_through_seq=review.recheck_completed_through_seq,
         turns=[turn_to_proto(t) for t in turns],
         approvers=approvers(turns, review.revision),
     )
@@ -358,6 +359,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             expected_version=_optional(request, "expected_version"),
             against_version=_optional(request, "against_version"),
             house_style_version=_optional(request, "house_style_version"),
+            recheck_through_seq=_optional(request, "recheck_through_seq"),
             idempotency_key=request.idempotency_key,
         )
         return review_to_proto(review)

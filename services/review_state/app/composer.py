@@ -158,12 +158,20 @@ async def restamp(
     expected_version: int | None = None,
     against_version: int | None = None,
     house_style_version: int | None = None,
+    recheck_through_seq: int | None = None,
     idempotency_key: str = "",
 ) -> Review:
     """The honest "I re-read the rules and nothing needed to change": no new revision; records the rule
     high-water the agent re-read (its token's, or the stack's when the SDK's ``against_version`` and
     ``house_style_version`` name the versions in force) so the draft stops counting as born stale.
-    ``expected_version`` is a second compare-and-set, on the row's version."""
+    ``expected_version`` is a second compare-and-set, on the row's version.
+
+    ``recheck_through_seq`` (the SDK's): the agent re-checked the draft against the review's nudges
+    through that seq. It raises the review's ``recheck_completed_through_seq`` (never lowers it), and only
+    under the rules in force: a draft left behind them is ``409 born_stale``, nothing recorded. That the
+    seq is one the review has is the caller's check (the nudge service numbers them)."""
+    if recheck_through_seq is not None and recheck_through_seq < 1:
+        raise invalid("/recheck_through_seq", "must be a nudge seq of the review (1 or more)")
     fields = {
         "verb": "restamp",
         "review_id": review_id,
@@ -172,6 +180,7 @@ async def restamp(
         "expected_version": expected_version,
         "against_version": against_version,
         "house_style_version": house_style_version,
+        "recheck_through_seq": recheck_through_seq,
     }
 
     async def run() -> Review:
@@ -184,9 +193,15 @@ async def restamp(
         high_water = await _token_high_water(env, principal, current, composition_token)
         if high_water is None and against_version is not None:
             high_water = await _reread(env, principal, current, against_version, house_style_version)
+        if high_water is None and recheck_through_seq is not None:
+            # A recheck counts only against the rules in force: the draft must already be stamped at them.
+            in_force = await env.peers.stack_high_water(principal, current.category_id)
+            if in_force > current.rule_high_water:
+                raise born_stale(current.rule_high_water, in_force, "named no rules it re-read")
 
         async def act(uow: UnitOfWork) -> tuple[Review, str]:
             before = await _kernel.load(uow.conn, principal, review_id)
+            watermark = max(before.recheck_completed_through_seq, recheck_through_seq or 0)
             edge = await _kernel.move(
                 uow,
                 before,
@@ -195,6 +210,7 @@ async def restamp(
                 parent_revision=parent_revision,
                 expected_version=expected_version,
                 rule_high_water=before.rule_high_water if high_water is None else high_water,
+                recheck_completed_through_seq=watermark,
             )
             await _kernel.add_turn(uow, edge.after, principal, "restamp", "")
             return edge.after, ""
