@@ -285,6 +285,8 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             category_id=state.category_id,
             rule_high_water=state.rule_high_water,
             next_review_ids=state.next_review_ids,
+            human_cursor_review_id=state.cursor_review_id,
+            human_cursor_advanced_count=state.cursor_advanced_count,
             drafts=[
                 review_pb2.PacedDraft(
                     review_id=review.id,

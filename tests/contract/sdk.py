@@ -305,7 +305,13 @@ SDK: dict[str, dict[str, Any]] = {
             "items": array(ref("PacingItem")),
         },
         {"cursor_review_id": STRING},
-        extras={"stale": INT, "rule_high_water": INT, "next_review_ids": STRINGS, "last_nudged_at": STAMP},
+        extras={
+            "stale": INT,
+            "rule_high_water": INT,
+            "next_review_ids": STRINGS,
+            "last_nudged_at": STAMP,
+            "released_count": INT,
+        },
     ),
     "RuleAuditEntry": shape(
         {
