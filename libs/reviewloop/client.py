@@ -359,9 +359,10 @@ class Verbs:
         """Read what a reviewer weighs before deciding (``GET /v1/reviews/{review_id}/decision-context``).
 
         Returns:
-            A :class:`ReviewDecisionContext`: ``hop_count`` and ``max_hops`` (null before the first
-            review-agent round), ``force_to_human`` and ``force_reason`` (a breaker's hold, such as
-            ``review_deadline_passed``), and the draft's ``review_deadline`` (null: none).
+            A :class:`ReviewDecisionContext`: the ``review`` and its ``turns``; ``hop_count`` and
+            ``max_hops`` (null before the first review-agent round) and ``hops_exhausted``; the draft's
+            ``review_deadline`` (null: none) and ``deadline_passed``; ``force_to_human`` when either breaker
+            tripped (or one held a review agent's release), named by ``force_reason``.
 
         Raises:
             ReviewloopError: ``404 not_found`` for a review outside the caller's project.
@@ -967,9 +968,10 @@ class Verbs:
             category_id: The ``cat_`` id.
 
         Returns:
-            The :class:`CategoryPacingState`: the project's pacing values, and each pending draft fresh
-            (``in_window_fresh``), nudged and awaiting its redraft or restamp (``in_window_redrafting``) or
-            waiting for a slot (``ahead``), with ``next_review_ids`` in order.
+            The :class:`CategoryPacingState`: the project's pacing values, the review cursor (the draft a
+            human last decided), and each queued draft fresh (``in_window_fresh``), nudged and awaiting its
+            redraft or restamp (``in_window_redrafting``), waiting for a slot (``ahead``) or passed over by
+            the human (``behind_cursor``), with ``next_review_ids`` in order.
 
         Raises:
             ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
