@@ -347,6 +347,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             composition_token=request.composition_token,
             expected_version=_optional(request, "expected_version"),
             rules_version_seen=_optional(request, "rules_version_seen"),
+            recheck_through_seq=_optional(request, "recheck_through_seq"),
             idempotency_key=request.idempotency_key,
         )
         return review_to_proto(review)

@@ -193,6 +193,10 @@ async def test_a_restamps_recheck_watermark_rises_under_the_rules_in_force_and_n
     assert later.recheck_completed_through_seq == 6
     redrafted = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"))
     assert redrafted.recheck_completed_through_seq == 6  # the row keeps it across revisions
+    handled = await app.submit_revision(
+        env, AGENT, review.id, 2, Revision(body_text="v3"), recheck_through_seq=9
+    )
+    assert handled.recheck_completed_through_seq == 9  # a redraft records the recheck it handled, too
 
 
 async def test_a_stale_token_on_a_new_message_is_born_stale_and_queues_nothing(env: Env) -> None:

@@ -113,6 +113,9 @@ class SubmitRevisionRequest(Shape):
     rules_version_seen: int | None = Field(
         default=None, ge=0, le=INT64_MAX, description="the rule_high_water of the rules you redrafted against"
     )
+    recheck_through_seq: int | None = Field(
+        default=None, ge=1, le=INT64_MAX, description="the highest recheck nudge seq this redraft handled"
+    )
     built_at: AwareDatetime | None = Field(
         default=None,
         description="when you built the redraft (accepted; the rule high-water decides born_stale)",

@@ -300,6 +300,9 @@ async def submit_revision(
         request.expected_version = body.version
     if body.rules_version_seen is not None:
         request.rules_version_seen = body.rules_version_seen
+    if body.recheck_through_seq is not None:
+        request.recheck_through_seq = body.recheck_through_seq
+        await _check_nudge_seq(backend, principal, review_id, body.recheck_through_seq)
     for name in ("subject", "body_text", "body_html", "reply_to", "confidence"):
         value = getattr(body, name)
         if value is not None:

@@ -79,10 +79,14 @@ async def submit_revision(
     composition_token: str = "",
     expected_version: int | None = None,
     rules_version_seen: int | None = None,
+    recheck_through_seq: int | None = None,
     idempotency_key: str = "",
 ) -> Review:
     """A redraft from needs_review, chatting or rejected: bumps ``revision`` and returns to needs_review.
-    ``expected_version`` (the SDK's ``version``) is a second compare-and-set, on the row's version."""
+    ``expected_version`` (the SDK's ``version``) is a second compare-and-set, on the row's version.
+    ``recheck_through_seq`` raises the recheck watermark as a restamp's does (a redraft is always composed
+    under the rules in force, or refused)."""
+    _check_recheck_seq(recheck_through_seq)
     fields = {
         "verb": "submit_revision",
         "review_id": review_id,
@@ -91,6 +95,7 @@ async def submit_revision(
         "token": composition_token,
         "expected_version": expected_version,
         "rules_version_seen": rules_version_seen,
+        "recheck_through_seq": recheck_through_seq,
     }
 
     async def run() -> Review:
@@ -137,6 +142,7 @@ async def submit_revision(
                 intent=draft.intent,
                 confidence=before.confidence if revision.confidence is None else revision.confidence,
                 rule_high_water=high_water,
+                recheck_completed_through_seq=_watermark(before, recheck_through_seq),
                 review_deadline=review_deadline(utcnow(), minutes),
                 gate_outcome=None if forced else before.gate_outcome,
             )
@@ -170,8 +176,7 @@ async def restamp(
     through that seq. It raises the review's ``recheck_completed_through_seq`` (never lowers it), and only
     under the rules in force: a draft left behind them is ``409 born_stale``, nothing recorded. That the
     seq is one the review has is the caller's check (the nudge service numbers them)."""
-    if recheck_through_seq is not None and recheck_through_seq < 1:
-        raise invalid("/recheck_through_seq", "must be a nudge seq of the review (1 or more)")
+    _check_recheck_seq(recheck_through_seq)
     fields = {
         "verb": "restamp",
         "review_id": review_id,
@@ -201,7 +206,6 @@ async def restamp(
 
         async def act(uow: UnitOfWork) -> tuple[Review, str]:
             before = await _kernel.load(uow.conn, principal, review_id)
-            watermark = max(before.recheck_completed_through_seq, recheck_through_seq or 0)
             edge = await _kernel.move(
                 uow,
                 before,
@@ -210,7 +214,7 @@ async def restamp(
                 parent_revision=parent_revision,
                 expected_version=expected_version,
                 rule_high_water=before.rule_high_water if high_water is None else high_water,
-                recheck_completed_through_seq=watermark,
+                recheck_completed_through_seq=_watermark(before, recheck_through_seq),
             )
             await _kernel.add_turn(uow, edge.after, principal, "restamp", "")
             return edge.after, ""
@@ -218,6 +222,16 @@ async def restamp(
         return (await _kernel.once(env.db, principal, idempotency_key, fields, act))[0]
 
     return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
+
+
+def _check_recheck_seq(seq: int | None) -> None:
+    if seq is not None and seq < 1:
+        raise invalid("/recheck_through_seq", "must be a nudge seq of the review (1 or more)")
+
+
+def _watermark(review: Review, recheck_through_seq: int | None) -> int:
+    """The recheck watermark after a recheck through ``recheck_through_seq``: it never moves backwards."""
+    return max(review.recheck_completed_through_seq, recheck_through_seq or 0)
 
 
 async def _reread(
