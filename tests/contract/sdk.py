@@ -311,6 +311,7 @@ SDK: dict[str, dict[str, Any]] = {
             "next_review_ids": STRINGS,
             "last_nudged_at": STAMP,
             "released_count": INT,
+            "pending": INT,
         },
     ),
     "RuleAuditEntry": shape(

@@ -234,3 +234,4 @@ async def test_the_review_cursor_is_the_draft_a_human_last_decided_and_drafts_it
         (third, "in_window_fresh"),
     ]
     assert (pacing["queued"], pacing["in_window"], pacing["redrafting"]) == (2, 1, 0)
+    assert pacing["pending"] == 3  # ours: the rejected draft is still the agent's to redraft

@@ -366,6 +366,7 @@ class CategoryPacingState(Shape):
     in_window: int = Field(description="of the queued, those fresh or being redrafted")
     redrafting: int = Field(description="of the in-window, the stale ones nudged and awaiting a redraft")
     items: list[PacingItem] = Field(description="every queued draft, oldest first")
+    pending: int = Field(description="the queued drafts and the rejected ones (out of the human queue)")
     stale: int = Field(
         description="pending drafts (rejected ones too) composed under an older rule high-water than required"
     )

@@ -224,8 +224,8 @@ def pacing_values(values: rules_pb2.PacingValues) -> Json:
 
 def as_pacing_state(settings: rules_pb2.PacingSettings, pacing: review_pb2.PacingState) -> Json:
     """``CategoryPacingState`` as the SDK types it: the review cursor (the draft a human last decided) and
-    each queued draft's place against it and the window; ours beside it: ``stale`` counts every pending
-    draft (rejected ones too) composed under older rules, ``released_count`` the stale drafts the window
+    each queued draft's place against it and the window; ours beside it: ``pending`` counts the queued and
+    the rejected drafts, ``stale`` those of them composed under older rules, ``released_count`` the stale drafts the window
     released (redrafted, restamped, closed)."""
     cursor = pacing.human_cursor_review_id
     items = [_pacing_item(d, cursor) for d in pacing.drafts if d.state in QUEUED_STATES]
@@ -237,6 +237,7 @@ def as_pacing_state(settings: rules_pb2.PacingSettings, pacing: review_pb2.Pacin
         "in_window": sum(i["state"].startswith("in_window") for i in items),
         "redrafting": sum(i["state"] == "in_window_redrafting" for i in items),
         "items": items,
+        "pending": len(pacing.drafts),
         "stale": sum(d.pacing != "current" for d in pacing.drafts),
         "rule_high_water": pacing.rule_high_water,
         "next_review_ids": list(pacing.next_review_ids),
