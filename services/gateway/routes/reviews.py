@@ -204,9 +204,12 @@ async def get_review_decision_context(
         _current(backend, principal, review_id), _round_budget(backend, principal, review_id)
     )
     hops_exhausted = max_hops is not None and hops >= max_hops
-    deadline_passed = review.HasField("review_deadline") and review.review_deadline.ToDatetime(
-        tzinfo=UTC
-    ) <= datetime.now(UTC)
+    # The deadline bounds a draft still awaiting its decision; a closed review has none left to force.
+    deadline_passed = (
+        not review.closed
+        and review.HasField("review_deadline")
+        and review.review_deadline.ToDatetime(tzinfo=UTC) <= datetime.now(UTC)
+    )
     held = review.gate_outcome.removeprefix(HELD_BY) if review.gate_outcome.startswith(HELD_BY) else None
     hops_exhausted |= held == MAX_HOPS_REACHED
     deadline_passed |= held == REVIEW_DEADLINE_PASSED
