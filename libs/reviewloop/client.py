@@ -215,7 +215,8 @@ class Verbs:
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
             **extra: Further request fields (``body_html``, ``reply_to``, ``headers``, ``attachments``,
-                ``confidence``, ...), sent as given.
+                ``confidence``, ``mode`` (``review`` | ``direct``: the policy may turn direct into review),
+                ``inbox`` (the From address), ...), sent as given.
 
         Returns:
             A :class:`SubmitForReviewResult` (``202``) with the ``review_id`` to come back to: ``status`` is
@@ -266,20 +267,55 @@ class Verbs:
             intent: The summary for the human reviewer; required whenever the resolved mode is review.
             idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
                 omitted.
-            **extra: Further request fields (``composition_token``, ``cc``, ``body_html``, ...), sent as
-                given.
+            **extra: Further request fields (``composition_token``, ``cc``, ``body_html``, ``mode``,
+                ``inbox``, ``thread_id``, ``reply_all``, ``expected_context_version``,
+                ``expected_last_message_id``, ...), sent as given.
 
         Returns:
             A :class:`SubmitForReviewResult` (``202``) with the ``review_id`` to come back to: ``status`` is
             ``queued_for_review``, or ``sent`` when the policy released the message at once.
 
         Raises:
-            ReviewloopError: ``404 not_found`` for a message this project does not hold; otherwise as
+            ReviewloopError: ``404 not_found`` for a message this project does not hold; ``409
+                reply_context_changed`` when the thread moved past ``expected_context_version`` /
+                ``expected_last_message_id`` (re-read it and recompose; nothing was queued); otherwise as
                 :meth:`send_email`.
         """
         body = _drop_none(dict(text=body_text, intent=intent, **extra))
         return Call(
             "POST", f"/v1/messages/{_id(message_id)}/reply", _shape(SubmitForReviewResult), body=body,
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    @staticmethod
+    def reply_to_thread(
+        thread_id: str,
+        *,
+        body_text: str,
+        intent: Json | None = None,
+        idempotency_key: str | None = None,
+        **extra: Any,
+    ) -> Call[SubmitForReviewResult]:
+        """Reply to a thread's newest message (``POST /v1/threads/{thread_id}/reply``).
+
+        Args:
+            thread_id: The ``thread_`` id (a review's ``thread_ref``).
+            body_text: The plain-text body of the reply.
+            intent: The summary for the human reviewer; required whenever the resolved mode is review.
+            idempotency_key: Reuse it to retry the same request safely; a fresh key is generated when
+                omitted.
+            **extra: Further request fields, as for :meth:`reply_to_email`.
+
+        Returns:
+            A :class:`SubmitForReviewResult` (``202``), as for :meth:`reply_to_email`.
+
+        Raises:
+            ReviewloopError: ``404 not_found`` for a thread this project does not hold; otherwise as
+                :meth:`reply_to_email`.
+        """
+        body = _drop_none(dict(text=body_text, intent=intent, **extra))
+        return Call(
+            "POST", f"/v1/threads/{_id(thread_id)}/reply", _shape(SubmitForReviewResult), body=body,
             idempotency_key=idempotency_key,
         )  # fmt: skip
 
@@ -378,6 +414,8 @@ class Verbs:
         category_id: str | None = None,
         cursor: str | None = None,
         limit: int | None = None,
+        inbox: str | None = None,
+        thread_id: str | None = None,
     ) -> Call[ReviewList]:
         """List the project's reviews (``GET /v1/reviews``), a page at a time.
 
@@ -390,6 +428,8 @@ class Verbs:
             composer: ``"me"``: only the caller's own drafts (the SDK's filter).
             category_id: Only reviews in this category.
             cursor: The ``next_cursor`` of the previous page.
+            inbox: Only reviews sent from this inbox (their ``from_address``).
+            thread_id: Only the replies in this thread (their ``thread_ref``).
             limit: Page size (1..200; the server's default is 50).
 
         Returns:
@@ -406,6 +446,8 @@ class Verbs:
                 category_id=category_id,
                 cursor=cursor,
                 limit=limit,
+                inbox=inbox,
+                thread_id=thread_id,
             )
         )
         return Call("GET", "/v1/reviews", _shape(ReviewList), params=params)
@@ -1464,6 +1506,7 @@ class AsyncReviewloop(_Base):
 
     send_email = _async(Verbs.send_email)
     reply_to_email = _async(Verbs.reply_to_email)
+    reply_to_thread = _async(Verbs.reply_to_thread)
     forward_email = _async(Verbs.forward_email)
     get_review = _async(Verbs.get_review)
     get_review_turns = _async(Verbs.get_review_turns)
@@ -1603,6 +1646,7 @@ class Reviewloop(_Base):
 
     send_email = _sync(Verbs.send_email)
     reply_to_email = _sync(Verbs.reply_to_email)
+    reply_to_thread = _sync(Verbs.reply_to_thread)
     forward_email = _sync(Verbs.forward_email)
     get_review = _sync(Verbs.get_review)
     get_review_turns = _sync(Verbs.get_review_turns)

@@ -70,6 +70,7 @@ CONTRACT_MANIFEST: Final = {
         "ReviewTurnList",
         "CategoryList",
         "SentMessage",
+        "Thread",
         "AckReviewEventRequest",
         "AckReviewEventEntry",
         "AckReviewEventResult",

@@ -52,6 +52,9 @@ CATALOG_ALIASES = {
     "retire_rule": "retire_project_rule",
     "update_category": "update_project_category",
 }
+# The catalog's reply_email picks its parent by message_id or, without one, by thread_id: a reply that
+# names only its thread goes to the thread's route (the reply to its newest message).
+BY_THREAD = {"reply_to_email": "reply_to_thread"}
 # Mutations the catalog marks idempotent without an Idempotency-Key: an ack never moves a cursor back.
 IDEMPOTENT_WITHOUT_KEY = frozenset({"ack_review_events"})
 FORWARDED_HEADERS = ("authorization", "x-request-id", "traceparent")
@@ -316,6 +319,13 @@ class McpGateway:
             return _error_result(
                 _problem(DomainError(Code.NOT_FOUND, f"No tool {params.name!r}; the tools are: {known}."))
             )
+        arguments = dict(params.arguments or {})
+        if (
+            operation.name in BY_THREAD
+            and arguments.get("thread_id")
+            and not (arguments.get("message_id") or arguments.get(ID_ARGUMENT))
+        ):
+            operation = self.operations[BY_THREAD[operation.name]]
         request = ctx.request if isinstance(ctx.request, Request) else None
         headers = {
             name: value
@@ -323,7 +333,7 @@ class McpGateway:
             if request is not None and (value := request.headers.get(name)) is not None
         }
         try:
-            response = await self._execute(operation, dict(params.arguments or {}), headers)
+            response = await self._execute(operation, arguments, headers)
         except DomainError as error:
             return _error_result(_problem(error))
         except Exception:  # never a traceback to the caller, over MCP either

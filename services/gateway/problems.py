@@ -50,14 +50,19 @@ NEXT_ACTIONS: dict[Code, str] = {
 }
 
 
+# A reply's thread as it now is (``reply_context_changed``): what the agent re-reads before recomposing.
+THREAD_HINTS = frozenset({"thread_id", "context_version", "last_message_id"})
+
+
 def current_state(error: DomainError) -> dict[str, Any] | None:
-    """The SDK's ``current_state`` extra: the review as it now is, as one object (the same facts as the
-    ``errors[]`` hints, typed), or None when the error names no review state."""
+    """The SDK's ``current_state`` extra: the review (or a reply's thread) as it now is, as one object
+    (the same facts as the ``errors[]`` hints, typed), or None when the error names no state."""
     facts: dict[str, Any] = {
         "state": error.state,
         "revision": error.revision,
         "version": error.version,
         "sent_message_id": error.sent_message_id,
+        **{name: value for name, value in error.hints if name in THREAD_HINTS},
     }
     if error.allowed_actions:
         facts["allowed_actions"] = list(error.allowed_actions)

@@ -20,7 +20,7 @@ from review_state.app import Decision, Env, Revision
 from review_state.domain.feedback import approvers
 from review_state.domain.machine import CLOSED, State
 from review_state.domain.review import Review, Turn
-from review_state.domain.submission import Attachment, Draft
+from review_state.domain.submission import Asked, Attachment, Draft
 
 if TYPE_CHECKING:
     Context = grpc.aio.ServicerContext[Any, Any]
@@ -90,6 +90,7 @@ def review_to_proto(
         recheck_completed_through_seq=review.recheck_completed_through_seq,
         turns=[turn_to_proto(t) for t in turns],
         approvers=approvers(turns, review.revision),
+        mode=review.mode or "",
     )
     if review.intent is not None:
         meta = review.intent.get("meta")
@@ -216,6 +217,14 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             parent_message_id=request.parent_message_id,
             confidence=_optional(request, "confidence"),
             composition_token=request.composition_token,
+            asked=Asked(
+                mode=request.mode,
+                inbox=request.inbox,
+                thread_id=request.thread_id,
+                reply_all=request.reply_all,
+                expected_context_version=request.expected_context_version,
+                expected_last_message_id=request.expected_last_message_id,
+            ),
         )
         return review_pb2.SubmitResponse(status=status, review=review_to_proto(review))
 
@@ -272,9 +281,19 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             cursor=request.cursor,
             limit=request.limit,
             humans_notified=request.humans_notified,
+            inbox=request.inbox,
+            thread_id=request.thread_id,
         )
         return review_pb2.ListReviewsResponse(
             reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor
+        )
+
+    async def GetThread(self, request: review_pb2.GetThreadRequest, context: Context) -> review_pb2.Thread:
+        thread = await app.get_thread(self.env, Principal.from_proto(request.principal), request.thread_id)
+        return review_pb2.Thread(
+            thread_id=thread.thread_id,
+            context_version=thread.context_version,
+            last_message_id=thread.last_message_id,
         )
 
     async def GetPacingState(

@@ -147,6 +147,7 @@ SDK: dict[str, dict[str, Any]] = {
             "status": STRING,
             "review_id": STRING,
             "state": REVIEW_STATE,
+            "thread_ref": STRING,  # a queued reply names its thread
             "gate_outcome": STRING,
             "send_error": STRING,
         },
@@ -342,6 +343,10 @@ SDK: dict[str, dict[str, Any]] = {
                     "version": INT,
                     "allowed_actions": STRINGS,
                     "sent_message_id": STRING,
+                    # a reply's thread as it now is (reply_context_changed)
+                    "thread_id": STRING,
+                    "context_version": STRING,
+                    "last_message_id": STRING,
                 },
             ),
             "unsent_text": STRING,

@@ -163,6 +163,38 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     pacing = await run.call("CategoryPacingState", "GET", f"/v1/categories/{category['id']}/pacing", agent)
     assert pacing["lookahead_window"] == 3 and pacing["items"][0]["review_id"] == pending["review"]["id"]
 
+    # A reply with the SDK's and the catalog's inputs; one against a thread that moved since is a 409.
+    inbound = await api.http.post(
+        f"/v1/admin/projects/{project_id}/inbound",
+        json={"from": "vp@acme.com", "to": ["sales@us.example", "cto@acme.com"], "subject": "Pricing?"},
+        headers=api.admin,
+    )
+    parent = inbound.json()
+    thread = (await api.http.get(f"/v1/threads/{parent['thread_ref']}", headers=agent)).json()
+    reply = {"text": "Thursday?", "intent": INTENT, "mode": "direct", "inbox": "sales@us.example",
+             "thread_id": parent["thread_ref"], "reply_all": True,
+             "expected_context_version": thread["context_version"],
+             "expected_last_message_id": thread["last_message_id"]}  # fmt: skip
+    replied = await run.call(
+        "SubmitForReviewResult", "POST", f"/v1/messages/{parent['message_id']}/reply", agent, 202, json=reply
+    )
+    assert (replied["review"]["mode"], replied["review"]["effective_mode"]) == ("direct", "review")
+    await api.http.post(
+        f"/v1/admin/projects/{project_id}/inbound",
+        json={"from": "cto@acme.com", "to": ["sales@us.example"], "subject": "Re: Pricing?",
+              "headers": {"In-Reply-To": parent["rfc_message_id"]}},
+        headers=api.admin,
+    )  # fmt: skip
+    moved = await run.call(
+        "Problem", "POST", f"/v1/messages/{parent['message_id']}/reply", agent, 409, json=reply
+    )
+    assert moved["code"] == "reply_context_changed" and moved["current_state"]["context_version"] == "2"
+    in_thread = await run.call(
+        "Page<Review>", "GET", "/v1/reviews", agent,
+        params={"inbox": "sales@us.example", "thread_id": parent["thread_ref"]},
+    )  # fmt: skip
+    assert [r["id"] for r in in_thread["items"]] == [replied["review"]["id"]]
+
     # A direct send answers the SDK's SentResult.
     await api.http.put(
         f"/v1/admin/projects/{project_id}/review-policy", json={"policy": "allow_direct"}, headers=api.admin

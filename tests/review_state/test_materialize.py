@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email
+from datetime import UTC, datetime
 from email.policy import default
 from pathlib import Path
 
@@ -10,7 +11,14 @@ import pytest
 from review_state import app
 from review_state.app import Decision, Env
 from review_state.domain.review import Review
-from review_state.domain.submission import Attachment, Draft, forward_subject, reply_subject
+from review_state.domain.submission import (
+    Attachment,
+    Draft,
+    Parent,
+    forward_subject,
+    materialize,
+    reply_subject,
+)
 from review_state.store import Message
 from reviewloop.errors import Code, DomainError
 
@@ -208,3 +216,27 @@ async def test_a_reply_to_inbound_mail_goes_to_its_reply_to_else_its_from(
         env, AGENT, kind="reply", draft=draft, category_id="", idempotency_key="", parent_message_id=parent.id
     )
     assert review.to == [to] and review.cc == []
+
+
+def test_reply_all_copies_the_parents_other_recipients_once_and_never_our_inbox() -> None:
+    parent = Parent(
+        message_id="msg_1",
+        rfc_message_id="<a@acme.com>",
+        references="",
+        thread_ref="thread_1",
+        from_address="vp@acme.com",
+        to=["Sales@us.example", "cto@acme.com"],
+        cc=["cfo@acme.com", "CTO@acme.com", "vp@acme.com"],
+        subject="Q3",
+        body_text="Pricing?",
+        created_at=datetime(2026, 12, 3, tzinfo=UTC),
+    )
+    draft = Draft(to=[], cc=[], bcc=[], subject="", body_text="Thursday?", intent=INTENT)
+    replied, _ = materialize("reply", draft, parent, reply_all=True, inbox="sales@us.example")
+    assert (replied.to, replied.cc) == (["vp@acme.com"], ["cto@acme.com", "cfo@acme.com"])
+    only_sender, _ = materialize("reply", draft, parent, inbox="sales@us.example")
+    assert (only_sender.to, only_sender.cc) == (["vp@acme.com"], [])
+    explicit, _ = materialize(
+        "reply", Draft(**{**draft.__dict__, "to": ["ceo@acme.com"]}), parent, reply_all=True
+    )
+    assert (explicit.to, explicit.cc) == (["ceo@acme.com"], [])  # an explicit to replaces every derived one

@@ -11,7 +11,7 @@ from review_state import app, store
 from review_state.app import Env
 from review_state.bootstrap import settings_from_env
 from review_state.domain.review import Review
-from review_state.domain.submission import Dial, Draft
+from review_state.domain.submission import Dial, Draft, Policy, Route, route_for
 from reviewloop.errors import Code, DomainError
 
 from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, outbox, peers
@@ -260,3 +260,30 @@ async def test_a_known_contact_passes_the_first_contact_gate(env: Env) -> None:
         env, ADMIN, from_address="VP@acme.com", to=["us@x.com"], cc=[], subject="hi", body_text="", headers={}
     )
     assert (await _submit(env, category_id="cat_1", confidence=0.9))[1].state.value == "auto_sent"
+
+
+@pytest.mark.parametrize(
+    ("policy", "has_intent", "mode", "expected"),
+    [
+        # The policy wins: direct is honoured only under allow_direct, the policy that sends without review.
+        ("require_review", True, "direct", Route.QUEUE),
+        ("require_review", False, "direct", None),
+        ("allow_direct", True, "direct", Route.DIRECT),
+        ("allow_direct", False, "direct", Route.DIRECT),
+        ("allow_direct", False, "review", None),  # review needs an intent, whatever the policy
+        ("allow_direct", False, "", Route.DIRECT),
+        ("auto_send_graduated", True, "direct", Route.AUTO_CANDIDATE),  # every gate and the cap still apply
+        ("auto_send_graduated", False, "direct", None),
+        ("auto_send_graduated", True, "review", Route.QUEUE),
+    ],
+)
+def test_the_mode_refines_the_policy_table_but_never_overrides_it(
+    policy: str, has_intent: bool, mode: str, expected: Route | None
+) -> None:
+    intent = DRAFT.intent if has_intent else None
+    if expected is None:
+        with pytest.raises(DomainError) as refused:
+            route_for(Policy(policy), intent, mode=mode)
+        assert refused.value.code is Code.INTENT_REQUIRED
+    else:
+        assert route_for(Policy(policy), intent, mode=mode) is expected

@@ -166,6 +166,8 @@ from reviewloop.shapes.reviews import (
     SentMessage,
     SubmitForReviewResult,
     SubmitRevisionRequest,
+    Thread,
+    ThreadReplyIn,
 )
 from reviewloop.shapes.rules import (
     RISK_DIAL_FIELDS,
@@ -409,6 +411,8 @@ __all__ = [
     "Shape",
     "SubmitForReviewResult",
     "SubmitRevisionRequest",
+    "Thread",
+    "ThreadReplyIn",
     "TurnIn",
     "TurnResult",
     "UpdateCategoryRequest",

@@ -70,6 +70,15 @@ class _Composed(Shape):
     category_id: str | None = Field(default=None, max_length=40)
     confidence: float | None = Field(default=None, ge=0, le=1, validation_alias=CONFIDENCE)
     composition_token: str | None = Field(default=None, max_length=4096)
+    mode: ReviewModeName | None = Field(
+        default=None,
+        description="review: queue for a reviewer; direct: send without review where the resolved policy "
+        "allows it (allow_direct); elsewhere the policy wins and effective_mode says so",
+    )
+    inbox: Address | None = Field(
+        default=None,
+        description="the sending identity (From); default: the parent's inbox, else the project's",
+    )
 
 
 class SendIn(_Composed):
@@ -79,11 +88,33 @@ class SendIn(_Composed):
     subject: str = Field(max_length=998)
 
 
-class ReplyIn(_Composed):
-    """A reply's recipients and Re: subject are materialized from the message replied to."""
+class ThreadReplyIn(_Composed):
+    """A reply: its recipients and Re: subject are materialized from the message replied to.
+
+    ``to``, when given, replaces the derived recipients (``reply_all`` included).
+    """
 
     to: Addresses = Field(default_factory=list, max_length=100)
     subject: str = Field(default="", max_length=998)
+    reply_all: bool = Field(
+        default=False, description="also to the parent's other recipients (Cc), never your own inbox"
+    )
+    expected_context_version: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=32,
+        description="the thread's context_version you read; a thread that moved since is 409 "
+        "reply_context_changed (re-read it and recompose)",
+    )
+    expected_last_message_id: str | None = Field(
+        default=None, min_length=1, max_length=40, description="the thread's last_message_id you read"
+    )
+
+
+class ReplyIn(ThreadReplyIn):
+    """A reply to a recorded message; ``thread_id``, when given, must be that message's thread."""
+
+    thread_id: str | None = Field(default=None, min_length=1, max_length=40)
 
 
 class ForwardIn(_Composed):
@@ -548,6 +579,18 @@ class ContactList(Shape):
     """The project's blocked and suppressed recipients, by address."""
 
     contacts: list[Contact]
+
+
+class Thread(Shape):
+    """A thread as it is now.
+
+    A reply names these as ``expected_context_version`` and ``expected_last_message_id``: a thread that
+    moved since is ``409 reply_context_changed``.
+    """
+
+    thread_id: str
+    context_version: str = Field(description="moves whenever a message joins the thread")
+    last_message_id: str
 
 
 class InboundMessage(Shape):

@@ -28,3 +28,36 @@ def drop_dead_letter_admin() -> None:
         batch.drop_column("discard_reason")
         batch.drop_column("discarded_at")
         batch.drop_column("project_id")
+
+
+def create_outbox() -> None:
+    """The outbox as every store's first revision created it."""
+    op.create_table(
+        "outbox",
+        sa.Column(
+            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
+        ),
+        sa.Column("event_id", sa.String(length=40), nullable=False),
+        sa.Column("destination", sa.String(length=40), nullable=False),
+        sa.Column("aggregate_id", sa.String(length=64), nullable=False),
+        sa.Column("type", sa.String(length=64), nullable=False),
+        sa.Column("payload", sa.Text(), nullable=False),
+        sa.Column("traceparent", sa.String(length=64), nullable=False),
+        sa.Column("occurred_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("attempts", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("claimed_until", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("delivered_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_outbox")),
+        sa.UniqueConstraint("event_id", name=op.f("uq_outbox_event_id")),
+    )
+    with op.batch_alter_table("outbox", schema=None) as batch_op:
+        batch_op.create_index("ix_outbox_pending", ["destination", "aggregate_id", "id"], unique=False)
+
+
+def drop_outbox() -> None:
+    """Undo :func:`create_outbox`."""
+    with op.batch_alter_table("outbox", schema=None) as batch_op:
+        batch_op.drop_index("ix_outbox_pending")
+    op.drop_table("outbox")

@@ -32,6 +32,8 @@ from reviewloop.shapes import (
     SendIn,
     SubmitForReviewResult,
     SubmitRevisionRequest,
+    Thread,
+    ThreadReplyIn,
 )
 from reviewloop.tenancy import ActorKind, Principal
 
@@ -64,9 +66,10 @@ async def _submit(
     backend: Backends,
     principal: Principal,
     kind: review_pb2.MessageKind.ValueType,
-    body: SendIn | ReplyIn | ForwardIn,
+    body: SendIn | ThreadReplyIn | ForwardIn,
     idempotency_key: str,
     parent_message_id: str = "",
+    thread_id: str = "",
 ) -> OrjsonResponse:
     request = review_pb2.SubmitRequest(
         principal=principal.to_proto(),
@@ -82,7 +85,14 @@ async def _submit(
         headers=body.headers or {},
         attachments=attachments(body.attachments or []),
         composition_token=body.composition_token or "",
+        mode=body.mode or "",
+        inbox=body.inbox or "",
+        thread_id=thread_id,
     )
+    if isinstance(body, ThreadReplyIn):
+        request.reply_all = body.reply_all
+        request.expected_context_version = body.expected_context_version or ""
+        request.expected_last_message_id = body.expected_last_message_id or ""
     if body.intent is not None:
         set_intent(request.intent, body.intent)
     if body.body_html is not None:
@@ -126,7 +136,51 @@ async def reply_to_email(
     idempotency_key: IdempotencyKey = "",
 ) -> OrjsonResponse:
     """Reply to a recorded message; its Re: subject and recipients are materialized at submit."""
-    return await _submit(backend, principal, review_pb2.MESSAGE_KIND_REPLY, body, idempotency_key, message_id)
+    return await _submit(
+        backend,
+        principal,
+        review_pb2.MESSAGE_KIND_REPLY,
+        body,
+        idempotency_key,
+        message_id,
+        body.thread_id or "",
+    )
+
+
+@router.get("/v1/threads/{thread_id}", operation_id="get_thread", response_model=Thread)
+async def get_thread(
+    thread_id: str, principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)], backend: Backend
+) -> Json:
+    """What a thread is now: read it before composing a reply, and name its ``context_version`` and
+    ``last_message_id`` as the reply's ``expected_*`` (a thread that moved since is refused)."""
+    thread = await backend.review.GetThread(
+        review_pb2.GetThreadRequest(principal=principal.to_proto(), thread_id=thread_id),
+        timeout=backend.timeout_s,
+    )
+    return {
+        "thread_id": thread.thread_id,
+        "context_version": thread.context_version,
+        "last_message_id": thread.last_message_id,
+    }
+
+
+@router.post(
+    "/v1/threads/{thread_id}/reply",
+    status_code=202,
+    operation_id="reply_to_thread",
+    response_model=SubmitForReviewResult,
+)
+async def reply_to_thread(
+    thread_id: str,
+    body: ThreadReplyIn,
+    principal: Annotated[Principal, Depends(AGENT)],
+    backend: Backend,
+    idempotency_key: IdempotencyKey = "",
+) -> OrjsonResponse:
+    """Reply to a thread's newest message (the catalog's ``reply_email`` with ``thread_id``)."""
+    return await _submit(
+        backend, principal, review_pb2.MESSAGE_KIND_REPLY, body, idempotency_key, thread_id=thread_id
+    )
 
 
 @router.post(
@@ -260,6 +314,8 @@ async def list_reviews(
     ] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     humans_notified: Annotated[bool, Query()] = False,
+    inbox: Annotated[str, Query(max_length=320, description="only the reviews sent from this inbox")] = "",
+    thread_id: Annotated[str, Query(max_length=40, description="only the replies in this thread")] = "",
 ) -> OrjsonResponse:
     """Repeated ``state=`` (the spec) and comma-joined ``state=a,b`` (the SDK) both filter."""
     state = [name for value in state for name in value.split(",") if name]
@@ -277,6 +333,8 @@ async def list_reviews(
             cursor=cursor or page_token,
             limit=limit,
             humans_notified=humans_notified,
+            inbox=inbox,
+            thread_id=thread_id,
         ),
         timeout=backend.timeout_s,
     )

@@ -100,20 +100,25 @@ def as_review(review: review_pb2.Review) -> Json:
         body["turns"] = [as_review_turn(t) for t in review.turns]
     if review.HasField("delivery"):
         body["delivery"] = as_review_delivery(review.delivery)
-    return _with_sdk_names(body)
+    return _with_sdk_names(body, review.mode)
 
 
 SENT_STATES = frozenset({"sent", "auto_sent"})
+# The releases no reviewer decided: the resolved policy sent them without review.
+WITHOUT_REVIEW = frozenset({"agent_direct", "graduated_auto"})
 
 
-def _with_sdk_names(body: Json) -> Json:
+def _with_sdk_names(body: Json, asked_mode: str) -> Json:
     """The SDK's ``Review`` names for the same facts, beside the spec's: ``proposed_*`` is the draft as
-    it stands, ``sent_*`` what went out (the same draft, once sent), ``intent_*`` the flattened intent."""
-    mode = "direct" if body.get("send_path") == "agent_direct" else "review"
+    it stands, ``sent_*`` what went out (the same draft, once sent), ``intent_*`` the flattened intent.
+    ``mode`` is what the agent asked for (when it asked for none, what happened), ``effective_mode``
+    what the policy made of it: a ``direct`` request the policy queued reads ``mode: direct``,
+    ``effective_mode: review``."""
+    effective = "direct" if body.get("send_path") in WITHOUT_REVIEW else "review"
     intent = body["intent"] or {}
     body.update(
-        mode=mode,
-        effective_mode=mode,
+        mode=asked_mode or effective,
+        effective_mode=effective,
         intent_summary=intent.get("summary", ""),
         proposed_subject=body["subject"],
         proposed_body_text=body["body_text"],

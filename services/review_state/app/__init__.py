@@ -31,7 +31,14 @@ from review_state.app.delivery import (
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
 from review_state.app.pacing import PacingState, pacing_state
-from review_state.app.reads import Feedback, get_feedback, get_review, get_revisions, list_reviews
+from review_state.app.reads import (
+    Feedback,
+    get_feedback,
+    get_review,
+    get_revisions,
+    get_thread,
+    list_reviews,
+)
 from review_state.app.reviewer import (
     ReviewerResult,
     decide,
@@ -63,6 +70,7 @@ __all__ = [
     "get_policy",
     "get_review",
     "get_revisions",
+    "get_thread",
     "ingest",
     "list_contacts",
     "list_reviews",

@@ -13,6 +13,7 @@ from review_state.app._kernel import not_found
 from review_state.app.env import Env
 from review_state.domain.feedback import approvers, decision_of, decisions_of
 from review_state.domain.review import Review, RevisionContent, Turn
+from review_state.domain.submission import ThreadContext
 
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
 
@@ -44,6 +45,8 @@ async def list_reviews(
     cursor: str,
     limit: int,
     humans_notified: bool = False,
+    inbox: str = "",
+    thread_id: str = "",
 ) -> tuple[list[Review], str]:
     if limit < 0 or limit > LIST_LIMIT_MAX:
         raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
@@ -60,6 +63,8 @@ async def list_reviews(
             agent_id=agent_id,
             category_id=category_id,
             humans_notified=humans_notified,
+            inbox=inbox,
+            thread_id=thread_id,
             before_id=cursor,
             limit=limit + 1,
         )
@@ -92,3 +97,13 @@ async def get_feedback(env: Env, principal: Principal, review_id: str) -> Feedba
         new_rules=[rule for t in turns for rule in t.rule_ids],
         approvers=approvers(turns, review.revision),
     )
+
+
+async def get_thread(env: Env, principal: Principal, thread_id: str) -> ThreadContext:
+    """What a reply names as its expected thread context: the count and the newest message, read in one
+    snapshot."""
+    async with env.db.engine.connect() as conn:
+        thread = await store.thread_context(conn, principal.project_id, thread_id)
+    if thread is None:
+        raise DomainError(Code.NOT_FOUND, f"No thread {thread_id} is visible to this key.")
+    return thread

@@ -5,6 +5,7 @@ from")."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
@@ -28,8 +29,10 @@ from review_state.domain.machine import State
 from review_state.domain.review import Review, Turn
 from review_state.domain.submission import (
     HUMANS_NOTIFIED,
+    Asked,
     Draft,
     Route,
+    check_reply_context,
     materialize,
     notifies_humans,
     resolve_policy,
@@ -49,15 +52,19 @@ async def submit(
     parent_message_id: str = "",
     confidence: float | None = None,
     composition_token: str = "",
+    asked: Asked | None = None,
 ) -> tuple[str, Review]:
     """Create a review for a send, reply or forward; the resolved review policy decides what happens.
 
-    Order (spec 000): shape, then blocks / suppression / quota, then the intent gate; nothing is
+    Order (spec 000): shape, then the reply's thread (one that moved since the agent read it is
+    ``409 reply_context_changed``), then blocks / suppression / quota, then the intent gate; nothing is
     stored for a refusal. Returns (status, review): ``queued_for_review`` or ``sent``."""
     if principal.actor_kind is not ActorKind.AGENT:
         raise DomainError(Code.FORBIDDEN_SCOPE, "Only an agent key composes outbound messages.")
     if confidence is not None and not 0.0 <= confidence <= 1.0:
         raise invalid("/confidence", "must be between 0 and 1")
+    asked = asked or Asked()
+    asked.validate()
     fields = {
         "verb": "submit",
         "kind": kind,
@@ -66,19 +73,23 @@ async def submit(
         "category_id": category_id,
         "confidence": confidence,
         "token": composition_token,
+        **({"asked": asdict(asked)} if asked != Asked() else {}),  # keys stored before it still match
     }
     replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
     if replay is not None:
         review = await deliver(env, replay[0])
         return _status(review), review
-    parent = await _parent(env, principal, kind, parent_message_id)
-    draft, threading = materialize(kind, draft, parent.as_parent() if parent else None)
+    parent = await _parent(env, principal, kind, parent_message_id, asked)
+    from_address = asked.inbox or _from_address(env, parent)
+    draft, threading = materialize(
+        kind, draft, parent.as_parent() if parent else None, reply_all=asked.reply_all, inbox=from_address
+    )
     validate_draft(draft)
     facts = await contacts_allow(
         env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc], principal.org_id
     )
     policy, source = resolve_policy(facts.policy, facts.account_policy)
-    route = route_for(policy, draft.intent, source)
+    route = route_for(policy, draft.intent, source, asked.mode)
     generation = env.stacks.generation
     high_water = (
         check_token(env, principal, composition_token, category_id)
@@ -132,7 +143,7 @@ async def submit(
             reply_to=draft.reply_to,
             headers=dict(draft.headers),
             attachments=tuple(draft.attachments),
-            from_address=_from_address(env, parent),
+            from_address=from_address,
             confidence=confidence,
             rule_high_water=rule_high_water,
             parent_message_id=parent.id if parent else None,
@@ -141,6 +152,7 @@ async def submit(
             thread_ref=threading.thread_ref,
             gate_outcome=(f"held:{held}" if held else "") if route is Route.AUTO_CANDIDATE else None,
             review_deadline=None if released else review_deadline(now, minutes),
+            mode=asked.mode or None,
         )
         await store.add_review(uow.conn, review)
         if released and route is Route.AUTO_CANDIDATE and notifies_humans(rung):
@@ -191,18 +203,35 @@ async def _stack_high_water(env: Env, principal: Principal, category_id: str) ->
         return 0
 
 
-async def _parent(env: Env, principal: Principal, kind: str, parent_message_id: str) -> store.Message | None:
+async def _parent(
+    env: Env, principal: Principal, kind: str, parent_message_id: str, asked: Asked
+) -> store.Message | None:
+    """The message a reply or forward answers: the one named, or a reply's thread's newest. A reply
+    that says what it read of the thread is checked against the thread as it is now."""
     if kind == "send":
         return None
-    if not parent_message_id:
+    if not parent_message_id and not (kind == "reply" and asked.thread_id):
         raise DomainError(
             Code.REPLY_CONTEXT_REQUIRED,
-            f"A {kind} names the message it answers: use /v1/messages/{{id}}/{kind}.",
+            f"A {kind} names the message it answers: use /v1/messages/{{id}}/{kind}"
+            + (" or /v1/threads/{id}/reply." if kind == "reply" else "."),
         )
     async with env.db.engine.connect() as conn:
+        thread = None
+        if not parent_message_id:
+            thread = await store.thread_context(conn, principal.project_id, asked.thread_id)
+            if thread is None:
+                raise DomainError(Code.NOT_FOUND, f"No thread {asked.thread_id} is visible to this key.")
+            parent_message_id = thread.last_message_id
         parent = await store.get_message(conn, principal.project_id, parent_message_id)
-    if parent is None:
-        raise DomainError(Code.NOT_FOUND, f"No message {parent_message_id} is visible to this key.")
+        if parent is None:
+            raise DomainError(Code.NOT_FOUND, f"No message {parent_message_id} is visible to this key.")
+        if asked.thread_id and parent.thread_ref != asked.thread_id:
+            raise invalid("/thread_id", f"message {parent.id} is in thread {parent.thread_ref}, not this one")
+        if asked.expected_context_version or asked.expected_last_message_id:
+            thread = thread or await store.thread_context(conn, principal.project_id, parent.thread_ref)
+            assert thread is not None  # the parent is in it
+            check_reply_context(thread, asked.expected_context_version, asked.expected_last_message_id)
     return parent
 
 

@@ -56,6 +56,7 @@ class Review:
     decided_at: datetime | None = None
     sent_at: datetime | None = None
     review_deadline: datetime | None = None  # a review agent decides before it, or a human does
+    mode: str | None = None  # the mode the agent asked for (review | direct); None: it asked for none
 
     @property
     def recipients(self) -> list[str]:

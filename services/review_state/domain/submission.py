@@ -207,7 +207,44 @@ def resolve_policy(project_override: str | None, account_default: str | None = N
     return FLOOR, FLOOR_SOURCE
 
 
-def route_for(policy: Policy, intent: dict[str, Any] | None, source: str = FLOOR_SOURCE) -> Route:
+MODES = ("review", "direct")
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a submit asks beyond its draft: the mode (the SDK's ``review`` | ``direct``), the sending
+    inbox (the From address), and for a reply the thread it answers, whether to reply to all, and what
+    the agent read of the thread (``expected_*``: a thread that moved since is refused)."""
+
+    mode: str = ""
+    inbox: str = ""
+    thread_id: str = ""
+    reply_all: bool = False
+    expected_context_version: str = ""
+    expected_last_message_id: str = ""
+
+    def validate(self) -> None:
+        if self.mode not in ("", *MODES):
+            raise invalid("/mode", f"must be one of {', '.join(MODES)}")
+        if self.inbox and not is_address(self.inbox):
+            raise invalid("/inbox", f"{self.inbox!r} is not an email address")
+
+
+def route_for(
+    policy: Policy, intent: dict[str, Any] | None, source: str = FLOOR_SOURCE, mode: str = ""
+) -> Route:
+    """The policy table, refined by the mode the agent asked for (the SDK's ``mode``). The policy wins:
+    ``review`` always queues (and, being review, needs an intent); ``direct`` is honoured only under
+    ``allow_direct``, the one policy that sends without review, and elsewhere reads as no mode at all (a
+    direct request under ``require_review`` is queued or refused ``intent_required``; under
+    ``auto_send_graduated`` it stays an auto-send candidate, held by every gate and the daily cap)."""
+    if mode == "review":
+        require_intent(intent, policy.value, source)
+        return Route.QUEUE
+    if mode == "direct" and policy is Policy.ALLOW_DIRECT:
+        if intent is not None:
+            check_intent(intent)
+        return Route.DIRECT
     route = POLICY_TABLE[(policy, intent is not None)]
     if route is None:
         require_intent(intent, policy.value, source)
@@ -286,9 +323,13 @@ class Threading:
     references: str | None
 
 
-def materialize(kind: str, draft: Draft, parent: Parent | None) -> tuple[Draft, Threading]:
+def materialize(
+    kind: str, draft: Draft, parent: Parent | None, *, reply_all: bool = False, inbox: str = ""
+) -> tuple[Draft, Threading]:
     """The exact draft the human reviews: a reply's Re: subject and recipients, a forward's subject
-    and quoted parent body. A forward is not threaded to its parent."""
+    and quoted parent body. A forward is not threaded to its parent. ``reply_all`` adds the parent's
+    other recipients to a reply's Cc, never ``inbox`` (our own address) nor one already addressed; an
+    explicit ``to`` replaces every derived recipient."""
     if kind == "send" or parent is None:
         return draft, Threading(None, None, None)
     if kind == "reply":
@@ -297,6 +338,9 @@ def materialize(kind: str, draft: Draft, parent: Parent | None) -> tuple[Draft, 
             to, cc = list(parent.to), cc or list(parent.cc)
         elif not to:
             to = [parent.reply_to or parent.from_address]
+            if reply_all:
+                cc += [a for a in (*parent.to, *parent.cc) if a.lower() != inbox.lower()]
+        cc = _unique(cc, exclude=to)
         subject = reply_subject(draft.subject or parent.subject)
         references = " ".join(x for x in (parent.references, parent.rfc_message_id) if x)
         threading = Threading(parent.thread_ref, parent.rfc_message_id, references)
@@ -304,6 +348,49 @@ def materialize(kind: str, draft: Draft, parent: Parent | None) -> tuple[Draft, 
     subject = forward_subject(draft.subject or parent.subject)
     body = (draft.body_text + "\n\n" if draft.body_text else "") + quoted_forward(parent)
     return _replace(draft, subject=subject, body_text=body), Threading(None, None, None)
+
+
+def _unique(addresses: Sequence[str], exclude: Sequence[str]) -> list[str]:
+    """``addresses`` once each (case-insensitively), without those in ``exclude``."""
+    seen = {a.lower() for a in exclude}
+    kept = []
+    for address in addresses:
+        if address.lower() not in seen:
+            seen.add(address.lower())
+            kept.append(address)
+    return kept
+
+
+@dataclass(frozen=True)
+class ThreadContext:
+    """What a thread is now: its context version (how many messages it holds: a message only ever
+    joins a thread) and its newest message."""
+
+    thread_id: str
+    context_version: str
+    last_message_id: str
+
+
+def check_reply_context(
+    thread: ThreadContext, expected_context_version: str, expected_last_message_id: str
+) -> None:
+    """A reply composed against a thread that has moved since (a new message arrived or went out) is
+    ``409 reply_context_changed``: the agent re-reads the thread and recomposes; nothing is written."""
+    moved = (expected_context_version and expected_context_version != thread.context_version) or (
+        expected_last_message_id and expected_last_message_id != thread.last_message_id
+    )
+    if moved:
+        raise DomainError(
+            Code.REPLY_CONTEXT_CHANGED,
+            f"Thread {thread.thread_id} moved since you read it: it is at context_version "
+            f"{thread.context_version} and its last message is {thread.last_message_id}. Nothing was "
+            "queued: re-read the thread, reconsider the reply, and resubmit with the new values.",
+            hints=(
+                ("thread_id", thread.thread_id),
+                ("context_version", thread.context_version),
+                ("last_message_id", thread.last_message_id),
+            ),
+        )
 
 
 def _replace(draft: Draft, **changes: Any) -> Draft:

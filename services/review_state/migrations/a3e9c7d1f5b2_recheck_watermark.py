@@ -1,7 +1,7 @@
 """recheck watermark: the highest nudge seq a review's agent said it re-checked the draft against (issue 15)
 
 Revision ID: a3e9c7d1f5b2
-Revises: d7e3a1b5c9f2
+Revises: a91c5e3d7b20
 Create Date: 2026-12-03 19:00:00.000000
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "a3e9c7d1f5b2"
-down_revision: str | None = "d7e3a1b5c9f2"
+down_revision: str | None = "a91c5e3d7b20"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

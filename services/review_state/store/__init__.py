@@ -32,7 +32,13 @@ from review_state.store.contacts import (
     suppress_contact,
     unflag_contact,
 )
-from review_state.store.messages import Message, add_message, get_message, message_by_rfc_id
+from review_state.store.messages import (
+    Message,
+    add_message,
+    get_message,
+    message_by_rfc_id,
+    thread_context,
+)
 from review_state.store.reviews import (
     add_review,
     add_turn,
@@ -95,5 +101,6 @@ __all__ = [
     "set_policy",
     "start_attempt",
     "suppress_contact",
+    "thread_context",
     "unflag_contact",
 ]

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from review_state.domain.submission import Parent
+from review_state.domain.submission import Parent, ThreadContext
 from review_state.store.tables import messages
 
 
@@ -109,3 +109,21 @@ async def message_by_rfc_id(conn: AsyncConnection, project_id: str, rfc_message_
         )
     ).first()
     return _message(row) if row else None
+
+
+async def thread_context(conn: AsyncConnection, project_id: str, thread_ref: str) -> ThreadContext | None:
+    """The thread as it is now (its message count and newest message), or None when this project has
+    no such thread."""
+    in_thread = (messages.c.project_id == project_id, messages.c.thread_ref == thread_ref)
+    count = (await conn.execute(select(func.count()).where(*in_thread))).scalar_one()
+    if not count:
+        return None
+    last = (
+        await conn.execute(
+            select(messages.c.id)
+            .where(*in_thread)
+            .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+            .limit(1)
+        )
+    ).scalar_one()
+    return ThreadContext(thread_id=thread_ref, context_version=str(count), last_message_id=last)

@@ -102,6 +102,8 @@ async def list_reviews(
     before_id: str,
     limit: int,
     humans_notified: bool = False,
+    inbox: str = "",
+    thread_id: str = "",
 ) -> list[Review]:
     """Newest first; ``before_id`` is the keyset cursor (ids sort by creation time)."""
     query = select(reviews).where(reviews.c.project_id == project_id)
@@ -116,6 +118,10 @@ async def list_reviews(
         query = query.where(reviews.c.agent_id == agent_id)
     if category_id:
         query = query.where(reviews.c.category_id == category_id)
+    if inbox:
+        query = query.where(func.lower(reviews.c.from_address) == inbox.lower())
+    if thread_id:
+        query = query.where(reviews.c.thread_ref == thread_id)
     if before_id:
         query = query.where(reviews.c.id < before_id)
     rows = await conn.execute(query.order_by(reviews.c.id.desc()).limit(limit))

@@ -62,9 +62,12 @@ reviews = Table(
     Column("sent_at", UtcDateTime),
     # When a review agent's time to decide runs out (the category's review_deadline_minutes at submit).
     Column("review_deadline", UtcDateTime),
+    # The mode the agent asked for (review | direct); NULL when it asked for none.
+    Column("mode", String(8)),
     Index("ix_reviews_project_id_id", "project_id", "id"),
     Index("ix_reviews_state_review_deadline", "state", "review_deadline"),
     Index("ix_reviews_org_id_state", "org_id", "state"),
+    Index("ix_reviews_project_id_thread_ref", "project_id", "thread_ref"),
 )
 
 turns = Table(
@@ -126,6 +129,7 @@ messages = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Index("ix_messages_project_id_rfc_message_id", "project_id", "rfc_message_id"),
     Index("ix_messages_project_id_direction_created_at", "project_id", "direction", "created_at"),
+    Index("ix_messages_project_id_thread_ref", "project_id", "thread_ref"),
 )
 
 review_policies = Table(

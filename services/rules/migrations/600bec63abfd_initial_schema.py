@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from reviewloop.storage import outbox_migrations
 from sqlalchemy.dialects import postgresql
 
 revision: str = "600bec63abfd"
@@ -81,28 +82,7 @@ def upgrade() -> None:
         sa.Column("rule_high_water", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("org_id", name=op.f("pk_org_counters")),
     )
-    op.create_table(
-        "outbox",
-        sa.Column(
-            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
-        sa.Column("event_id", sa.String(length=40), nullable=False),
-        sa.Column("destination", sa.String(length=40), nullable=False),
-        sa.Column("aggregate_id", sa.String(length=64), nullable=False),
-        sa.Column("type", sa.String(length=64), nullable=False),
-        sa.Column("payload", sa.Text(), nullable=False),
-        sa.Column("traceparent", sa.String(length=64), nullable=False),
-        sa.Column("occurred_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("attempts", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("claimed_until", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("delivered_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("last_error", sa.Text(), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_outbox")),
-        sa.UniqueConstraint("event_id", name=op.f("uq_outbox_event_id")),
-    )
-    with op.batch_alter_table("outbox", schema=None) as batch_op:
-        batch_op.create_index("ix_outbox_pending", ["destination", "aggregate_id", "id"], unique=False)
+    outbox_migrations.create_outbox()
 
     op.create_table(
         "risk_dials",
@@ -183,10 +163,7 @@ def downgrade() -> None:
     op.drop_table("rule_revisions")
     op.drop_table("risk_overrides")
     op.drop_table("risk_dials")
-    with op.batch_alter_table("outbox", schema=None) as batch_op:
-        batch_op.drop_index("ix_outbox_pending")
-
-    op.drop_table("outbox")
+    outbox_migrations.drop_outbox()
     op.drop_table("org_counters")
     op.drop_table("inbox")
     op.drop_table("idempotency_keys")
