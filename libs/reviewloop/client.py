@@ -32,6 +32,7 @@ import httpx
 from pydantic import BaseModel
 
 from reviewloop.contract import CONTRACT_VERSION
+from reviewloop.errors import is_retryable as _is_retryable
 from reviewloop.shapes import (
     AckReviewEventResult,
     Category,
@@ -115,6 +116,27 @@ class ReviewloopError(Exception):
     def allowed_actions(self) -> list[str]:
         """The verbs legal from the review's current state, as the problem's hints name them."""
         return [str(v) for v in self.facts("allowed_action")]
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the problem is worth repeating (:func:`is_retryable`)."""
+        return is_retryable(self)
+
+
+def is_retryable(problem: ReviewloopError | Mapping[str, Any]) -> bool:
+    """Whether a problem is worth repeating, by the published table (``REVIEW_PROBLEM_RETRYABLE``).
+
+    The manifest serves the table, with ``review_problem_retry_limits``. Never blind: the client itself repeats only ``503 unavailable`` (same Idempotency-Key, after its
+    Retry-After). ``stale`` (at most 3 times) and ``reply_context_changed`` are worth repeating after a
+    re-read and re-applying your change on top of what is there now; ``born_stale`` once per rule
+    high-water, after ``get_rules`` and a redraft (or an honest restamp). Every other code fails again until
+    the request itself changes.
+
+    Args:
+        problem: A :class:`ReviewloopError`, or a problem+json body.
+    """
+    code = problem.code if isinstance(problem, ReviewloopError) else str(problem.get("code", "internal"))
+    return _is_retryable(code)
 
 
 def _shape(model: type[M]) -> Callable[[Any], M]:
@@ -373,9 +395,10 @@ class Verbs:
         """Read what a reviewer weighs before deciding (``GET /v1/reviews/{review_id}/decision-context``).
 
         Returns:
-            A :class:`ReviewDecisionContext`: ``hop_count`` and ``max_hops`` (null before the first
-            review-agent round), ``force_to_human`` and ``force_reason`` (a breaker's hold, such as
-            ``review_deadline_passed``), and the draft's ``review_deadline`` (null: none).
+            A :class:`ReviewDecisionContext`: the ``review`` and its ``turns``; ``hop_count`` and
+            ``max_hops`` (null before the first review-agent round) and ``hops_exhausted``; the draft's
+            ``review_deadline`` (null: none) and ``deadline_passed``; ``force_to_human`` when either breaker
+            tripped (or one held a review agent's release), named by ``force_reason``.
 
         Raises:
             ReviewloopError: ``404 not_found`` for a review outside the caller's project.
@@ -485,7 +508,9 @@ class Verbs:
                 omitted.
             **fields: The rules re-read: their ``composition_token``, or the SDK's ``against_version``
                 (the ``category_rules_version``) and ``house_style_version`` ``get_rules`` reported;
-                ``expected_version``, a compare-and-set on the row's version.
+                ``expected_version``, a compare-and-set on the row's version; ``recheck_through_seq``,
+                the highest of the review's recheck nudge seqs handled (the answer's
+                ``recheck_completed_through_seq`` then covers it).
 
         Returns:
             The :class:`Review`, stamped with the current rule high-water.
@@ -985,9 +1010,10 @@ class Verbs:
             category_id: The ``cat_`` id.
 
         Returns:
-            The :class:`CategoryPacingState`: the project's pacing values, and each pending draft fresh
-            (``in_window_fresh``), nudged and awaiting its redraft or restamp (``in_window_redrafting``) or
-            waiting for a slot (``ahead``), with ``next_review_ids`` in order.
+            The :class:`CategoryPacingState`: the project's pacing values, the review cursor (the draft a
+            human last decided), and each queued draft fresh (``in_window_fresh``), nudged and awaiting its
+            redraft or restamp (``in_window_redrafting``), waiting for a slot (``ahead``) or passed over by
+            the human (``behind_cursor``), with ``next_review_ids`` in order.
 
         Raises:
             ReviewloopError: ``404 not_found`` for a category the caller's project cannot see.
@@ -1333,7 +1359,8 @@ class _Base:
         return call.parse(response.json())
 
     def _retryable(self, error: ReviewloopError, attempt: int) -> bool:
-        # Only `unavailable` is safe to repeat, and only because every mutation carries its Idempotency-Key.
+        # Of the retryable codes only `unavailable` repeats as it was (every mutation carries its
+        # Idempotency-Key); the others need a re-read and a new request, which only the caller can make.
         return error.code == "unavailable" and attempt < self.max_retries
 
 
@@ -1685,6 +1712,7 @@ __all__ = [
     "Reviewloop",
     "ReviewloopError",
     "Verbs",
+    "is_retryable",
 ]
 
 

@@ -3,6 +3,8 @@
 from importlib.metadata import version as _dist_version
 from typing import Final
 
+from reviewloop.errors import REVIEW_PROBLEM_RETRY_LIMITS, REVIEW_PROBLEM_RETRYABLE
+
 CONTRACT_VERSION: Final = "0.1.0-pre.6"
 
 # Every shape by the SDK's type name (spec/SDK.md: the SDK is the reference where the spec is silent), then
@@ -79,6 +81,9 @@ CONTRACT_MANIFEST: Final = {
         "Problem",
     ],
     "skills": ["extrovert-send-email", "extrovert-writing-rules"],
+    # Which problem codes are worth repeating (after the re-read each needs), and at most how often.
+    "review_problem_retryable": dict(REVIEW_PROBLEM_RETRYABLE),
+    "review_problem_retry_limits": dict(REVIEW_PROBLEM_RETRY_LIMITS),
 }
 
 

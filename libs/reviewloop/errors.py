@@ -8,9 +8,11 @@ edge, and the gateway turns it into RFC 9457 problem+json.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
+from typing import Final
 
 
 class Code(StrEnum):
@@ -87,6 +89,27 @@ _HTTP_STATUS: dict[Code, int] = {
     Code.SCOPE_TAKEN: 409,
     Code.UNAVAILABLE: 503,
 }
+
+# Which problems are worth repeating (the SDK's REVIEW_PROBLEM_RETRYABLE, widened to all 30 codes), and how
+# often (NOTES.md). None of them is repeated blind: ``stale`` and ``reply_context_changed`` after a re-read and
+# re-applying the change on top, ``born_stale`` after ``get_rules`` and a redraft (once per rule high-water),
+# ``unavailable`` after its Retry-After with the same Idempotency-Key. Every other code fails identically
+# until the request itself changes.
+REVIEW_PROBLEM_RETRYABLE: Final[Mapping[str, bool]] = MappingProxyType(
+    {
+        code.value: code in (Code.STALE, Code.BORN_STALE, Code.REPLY_CONTEXT_CHANGED, Code.UNAVAILABLE)
+        for code in Code
+    }
+)
+REVIEW_PROBLEM_RETRY_LIMITS: Final[Mapping[str, int]] = MappingProxyType(
+    {Code.STALE.value: 3, Code.BORN_STALE.value: 1}  # born_stale: once per rule high-water
+)
+
+
+def is_retryable(code: str) -> bool:
+    """Whether a problem with ``code`` is worth repeating (an unknown code reads as ``internal``: no)."""
+    return REVIEW_PROBLEM_RETRYABLE.get(code, False)
+
 
 _TITLES: dict[Code, str] = {
     Code.INTENT_REQUIRED: "An intent is required",

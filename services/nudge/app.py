@@ -267,8 +267,11 @@ async def _unacked(
     return merged
 
 
-async def cursors(db: Database, principal: Principal, review_ids: Iterable[str]) -> dict[str, int]:
-    """``review_id -> last_acked_seq`` of those reviews the caller may see (the SDK's ReviewEventCursor)."""
+async def cursors(
+    db: Database, principal: Principal, review_ids: Iterable[str]
+) -> dict[str, tuple[int, int]]:
+    """``review_id -> (last_acked_seq, last_seq)`` of those reviews the caller may see (the SDK's
+    ReviewEventCursor, and the review's newest seq)."""
     wanted = sorted({review_id for review_id in review_ids if review_id})
     if not wanted:
         return {}

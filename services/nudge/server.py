@@ -122,7 +122,10 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
     async def _cursors(self, principal: Principal, review_ids: list[str]) -> list[nudge_pb2.Cursor]:
         """The ack cursor of each named review the caller may see, in review_id order."""
         found = await app.cursors(self.db, principal, review_ids)
-        return [nudge_pb2.Cursor(review_id=r, last_acked_seq=seq) for r, seq in sorted(found.items())]
+        return [
+            nudge_pb2.Cursor(review_id=r, last_acked_seq=acked, last_seq=last)
+            for r, (acked, last) in sorted(found.items())
+        ]
 
     async def Subscribe(
         self,

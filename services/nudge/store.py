@@ -393,9 +393,11 @@ async def advance_cursors(conn: AsyncConnection, principal: Principal, acks: dic
     return int(result.rowcount or 0)
 
 
-async def cursors_of(conn: AsyncConnection, principal: Principal, review_ids: list[str]) -> dict[str, int]:
-    """``review_id -> last_acked_seq`` for those of ``review_ids`` the principal may see. Acks move a
-    review's cursor through a seq, so its un-acked nudges are always the seqs after its cursor."""
+async def cursors_of(
+    conn: AsyncConnection, principal: Principal, review_ids: list[str]
+) -> dict[str, tuple[int, int]]:
+    """``review_id -> (last_acked_seq, last_seq)`` for those of ``review_ids`` the principal may see. Acks
+    move a review's cursor through a seq, so its un-acked nudges are always the seqs after its cursor."""
     if not review_ids:
         return {}
     first_unacked = (
@@ -408,7 +410,10 @@ async def cursors_of(conn: AsyncConnection, principal: Principal, review_ids: li
             review_heads.c.review_id.in_(review_ids), visible_to(principal)
         )
     )
-    return {r.review_id: r.last_seq if r.first_unacked is None else int(r.first_unacked) - 1 for r in rows}
+    return {
+        r.review_id: (r.last_seq if r.first_unacked is None else int(r.first_unacked) - 1, r.last_seq)
+        for r in rows
+    }
 
 
 def _broadcasts_visible_to(principal: Principal) -> ColumnElement[bool]:

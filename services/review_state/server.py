@@ -87,6 +87,7 @@ def review_to_proto(
         attachments=[_attachment_to_proto(a) for a in review.attachments],
         from_address=review.from_address,
         rule_high_water=review.rule_high_water,
+        recheck_completed_through_seq=review.recheck_completed_through_seq,
         turns=[turn_to_proto(t) for t in turns],
         approvers=approvers(turns, review.revision),
         mode=review.mode or "",
@@ -303,6 +304,8 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             category_id=state.category_id,
             rule_high_water=state.rule_high_water,
             next_review_ids=state.next_review_ids,
+            human_cursor_review_id=state.cursor_review_id,
+            human_cursor_advanced_count=state.cursor_advanced_count,
             drafts=[
                 review_pb2.PacedDraft(
                     review_id=review.id,
@@ -363,6 +366,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             composition_token=request.composition_token,
             expected_version=_optional(request, "expected_version"),
             rules_version_seen=_optional(request, "rules_version_seen"),
+            recheck_through_seq=_optional(request, "recheck_through_seq"),
             idempotency_key=request.idempotency_key,
         )
         return review_to_proto(review)
@@ -377,6 +381,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             expected_version=_optional(request, "expected_version"),
             against_version=_optional(request, "against_version"),
             house_style_version=_optional(request, "house_style_version"),
+            recheck_through_seq=_optional(request, "recheck_through_seq"),
             idempotency_key=request.idempotency_key,
         )
         return review_to_proto(review)

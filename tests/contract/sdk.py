@@ -92,6 +92,7 @@ SDK: dict[str, dict[str, Any]] = {
             "send_path": STRING,
             "decided_at": STAMP,
             "sent_at": STAMP,
+            "recheck_completed_through_seq": INT,
         },
         # The spec's and the project's names beside the SDK's.
         {
@@ -113,12 +114,32 @@ SDK: dict[str, dict[str, Any]] = {
             "attachments": array(OBJECT),
             "turns": array(ref("ReviewTurn")),
             "turn": ref("ReviewTurn"),  # post_review_chat answers the review and the turn it added
+            # Ours: a released review's delivery attempt.
+            "delivery": shape(
+                {"status": STRING, "tries": INT, "started_at": STAMP, "age_s": NUMBER},
+                extras={"parked_at": STAMP, "error": STRING, "resolution": STRING},
+            ),
         },
     ),
     "ReviewTurn": shape(
         {"id": STRING, "seq": INT, "turn_type": STRING, "actor_kind": ACTOR_KIND, "created_at": STAMP},
         {"actor_id": STRING, "body": STRING, "revision": INT, "diff_json": OBJECT, "metadata": OBJECT},
         {"action": STRING},
+    ),
+    "ReviewDecisionContext": shape(
+        {
+            "review": ref("Review"),
+            "turns": array(ref("ReviewTurn")),
+            "hop_count": INT,
+            # Null where nothing records them yet: no review-agent round admitted, no deadline on the draft.
+            "max_hops": {"type": ["integer", "null"]},
+            "review_deadline": {"anyOf": [STAMP, {"type": "null"}]},
+            "deadline_passed": BOOL,
+            "hops_exhausted": BOOL,
+            "force_to_human": BOOL,
+        },
+        {"force_reason": STRING},
+        {"review_id": STRING},
     ),
     "QueuedForReviewResult": shape(
         {"kind": enum("queued_for_review"), "review": ref("Review")},
@@ -286,7 +307,14 @@ SDK: dict[str, dict[str, Any]] = {
             "items": array(ref("PacingItem")),
         },
         {"cursor_review_id": STRING},
-        extras={"stale": INT, "rule_high_water": INT, "next_review_ids": STRINGS, "last_nudged_at": STAMP},
+        extras={
+            "stale": INT,
+            "rule_high_water": INT,
+            "next_review_ids": STRINGS,
+            "last_nudged_at": STAMP,
+            "released_count": INT,
+            "pending": INT,
+        },
     ),
     "RuleAuditEntry": shape(
         {

@@ -7,6 +7,7 @@ proves the check is no tautology.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -122,6 +123,10 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
         "ReviewerDecisionResult", "POST", f"/v1/reviews/{confident['review']['id']}/decision", reviewer,
         json={"action": "approve", "revision": 1},
     )  # fmt: skip
+    context = await run.call(
+        "ReviewDecisionContext", "GET", f"/v1/reviews/{confident['review']['id']}/decision-context", reviewer
+    )
+    assert context["review"]["id"] == confident["review"]["id"] and context["turns"]
 
     # The backlog: a draft composed under the rules in force is current; a new rule makes it stale; an honest
     # restamp against the new rules makes it current again.
@@ -140,11 +145,19 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     after = await run.call("ScanBacklogStatus", "GET", backlog, agent)
     assert (after["queued"], after["stale"]) == (1, 1)
     token = (await api.http.get("/v1/rules", params={"category_id": category["id"]}, headers=agent)).json()
-    await run.call(
+    recheck = await _recheck_nudge(api, agent, pending["review"]["id"])
+    versions = {"against_version": token["category_rules_version"],
+                "house_style_version": token["house_style_version"]}  # fmt: skip
+    too_far = await run.call(
+        "Problem", "POST", f"/v1/reviews/{pending['review']['id']}/restamp", agent, 422,
+        json={**versions, "recheck_through_seq": recheck["seq"] + 1},
+    )  # fmt: skip
+    assert too_far["errors"][0]["field"] == "/recheck_through_seq"
+    stamped = await run.call(
         "Review", "POST", f"/v1/reviews/{pending['review']['id']}/restamp", agent,
-        json={"against_version": token["category_rules_version"], "house_style_version": token["house_style_version"],
-              "expected_version": pending["review"]["version"]},
+        json={**versions, "expected_version": pending["review"]["version"], "recheck_through_seq": recheck["seq"]},
     )  # fmt: skip  # the SDK's restamp: the versions re-read, no parent_revision
+    assert stamped["recheck_completed_through_seq"] == recheck["seq"]
     restamped = await run.call("ScanBacklogStatus", "GET", backlog, agent)
     assert (restamped["queued"], restamped["stale"]) == (1, 0)
     pacing = await run.call("CategoryPacingState", "GET", f"/v1/categories/{category['id']}/pacing", agent)
@@ -241,6 +254,19 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     return run.seen
 
 
+async def _recheck_nudge(api: Api, headers: dict[str, str], review_id: str) -> dict[str, Any]:
+    """The review's recheck nudge (a rule moved), once it crossed the outbox."""
+    for _ in range(200):
+        drained = await api.http.get("/v1/review-events", params={"review_id": review_id}, headers=headers)
+        found = [
+            e for e in drained.json()["events"] if e["reason"] in ("rule_changed", "propagate_general_rule")
+        ]
+        if found:
+            return found[-1]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no recheck nudge for {review_id}")
+
+
 @pytest.fixture
 async def answers(api: Api) -> list[tuple[str, str, Any]]:
     return await run_every_agent_route(api)
@@ -254,7 +280,7 @@ async def test_every_agent_answer_reads_as_the_sdk_type(answers: list[tuple[str,
         "Review", "Page<Review>", "Page<ReviewTurn>", "SubmitForReviewResult", "ReviewFeedback",
         "ReviewEventsResult", "AckReviewEventResult", "ReviewerDecisionResult", "Category", "Page<Category>",
         "Rule", "RuleSnapshot", "GraduationStatus", "Problem", "ScanBacklogStatus", "Page<RuleAuditEntry>",
-        "CategoryPacingState",
+        "CategoryPacingState", "ReviewDecisionContext",
     }  # fmt: skip
 
 

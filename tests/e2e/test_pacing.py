@@ -137,7 +137,8 @@ async def test_two_hundred_stale_drafts_are_reached_a_look_ahead_window_at_a_tim
     assert sorted(reached) == sorted(ids) and len(set(reached)) == count  # every draft, each once
     final = await _pacing(api, agent, category_id)
     assert (final["stale"], final["redrafting"], final["next_review_ids"]) == (0, 0, [])
-    assert final["cursor_advanced_count"] == count and final["in_window"] == count
+    assert final["released_count"] == count and final["in_window"] == count
+    assert final["cursor_advanced_count"] == 0 and "cursor_review_id" not in final  # no human decided yet
     assert (await _backlog(api, agent, category_id))["in_flight"] == 0
 
 
@@ -203,3 +204,34 @@ async def test_pacing_settings_are_console_authority_and_checked(api: Api) -> No
         headers=agent,
     )
     assert too_big.status_code == 422, too_big.text
+
+
+async def test_the_review_cursor_is_the_draft_a_human_last_decided_and_drafts_it_passed_are_behind_it(
+    api: Api,
+) -> None:
+    """The SDK's cursor: the queued drafts before the one a human last decided were passed over
+    (``behind_cursor``); a rejected draft leaves the human queue, so it is no item."""
+    _, agent, human, category_id = await _project(api)
+    first, second, third = await _submit(api, agent, category_id, 3)
+    pacing = await _pacing(api, agent, category_id)
+    assert (pacing["cursor_advanced_count"], "cursor_review_id" in pacing) == (0, False)
+    assert [i["state"] for i in pacing["items"]] == ["in_window_fresh"] * 3
+
+    opened = await api.http.post(
+        f"/v1/reviews/{second}/open", json={"revision": 1, "version": 1}, headers=human
+    )
+    assert opened.status_code == 200, opened.text
+    rejected = await api.http.post(
+        f"/v1/reviews/{second}/decision",
+        json={"action": "reject", "revision": 1, "version": opened.json()["version"], "feedback": "Shorter."},
+        headers=human,
+    )
+    assert rejected.status_code == 200, rejected.text
+    pacing = await _pacing(api, agent, category_id)
+    assert (pacing["cursor_review_id"], pacing["cursor_advanced_count"]) == (second, 1)
+    assert [(i["review_id"], i["state"]) for i in pacing["items"]] == [
+        (first, "behind_cursor"),
+        (third, "in_window_fresh"),
+    ]
+    assert (pacing["queued"], pacing["in_window"], pacing["redrafting"]) == (2, 1, 0)
+    assert pacing["pending"] == 3  # ours: the rejected draft is still the agent's to redraft

@@ -190,19 +190,22 @@ async def test_the_review_deadline_forces_the_draft_to_a_human_once(api: Api) ->
     context = (await api.http.get(url, headers=panel.headers["reviewer"])).json()
     deadline = datetime.fromisoformat(context["review_deadline"])
     assert timedelta(minutes=29) < deadline - datetime.now(UTC) <= timedelta(minutes=30)
-    assert (context["force_to_human"], context["force_reason"]) == (False, None)
+    assert (context["force_to_human"], context.get("force_reason"), context["deadline_passed"]) == (
+        False,
+        None,
+        False,
+    )
 
     await _move_deadline_into_the_past(api, review_id)
-    # review_state's sweep (every replica runs one) forces it; poll the decision context for it.
-    until = time.monotonic() + 30
-    while not context["force_to_human"] and time.monotonic() < until:
-        await asyncio.sleep(0.2)
-        context = (await api.http.get(url, headers=panel.headers["reviewer"])).json()
+    # Breaker (b) has tripped the moment the deadline passed, before any sweep forced the draft.
+    context = (await api.http.get(url, headers=panel.headers["reviewer"])).json()
     assert (context["force_to_human"], context["force_reason"], context["hop_count"]) == (
         True,
         "review_deadline_passed",
         0,
     )
+    assert (context["deadline_passed"], context["hops_exhausted"]) == (True, False)
+    assert (await _forced(api, panel, review_id))["force_reason"] == "review_deadline_passed"
     review = (await api.http.get(f"/v1/reviews/{review_id}", headers=panel.headers["agent"])).json()
     late = await panel.decide("reviewer", review_id, review, action="approve")
     assert late.status_code == 200, late.text
@@ -232,7 +235,7 @@ async def _forced(api: Api, panel: Panel, review_id: str) -> dict[str, Any]:
     until = time.monotonic() + 30
     while True:
         context: dict[str, Any] = (await api.http.get(url, headers=panel.headers["reviewer"])).json()
-        if context["force_to_human"] or time.monotonic() > until:
+        if context["review"].get("gate_outcome") == "held:review_deadline_passed" or time.monotonic() > until:
             return context
         await asyncio.sleep(0.2)
 
@@ -251,7 +254,7 @@ async def test_a_redraft_restarts_the_review_deadline_from_the_redraft(api: Api)
     assert redraft.status_code == 200, redraft.text
     url = f"/v1/reviews/{review_id}/decision-context"
     context = (await api.http.get(url, headers=panel.headers["reviewer"])).json()
-    assert (context["force_to_human"], context["force_reason"]) == (False, None)
+    assert (context["force_to_human"], context.get("force_reason")) == (False, None)
     deadline = datetime.fromisoformat(context["review_deadline"])
     assert timedelta(minutes=29) < deadline - datetime.now(UTC) <= timedelta(minutes=30)
 

@@ -426,14 +426,23 @@ async def test_review_agent_rounds_spend_the_reviews_round_budget_in_dispatch_bu
         budget = (await api.http.get(budget_url, headers=reviewer)).json()
         assert (budget["used"], budget["limit"]) == (round_, 5)
     assert budget["exhausted"] is True
+    # The decision context says so before the next decision: breaker (a) tripped, a human decides next.
+    context = (await api.http.get(f"/v1/reviews/{review_id}/decision-context", headers=reviewer)).json()
+    assert (context["hop_count"], context["max_hops"], context["hops_exhausted"]) == (5, 5, True)
+    assert (context["force_to_human"], context["force_reason"], context["deadline_passed"]) == (
+        True,
+        "max_hops_reached",
+        False,
+    )
     forced = await decide("approve")
     assert (forced["kind"], forced["forced_by_breaker"]) == ("sent_to_human", "max_hops_reached")
     assert (await api.http.get(budget_url, headers=reviewer)).json()["admissions"] == 5
 
 
 async def test_the_decision_context_counts_hops_and_says_why_a_breaker_forced_a_human(api: Api) -> None:
-    """get_review_decision_context: hops are the review-agent rounds spent against
-    dispatch_budget's limit; a breaker's hold is force_to_human with its name; no deadline is recorded."""
+    """get_review_decision_context: the review and its thread in one answer; hops are the review-agent
+    rounds spent against dispatch_budget's limit; a breaker's hold is force_to_human with its name; no
+    deadline is recorded."""
     project, agent, _ = await _setup(api)
     reviewer = api.auth((await api.key(project["project_id"], "review_agent"))["api_key"])
     await api.http.put(
@@ -446,14 +455,22 @@ async def test_the_decision_context_counts_hops_and_says_why_a_breaker_forced_a_
     ]
     before = await api.http.get(f"/v1/reviews/{unsure}/decision-context", headers=reviewer)
     assert before.status_code == 200, before.text
-    assert before.json() == {
+    context = before.json()
+    review, turns = context.pop("review"), context.pop("turns")
+    assert context == {
         "review_id": unsure,
         "hop_count": 0,
         "max_hops": None,
         "review_deadline": None,
+        "deadline_passed": False,
+        "hops_exhausted": False,
         "force_to_human": False,
-        "force_reason": None,
     }
+    assert (review["id"], review["state"], "turns" in review) == (unsure, "needs_review", False)
+    assert [t["turn_type"] for t in turns] == [
+        t["turn_type"]
+        for t in (await api.http.get(f"/v1/reviews/{unsure}/turns", headers=agent)).json()["items"]
+    ]
     held = await api.http.post(
         f"/v1/reviews/{unsure}/decision",
         json={"action": "approve", "revision": 1, "version": 1},
@@ -463,5 +480,7 @@ async def test_the_decision_context_counts_hops_and_says_why_a_breaker_forced_a_
     after = (await api.http.get(f"/v1/reviews/{unsure}/decision-context", headers=agent)).json()
     assert (after["hop_count"], after["max_hops"]) == (1, 5)
     assert (after["force_to_human"], after["force_reason"]) == (True, "low_confidence")
+    assert (after["hops_exhausted"], after["deadline_passed"]) == (False, False)  # a gate's hold, no breaker
+    assert after["review"]["version"] > review["version"] and len(after["turns"]) > len(turns)
     stranger = await api.agent()
     assert (await api.http.get(f"/v1/reviews/{unsure}/decision-context", headers=stranger)).status_code == 404

@@ -159,6 +159,39 @@ async def test_a_restamp_names_the_rules_versions_it_reread_as_the_sdk_does(api:
     assert (await api.http.get(backlog, headers=agent)).json()["stale"] == 0
 
 
+async def test_a_redraft_records_the_recheck_it_handled_and_no_seq_the_review_lacks(api: Api) -> None:
+    """The catalog's ``recheck_through_seq`` on ``submit_revision``: a seq past the review's newest nudge is a
+    422 naming it (nothing written); one it has raises ``recheck_completed_through_seq``."""
+    agent, human, category_id = await _agent_with_category(api)
+    review_id, _ = await _queued(api, agent, category_id)
+    await _new_category_rule(api, human, category_id, "Sign off with a first name.")
+    deadline = time.monotonic() + 15
+    while True:  # the rule reaches review_state, whose window nudges the draft: the recheck to handle
+        listed = await api.http.get("/v1/review-events", params={"review_id": review_id}, headers=agent)
+        rechecks = [e for e in listed.json()["events"] if e["reason"] == "rule_changed"]
+        if rechecks:
+            break
+        assert time.monotonic() < deadline, listed.text
+        await asyncio.sleep(0.1)
+    seq = rechecks[-1]["seq"]
+    rules = await _rules(api, agent, category_id)
+    redraft = f"/v1/reviews/{review_id}/revisions"
+    body = {
+        "parent_revision": 1,
+        "text": "Thursday 2pm? Best, Ann",
+        "rules_version_seen": rules["rule_high_water"],
+    }
+    too_far = await api.http.post(redraft, json={**body, "recheck_through_seq": seq + 1}, headers=agent)
+    assert too_far.status_code == 422 and too_far.json()["errors"][0]["field"] == "/recheck_through_seq", (
+        too_far.text
+    )
+    unchanged = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    assert (unchanged["revision"], unchanged["recheck_completed_through_seq"]) == (1, 0)
+    redrafted = await api.http.post(redraft, json={**body, "recheck_through_seq": seq}, headers=agent)
+    assert redrafted.status_code == 200, redrafted.text
+    assert (redrafted.json()["revision"], redrafted.json()["recheck_completed_through_seq"]) == (2, seq)
+
+
 async def test_a_refused_send_hands_its_text_back_as_unsent_text(api: Api) -> None:
     """The SDK's ``unsent_text`` extra: a send refused before anything was queued answers with its text."""
     project = await api.project()

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from reviewloop.client import AsyncReviewloop, Reviewloop, ReviewloopError, Verbs
+from reviewloop.client import AsyncReviewloop, Reviewloop, ReviewloopError, Verbs, is_retryable
 from reviewloop.contract import CONTRACT_VERSION
 from stack.topology import GATEWAY
 
@@ -60,6 +60,43 @@ async def test_async_client_round_trip_and_typed_problems(api: Api) -> None:
             await rl.send_email(to=["vp@acme.com"], subject="Q3", body_text="Hi")
         assert missing.value.code == "intent_required"
         assert (await rl.get_contract_manifest()).version == CONTRACT_VERSION
+
+
+async def test_the_client_follows_the_published_retry_table_and_never_repeats_a_stale_write(api: Api) -> None:
+    """``stale`` is worth repeating, but only after a re-read: the client reports it once (one request) and
+    says so with ``is_retryable``; ``terminal`` is not worth repeating. The manifest serves the same table."""
+    agent, _ = await keys(api)
+    async with AsyncReviewloop(url(api), agent) as rl:
+        manifest = await rl.get_contract_manifest()
+        assert {code for code, yes in manifest.review_problem_retryable.items() if yes} == {
+            "stale",
+            "born_stale",
+            "reply_context_changed",
+            "unavailable",
+        }
+        assert len(manifest.review_problem_retryable) == 30
+        assert manifest.review_problem_retry_limits == {"stale": 3, "born_stale": 1}
+        sent = await rl.send_email(to=["vp@acme.com"], subject="Q3", body_text="Hi", intent=INTENT)
+        await rl.submit_revision(sent.review_id, parent_revision=1, body_text="v2")
+        requests: list[object] = []
+
+        async def count(request: object) -> None:
+            requests.append(request)
+
+        rl.http.event_hooks["request"].append(count)
+        with pytest.raises(ReviewloopError) as stale:
+            await rl.submit_revision(sent.review_id, parent_revision=1, body_text="v2 again")
+        assert (stale.value.code, stale.value.retryable, is_retryable(stale.value.problem)) == (
+            "stale",
+            True,
+            True,
+        )
+        assert len(requests) == 1  # reported, never repeated blind: the caller re-reads and re-applies
+        await rl.cancel_review(sent.review_id)
+        with pytest.raises(ReviewloopError) as terminal:
+            await rl.cancel_review(sent.review_id)
+        assert (terminal.value.code, terminal.value.retryable) == ("terminal", False)
+    assert not is_retryable({"code": "something_new"})  # an unknown code reads as internal
 
 
 async def test_a_retried_send_with_one_idempotency_key_is_one_review(api: Api) -> None:

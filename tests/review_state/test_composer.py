@@ -168,6 +168,37 @@ async def test_the_sdks_rules_version_seen_and_restamp_versions_are_checked_like
     assert (redrafted.revision, redrafted.rule_high_water) == (2, 7)
 
 
+async def test_a_restamps_recheck_watermark_rises_under_the_rules_in_force_and_never_falls(env: Env) -> None:
+    fake = peers(env)
+    fake.stack_high_water_now, fake.category_rules_version_now, fake.house_style_version_now = 5, 2, 1
+    review = await queued(env)
+    assert review.recheck_completed_through_seq == 0
+    fake.stack_high_water_now, fake.category_rules_version_now = 7, 3  # a category rule moved
+    # Naming no rules re-read: the draft is behind the rules in force, so the recheck is refused whole.
+    with pytest.raises(DomainError) as behind:
+        await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=2)
+    assert behind.value.code is Code.BORN_STALE
+    with pytest.raises(DomainError) as zero:
+        await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=0, against_version=3)
+    assert zero.value.violations[0].field == "/recheck_through_seq"
+    untouched = (await app.get_review(env, AGENT, review.id))[0]
+    assert (untouched.version, untouched.recheck_completed_through_seq) == (review.version, 0)
+
+    stamped = await app.restamp(env, AGENT, review.id, 1, against_version=3, recheck_through_seq=4)
+    assert (stamped.rule_high_water, stamped.recheck_completed_through_seq) == (7, 4)
+    # A lower seq (an older nudge handled late) never moves the watermark back.
+    again = await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=2)
+    assert again.recheck_completed_through_seq == 4
+    later = await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=6)
+    assert later.recheck_completed_through_seq == 6
+    redrafted = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"))
+    assert redrafted.recheck_completed_through_seq == 6  # the row keeps it across revisions
+    handled = await app.submit_revision(
+        env, AGENT, review.id, 2, Revision(body_text="v3"), recheck_through_seq=9
+    )
+    assert handled.recheck_completed_through_seq == 9  # a redraft records the recheck it handled, too
+
+
 async def test_a_stale_token_on_a_new_message_is_born_stale_and_queues_nothing(env: Env) -> None:
     peers(env).token_status = "stale"
     with pytest.raises(DomainError) as caught:

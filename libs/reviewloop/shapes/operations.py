@@ -148,6 +148,12 @@ class ContractManifest(Shape):
     core_shapes: list[str]
     shapes: list[str]
     skills: list[str]
+    review_problem_retryable: dict[str, bool] = Field(
+        description="every problem code: worth repeating after its re-read (the SDK's REVIEW_PROBLEM_RETRYABLE)"
+    )
+    review_problem_retry_limits: dict[str, int] = Field(
+        description="at most how many repeats: stale 3, born_stale 1 (once per rule high-water)"
+    )
 
 
 class Health(Shape):

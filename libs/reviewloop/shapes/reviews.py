@@ -144,6 +144,9 @@ class SubmitRevisionRequest(Shape):
     rules_version_seen: int | None = Field(
         default=None, ge=0, le=INT64_MAX, description="the rule_high_water of the rules you redrafted against"
     )
+    recheck_through_seq: int | None = Field(
+        default=None, ge=1, le=INT64_MAX, description="the highest recheck nudge seq this redraft handled"
+    )
     built_at: AwareDatetime | None = Field(
         default=None,
         description="when you built the redraft (accepted; the rule high-water decides born_stale)",
@@ -171,6 +174,8 @@ class RestampReviewRequest(Shape):
     reported (the SDK's ``against_version``, the category rules-version, and ``house_style_version``): a
     version above the current one is a 422, one below it ``409 born_stale``. The compare-and-set is
     ``parent_revision`` and/or ``expected_version`` (the row's version); with neither, the current revision.
+    ``recheck_through_seq``: the highest of the review's nudge seqs handled by this re-check; it raises the
+    review's ``recheck_completed_through_seq`` (a seq the review does not have yet is a 422).
     """
 
     parent_revision: int | None = Field(default=None, ge=1, le=INT64_MAX)
@@ -178,6 +183,9 @@ class RestampReviewRequest(Shape):
     composition_token: str | None = Field(default=None, max_length=4096)
     against_version: int | None = Field(default=None, ge=0, le=INT64_MAX)
     house_style_version: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    recheck_through_seq: int | None = Field(
+        default=None, ge=1, le=INT64_MAX, description="the highest recheck nudge seq actually handled"
+    )
 
 
 class PostReviewChatRequest(Shape):
@@ -325,26 +333,6 @@ class ReviewTurnList(Shape):
     next_cursor: str | None = None
 
 
-class ReviewDecisionContext(Shape):
-    """``get_review_decision_context``: what a reviewer weighs before deciding.
-
-    A field is null where nothing records it.
-    """
-
-    review_id: str
-    hop_count: int = Field(description="Review-agent rounds spent on this review.")
-    max_hops: int | None = Field(
-        default=None, description="The round limit; null until the first review-agent round is admitted."
-    )
-    review_deadline: datetime | None = Field(
-        default=None,
-        description="When a review agent's time to decide runs out (the category's review deadline); "
-        "null: the draft carries none.",
-    )
-    force_to_human: bool = Field(description="A circuit breaker held a review agent's release for a human.")
-    force_reason: str | None = Field(default=None, description="The breaker that held it, when one did.")
-
-
 class ReviewDelivery(Shape):
     """How far a released review's delivery got (``get_review``).
 
@@ -422,11 +410,46 @@ class Review(Shape):
     proposed_to: list[str]
     proposed_cc: list[str]
     proposed_bcc: list[str]
+    recheck_completed_through_seq: int = Field(
+        default=0, description="the highest nudge seq its agent re-checked the draft against (0: none)"
+    )
     sent_subject: str | None = None
     sent_body_text: str | None = None
     sent_message_id: str | None = None
     delivery: ReviewDelivery | None = Field(
         default=None, description="get_review only, once released: how far its delivery got"
+    )
+
+
+class ReviewDecisionContext(Shape):
+    """``get_review_decision_context``: what a reviewer weighs before deciding (the SDK's type).
+
+    The review and its append-only thread, and the two circuit breakers: (a) review-agent rounds (hops)
+    against their limit, (b) the review deadline. ``force_to_human`` when either has tripped (the next
+    decision goes to a human), or when a breaker held a review agent's release; ``force_reason`` names it.
+    A field is null where nothing records it.
+    """
+
+    review_id: str
+    review: Review = Field(description="the review as it now is (its thread is ``turns``)")
+    turns: list[ReviewTurn] = Field(description="the review's append-only thread, oldest first")
+    hop_count: int = Field(description="Review-agent rounds spent on this review.")
+    max_hops: int | None = Field(
+        default=None, description="The round limit; null until the first review-agent round is admitted."
+    )
+    review_deadline: datetime | None = Field(
+        default=None,
+        description="When a review agent's time to decide runs out (the category's review deadline); "
+        "null: the draft carries none.",
+    )
+    deadline_passed: bool = Field(description="Breaker (b): the review deadline has passed.")
+    hops_exhausted: bool = Field(description="Breaker (a): hop_count has reached max_hops.")
+    force_to_human: bool = Field(
+        description="A breaker tripped, or held a review agent's release: the next decision is a human's."
+    )
+    force_reason: str | None = Field(
+        default=None,
+        description="max_hops_reached | review_deadline_passed, or the breaker that held a release",
     )
 
 

@@ -359,11 +359,11 @@ class ScanBacklogStatus(Shape):
 
 
 class PacingItem(Shape):
-    """One pending draft's place in its category's pacing.
+    """One queued draft's place against the review cursor and the window.
 
     ``in_window_redrafting``: stale and nudged (a look-ahead slot), awaiting its redraft or restamp;
+    ``behind_cursor``: queued before the draft a human last decided (the human passed it over);
     ``ahead``: stale, waiting for a slot; ``in_window_fresh``: composed under the rules in force.
-    ``behind_cursor`` (the SDK's human review cursor) is not used: the pacing advances with the agent.
     """
 
     review_id: str
@@ -383,18 +383,22 @@ class CategoryPacingState(Shape):
     """
 
     category_id: str
-    cursor_review_id: str | None = Field(default=None, description="the last draft the pacing released")
-    cursor_advanced_count: int = Field(
-        description="stale drafts released so far (redrafted, restamped, closed)"
+    cursor_review_id: str | None = Field(
+        default=None, description="the review cursor: the draft a human last decided; absent before the first"
     )
+    cursor_advanced_count: int = Field(description="human decisions (approve, edit, reject) that moved it")
     lookahead_window: int
     rework_batch_max: int
     nudge_min_interval_ms: int
     queued: int = Field(description="drafts in the human queue (needs_review | in_review | chatting)")
-    in_window: int = Field(description="pending drafts that are fresh or being redrafted")
+    in_window: int = Field(description="of the queued, those fresh or being redrafted")
     redrafting: int = Field(description="of the in-window, the stale ones nudged and awaiting a redraft")
-    items: list[PacingItem] = Field(description="every pending draft (also rejected ones), oldest first")
-    stale: int = Field(description="pending drafts composed under an older rule high-water than required")
+    items: list[PacingItem] = Field(description="every queued draft, oldest first")
+    pending: int = Field(description="the queued drafts and the rejected ones (out of the human queue)")
+    stale: int = Field(
+        description="pending drafts (rejected ones too) composed under an older rule high-water than required"
+    )
+    released_count: int = Field(description="stale drafts the window released (redrafted, restamped, closed)")
     rule_high_water: int = Field(description="the highest high-water a stale draft must reach (0: none)")
     next_review_ids: list[str] = Field(description="the stale drafts to be nudged next, in order")
     last_nudged_at: datetime | None = None

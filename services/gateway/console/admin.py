@@ -270,7 +270,7 @@ async def _categories_view(
             f'<input type="hidden" name="never_graduate" value="{lock}">',
             ("Allow graduation of " if status["never_graduate"] else "Never graduate ") + category["name"],
         )
-        verbs += await _merge_form(request, session, category, names, len(pacing["items"]), form)
+        verbs += await _merge_form(request, session, category, names, pacing["pending"], form)
         gate = "met" if status["maturity_gate_met"] else "not met"
         rows.append(
             f'<tr id="category-{h(category["id"])}"><td>{h(category["name"])}<br><code>{h(category["id"])}</code></td>'

@@ -3,12 +3,15 @@ the spec's verb. (The console's review policy, contacts and inbound mail are in 
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import grpc
 from fastapi import APIRouter, Depends, Query
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import invalid
+from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
     CancelIn,
@@ -222,6 +225,22 @@ async def get_review_turns(
 
 
 HELD_BY = "held:"  # the gate_outcome of a review agent's release a circuit breaker held for a human
+MAX_HOPS_REACHED, REVIEW_DEADLINE_PASSED = "max_hops_reached", "review_deadline_passed"
+
+
+async def _round_budget(backend: Backends, principal: Principal, review_id: str) -> tuple[int, int | None]:
+    """(review-agent rounds spent, their limit): dispatch_budget admits and bounds them (its run is the
+    review). Before the first round there is no run, so no limit to read (it is set at the first)."""
+    try:
+        budget = await backend.budget.GetRoundBudget(
+            budget_pb2.GetRoundBudgetRequest(principal=principal.to_proto(), run_id=review_id),
+            timeout=backend.timeout_s,
+        )
+    except grpc.aio.AioRpcError as error:
+        if error.code() is not grpc.StatusCode.NOT_FOUND:
+            raise
+        return 0, None
+    return budget.used, budget.limit
 
 
 @router.get(
@@ -231,32 +250,42 @@ HELD_BY = "held:"  # the gate_outcome of a review agent's release a circuit brea
 )
 async def get_review_decision_context(
     review_id: str, principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)], backend: Backend
-) -> Json:
-    """What a reviewer weighs before deciding (the catalog's ``get_review_decision_context``): the
-    review-agent rounds (hops) spent and allowed, and whether a breaker forced the draft to a human and
-    why."""
-    review = await _current(backend, principal, review_id)
-    held = review.gate_outcome.startswith(HELD_BY)
-    # A hop is a review-agent round; dispatch_budget admits and bounds them (its run is the review).
-    hops, max_hops = 0, None
-    try:
-        budget = await backend.budget.GetRoundBudget(
-            budget_pb2.GetRoundBudgetRequest(principal=principal.to_proto(), run_id=review.id),
-            timeout=backend.timeout_s,
-        )
-        hops, max_hops = budget.used, budget.limit
-    except grpc.aio.AioRpcError as error:
-        # No review-agent round yet: no run, so no limit to read (it is set when the first is admitted).
-        if error.code() is not grpc.StatusCode.NOT_FOUND:
-            raise
-    return {
+) -> OrjsonResponse:
+    """What a reviewer weighs before deciding (the catalog's ``get_review_decision_context``): the review
+    and its thread (one read), the review-agent rounds (hops) spent and allowed, the deadline, and whether
+    a breaker forces the next decision to a human and why."""
+    review, (hops, max_hops) = await asyncio.gather(
+        _current(backend, principal, review_id), _round_budget(backend, principal, review_id)
+    )
+    hops_exhausted = max_hops is not None and hops >= max_hops
+    # The deadline bounds a draft still awaiting its decision; a closed review has none left to force.
+    deadline_passed = (
+        not review.closed
+        and review.HasField("review_deadline")
+        and review.review_deadline.ToDatetime(tzinfo=UTC) <= datetime.now(UTC)
+    )
+    held = review.gate_outcome.removeprefix(HELD_BY) if review.gate_outcome.startswith(HELD_BY) else None
+    hops_exhausted |= held == MAX_HOPS_REACHED
+    deadline_passed |= held == REVIEW_DEADLINE_PASSED
+    # A breaker's hold names itself; else the breaker that has tripped (the next decision is forced).
+    reason = held or (
+        MAX_HOPS_REACHED if hops_exhausted else REVIEW_DEADLINE_PASSED if deadline_passed else None
+    )
+    body = as_review(review)
+    context: Json = {
         "review_id": review.id,
+        "review": body,
+        "turns": body.pop("turns", []),
         "hop_count": hops,
         "max_hops": max_hops,
         "review_deadline": timestamp(review.review_deadline) if review.HasField("review_deadline") else None,
-        "force_to_human": held,
-        "force_reason": review.gate_outcome.removeprefix(HELD_BY) if held else None,
+        "deadline_passed": deadline_passed,
+        "hops_exhausted": hops_exhausted,
+        "force_to_human": reason is not None,
     }
+    if reason is not None:  # the SDK's optional string: absent, never null
+        context["force_reason"] = reason
+    return encoded(context)
 
 
 _STATES = {
@@ -332,6 +361,9 @@ async def submit_revision(
         request.expected_version = body.version
     if body.rules_version_seen is not None:
         request.rules_version_seen = body.rules_version_seen
+    if body.recheck_through_seq is not None:
+        request.recheck_through_seq = body.recheck_through_seq
+        await _check_nudge_seq(backend, principal, review_id, body.recheck_through_seq)
     for name in ("subject", "body_text", "body_html", "reply_to", "confidence"):
         value = getattr(body, name)
         if value is not None:
@@ -368,10 +400,26 @@ async def restamp_review(
         composition_token=body.composition_token or "",
         idempotency_key=idempotency_key,
     )
-    for name in ("expected_version", "against_version", "house_style_version"):
+    for name in ("expected_version", "against_version", "house_style_version", "recheck_through_seq"):
         if getattr(body, name) is not None:
             setattr(request, name, getattr(body, name))
+    if body.recheck_through_seq is not None:
+        await _check_nudge_seq(backend, principal, review_id, body.recheck_through_seq)
     return encoded(as_review(await backend.review.Restamp(request, timeout=backend.timeout_s)))
+
+
+async def _check_nudge_seq(backend: Backends, principal: Principal, review_id: str, seq: int) -> None:
+    """A recheck may only claim nudges the review has: the nudge service numbers them (``last_seq``)."""
+    reply = await backend.nudge.ListEvents(
+        nudge_pb2.ListEventsRequest(principal=principal.to_proto(), review_id=review_id, limit=1),
+        timeout=backend.timeout_s,
+    )
+    last = max((c.last_seq for c in reply.cursors if c.review_id == review_id), default=0)
+    if seq > last:
+        raise invalid(
+            "/recheck_through_seq",
+            f"names seq {seq}, but the review's newest nudge is seq {last}; name a seq you handled",
+        )
 
 
 @router.post("/v1/reviews/{review_id}/cancel", operation_id="cancel_review", response_model=Review)

@@ -59,6 +59,7 @@ def as_review(review: review_pb2.Review) -> Json:
         "intent": None,
         "created_at": timestamp(review.created_at),
         "updated_at": timestamp(review.updated_at),
+        "recheck_completed_through_seq": review.recheck_completed_through_seq,
     }
     if review.HasField("intent"):
         intent: Json = {"summary": review.intent.summary}

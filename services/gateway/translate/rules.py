@@ -203,6 +203,19 @@ def as_backlog_status(
 _PACING_ITEM = {"current": "in_window_fresh", "in_flight": "in_window_redrafting", "stale": "ahead"}
 
 
+def _pacing_item(draft: review_pb2.PacedDraft, cursor: str) -> Json:
+    """One queued draft against the review cursor and the window: a draft nudged for its redraft holds a
+    slot of the window; else one queued before the draft a human last decided was passed over by the human
+    (``behind_cursor``); else it is fresh, or stale and waiting its slot (``ahead``)."""
+    state = _PACING_ITEM[draft.pacing]
+    if draft.pacing != "in_flight" and cursor and draft.review_id < cursor:  # ids sort in queue order
+        state = "behind_cursor"
+    item: Json = {"review_id": draft.review_id, "state": state, "rule_high_water": draft.rule_high_water}
+    if draft.pacing != "current":
+        item["required_high_water"] = draft.required_high_water
+    return item
+
+
 def pacing_values(values: rules_pb2.PacingValues) -> Json:
     return {
         "lookahead_window": values.lookahead_window,
@@ -212,32 +225,28 @@ def pacing_values(values: rules_pb2.PacingValues) -> Json:
 
 
 def as_pacing_state(settings: rules_pb2.PacingSettings, pacing: review_pb2.PacingState) -> Json:
-    """``CategoryPacingState``: each pending draft fresh, in flight (nudged) or ahead (waiting its slot)."""
-    items: list[Json] = []
-    for draft in pacing.drafts:
-        item: Json = {
-            "review_id": draft.review_id,
-            "state": _PACING_ITEM[draft.pacing],
-            "rule_high_water": draft.rule_high_water,
-        }
-        if draft.pacing != "current":
-            item["required_high_water"] = draft.required_high_water
-        items.append(item)
-    redrafting = sum(i["state"] == "in_window_redrafting" for i in items)
+    """``CategoryPacingState`` as the SDK types it: the review cursor (the draft a human last decided) and
+    each queued draft's place against it and the window; ours beside it: ``pending`` counts the queued and
+    the rejected drafts, ``stale`` those of them composed under older rules, ``released_count`` the stale drafts the window
+    released (redrafted, restamped, closed)."""
+    cursor = pacing.human_cursor_review_id
+    items = [_pacing_item(d, cursor) for d in pacing.drafts if d.state in QUEUED_STATES]
     body: Json = {
         "category_id": pacing.category_id,
-        "cursor_advanced_count": pacing.cursor_advanced_count,
+        "cursor_advanced_count": pacing.human_cursor_advanced_count,
         **pacing_values(settings.values),
-        "queued": sum(d.state in QUEUED_STATES for d in pacing.drafts),
-        "in_window": sum(i["state"] != "ahead" for i in items),
-        "redrafting": redrafting,
+        "queued": len(items),
+        "in_window": sum(i["state"].startswith("in_window") for i in items),
+        "redrafting": sum(i["state"] == "in_window_redrafting" for i in items),
         "items": items,
+        "pending": len(pacing.drafts),
         "stale": sum(d.pacing != "current" for d in pacing.drafts),
         "rule_high_water": pacing.rule_high_water,
         "next_review_ids": list(pacing.next_review_ids),
+        "released_count": pacing.cursor_advanced_count,
     }
-    if pacing.cursor_review_id:
-        body["cursor_review_id"] = pacing.cursor_review_id
+    if cursor:
+        body["cursor_review_id"] = cursor
     if pacing.HasField("last_nudged_at"):
         body["last_nudged_at"] = timestamp(pacing.last_nudged_at)
     return body

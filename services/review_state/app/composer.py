@@ -79,10 +79,14 @@ async def submit_revision(
     composition_token: str = "",
     expected_version: int | None = None,
     rules_version_seen: int | None = None,
+    recheck_through_seq: int | None = None,
     idempotency_key: str = "",
 ) -> Review:
     """A redraft from needs_review, chatting or rejected: bumps ``revision`` and returns to needs_review.
-    ``expected_version`` (the SDK's ``version``) is a second compare-and-set, on the row's version."""
+    ``expected_version`` (the SDK's ``version``) is a second compare-and-set, on the row's version.
+    ``recheck_through_seq`` raises the recheck watermark as a restamp's does (a redraft is always composed
+    under the rules in force, or refused)."""
+    _check_recheck_seq(recheck_through_seq)
     fields = {
         "verb": "submit_revision",
         "review_id": review_id,
@@ -91,6 +95,7 @@ async def submit_revision(
         "token": composition_token,
         "expected_version": expected_version,
         "rules_version_seen": rules_version_seen,
+        "recheck_through_seq": recheck_through_seq,
     }
 
     async def run() -> Review:
@@ -137,6 +142,7 @@ async def submit_revision(
                 intent=draft.intent,
                 confidence=before.confidence if revision.confidence is None else revision.confidence,
                 rule_high_water=high_water,
+                recheck_completed_through_seq=_watermark(before, recheck_through_seq),
                 review_deadline=review_deadline(utcnow(), minutes),
                 gate_outcome=None if forced else before.gate_outcome,
             )
@@ -158,12 +164,19 @@ async def restamp(
     expected_version: int | None = None,
     against_version: int | None = None,
     house_style_version: int | None = None,
+    recheck_through_seq: int | None = None,
     idempotency_key: str = "",
 ) -> Review:
     """The honest "I re-read the rules and nothing needed to change": no new revision; records the rule
     high-water the agent re-read (its token's, or the stack's when the SDK's ``against_version`` and
     ``house_style_version`` name the versions in force) so the draft stops counting as born stale.
-    ``expected_version`` is a second compare-and-set, on the row's version."""
+    ``expected_version`` is a second compare-and-set, on the row's version.
+
+    ``recheck_through_seq`` (the SDK's): the agent re-checked the draft against the review's nudges
+    through that seq. It raises the review's ``recheck_completed_through_seq`` (never lowers it), and only
+    under the rules in force: a draft left behind them is ``409 born_stale``, nothing recorded. That the
+    seq is one the review has is the caller's check (the nudge service numbers them)."""
+    _check_recheck_seq(recheck_through_seq)
     fields = {
         "verb": "restamp",
         "review_id": review_id,
@@ -172,6 +185,7 @@ async def restamp(
         "expected_version": expected_version,
         "against_version": against_version,
         "house_style_version": house_style_version,
+        "recheck_through_seq": recheck_through_seq,
     }
 
     async def run() -> Review:
@@ -184,6 +198,11 @@ async def restamp(
         high_water = await _token_high_water(env, principal, current, composition_token)
         if high_water is None and against_version is not None:
             high_water = await _reread(env, principal, current, against_version, house_style_version)
+        if high_water is None and recheck_through_seq is not None:
+            # A recheck counts only against the rules in force: the draft must already be stamped at them.
+            in_force = await env.peers.stack_high_water(principal, current.category_id)
+            if in_force > current.rule_high_water:
+                raise born_stale(current.rule_high_water, in_force, "named no rules it re-read")
 
         async def act(uow: UnitOfWork) -> tuple[Review, str]:
             before = await _kernel.load(uow.conn, principal, review_id)
@@ -195,6 +214,7 @@ async def restamp(
                 parent_revision=parent_revision,
                 expected_version=expected_version,
                 rule_high_water=before.rule_high_water if high_water is None else high_water,
+                recheck_completed_through_seq=_watermark(before, recheck_through_seq),
             )
             await _kernel.add_turn(uow, edge.after, principal, "restamp", "")
             return edge.after, ""
@@ -202,6 +222,16 @@ async def restamp(
         return (await _kernel.once(env.db, principal, idempotency_key, fields, act))[0]
 
     return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
+
+
+def _check_recheck_seq(seq: int | None) -> None:
+    if seq is not None and seq < 1:
+        raise invalid("/recheck_through_seq", "must be a nudge seq of the review (1 or more)")
+
+
+def _watermark(review: Review, recheck_through_seq: int | None) -> int:
+    """The recheck watermark after a recheck through ``recheck_through_seq``: it never moves backwards."""
+    return max(review.recheck_completed_through_seq, recheck_through_seq or 0)
 
 
 async def _reread(

@@ -177,12 +177,15 @@ async def _settings(env: Env, window: Window) -> dict[str, int] | None:
 
 @dataclass(frozen=True)
 class PacingState:
-    """``get_pacing_state``: a category's pending drafts with their staleness, and its window."""
+    """``get_pacing_state``: a category's pending drafts with their staleness, its window, and the SDK's
+    review cursor (the draft a human last decided, and how many human decisions moved it)."""
 
     category_id: str
     drafts: list[tuple[Review, StaleDraft | None]]
     window: Window | None
     next_review_ids: list[str]
+    cursor_review_id: str = ""
+    cursor_advanced_count: int = 0
 
     @property
     def rule_high_water(self) -> int:
@@ -193,6 +196,7 @@ async def pacing_state(env: Env, principal: Principal, category_id: str) -> Paci
     async with env.db.engine.connect() as conn:
         drafts = await paced.pending_with_staleness(conn, principal.project_id, category_id)
         window = await paced.get_window(conn, principal.project_id, category_id)
+        cursor, advanced = await paced.human_cursor(conn, principal.project_id, category_id)
     lookahead = window.lookahead_window if window is not None else Window("", "", "").lookahead_window
     upcoming = [r.id for r, s in drafts if s is not None and s.propagate and s.nudged_at is None]
-    return PacingState(category_id, drafts, window, upcoming[:lookahead])
+    return PacingState(category_id, drafts, window, upcoming[:lookahead], cursor, advanced)

@@ -42,6 +42,7 @@ class Review:
     from_address: str = ""
     confidence: float | None = None
     rule_high_water: int = 0
+    recheck_completed_through_seq: int = 0  # the agent's recheck watermark over its nudge seqs
     parent_message_id: str | None = None
     in_reply_to: str | None = None
     references_hdr: str | None = None

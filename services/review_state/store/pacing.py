@@ -15,7 +15,7 @@ from review_state.domain.machine import PENDING
 from review_state.domain.pacing import StaleDraft, Window
 from review_state.domain.review import Review
 from review_state.store.reviews import _from_row
-from review_state.store.tables import pacing_windows, reviews, stale_drafts
+from review_state.store.tables import pacing_windows, reviews, stale_drafts, turns
 
 _PENDING = [s.value for s in PENDING]
 _STALE_COLUMNS = tuple(StaleDraft.__dataclass_fields__)
@@ -200,3 +200,28 @@ async def pending_with_staleness(
             stale = StaleDraft(**{name: row._mapping[f"stale__{name}"] for name in _STALE_COLUMNS})
         out.append((_from_row(row), stale))
     return out
+
+
+async def human_cursor(conn: AsyncConnection, project_id: str, category_id: str) -> tuple[str, int]:
+    """The SDK's review cursor of a category: the draft a human last decided (approve, edit, reject), and
+    how many human decisions moved it; ("", 0) before the first."""
+    decided = (
+        select(turns.c.review_id, turns.c.created_at, turns.c.seq)
+        .join(reviews, reviews.c.id == turns.c.review_id)
+        .where(
+            reviews.c.project_id == project_id,
+            reviews.c.category_id == category_id,
+            turns.c.turn_type == "decision",
+            turns.c.actor_kind == "human",
+        )
+        .subquery()
+    )
+    last = (
+        await conn.execute(
+            select(decided.c.review_id).order_by(decided.c.created_at.desc(), decided.c.seq.desc()).limit(1)
+        )
+    ).scalar_one_or_none()
+    if last is None:
+        return "", 0
+    count = (await conn.execute(select(func.count()).select_from(decided))).scalar_one()
+    return last, int(count)

@@ -44,6 +44,8 @@ reviews = Table(
     Column("intent", Json),
     Column("confidence", Float),
     Column("rule_high_water", BigInteger, nullable=False, server_default="0"),
+    # The highest nudge seq the agent said it re-checked the draft against (restamp_review); never lowered.
+    Column("recheck_completed_through_seq", BigInteger, nullable=False, server_default="0"),
     Column("parent_message_id", String(40)),
     Column("in_reply_to", Text),
     Column("references_hdr", Text),
