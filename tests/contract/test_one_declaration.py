@@ -150,6 +150,7 @@ _STRINGS = {
     "GraduationStatus.state": "supervised",
     "GraduationStatus.next_state": "auto_notify",
     "Review.send_path": "human_reviewed",
+    "Review.mode": "review",
     "Turn.actor_kind": "human",
     "SubmitResponse.status": "queued_for_review",
     "Intent.meta_json": '{"goal": "book_meeting"}',
