@@ -267,13 +267,25 @@ async def _unacked(
     return merged
 
 
-async def cursors(db: Database, principal: Principal, review_ids: Iterable[str]) -> dict[str, int]:
-    """``review_id -> last_acked_seq`` of those reviews the caller may see (the SDK's ReviewEventCursor)."""
-    wanted = sorted({review_id for review_id in review_ids if review_id})
-    if not wanted:
-        return {}
-    async with db.one_statement() as conn:
-        return await store.cursors_of(conn, principal, wanted)
+async def cursors(
+    db: Database, principal: Principal, review_ids: Iterable[str], *, front: Sequence[Nudge] = ()
+) -> dict[str, int]:
+    """``review_id -> last_acked_seq`` of those reviews the caller may see (the SDK's ReviewEventCursor).
+
+    ``front``: nudges just read from the front of the caller's un-acked frontier (a wait, a list without
+    a cursor). A review's un-acked seqs are the ones right after its cursor and a read from the front
+    meets its lowest first, so its cursor is that seq - 1: no statement for the reviews it names.
+    """
+    known: dict[str, int] = {}
+    for nudge in front:
+        if nudge.review_id:
+            known[nudge.review_id] = min(known.get(nudge.review_id, nudge.seq), nudge.seq)
+    found = {review_id: seq - 1 for review_id, seq in known.items()}
+    wanted = sorted({review_id for review_id in review_ids if review_id} - found.keys())
+    if wanted:
+        async with db.one_statement() as conn:
+            found |= await store.cursors_of(conn, principal, wanted)
+    return found
 
 
 async def list_events(

@@ -90,7 +90,11 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         return nudge_pb2.ListEventsResponse(
             events=[nudge_to_proto(e) for e in events],
             next_cursor=next_cursor,
-            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)]),
+            cursors=await self._cursors(
+                principal,
+                [request.review_id, *(e.review_id for e in events)],
+                front=() if request.cursor else events,
+            ),
         )
 
     async def Ack(
@@ -116,12 +120,18 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         )
         return nudge_pb2.WaitForEventsResponse(
             events=[nudge_to_proto(e) for e in events],
-            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)]),
+            # A wait reads from the front of the frontier.
+            cursors=await self._cursors(
+                principal, [request.review_id, *(e.review_id for e in events)], front=events
+            ),
         )
 
-    async def _cursors(self, principal: Principal, review_ids: list[str]) -> list[nudge_pb2.Cursor]:
-        """The ack cursor of each named review the caller may see, in review_id order."""
-        found = await app.cursors(self.db, principal, review_ids)
+    async def _cursors(
+        self, principal: Principal, review_ids: list[str], front: Sequence[Nudge] = ()
+    ) -> list[nudge_pb2.Cursor]:
+        """The ack cursor of each named review the caller may see, in review_id order (``front``: as
+        ``app.cursors``)."""
+        found = await app.cursors(self.db, principal, review_ids, front=front)
         return [nudge_pb2.Cursor(review_id=r, last_acked_seq=seq) for r, seq in sorted(found.items())]
 
     async def Subscribe(
