@@ -245,15 +245,14 @@ async def _unacked(
     """Up to ``limit`` of the caller's un-acked nudges and broadcasts after ``after``, oldest first, each
     with the position right after it. The two queues are merged by creation time; each is read as a
     prefix in its own order, so a position never skips a row of either."""
-    async with db.one_statement() as conn:
-        nudges = await store.unacked_nudges(
-            conn, principal, after=after.nudge, limit=limit, review_id=review_id
-        )
-        # A review's drain has no broadcasts: they belong to no review.
-        broadcasts = (
-            []
-            if review_id
-            else await store.unacked_broadcasts(conn, principal, after=after.broadcast, limit=limit)
+    async with db.single_statement.connect() as conn:
+        nudges, broadcasts = await store.unacked_front(
+            conn,
+            principal,
+            after=after.nudge,
+            after_broadcast=after.broadcast,
+            limit=limit,
+            review_id=review_id,
         )
     merged: list[tuple[Nudge, Position]] = []
     position, n, b = after, 0, 0

@@ -15,9 +15,11 @@ from sqlalchemy import (
     BigInteger,
     Column,
     ColumnElement,
+    CompoundSelect,
     Index,
     Integer,
     Row,
+    Select,
     String,
     Table,
     Text,
@@ -27,8 +29,10 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     select,
     text,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -306,24 +310,66 @@ async def append(
         )
 
 
-async def unacked_nudges(
-    conn: AsyncConnection, principal: Principal, *, after: int, limit: int, review_id: str = ""
-) -> list[Nudge]:
+def _unacked_nudges(principal: Principal, *, after: int, limit: int, review_id: str) -> Select[Any]:
     """Up to ``limit`` un-acked nudges visible to ``principal`` with ``pos > after``, oldest first
-    (only ``review_id``'s when given)."""
+    (only ``review_id``'s when given), in ``_FRONT_COLUMNS``."""
     scope = and_(unacked.c.org_id == principal.org_id, unacked.c.project_id == principal.project_id)
     if principal.actor_kind is ActorKind.AGENT:
         scope = and_(scope, unacked.c.agent_id == principal.actor_id)
     if review_id:
         scope = and_(scope, unacked.c.review_id == review_id)
-    query = (
-        select(nudges, unacked.c.agent_id)
+    return (
+        select(*(nudges.c[name] for name in _FRONT_COLUMNS[:-1]), unacked.c.agent_id)
         .join(unacked, unacked.c.pos == nudges.c.pos)
         .where(scope, unacked.c.pos > after)
         .order_by(unacked.c.pos)
         .limit(limit)
     )
-    return [_nudge(row) for row in await conn.execute(query)]
+
+
+_FRONT_COLUMNS = (
+    "pos",
+    "seq",
+    "id",
+    "reason",
+    "review_id",
+    "category_id",
+    "payload",
+    "created_at",
+    "agent_id",
+)
+
+
+async def unacked_front(
+    conn: AsyncConnection,
+    principal: Principal,
+    *,
+    after: int,
+    after_broadcast: int,
+    limit: int,
+    review_id: str = "",
+) -> tuple[list[Nudge], list[Nudge]]:
+    """Up to ``limit`` un-acked nudges (``pos > after``) and up to ``limit`` un-acked broadcasts
+    (``pos > after_broadcast``) visible to ``principal``, each oldest first, read in one statement. With
+    ``review_id``, only that review's nudges (a review's drain has no broadcasts: they belong to none)."""
+    query: Select[Any] | CompoundSelect = _unacked_nudges(
+        principal, after=after, limit=limit, review_id=review_id
+    )
+    if not review_id:
+        query = union_all(
+            select(query.subquery()),
+            select(_unacked_broadcasts(principal, after=after_broadcast, limit=limit).subquery()),
+        )
+    found, broadcast_rows = [], []
+    for row in await conn.execute(query):
+        # A nudge always names its review; a broadcast never does.
+        (found if row.review_id else broadcast_rows).append(_nudge(row))
+    # UNION ALL keeps no order of its own.
+    return sorted(found, key=_by_pos), sorted(broadcast_rows, key=_by_pos)
+
+
+def _by_pos(nudge: Nudge) -> int:
+    return nudge.pos
 
 
 async def heads_of(conn: AsyncConnection, principal: Principal, review_ids: list[str]) -> dict[str, int]:
@@ -451,11 +497,9 @@ async def append_broadcast(conn: AsyncConnection, broadcast: Broadcast, *, creat
         )
 
 
-async def unacked_broadcasts(
-    conn: AsyncConnection, principal: Principal, *, after: int, limit: int
-) -> list[Nudge]:
+def _unacked_broadcasts(principal: Principal, *, after: int, limit: int) -> Select[Any]:
     """Up to ``limit`` broadcasts the principal may see and has not acked, with ``pos > after``, oldest
-    first, as nudges with ``seq`` 0 and no review."""
+    first, in ``_FRONT_COLUMNS``: as nudges with ``seq`` 0 and no review."""
     acked = (
         select(broadcast_acks.c.broadcast_pos)
         .where(
@@ -464,26 +508,22 @@ async def unacked_broadcasts(
         )
         .exists()
     )
-    query = (
-        select(broadcasts)
+    return (
+        select(
+            broadcasts.c.pos,
+            literal(0, BigInteger).label("seq"),
+            broadcasts.c.id,
+            broadcasts.c.reason,
+            literal("", String).label("review_id"),
+            broadcasts.c.category_id,
+            broadcasts.c.payload,
+            broadcasts.c.created_at,
+            broadcasts.c.agent_id,
+        )
         .where(_broadcasts_visible_to(principal), broadcasts.c.pos > after, ~acked)
         .order_by(broadcasts.c.pos)
         .limit(limit)
     )
-    return [
-        Nudge(
-            pos=row.pos,
-            seq=0,
-            id=row.id,
-            reason=row.reason,
-            review_id="",
-            category_id=row.category_id,
-            payload_json=row.payload,
-            created_at=row.created_at,
-            agent_id=row.agent_id,
-        )
-        for row in await conn.execute(query)
-    ]
 
 
 async def head_of(conn: AsyncConnection, principal: Principal) -> tuple[int, int]:
