@@ -87,8 +87,7 @@ async def _store(uow: UnitOfWork, requested: NudgeRequested) -> str | None:
     except Invalid as exc:
         log.error("refused nudge event for %s: %s", requested.review_id, exc)
         return None
-    conn = uow.conn
-    await store.lock_project(conn, incoming.project_id)
+    conn = uow.conn  # holding the project's append lock (``_lock_projects``)
     head = await store.lock_head(conn, incoming)
     if (head.org_id, head.project_id, head.agent_id) != (
         incoming.org_id,
@@ -143,8 +142,7 @@ async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> st
     except Invalid as exc:
         log.error("refused broadcast event for %s: %s", requested.org_id, exc)
         return None
-    created_at = utcnow()
-    await store.lock_broadcasts(uow.conn, broadcast.org_id)
+    created_at = utcnow()  # holding the org's broadcast lock (``_lock_projects``)
     await store.append_broadcast(uow.conn, broadcast, created_at=created_at)
     await webhooks.enqueue_broadcast(uow.conn, broadcast, created_at)
     return broadcast.project_id
@@ -175,9 +173,9 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
 
 
 async def _lock_projects(uow: UnitOfWork, events: Sequence[common_pb2.Event]) -> None:
-    """Take the append locks of every project the batch names, in one order, before any append: two
-    batches naming the same projects then queue instead of deadlocking (each ``_store`` takes its
-    project's lock again, which a transaction already holding it passes at once)."""
+    """Take the append locks of every project (and org, for broadcasts) the events name, in one order,
+    before any append: two batches naming the same projects then queue instead of deadlocking. The
+    handlers append under these locks and take none themselves."""
     projects, orgs = set(), set()
     for event in events:
         with contextlib.suppress(json_format.ParseError):

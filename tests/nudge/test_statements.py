@@ -3,9 +3,7 @@ a statement saved must not change what the caller reads."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from nudge import app
 from nudge.__main__ import SPEC
@@ -13,27 +11,11 @@ from nudge.server import NudgeServicer
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database
-from sqlalchemy import event as sa_event
 
 from tests.nudge.factory import AGENT, event
+from tests.statements import statements
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
-
-
-@contextmanager
-def statements(db: Database) -> Iterator[list[str]]:
-    """The statements ``db`` runs inside the block, as their SQL (SQLite's BEGIN left out)."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, sql: str, *_args: Any) -> None:
-        if not sql.startswith("BEGIN"):
-            seen.append(sql)
-
-    sa_event.listen(db.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        sa_event.remove(db.engine.sync_engine, "before_cursor_execute", record)
 
 
 async def _backlog(db: Database) -> None:
@@ -72,3 +54,20 @@ async def test_a_wait_answers_the_cursors_of_its_events_from_its_own_read(open_d
     )
     assert not drained.events
     assert [(c.review_id, c.last_acked_seq) for c in drained.cursors] == [("rr_b", 1)]
+
+
+async def test_a_relayed_nudge_is_four_statements_on_postgresql_and_its_batch_locks_once(
+    open_db: OpenDb,
+) -> None:
+    """The batch takes its project's lock once; each nudge is the inbox, the head, the append (its
+    frontier row, the head's advance and the announcement with it) and the webhook endpoints. SQLite
+    appends in three statements and takes no lock."""
+    db = await open_db(SPEC)
+    await app.ingest(db, [event("rr_a", "feedback_added")])
+    with statements(db) as seen:
+        assert await app.ingest(db, [event("rr_a", "feedback_added"), event("rr_b", "rejected")]) == (2, 0)
+    per_nudge = 6 if db.is_sqlite else 4
+    locks = 0 if db.is_sqlite else 1
+    assert len(seen) == locks + 2 * per_nudge, seen
+    events, _ = await app.list_events(db, AGENT, limit=10, cursor="")
+    assert [(e.review_id, e.seq) for e in events] == [("rr_a", 1), ("rr_a", 2), ("rr_b", 1)]
