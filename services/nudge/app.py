@@ -33,7 +33,7 @@ from nudge import store, webhooks
 from nudge.domain.payloads import Incoming, Invalid, check, check_broadcast
 from nudge.domain.reasons import TERMINAL, collapse_key, refusal
 from nudge.store import Nudge
-from nudge.wakeup import RECHECK_S, doorbell
+from nudge.wakeup import RECHECK_S, SENDER, doorbell
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,16 @@ def _incoming(requested: NudgeRequested) -> Incoming:
     )
 
 
-async def _store(uow: UnitOfWork, requested: NudgeRequested) -> str | None:
-    """Append the requested nudge with the review's next seq; the project it became visible in, or
-    None when refused or collapsed. An event that is invalid or breaks the terminal guarantee is
+@dataclass(frozen=True)
+class Stored:
+    """What a handler's commit makes known, and so whose doorbells ring after it."""
+
+    project_id: str | None  # where a nudge became visible ("" every project of the org), None nowhere
+    webhooks: bool = False  # webhook deliveries were queued: wake this replica's sender
+
+
+async def _store(uow: UnitOfWork, requested: NudgeRequested) -> Stored | None:
+    """Append the requested nudge with the review's next seq; None when refused or collapsed. An event that is invalid or breaks the terminal guarantee is
     logged and refused, never stored, and still counts as received: the relay must not retry it
     forever."""
     try:
@@ -114,20 +121,19 @@ async def _store(uow: UnitOfWork, requested: NudgeRequested) -> str | None:
     await store.append(
         conn, incoming, nudge_id=nudge_id, seq=seq, terminal_reasons=terminal, created_at=created_at
     )
-    await webhooks.enqueue(conn, incoming, nudge_id, seq, created_at)
-    return incoming.project_id
+    queued = await webhooks.enqueue(conn, incoming, nudge_id, seq, created_at)
+    return Stored(incoming.project_id, queued)
 
 
-async def _humans_notified(uow: UnitOfWork, event: HumansNotified) -> str:
+async def _humans_notified(uow: UnitOfWork, event: HumansNotified) -> Stored:
     """Not a nudge (the agent already has its ``sent``): the deliveries of the webhooks that asked
-    for ``humans_notified``. The doorbell then wakes the sender."""
-    await webhooks.enqueue_humans_notified(uow.conn, event, utcnow())
-    return event.project_id
+    for ``humans_notified``."""
+    return Stored(None, await webhooks.enqueue_humans_notified(uow.conn, event, utcnow()))
 
 
-async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> str | None:
-    """Append a broadcast (a project-wide nudge); the project it became visible in ("" for every project
-    of the org), or None when refused: logged, never stored, and still counted as received."""
+async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> Stored | None:
+    """Append a broadcast (a project-wide nudge, visible in its project or, with project "", in every
+    project of the org); None when refused: logged, never stored, and still counted as received."""
     reason = requested.WhichOneof("payload") or ""
     try:
         broadcast = check_broadcast(
@@ -144,8 +150,8 @@ async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> st
         return None
     created_at = utcnow()  # holding the org's broadcast lock (``_lock_projects``)
     await store.append_broadcast(uow.conn, broadcast, created_at=created_at)
-    await webhooks.enqueue_broadcast(uow.conn, broadcast, created_at)
-    return broadcast.project_id
+    queued = await webhooks.enqueue_broadcast(uow.conn, broadcast, created_at)
+    return Stored(broadcast.project_id, queued)
 
 
 # Each stored nudge, once committed, rings the doorbell of the project it became visible in.
@@ -156,9 +162,19 @@ SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
 }
 
 
-def on_commit(db: Database) -> Callable[[Any], None]:
-    """What ``ingest_each`` calls with a handler's result (a project id) after its commit."""
-    return doorbell(db).ring
+def on_commit(db: Database) -> Callable[[Stored], None]:
+    """What ``ingest_batch`` calls with a handler's result after its commit: ring the waiters of the
+    project the nudge became visible in, and the webhook sender when deliveries were queued (a replica
+    that queued none does not wake its sender: on every nudge that was a query for nothing)."""
+    bell = doorbell(db)
+
+    def ring(stored: Stored) -> None:
+        if stored.project_id is not None:
+            bell.ring(stored.project_id)
+        if stored.webhooks:
+            bell.ring(SENDER)
+
+    return ring
 
 
 async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int, int]:
