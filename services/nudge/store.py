@@ -36,7 +36,6 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nudge.domain.payloads import Broadcast, Incoming
@@ -238,23 +237,33 @@ async def lock_project(conn: AsyncConnection, project_id: str) -> None:
         )
 
 
+# lock_head's upsert as text, the same on PostgreSQL and SQLite: SQLAlchemy never caches a dialect's
+# INSERT ... ON CONFLICT, and compiling this one cost ~1 ms per nudge. DO UPDATE (a no-op write) rather
+# than DO NOTHING: it locks the row and returns it either way.
+_LOCK_HEAD = (
+    text(
+        """
+        INSERT INTO review_heads (review_id, org_id, project_id, agent_id, last_seq, terminal_reasons)
+        VALUES (:review_id, :org_id, :project_id, :agent_id, 0, :no_reasons)
+        ON CONFLICT (review_id) DO UPDATE SET review_id = excluded.review_id
+        RETURNING review_id, org_id, project_id, agent_id, last_seq, terminal_reasons
+        """
+    )
+    .bindparams(bindparam("no_reasons", type_=Json))
+    .columns(*review_heads.c)
+)
+
+
 async def lock_head(conn: AsyncConnection, incoming: Incoming) -> Row[Any]:
     """The review's head row, created on its first nudge and locked for this transaction."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    upsert = dialect.insert(review_heads).values(
-        review_id=incoming.review_id,
-        org_id=incoming.org_id,
-        project_id=incoming.project_id,
-        agent_id=incoming.agent_id,
-        last_seq=0,
-        terminal_reasons=[],
-    )
-    # DO UPDATE (a no-op write) rather than DO NOTHING: it locks the row and returns it either way.
-    upsert = upsert.on_conflict_do_update(
-        index_elements=[review_heads.c.review_id],
-        set_={"review_id": upsert.excluded.review_id},
-    ).returning(*review_heads.c)
-    return (await conn.execute(upsert)).one()
+    params = {
+        "review_id": incoming.review_id,
+        "org_id": incoming.org_id,
+        "project_id": incoming.project_id,
+        "agent_id": incoming.agent_id,
+        "no_reasons": [],
+    }
+    return (await conn.execute(_LOCK_HEAD, params)).one()
 
 
 async def claim_collapse_key(conn: AsyncConnection, key: str, review_id: str, seq: int) -> bool:

@@ -69,5 +69,7 @@ async def test_a_relayed_nudge_is_four_statements_on_postgresql_and_its_batch_lo
     per_nudge = 6 if db.is_sqlite else 4
     locks = 0 if db.is_sqlite else 1
     assert len(seen) == locks + 2 * per_nudge, seen
+    # Each compiled once for every nudge, not again per nudge.
+    assert [s.sql for s in seen if not s.cached] == []
     events, _ = await app.list_events(db, AGENT, limit=10, cursor="")
     assert [(e.review_id, e.seq) for e in events] == [("rr_a", 1), ("rr_a", 2), ("rr_b", 1)]
