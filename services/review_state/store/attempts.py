@@ -71,10 +71,18 @@ def _attempt(row: Any) -> Attempt:
 
 
 _ATTEMPT = select(t).where(t.c.review_id == bindparam("review_id"))
+_ATTEMPT_IN_PROJECT = _ATTEMPT.where(t.c.project_id == bindparam("project_id"))
 
 
-async def get_attempt(conn: AsyncConnection, review_id: str) -> Attempt | None:
-    row = (await conn.execute(_ATTEMPT, {"review_id": review_id})).first()
+async def get_attempt(conn: AsyncConnection, review_id: str, project_id: str = "") -> Attempt | None:
+    """The review's attempt; with ``project_id``, only if the review is that project's (another
+    tenant's reads as absent)."""
+    if project_id:
+        row = (
+            await conn.execute(_ATTEMPT_IN_PROJECT, {"review_id": review_id, "project_id": project_id})
+        ).first()
+    else:
+        row = (await conn.execute(_ATTEMPT, {"review_id": review_id})).first()
     return _attempt(row) if row else None
 
 
