@@ -374,7 +374,7 @@ async def unacked_front(
     """Up to ``limit`` un-acked nudges (``pos > after``) and up to ``limit`` un-acked broadcasts
     (``pos > after_broadcast``) visible to ``principal``, each oldest first, read in one statement. With
     ``review_id``, only that review's nudges (a review's drain has no broadcasts: they belong to none)."""
-    query: Select[Any] | CompoundSelect = _unacked_nudges(
+    query: Select[Any] | CompoundSelect[Any] = _unacked_nudges(
         principal, after=after, limit=limit, review_id=review_id
     )
     if not review_id:
@@ -382,7 +382,8 @@ async def unacked_front(
             select(query.subquery()),
             select(_unacked_broadcasts(principal, after=after_broadcast, limit=limit).subquery()),
         )
-    found, broadcast_rows = [], []
+    found: list[Nudge] = []
+    broadcast_rows: list[Nudge] = []
     for row in await conn.execute(query):
         # A nudge always names its review; a broadcast never does.
         (found if row.review_id else broadcast_rows).append(_nudge(row))

@@ -86,7 +86,7 @@ async def get_attempt(conn: AsyncConnection, review_id: str, project_id: str = "
     return _attempt(row) if row else None
 
 
-def _claimable(now: datetime) -> Any:
+def _claimable(now: Any) -> Any:
     return and_(
         t.c.status == "in_flight",
         t.c.stage.in_((QUEUED, DATA)),
