@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -280,23 +281,31 @@ async def _unacked(
     return merged
 
 
-async def cursors(
-    db: Database, principal: Principal, review_ids: Iterable[str], *, front: Sequence[Nudge] = ()
-) -> dict[str, int]:
-    """``review_id -> last_acked_seq`` of those reviews the caller may see (the SDK's ReviewEventCursor).
-
-    ``front``: nudges just read from the front of the caller's un-acked frontier (a wait, a list without
-    a cursor). A review's un-acked seqs are the ones right after its cursor and a read from the front
-    meets its lowest first, so its cursor is that seq - 1: no statement for the reviews it names.
-    """
-    known: dict[str, int] = {}
+def front_cursors(front: Sequence[Nudge]) -> dict[str, int]:
+    """The cursors ``front`` tells, for nudges just read from the front of the caller's un-acked
+    frontier (a wait, a list without a cursor): a review's un-acked seqs are the ones right after its
+    cursor and a read from the front meets its lowest first, so its cursor is that seq - 1."""
+    lowest: dict[str, int] = {}
     for nudge in front:
         if nudge.review_id:
-            known[nudge.review_id] = min(known.get(nudge.review_id, nudge.seq), nudge.seq)
-    found = {review_id: seq - 1 for review_id, seq in known.items()}
+            lowest[nudge.review_id] = min(lowest.get(nudge.review_id, nudge.seq), nudge.seq)
+    return {review_id: seq - 1 for review_id, seq in lowest.items()}
+
+
+async def cursors(
+    db: Database,
+    principal: Principal,
+    review_ids: Iterable[str],
+    *,
+    known: Mapping[str, int] = MappingProxyType({}),
+) -> dict[str, int]:
+    """``review_id -> last_acked_seq`` of those reviews the caller may see (the SDK's ReviewEventCursor);
+    ``known``: cursors the caller already learnt from its own statement (``front_cursors``, an ack's),
+    so only the others are read."""
+    found = dict(known)
     wanted = sorted({review_id for review_id in review_ids if review_id} - found.keys())
     if wanted:
-        async with db.one_statement() as conn:
+        async with db.single_statement.connect() as conn:
             found |= await store.cursors_of(conn, principal, wanted)
     return found
 
@@ -368,9 +377,24 @@ async def subscribe(
                     await asyncio.wait_for(rung.wait(), RECHECK_S)
 
 
+@dataclass(frozen=True)
+class Acked:
+    """What an ack took (acks and broadcast ids), and the new cursor of each review it moved."""
+
+    taken: int
+    cursors: dict[str, int]
+
+
 async def ack(
     db: Database, principal: Principal, acks: list[tuple[str, int]], broadcast_ids: Sequence[str] = ()
 ) -> int:
+    """``acknowledge``, answering how many acks and broadcast ids were taken."""
+    return (await acknowledge(db, principal, acks, broadcast_ids)).taken
+
+
+async def acknowledge(
+    db: Database, principal: Principal, acks: list[tuple[str, int]], broadcast_ids: Sequence[str] = ()
+) -> Acked:
     """Advance each review's ack cursor to the seq given: monotonic and idempotent (an older or
     repeated ack changes nothing); and mark each broadcast of ``broadcast_ids`` done for the caller, so
     it never sees it again. All or nothing. Returns how many acks and broadcast ids were taken.
@@ -397,10 +421,13 @@ async def ack(
                 raise DomainError(
                     Code.NOT_FOUND, f"No broadcast {sorted(missing)[0]} is visible to this key."
                 )
-        # The happy path is one guarded UPDATE; only when it changes nothing (a repeated ack, or a
+        # The happy path is one guarded DELETE; only when it changes nothing (a repeated ack, or a
         # refused one) do we read the heads, to tell the two apart and name what was wrong.
-        if not wanted or await store.advance_cursors(conn, principal, wanted):
-            return len(acks) + len(ids)
+        moved = await store.advance_cursors(conn, principal, wanted) if wanted else set()
+        if not wanted or moved:
+            # A review's un-acked seqs follow its cursor: one whose seqs up to ``seq`` left the
+            # frontier now has its cursor at ``seq``.
+            return Acked(len(acks) + len(ids), {review_id: wanted[review_id] for review_id in moved})
         heads = await store.heads_of(conn, principal, list(wanted))
         for review_id, seq in wanted.items():
             if review_id not in heads:
@@ -411,7 +438,7 @@ async def ack(
                     f"acks: seq {seq} of {review_id} is past its head ({heads[review_id]}); "
                     "ack only seqs you received.",
                 )
-    return len(acks) + len(ids)
+    return Acked(len(acks) + len(ids), {})
 
 
 @contextlib.asynccontextmanager

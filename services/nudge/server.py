@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -93,7 +93,7 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
             cursors=await self._cursors(
                 principal,
                 [request.review_id, *(e.review_id for e in events)],
-                front=() if request.cursor else events,
+                known=app.front_cursors(() if request.cursor else events),
             ),
         )
 
@@ -104,9 +104,10 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
     ) -> nudge_pb2.AckResponse:
         principal = Principal.from_proto(request.principal)
         acks = [(a.review_id, a.seq) for a in request.acks]
-        acked = await app.ack(self.db, principal, acks, list(request.broadcast_ids))
+        acked = await app.acknowledge(self.db, principal, acks, list(request.broadcast_ids))
         return nudge_pb2.AckResponse(
-            acked=acked, cursors=await self._cursors(principal, [review_id for review_id, _ in acks])
+            acked=acked.taken,
+            cursors=await self._cursors(principal, [review_id for review_id, _ in acks], acked.cursors),
         )
 
     async def WaitForEvents(
@@ -122,16 +123,16 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
             events=[nudge_to_proto(e) for e in events],
             # A wait reads from the front of the frontier.
             cursors=await self._cursors(
-                principal, [request.review_id, *(e.review_id for e in events)], front=events
+                principal, [request.review_id, *(e.review_id for e in events)], app.front_cursors(events)
             ),
         )
 
     async def _cursors(
-        self, principal: Principal, review_ids: list[str], front: Sequence[Nudge] = ()
+        self, principal: Principal, review_ids: list[str], known: Mapping[str, int]
     ) -> list[nudge_pb2.Cursor]:
-        """The ack cursor of each named review the caller may see, in review_id order (``front``: as
+        """The ack cursor of each named review the caller may see, in review_id order (``known``: as
         ``app.cursors``)."""
-        found = await app.cursors(self.db, principal, review_ids, front=front)
+        found = await app.cursors(self.db, principal, review_ids, known=known)
         return [nudge_pb2.Cursor(review_id=r, last_acked_seq=seq) for r, seq in sorted(found.items())]
 
     async def Subscribe(

@@ -419,15 +419,17 @@ _ADVANCE_PG = text(
     DELETE FROM unacked USING acks
     WHERE unacked.review_id = acks.review_id AND unacked.seq <= acks.seq
       AND (SELECT n FROM valid) = :count
+    RETURNING unacked.review_id
     """
 )
 
 
-async def advance_cursors(conn: AsyncConnection, principal: Principal, acks: dict[str, int]) -> int:
+async def advance_cursors(conn: AsyncConnection, principal: Principal, acks: dict[str, int]) -> set[str]:
     """Move each review's ack cursor forward to its seq (every nudge of the review up to it leaves the
     un-acked frontier) if, and only if, every review is visible to ``principal`` and every seq is
     within its head: all or nothing, in one statement. What is acked stays acked, so a cursor never
-    moves back. Returns how many nudges this acked (0 when refused, or when all were acked already)."""
+    moves back. Returns the reviews whose cursor this moved (none when refused, or when all were acked
+    already)."""
     review_ids = list(acks)
     if conn.dialect.name == "postgresql":
         result = await conn.execute(
@@ -442,7 +444,7 @@ async def advance_cursors(conn: AsyncConnection, principal: Principal, acks: dic
                 "count": len(acks),
             },
         )
-        return int(result.rowcount or 0)
+        return set(result.scalars())
     all_valid = (
         select(func.count())
         .where(
@@ -453,13 +455,15 @@ async def advance_cursors(conn: AsyncConnection, principal: Principal, acks: dic
         .scalar_subquery()
     )
     result = await conn.execute(
-        delete(unacked).where(
+        delete(unacked)
+        .where(
             unacked.c.review_id.in_(review_ids),
             unacked.c.seq <= case(acks, value=unacked.c.review_id),
             all_valid == len(acks),
         )
+        .returning(unacked.c.review_id)
     )
-    return int(result.rowcount or 0)
+    return set(result.scalars())
 
 
 async def cursors_of(conn: AsyncConnection, principal: Principal, review_ids: list[str]) -> dict[str, int]:

@@ -73,3 +73,23 @@ async def test_a_relayed_nudge_is_four_statements_on_postgresql_and_its_batch_lo
     assert [s.sql for s in seen if not s.cached] == []
     events, _ = await app.list_events(db, AGENT, limit=10, cursor="")
     assert [(e.review_id, e.seq) for e in events] == [("rr_a", 1), ("rr_a", 2), ("rr_b", 1)]
+
+
+async def test_an_ack_answers_the_cursors_it_moved_from_its_own_statement(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    await _backlog(db)
+    servicer = NudgeServicer(app.Env(db))
+
+    def ack(*acks: tuple[str, int]) -> nudge_pb2.AckRequest:
+        return nudge_pb2.AckRequest(
+            principal=AGENT.to_proto(), acks=[nudge_pb2.Ack(review_id=r, seq=s) for r, s in acks]
+        )
+
+    with statements(db) as seen:
+        reply = await servicer.Ack(ack(("rr_a", 3), ("rr_b", 1)), None)  # type: ignore[arg-type]
+    assert reply.acked == 2
+    assert [(c.review_id, c.last_acked_seq) for c in reply.cursors] == [("rr_a", 3), ("rr_b", 1)]
+    assert len(seen) == 1  # the guarded DELETE; no cursor read
+    # A repeated (older) ack moves nothing: the cursor as it stands is read.
+    again = await servicer.Ack(ack(("rr_a", 2)), None)  # type: ignore[arg-type]
+    assert [(c.review_id, c.last_acked_seq) for c in again.cursors] == [("rr_a", 3)]
