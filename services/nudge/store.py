@@ -641,13 +641,22 @@ async def add_endpoint(conn: AsyncConnection, endpoint: Endpoint) -> None:
     )
 
 
+# Built once: every stored nudge asks for its project's endpoints.
+_ENDPOINTS = select(webhook_endpoints).where(webhook_endpoints.c.org_id == bindparam("org_id"))
+_ORDER = (webhook_endpoints.c.created_at, webhook_endpoints.c.id)
+_ORG_ENDPOINTS = _ENDPOINTS.order_by(*_ORDER)
+_PROJECT_ENDPOINTS = _ENDPOINTS.where(webhook_endpoints.c.project_id == bindparam("project_id")).order_by(
+    *_ORDER
+)
+
+
 async def endpoints_of(conn: AsyncConnection, org_id: str, project_id: str) -> list[Endpoint]:
     """The endpoints of a project; with ``project_id`` "" (an org-wide broadcast), of every project of the
     org."""
-    query = select(webhook_endpoints).where(webhook_endpoints.c.org_id == org_id)
     if project_id:
-        query = query.where(webhook_endpoints.c.project_id == project_id)
-    rows = await conn.execute(query.order_by(webhook_endpoints.c.created_at, webhook_endpoints.c.id))
+        rows = await conn.execute(_PROJECT_ENDPOINTS, {"org_id": org_id, "project_id": project_id})
+    else:
+        rows = await conn.execute(_ORG_ENDPOINTS, {"org_id": org_id})
     return [_endpoint(row) for row in rows]
 
 
