@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -33,7 +34,7 @@ from nudge import store, webhooks
 from nudge.domain.payloads import Incoming, Invalid, check, check_broadcast
 from nudge.domain.reasons import TERMINAL, collapse_key, refusal
 from nudge.store import Nudge
-from nudge.wakeup import RECHECK_S, doorbell
+from nudge.wakeup import RECHECK_S, SENDER, doorbell
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,16 @@ def _incoming(requested: NudgeRequested) -> Incoming:
     )
 
 
-async def _store(uow: UnitOfWork, requested: NudgeRequested) -> str | None:
-    """Append the requested nudge with the review's next seq; the project it became visible in, or
-    None when refused or collapsed. An event that is invalid or breaks the terminal guarantee is
+@dataclass(frozen=True)
+class Stored:
+    """What a handler's commit makes known, and so whose doorbells ring after it."""
+
+    project_id: str | None  # where a nudge became visible ("" every project of the org), None nowhere
+    webhooks: bool = False  # webhook deliveries were queued: wake this replica's sender
+
+
+async def _store(uow: UnitOfWork, requested: NudgeRequested) -> Stored | None:
+    """Append the requested nudge with the review's next seq; None when refused or collapsed. An event that is invalid or breaks the terminal guarantee is
     logged and refused, never stored, and still counts as received: the relay must not retry it
     forever."""
     try:
@@ -87,8 +95,7 @@ async def _store(uow: UnitOfWork, requested: NudgeRequested) -> str | None:
     except Invalid as exc:
         log.error("refused nudge event for %s: %s", requested.review_id, exc)
         return None
-    conn = uow.conn
-    await store.lock_project(conn, incoming.project_id)
+    conn = uow.conn  # holding the project's append lock (``_lock_projects``)
     head = await store.lock_head(conn, incoming)
     if (head.org_id, head.project_id, head.agent_id) != (
         incoming.org_id,
@@ -115,20 +122,19 @@ async def _store(uow: UnitOfWork, requested: NudgeRequested) -> str | None:
     await store.append(
         conn, incoming, nudge_id=nudge_id, seq=seq, terminal_reasons=terminal, created_at=created_at
     )
-    await webhooks.enqueue(conn, incoming, nudge_id, seq, created_at)
-    return incoming.project_id
+    queued = await webhooks.enqueue(conn, incoming, nudge_id, seq, created_at)
+    return Stored(incoming.project_id, queued)
 
 
-async def _humans_notified(uow: UnitOfWork, event: HumansNotified) -> str:
+async def _humans_notified(uow: UnitOfWork, event: HumansNotified) -> Stored:
     """Not a nudge (the agent already has its ``sent``): the deliveries of the webhooks that asked
-    for ``humans_notified``. The doorbell then wakes the sender."""
-    await webhooks.enqueue_humans_notified(uow.conn, event, utcnow())
-    return event.project_id
+    for ``humans_notified``."""
+    return Stored(None, await webhooks.enqueue_humans_notified(uow.conn, event, utcnow()))
 
 
-async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> str | None:
-    """Append a broadcast (a project-wide nudge); the project it became visible in ("" for every project
-    of the org), or None when refused: logged, never stored, and still counted as received."""
+async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> Stored | None:
+    """Append a broadcast (a project-wide nudge, visible in its project or, with project "", in every
+    project of the org); None when refused: logged, never stored, and still counted as received."""
     reason = requested.WhichOneof("payload") or ""
     try:
         broadcast = check_broadcast(
@@ -143,11 +149,10 @@ async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> st
     except Invalid as exc:
         log.error("refused broadcast event for %s: %s", requested.org_id, exc)
         return None
-    created_at = utcnow()
-    await store.lock_broadcasts(uow.conn, broadcast.org_id)
+    created_at = utcnow()  # holding the org's broadcast lock (``_lock_projects``)
     await store.append_broadcast(uow.conn, broadcast, created_at=created_at)
-    await webhooks.enqueue_broadcast(uow.conn, broadcast, created_at)
-    return broadcast.project_id
+    queued = await webhooks.enqueue_broadcast(uow.conn, broadcast, created_at)
+    return Stored(broadcast.project_id, queued)
 
 
 # Each stored nudge, once committed, rings the doorbell of the project it became visible in.
@@ -158,9 +163,19 @@ SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
 }
 
 
-def on_commit(db: Database) -> Callable[[Any], None]:
-    """What ``ingest_each`` calls with a handler's result (a project id) after its commit."""
-    return doorbell(db).ring
+def on_commit(db: Database) -> Callable[[Stored], None]:
+    """What ``ingest_batch`` calls with a handler's result after its commit: ring the waiters of the
+    project the nudge became visible in, and the webhook sender when deliveries were queued (a replica
+    that queued none does not wake its sender: on every nudge that was a query for nothing)."""
+    bell = doorbell(db)
+
+    def ring(stored: Stored) -> None:
+        if stored.project_id is not None:
+            bell.ring(stored.project_id)
+        if stored.webhooks:
+            bell.ring(SENDER)
+
+    return ring
 
 
 async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int, int]:
@@ -175,9 +190,9 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
 
 
 async def _lock_projects(uow: UnitOfWork, events: Sequence[common_pb2.Event]) -> None:
-    """Take the append locks of every project the batch names, in one order, before any append: two
-    batches naming the same projects then queue instead of deadlocking (each ``_store`` takes its
-    project's lock again, which a transaction already holding it passes at once)."""
+    """Take the append locks of every project (and org, for broadcasts) the events name, in one order,
+    before any append: two batches naming the same projects then queue instead of deadlocking. The
+    handlers append under these locks and take none themselves."""
     projects, orgs = set(), set()
     for event in events:
         with contextlib.suppress(json_format.ParseError):
@@ -245,15 +260,14 @@ async def _unacked(
     """Up to ``limit`` of the caller's un-acked nudges and broadcasts after ``after``, oldest first, each
     with the position right after it. The two queues are merged by creation time; each is read as a
     prefix in its own order, so a position never skips a row of either."""
-    async with db.one_statement() as conn:
-        nudges = await store.unacked_nudges(
-            conn, principal, after=after.nudge, limit=limit, review_id=review_id
-        )
-        # A review's drain has no broadcasts: they belong to no review.
-        broadcasts = (
-            []
-            if review_id
-            else await store.unacked_broadcasts(conn, principal, after=after.broadcast, limit=limit)
+    async with db.single_statement.connect() as conn:
+        nudges, broadcasts = await store.unacked_front(
+            conn,
+            principal,
+            after=after.nudge,
+            after_broadcast=after.broadcast,
+            limit=limit,
+            review_id=review_id,
         )
     merged: list[tuple[Nudge, Position]] = []
     position, n, b = after, 0, 0
@@ -267,16 +281,34 @@ async def _unacked(
     return merged
 
 
+def front_cursors(front: Sequence[Nudge]) -> dict[str, int]:
+    """The cursors ``front`` tells, for nudges just read from the front of the caller's un-acked
+    frontier (a wait, a list without a cursor): a review's un-acked seqs are the ones right after its
+    cursor and a read from the front meets its lowest first, so its cursor is that seq - 1."""
+    lowest: dict[str, int] = {}
+    for nudge in front:
+        if nudge.review_id:
+            lowest[nudge.review_id] = min(lowest.get(nudge.review_id, nudge.seq), nudge.seq)
+    return {review_id: seq - 1 for review_id, seq in lowest.items()}
+
+
 async def cursors(
-    db: Database, principal: Principal, review_ids: Iterable[str]
+    db: Database,
+    principal: Principal,
+    review_ids: Iterable[str],
+    *,
+    known: Mapping[str, int] = MappingProxyType({}),
 ) -> dict[str, tuple[int, int]]:
     """``review_id -> (last_acked_seq, last_seq)`` of those reviews the caller may see (the SDK's
-    ReviewEventCursor, and the review's newest seq)."""
-    wanted = sorted({review_id for review_id in review_ids if review_id})
-    if not wanted:
-        return {}
-    async with db.one_statement() as conn:
-        return await store.cursors_of(conn, principal, wanted)
+    ReviewEventCursor, and the review's newest seq); ``known``: cursors the caller already learnt from its
+    own statement (``front_cursors``, an ack's), so only the others are read: their ``last_seq`` is 0
+    (not read)."""
+    found = {review_id: (seq, 0) for review_id, seq in known.items()}
+    wanted = sorted({review_id for review_id in review_ids if review_id} - found.keys())
+    if wanted:
+        async with db.single_statement.connect() as conn:
+            found |= await store.cursors_of(conn, principal, wanted)
+    return found
 
 
 async def list_events(
@@ -346,9 +378,24 @@ async def subscribe(
                     await asyncio.wait_for(rung.wait(), RECHECK_S)
 
 
+@dataclass(frozen=True)
+class Acked:
+    """What an ack took (acks and broadcast ids), and the new cursor of each review it moved."""
+
+    taken: int
+    cursors: dict[str, int]
+
+
 async def ack(
     db: Database, principal: Principal, acks: list[tuple[str, int]], broadcast_ids: Sequence[str] = ()
 ) -> int:
+    """``acknowledge``, answering how many acks and broadcast ids were taken."""
+    return (await acknowledge(db, principal, acks, broadcast_ids)).taken
+
+
+async def acknowledge(
+    db: Database, principal: Principal, acks: list[tuple[str, int]], broadcast_ids: Sequence[str] = ()
+) -> Acked:
     """Advance each review's ack cursor to the seq given: monotonic and idempotent (an older or
     repeated ack changes nothing); and mark each broadcast of ``broadcast_ids`` done for the caller, so
     it never sees it again. All or nothing. Returns how many acks and broadcast ids were taken.
@@ -375,10 +422,13 @@ async def ack(
                 raise DomainError(
                     Code.NOT_FOUND, f"No broadcast {sorted(missing)[0]} is visible to this key."
                 )
-        # The happy path is one guarded UPDATE; only when it changes nothing (a repeated ack, or a
+        # The happy path is one guarded DELETE; only when it changes nothing (a repeated ack, or a
         # refused one) do we read the heads, to tell the two apart and name what was wrong.
-        if not wanted or await store.advance_cursors(conn, principal, wanted):
-            return len(acks) + len(ids)
+        moved = await store.advance_cursors(conn, principal, wanted) if wanted else set()
+        if not wanted or moved:
+            # A review's un-acked seqs follow its cursor: one whose seqs up to ``seq`` left the
+            # frontier now has its cursor at ``seq``.
+            return Acked(len(acks) + len(ids), {review_id: wanted[review_id] for review_id in moved})
         heads = await store.heads_of(conn, principal, list(wanted))
         for review_id, seq in wanted.items():
             if review_id not in heads:
@@ -389,7 +439,7 @@ async def ack(
                     f"acks: seq {seq} of {review_id} is past its head ({heads[review_id]}); "
                     "ack only seqs you received.",
                 )
-    return len(acks) + len(ids)
+    return Acked(len(acks) + len(ids), {})
 
 
 @contextlib.asynccontextmanager

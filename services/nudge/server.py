@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -90,7 +90,9 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         return nudge_pb2.ListEventsResponse(
             events=[nudge_to_proto(e) for e in events],
             next_cursor=next_cursor,
-            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)]),
+            # Read, never taken from the events: a list answers each review's newest seq too
+            # (`Cursor.last_seq`, which a recheck is checked against).
+            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)], {}),
         )
 
     async def Ack(
@@ -100,9 +102,10 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
     ) -> nudge_pb2.AckResponse:
         principal = Principal.from_proto(request.principal)
         acks = [(a.review_id, a.seq) for a in request.acks]
-        acked = await app.ack(self.db, principal, acks, list(request.broadcast_ids))
+        acked = await app.acknowledge(self.db, principal, acks, list(request.broadcast_ids))
         return nudge_pb2.AckResponse(
-            acked=acked, cursors=await self._cursors(principal, [review_id for review_id, _ in acks])
+            acked=acked.taken,
+            cursors=await self._cursors(principal, [review_id for review_id, _ in acks], acked.cursors),
         )
 
     async def WaitForEvents(
@@ -116,12 +119,18 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         )
         return nudge_pb2.WaitForEventsResponse(
             events=[nudge_to_proto(e) for e in events],
-            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)]),
+            # A wait reads from the front of the frontier.
+            cursors=await self._cursors(
+                principal, [request.review_id, *(e.review_id for e in events)], app.front_cursors(events)
+            ),
         )
 
-    async def _cursors(self, principal: Principal, review_ids: list[str]) -> list[nudge_pb2.Cursor]:
-        """The ack cursor of each named review the caller may see, in review_id order."""
-        found = await app.cursors(self.db, principal, review_ids)
+    async def _cursors(
+        self, principal: Principal, review_ids: list[str], known: Mapping[str, int]
+    ) -> list[nudge_pb2.Cursor]:
+        """The ack cursor of each named review the caller may see, in review_id order (``known``: as
+        ``app.cursors``)."""
+        found = await app.cursors(self.db, principal, review_ids, known=known)
         return [
             nudge_pb2.Cursor(review_id=r, last_acked_seq=acked, last_seq=last)
             for r, (acked, last) in sorted(found.items())

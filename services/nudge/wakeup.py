@@ -24,8 +24,8 @@ from nudge.store import NOTIFY_CHANNEL
 log = logging.getLogger(__name__)
 
 RECHECK_S = 5.0
-# A waiter on this "project" is rung for every project (the webhook sender).
-ANY_PROJECT = "*"
+# The webhook sender's "project": rung after a commit that queued webhook deliveries.
+SENDER = "*webhooks"
 RECONNECT_S = 1.0
 # The project an org-wide broadcast is rung for.
 ORG_WIDE = ""
@@ -43,7 +43,7 @@ class Doorbell:
         if project_id == ORG_WIDE:  # a broadcast to every project of an org: wake every project here
             self.ring_all()
             return
-        for event in (*self._waiters.get(project_id, ()), *self._waiters.get(ANY_PROJECT, ())):
+        for event in self._waiters.get(project_id, ()):
             event.set()
 
     def waiting(self, project_id: str) -> int:

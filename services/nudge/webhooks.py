@@ -36,7 +36,7 @@ from nudge import store
 from nudge.domain import webhooks as rules
 from nudge.domain.payloads import Broadcast, Incoming
 from nudge.store import Endpoint
-from nudge.wakeup import ANY_PROJECT, doorbell
+from nudge.wakeup import SENDER, doorbell
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +196,9 @@ def _iso(moment: datetime) -> str:
 
 async def enqueue(
     conn: AsyncConnection, incoming: Incoming, nudge_id: str, seq: int, created_at: datetime
-) -> None:
-    """In the nudge's own transaction: one pending delivery per endpoint of its project that wants it."""
+) -> bool:
+    """In the nudge's own transaction: one pending delivery per endpoint of its project that wants it.
+    Whether any was queued (the three ``enqueue`` functions answer so: the sender is woken only then)."""
     data: dict[str, Any] = {
         "seq": seq,
         "id": nudge_id,
@@ -207,7 +208,7 @@ async def enqueue(
     if incoming.category_id:
         data["category_id"] = incoming.category_id
     data |= {"payload": incoming.payload, "created_at": _iso(created_at)}
-    await _enqueue(
+    return await _enqueue(
         conn,
         incoming.org_id,
         incoming.project_id,
@@ -219,7 +220,7 @@ async def enqueue(
     )
 
 
-async def enqueue_broadcast(conn: AsyncConnection, broadcast: Broadcast, created_at: datetime) -> None:
+async def enqueue_broadcast(conn: AsyncConnection, broadcast: Broadcast, created_at: datetime) -> bool:
     """In the broadcast's own transaction: one pending delivery per endpoint that wants its reason, in its
     project (every project of the org for an org-wide one). The event reads as the drain shows it: ``seq``
     0, no ``review_id``; its id (``webhook-id``) is the broadcast's, the same for every endpoint, so a
@@ -228,7 +229,7 @@ async def enqueue_broadcast(conn: AsyncConnection, broadcast: Broadcast, created
     if broadcast.category_id:
         data["category_id"] = broadcast.category_id
     data |= {"payload": broadcast.payload, "created_at": _iso(created_at)}
-    await _enqueue(
+    return await _enqueue(
         conn,
         broadcast.org_id,
         broadcast.project_id,
@@ -240,7 +241,7 @@ async def enqueue_broadcast(conn: AsyncConnection, broadcast: Broadcast, created
     )
 
 
-async def enqueue_humans_notified(conn: AsyncConnection, event: HumansNotified, created_at: datetime) -> None:
+async def enqueue_humans_notified(conn: AsyncConnection, event: HumansNotified, created_at: datetime) -> bool:
     """In the event's own transaction: one pending delivery per endpoint of its project that asked for
     ``humans_notified``. Its id (``webhook-id``) is the review's humans_notified turn."""
     sent_at = _iso(event.created_at.ToDatetime(UTC)) if event.HasField("created_at") else _iso(created_at)
@@ -256,7 +257,7 @@ async def enqueue_humans_notified(conn: AsyncConnection, event: HumansNotified, 
         "bcc": list(event.bcc),
         "created_at": sent_at,
     }
-    await _enqueue(
+    return await _enqueue(
         conn,
         event.org_id,
         event.project_id,
@@ -277,11 +278,11 @@ async def _enqueue(
     review_id: str,
     event: dict[str, Any],
     created_at: datetime,
-) -> None:
+) -> bool:
     endpoints = await store.endpoints_of(conn, org_id, project_id)
     wanted = [e for e in endpoints if rules.wants(e.reasons, reason)]
     if not wanted:
-        return
+        return False
     body = orjson.dumps(event).decode()
     await store.enqueue_deliveries(
         conn,
@@ -300,6 +301,7 @@ async def _enqueue(
             for e in wanted
         ],
     )
+    return True
 
 
 async def send(
@@ -425,9 +427,10 @@ async def deliver_due(db: Database, settings: WebhookSettings, client: httpx.Asy
 
 
 async def deliver_forever(db: Database, settings: WebhookSettings) -> None:
-    """The sender: a round whenever a nudge lands (the doorbell, any replica) or every ``poll_s``."""
+    """The sender: a round whenever this replica queued a delivery (its doorbell) or every ``poll_s``
+    (what other replicas queued, a retry coming due)."""
     async with http_client() as client:
-        with doorbell(db).waiter(ANY_PROJECT) as rung:
+        with doorbell(db).waiter(SENDER) as rung:
             while True:
                 rung.clear()
                 try:

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from nudge import app, webhooks
+from nudge import app, wakeup, webhooks
 from nudge.__main__ import SPEC
 from nudge.domain.webhooks import backoff_s, parse_networks, sign
 from reviewloop.client import WebhookVerificationError, verify_webhook
@@ -303,3 +303,16 @@ async def test_an_org_wide_broadcast_reaches_the_endpoints_of_every_project_of_t
             (ids["recheck_category"], "recheck_category"),  # prj_1's, asked for by name
         ]
     )
+
+
+async def test_the_sender_is_woken_only_by_a_nudge_that_queued_a_delivery(open_db: OpenDb) -> None:
+    db = await open_db(SPEC)
+    with wakeup.doorbell(db).waiter(wakeup.SENDER) as rung:
+        await app.ingest(db, [event("rr_w1", "rejected")])  # no endpoint wants it: nothing to send
+        assert not rung.is_set()
+        async with receiving() as receiver:
+            await webhooks.register(db, SETTINGS, ADMIN, receiver.url, ["sent"])
+            await app.ingest(db, [event("rr_w2", "rejected")])  # the endpoint wants only "sent"
+            assert not rung.is_set()
+            await app.ingest(db, [event("rr_w3", "sent")])
+            assert rung.is_set()

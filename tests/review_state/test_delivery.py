@@ -23,11 +23,13 @@ from review_state.providers import AtData, EmlProvider, ImapSentFolder, SmtpProv
 from review_state.store.tables import delivery_attempts
 from reviewloop.errors import Code, DomainError
 from reviewloop.storage import utcnow
+from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy import update
 from stack.launcher import free_port
 
 from tests.imap_server import ImapServer
 from tests.review_state.conftest import ADMIN, AGENT, HUMAN, opened, outbox, reasons
+from tests.statements import statements
 
 
 @dataclass
@@ -425,3 +427,17 @@ async def test_submit_answers_only_the_contracts_statuses_whatever_the_delivery_
         env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key=""
     )
     assert (status, review.state.value) == ("queued_for_review", "needs_review")
+
+
+async def test_a_review_read_with_its_delivery_is_two_statements_and_another_tenants_attempt_is_absent(
+    env: Env,
+) -> None:
+    review = await opened(env)
+    await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    with statements(env.db) as seen:
+        read, _ = await app.get_review(env, AGENT, review.id)
+        attempt = await app.get_delivery(env, AGENT, review.id)
+    assert read.state.value == "sent" and attempt is not None and attempt.status == "delivered"
+    assert len(seen) == 2  # the review with its turns, then its attempt
+    stranger = Principal(AGENT.org_id, "prj_other", ActorKind.AGENT, AGENT.actor_id)
+    assert await app.get_delivery(env, stranger, review.id) is None

@@ -12,9 +12,13 @@ from review_state.app import Env
 from review_state.bootstrap import settings_from_env
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft, Policy, Route, route_for
+from review_state.store.tables import contacts
 from reviewloop.errors import Code, DomainError
+from reviewloop.storage import utcnow
+from sqlalchemy import select
 
 from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, outbox, peers
+from tests.statements import statements
 
 NO_INTENT = Draft(**{**DRAFT.__dict__, "intent": None})
 
@@ -287,3 +291,18 @@ def test_the_mode_refines_the_policy_table_but_never_overrides_it(
         assert refused.value.code is Code.INTENT_REQUIRED
     else:
         assert route_for(Policy(policy), intent, mode=mode) is expected
+
+
+async def test_marking_contacts_is_one_statement_and_keeps_the_first_contact(env: Env) -> None:
+    first = utcnow()
+    later = first + timedelta(hours=1)
+    async with env.db.transaction() as uow:
+        await store.mark_contacted(uow.conn, AGENT.project_id, ["VP@acme.com"], first)
+    with statements(env.db) as seen:
+        async with env.db.transaction() as uow:
+            await store.mark_contacted(uow.conn, AGENT.project_id, ["vp@acme.com", "cto@acme.com"], later)
+    assert len(seen) == 1
+    async with env.db.engine.connect() as conn:
+        rows = await conn.execute(select(contacts.c.address, contacts.c.contacted_at))
+        contacted = {row.address: row.contacted_at for row in rows}
+    assert contacted == {"vp@acme.com": first, "cto@acme.com": later}

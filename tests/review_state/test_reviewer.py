@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from review_state import app
-from review_state.app import Decision, Env, Revision
+from review_state.app import Decision, Env, Revision, _kernel
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial
 from reviewloop.errors import Code, DomainError
 
-from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, REVIEWER, peers, queued, reasons
+from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, REVIEWER, opened, peers, queued, reasons
+from tests.statements import statements
 
 
 async def _confident(env: Env) -> Review:
@@ -179,3 +182,32 @@ async def test_only_a_human_attaches_a_rule_and_only_keys_of_the_plane_decide(en
         with pytest.raises(DomainError) as caught:
             await call(env, principal, review.id, Decision("approve", 1, 1))  # type: ignore[operator]
         assert caught.value.code is Code.FORBIDDEN_SCOPE
+
+
+async def test_an_approval_reads_the_review_once_before_its_compare_and_set(env: Env) -> None:
+    review = await opened(env)
+    with statements(env.db) as seen:
+        sent = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert sent.state.value == "sent"
+    reads = [s.sql for s in seen if s.sql.startswith("SELECT reviews.")]
+    assert len(reads) == 2, reads  # the precheck, then the delivery's close (the review with its turns)
+
+
+async def test_a_decision_on_a_review_moved_since_its_precheck_is_stale_and_writes_nothing(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    review = await opened(env)
+    precheck = _kernel.precheck
+
+    async def then_another_writer(*args: Any, **kwargs: Any) -> Review:
+        checked = await precheck(*args, **kwargs)
+        monkeypatch.setattr(_kernel, "precheck", precheck)
+        await app.decide(env, HUMAN, review.id, Decision("escalate", review.revision, review.version))
+        return checked
+
+    monkeypatch.setattr(_kernel, "precheck", then_another_writer)
+    with pytest.raises(DomainError) as stale:
+        await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert stale.value.code is Code.STALE
+    now, _ = await app.get_review(env, HUMAN, review.id)
+    assert now.state.value != "sent" and now.send_path is None

@@ -37,6 +37,10 @@ class Subscription(Generic[M]):
     handle: Callable[[UnitOfWork, M], Awaitable[Any]]
 
 
+# Work a unit of work does before its events' handlers, e.g. taking their locks in one fixed order.
+Prepare = Callable[[UnitOfWork, Sequence[common_pb2.Event]], Awaitable[None]]
+
+
 @dataclass(frozen=True)
 class Ingested:
     """What one ``Ingest`` call did: events handled (or refused) for the first time, and repeats."""
@@ -50,6 +54,7 @@ async def ingest_each(
     events: Iterable[common_pb2.Event],
     subscriptions: Mapping[str, Subscription[Any]],
     on_commit: Callable[[Any], None] | None = None,
+    prepare: Prepare | None = None,
 ) -> Ingested:
     """Handle each event once, in order, each in its own unit of work.
 
@@ -58,6 +63,7 @@ async def ingest_each(
         events: the delivered events.
         subscriptions: event type -> how to handle it.
         on_commit: called with a handler's result once its unit of work has committed.
+        prepare: run first in each unit of work with its one event (as ``ingest_batch``'s).
 
     Returns:
         The counts the ``Ingest`` RPC answers.
@@ -65,6 +71,8 @@ async def ingest_each(
     accepted = duplicates = 0
     for event in events:
         async with db.transaction() as uow:
+            if prepare is not None:
+                await prepare(uow, [event])
             first, result = await _handle(uow, event, subscriptions)
         accepted, duplicates = accepted + first, duplicates + (not first)
         if on_commit is not None and result is not None:
@@ -77,7 +85,7 @@ async def ingest_batch(
     events: Iterable[common_pb2.Event],
     subscriptions: Mapping[str, Subscription[Any]],
     on_commit: Callable[[Any], None] | None = None,
-    prepare: Callable[[UnitOfWork, Sequence[common_pb2.Event]], Awaitable[None]] | None = None,
+    prepare: Prepare | None = None,
 ) -> Ingested:
     """Handle the events once, in order, all in one unit of work (``ingest_each``'s arguments).
 
@@ -98,7 +106,7 @@ async def ingest_batch(
                 results.append(result)
     except Exception:
         log.warning("a batch of %d events failed as one unit of work; handling them one by one", len(batch))
-        return await ingest_each(db, batch, subscriptions, on_commit)
+        return await ingest_each(db, batch, subscriptions, on_commit, prepare)
     if on_commit is not None:
         for result in results:
             if result is not None:

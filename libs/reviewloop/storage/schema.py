@@ -18,7 +18,9 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    bindparam,
     insert,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -150,7 +152,14 @@ def insert_ignore(conn: AsyncConnection, table: Table) -> Any:
     return dialect.insert(table).on_conflict_do_nothing()
 
 
+# SQLAlchemy never caches a dialect's INSERT (``insert_ignore``): it would compile it again for every
+# delivered event. The text is the same on PostgreSQL and SQLite, and is compiled once.
+_FIRST_DELIVERY = text(
+    "INSERT INTO inbox (event_id, received_at) VALUES (:event_id, :received_at) ON CONFLICT DO NOTHING"
+).bindparams(bindparam("received_at", type_=INBOX.c.received_at.type))
+
+
 async def first_delivery(conn: AsyncConnection, event_id: str) -> bool:
     """Record ``event_id`` as received; False when it was already received (a redelivery)."""
-    result = await conn.execute(insert_ignore(conn, INBOX).values(event_id=event_id, received_at=utcnow()))
+    result = await conn.execute(_FIRST_DELIVERY, {"event_id": event_id, "received_at": utcnow()})
     return bool(result.rowcount == 1)

@@ -339,7 +339,7 @@ def delivery_status(attempt: store.Attempt) -> str:
 
 
 async def get_delivery(env: Env, principal: Principal, review_id: str) -> store.Attempt | None:
-    """The review's delivery attempt (None before its approval), for ``get_review``."""
-    async with env.db.engine.connect() as conn:
-        await _kernel.load(conn, principal, review_id)
-        return await store.get_attempt(conn, review_id)
+    """The review's delivery attempt, for ``get_review`` (which has read the review): None before its
+    approval, and for a review of another project. One statement, outside a transaction."""
+    async with env.db.single_statement.connect() as conn:
+        return await store.get_attempt(conn, review_id, principal.project_id)

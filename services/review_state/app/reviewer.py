@@ -290,7 +290,9 @@ async def _apply_decision(
         now = utcnow()
         if hold is not None:
             return await _hold(uow, principal, review_id, decision, hold)
-        before = await _kernel.load(uow.conn, principal, review_id)
+        # The precheck's read, not a second one: the compare-and-set on its version refuses the
+        # decision (409 stale) if another writer moved the review since.
+        before = current
         prior: list[Turn] = []
         short = False
         counting = quorum.approvals > 1 and verb in (Verb.APPROVE, Verb.EDIT)

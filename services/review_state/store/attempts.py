@@ -71,14 +71,22 @@ def _attempt(row: Any) -> Attempt:
 
 
 _ATTEMPT = select(t).where(t.c.review_id == bindparam("review_id"))
+_ATTEMPT_IN_PROJECT = _ATTEMPT.where(t.c.project_id == bindparam("project_id"))
 
 
-async def get_attempt(conn: AsyncConnection, review_id: str) -> Attempt | None:
-    row = (await conn.execute(_ATTEMPT, {"review_id": review_id})).first()
+async def get_attempt(conn: AsyncConnection, review_id: str, project_id: str = "") -> Attempt | None:
+    """The review's attempt; with ``project_id``, only if the review is that project's (another
+    tenant's reads as absent)."""
+    if project_id:
+        row = (
+            await conn.execute(_ATTEMPT_IN_PROJECT, {"review_id": review_id, "project_id": project_id})
+        ).first()
+    else:
+        row = (await conn.execute(_ATTEMPT, {"review_id": review_id})).first()
     return _attempt(row) if row else None
 
 
-def _claimable(now: datetime) -> Any:
+def _claimable(now: Any) -> Any:
     return and_(
         t.c.status == "in_flight",
         t.c.stage.in_((QUEUED, DATA)),
@@ -94,40 +102,46 @@ async def due_attempts(conn: AsyncConnection, now: datetime, limit: int = 100) -
     return [row.review_id for row in rows]
 
 
+# The worker's statements, built once (no statement built, no cache key walked per call).
+_CLAIM = (
+    update(t)
+    .where(t.c.review_id == bindparam("attempt_id"), _claimable(bindparam("now")))
+    .values(
+        lease_owner=bindparam("owner"),
+        lease_until=bindparam("until"),
+        tries=t.c.tries + case((t.c.stage == QUEUED, 1), else_=0),
+    )
+    .returning(*_COLUMNS)
+)
+
+
 async def claim_attempt(
     conn: AsyncConnection, review_id: str, owner: str, now: datetime, lease: timedelta
 ) -> Attempt | None:
     """Take the attempt for ``lease`` unless a live worker holds it (the CAS makes one winner); a claim
     of a queued row counts a try. One statement: the claimed row comes back with it."""
-    row = (
-        await conn.execute(
-            update(t)
-            .where(t.c.review_id == review_id, _claimable(now))
-            .values(
-                lease_owner=owner,
-                lease_until=now + lease,
-                tries=t.c.tries + case((t.c.stage == QUEUED, 1), else_=0),
-            )
-            .returning(*_COLUMNS)
-        )
-    ).first()
+    params = {"attempt_id": review_id, "now": now, "owner": owner, "until": now + lease}
+    row = (await conn.execute(_CLAIM, params)).first()
     return _attempt(row) if row else None
 
 
-def _held(review_id: str, owner: str) -> Any:
+def _held(review_id: Any, owner: Any) -> Any:
     return and_(t.c.review_id == review_id, t.c.status == "in_flight", t.c.lease_owner == owner)
 
 
+_HELD = _held(bindparam("attempt_id"), bindparam("owner"))
+_RENEW = update(t).where(_HELD).values(lease_until=bindparam("until"))
+_REACH_DATA = update(t).where(_HELD, t.c.stage == QUEUED).values(stage=DATA)
+
+
 async def renew_lease(conn: AsyncConnection, review_id: str, owner: str, until: datetime) -> bool:
-    result = await conn.execute(update(t).where(_held(review_id, owner)).values(lease_until=until))
+    result = await conn.execute(_RENEW, {"attempt_id": review_id, "owner": owner, "until": until})
     return bool(result.rowcount == 1)
 
 
 async def reach_data(conn: AsyncConnection, review_id: str, owner: str) -> bool:
     """Journal that this try is about to pass DATA; False when the worker lost its lease (do not send)."""
-    result = await conn.execute(
-        update(t).where(_held(review_id, owner), t.c.stage == QUEUED).values(stage=DATA)
-    )
+    result = await conn.execute(_REACH_DATA, {"attempt_id": review_id, "owner": owner})
     return bool(result.rowcount == 1)
 
 
@@ -155,6 +169,21 @@ async def park(conn: AsyncConnection, review_id: str, owner: str, now: datetime)
     return bool(result.rowcount == 1)
 
 
+_FINISH = (
+    update(t)
+    .where(t.c.review_id == bindparam("attempt_id"), t.c.status == "in_flight")
+    .values(
+        status=bindparam("closed_as"),
+        finished_at=bindparam("now"),
+        error=bindparam("why"),
+        resolution=bindparam("how"),
+        lease_owner=None,
+        lease_until=None,
+    )
+    .returning(*_COLUMNS)
+)
+
+
 async def finish_attempt(
     conn: AsyncConnection,
     review_id: str,
@@ -165,21 +194,8 @@ async def finish_attempt(
 ) -> Attempt | None:
     """Closes an in-flight attempt and returns it closed; None when someone (the sweep, a twin) already
     closed it."""
-    row = (
-        await conn.execute(
-            update(t)
-            .where(t.c.review_id == review_id, t.c.status == "in_flight")
-            .values(
-                status=status,
-                finished_at=now,
-                error=error,
-                resolution=resolution,
-                lease_owner=None,
-                lease_until=None,
-            )
-            .returning(*_COLUMNS)
-        )
-    ).first()
+    params = {"attempt_id": review_id, "now": now, "closed_as": status, "why": error, "how": resolution}
+    row = (await conn.execute(_FINISH, params)).first()
     return _attempt(row) if row else None
 
 

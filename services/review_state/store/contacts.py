@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from reviewloop.storage.schema import insert_ignore
 from sqlalchemy import Row, bindparam, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.store.tables import account_review_policies, contacts, messages, review_policies
@@ -82,24 +82,30 @@ async def sending_facts(
 async def mark_contacted(
     conn: AsyncConnection, project_id: str, addresses: Sequence[str], now: datetime
 ) -> None:
-    for address in sorted({a.lower() for a in addresses}):
-        key = (contacts.c.project_id == project_id) & (contacts.c.address == address)
-        updated = await conn.execute(
-            update(contacts)
-            .where(key, contacts.c.contacted_at.is_(None))
-            .values(contacted_at=now, updated_at=now)
+    """Mail went to ``addresses``: each is no longer a first contact (a new row, or ``contacted_at`` set
+    where it was null; an earlier ``contacted_at`` stays). One statement for them all."""
+    rows = [
+        {
+            "project_id": project_id,
+            "address": address,
+            "blocked": False,
+            "suppressed": False,
+            "contacted_at": now,
+            "updated_at": now,
+        }
+        for address in sorted({a.lower() for a in addresses})
+    ]
+    if not rows:
+        return
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    upsert = dialect.insert(contacts).values(rows)
+    await conn.execute(
+        upsert.on_conflict_do_update(
+            index_elements=[contacts.c.project_id, contacts.c.address],
+            set_={"contacted_at": upsert.excluded.contacted_at, "updated_at": upsert.excluded.updated_at},
+            where=contacts.c.contacted_at.is_(None),
         )
-        if updated.rowcount == 0:
-            await conn.execute(
-                insert_ignore(conn, contacts).values(
-                    project_id=project_id,
-                    address=address,
-                    blocked=False,
-                    suppressed=False,
-                    contacted_at=now,
-                    updated_at=now,
-                )
-            )
+    )
 
 
 # --- the review policy and contacts ---------------------------------------------------------------

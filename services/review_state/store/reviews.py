@@ -194,6 +194,13 @@ async def past_review_deadline(
     return [_from_row(row) for row in rows]
 
 
+# Built once: the parameters' keys name the SET clause (SQLAlchemy compiles and caches one statement per
+# set of columns), so a CAS neither builds a statement nor walks its cache key.
+_CAS = update(reviews).where(
+    reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version")
+)
+
+
 async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any) -> Review | None:
     """Write ``changes`` only if the row is still at ``current.version``; the row count decides.
 
@@ -203,11 +210,7 @@ async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any
     # Only what changed: the version CAS already guarantees nobody else wrote the row since.
     names = [n for n in ("version", *changes) if getattr(updated, n) != getattr(current, n)]
     values = _to_row(updated, names)
-    result = await conn.execute(
-        update(reviews)
-        .where(reviews.c.id == current.id, reviews.c.version == current.version)
-        .values(**values)
-    )
+    result = await conn.execute(_CAS, {**values, "cas_id": current.id, "cas_version": current.version})
     if result.rowcount != 1:
         return None
     if updated.revision != current.revision:
