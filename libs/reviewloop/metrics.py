@@ -59,6 +59,7 @@ GAUGES: Mapping[str, tuple[str, str]] = {
     "reviewloop.budget.launch_refusals": ("{refusal}", "Automatic launches the no-verdict cap refused."),
     "reviewloop.budget.gate_decisions": ("{decision}", "Review-run gate decisions recorded, by source."),
     "reviewloop.gateway.event_streams": ("{stream}", "Open review-event streams (SSE) on this gateway."),
+    "db.client.connections.usage": ("connections", "Connections of the store's pool, used and idle."),
     "reviewloop.gateway.event_feeds": (
         "{feed}",
         "Reads of the nudge service those streams share: one per project with a stream open here.",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import signal
 import sys
@@ -21,16 +22,14 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 import grpc
-import sqlalchemy
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from opentelemetry import trace
-from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor, filters
 from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
-from opentelemetry.instrumentation.utils import unwrap
+from opentelemetry.metrics import NoOpMeterProvider
 from sqlalchemy import MetaData, text
 
 from reviewloop import metrics, telemetry
@@ -40,7 +39,9 @@ from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import DomainError, invalid
 from reviewloop.outbox_admin import OutboxAdmin
 from reviewloop.rpc_errors import grpc_code, to_status
+from reviewloop.rpc_trace import STATUS_CODE, ClientTracing, served
 from reviewloop.storage import Database, make_engine
+from reviewloop.storage.engine import pool_probe
 from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.migrations import migrate
 from reviewloop.storage.outbox import Relay, ingest_method, outbox_probe
@@ -49,6 +50,7 @@ from reviewloop.trust import ServiceAuthInterceptor, Trust
 log = logging.getLogger(__name__)
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
+HEALTH_PREFIX = f"/{HEALTH_SERVICE}/"
 SHUTDOWN_GRACE_S = 5.0
 READINESS_EVERY_S = 5.0
 
@@ -83,7 +85,7 @@ class Peers:
             self._channels[service] = self._trust.channel(
                 self._addresses[service],
                 options=CHANNEL_OPTIONS,
-                interceptors=aio_client_interceptors(),  # type: ignore[no-untyped-call]  # otel ships it untyped
+                interceptors=[ClientTracing()],
             )
         return self._channels[service]
 
@@ -200,75 +202,90 @@ async def _crash(context: grpc.aio.ServicerContext[Any, Any], behavior: Any) -> 
 
 def _annotate(message: Any) -> None:
     """Put the review a request or answer names on the RPC's server span (the submit's from its answer)."""
-    if isinstance(message, Message):
-        trace.get_current_span().set_attributes(telemetry.review_attributes(message))
+    span = trace.get_current_span()
+    if span.is_recording() and isinstance(message, Message):
+        span.set_attributes(telemetry.review_attributes(message))
 
 
 class _Outcome:
-    """How one call ended, for its metric: the gRPC status name and the problem code."""
+    """How one call ended, for its metric and its span: the gRPC status and the problem code."""
 
     def __init__(self, method: str) -> None:
-        self.method, self.status, self.code = method, "OK", ""
+        self.method, self.status, self.code = method, grpc.StatusCode.OK, ""
         self.started = time.perf_counter()
 
     def failed(self, error: DomainError) -> None:
-        self.status, self.code = grpc_code(error).name, error.code.value
+        self.status, self.code = grpc_code(error), error.code.value
 
     def record(self) -> None:
-        metrics.record_rpc(self.method, self.status, self.code, time.perf_counter() - self.started)
+        metrics.record_rpc(self.method, self.status.name, self.code, time.perf_counter() - self.started)
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attribute(STATUS_CODE, self.status.value[0])
 
 
-def _wrap_unary(method: str, behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _span(details: grpc.HandlerCallDetails) -> contextlib.AbstractContextManager[Any]:
+    """The call's SERVER span (health checks, probed every few seconds, get none)."""
+    if details.method.startswith(HEALTH_PREFIX):
+        return contextlib.nullcontext()
+    return served(details.method, details.invocation_metadata)
+
+
+def _wrap_unary(
+    details: grpc.HandlerCallDetails, behavior: Callable[..., Awaitable[Any]]
+) -> Callable[..., Awaitable[Any]]:
     async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         context.set_trailing_metadata(VERSION_METADATA)
-        outcome = _Outcome(method)
-        try:
-            _annotate(request)
-            _refuse_nul(request)
-            response = await behavior(request, context)
-            _annotate(response)
-            return response
-        except DomainError as error:
-            outcome.failed(error)
-            await _fail(context, error)
-        except asyncio.CancelledError:
-            outcome.status = "CANCELLED"
-            raise
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            outcome.status, outcome.code = "INTERNAL", "internal"
-            await _crash(context, behavior)
-        finally:
-            outcome.record()
+        with _span(details):
+            outcome = _Outcome(details.method)
+            try:
+                _annotate(request)
+                _refuse_nul(request)
+                response = await behavior(request, context)
+                _annotate(response)
+                return response
+            except DomainError as error:
+                outcome.failed(error)
+                await _fail(context, error)
+            except asyncio.CancelledError:
+                outcome.status = grpc.StatusCode.CANCELLED
+                raise
+            except grpc.aio.AbortError:
+                raise
+            except Exception:
+                outcome.status, outcome.code = grpc.StatusCode.INTERNAL, "internal"
+                await _crash(context, behavior)
+            finally:
+                outcome.record()
 
     return unary
 
 
 def _wrap_stream(
-    method: str, behavior: Callable[..., AsyncIterator[Any]]
+    details: grpc.HandlerCallDetails, behavior: Callable[..., AsyncIterator[Any]]
 ) -> Callable[..., AsyncIterator[Any]]:
     async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         context.set_trailing_metadata(VERSION_METADATA)
-        outcome = _Outcome(method)
-        try:
-            _annotate(request)
-            _refuse_nul(request)
-            async for item in behavior(request, context):
-                yield item
-        except DomainError as error:
-            outcome.failed(error)
-            await _fail(context, error)
-        except asyncio.CancelledError:
-            outcome.status = "CANCELLED"
-            raise
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            outcome.status, outcome.code = "INTERNAL", "internal"
-            await _crash(context, behavior)
-        finally:
-            outcome.record()
+        with _span(details):
+            outcome = _Outcome(details.method)
+            try:
+                _annotate(request)
+                _refuse_nul(request)
+                async for item in behavior(request, context):
+                    yield item
+            except DomainError as error:
+                outcome.failed(error)
+                await _fail(context, error)
+            except asyncio.CancelledError:
+                outcome.status = grpc.StatusCode.CANCELLED
+                raise
+            except grpc.aio.AbortError:
+                raise
+            except Exception:
+                outcome.status, outcome.code = grpc.StatusCode.INTERNAL, "internal"
+                await _crash(context, behavior)
+            finally:
+                outcome.record()
 
     return stream
 
@@ -276,8 +293,9 @@ def _wrap_stream(
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
     """Apply the service-boundary guarantees to every unary and server-streaming RPC.
 
-    NUL strings are refused, a DomainError is mapped to status + details, anything else becomes a bare
-    INTERNAL with no traceback, and every answer carries ``x-contract-version``.
+    Each call is a SERVER span of its caller's trace (``rpc_trace.served``), NUL strings are refused, a
+    DomainError is mapped to status + details, anything else becomes a bare INTERNAL with no traceback,
+    and every answer carries ``x-contract-version``.
     """
 
     async def intercept_service(
@@ -291,7 +309,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
             return handler
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler_call_details.method, handler.unary_unary),
+                _wrap_unary(handler_call_details, handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -299,7 +317,7 @@ class BoundaryInterceptor(grpc.aio.ServerInterceptor):
             return grpc.unary_stream_rpc_method_handler(
                 # grpc.aio runs async generators here; the stubs only know the sync server's type.
                 _wrap_stream(
-                    handler_call_details.method, cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)
+                    handler_call_details, cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)
                 ),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
@@ -394,18 +412,14 @@ class PortTakenError(RuntimeError):
 async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService:
     """Build, bind, migrate and start ``spec``; health turns SERVING once the store is migrated."""
     engine = make_engine(config.db_url)
-    instrumented = SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine)
-    # None when this process already instrumented an engine (tests start several services in one).
-    if instrumented is not None and not config.trace_sql:
-        # Keep the pool gauge (db.client.connections.usage); drop the span per statement and the
-        # "connect" span per pool checkout (13 of a lifecycle's 49 spans).
-        sqlalchemy.event.remove(engine.sync_engine, "before_cursor_execute", instrumented._before_cur_exec)
-        unwrap(sqlalchemy.engine.Engine, "connect")
+    if config.trace_sql:
+        # A span per statement and per pool checkout (13 of a lifecycle's 49 spans), on demand only. The
+        # pool gauge is read on a scrape (pool_probe), not counted here on every checkout and checkin.
+        SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine, meter_provider=NoOpMeterProvider())
     db = Database(engine)
     peers = Peers(config.peers, config.trust)
     server = grpc.aio.server(
         interceptors=[
-            aio_server_interceptor(filter_=filters.negate(filters.service_name(HEALTH_SERVICE))),  # type: ignore[no-untyped-call]
             BoundaryInterceptor(),
             ServiceAuthInterceptor(config.trust),
         ],
@@ -463,7 +477,11 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     running = RunningService(server, health, db, peers, relay, tasks, port)
     tasks.append(asyncio.create_task(running.watch_readiness(names), name="readiness"))
     if config.metrics_listen:
-        probes = [*((outbox_probe(db),) if relay else ()), *(spec.probes(env) if spec.probes else ())]
+        probes = [
+            pool_probe(engine),
+            *((outbox_probe(db),) if relay else ()),
+            *(spec.probes(env) if spec.probes else ()),
+        ]
         running.operations = await metrics.serve_http(config.metrics_listen, probes, running.ready)
     for name in ("", *names):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)

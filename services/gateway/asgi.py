@@ -44,65 +44,74 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 BODY_TOO_LARGE = problems.BODY_TOO_LARGE
 
 
-class ContractHeaders:
-    """Every response carries ``X-Contract-Version`` (and echoes ``X-Request-Id``); bodies over the
-    limit are refused with 413 before a route reads them."""
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_EXTENSION = "x-idempotency"  # "service": the route passes the key on; "gateway": this middleware
+_MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+_CONTRACT_VERSION = (b"x-contract-version", CONTRACT_VERSION.encode())
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+
+class Edge:
+    """The gateway's one middleware, a plain ASGI one around FastAPI's routing.
+
+    - Every response carries ``X-Contract-Version`` (and echoes ``X-Request-Id``); bodies over the limit
+      are refused with 413 before a route reads them.
+    - Every request but the probes is observed (``operations.Observation``: span annotations, metric,
+      access log).
+    - ``Idempotency-Key`` on every mutation: a route that declares the header passes the key to its
+      owning service (which dedupes in its own transaction); for every other mutation the gateway replays
+      the first 2xx answer given to the same caller under the same key, refuses the same key with a
+      different request (``409 idempotency_conflict``), and runs the mutation once even when retries race.
+    """
+
+    def __init__(self, app: ASGIApp, api: FastAPI, max_body_bytes: int) -> None:
         self.app = app
+        self.api = api
         self.max_body_bytes = max_body_bytes
+        self._owned: list[tuple[str, re.Pattern[str], str]] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        request_id = headers.get(b"x-request-id")
+        extra = [_CONTRACT_VERSION]
+        if request_id := headers.get(b"x-request-id"):
+            extra.append((b"x-request-id", request_id))
+        observation = None if scope["path"] in operations.QUIET else operations.Observation(scope)
 
-        async def send_with_headers(message: Message) -> None:
+        async def edge_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                extra = [(b"x-contract-version", CONTRACT_VERSION.encode())]
-                if request_id:
-                    extra.append((b"x-request-id", request_id))
                 message["headers"] = [*message.get("headers", []), *extra]
+            if observation is not None:
+                observation.sent(message)
             await send(message)
 
-        length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            response = problems.problem_response(problems.body_too_large(self.max_body_bytes))
-            await response(scope, receive, send_with_headers)
-            return
-        received = 0
+        try:
+            length = headers.get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+                response = problems.problem_response(problems.body_too_large(self.max_body_bytes))
+                await response(scope, receive, edge_send)
+                return
+            received = 0
 
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_body_bytes:
-                # FastAPI turns any failure while it reads a body into a 400; this flag keeps it a 413.
-                scope[BODY_TOO_LARGE] = True
-                raise problems.body_too_large(self.max_body_bytes)
-            return message
+            async def limited_receive() -> Message:
+                nonlocal received
+                message = await receive()
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    # FastAPI turns any failure while it reads a body into a 400; this flag keeps it a 413.
+                    scope[BODY_TOO_LARGE] = True
+                    raise problems.body_too_large(self.max_body_bytes)
+                return message
 
-        await self.app(scope, limited_receive, send_with_headers)
-
-
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-IDEMPOTENCY_EXTENSION = "x-idempotency"  # "service": the route passes the key on; "gateway": this middleware
-_MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
-
-
-class IdempotentMutations:
-    """``Idempotency-Key`` on every mutation: a route that declares the header passes the key to its owning
-    service (which dedupes in its own transaction); for every other mutation the gateway replays the first
-    2xx answer given to the same caller under the same key, refuses the same key with a different request
-    (``409 idempotency_conflict``), and runs the mutation once even when retries race."""
-
-    def __init__(self, app: ASGIApp, api: FastAPI) -> None:
-        self.app = app
-        self.api = api
-        self._owned: list[tuple[str, re.Pattern[str], str]] | None = None
+            if scope["method"] in _MUTATIONS:
+                await self.mutation(scope, limited_receive, edge_send)
+            else:
+                await self.app(scope, limited_receive, edge_send)
+        finally:
+            if observation is not None:
+                observation.done()
 
     def operation(self, method: str, path: str) -> str | None:
         """The gateway-owned operation ``method path`` names, if any."""
@@ -119,10 +128,8 @@ class IdempotentMutations:
             ]
         return next((name for verb, rx, name in self._owned if verb == method and rx.match(path)), None)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _MUTATIONS:
-            await self.app(scope, receive, send)
-            return
+    async def mutation(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A mutation: run once per ``Idempotency-Key`` when the gateway owns its idempotency."""
         request = Request(scope)
         key = request.headers.get(IDEMPOTENCY_HEADER)
         operation = self.operation(scope["method"], scope["path"]) if key is not None else None
@@ -257,7 +264,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         # the endpoint's function name, never FastAPI's path-mangled default.
         generate_unique_id_function=lambda route: route.operation_id or route.name,
         # The request's server span only: no span per dependency, endpoint and serialization (13 of a
-        # lifecycle's 37 spans), and no second duration histogram beside ``Observed``'s.
+        # lifecycle's 37 spans), and no second duration histogram beside ours (``operations.Observation``).
         telemetry={"operation_spans": False, "metrics": False},
     )
     app.state.settings = settings
@@ -297,9 +304,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         return dict(CONTRACT_MANIFEST)
 
     app.openapi = lambda: contract_openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(IdempotentMutations, api=app)
-    app.add_middleware(ContractHeaders, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(operations.Observed)
+    app.add_middleware(Edge, api=app, max_body_bytes=settings.max_body_bytes)
     return app
 
 

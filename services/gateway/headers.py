@@ -24,4 +24,4 @@ IdempotencyKey = Annotated[
 """For a route whose owning service dedupes in its own transaction: declare ``idempotency_key:
 IdempotencyKey = ""`` and pass it on (``idempotency_key=idempotency_key``); the OpenAPI document marks the
 operation ``x-idempotency: service``. A mutation that does not declare it is still idempotent: the
-gateway's IdempotentMutations middleware replays it (``x-idempotency: gateway``)."""
+gateway's middleware (asgi.Edge) replays it (``x-idempotency: gateway``)."""

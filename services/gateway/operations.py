@@ -13,96 +13,95 @@ from opentelemetry import trace
 from reviewloop import metrics, telemetry
 from sqlalchemy import text
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Scope
 
 from gateway.responses import OrjsonResponse
 
 access_log = logging.getLogger("reviewloop.access")
 # Answers read back for their review id or problem code: problems and a mutation's small JSON answer.
 _CAPTURE_LIMIT = 64 * 1024
-_QUIET = frozenset({"/metrics", "/livez", "/readyz"})
+# Probes and scrapes: no metric, no access-log line.
+QUIET = frozenset({"/metrics", "/livez", "/readyz"})
 
 
-class Observed:
-    """Annotate the request's server span (``reviewloop.review_id`` from the path or, for a submit, from
-    the answer; ``problem_code`` and ERROR on every 4xx/5xx), record the request's metric and write one
-    access-log line. Runs inside FastAPI's span, and annotates before the last body chunk ends it."""
+class Observation:
+    """One request as an SRE reads it: annotate the request's server span (``reviewloop.review_id`` from
+    the path or, for a submit, from the answer; ``problem_code`` and ERROR on every 4xx/5xx), record the
+    request's metric and write one access-log line. The gateway's middleware (``asgi.Edge``) feeds it
+    every message it sends (``sent``, which annotates before the last body chunk ends FastAPI's span)
+    and calls ``done`` when the request is over."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    __slots__ = ("body", "capture", "code", "review_id", "scope", "started", "status")
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in _QUIET:
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        state: dict[str, Any] = {"status": 0, "capture": False, "body": b"", "code": ""}
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.started = time.perf_counter()
+        self.status, self.capture, self.body, self.code, self.review_id = 0, False, b"", "", ""
 
-        async def observed_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                state["status"] = status = message["status"]
-                kind = dict(message.get("headers", [])).get(b"content-type", b"")
-                state["capture"] = status >= 400 or (
-                    scope["method"] == "POST" and b"json" in kind and "review_id" not in _params(scope)
-                )
-            elif message["type"] == "http.response.body":
-                if state["capture"] and len(state["body"]) < _CAPTURE_LIMIT:
-                    state["body"] += message.get("body", b"")
-                if not message.get("more_body", False):
-                    self._annotate(scope, state)
-            await send(message)
-
-        try:
-            await self.app(scope, receive, observed_send)
-        finally:
-            seconds = time.perf_counter() - started
-            route = getattr(scope.get("route"), "path", "unmatched")
-            status = state["status"] or 500
-            metrics.http_duration.record(
-                seconds,
-                {
-                    "http.request.method": scope["method"],
-                    "http.route": route,
-                    "http.response.status_code": status,
-                    "problem_code": state["code"],
-                },
+    def sent(self, message: Message) -> None:
+        """Watch one message on its way out."""
+        if message["type"] == "http.response.start":
+            self.status = status = message["status"]
+            kind = dict(message.get("headers", [])).get(b"content-type", b"")
+            self.capture = status >= 400 or (
+                self.scope["method"] == "POST" and b"json" in kind and "review_id" not in _params(self.scope)
             )
-            access_log.info(
-                "%s %s %d",
-                scope["method"],
-                scope["path"],
-                status,
-                extra={
-                    "fields": {
-                        "method": scope["method"],
-                        "path": scope["path"],
-                        "route": route,
-                        "status": status,
-                        "duration_ms": round(seconds * 1000, 2),
-                        "problem_code": state["code"],
-                        "review_id": state.get("review_id", ""),
-                    }
-                },
-            )
+        elif message["type"] == "http.response.body":
+            if self.capture and len(self.body) < _CAPTURE_LIMIT:
+                self.body += message.get("body", b"")
+            if not message.get("more_body", False):
+                self._annotate()
 
-    @staticmethod
-    def _annotate(scope: Scope, state: dict[str, Any]) -> None:
+    def done(self) -> None:
+        """The request is over: its metric and its access-log line."""
+        scope = self.scope
+        seconds = time.perf_counter() - self.started
+        route = getattr(scope.get("route"), "path", "unmatched")
+        status = self.status or 500
+        metrics.http_duration.record(
+            seconds,
+            {
+                "http.request.method": scope["method"],
+                "http.route": route,
+                "http.response.status_code": status,
+                "problem_code": self.code,
+            },
+        )
+        access_log.info(
+            "%s %s %d",
+            scope["method"],
+            scope["path"],
+            status,
+            extra={
+                "fields": {
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 2),
+                    "problem_code": self.code,
+                    "review_id": self.review_id,
+                }
+            },
+        )
+
+    def _annotate(self) -> None:
         answer: Any = None
-        if state["body"]:
+        if self.body:
             try:
-                answer = orjson.loads(state["body"])
+                answer = orjson.loads(self.body)
             except orjson.JSONDecodeError:
                 answer = None
-        review_id = _params(scope).get("review_id") or (
+        review_id = _params(self.scope).get("review_id") or (
             answer.get("review_id") if isinstance(answer, dict) else None
         )
         if isinstance(review_id, str) and review_id:
-            state["review_id"] = review_id
+            self.review_id = review_id
             trace.get_current_span().set_attribute(telemetry.REVIEW_ID, review_id)
-        if state["status"] >= 400:
+        if self.status >= 400:
             code = answer.get("code") if isinstance(answer, dict) else None
-            state["code"] = code if isinstance(code, str) else str(state["status"])
-            telemetry.mark_error(state["code"])
+            self.code = code if isinstance(code, str) else str(self.status)
+            telemetry.mark_error(self.code)
 
 
 def _params(scope: Scope) -> dict[str, Any]:

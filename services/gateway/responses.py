@@ -40,7 +40,7 @@ class ShapedRoute(APIRoute):
 
 
 # Set in the ASGI scope by a route whose answer holds a secret: what a replay under the request's
-# Idempotency-Key answers instead, since the gateway stores that answer (asgi.IdempotentMutations).
+# Idempotency-Key answers instead, since the gateway stores that answer (asgi.Edge).
 REPLAY_ANSWER = "reviewloop.replay_answer"
 
 

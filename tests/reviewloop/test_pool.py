@@ -9,6 +9,7 @@ import pytest
 from review_state.__main__ import SPEC
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database
+from reviewloop.storage.engine import POOL_GAUGE, pool_probe
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
@@ -38,3 +39,19 @@ async def test_after_the_server_drops_the_pool_the_next_use_gets_a_fresh_connect
             assert exc.connection_invalidated
             failures += 1
     assert failures <= 1  # the first dead connection fails once; the pool then drops the others
+
+
+async def test_the_pool_gauge_reads_used_and_idle_connections_from_the_pool(open_db: OpenDb) -> None:
+    """``db.client.connections.usage`` is read on a scrape, with no counting on every checkout."""
+    db = await open_db(SPEC)
+
+    async def gauge() -> dict[str, float]:
+        points = (await pool_probe(db.engine)())[POOL_GAUGE]
+        return {attrs["state"]: value for value, attrs in points}
+
+    async with db.engine.connect() as conn:
+        await conn.execute(text("SELECT 1"))
+        held = await gauge()
+    after = await gauge()
+    assert held["used"] == after["used"] + 1
+    assert after["idle"] >= 1  # the connection went back to the pool

@@ -29,7 +29,14 @@ STATIC = Path(__file__).parent / "static"
 
 def create_console(state: object) -> FastAPI:
     """The console app, to be mounted at ``/console``; ``state`` is the gateway's ``app.state``."""
-    console = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    # No telemetry of its own: the gateway's request span, metric and access log cover every console
+    # request (a second SERVER span and per-dependency spans would only add cost).
+    console = FastAPI(
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
+    )
     console.state = state  # type: ignore[assignment]
     console.mount("/static", StaticFiles(directory=STATIC), name="static")
     console.include_router(review.router)

@@ -1,5 +1,5 @@
 """Console routes (admin key or bootstrap token): projects and API keys, the gateway's own store.
-``Idempotency-Key`` on these is honoured by the gateway's IdempotentMutations middleware (asgi.py)."""
+``Idempotency-Key`` on these is honoured by the gateway's middleware (asgi.Edge)."""
 
 from __future__ import annotations
 
