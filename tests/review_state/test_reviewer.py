@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from review_state import app
+from review_state import app, store
 from review_state.app import Decision, Env, Revision, _kernel
+from review_state.domain.pacing import StaleDraft
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial
+from review_state.store import pacing as paced
 from reviewloop.errors import Code, DomainError
 
 from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, REVIEWER, opened, peers, queued, reasons
@@ -211,3 +213,26 @@ async def test_a_decision_on_a_review_moved_since_its_precheck_is_stale_and_writ
     assert stale.value.code is Code.STALE
     now, _ = await app.get_review(env, HUMAN, review.id)
     assert now.state.value != "sent" and now.send_path is None
+
+
+async def test_an_approval_reads_the_stale_draft_row_once_and_a_held_draft_keeps_it(env: Env) -> None:
+    """The hold and the release are one statement; a held draft's 409 rolls the release back."""
+    review = await opened(env)
+    with statements(env.db) as seen:
+        sent = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert sent.state.value == "sent"
+    touched = [s.sql for s in seen if "stale_drafts" in s.sql]
+    assert len(touched) == 1, touched
+
+    held = await opened(env)
+    stale = StaleDraft(
+        held.id, held.project_id, held.category_id, held.rule_high_water + 1, {}, "rule_changed", True, 1
+    )
+    async with env.db.transaction() as uow:
+        await paced.mark_stale(uow.conn, "org_1", [stale])
+    with pytest.raises(DomainError) as caught:
+        await app.decide(env, HUMAN, held.id, Decision("approve", held.revision, held.version))
+    assert caught.value.code is Code.BORN_STALE
+    async with env.db.engine.connect() as conn:
+        assert await paced.required_high_water(conn, held.id) == held.rule_high_water + 1
+        assert (await store.get_review(conn, held.project_id, held.id)).state is held.state  # type: ignore[union-attr]

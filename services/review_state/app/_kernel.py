@@ -25,6 +25,7 @@ from review_state.app import _events, pacing
 from review_state.app._events import NO_FACTS, Facts
 from review_state.domain.machine import (
     CLOSED,
+    PENDING,
     REFUSAL_NUDGES,
     Actor,
     Reason,
@@ -168,8 +169,10 @@ async def move(
         target = review.state
     if if_approved and target is State.APPROVED:
         changes = {**changes, **if_approved}
-    if verb is Verb.APPROVE:
-        await pacing.hold(uow.conn, review)  # a stale draft is not released before its redraft
+    # A stale draft is not released before its redraft; an approval that leaves pending takes its
+    # stale row here, in the statement that checks it, instead of reading it again in ``settle``.
+    leaving = verb is Verb.APPROVE and review.state in PENDING and target not in PENDING
+    released = await pacing.hold(uow.conn, review, leaving=leaving) if verb is Verb.APPROVE else None
     with span(review, target, actor):
         updated = await store.compare_and_set(
             uow.conn, review, **{"updated_at": utcnow(), **changes, "state": target}
@@ -188,7 +191,10 @@ async def move(
         )
     edge = Edge(review, updated, verb, actor)
     _events.publish_edge(uow, edge, facts)
-    await pacing.settle(uow, edge)
+    if leaving:
+        await pacing.free(uow, released)
+    else:
+        await pacing.settle(uow, edge)
     return edge
 
 

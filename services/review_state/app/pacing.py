@@ -114,7 +114,12 @@ async def settle(uow: UnitOfWork, edge: Edge) -> None:
         return
     if after.state in PENDING and after.rule_high_water <= before.rule_high_water:
         return
-    row = await paced.release(uow.conn, after)
+    await free(uow, await paced.release(uow.conn, after))
+
+
+async def free(uow: UnitOfWork, row: StaleDraft | None) -> None:
+    """The released stale ``row`` (None: nothing was stale) advances its category's cursor, and a slot
+    it held is refilled."""
     if row is None:
         return
     window = await paced.get_window(uow.conn, row.project_id, row.category_id, lock=True)
@@ -128,16 +133,23 @@ async def settle(uow: UnitOfWork, edge: Edge) -> None:
         await refill(uow, window, utcnow())
 
 
-async def hold(conn: AsyncConnection, review: Review) -> None:
+async def hold(conn: AsyncConnection, review: Review, *, leaving: bool) -> StaleDraft | None:
     """A stale draft is never approved into delivery: ``409 born_stale`` until the agent redrafts or
-    honestly restamps it against the rules that moved (``guard`` re-nudges the agent)."""
-    required = await paced.held_against(conn, review)
-    if required is not None:
+    honestly restamps it against the rules that moved (``guard`` re-nudges the agent). An approval
+    ``leaving`` pending releases the row in the same statement (the 409 rolls it back) and returns it,
+    for ``free`` after the compare-and-set."""
+    if leaving:
+        row = await paced.take(conn, review.id)
+        required = row.required_high_water if row else None
+    else:
+        row, required = None, await paced.required_high_water(conn, review.id)
+    if required is not None and required > review.rule_high_water:
         raise born_stale(
             review.rule_high_water,
             required,
             "is held by the backlog reconciliation until its agent redrafts or restamps it",
         )
+    return row
 
 
 async def sweep(env: Env) -> int:

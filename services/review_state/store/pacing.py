@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from reviewloop.storage.schema import insert_ignore
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING
@@ -19,6 +19,16 @@ from review_state.store.tables import pacing_windows, reviews, stale_drafts, tur
 
 _PENDING = [s.value for s in PENDING]
 _STALE_COLUMNS = tuple(StaleDraft.__dataclass_fields__)
+
+
+_REQUIRED = select(stale_drafts.c.required_high_water).where(
+    stale_drafts.c.review_id == bindparam("review_id")
+)
+_TAKE = (
+    delete(stale_drafts)
+    .where(stale_drafts.c.review_id == bindparam("review_id"))
+    .returning(*(stale_drafts.c[name] for name in _STALE_COLUMNS))
+)
 
 
 def _stale(row: Any) -> StaleDraft:
@@ -64,21 +74,29 @@ async def mark_stale(conn: AsyncConnection, org_id: str, drafts: Sequence[StaleD
         await conn.execute(insert_ignore(conn, pacing_windows).values(**values))
 
 
-async def held_against(conn: AsyncConnection, review: Review) -> int | None:
-    """The rule high-water ``review`` must be redrafted or restamped to before it may be released, or
-    None when it is not held."""
-    required = await conn.scalar(
-        select(stale_drafts.c.required_high_water).where(stale_drafts.c.review_id == review.id)
-    )
-    return int(required) if required is not None and required > review.rule_high_water else None
+async def required_high_water(conn: AsyncConnection, review_id: str) -> int | None:
+    """The rule high-water the stale draft ``review_id`` must be redrafted or restamped to; None when
+    it is not stale."""
+    required = await conn.scalar(_REQUIRED, {"review_id": review_id})
+    return None if required is None else int(required)
+
+
+async def take(conn: AsyncConnection, review_id: str) -> StaleDraft | None:
+    """Forget ``review_id`` as stale, whatever its high-water; the row it had, or None. One statement:
+    a caller that must refuse on the row raises, and its unit of work rolls the delete back."""
+    row = (await conn.execute(_TAKE, {"review_id": review_id})).first()
+    return _stale(row) if row else None
 
 
 async def release(conn: AsyncConnection, review: Review) -> StaleDraft | None:
     """Forget ``review`` as stale if it left pending or now reaches its required high-water; the row
     it had, or None."""
-    query = select(stale_drafts).where(stale_drafts.c.review_id == review.id)
-    if review.state in PENDING:
-        query = query.where(stale_drafts.c.required_high_water <= review.rule_high_water)
+    if review.state not in PENDING:
+        return await take(conn, review.id)
+    query = select(stale_drafts).where(
+        stale_drafts.c.review_id == review.id,
+        stale_drafts.c.required_high_water <= review.rule_high_water,
+    )
     row = (await conn.execute(query)).first()
     if row is None:
         return None
