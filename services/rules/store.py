@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from reviewloop.storage.idempotency import idempotency_table
-from reviewloop.storage.schema import Json, UtcDateTime, insert_ignore, new_metadata, utcnow
+from reviewloop.storage.schema import Json, UtcDateTime, insert_new, new_metadata, utcnow
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -188,7 +188,7 @@ idempotency_keys = idempotency_table(metadata, Column("result_id", String(40), n
 async def _put(conn: AsyncConnection, table: Table, keys: dict[str, Any], values: dict[str, Any]) -> None:
     """Write ``values`` to the row of ``keys``, inserting it if missing: an upsert both dialects
     speak (an insert that loses a race does nothing, and the update then applies)."""
-    await conn.execute(insert_ignore(conn, table).values(**keys, **values))
+    await insert_new(conn, table, {**keys, **values})
     await conn.execute(update(table).where(*(table.c[k] == v for k, v in keys.items())).values(**values))
 
 
@@ -281,7 +281,7 @@ async def lineage_owner(conn: AsyncConnection, lineage_id: str) -> tuple[str, st
 async def bump_high_water(conn: AsyncConnection, org_id: str) -> int:
     """The org's next high-water. Holds the org's counter row until commit, so the rule writes of one
     org are serialized (on SQLite the database lock already serializes them)."""
-    await conn.execute(insert_ignore(conn, org_counters).values(org_id=org_id, rule_high_water=0))
+    await insert_new(conn, org_counters, {"org_id": org_id, "rule_high_water": 0})
     result = await conn.execute(
         update(org_counters)
         .where(org_counters.c.org_id == org_id)

@@ -13,6 +13,8 @@ from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database
 from reviewloop.tenancy import ActorKind, Principal
 
+from tests.statements import statements
+
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 SYSTEM = Principal("org_1", "prj_1", ActorKind.SYSTEM, "review_state")
 OTHER_PROJECT = Principal("org_1", "prj_2", ActorKind.SYSTEM, "review_state")
@@ -82,3 +84,14 @@ async def test_bad_input_is_refused_naming_the_field(
     with pytest.raises(DomainError) as caught:
         await app.consume_auto_send(db, SYSTEM, category_id=category, review_id=review, cap_per_day=cap)
     assert caught.value.code is Code.BAD_REQUEST and caught.value.violations[0].field == field
+
+
+async def test_a_spend_runs_only_statements_compiled_before(open_db: OpenDb) -> None:
+    """Its INSERT ... ON CONFLICT rows (the spend, the day's counter) come from the compiled cache."""
+    db = await open_db(SPEC)
+    await app.consume_auto_send(db, SYSTEM, category_id="cat_a", review_id="rr_1", cap_per_day=5)
+    with statements(db) as seen:
+        spent = await app.consume_auto_send(db, SYSTEM, category_id="cat_a", review_id="rr_2", cap_per_day=5)
+    assert (spent.allowed, spent.used_today) == (True, 2)
+    assert any("ON CONFLICT" in s.sql for s in seen)
+    assert [s.sql for s in seen if not s.cached] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from google.protobuf.message import Message
@@ -17,12 +18,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TextClause,
     TypeDecorator,
     bindparam,
     insert,
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from reviewloop.ids import new_id
@@ -150,6 +153,30 @@ def insert_ignore(conn: AsyncConnection, table: Table) -> Any:
     """``INSERT ... ON CONFLICT DO NOTHING`` in the connection's dialect."""
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     return dialect.insert(table).on_conflict_do_nothing()
+
+
+async def insert_new(
+    conn: AsyncConnection, table: Table, values: dict[str, Any] | list[dict[str, Any]]
+) -> CursorResult[Any]:
+    """``INSERT ... ON CONFLICT DO NOTHING`` of one row, or of rows with the same keys.
+
+    Its row count (one row) is 1 when the row was new. Unlike ``insert_ignore`` its statement is
+    compiled once per table and columns: SQLAlchemy never caches a dialect's INSERT.
+    """
+    first = values if isinstance(values, dict) else values[0]
+    return await conn.execute(_insert_new(table, tuple(first)), values)
+
+
+@cache
+def _insert_new(table: Table, columns: tuple[str, ...]) -> TextClause:
+    # A text statement skips Python-side column defaults: a column that has one must be given.
+    if missing := [c.name for c in table.c if c.default is not None and c.name not in columns]:
+        raise ValueError(f"{table.name}: {missing} have Python-side defaults; give them")
+    names = ", ".join(f'"{c}"' for c in columns)
+    params = ", ".join(f":{c}" for c in columns)
+    return text(f'INSERT INTO "{table.name}" ({names}) VALUES ({params}) ON CONFLICT DO NOTHING').bindparams(
+        *(bindparam(c, type_=table.c[c].type) for c in columns)
+    )
 
 
 # SQLAlchemy never caches a dialect's INSERT (``insert_ignore``): it would compile it again for every

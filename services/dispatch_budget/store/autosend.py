@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from reviewloop.storage.schema import insert_ignore
+from reviewloop.storage.schema import insert_new
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -24,10 +24,16 @@ async def remember_auto_send_spend(
     conn: AsyncConnection, project_id: str, *, review_id: str, category_id: str, day: date, at: datetime
 ) -> bool:
     """Record that ``review_id`` spends a unit; False when it already had (a retry spends nothing more)."""
-    spent = await conn.execute(
-        insert_ignore(conn, auto_send_spends).values(
-            project_id=project_id, review_id=review_id, category_id=category_id, day=day, spent_at=at
-        )
+    spent = await insert_new(
+        conn,
+        auto_send_spends,
+        {
+            "project_id": project_id,
+            "review_id": review_id,
+            "category_id": category_id,
+            "day": day,
+            "spent_at": at,
+        },
     )
     return bool(spent.rowcount == 1)
 
@@ -47,10 +53,8 @@ async def spend_auto_send(
     conn: AsyncConnection, project_id: str, category_id: str, day: date, cap_per_day: int
 ) -> bool:
     """Take one unit of the category's counter for ``day``; False (nothing taken) at the cap."""
-    await conn.execute(
-        insert_ignore(conn, auto_send_days).values(
-            project_id=project_id, category_id=category_id, day=day, used=0
-        )
+    await insert_new(
+        conn, auto_send_days, {"project_id": project_id, "category_id": category_id, "day": day, "used": 0}
     )
     days = auto_send_days.c
     # The conditional increment is the atomic check: its row count decides.

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from reviewloop.storage.schema import insert_ignore
+from reviewloop.storage.schema import insert_new
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -16,17 +16,19 @@ from dispatch_budget.store.tables import agent_sessions, gate_configs, gate_deci
 
 async def lock_agent_session(conn: AsyncConnection, project_id: str, session_id: str) -> SessionState:
     """The session's counters (fresh ones for a new session), locked until the transaction ends."""
-    await conn.execute(
-        insert_ignore(conn, agent_sessions).values(
-            project_id=project_id,
-            session_id=session_id,
-            turns=0,
-            tools=0,
-            turn_index=0,
-            reviews=0,
-            in_flight=False,
-            enabled=True,
-        )
+    await insert_new(
+        conn,
+        agent_sessions,
+        {
+            "project_id": project_id,
+            "session_id": session_id,
+            "turns": 0,
+            "tools": 0,
+            "turn_index": 0,
+            "reviews": 0,
+            "in_flight": False,
+            "enabled": True,
+        },
     )
     a = agent_sessions.c
     row = (
@@ -94,9 +96,7 @@ async def gate_overrides(conn: AsyncConnection, project_id: str) -> dict[str, An
 async def set_gate_overrides(
     conn: AsyncConnection, project_id: str, overrides: dict[str, Any], at: datetime
 ) -> None:
-    await conn.execute(
-        insert_ignore(conn, gate_configs).values(project_id=project_id, config={}, updated_at=at)
-    )
+    await insert_new(conn, gate_configs, {"project_id": project_id, "config": {}, "updated_at": at})
     await conn.execute(
         update(gate_configs)
         .where(gate_configs.c.project_id == project_id)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from reviewloop.storage.schema import insert_ignore
+from reviewloop.storage.schema import insert_new
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -24,9 +24,7 @@ def encode_line(record: Mapping[str, Any]) -> bytes:
 
 async def lock_journal_head(conn: AsyncConnection, project_id: str, run_id: str) -> int:
     """The run's last offset (0 for a new journal), locked so appends to one journal serialize."""
-    await conn.execute(
-        insert_ignore(conn, journal_heads).values(project_id=project_id, run_id=run_id, last_offset=0)
-    )
+    await insert_new(conn, journal_heads, {"project_id": project_id, "run_id": run_id, "last_offset": 0})
     heads = journal_heads.c
     last = (
         await conn.execute(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from reviewloop.storage.schema import insert_ignore
+from reviewloop.storage.schema import insert_new
 from sqlalchemy import Integer, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -95,10 +95,8 @@ async def update_run(conn: AsyncConnection, project_id: str, run: Run, at: datet
 async def lock_scope(conn: AsyncConnection, project_id: str, key: str, default_limit: int) -> int:
     """Create the scope's owner row if needed and lock it; answers its limit. Admissions and grants
     on one scope serialize here (row lock on PostgreSQL, BEGIN IMMEDIATE on SQLite)."""
-    await conn.execute(
-        insert_ignore(conn, round_scopes).values(
-            project_id=project_id, scope_key=key, round_limit=default_limit
-        )
+    await insert_new(
+        conn, round_scopes, {"project_id": project_id, "scope_key": key, "round_limit": default_limit}
     )
     row = (
         await conn.execute(

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from reviewloop.storage.schema import insert_ignore
+from reviewloop.storage.schema import insert_new
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -55,7 +55,7 @@ async def mark_stale(conn: AsyncConnection, org_id: str, drafts: Sequence[StaleD
     }
     fresh = [d.__dict__ for d in drafts if d.review_id not in known]
     if fresh:
-        await conn.execute(insert_ignore(conn, stale_drafts), fresh)
+        await insert_new(conn, stale_drafts, fresh)
     for draft in drafts:
         if draft.review_id in known and draft.required_high_water > known[draft.review_id]:
             await conn.execute(
@@ -71,7 +71,7 @@ async def mark_stale(conn: AsyncConnection, org_id: str, drafts: Sequence[StaleD
             )
     for project_id, category_id in sorted({(d.project_id, d.category_id) for d in drafts}):
         values = Window(project_id, category_id, org_id).__dict__
-        await conn.execute(insert_ignore(conn, pacing_windows).values(**values))
+        await insert_new(conn, pacing_windows, values)
 
 
 async def required_high_water(conn: AsyncConnection, review_id: str) -> int | None:
