@@ -236,3 +236,13 @@ async def test_an_approval_reads_the_stale_draft_row_once_and_a_held_draft_keeps
     async with env.db.engine.connect() as conn:
         assert await paced.required_high_water(conn, held.id) == held.rule_high_water + 1
         assert (await store.get_review(conn, held.project_id, held.id)).state is held.state  # type: ignore[union-attr]
+
+
+async def test_a_second_lifecycle_runs_only_statements_compiled_before(env: Env) -> None:
+    """Submit, open, approve and deliver: after the first, none compiles its SQL again."""
+    for _ in range(2):
+        with statements(env.db) as seen:
+            review = await opened(env)
+            await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+        assert any(s.sql.startswith("INSERT INTO contacts") for s in seen)
+    assert [s.sql for s in seen if not s.cached] == []

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Row, bindparam, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.store.tables import account_review_policies, contacts, messages, review_policies
@@ -79,33 +78,28 @@ async def sending_facts(
     )
 
 
+# Built once, as text: SQLAlchemy never caches a dialect's INSERT ... ON CONFLICT (it compiled this one
+# on every delivery). PostgreSQL and SQLite read the same upsert.
+_CONTACTED = text(
+    "INSERT INTO contacts (project_id, address, blocked, suppressed, contacted_at, updated_at) "
+    "VALUES (:project_id, :address, false, false, :now, :now) "
+    "ON CONFLICT (project_id, address) DO UPDATE "
+    "SET contacted_at = excluded.contacted_at, updated_at = excluded.updated_at "
+    "WHERE contacts.contacted_at IS NULL"
+).bindparams(bindparam("now", type_=contacts.c.contacted_at.type))
+
+
 async def mark_contacted(
     conn: AsyncConnection, project_id: str, addresses: Sequence[str], now: datetime
 ) -> None:
     """Mail went to ``addresses``: each is no longer a first contact (a new row, or ``contacted_at`` set
-    where it was null; an earlier ``contacted_at`` stays). One statement for them all."""
+    where it was null; an earlier ``contacted_at`` stays). One execute for them all."""
     rows = [
-        {
-            "project_id": project_id,
-            "address": address,
-            "blocked": False,
-            "suppressed": False,
-            "contacted_at": now,
-            "updated_at": now,
-        }
+        {"project_id": project_id, "address": address, "now": now}
         for address in sorted({a.lower() for a in addresses})
     ]
-    if not rows:
-        return
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    upsert = dialect.insert(contacts).values(rows)
-    await conn.execute(
-        upsert.on_conflict_do_update(
-            index_elements=[contacts.c.project_id, contacts.c.address],
-            set_={"contacted_at": upsert.excluded.contacted_at, "updated_at": upsert.excluded.updated_at},
-            where=contacts.c.contacted_at.is_(None),
-        )
-    )
+    if rows:
+        await conn.execute(_CONTACTED, rows)
 
 
 # --- the review policy and contacts ---------------------------------------------------------------
