@@ -210,20 +210,27 @@ async def _ingest_nudges(db: Database, batch: Sequence[common_pb2.Event]) -> tup
     event by event: the inbox dedupe in one statement, the heads locked in one, the nudges, frontier rows,
     head advances and announcements in one, the webhook deliveries with one endpoints read per project.
     Seqs, refusals and collapses are decided here in batch order against the locked heads."""
+    decoded: list[NudgeRequested | json_format.ParseError] = []  # each parsed once: locks and nudges
+    for event in batch:
+        try:
+            decoded.append(codec.decode(event.payload, NudgeRequested))
+        except json_format.ParseError as exc:
+            decoded.append(exc)
     async with db.transaction() as uow:
         conn = uow.conn
-        await _lock_projects(uow, batch)
+        await _lock(uow, {m.project_id for m in decoded if isinstance(m, NudgeRequested)}, set())
         fresh = await store.first_deliveries(conn, [event.event_id for event in batch], utcnow())
         accepted, valid = 0, []
-        for event in batch:
+        for event, requested in zip(batch, decoded, strict=True):
             if event.event_id not in fresh:
                 continue
             fresh.discard(event.event_id)  # a repeat within the batch is a duplicate
             accepted += 1
+            if isinstance(requested, json_format.ParseError):
+                log.error("dropped an unreadable nudge event (%s): %s", event.event_id, requested)
+                continue
             try:
-                valid.append(_incoming(codec.decode(event.payload, NudgeRequested)))
-            except json_format.ParseError as exc:
-                log.error("dropped an unreadable nudge event (%s): %s", event.event_id, exc)
+                valid.append(_incoming(requested))
             except Invalid as exc:
                 log.error("refused nudge event (%s): %s", event.event_id, exc)
         firsts = {incoming.review_id: incoming for incoming in reversed(valid)}
@@ -261,6 +268,11 @@ async def _lock_projects(uow: UnitOfWork, events: Sequence[common_pb2.Event]) ->
                 projects.add(codec.decode(event.payload, NudgeRequested).project_id)
             elif event.type == "broadcast":
                 orgs.add(codec.decode(event.payload, BroadcastRequested).org_id)
+    await _lock(uow, projects, orgs)
+
+
+async def _lock(uow: UnitOfWork, projects: set[str], orgs: set[str]) -> None:
+    """The append locks of ``projects`` and the broadcast locks of ``orgs``, in one order."""
     for project_id in sorted(projects):
         await store.lock_project(uow.conn, project_id)
     for org_id in sorted(orgs):
