@@ -200,7 +200,9 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
         try:
             return await _ingest_nudges(db, batch)
         except Exception:
-            log.warning("a batch of %d nudges failed set-based; handling it event by event", len(batch))
+            log.warning(
+                "a batch of %d nudges failed set-based; handling it event by event", len(batch), exc_info=True
+            )
     done = await ingest_batch(db, batch, SUBSCRIPTIONS, on_commit(db), prepare=_lock_projects)
     return done.accepted, done.duplicates
 
