@@ -29,6 +29,8 @@ from reviewloop.storage.codec import as_json_object, encode
 from reviewloop.storage.inbox import Subscription, ingest_batch
 from reviewloop.storage.outbox import prune
 from reviewloop.tenancy import Principal
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nudge import store, webhooks
 from nudge.domain.payloads import Incoming, Invalid, check, check_broadcast
@@ -97,6 +99,24 @@ async def _store(uow: UnitOfWork, requested: NudgeRequested) -> Stored | None:
         return None
     conn = uow.conn  # holding the project's append lock (``_lock_projects``)
     head = await store.lock_head(conn, incoming)
+    taken = await _next(conn, incoming, head, head.last_seq, list(head.terminal_reasons))
+    if taken is None:
+        return None
+    seq, terminal = taken
+    nudge_id, created_at = new_id("ndg"), utcnow()
+    await store.append(
+        conn, incoming, nudge_id=nudge_id, seq=seq, terminal_reasons=terminal, created_at=created_at
+    )
+    queued = await webhooks.enqueue(conn, incoming, nudge_id, seq, created_at)
+    return Stored(incoming.project_id, queued)
+
+
+async def _next(
+    conn: AsyncConnection, incoming: Incoming, head: Row[Any], last_seq: int, terminal: list[str]
+) -> tuple[int, list[str]] | None:
+    """The seq ``incoming`` takes after ``last_seq`` and the review's terminal reasons with it; None
+    (logged) when it names another owner than the review's ``head``, breaks the terminal guarantee or
+    collapses into an earlier nudge (claiming its collapse key otherwise)."""
     if (head.org_id, head.project_id, head.agent_id) != (
         incoming.org_id,
         incoming.project_id,
@@ -106,24 +126,16 @@ async def _store(uow: UnitOfWork, requested: NudgeRequested) -> Stored | None:
             "refused nudge for %s: it names another tenant or agent than its earlier nudges", head.review_id
         )
         return None
-    terminal = list(head.terminal_reasons)
     why_not = refusal(incoming.reason, terminal)
     if why_not:
         log.error("refused nudge for %s: %s", incoming.review_id, why_not)
         return None
-    seq = head.last_seq + 1
+    seq = last_seq + 1
     key = collapse_key(incoming.review_id, incoming.reason, incoming.payload)
     if key is not None and not await store.claim_collapse_key(conn, key, incoming.review_id, seq):
         log.info("collapsed %s for %s into its earlier nudge (%s)", incoming.reason, incoming.review_id, key)
         return None
-    if incoming.reason in TERMINAL:
-        terminal.append(incoming.reason.value)
-    nudge_id, created_at = new_id("ndg"), utcnow()
-    await store.append(
-        conn, incoming, nudge_id=nudge_id, seq=seq, terminal_reasons=terminal, created_at=created_at
-    )
-    queued = await webhooks.enqueue(conn, incoming, nudge_id, seq, created_at)
-    return Stored(incoming.project_id, queued)
+    return seq, [*terminal, incoming.reason.value] if incoming.reason in TERMINAL else terminal
 
 
 async def _humans_notified(uow: UnitOfWork, event: HumansNotified) -> Stored:
@@ -183,10 +195,68 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
 
     Returns (accepted, duplicates), as the ``Ingest`` RPC answers them.
     """
-    done = await ingest_batch(
-        db, map(_legacy_dict_event, events), SUBSCRIPTIONS, on_commit(db), prepare=_lock_projects
-    )
+    batch = [_legacy_dict_event(event) for event in events]
+    if not db.is_sqlite and batch and all(event.type == "nudge" for event in batch):
+        try:
+            return await _ingest_nudges(db, batch)
+        except Exception:
+            log.warning(
+                "a batch of %d nudges failed set-based; handling it event by event", len(batch), exc_info=True
+            )
+    done = await ingest_batch(db, batch, SUBSCRIPTIONS, on_commit(db), prepare=_lock_projects)
     return done.accepted, done.duplicates
+
+
+async def _ingest_nudges(db: Database, batch: Sequence[common_pb2.Event]) -> tuple[int, int]:
+    """A batch of ``nudge`` events stored set-based on PostgreSQL, storing exactly what ``_store`` does
+    event by event: the inbox dedupe in one statement, the heads locked in one, the nudges, frontier rows,
+    head advances and announcements in one, the webhook deliveries with one endpoints read per project.
+    Seqs, refusals and collapses are decided here in batch order against the locked heads."""
+    decoded: list[NudgeRequested | json_format.ParseError] = []  # each parsed once: locks and nudges
+    for event in batch:
+        try:
+            decoded.append(codec.decode(event.payload, NudgeRequested))
+        except json_format.ParseError as exc:
+            decoded.append(exc)
+    async with db.transaction() as uow:
+        conn = uow.conn
+        await _lock(uow, {m.project_id for m in decoded if isinstance(m, NudgeRequested)}, set())
+        fresh = await store.first_deliveries(conn, [event.event_id for event in batch], utcnow())
+        accepted, valid = 0, []
+        for event, requested in zip(batch, decoded, strict=True):
+            if event.event_id not in fresh:
+                continue
+            fresh.discard(event.event_id)  # a repeat within the batch is a duplicate
+            accepted += 1
+            if isinstance(requested, json_format.ParseError):
+                log.error("dropped an unreadable nudge event (%s): %s", event.event_id, requested)
+                continue
+            try:
+                valid.append(_incoming(requested))
+            except Invalid as exc:
+                log.error("refused nudge event (%s): %s", event.event_id, exc)
+        firsts = {incoming.review_id: incoming for incoming in reversed(valid)}
+        heads = await store.lock_heads(conn, list(firsts.values())) if firsts else {}
+        state = {review_id: (row.last_seq, list(row.terminal_reasons)) for review_id, row in heads.items()}
+        added: list[store.Appended] = []
+        for incoming in valid:
+            taken = await _next(conn, incoming, heads[incoming.review_id], *state[incoming.review_id])
+            if taken is None:
+                continue
+            state[incoming.review_id] = taken
+            seq = taken[0]
+            added.append(store.Appended(incoming, new_id("ndg"), seq, utcnow()))
+        queued = False
+        if added:
+            advanced = {a.incoming.review_id: state[a.incoming.review_id] for a in added}
+            await store.append_many(conn, added, advanced)
+            queued = await webhooks.enqueue_many(conn, added)
+    ring = on_commit(db)
+    for project_id in dict.fromkeys(a.incoming.project_id for a in added):
+        ring(Stored(project_id))
+    if queued:
+        ring(Stored(None, webhooks=True))
+    return accepted, len(batch) - accepted
 
 
 async def _lock_projects(uow: UnitOfWork, events: Sequence[common_pb2.Event]) -> None:
@@ -200,6 +270,11 @@ async def _lock_projects(uow: UnitOfWork, events: Sequence[common_pb2.Event]) ->
                 projects.add(codec.decode(event.payload, NudgeRequested).project_id)
             elif event.type == "broadcast":
                 orgs.add(codec.decode(event.payload, BroadcastRequested).org_id)
+    await _lock(uow, projects, orgs)
+
+
+async def _lock(uow: UnitOfWork, projects: set[str], orgs: set[str]) -> None:
+    """The append locks of ``projects`` and the broadcast locks of ``orgs``, in one order."""
     for project_id in sorted(projects):
         await store.lock_project(uow.conn, project_id)
     for org_id in sorted(orgs):

@@ -332,6 +332,112 @@ async def append(
     )
 
 
+# --- batched ingest on PostgreSQL (issue 18): a relay's batch in a handful of statements -------------
+
+_FIRST_DELIVERIES = text(
+    """
+    INSERT INTO inbox (event_id, received_at)
+    SELECT event_id, :received_at FROM unnest(CAST(:event_ids AS text[])) AS e (event_id)
+    ON CONFLICT DO NOTHING
+    RETURNING event_id
+    """
+).bindparams(bindparam("received_at", type_=UtcDateTime()))
+
+
+async def first_deliveries(conn: AsyncConnection, event_ids: list[str], received_at: datetime) -> set[str]:
+    """Record the batch's event ids as received in one statement; those received before are not
+    returned (an id twice in the batch is returned once: its repeat is the caller's to skip)."""
+    result = await conn.execute(_FIRST_DELIVERIES, {"event_ids": event_ids, "received_at": received_at})
+    return set(result.scalars())
+
+
+# lock_head for many reviews at once, in review_id order (two batches lock shared heads in one order).
+_LOCK_HEADS = text(
+    """
+    INSERT INTO review_heads (review_id, org_id, project_id, agent_id, last_seq, terminal_reasons)
+    SELECT review_id, org_id, project_id, agent_id, 0, CAST('[]' AS jsonb)
+    FROM unnest(CAST(:review_ids AS text[]), CAST(:org_ids AS text[]), CAST(:project_ids AS text[]),
+                CAST(:agent_ids AS text[])) AS h (review_id, org_id, project_id, agent_id)
+    ORDER BY review_id
+    ON CONFLICT (review_id) DO UPDATE SET review_id = excluded.review_id
+    RETURNING review_id, org_id, project_id, agent_id, last_seq, terminal_reasons
+    """
+).columns(*review_heads.c)
+
+
+async def lock_heads(conn: AsyncConnection, first: list[Incoming]) -> dict[str, Row[Any]]:
+    """``lock_head`` of each review of ``first`` (one incoming per review: its first), in one statement."""
+    params = {
+        "review_ids": [i.review_id for i in first],
+        "org_ids": [i.org_id for i in first],
+        "project_ids": [i.project_id for i in first],
+        "agent_ids": [i.agent_id for i in first],
+    }
+    return {row.review_id: row for row in await conn.execute(_LOCK_HEADS, params)}
+
+
+# append for a batch: the nudges in batch order (so ``pos`` follows it), their frontier rows, each
+# head's advance and one announcement per project, in one statement.
+_APPEND_MANY_PG = text(
+    """
+    WITH added AS (
+        INSERT INTO nudges (id, review_id, seq, reason, payload, category_id, created_at)
+        SELECT id, review_id, seq, reason, payload, category_id, created_at
+        FROM unnest(CAST(:ids AS text[]), CAST(:review_ids AS text[]), CAST(:seqs AS bigint[]),
+                    CAST(:reasons AS text[]), CAST(:payloads AS text[]), CAST(:category_ids AS text[]),
+                    CAST(:created_ats AS timestamptz[]))
+             WITH ORDINALITY AS n (id, review_id, seq, reason, payload, category_id, created_at, ord)
+        ORDER BY ord
+        RETURNING pos, review_id, seq
+    ), frontier AS (
+        INSERT INTO unacked (pos, review_id, seq, org_id, project_id, agent_id)
+        SELECT added.pos, added.review_id, added.seq, h.org_id, h.project_id, h.agent_id
+        FROM added JOIN review_heads h ON h.review_id = added.review_id
+    ), head AS (
+        UPDATE review_heads SET last_seq = a.last_seq, terminal_reasons = CAST(a.terminal_reasons AS jsonb)
+        FROM unnest(CAST(:head_ids AS text[]), CAST(:last_seqs AS bigint[]), CAST(:terminals AS text[]))
+             AS a (review_id, last_seq, terminal_reasons)
+        WHERE review_heads.review_id = a.review_id
+    )
+    SELECT pg_notify(:channel, p) FROM unnest(CAST(:projects AS text[])) AS p
+    """
+)
+
+
+@dataclass(frozen=True)
+class Appended:
+    """One nudge of a batch, as ``append_many`` stores it."""
+
+    incoming: Incoming
+    nudge_id: str
+    seq: int
+    created_at: datetime
+
+
+async def append_many(
+    conn: AsyncConnection, added: list[Appended], heads: dict[str, tuple[int, list[str]]]
+) -> None:
+    """``append`` for a batch on PostgreSQL: ``added`` in order, then each head of ``heads``
+    (review_id -> (last seq, terminal reasons)) advanced, each project announced once on commit."""
+    await conn.execute(
+        _APPEND_MANY_PG,
+        {
+            "ids": [a.nudge_id for a in added],
+            "review_ids": [a.incoming.review_id for a in added],
+            "seqs": [a.seq for a in added],
+            "reasons": [a.incoming.reason.value for a in added],
+            "payloads": [orjson.dumps(a.incoming.payload).decode() for a in added],
+            "category_ids": [a.incoming.category_id for a in added],
+            "created_ats": [a.created_at for a in added],
+            "head_ids": list(heads),
+            "last_seqs": [seq for seq, _ in heads.values()],
+            "terminals": [orjson.dumps(reasons).decode() for _, reasons in heads.values()],
+            "channel": NOTIFY_CHANNEL,
+            "projects": sorted({a.incoming.project_id for a in added}),
+        },
+    )
+
+
 def _unacked_nudges(principal: Principal, *, after: int, limit: int, review_id: str) -> Select[Any]:
     """Up to ``limit`` un-acked nudges visible to ``principal`` with ``pos > after``, oldest first
     (only ``review_id``'s when given), in ``_FRONT_COLUMNS``."""

@@ -194,11 +194,8 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-async def enqueue(
-    conn: AsyncConnection, incoming: Incoming, nudge_id: str, seq: int, created_at: datetime
-) -> bool:
-    """In the nudge's own transaction: one pending delivery per endpoint of its project that wants it.
-    Whether any was queued (the three ``enqueue`` functions answer so: the sender is woken only then)."""
+def _nudge_event(incoming: Incoming, nudge_id: str, seq: int, created_at: datetime) -> dict[str, Any]:
+    """A stored nudge as its webhook delivery tells it."""
     data: dict[str, Any] = {
         "seq": seq,
         "id": nudge_id,
@@ -208,6 +205,14 @@ async def enqueue(
     if incoming.category_id:
         data["category_id"] = incoming.category_id
     data |= {"payload": incoming.payload, "created_at": _iso(created_at)}
+    return {"type": "review_event", "timestamp": _iso(created_at), "data": data}
+
+
+async def enqueue(
+    conn: AsyncConnection, incoming: Incoming, nudge_id: str, seq: int, created_at: datetime
+) -> bool:
+    """In the nudge's own transaction: one pending delivery per endpoint of its project that wants it.
+    Whether any was queued (the three ``enqueue`` functions answer so: the sender is woken only then)."""
     return await _enqueue(
         conn,
         incoming.org_id,
@@ -215,9 +220,33 @@ async def enqueue(
         incoming.reason.value,
         nudge_id,
         incoming.review_id,
-        {"type": "review_event", "timestamp": _iso(created_at), "data": data},
+        _nudge_event(incoming, nudge_id, seq, created_at),
         created_at,
     )
+
+
+async def enqueue_many(conn: AsyncConnection, stored: Sequence[store.Appended]) -> bool:
+    """``enqueue`` for a batch of stored nudges: each project's endpoints read once, every delivery in
+    one INSERT, in the nudges' order."""
+    endpoints: dict[tuple[str, str], list[store.Endpoint]] = {}
+    for nudge in stored:
+        owner = (nudge.incoming.org_id, nudge.incoming.project_id)
+        if owner not in endpoints:
+            endpoints[owner] = await store.endpoints_of(conn, *owner)
+    rows = [
+        row
+        for n in stored
+        for row in _deliveries(
+            endpoints[n.incoming.org_id, n.incoming.project_id],
+            n.incoming.reason.value,
+            n.nudge_id,
+            n.incoming.review_id,
+            _nudge_event(n.incoming, n.nudge_id, n.seq, n.created_at),
+            n.created_at,
+        )
+    ]
+    await store.enqueue_deliveries(conn, rows)
+    return bool(rows)
 
 
 async def enqueue_broadcast(conn: AsyncConnection, broadcast: Broadcast, created_at: datetime) -> bool:
@@ -280,28 +309,38 @@ async def _enqueue(
     created_at: datetime,
 ) -> bool:
     endpoints = await store.endpoints_of(conn, org_id, project_id)
+    rows = _deliveries(endpoints, reason, event_id, review_id, event, created_at)
+    await store.enqueue_deliveries(conn, rows)
+    return bool(rows)
+
+
+def _deliveries(
+    endpoints: Sequence[store.Endpoint],
+    reason: str,
+    event_id: str,
+    review_id: str,
+    event: dict[str, Any],
+    created_at: datetime,
+) -> list[dict[str, Any]]:
+    """One pending delivery row per endpoint of ``endpoints`` that wants ``reason``."""
     wanted = [e for e in endpoints if rules.wants(e.reasons, reason)]
     if not wanted:
-        return False
+        return []
     body = orjson.dumps(event).decode()
-    await store.enqueue_deliveries(
-        conn,
-        [
-            {
-                "endpoint_id": e.id,
-                "event_id": event_id,
-                "reason": reason,
-                "review_id": review_id,
-                "body": body,
-                "status": "pending",
-                "attempts": 0,
-                "next_attempt_at": created_at,
-                "created_at": created_at,
-            }
-            for e in wanted
-        ],
-    )
-    return True
+    return [
+        {
+            "endpoint_id": e.id,
+            "event_id": event_id,
+            "reason": reason,
+            "review_id": review_id,
+            "body": body,
+            "status": "pending",
+            "attempts": 0,
+            "next_attempt_at": created_at,
+            "created_at": created_at,
+        }
+        for e in wanted
+    ]
 
 
 async def send(

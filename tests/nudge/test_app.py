@@ -327,7 +327,15 @@ async def test_a_batch_that_fails_as_one_stores_each_event_that_can_be(
             raise RuntimeError("the store failed this one")
         await append(conn, incoming, **kwargs)
 
+    async def append_many_failing_for_one_review(conn: Any, added: Any, heads: Any) -> None:
+        if any(a.incoming.review_id == "rr_bad" for a in added):
+            raise RuntimeError("the store failed this one")
+        await append_many(conn, added, heads)
+
+    append_many = store.append_many
     monkeypatch.setattr(store, "append", append_failing_for_one_review)
+    # PostgreSQL stores the batch set-based first; that fails as one too.
+    monkeypatch.setattr(store, "append_many", append_many_failing_for_one_review)
     with pytest.raises(RuntimeError):
         await app.ingest(
             db, [event("rr_ok1", "rejected"), event("rr_bad", "rejected"), event("rr_ok2", "sent")]
