@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from reviewloop.storage.schema import Json, UtcDateTime, insert_ignore, new_metadata
+from reviewloop.storage.schema import Json, UtcDateTime, insert_new, new_metadata
 from sqlalchemy import BigInteger, Column, String, Table, Text, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -75,17 +75,19 @@ async def get_diff(conn: AsyncConnection, key: DiffKey) -> StoredDiff | None:
 
 async def add_diff(conn: AsyncConnection, diff: StoredDiff) -> bool:
     """Insert ``diff`` unless its key is taken; False when another row already holds the key."""
-    result = await conn.execute(
-        insert_ignore(conn, diffs).values(
-            project_id=diff.key.project_id,
-            review_id=diff.key.review_id,
-            from_revision=diff.key.from_revision,
-            to_revision=diff.key.to_revision,
-            input_sha256=diff.input_sha256,
-            fields_changed=list(diff.fields_changed),
-            diff_unified=diff.diff_unified,
-            diff_json=diff.diff_json,
-            created_at=diff.created_at,
-        )
+    result = await insert_new(
+        conn,
+        diffs,
+        {
+            "project_id": diff.key.project_id,
+            "review_id": diff.key.review_id,
+            "from_revision": diff.key.from_revision,
+            "to_revision": diff.key.to_revision,
+            "input_sha256": diff.input_sha256,
+            "fields_changed": list(diff.fields_changed),
+            "diff_unified": diff.diff_unified,
+            "diff_json": diff.diff_json,
+            "created_at": diff.created_at,
+        },
     )
     return bool(result.rowcount == 1)

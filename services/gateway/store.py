@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from reviewloop.ids import new_id
-from reviewloop.storage.schema import UtcDateTime, insert_ignore, new_metadata, utcnow
+from reviewloop.storage.schema import UtcDateTime, insert_new, new_metadata, utcnow
 from reviewloop.tenancy import ActorKind
 from sqlalchemy import Column, DateTime, Integer, String, Table, Text, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -180,15 +180,17 @@ async def claim(conn: AsyncConnection, scope: str, key: str, request_sha256: str
     takes it over (one retry wins the compare-and-set), so a key is never ``still running`` forever.
     """
     now = utcnow()
-    result = await conn.execute(
-        insert_ignore(conn, idempotency_keys).values(
-            scope=scope,
-            idempotency_key=key,
-            request_sha256=request_sha256,
-            status=PENDING,
-            response="",
-            created_at=now,
-        )
+    result = await insert_new(
+        conn,
+        idempotency_keys,
+        {
+            "scope": scope,
+            "idempotency_key": key,
+            "request_sha256": request_sha256,
+            "status": PENDING,
+            "response": "",
+            "created_at": now,
+        },
     )
     if result.rowcount:
         return True
@@ -309,10 +311,16 @@ async def touch_presence(
     key = (console_presence.c.review_id == review_id) & (console_presence.c.session_id == session_id)
     updated = await conn.execute(update(console_presence).where(key).values(actor=actor, seen_at=now))
     if updated.rowcount == 0:
-        await conn.execute(
-            insert_ignore(conn, console_presence).values(
-                review_id=review_id, session_id=session_id, project_id=project_id, actor=actor, seen_at=now
-            )
+        await insert_new(
+            conn,
+            console_presence,
+            {
+                "review_id": review_id,
+                "session_id": session_id,
+                "project_id": project_id,
+                "actor": actor,
+                "seen_at": now,
+            },
         )
 
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from reviewloop.storage.schema import BigId, Json, UtcDateTime, insert_ignore, new_metadata
+from reviewloop.storage.schema import BigId, Json, UtcDateTime, insert_new, new_metadata
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy import (
     BigInteger,
@@ -268,9 +268,7 @@ async def lock_head(conn: AsyncConnection, incoming: Incoming) -> Row[Any]:
 
 async def claim_collapse_key(conn: AsyncConnection, key: str, review_id: str, seq: int) -> bool:
     """Record ``key`` for the nudge about to take ``seq``; False when an earlier nudge holds it."""
-    result = await conn.execute(
-        insert_ignore(conn, collapse_keys).values(collapse_key=key, review_id=review_id, seq=seq)
-    )
+    result = await insert_new(conn, collapse_keys, {"collapse_key": key, "review_id": review_id, "seq": seq})
     return bool(result.rowcount == 1)
 
 
@@ -693,9 +691,8 @@ async def ack_broadcasts(conn: AsyncConnection, principal: Principal, ids: list[
         )
     ).all()
     if rows:
-        await conn.execute(
-            insert_ignore(conn, broadcast_acks),
-            [{"broadcast_pos": row.pos, "actor_id": principal.actor_id} for row in rows],
+        await insert_new(
+            conn, broadcast_acks, [{"broadcast_pos": row.pos, "actor_id": principal.actor_id} for row in rows]
         )
     return {row.id for row in rows}
 

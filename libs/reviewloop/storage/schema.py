@@ -24,7 +24,7 @@ from sqlalchemy import (
     insert,
     text,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -149,19 +149,13 @@ async def write_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
     await conn.execute(insert(OUTBOX), rows)
 
 
-def insert_ignore(conn: AsyncConnection, table: Table) -> Any:
-    """``INSERT ... ON CONFLICT DO NOTHING`` in the connection's dialect."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table).on_conflict_do_nothing()
-
-
 async def insert_new(
     conn: AsyncConnection, table: Table, values: dict[str, Any] | list[dict[str, Any]]
 ) -> CursorResult[Any]:
     """``INSERT ... ON CONFLICT DO NOTHING`` of one row, or of rows with the same keys.
 
-    Its row count (one row) is 1 when the row was new. Unlike ``insert_ignore`` its statement is
-    compiled once per table and columns: SQLAlchemy never caches a dialect's INSERT.
+    Its row count (one row) is 1 when the row was new. Its statement is compiled once per table and
+    columns: SQLAlchemy never caches a dialect's INSERT.
     """
     first = values if isinstance(values, dict) else values[0]
     return await conn.execute(_insert_new(table, tuple(first)), values)
@@ -179,7 +173,7 @@ def _insert_new(table: Table, columns: tuple[str, ...]) -> TextClause:
     )
 
 
-# SQLAlchemy never caches a dialect's INSERT (``insert_ignore``): it would compile it again for every
+# SQLAlchemy never caches a dialect's INSERT: it would compile it again for every
 # delivered event. The text is the same on PostgreSQL and SQLite, and is compiled once.
 _FIRST_DELIVERY = text(
     "INSERT INTO inbox (event_id, received_at) VALUES (:event_id, :received_at) ON CONFLICT DO NOTHING"
