@@ -15,7 +15,9 @@ of ``RUNS`` runs (min..max beside them):
   p99 and server CPU per submit.
 
 The benchmark checks its own results: every lifecycle sees exactly one terminal nudge for its review.
-``BENCH_JSON=path`` also writes the figures as JSON, so two runs can be compared.
+``BENCH_JSON=path`` also writes the figures as JSON, so two runs can be compared. ``BENCH_PROFILE=dir``
+records every reviewloop process with py-spy during the first lifecycle load (``dir/<process>.txt``,
+collapsed stacks: one line a stack, its sample count last).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from tests.conftest import ADMIN_TOKEN, PG_ENV, Databases, draft, start_stack
 AGENTS = int(os.environ.get("BENCH_AGENTS", "16"))
 LOAD_S = float(os.environ.get("BENCH_LOAD_S", "8"))
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
+PROFILE = os.environ.get("BENCH_PROFILE")
 TERMINAL = {"sent", "send_failed", "cancelled", "rejected"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -196,9 +199,44 @@ async def load(target: Target, admin: asyncpg.Connection, loop: Loop) -> Load:
     return Load(run, elapsed, per_process, spans(target.traces) - spans0)
 
 
-async def measure(target: Target, admin: asyncpg.Connection) -> dict[str, float]:
+@contextlib.contextmanager
+def profiled(target: Target, into: str | None) -> Iterator[None]:
+    """py-spy records each of ``target``'s processes for the length of one load, into ``into``."""
+    if into is None:
+        yield
+        return
+    Path(into).mkdir(parents=True, exist_ok=True)
+    spies = [
+        subprocess.Popen(
+            [
+                Path(sys.executable).parent / "py-spy",
+                "record",
+                "-r",
+                "67",
+                "-f",
+                "raw",
+                "-d",
+                str(int(LOAD_S)),
+                "-o",
+                f"{into}/{name}.txt",
+                "--pid",
+                str(pid),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        for name, pid in target.pids.items()
+    ]
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.wait(30)
+
+
+async def measure(target: Target, admin: asyncpg.Connection, profile: str | None = None) -> dict[str, float]:
     """The lifecycle load, then the submit-only load, as one run's figures."""
-    cycles = await load(target, admin, lifecycle_loop)
+    with profiled(target, profile):
+        cycles = await load(target, admin, lifecycle_loop)
     submits = await load(target, admin, submit_loop)
     n, m = max(1, cycles.run.lifecycles), max(1, submits.run.submits)
     return {
@@ -341,9 +379,10 @@ async def run() -> list[tuple[str, list[float], str]]:
                 [floor_db.database or ""],
                 await floor_keys(floor_base),
             )
-            for _ in range(RUNS):
+            for i in range(RUNS):
                 for target in (ours, theirs):
-                    results[target.name].append(await measure(target, admin))
+                    profile = PROFILE if i == 0 and target is ours else None
+                    results[target.name].append(await measure(target, admin, profile))
         finally:
             if floor is not None:
                 floor.terminate()
