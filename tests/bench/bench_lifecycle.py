@@ -11,8 +11,14 @@ of ``RUNS`` runs (min..max beside them):
   PostgreSQL backends connected to the system's databases;
 - submit p99 under that load;
 - approve answered -> terminal nudge seen by the agent's long-poll, p50 and p99;
+- approve answered -> terminal nudge stored (its ``created_at`` in nudge's store), p50 and p99; the
+  floor stores it in the approve's own transaction, so its figure is 0;
 - then a submit-only load (the same agents only submitting, for ``LOAD_S`` seconds): submits/s, submit
-  p99 and server CPU per submit.
+  p99 and server CPU per submit;
+- then submits offered open-loop at half the floor's submit-only rate of the same run (arrivals on a
+  fixed schedule whatever the answers, latency from each arrival's scheduled time): p99;
+- then, idle, one agent whose long-poll is already waiting when its review is approved: approve
+  answered -> terminal nudge returned to that long-poll, p50 and p99 (``IDLE_N`` lifecycles).
 
 The benchmark checks its own results: every lifecycle sees exactly one terminal nudge for its review.
 ``BENCH_JSON=path`` also writes the figures as JSON, so two runs can be compared. ``BENCH_PROFILE=dir``
@@ -48,6 +54,7 @@ AGENTS = int(os.environ.get("BENCH_AGENTS", "16"))
 LOAD_S = float(os.environ.get("BENCH_LOAD_S", "8"))
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 PROFILE = os.environ.get("BENCH_PROFILE")
+IDLE_N = int(os.environ.get("BENCH_IDLE_N", "40"))
 TERMINAL = {"sent", "send_failed", "cancelled", "rejected"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -73,6 +80,7 @@ class Run:
     submits: int = 0
     submit_s: list[float] = field(default_factory=list)
     nudge_s: list[float] = field(default_factory=list)
+    answered: dict[str, float] = field(default_factory=dict)  # review id -> approve answered, epoch s
     wrong: list[str] = field(default_factory=list)
 
 
@@ -86,6 +94,7 @@ class Target:
     datnames: list[str]
     keys: list[tuple[dict[str, str], dict[str, str]]] = field(default_factory=list)
     traces: Path | None = None  # the stack's traces.jsonl, whose lines are spans
+    nudge_dsn: str | None = None  # nudge's database, where a terminal nudge's created_at is read
 
 
 def spans(path: Path | None) -> int:
@@ -126,6 +135,7 @@ async def lifecycle_loop(
         )
         assert approved.status_code == 200, approved.text
         answered = time.perf_counter()
+        run.answered[review_id] = time.time()
         terminal: list[dict[str, Any]] = []
         while not terminal:
             waited = await http.get("/v1/review-events/wait", params={"timeout_s": 10}, headers=agent)
@@ -233,10 +243,109 @@ def profiled(target: Target, into: str | None) -> Iterator[None]:
             spy.wait(30)
 
 
+async def stored_after_answer(target: Target, answered: dict[str, float]) -> list[float]:
+    """Seconds from each approve's answer to its terminal nudge's ``created_at`` (0s for the floor,
+    which stores it in the approve's transaction)."""
+    if target.nudge_dsn is None:
+        return [0.0] * len(answered)
+    conn = await asyncpg.connect(target.nudge_dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT review_id, extract(epoch FROM created_at)::float8 AS at FROM nudges "
+            "WHERE review_id = any($1::text[]) AND reason = any($2::text[])",
+            list(answered),
+            sorted(TERMINAL),
+        )
+    finally:
+        await conn.close()
+    return [r["at"] - answered[r["review_id"]] for r in rows]
+
+
+async def open_loop_submits(target: Target, rate: float) -> list[float]:
+    """Submits arriving at ``rate`` per second for ``LOAD_S`` seconds, on a fixed schedule whatever the
+    answers (no coordinated omission): each one's latency from its scheduled arrival."""
+    latencies: list[float] = []
+    async with httpx.AsyncClient(
+        base_url=target.base, timeout=30, limits=httpx.Limits(max_connections=4 * AGENTS)
+    ) as http:
+
+        async def submit(i: int, due: float) -> None:
+            agent = target.keys[i % len(target.keys)][0]
+            sent = await http.post("/v1/messages", json=draft(subject=f"bench open {i}"), headers=agent)
+            assert sent.status_code == 202, sent.text
+            latencies.append(time.perf_counter() - due)
+
+        started = time.perf_counter()
+        tasks = []
+        for i in range(int(rate * LOAD_S)):
+            due = started + i / rate
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            tasks.append(asyncio.create_task(submit(i, due)))
+        await asyncio.gather(*tasks)
+    return latencies
+
+
+async def idle_nudges(target: Target) -> list[float]:
+    """One agent, nothing else running: its long-poll is waiting when its review is approved; seconds
+    from the approve's answer to that long-poll returning the review's terminal nudge."""
+    agent, human = target.keys[0]
+    samples = []
+    async with httpx.AsyncClient(base_url=target.base, timeout=30) as http:
+
+        async def drain() -> list[dict[str, Any]]:
+            got = await http.get("/v1/review-events/wait", params={"timeout_s": 0}, headers=agent)
+            events: list[dict[str, Any]] = got.json()["events"]
+            if events:
+                heads: dict[str, int] = {}
+                for e in events:
+                    heads[e["review_id"]] = max(heads.get(e["review_id"], 0), e["seq"])
+                acks = [{"review_id": r, "seq": s} for r, s in heads.items()]
+                await http.post("/v1/review-events/ack", json={"acks": acks}, headers=agent)
+            return events
+
+        for n in range(IDLE_N):
+            while await drain():
+                pass
+            sent = (await http.post("/v1/messages", json=draft(subject=f"idle {n}"), headers=agent)).json()
+            review_id = sent["review_id"]
+            opened = await http.post(
+                f"/v1/reviews/{review_id}/open", json={"revision": 1, "version": 1}, headers=human
+            )
+            current = opened.json()
+            while await drain():  # anything the submit or the open queued
+                pass
+            poll = asyncio.create_task(
+                http.get("/v1/review-events/wait", params={"timeout_s": 10}, headers=agent)
+            )
+            await asyncio.sleep(0.05)  # the long-poll is parked in nudge
+            approved = await http.post(
+                f"/v1/reviews/{review_id}/decision",
+                json={"action": "approve", "revision": current["revision"], "version": current["version"]},
+                headers=human,
+            )
+            assert approved.status_code == 200, approved.text
+            answered = time.perf_counter()
+            events = (await poll).json()["events"]
+            seen = time.perf_counter()
+            while not any(e["review_id"] == review_id and e["reason"] in TERMINAL for e in events):
+                assert events, f"{review_id}: no terminal nudge within 10 s"
+                events = (
+                    await drain()
+                    or (
+                        await http.get("/v1/review-events/wait", params={"timeout_s": 10}, headers=agent)
+                    ).json()["events"]
+                )
+                seen = time.perf_counter()
+            samples.append(max(0.0, seen - answered))  # 0: it was visible before the answer came
+    return samples
+
+
 async def measure(target: Target, admin: asyncpg.Connection, profile: str | None = None) -> dict[str, float]:
     """The lifecycle load, then the submit-only load, as one run's figures."""
     with profiled(target, profile):
         cycles = await load(target, admin, lifecycle_loop)
+    stored = await stored_after_answer(target, cycles.run.answered)
+    assert len(stored) == len(cycles.run.answered), "a lifecycle's terminal nudge was not stored once"
     submits = await load(target, admin, submit_loop)
     n, m = max(1, cycles.run.lifecycles), max(1, submits.run.submits)
     return {
@@ -245,6 +354,8 @@ async def measure(target: Target, admin: asyncpg.Connection, profile: str | None
         "submit_p99_ms": 1000 * pct(cycles.run.submit_s, 0.99),
         "approve_to_nudge_p50_ms": 1000 * pct(cycles.run.nudge_s, 0.5),
         "approve_to_nudge_p99_ms": 1000 * pct(cycles.run.nudge_s, 0.99),
+        "approve_to_stored_p50_ms": 1000 * pct(stored, 0.5),
+        "approve_to_stored_p99_ms": 1000 * pct(stored, 0.99),
         "spans_per_lifecycle": cycles.spans / n,
         "submits_per_s": submits.run.submits / submits.elapsed,
         "cpu_ms_per_submit": 1000 * sum(submits.cpu.values()) / m,
@@ -303,11 +414,17 @@ FIGURES = [
     ("submit p99 (ms)", "submit_p99_ms", "{:.0f}"),
     ("approve -> terminal nudge seen p50 (ms)", "approve_to_nudge_p50_ms", "{:.1f}"),
     ("approve -> terminal nudge seen p99 (ms)", "approve_to_nudge_p99_ms", "{:.1f}"),
+    ("approve answered -> terminal nudge stored p50 (ms)", "approve_to_stored_p50_ms", "{:.1f}"),
+    ("approve answered -> terminal nudge stored p99 (ms)", "approve_to_stored_p99_ms", "{:.1f}"),
     ("trace spans per lifecycle", "spans_per_lifecycle", "{:.0f}"),
     ("submits/s, submit-only load", "submits_per_s", "{:.0f}"),
     ("server CPU per submit (ms)", "cpu_ms_per_submit", "{:.2f}"),
     ("submit p99, submit-only load (ms)", "submit_only_p99_ms", "{:.0f}"),
     ("trace spans per submit", "spans_per_submit", "{:.1f}"),
+    ("submits offered open-loop at half the floor's rate, per s", "open_loop_rate", "{:.0f}"),
+    ("submit p99 at that offered load (ms)", "open_loop_submit_p99_ms", "{:.1f}"),
+    ("idle: approve -> terminal nudge to a waiting long-poll p50 (ms)", "idle_nudge_p50_ms", "{:.1f}"),
+    ("idle: approve -> terminal nudge to a waiting long-poll p99 (ms)", "idle_nudge_p99_ms", "{:.1f}"),
 ]
 
 
@@ -363,6 +480,9 @@ async def run() -> list[tuple[str, list[float], str]]:
                 [make_url(stack.env[f"REVIEWLOOP_{n.upper()}_DB"]).database or "" for n in stack.procs],
                 await stack_keys(base),
                 stack.data_dir / "traces.jsonl",
+                make_url(stack.env["REVIEWLOOP_NUDGE_DB"])
+                .set(drivername="postgresql")
+                .render_as_string(hide_password=False),
             )
             floor_url = await databases.url("postgres", "floor")
             floor_db = make_url(floor_url)
@@ -383,6 +503,16 @@ async def run() -> list[tuple[str, list[float], str]]:
                 for target in (ours, theirs):
                     profile = PROFILE if i == 0 and target is ours else None
                     results[target.name].append(await measure(target, admin, profile))
+                rate = results["floor"][-1]["submits_per_s"] / 2
+                for target in (ours, theirs):
+                    figures = results[target.name][-1]
+                    figures["open_loop_rate"] = rate
+                    figures["open_loop_submit_p99_ms"] = 1000 * pct(
+                        await open_loop_submits(target, rate), 0.99
+                    )
+                    idle = await idle_nudges(target)
+                    figures["idle_nudge_p50_ms"] = 1000 * pct(idle, 0.5)
+                    figures["idle_nudge_p99_ms"] = 1000 * pct(idle, 0.99)
         finally:
             if floor is not None:
                 floor.terminate()
