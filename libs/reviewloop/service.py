@@ -45,7 +45,7 @@ from reviewloop.storage.engine import pool_probe
 from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.migrations import migrate
 from reviewloop.storage.outbox import Relay, ingest_method, outbox_probe
-from reviewloop.trust import ServiceAuthInterceptor, Trust
+from reviewloop.trust import Trust, require_caller
 
 log = logging.getLogger(__name__)
 
@@ -224,21 +224,23 @@ class _Outcome:
             span.set_attribute(STATUS_CODE, self.status.value[0])
 
 
-def _span(details: grpc.HandlerCallDetails) -> contextlib.AbstractContextManager[Any]:
+def _span(method: str, metadata: Any) -> contextlib.AbstractContextManager[Any]:
     """The call's SERVER span (health checks, probed every few seconds, get none)."""
-    if details.method.startswith(HEALTH_PREFIX):
+    if method.startswith(HEALTH_PREFIX):
         return contextlib.nullcontext()
-    return served(details.method, details.invocation_metadata)
+    return served(method, metadata)
 
 
 def _wrap_unary(
-    details: grpc.HandlerCallDetails, behavior: Callable[..., Awaitable[Any]]
+    method: str, trust: Trust, behavior: Callable[..., Awaitable[Any]]
 ) -> Callable[..., Awaitable[Any]]:
     async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         context.set_trailing_metadata(VERSION_METADATA)
-        with _span(details):
-            outcome = _Outcome(details.method)
+        metadata = context.invocation_metadata()
+        with _span(method, metadata):
+            outcome = _Outcome(method)
             try:
+                require_caller(trust, method, metadata)
                 _annotate(request)
                 _refuse_nul(request)
                 response = await behavior(request, context)
@@ -262,13 +264,15 @@ def _wrap_unary(
 
 
 def _wrap_stream(
-    details: grpc.HandlerCallDetails, behavior: Callable[..., AsyncIterator[Any]]
+    method: str, trust: Trust, behavior: Callable[..., AsyncIterator[Any]]
 ) -> Callable[..., AsyncIterator[Any]]:
     async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         context.set_trailing_metadata(VERSION_METADATA)
-        with _span(details):
-            outcome = _Outcome(details.method)
+        metadata = context.invocation_metadata()
+        with _span(method, metadata):
+            outcome = _Outcome(method)
             try:
+                require_caller(trust, method, metadata)
                 _annotate(request)
                 _refuse_nul(request)
                 async for item in behavior(request, context):
@@ -293,36 +297,58 @@ def _wrap_stream(
 class BoundaryInterceptor(grpc.aio.ServerInterceptor):
     """Apply the service-boundary guarantees to every unary and server-streaming RPC.
 
-    Each call is a SERVER span of its caller's trace (``rpc_trace.served``), NUL strings are refused, a
-    DomainError is mapped to status + details, anything else becomes a bare INTERNAL with no traceback,
-    and every answer carries ``x-contract-version``.
+    Each call is a SERVER span of its caller's trace (``rpc_trace.served``), a call without a valid
+    service token is refused when ``trust`` has a key (``trust.require_caller``), NUL strings are
+    refused, a DomainError is mapped to status + details, anything else becomes a bare INTERNAL with no
+    traceback, and every answer carries ``x-contract-version``.
+
+    A method's wrapped handler is built on its first call and reused (the registered servicers never
+    change): a call then costs no handler lookup and no wrapper built.
     """
+
+    def __init__(self, trust: Trust | None = None) -> None:
+        self.trust = trust or Trust()
+        self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Wrap the method's handler; a client-streaming or bidi handler is passed through unchanged."""
+        """The method's wrapped handler.
+
+        A client-streaming or bidi one (reflection) is left as it is, refused (None) when it needs a
+        service token the call does not carry.
+        """
+        method = handler_call_details.method
+        if wrapped := self._wrapped.get(method):
+            return wrapped
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler_call_details, handler.unary_unary),
+            wrapped = grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(method, self.trust, handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
+        elif handler.unary_stream is not None:
+            wrapped = grpc.unary_stream_rpc_method_handler(
                 # grpc.aio runs async generators here; the stubs only know the sync server's type.
                 _wrap_stream(
-                    handler_call_details, cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)
+                    method, self.trust, cast(Callable[..., AsyncIterator[Any]], handler.unary_stream)
                 ),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler
+        else:
+            try:
+                require_caller(self.trust, method, handler_call_details.invocation_metadata)
+            except DomainError:
+                return None
+            return handler
+        self._wrapped[method] = wrapped
+        return wrapped
 
 
 class RunningService:
@@ -419,10 +445,7 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     db = Database(engine)
     peers = Peers(config.peers, config.trust)
     server = grpc.aio.server(
-        interceptors=[
-            BoundaryInterceptor(),
-            ServiceAuthInterceptor(config.trust),
-        ],
+        interceptors=[BoundaryInterceptor(config.trust)],
         options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

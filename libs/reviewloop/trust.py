@@ -22,7 +22,7 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,48 +159,19 @@ def _signers(trust: Trust) -> list[Any]:
     return [_Sign(trust)]
 
 
-class ServiceAuthInterceptor(grpc.aio.ServerInterceptor):
-    """Refuse every call without a valid service token (``UNAUTHENTICATED``); health stays open.
+def require_caller(trust: Trust, method: str, metadata: Any) -> None:
+    """Refuse a call to ``method`` without a valid, fresh service token (``UNAUTHENTICATED``).
 
-    It sits inside ``BoundaryInterceptor``, so the refusal is a DomainError mapped like any other.
+    Only when a service key is configured; health and reflection stay open. The service boundary calls
+    this inside its error mapping, so the refusal is a DomainError mapped like any other.
     """
-
-    def __init__(self, trust: Trust) -> None:
-        self.trust = trust
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Check the token before the method's handler runs."""
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or self.trust.key is None or method.startswith(OPEN_SERVICES):
-            return handler
-        token = dict(handler_call_details.invocation_metadata or ()).get(TOKEN_METADATA, "")
-        caller = self.trust.verify(token if isinstance(token, str) else "", method)
-        if caller is not None:
-            return handler
-        log.warning("refused an unauthenticated call to %s", method)
-        refusal = DomainError(
-            Code.UNAUTHORIZED,
-            "This service only answers reviewloop services: the call carries no valid service token.",
-        )
-
-        async def refuse_unary(request: Any, context: Any) -> Any:
-            raise refusal
-
-        async def refuse_stream(request: Any, context: Any) -> Any:
-            raise refusal
-            yield  # pragma: no cover - makes this an async generator
-
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                refuse_unary, handler.request_deserializer, handler.response_serializer
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                refuse_stream, handler.request_deserializer, handler.response_serializer
-            )
-        return None
+    if trust.key is None or method.startswith(OPEN_SERVICES):
+        return
+    token = dict(metadata or ()).get(TOKEN_METADATA, "")
+    if trust.verify(token if isinstance(token, str) else "", method) is not None:
+        return
+    log.warning("refused an unauthenticated call to %s", method)
+    raise DomainError(
+        Code.UNAUTHORIZED,
+        "This service only answers reviewloop services: the call carries no valid service token.",
+    )
