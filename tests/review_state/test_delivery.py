@@ -441,3 +441,34 @@ async def test_a_review_read_with_its_delivery_is_two_statements_and_another_ten
     assert len(seen) == 2  # the review with its turns, then its attempt
     stranger = Principal(AGENT.org_id, "prj_other", ActorKind.AGENT, AGENT.actor_id)
     assert await app.get_delivery(env, stranger, review.id) is None
+
+
+async def test_a_release_claims_its_own_attempt_and_a_crash_after_its_commit_is_swept_once_the_lease_lapses(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The approval's unit of work records the attempt already leased to this process's worker, which
+    then starts on it without a claim statement; a process that dies between the commit and the
+    worker leaves an attempt no sweep takes until its lease lapses, and then sends it once."""
+    review = await opened(env)
+    with statements(env.db) as seen:
+        sent = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert sent.state.value == "sent"
+    claims = [s.sql for s in seen if s.sql.startswith("UPDATE delivery_attempts SET lease_owner")]
+    assert claims == [], claims
+    assert await delivery(env, review.id) == ("delivered", 1)
+
+    other = await opened(env)
+    # The process dies right after the approval committed: its worker never runs.
+    monkeypatch.setattr(app.delivery, "start_worker", lambda *args, **kwargs: asyncio.sleep(0))
+    await app.decide(env, HUMAN, other.id, Decision("approve", other.revision, other.version))
+    monkeypatch.undo()
+    assert await delivery(env, other.id) == ("queued", 1)
+    await app.reconcile(env)
+    assert await delivery(env, other.id) == ("queued", 1)  # its lease is live: no sweep takes it
+    await lapse_leases(env)
+    await app.reconcile(env)
+    await asyncio.gather(*env.workers.values())
+    closed, _ = await app.get_review(env, AGENT, other.id)
+    assert closed.state.value == "sent"
+    assert await reasons(env, other.id) == ["sent"]
+    assert await delivery(env, other.id) == ("delivered", 2)

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from reviewloop.errors import Code, DomainError, invalid
@@ -41,15 +42,27 @@ log = logging.getLogger(__name__)
 _REVIEWED = ("human_reviewed", "reviewer_approved")
 
 
-async def start_delivery(uow: UnitOfWork, review: Review, send_path: str, now: datetime) -> Review:
+@dataclass(frozen=True)
+class Claim:
+    """The lease a release took on its own attempt, in its own transaction: this process's worker
+    starts on it without claiming the attempt again (a statement, a round trip and a commit fewer)."""
+
+    owner: str
+    attempt: store.Attempt
+    until: datetime
+
+
+async def start_delivery(
+    uow: UnitOfWork, review: Review, send_path: str, now: datetime, lease: timedelta
+) -> tuple[Review, Claim]:
     """Record the attempt (and its ids) in the approval's own transaction, before any provider call."""
     send = send_columns(review, send_path)
-    await store.start_attempt(uow.conn, review, send["message_id"], send["rfc_message_id"], send_path, now)
+    claim = await record_attempt(uow, review, send, now, lease)
     updated = await store.compare_and_set(
         uow.conn, review, send_path=send_path, rfc_message_id=send["rfc_message_id"], updated_at=now
     )
     assert updated is not None  # the row was written or CAS-locked by this transaction
-    return updated
+    return updated, claim
 
 
 def send_columns(review: Review, send_path: str) -> dict[str, str]:
@@ -62,20 +75,35 @@ def send_columns(review: Review, send_path: str) -> dict[str, str]:
     }
 
 
-async def record_attempt(uow: UnitOfWork, approved: Review, send: dict[str, str], now: datetime) -> None:
-    """The attempt of a review whose approving compare-and-set already wrote ``send``'s columns."""
-    await store.start_attempt(
-        uow.conn, approved, send["message_id"], send["rfc_message_id"], send["send_path"], now
+async def record_attempt(
+    uow: UnitOfWork, approved: Review, send: dict[str, str], now: datetime, lease: timedelta
+) -> Claim:
+    """The attempt of a review whose approving compare-and-set already wrote ``send``'s columns,
+    claimed for this process's worker (``deliver(..., claim)`` once the unit of work committed)."""
+    owner = uuid.uuid4().hex
+    attempt = await store.start_attempt(
+        uow.conn,
+        approved,
+        send["message_id"],
+        send["rfc_message_id"],
+        send["send_path"],
+        now,
+        owner,
+        now + lease,
     )
+    return Claim(owner, attempt, now + lease)
 
 
-def start_worker(env: Env, review_id: str, approved: Review | None = None) -> asyncio.Task[Review | None]:
+def start_worker(
+    env: Env, review_id: str, approved: Review | None = None, claim: Claim | None = None
+) -> asyncio.Task[Review | None]:
     """This process's worker for the review's attempt: a task of its own, so a request that is
     cancelled (the gateway died) does not cancel the delivery it started. ``approved`` is the review
-    as its approval committed it (its content is what goes out), which spares the worker a read."""
+    as its approval committed it (its content is what goes out), which spares the worker a read;
+    ``claim`` the lease that approval took, which spares it the claim."""
     task = env.workers.get(review_id)
     if task is None or task.done():
-        task = asyncio.get_running_loop().create_task(_work(env, review_id, approved))
+        task = asyncio.get_running_loop().create_task(_work(env, review_id, approved, claim))
         env.workers[review_id] = task
 
         def forget(done: asyncio.Task[Review | None]) -> None:
@@ -86,12 +114,13 @@ def start_worker(env: Env, review_id: str, approved: Review | None = None) -> as
     return task
 
 
-async def deliver(env: Env, review: Review) -> Review:
+async def deliver(env: Env, review: Review, claim: Claim | None = None) -> Review:
     """Drive an approved review's delivery and wait for it briefly (``delivery_wait_s``); the review
-    as it then is: sent, failed, or still approved with its delivery under way or parked."""
+    as it then is: sent, failed, or still approved with its delivery under way or parked. ``claim``:
+    the lease the call's own committed release took (never a replay's: its attempt may be past DATA)."""
     if review.state is not State.APPROVED:
         return review
-    worker = start_worker(env, review.id, review)
+    worker = start_worker(env, review.id, review, claim)
     with contextlib.suppress(TimeoutError):
         if closed := await asyncio.wait_for(asyncio.shield(worker), env.settings.delivery_wait_s):
             return closed  # the review as this worker's closing unit of work left it
@@ -99,15 +128,23 @@ async def deliver(env: Env, review: Review) -> Review:
         return await store.get_review_any(conn, review.id) or review
 
 
-async def _work(env: Env, review_id: str, approved: Review | None) -> Review | None:
-    """Claim the attempt (no-op when a live worker holds it or it is closed) and run one try; the
-    review as the try closed it (None when it did not)."""
-    owner = uuid.uuid4().hex  # this claim
+async def _work(
+    env: Env, review_id: str, approved: Review | None, claim: Claim | None = None
+) -> Review | None:
+    """Claim the attempt (no-op when a live worker holds it or it is closed), unless the release's
+    own ``claim`` still holds it, and run one try; the review as the try closed it (None when not)."""
     try:
-        async with env.db.one_statement() as conn:
-            attempt = await store.claim_attempt(conn, review_id, owner, utcnow(), env.settings.delivery_lease)
-        if attempt is None:
-            return None
+        if claim is not None and utcnow() < claim.until:
+            owner, attempt = claim.owner, claim.attempt
+        else:
+            owner = uuid.uuid4().hex  # this claim
+            async with env.db.one_statement() as conn:
+                claimed = await store.claim_attempt(
+                    conn, review_id, owner, utcnow(), env.settings.delivery_lease
+                )
+            if claimed is None:
+                return None
+            attempt = claimed
         async with _leased(env, review_id, owner):
             return await _try(env, attempt, owner, approved)
     except Exception:  # the store or the provider failed oddly: the lease lapses, the sweep retries

@@ -19,7 +19,7 @@ from review_state import store
 from review_state.app import _events, _kernel
 from review_state.app._events import Facts
 from review_state.app._gates import reviewer_breaker, spend_cap
-from review_state.app.delivery import deliver, record_attempt, send_columns
+from review_state.app.delivery import Claim, deliver, record_attempt, send_columns
 from review_state.app.env import Env
 from review_state.clients import DiffResult
 from review_state.domain.decision import (
@@ -352,11 +352,13 @@ async def _apply_decision(
         if not short:  # the category counts the review's outcome once, when it is decided
             _events.publish_outcome(uow, after, decision_of(decisions_of([*prior, turn])))
         if after.state is State.APPROVED:
-            await record_attempt(uow, after, send, now)
+            claims.append(await record_attempt(uow, after, send, now, env.settings.delivery_lease))
         return after, ""
 
-    review, held_by, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
-    return await deliver(env, review), held_by  # a replay drives a delivery left unfinished
+    claims: list[Claim] = []  # the lease of the attempt this call's release recorded, by run
+    review, held_by, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    # A replay drives a delivery left unfinished, claiming it as any worker does.
+    return await deliver(env, review, None if replayed or not claims else claims[-1]), held_by
 
 
 def _check_panel(members: list[str], actor_id: str, size: int) -> None:

@@ -22,7 +22,7 @@ from review_state.app._gates import (
     deadline_minutes,
     spend_cap,
 )
-from review_state.app.delivery import deliver, start_delivery
+from review_state.app.delivery import Claim, deliver, start_delivery
 from review_state.app.env import Env
 from review_state.domain.decision import review_deadline
 from review_state.domain.machine import State
@@ -159,11 +159,14 @@ async def submit(
             await _notify_humans(uow, review)
         if released:
             path = "agent_direct" if route is Route.DIRECT else "graduated_auto"
-            review = await start_delivery(uow, review, path, now)
+            review, claim = await start_delivery(uow, review, path, now, env.settings.delivery_lease)
+            claims.append(claim)
         return review, ""
 
-    review, _, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
-    review = await deliver(env, review)  # a replay drives a delivery its first call left unfinished
+    claims: list[Claim] = []  # the lease of the attempt this call's release recorded, by run
+    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    # A replay drives a delivery its first call left unfinished, claiming it as any worker does.
+    review = await deliver(env, review, None if replayed or not claims else claims[-1])
     return _status(review), review
 
 

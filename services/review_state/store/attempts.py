@@ -27,20 +27,29 @@ async def start_attempt(
     rfc_message_id: str,
     send_path: str,
     now: datetime,
-) -> None:
-    await conn.execute(
-        insert(t).values(
-            review_id=review.id,
-            project_id=review.project_id,
-            message_id=message_id,
-            rfc_message_id=rfc_message_id,
-            send_path=send_path,
-            status="in_flight",
-            stage=QUEUED,
-            tries=0,
-            started_at=now,
-        )
+    owner: str,
+    until: datetime,
+) -> Attempt:
+    """Record the attempt already claimed by ``owner`` until ``until`` (its first try counted): the
+    worker that releases it needs no claim of its own, and a dead one's lease lapses as any other."""
+    attempt = Attempt(
+        review_id=review.id,
+        project_id=review.project_id,
+        message_id=message_id,
+        rfc_message_id=rfc_message_id,
+        send_path=send_path,
+        status="in_flight",
+        stage=QUEUED,
+        tries=1,
+        started_at=now,
+        parked_at=None,
+        finished_at=None,
+        error=None,
+        resolution=None,
     )
+    values = {k: v for k, v in attempt.__dict__.items() if v is not None}
+    await conn.execute(insert(t).values(**values, lease_owner=owner, lease_until=until))
+    return attempt
 
 
 @dataclass(frozen=True)
