@@ -230,8 +230,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
 
     async def GetReview(self, request: review_pb2.GetReviewRequest, context: Context) -> review_pb2.Review:
         principal = Principal.from_proto(request.principal)
-        review, turns = await app.get_review(self.env, principal, request.review_id)
-        return review_to_proto(review, turns, await app.get_delivery(self.env, principal, review.id))
+        return review_to_proto(*await app.read_review(self.env, principal, request.review_id))
 
     async def GetReviewRevisions(
         self, request: review_pb2.GetReviewRequest, context: Context

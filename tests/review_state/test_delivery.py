@@ -429,18 +429,25 @@ async def test_submit_answers_only_the_contracts_statuses_whatever_the_delivery_
     assert (status, review.state.value) == ("queued_for_review", "needs_review")
 
 
-async def test_a_review_read_with_its_delivery_is_two_statements_and_another_tenants_attempt_is_absent(
+async def test_a_review_read_with_its_delivery_is_one_statement_and_another_tenants_review_is_absent(
     env: Env,
 ) -> None:
     review = await opened(env)
+    before, _, none_yet = await app.read_review(env, AGENT, review.id)
+    assert before.state.value == "in_review" and none_yet is None  # no attempt before the release
     await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
     with statements(env.db) as seen:
-        read, _ = await app.get_review(env, AGENT, review.id)
-        attempt = await app.get_delivery(env, AGENT, review.id)
+        read, turns, attempt = await app.read_review(env, AGENT, review.id)
     assert read.state.value == "sent" and attempt is not None and attempt.status == "delivered"
-    assert len(seen) == 2  # the review with its turns, then its attempt
+    assert [t.turn_type for t in turns] == [
+        t.turn_type for t in (await app.get_review(env, AGENT, review.id))[1]
+    ]
+    assert len(seen) == 1  # the review, its turns and its attempt
     stranger = Principal(AGENT.org_id, "prj_other", ActorKind.AGENT, AGENT.actor_id)
     assert await app.get_delivery(env, stranger, review.id) is None
+    with pytest.raises(DomainError) as absent:
+        await app.read_review(env, stranger, review.id)
+    assert absent.value.code is Code.NOT_FOUND
 
 
 async def test_a_release_claims_its_own_attempt_and_a_crash_after_its_commit_is_swept_once_the_lease_lapses(

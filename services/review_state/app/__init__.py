@@ -38,6 +38,7 @@ from review_state.app.reads import (
     get_revisions,
     get_thread,
     list_reviews,
+    read_review,
 )
 from review_state.app.reviewer import (
     ReviewerResult,
@@ -77,6 +78,7 @@ __all__ = [
     "open_review",
     "pacing_state",
     "post_chat",
+    "read_review",
     "reconcile",
     "record_inbound",
     "remove_block",

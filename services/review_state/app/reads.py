@@ -26,6 +26,18 @@ async def get_review(env: Env, principal: Principal, review_id: str) -> tuple[Re
     return found
 
 
+async def read_review(
+    env: Env, principal: Principal, review_id: str
+) -> tuple[Review, list[Turn], store.Attempt | None]:
+    """The review as ``GetReview`` answers it: with its turns and its delivery attempt (None before
+    its release), in one statement outside a transaction."""
+    async with env.db.single_statement.connect() as conn:
+        found = await store.get_review_with_delivery(conn, principal.project_id, review_id)
+    if found is None:
+        raise not_found(review_id)
+    return found
+
+
 async def get_revisions(env: Env, principal: Principal, review_id: str) -> list[RevisionContent]:
     """Every kept revision of the review, oldest first (a review always has its current one)."""
     async with env.db.single_statement.connect() as conn:

@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from review_state.domain.machine import PENDING, State
 from review_state.domain.review import AttachmentFacts, Review, RevisionContent, Turn
 from review_state.domain.submission import HUMANS_NOTIFIED, Attachment
-from review_state.store.tables import review_revisions, reviews, turns
+from review_state.store.attempts import Attempt
+from review_state.store.tables import delivery_attempts, review_revisions, reviews, turns
 
 _COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
 
@@ -301,6 +302,7 @@ async def list_turns(conn: AsyncConnection, review_id: str) -> list[Turn]:
 
 
 _TURN_LABELS = {column.name: f"turn__{column.name}" for column in turns.c}
+_ATTEMPT_LABELS = {name: f"attempt__{name}" for name in Attempt.__dataclass_fields__}
 # Built once: the hot read path then skips statement construction and its cache-key walk per call.
 _REVIEW_WITH_TURNS = (
     select(reviews, *(turns.c[name].label(label) for name, label in _TURN_LABELS.items()))
@@ -308,6 +310,18 @@ _REVIEW_WITH_TURNS = (
     .where(reviews.c.id == bindparam("review_id"), reviews.c.project_id == bindparam("project_id"))
     .order_by(turns.c.seq)
 )
+# The same with the review's delivery attempt (at most one row per review: no rows multiplied).
+_REVIEW_WITH_TURNS_AND_ATTEMPT = _REVIEW_WITH_TURNS.add_columns(
+    *(delivery_attempts.c[name].label(label) for name, label in _ATTEMPT_LABELS.items())
+).outerjoin(delivery_attempts, delivery_attempts.c.review_id == reviews.c.id)
+
+
+def _turns_of(rows: Sequence[Any]) -> list[Turn]:
+    return [
+        Turn(**{name: row._mapping[label] for name, label in _TURN_LABELS.items()})
+        for row in rows
+        if row._mapping[_TURN_LABELS["id"]] is not None
+    ]
 
 
 async def get_review_with_turns(
@@ -317,14 +331,27 @@ async def get_review_with_turns(
     path. Another tenant's review reads as absent."""
     found = await conn.execute(_REVIEW_WITH_TURNS, {"review_id": review_id, "project_id": project_id})
     rows = found.all()
+    return (_from_row(rows[0]), _turns_of(rows)) if rows else None
+
+
+async def get_review_with_delivery(
+    conn: AsyncConnection, project_id: str, review_id: str
+) -> tuple[Review, list[Turn], Attempt | None] | None:
+    """The review, its turns and its delivery attempt (None before its release) in one statement, as
+    a review is read; another tenant's review reads as absent."""
+    found = await conn.execute(
+        _REVIEW_WITH_TURNS_AND_ATTEMPT, {"review_id": review_id, "project_id": project_id}
+    )
+    rows = found.all()
     if not rows:
         return None
-    history = [
-        Turn(**{name: row._mapping[label] for name, label in _TURN_LABELS.items()})
-        for row in rows
-        if row._mapping[_TURN_LABELS["id"]] is not None
-    ]
-    return _from_row(rows[0]), history
+    head = rows[0]._mapping
+    attempt = (
+        Attempt(**{name: head[label] for name, label in _ATTEMPT_LABELS.items()})
+        if head[_ATTEMPT_LABELS["review_id"]] is not None
+        else None
+    )
+    return _from_row(rows[0]), _turns_of(rows), attempt
 
 
 async def get_turn(conn: AsyncConnection, turn_id: str) -> Turn | None:
