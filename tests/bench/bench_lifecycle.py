@@ -445,8 +445,28 @@ def start_floor(dsn: str, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "tests.bench.floor_app", dsn, str(port)])
 
 
+# Issue 18's targets: (what, figure, ours against the floor's median or an absolute bound, bound).
+TARGETS = [
+    ("lifecycle throughput >= 0.5x the floor", "lifecycles_per_s", "ratio", ">=", 0.5),
+    ("server CPU per lifecycle <= 3x the floor's", "cpu_ms_per_lifecycle", "ratio", "<=", 3.0),
+    ("submit throughput >= 0.6x the floor", "submits_per_s", "ratio", ">=", 0.6),
+    ("submit p99 <= 25 ms offered half the floor's capacity", "open_loop_submit_p99_ms", "ms", "<=", 25.0),
+    ("approve -> terminal nudge seen p99 <= 15 ms under load", "approve_to_nudge_p99_ms", "ms", "<=", 15.0),
+    ("<= 40 spans per lifecycle", "spans_per_lifecycle", "n", "<=", 40.0),
+]
+
+
+def targets(results: dict[str, list[dict[str, float]]]) -> Iterator[str]:
+    for what, key, kind, op, bound in TARGETS:
+        ours = statistics.median(r[key] for r in results["reviewloop"])
+        value = ours / statistics.median(r[key] for r in results["floor"]) if kind == "ratio" else ours
+        met = value >= bound if op == ">=" else value <= bound
+        yield f"target {'met    ' if met else 'NOT met'}: {what} ({value:.2f})"
+
+
 def report(results: dict[str, list[dict[str, float]]]) -> None:
     print("\n".join(table(results)))
+    print("\n".join(targets(results)))
     for per in ("lifecycle", "submit"):
         for name, runs in results.items():
             keys = sorted(k for k in runs[0] if k.startswith(f"cpu_ms_per_{per}."))
