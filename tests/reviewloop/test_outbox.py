@@ -29,6 +29,8 @@ from reviewloop.storage.outbox import (
 from reviewloop.storage.schema import INBOX, OUTBOX
 from sqlalchemy import func, select
 
+from tests.statements import statements
+
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 
 
@@ -348,3 +350,24 @@ async def test_a_dead_letter_keeps_its_project_and_is_retried_once_or_discarded_
     async with db.engine.connect() as conn:
         kept = (await conn.execute(select(func.count()).select_from(OUTBOX))).scalar_one()
     assert kept == 2  # delivered and discarded rows pruned, the two dead letters kept
+
+
+async def test_a_round_that_delivers_its_heads_is_two_statements_built_once(open_db: OpenDb) -> None:
+    """The claim (an UPDATE of the heads, RETURNING them) and the mark, whatever the batch's size; an
+    idle poll is one statement. Neither is compiled again after the first round."""
+    db = await open_db(SPEC)
+    receiver = BatchReceiver()
+    relay = Relay(db, {"nudge": receiver})
+    for per_aggregate in (1, 2):
+        await write_events(db, per_aggregate=per_aggregate, aggregates=3)
+        with statements(db) as seen:
+            assert await relay.drain_once() == 3
+        assert [s.sql.split()[0] for s in seen if not s.sql.startswith(("COMMIT", "ROLLBACK"))] == [
+            "UPDATE",
+            "UPDATE",
+        ], seen
+        await drain([relay])
+    with statements(db) as seen:
+        assert await relay.drain_once() == 0
+    assert len([s for s in seen if not s.sql.startswith(("COMMIT", "ROLLBACK"))]) == 1
+    assert all(s.cached for s in seen if not s.sql.startswith(("COMMIT", "ROLLBACK"))), seen

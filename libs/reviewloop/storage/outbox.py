@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import trace
-from sqlalchemy import Row, and_, case, delete, exists, func, select, update
+from sqlalchemy import Integer, Row, bindparam, case, delete, exists, func, select, update
 from sqlalchemy.orm import aliased
 
 from reviewloop.common.v1 import common_pb2
@@ -89,6 +89,55 @@ class Failure:
 def backoff_s(attempts: int) -> float:
     """Seconds to wait after ``attempts`` failures: 0.2 s doubling per failure, capped at 30 s."""
     return float(min(MAX_BACKOFF_S, 0.2 * 2 ** min(attempts, 10)))
+
+
+def _claim_statement() -> Any:
+    """``UPDATE outbox SET claimed_until = :until WHERE id IN (the heads) RETURNING *``.
+
+    A head is the oldest undelivered, live row of its (destination, aggregate): one relay claims it at a
+    time, so an aggregate's events go out in order. Built once: a relay's poll builds no statement and
+    walks no cache key.
+    """
+    head = aliased(OUTBOX)
+    earlier = aliased(OUTBOX)
+    is_head = ~exists().where(
+        earlier.c.destination == head.c.destination,
+        earlier.c.aggregate_id == head.c.aggregate_id,
+        earlier.c.delivered_at.is_(None),
+        earlier.c.dead_at.is_(None),
+        earlier.c.id < head.c.id,
+    )
+    now = bindparam("now", type_=OUTBOX.c.claimed_until.type)
+    heads = (
+        select(head.c.id)
+        .where(
+            head.c.delivered_at.is_(None),
+            head.c.dead_at.is_(None),
+            head.c.destination.in_(bindparam("reachable", expanding=True)),
+            head.c.next_attempt_at <= now,
+            head.c.claimed_until.is_(None) | (head.c.claimed_until < now),
+            is_head,
+        )
+        .order_by(head.c.id)
+        .limit(bindparam("limit", type_=Integer))
+        .with_for_update(skip_locked=True, of=head)
+    )
+    return (
+        update(OUTBOX)
+        .where(OUTBOX.c.id.in_(heads.scalar_subquery()))
+        .values(claimed_until=bindparam("until", type_=OUTBOX.c.claimed_until.type))
+        .returning(*OUTBOX.c)
+    )
+
+
+_CLAIM = _claim_statement()
+_DELIVERED = (
+    update(OUTBOX)
+    .where(OUTBOX.c.id.in_(bindparam("ids", expanding=True)))
+    .values(
+        claimed_until=None, delivered_at=bindparam("now", type_=OUTBOX.c.delivered_at.type), last_error=None
+    )
+)
 
 
 @dataclass
@@ -209,16 +258,16 @@ class Relay:
             for row in rows:
                 outcomes[row.id] = await self._deliver_one(row)
         delivered = [row_id for row_id, values in outcomes.items() if values is None]
-        async with self.db.transaction() as uow:
-            if delivered:
-                await uow.conn.execute(
-                    update(OUTBOX)
-                    .where(OUTBOX.c.id.in_(delivered))
-                    .values(claimed_until=None, delivered_at=utcnow(), last_error=None)
-                )
-            for row_id, values in outcomes.items():
-                if values is not None:
-                    await uow.conn.execute(update(OUTBOX).where(OUTBOX.c.id == row_id).values(**values))
+        if len(delivered) == len(outcomes):  # the usual round: one statement, no transaction around it
+            async with self.db.one_statement() as conn:
+                await conn.execute(_DELIVERED, {"ids": delivered, "now": utcnow()})
+        else:
+            async with self.db.transaction() as uow:
+                if delivered:
+                    await uow.conn.execute(_DELIVERED, {"ids": delivered, "now": utcnow()})
+                for row_id, values in outcomes.items():
+                    if values is not None:
+                        await uow.conn.execute(update(OUTBOX).where(OUTBOX.c.id == row_id).values(**values))
         pending.clear()
         # Settled: delivered, or set aside as a dead letter (which frees its aggregate's next row).
         return len(delivered) + sum(1 for values in outcomes.values() if values and "dead_at" in values)
@@ -258,43 +307,18 @@ class Relay:
         self._down_until[destination] = time.monotonic() + pause
 
     async def _claim(self) -> list[Row[Any]]:
-        now = utcnow()
-        earlier = aliased(OUTBOX)
-        is_head = ~exists().where(
-            and_(
-                earlier.c.destination == OUTBOX.c.destination,
-                earlier.c.aggregate_id == OUTBOX.c.aggregate_id,
-                earlier.c.delivered_at.is_(None),
-                earlier.c.dead_at.is_(None),
-                earlier.c.id < OUTBOX.c.id,
-            )
-        )
+        """Lease the current heads of the reachable destinations, in outbox order.
+
+        One statement: autocommit on PostgreSQL, where replicas skip each other's locked rows.
+        """
         reachable = [d for d in self.subscribers if not self._is_down(d)]
         if not reachable:
             return []
-        heads = (
-            select(OUTBOX)
-            .where(
-                OUTBOX.c.delivered_at.is_(None),
-                OUTBOX.c.dead_at.is_(None),
-                OUTBOX.c.destination.in_(reachable),
-                OUTBOX.c.next_attempt_at <= now,
-                (OUTBOX.c.claimed_until.is_(None)) | (OUTBOX.c.claimed_until < now),
-                is_head,
-            )
-            .order_by(OUTBOX.c.id)
-            .limit(self.batch_size)
-            .with_for_update(skip_locked=True, of=OUTBOX)
-        )
-        async with self.db.writing() as conn:
-            rows = list((await conn.execute(heads)).all())
-            if rows:
-                await conn.execute(
-                    update(OUTBOX)
-                    .where(OUTBOX.c.id.in_([r.id for r in rows]))
-                    .values(claimed_until=now + LEASE)
-                )
-        return rows
+        now = utcnow()
+        params = {"now": now, "until": now + LEASE, "reachable": reachable, "limit": self.batch_size}
+        async with self.db.one_statement() as conn:
+            rows = list((await conn.execute(_CLAIM, params)).all())
+        return sorted(rows, key=lambda row: row.id)
 
     async def _deliver(self, row: Row[Any]) -> Failure | None:
         with tracer.start_as_current_span(
