@@ -344,6 +344,8 @@ async def _unacked(
             limit=limit,
             review_id=review_id,
         )
+    if not broadcasts:  # the usual page: nothing to merge
+        return [(nudge, Position(nudge.pos, after.broadcast)) for nudge in nudges[:limit]]
     merged: list[tuple[Nudge, Position]] = []
     position, n, b = after, 0, 0
     while len(merged) < limit and (n < len(nudges) or b < len(broadcasts)):

@@ -204,20 +204,6 @@ class Nudge:
         return payload
 
 
-def _nudge(row: Row[Any]) -> Nudge:
-    return Nudge(
-        pos=row.pos,
-        seq=row.seq,
-        id=row.id,
-        reason=row.reason,
-        review_id=row.review_id,
-        category_id=row.category_id,
-        payload_json=row.payload,
-        created_at=row.created_at,
-        agent_id=getattr(row, "agent_id", ""),
-    )
-
-
 def visible_to(principal: Principal) -> ColumnElement[bool]:
     """An agent sees the nudges of reviews it composed in its project; other actors see their project's."""
     condition = and_(
@@ -436,23 +422,24 @@ async def append_many(
     )
 
 
-def _unacked_nudges(principal: Principal, *, after: int, limit: int, review_id: str) -> Select[Any]:
-    """Up to ``limit`` un-acked nudges visible to ``principal`` with ``pos > after``, oldest first
-    (only ``review_id``'s when given), in ``_FRONT_COLUMNS``."""
-    scope = and_(unacked.c.org_id == principal.org_id, unacked.c.project_id == principal.project_id)
-    if principal.actor_kind is ActorKind.AGENT:
-        scope = and_(scope, unacked.c.agent_id == principal.actor_id)
-    if review_id:
-        scope = and_(scope, unacked.c.review_id == review_id)
+def _unacked_nudges(*, agent: bool, one_review: bool) -> Select[Any]:
+    """Up to ``:limit`` un-acked nudges of ``:org_id``/``:project_id`` (an agent's: ``:agent_id``'s) with
+    ``pos > :after``, oldest first (only ``:review_id``'s when ``one_review``), in ``_FRONT_COLUMNS``."""
+    scope = and_(unacked.c.org_id == bindparam("org_id"), unacked.c.project_id == bindparam("project_id"))
+    if agent:
+        scope = and_(scope, unacked.c.agent_id == bindparam("agent_id"))
+    if one_review:
+        scope = and_(scope, unacked.c.review_id == bindparam("review_id"))
     return (
         select(*(nudges.c[name] for name in _FRONT_COLUMNS[:-1]), unacked.c.agent_id)
         .join(unacked, unacked.c.pos == nudges.c.pos)
-        .where(scope, unacked.c.pos > after)
+        .where(scope, unacked.c.pos > bindparam("after", type_=BigInteger))
         .order_by(unacked.c.pos)
-        .limit(limit)
+        .limit(bindparam("limit", type_=Integer))
     )
 
 
+# The order of Nudge's fields, so a row is a Nudge's arguments as they come.
 _FRONT_COLUMNS = (
     "pos",
     "seq",
@@ -464,6 +451,59 @@ _FRONT_COLUMNS = (
     "created_at",
     "agent_id",
 )
+
+
+def _unacked_broadcasts(*, agent: bool) -> Select[Any]:
+    """Up to ``:limit`` broadcasts visible to the caller (``:org_id``, ``:project_id``; an agent's: to
+    ``:agent_id``) that ``:actor_id`` has not acked, with ``pos > :after_broadcast``, oldest first, in
+    ``_FRONT_COLUMNS``: as nudges with ``seq`` 0 and no review."""
+    acked = (
+        select(broadcast_acks.c.broadcast_pos)
+        .where(
+            broadcast_acks.c.broadcast_pos == broadcasts.c.pos,
+            broadcast_acks.c.actor_id == bindparam("actor_id"),
+        )
+        .exists()
+    )
+    visible = and_(
+        broadcasts.c.org_id == bindparam("org_id"),
+        broadcasts.c.project_id.in_([bindparam("project_id"), literal("")]),
+    )
+    if agent:
+        visible = and_(visible, broadcasts.c.agent_id.in_([bindparam("agent_id"), literal("")]))
+    return (
+        select(
+            broadcasts.c.pos,
+            literal(0, BigInteger).label("seq"),
+            broadcasts.c.id,
+            broadcasts.c.reason,
+            literal("", String).label("review_id"),
+            broadcasts.c.category_id,
+            broadcasts.c.payload,
+            broadcasts.c.created_at,
+            broadcasts.c.agent_id,
+        )
+        .where(visible, broadcasts.c.pos > bindparam("after_broadcast", type_=BigInteger), ~acked)
+        .order_by(broadcasts.c.pos)
+        .limit(bindparam("limit", type_=Integer))
+    )
+
+
+def _front_statement(*, agent: bool, one_review: bool) -> Select[Any] | CompoundSelect[Any]:
+    """The read of the un-acked front: the nudges, and (not for one review: broadcasts belong to none)
+    the broadcasts after ``:after_broadcast`` too, in one statement."""
+    query: Select[Any] | CompoundSelect[Any] = _unacked_nudges(agent=agent, one_review=one_review)
+    if not one_review:
+        query = union_all(select(query.subquery()), select(_unacked_broadcasts(agent=agent).subquery()))
+    return query
+
+
+# Built once for each shape: a drain's read builds no statement and walks no cache key.
+_FRONT = {
+    (agent, one_review): _front_statement(agent=agent, one_review=one_review)
+    for agent in (False, True)
+    for one_review in (False, True)
+}
 
 
 async def unacked_front(
@@ -478,19 +518,24 @@ async def unacked_front(
     """Up to ``limit`` un-acked nudges (``pos > after``) and up to ``limit`` un-acked broadcasts
     (``pos > after_broadcast``) visible to ``principal``, each oldest first, read in one statement. With
     ``review_id``, only that review's nudges (a review's drain has no broadcasts: they belong to none)."""
-    query: Select[Any] | CompoundSelect[Any] = _unacked_nudges(
-        principal, after=after, limit=limit, review_id=review_id
-    )
-    if not review_id:
-        query = union_all(
-            select(query.subquery()),
-            select(_unacked_broadcasts(principal, after=after_broadcast, limit=limit).subquery()),
-        )
+    agent = principal.actor_kind is ActorKind.AGENT
+    params: dict[str, Any] = {
+        "org_id": principal.org_id,
+        "project_id": principal.project_id,
+        "after": after,
+        "limit": limit,
+    }
+    if agent:
+        params["agent_id"] = principal.actor_id
+    if review_id:
+        params["review_id"] = review_id
+    else:
+        params |= {"after_broadcast": after_broadcast, "actor_id": principal.actor_id}
     found: list[Nudge] = []
     broadcast_rows: list[Nudge] = []
-    for row in await conn.execute(query):
+    for row in await conn.execute(_FRONT[agent, bool(review_id)], params):
         # A nudge always names its review; a broadcast never does.
-        (found if row.review_id else broadcast_rows).append(_nudge(row))
+        (found if row[4] else broadcast_rows).append(Nudge(*row))
     # UNION ALL keeps no order of its own.
     return sorted(found, key=_by_pos), sorted(broadcast_rows, key=_by_pos)
 
@@ -631,35 +676,6 @@ async def append_broadcast(conn: AsyncConnection, broadcast: Broadcast, *, creat
             text("SELECT pg_notify(:channel, :project_id)"),
             {"channel": NOTIFY_CHANNEL, "project_id": broadcast.project_id},
         )
-
-
-def _unacked_broadcasts(principal: Principal, *, after: int, limit: int) -> Select[Any]:
-    """Up to ``limit`` broadcasts the principal may see and has not acked, with ``pos > after``, oldest
-    first, in ``_FRONT_COLUMNS``: as nudges with ``seq`` 0 and no review."""
-    acked = (
-        select(broadcast_acks.c.broadcast_pos)
-        .where(
-            broadcast_acks.c.broadcast_pos == broadcasts.c.pos,
-            broadcast_acks.c.actor_id == principal.actor_id,
-        )
-        .exists()
-    )
-    return (
-        select(
-            broadcasts.c.pos,
-            literal(0, BigInteger).label("seq"),
-            broadcasts.c.id,
-            broadcasts.c.reason,
-            literal("", String).label("review_id"),
-            broadcasts.c.category_id,
-            broadcasts.c.payload,
-            broadcasts.c.created_at,
-            broadcasts.c.agent_id,
-        )
-        .where(_broadcasts_visible_to(principal), broadcasts.c.pos > after, ~acked)
-        .order_by(broadcasts.c.pos)
-        .limit(limit)
-    )
 
 
 async def head_of(conn: AsyncConnection, principal: Principal) -> tuple[int, int]:
