@@ -275,8 +275,7 @@ async def _lock_projects(uow: UnitOfWork, events: Sequence[common_pb2.Event]) ->
 
 async def _lock(uow: UnitOfWork, projects: set[str], orgs: set[str]) -> None:
     """The append locks of ``projects`` and the broadcast locks of ``orgs``, in one order."""
-    for project_id in sorted(projects):
-        await store.lock_project(uow.conn, project_id)
+    await store.lock_projects(uow.conn, sorted(projects))
     for org_id in sorted(orgs):
         await store.lock_broadcasts(uow.conn, org_id)
 

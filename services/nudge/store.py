@@ -49,7 +49,7 @@ nudges = Table(
     "nudges",
     metadata,
     # Arrival order: "oldest first" across reviews, and the keyset cursor. Ingests of one project
-    # commit in pos order (see lock_project), so a cursor never skips a later-committing row.
+    # commit in pos order (see lock_projects), so a cursor never skips a later-committing row.
     Column("pos", BigId, primary_key=True, autoincrement=True),
     Column("id", String(40), nullable=False),
     Column("review_id", String(40), nullable=False),
@@ -214,13 +214,20 @@ def visible_to(principal: Principal) -> ColumnElement[bool]:
     return condition
 
 
-async def lock_project(conn: AsyncConnection, project_id: str) -> None:
-    """On PostgreSQL, serialize one project's appends until commit, so ``pos`` commits in order
-    within a project (SQLite's ``BEGIN IMMEDIATE`` already serializes every writer)."""
-    if conn.dialect.name == "postgresql":
-        await conn.execute(
-            text("SELECT pg_advisory_xact_lock(hashtextextended(:project_id, 0))"), {"project_id": project_id}
-        )
+# lock_projects on PostgreSQL: unnest yields the keys in the array's order and the lock is taken as
+# each row comes, so one statement takes them in the order given.
+_LOCK_PROJECTS_PG = text(
+    "SELECT pg_advisory_xact_lock(hashtextextended(p, 0)) FROM unnest(CAST(:project_ids AS text[])) AS t(p)"
+)
+
+
+async def lock_projects(conn: AsyncConnection, project_ids: list[str]) -> None:
+    """On PostgreSQL, serialize each project's appends until commit, so ``pos`` commits in order within a
+    project (SQLite's ``BEGIN IMMEDIATE`` already serializes every writer). Taken in the order given, in
+    one statement: callers give them sorted, so two batches naming the same projects queue, never
+    deadlock."""
+    if conn.dialect.name == "postgresql" and project_ids:
+        await conn.execute(_LOCK_PROJECTS_PG, {"project_ids": project_ids})
 
 
 # lock_head's upsert as text, the same on PostgreSQL and SQLite: SQLAlchemy never caches a dialect's
@@ -782,6 +789,25 @@ async def endpoints_of(conn: AsyncConnection, org_id: str, project_id: str) -> l
     else:
         rows = await conn.execute(_ORG_ENDPOINTS, {"org_id": org_id})
     return [_endpoint(row) for row in rows]
+
+
+_ENDPOINTS_OF_PROJECTS = (
+    select(webhook_endpoints)
+    .where(webhook_endpoints.c.project_id.in_(bindparam("project_ids", expanding=True)))
+    .order_by(*_ORDER)
+)
+
+
+async def endpoints_of_projects(
+    conn: AsyncConnection, owners: set[tuple[str, str]]
+) -> dict[tuple[str, str], list[Endpoint]]:
+    """``endpoints_of`` for each ``(org_id, project_id)`` of ``owners``, in one statement."""
+    found: dict[tuple[str, str], list[Endpoint]] = {owner: [] for owner in owners}
+    rows = await conn.execute(_ENDPOINTS_OF_PROJECTS, {"project_ids": sorted({p for _, p in owners})})
+    for row in rows:
+        if (owner := (row.org_id, row.project_id)) in found:
+            found[owner].append(_endpoint(row))
+    return found
 
 
 async def endpoint(conn: AsyncConnection, endpoint_id: str) -> Endpoint | None:

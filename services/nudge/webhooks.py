@@ -226,13 +226,11 @@ async def enqueue(
 
 
 async def enqueue_many(conn: AsyncConnection, stored: Sequence[store.Appended]) -> bool:
-    """``enqueue`` for a batch of stored nudges: each project's endpoints read once, every delivery in
-    one INSERT, in the nudges' order."""
-    endpoints: dict[tuple[str, str], list[store.Endpoint]] = {}
-    for nudge in stored:
-        owner = (nudge.incoming.org_id, nudge.incoming.project_id)
-        if owner not in endpoints:
-            endpoints[owner] = await store.endpoints_of(conn, *owner)
+    """``enqueue`` for a batch of stored nudges: the endpoints of all their projects read in one
+    statement, every delivery in one INSERT, in the nudges' order."""
+    endpoints = await store.endpoints_of_projects(
+        conn, {(nudge.incoming.org_id, nudge.incoming.project_id) for nudge in stored}
+    )
     rows = [
         row
         for n in stored

@@ -165,3 +165,31 @@ async def test_a_relay_batch_of_many_reviews_is_a_handful_of_statements_on_postg
     assert len(seen) == 5, [s.sql for s in seen]
     events, _ = await app.list_events(db, AGENT, limit=200, cursor="")
     assert [(e.review_id, e.seq) for e in events] == [(f"rr_{i:03d}", 1) for i in range(100)]
+
+
+async def test_a_relay_batch_across_many_projects_is_still_five_statements_on_postgresql(
+    open_db: OpenDb,
+) -> None:
+    """The batch takes every project's append lock in one statement and reads every project's webhook
+    endpoints in one, so a relay batch of 16 agents' projects costs what one project's does; each
+    project's endpoint still gets only its own project's deliveries."""
+    db = await open_db(SPEC)
+    if db.is_sqlite:
+        return  # SQLite stores event by event
+    agents = [Principal("org_1", f"prj_{i:02d}", ActorKind.AGENT, f"agt_{i:02d}") for i in range(16)]
+    async with db.transaction() as uow:
+        endpoint = store.Endpoint(
+            "whk_3", "org_1", "prj_03", "https://hooks.test/3", ["rejected"], datetime.now(UTC)
+        )
+        await store.add_endpoint(uow.conn, endpoint)
+    batch = [event(f"rr_{i:02d}", "rejected", principal=agent) for i, agent in enumerate(agents)]
+    with statements(db) as seen:
+        assert await app.ingest(db, batch) == (16, 0)
+    # lock, inbox, heads, append, endpoints, and the one delivery insert
+    assert len(seen) == 6, [s.sql for s in seen]
+    async with db.engine.connect() as conn:
+        deliveries = (await conn.execute(select(store.webhook_deliveries.c.review_id))).scalars().all()
+    assert deliveries == ["rr_03"]
+    for i, agent in enumerate(agents):
+        events, _ = await app.list_events(db, agent, limit=10, cursor="")
+        assert [(e.review_id, e.seq) for e in events] == [(f"rr_{i:02d}", 1)]
