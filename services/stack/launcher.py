@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -45,10 +46,32 @@ def port_free(addr: str) -> bool:
     return True
 
 
+def _ephemeral_range() -> range:
+    """The ports the kernel hands to outgoing connections (Linux's default where it says none)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing holds now, for a server started a moment later.
+
+    Never one of the kernel's ephemeral ports: between this probe and the server's bind, any outgoing
+    connection (to PostgreSQL, to a peer) may be given an ephemeral port, and a server that finds it taken
+    dies ("cannot listen"). Never the same port twice in one process either.
+    """
+    ephemeral = _ephemeral_range()
+    candidates = [p for p in range(10000, 65536) if p not in ephemeral and p not in _handed_out]
+    for port in random.sample(candidates, k=min(len(candidates), 200)):
+        if port_free(f"127.0.0.1:{port}"):
+            _handed_out.add(port)
+            return port
+    raise LaunchError("no free loopback port outside the ephemeral range")
 
 
 class Stack:

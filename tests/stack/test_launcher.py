@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 from stack.launcher import free_port, port_free
@@ -33,3 +34,11 @@ def test_a_port_something_listens_on_is_taken(reuse: bool) -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         assert not port_free(f"127.0.0.1:{listener.getsockname()[1]}")
+
+
+def test_free_ports_are_distinct_and_never_ephemeral() -> None:
+    """An outgoing connection can't take a test server's port between the probe and the bind."""
+    low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert not [p for p in ports if low <= p <= high]
