@@ -23,7 +23,7 @@ of ``RUNS`` runs (min..max beside them):
 The benchmark checks its own results: every lifecycle sees exactly one terminal nudge for its review.
 ``BENCH_JSON=path`` also writes the figures as JSON, so two runs can be compared. ``BENCH_PROFILE=dir``
 records every reviewloop process with py-spy during the first lifecycle load (``dir/<process>.txt``,
-collapsed stacks: one line a stack, its sample count last).
+collapsed stacks: one line a stack, its sample count last; ``BENCH_PROFILE_HZ`` samples per second, 67).
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def profiled(target: Target, into: str | None) -> Iterator[None]:
                 Path(sys.executable).parent / "py-spy",
                 "record",
                 "-r",
-                "67",
+                os.environ.get("BENCH_PROFILE_HZ", "67"),
                 "-f",
                 "raw",
                 "-d",
