@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import email
+import re
 from datetime import UTC, datetime
-from email.policy import default
+from email.policy import SMTP, default
 from pathlib import Path
+from typing import Any
+from unittest.mock import patch
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from review_state import app
 from review_state.app import Decision, Env
+from review_state.domain import mime
 from review_state.domain.review import Review
 from review_state.domain.submission import (
     Attachment,
@@ -240,3 +246,63 @@ def test_reply_all_copies_the_parents_other_recipients_once_and_never_our_inbox(
         "reply", Draft(**{**draft.__dict__, "to": ["ceo@acme.com"]}), parent, reply_all=True
     )
     assert (explicit.to, explicit.cc) == (["ceo@acme.com"], [])  # an explicit to replaces every derived one
+
+
+_header_text = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=120).filter(
+    lambda s: s.strip()
+)
+_address = st.sampled_from(
+    ["alice@example.org", "Bob <bob@example.net>", '"Doe, Jane" <jane@example.com>', "zoë@exämple.de"]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    to=st.lists(_address, min_size=1, max_size=3),
+    cc=st.lists(_address, max_size=2),
+    subject=_header_text,
+    body=st.text(max_size=400),
+    html=st.none() | st.just("<p>Hi</p>"),
+    extra=st.dictionaries(st.sampled_from(["X-Campaign", "Keywords", "Comments"]), _header_text, max_size=2),
+    attach=st.booleans(),
+)
+def test_the_delivered_bytes_are_the_stdlib_smtp_policys(
+    to: list[str],
+    cc: list[str],
+    subject: str,
+    body: str,
+    html: str | None,
+    extra: dict[str, str],
+    attach: bool,
+) -> None:
+    """The message built with header classes made once is byte for byte the stdlib's ``SMTP`` policy's."""
+    fields: dict[str, Any] = dict(
+        from_address="agent@example.com",
+        to=to,
+        cc=cc,
+        subject=subject,
+        body_text=body,
+        body_html=html,
+        reply_to="replies@example.com",
+        headers=extra,
+        attachments=[Attachment("a.txt", "text/plain", b"attached")] if attach else [],
+        rfc_message_id="<msg_1@example.com>",
+        in_reply_to="<parent@example.org>",
+        references="<root@example.org> <parent@example.org>",
+        date=datetime(2026, 12, 5, 12, 0, tzinfo=UTC),
+    )
+    try:
+        ours: bytes | Exception = mime.build_message(**fields)
+    except Exception as error:  # the stdlib must refuse the same input the same way
+        ours = error
+    with patch.object(mime, "_POLICY", SMTP):
+        try:
+            theirs: bytes | Exception = mime.build_message(**fields)
+        except Exception as error:
+            theirs = error
+    if isinstance(ours, Exception):
+        assert type(ours) is type(theirs) and str(ours) == str(theirs)
+    else:
+        assert isinstance(theirs, bytes)
+        boundary = re.compile(rb"={15}\d+==")  # a multipart boundary is random on every build
+        assert boundary.sub(b"B", ours) == boundary.sub(b"B", theirs)

@@ -5,12 +5,36 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import format_datetime
+from typing import Any
 
 from review_state.domain.review import Review
 from review_state.domain.submission import Attachment
+
+
+class _HeaderClasses(HeaderRegistry):
+    """The standard header registry with each of its classes made once.
+
+    The stdlib's makes a new class on every lookup, two per header set (~11 us each): a fifth of a
+    message's build. The class depends only on the registry's entry, so a handful are ever made.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._made: dict[type[Any], type[BaseHeader]] = {}  # the registry entry -> its class
+
+    def __getitem__(self, name: str) -> type[BaseHeader]:
+        cls = self.registry.get(name.lower(), self.default_class)
+        made = self._made.get(cls)
+        if made is None:
+            made = self._made[cls] = type("_" + cls.__name__, (cls, self.base_class), {})
+        return made
+
+
+_POLICY = SMTP.clone(header_factory=_HeaderClasses())
 
 
 def rfc_message_id(message_id: str, from_address: str) -> str:
@@ -55,7 +79,7 @@ def build_message(
     date: datetime,
 ) -> bytes:
     """The message as wire bytes (CRLF). Bcc recipients ride the envelope only, never a header."""
-    message = EmailMessage(policy=SMTP)
+    message = EmailMessage(policy=_POLICY)
     message["From"] = from_address
     message["To"] = ", ".join(to)
     if cc:
