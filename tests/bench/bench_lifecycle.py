@@ -23,7 +23,8 @@ of ``RUNS`` runs (min..max beside them):
 The benchmark checks its own results: every lifecycle sees exactly one terminal nudge for its review.
 ``BENCH_JSON=path`` also writes the figures as JSON, so two runs can be compared. ``BENCH_PROFILE=dir``
 records every reviewloop process with py-spy during the first lifecycle load (``dir/<process>.txt``,
-collapsed stacks: one line a stack, its sample count last; ``BENCH_PROFILE_HZ`` samples per second, 67).
+collapsed stacks: one line a stack, its sample count last; ``BENCH_PROFILE_HZ`` samples per second, 67;
+``BENCH_PROFILE_GIL=1`` only the samples of the thread holding the GIL, the CPU spent in Python).
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ def profiled(target: Target, into: str | None) -> Iterator[None]:
                 str(int(LOAD_S)),
                 "-o",
                 f"{into}/{name}.txt",
+                *(["--gil"] if os.environ.get("BENCH_PROFILE_GIL") else []),
                 "--pid",
                 str(pid),
             ],
