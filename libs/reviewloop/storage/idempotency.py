@@ -77,6 +77,8 @@ async def once(
     act: Callable[[UnitOfWork], Awaitable[T]],
     record: Callable[[T], Mapping[str, Any]],
     replay: Callable[[AsyncConnection, Row[Any]], Awaitable[T]],
+    *,
+    checked: bool = False,
 ) -> tuple[T, bool]:
     """Run ``act`` in one unit of work, at most once per Idempotency-Key.
 
@@ -90,6 +92,9 @@ async def once(
         act: the mutation; its result is remembered through ``record``.
         record: the extra columns that remember ``act``'s result.
         replay: rebuilds the result from the remembered row, in the replaying transaction.
+        checked: the caller read the key (``seen``) moments ago and found none, so the unit of work
+            does not read it again: a twin that remembered it since fails this call's insert, or its
+            ``act`` (the compare-and-set the twin moved), and either way its answer is replayed.
 
     Returns:
         The result, and whether it was replayed.
@@ -102,12 +107,14 @@ async def once(
         async with db.transaction() as uow:
             return await act(uow), False
     fields_hash = request_hash(fields)
-    for _ in range(2):  # a concurrent twin may win the key's insert; the second pass then reads it
+    for attempt in range(2):  # a concurrent twin may win the key's insert; the second pass then reads it
+        read = not checked or attempt > 0
         try:
             async with db.transaction() as uow:
-                row = await seen(uow.conn, table, project_id, actor_id, key, fields_hash)
-                if row is not None:
-                    return await replay(uow.conn, row), True
+                if read:
+                    row = await seen(uow.conn, table, project_id, actor_id, key, fields_hash)
+                    if row is not None:
+                        return await replay(uow.conn, row), True
                 result = await act(uow)
                 await uow.conn.execute(
                     insert(table).values(
@@ -122,4 +129,12 @@ async def once(
                 return result, False
         except IntegrityError:
             continue
+        except DomainError as refusal:
+            if read:
+                raise
+            async with db.single_statement.connect() as conn:
+                row = await seen(conn, table, project_id, actor_id, key, fields_hash)
+                if row is None:
+                    raise refusal from None
+                return await replay(conn, row), True
     raise DomainError(Code.CONFLICT, "A concurrent request with this Idempotency-Key is in flight; retry.")

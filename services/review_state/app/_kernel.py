@@ -107,7 +107,7 @@ async def replayed(
     """The earlier result of this Idempotency-Key, checked before any peer is called."""
     if not key:
         return None
-    async with db.engine.connect() as conn:
+    async with db.single_statement.connect() as conn:  # PostgreSQL: no BEGIN ... ROLLBACK around it
         row = await idempotency.seen(
             conn,
             store.idempotency_keys,
@@ -120,10 +120,17 @@ async def replayed(
 
 
 async def once(
-    db: Database, principal: Principal, key: str, fields: Mapping[str, Any], act: Act
+    db: Database,
+    principal: Principal,
+    key: str,
+    fields: Mapping[str, Any],
+    act: Act,
+    *,
+    checked: bool = False,
 ) -> tuple[Review, str, bool]:
     """Run ``act`` once per Idempotency-Key: a retry with the same body gets the review as it now is
-    (and the first call's result id). Returns (review, result_id, replayed)."""
+    (and the first call's result id). Returns (review, result_id, replayed). ``checked``: the use case
+    asked ``replayed`` first, so the unit of work does not read the key again."""
 
     async def replay(conn: AsyncConnection, row: Row[Any]) -> tuple[Review, str]:
         return await _replay(conn, principal, row)
@@ -138,6 +145,7 @@ async def once(
         act,
         lambda result: {"review_id": result[0].id, "result_id": result[1]},
         replay,
+        checked=checked,
     )
     return review, result_id, was_replayed
 

@@ -149,7 +149,7 @@ async def submit_revision(
             await _kernel.add_turn(uow, edge.after, principal, "revision", "")
             return edge.after, ""
 
-        return (await _kernel.once(env.db, principal, idempotency_key, fields, act))[0]
+        return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
 
     return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
 
@@ -219,7 +219,7 @@ async def restamp(
             await _kernel.add_turn(uow, edge.after, principal, "restamp", "")
             return edge.after, ""
 
-        return (await _kernel.once(env.db, principal, idempotency_key, fields, act))[0]
+        return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
 
     return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
 

@@ -356,7 +356,9 @@ async def _apply_decision(
         return after, ""
 
     claims: list[Claim] = []  # the lease of the attempt this call's release recorded, by run
-    review, held_by, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    review, held_by, replayed = await _kernel.once(
+        env.db, principal, idempotency_key, fields, act, checked=True
+    )
     # A replay drives a delivery left unfinished, claiming it as any worker does.
     return await deliver(env, review, None if replayed or not claims else claims[-1]), held_by
 

@@ -164,7 +164,7 @@ async def submit(
         return review, ""
 
     claims: list[Claim] = []  # the lease of the attempt this call's release recorded, by run
-    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True)
     # A replay drives a delivery its first call left unfinished, claiming it as any worker does.
     review = await deliver(env, review, None if replayed or not claims else claims[-1])
     return _status(review), review

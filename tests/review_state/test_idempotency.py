@@ -1,0 +1,96 @@
+"""A retry whose twin remembers the Idempotency-Key while it is running gets the twin's answer.
+
+A use case that asks ``replayed`` first (submit, decide, redraft, restamp) does not read the key again in
+its unit of work; these tests let the twin commit in exactly that gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from review_state import app
+from review_state.app import Decision, Env, Revision, _kernel
+from review_state.app import composer as composer_app
+from review_state.app import submission as submission_app
+from review_state.store.tables import reviews
+from reviewloop.errors import DomainError
+from sqlalchemy import func, select
+
+from tests.review_state.conftest import AGENT, DRAFT, HUMAN, queued, reasons
+
+
+def twin_in_the_gap(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, twin: Callable[[], Awaitable[Any]]
+) -> list[Any]:
+    """Patch ``module.name`` (a step between the replay check and the unit of work) so that, once its first
+    call is done, ``twin`` runs to its commit; the twin's answer is the list's one item."""
+    real = getattr(module, name)
+    answers: list[Any] = []
+
+    async def step(*args: Any, **kwargs: Any) -> Any:
+        done = await real(*args, **kwargs)
+        if not answers:
+            answers.append(None)  # the twin's own call of this step goes straight through
+            answers[0] = await twin()
+        return done
+
+    monkeypatch.setattr(module, name, step)
+    return answers
+
+
+async def count_reviews(env: Env) -> int:
+    async with env.db.engine.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(reviews))).scalar_one())
+
+
+async def test_a_submit_whose_twin_committed_first_is_that_review(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def submit() -> Any:
+        return await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="k")
+
+    twin = twin_in_the_gap(monkeypatch, submission_app, "contacts_allow", submit)
+    status, review = await submit()  # its insert of the key meets the twin's: rolled back, replayed
+    assert review.id == twin[0][1].id and status == twin[0][0]
+    assert await count_reviews(env) == 1
+
+
+async def test_a_redraft_whose_twin_committed_first_gets_the_twins_revision(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    review = await queued(env)
+
+    async def redraft() -> Any:
+        return await app.submit_revision(
+            env, AGENT, review.id, 1, Revision(body_text="b"), idempotency_key="k"
+        )
+
+    twin = twin_in_the_gap(monkeypatch, composer_app, "contacts_allow", redraft)
+    again = await redraft()  # its compare-and-set fails on the twin's revision: replayed, not a 409
+    assert again.revision == twin[0].revision == 2 and again.version == twin[0].version
+
+
+async def test_an_approve_whose_twin_committed_first_is_answered_and_sends_once(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    review = await queued(env)
+    opened = await app.open_review(env, HUMAN, review.id, 1, review.version)
+    approve = Decision(action="approve", revision=1, version=opened.version)
+
+    async def decide() -> Any:
+        return await app.decide(env, HUMAN, review.id, approve, idempotency_key="k")
+
+    twin = twin_in_the_gap(monkeypatch, _kernel, "precheck", decide)
+    answered = await decide()
+    assert answered.id == twin[0].id and answered.state.value == "sent"
+    assert await reasons(env, review.id) == ["sent"]  # one delivery, one terminal nudge
+
+
+async def test_a_refusal_with_no_twin_is_still_the_refusal(env: Env) -> None:
+    review = await queued(env)
+    await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="b"), idempotency_key="k1")
+    with pytest.raises(DomainError) as caught:  # revision 1 is gone, and no twin holds "k2"
+        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="c"), idempotency_key="k2")
+    assert caught.value.code.value in ("stale", "wrong_state")
