@@ -239,6 +239,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         app.state.db = db
         app.state.backends = Backends(peers, settings.backend_timeout_s)
         app.state.feeds = Feeds(app.state.backends)
+        # Built before serving: the first keyed mutation (which asks which operations the gateway owns)
+        # or MCP call would otherwise hold the event loop for its ~0.6 s of CPU.
+        app.openapi()
         try:
             async with mcp.run():
                 yield
