@@ -20,7 +20,11 @@ of ``RUNS`` runs (min..max beside them):
 - then, idle, one agent whose long-poll is already waiting when its review is approved: approve
   answered -> terminal nudge returned to that long-poll, p50 and p99 (``IDLE_N`` lifecycles).
 
-The benchmark checks its own results: every lifecycle sees exactly one terminal nudge for its review.
+Every submit and every decision carries an ``Idempotency-Key``, as the SDK sends them, and every
+``RETRY_EVERY``-th lifecycle sends its submit and its approve again with the same key, as an agent whose
+answer was lost does. The benchmark checks its own results: every lifecycle sees exactly one terminal
+nudge for its review, a retried submit answers with the review the first one made, and a retried approve
+is answered (a second approve of the same version would be a 409).
 ``BENCH_JSON=path`` also writes the figures as JSON, so two runs can be compared. ``BENCH_PROFILE=dir``
 records every reviewloop process with py-spy during the first lifecycle load (``dir/<process>.txt``,
 collapsed stacks: one line a stack, its sample count last; ``BENCH_PROFILE_HZ`` samples per second, 67;
@@ -38,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +61,14 @@ LOAD_S = float(os.environ.get("BENCH_LOAD_S", "8"))
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 PROFILE = os.environ.get("BENCH_PROFILE")
 IDLE_N = int(os.environ.get("BENCH_IDLE_N", "40"))
+RETRY_EVERY = int(os.environ.get("BENCH_RETRY_EVERY", "8"))
 TERMINAL = {"sent", "send_failed", "cancelled", "rejected"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def keyed(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` with a fresh ``Idempotency-Key``, as the SDK sends on every mutation."""
+    return {**headers, "Idempotency-Key": uuid.uuid4().hex}
 
 
 def pct(samples: list[float], p: float) -> float:
@@ -117,11 +128,19 @@ async def lifecycle_loop(
     n = 0
     while time.monotonic() < until:
         n += 1
+        retry = n % RETRY_EVERY == 0
+        body, submit_headers = draft(subject=f"bench {n}"), keyed(agent)
         started = time.perf_counter()
-        sent = await http.post("/v1/messages", json=draft(subject=f"bench {n}"), headers=agent)
+        sent = await http.post("/v1/messages", json=body, headers=submit_headers)
         run.submit_s.append(time.perf_counter() - started)
         assert sent.status_code == 202, sent.text
         review_id = sent.json()["review_id"]
+        if retry:
+            again = await http.post("/v1/messages", json=body, headers=submit_headers)
+            if again.status_code != 202 or again.json()["review_id"] != review_id:
+                run.wrong.append(
+                    f"{review_id}: its submit retried answered {again.status_code} {again.text[:200]}"
+                )
         got = await http.get(f"/v1/reviews/{review_id}", headers=agent)
         assert got.status_code == 200, got.text
         opened = await http.post(
@@ -129,14 +148,20 @@ async def lifecycle_loop(
         )
         assert opened.status_code == 200, opened.text
         current = opened.json()
-        approved = await http.post(
-            f"/v1/reviews/{review_id}/decision",
-            json={"action": "approve", "revision": current["revision"], "version": current["version"]},
-            headers=human,
-        )
+        approve = {"action": "approve", "revision": current["revision"], "version": current["version"]}
+        approve_headers = keyed(human)
+        approved = await http.post(f"/v1/reviews/{review_id}/decision", json=approve, headers=approve_headers)
         assert approved.status_code == 200, approved.text
         answered = time.perf_counter()
         run.answered[review_id] = time.time()
+        if retry:
+            again = await http.post(
+                f"/v1/reviews/{review_id}/decision", json=approve, headers=approve_headers
+            )
+            if again.status_code != 200:
+                run.wrong.append(
+                    f"{review_id}: its approve retried answered {again.status_code} {again.text[:200]}"
+                )
         terminal: list[dict[str, Any]] = []
         while not terminal:
             waited = await http.get("/v1/review-events/wait", params={"timeout_s": 10}, headers=agent)
@@ -167,7 +192,7 @@ async def submit_loop(
     while time.monotonic() < until:
         started = time.perf_counter()
         sent = await http.post(
-            "/v1/messages", json=draft(subject=f"bench submit {run.submits}"), headers=agent
+            "/v1/messages", json=draft(subject=f"bench submit {run.submits}"), headers=keyed(agent)
         )
         run.submit_s.append(time.perf_counter() - started)
         assert sent.status_code == 202, sent.text
@@ -273,7 +298,9 @@ async def open_loop_submits(target: Target, rate: float) -> list[float]:
 
         async def submit(i: int, due: float) -> None:
             agent = target.keys[i % len(target.keys)][0]
-            sent = await http.post("/v1/messages", json=draft(subject=f"bench open {i}"), headers=agent)
+            sent = await http.post(
+                "/v1/messages", json=draft(subject=f"bench open {i}"), headers=keyed(agent)
+            )
             assert sent.status_code == 202, sent.text
             latencies.append(time.perf_counter() - due)
 
@@ -308,7 +335,9 @@ async def idle_nudges(target: Target) -> list[float]:
         for n in range(IDLE_N):
             while await drain():
                 pass
-            sent = (await http.post("/v1/messages", json=draft(subject=f"idle {n}"), headers=agent)).json()
+            sent = (
+                await http.post("/v1/messages", json=draft(subject=f"idle {n}"), headers=keyed(agent))
+            ).json()
             review_id = sent["review_id"]
             opened = await http.post(
                 f"/v1/reviews/{review_id}/open", json={"revision": 1, "version": 1}, headers=human
@@ -323,7 +352,7 @@ async def idle_nudges(target: Target) -> list[float]:
             approved = await http.post(
                 f"/v1/reviews/{review_id}/decision",
                 json={"action": "approve", "revision": current["revision"], "version": current["version"]},
-                headers=human,
+                headers=keyed(human),
             )
             assert approved.status_code == 200, approved.text
             answered = time.perf_counter()

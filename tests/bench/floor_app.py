@@ -2,7 +2,8 @@
 
 Authenticate the key by its hash; submit inserts the review and an outbox row in one transaction; open
 and approve are CAS updates, and the approve inserts the terminal nudge with the next seq in the same
-transaction; list, long-poll and ack the caller's nudges. Run: ``python -m tests.bench.floor_app DSN PORT``.
+transaction; list, long-poll and ack the caller's nudges. A submit or decision with an ``Idempotency-Key``
+answers a retry with its first answer, remembered in its own transaction. Run: ``python -m tests.bench.floor_app DSN PORT``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import secrets
 import sys
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -30,6 +31,8 @@ CREATE TABLE IF NOT EXISTS outbox (id bigserial PRIMARY KEY, aggregate text NOT 
 CREATE TABLE IF NOT EXISTS nudges (review_id text NOT NULL, seq int NOT NULL, project text NOT NULL,
   reason text NOT NULL, acked bool NOT NULL DEFAULT false, PRIMARY KEY (review_id, seq));
 CREATE INDEX IF NOT EXISTS nudges_unacked ON nudges (project) WHERE NOT acked;
+CREATE TABLE IF NOT EXISTS answers (project text NOT NULL, key text NOT NULL, answer jsonb NOT NULL,
+  PRIMARY KEY (project, key));
 """
 
 pool: asyncpg.Pool
@@ -47,6 +50,32 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
 
 
 app = FastAPI(lifespan=lifespan)
+
+
+Work = Callable[[Any], Awaitable[dict[str, Any]]]
+
+
+async def once(project: str, key: str | None, work: Work) -> dict[str, Any]:
+    """``work`` in one transaction, at most once per Idempotency-Key: a retry gets the first answer."""
+    async with pool.acquire() as conn:
+        for _ in range(2):  # a concurrent twin may win the key; the second pass reads its answer
+            try:
+                async with conn.transaction():
+                    if key is not None:
+                        first = await conn.fetchval(
+                            "SELECT answer FROM answers WHERE project = $1 AND key = $2", project, key
+                        )
+                        if first is not None:
+                            return dict(json.loads(first))
+                    answer = await work(conn)
+                    if key is not None:
+                        await conn.execute(
+                            "INSERT INTO answers VALUES ($1, $2, $3)", project, key, json.dumps(answer)
+                        )
+                    return answer
+            except asyncpg.UniqueViolationError:
+                continue
+    raise HTTPException(409)
 
 
 async def _caller(authorization: str) -> tuple[str, str]:
@@ -68,11 +97,14 @@ async def new_key() -> dict[str, str]:
 
 
 @app.post("/v1/messages", status_code=202)
-async def submit(request: Request, authorization: str = Header()) -> dict[str, Any]:
+async def submit(
+    request: Request, authorization: str = Header(), idempotency_key: str | None = Header(None)
+) -> dict[str, Any]:
     project, _ = await _caller(authorization)
     body = await request.body()
-    review_id = "rr_" + secrets.token_hex(12)
-    async with pool.acquire() as conn, conn.transaction():
+
+    async def work(conn: Any) -> dict[str, Any]:
+        review_id = "rr_" + secrets.token_hex(12)
         await conn.execute(
             "INSERT INTO reviews VALUES ($1, $2, 'pending_review', 1, 1, $3)",
             review_id,
@@ -84,7 +116,9 @@ async def submit(request: Request, authorization: str = Header()) -> dict[str, A
             review_id,
             json.dumps({"review": review_id}),
         )
-    return {"review_id": review_id, "state": "pending_review", "revision": 1, "version": 1}
+        return {"review_id": review_id, "state": "pending_review", "revision": 1, "version": 1}
+
+    return await once(project, idempotency_key, work)
 
 
 @app.get("/v1/reviews/{review_id}")
@@ -120,10 +154,16 @@ async def open_(review_id: str, request: Request, authorization: str = Header())
 
 
 @app.post("/v1/reviews/{review_id}/decision")
-async def decide(review_id: str, request: Request, authorization: str = Header()) -> dict[str, Any]:
+async def decide(
+    review_id: str,
+    request: Request,
+    authorization: str = Header(),
+    idempotency_key: str | None = Header(None),
+) -> dict[str, Any]:
     project, _ = await _caller(authorization)
     body = await request.json()
-    async with pool.acquire() as conn, conn.transaction():
+
+    async def work(conn: Any) -> dict[str, Any]:
         answer = await _cas(review_id, project, body, "sent", conn)
         await conn.execute(
             "INSERT INTO nudges (review_id, seq, project, reason) SELECT $1, coalesce(max(seq), 0) + 1, $2, "
@@ -131,8 +171,11 @@ async def decide(review_id: str, request: Request, authorization: str = Header()
             review_id,
             project,
         )
+        return answer | {"closed": True}
+
+    answer = await once(project, idempotency_key, work)
     bells[project].set()
-    return answer | {"closed": True}
+    return answer
 
 
 async def _unacked(project: str, limit: int) -> list[dict[str, Any]]:
