@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reviewloop.storage.engine import DEFAULT_POOL_SIZE
 from reviewloop.trust import Trust
 
 
@@ -22,6 +23,18 @@ class ConfigError(RuntimeError):
 def data_dir(env: Mapping[str, str] = os.environ) -> Path:
     """Where SQLite files, logs, traces and the generated admin token live (``REVIEWLOOP_DATA_DIR``)."""
     return Path(env.get("REVIEWLOOP_DATA_DIR", ".data"))
+
+
+def db_pool_size(env: Mapping[str, str] = os.environ) -> int:
+    """PostgreSQL connections one process may hold, all kept once opened (``REVIEWLOOP_DB_POOL_SIZE``).
+
+    Raises:
+        ConfigError: not a whole number of at least 1.
+    """
+    value = env.get("REVIEWLOOP_DB_POOL_SIZE", str(DEFAULT_POOL_SIZE))
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"REVIEWLOOP_DB_POOL_SIZE must be a whole number of at least 1, not {value!r}.")
+    return int(value)
 
 
 def db_url(service: str, env: Mapping[str, str] = os.environ) -> str:
@@ -79,6 +92,7 @@ class ServiceConfig:
     # A span per store statement (``REVIEWLOOP_TRACE_SQL=1``): off by default, as it cost more CPU
     # than the statements' own work and tripled the spans of a lifecycle.
     trace_sql: bool = False
+    db_pool_size: int = DEFAULT_POOL_SIZE
 
     @classmethod
     def from_env(
@@ -97,4 +111,5 @@ class ServiceConfig:
             metrics_listen=env.get(metrics_variable(service)) or None,
             trust=Trust.from_env(service, env),
             trace_sql=env.get("REVIEWLOOP_TRACE_SQL", "") not in ("", "0", "false"),
+            db_pool_size=db_pool_size(env),
         )

@@ -437,7 +437,7 @@ class PortTakenError(RuntimeError):
 
 async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService:
     """Build, bind, migrate and start ``spec``; health turns SERVING once the store is migrated."""
-    engine = make_engine(config.db_url)
+    engine = make_engine(config.db_url, pool_size=config.db_pool_size)
     if config.trace_sql:
         # A span per statement and per pool checkout (13 of a lifecycle's 49 spans), on demand only. The
         # pool gauge is read on a scrape (pool_probe), not counted here on every checkout and checkin.

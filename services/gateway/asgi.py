@@ -233,7 +233,7 @@ class Edge:
 def create_app(settings: GatewaySettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(make_engine(settings.db_url))
+        db = Database(make_engine(settings.db_url, pool_size=settings.db_pool_size))
         await migrate(db.engine, MIGRATIONS, metadata)
         peers = Peers(settings.peers, Trust.from_env("gateway"))
         app.state.db = db

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reviewloop.config import address, data_dir, db_url
+from reviewloop.config import address, data_dir, db_pool_size, db_url
+from reviewloop.storage.engine import DEFAULT_POOL_SIZE
 
 GATEWAY = "gateway"
 # The services the gateway fronts (its peers).
@@ -62,6 +63,7 @@ class GatewaySettings:
     idempotency_lease_s: float = 30.0
     # How often an idle review-event stream sends a comment, so proxies do not close it.
     sse_heartbeat_s: float = 15.0
+    db_pool_size: int = DEFAULT_POOL_SIZE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
@@ -79,6 +81,7 @@ class GatewaySettings:
             key_cache_s=float(env.get("REVIEWLOOP_GATEWAY_KEY_CACHE_S", "1")),
             idempotency_lease_s=float(env.get("REVIEWLOOP_GATEWAY_IDEMPOTENCY_LEASE_S", "30")),
             sse_heartbeat_s=float(env.get("REVIEWLOOP_SSE_HEARTBEAT_S", "15")),
+            db_pool_size=db_pool_size(env),
             mcp_allowed_hosts=tuple(
                 h.strip()
                 for h in env.get("REVIEWLOOP_MCP_ALLOWED_HOSTS", ",".join(LOOPBACK_HOSTS)).split(",")

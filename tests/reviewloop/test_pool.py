@@ -3,15 +3,19 @@ statement per process, never a stuck pool."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
 from review_state.__main__ import SPEC
+from reviewloop.config import ConfigError, db_pool_size
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database
-from reviewloop.storage.engine import POOL_GAUGE, pool_probe
+from reviewloop.storage import Database, make_engine
+from reviewloop.storage.engine import DEFAULT_POOL_SIZE, POOL_GAUGE, pool_probe
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
+
+from tests.conftest import Databases
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 
@@ -55,3 +59,32 @@ async def test_the_pool_gauge_reads_used_and_idle_connections_from_the_pool(open
     after = await gauge()
     assert held["used"] == after["used"] + 1
     assert after["idle"] >= 1  # the connection went back to the pool
+
+
+async def test_a_load_above_the_pool_size_queues_on_the_connections_it_keeps(
+    databases: Databases, backend: str
+) -> None:
+    """No connection is opened and closed per burst: the pool keeps what it opens, and never more."""
+    if backend == "sqlite":
+        pytest.skip("SQLite connections are files, not server sessions")
+    engine = make_engine(await databases.url(backend, "pool"), pool_size=2)
+    try:
+
+        async def statement() -> int:
+            async with engine.connect() as conn:
+                return int(await conn.scalar(text("SELECT pg_backend_pid() FROM pg_sleep(0.02)")))
+
+        sessions = set()
+        for _ in range(3):  # bursts of eight, four times the pool
+            sessions |= set(await asyncio.gather(*(statement() for _ in range(8))))
+        assert len(sessions) == 2
+    finally:
+        await engine.dispose()
+
+
+def test_the_pool_size_is_a_whole_number_of_at_least_one() -> None:
+    assert db_pool_size({}) == DEFAULT_POOL_SIZE
+    assert db_pool_size({"REVIEWLOOP_DB_POOL_SIZE": "5"}) == 5
+    for wrong in ("0", "-1", "ten", ""):
+        with pytest.raises(ConfigError, match="REVIEWLOOP_DB_POOL_SIZE"):
+            db_pool_size({"REVIEWLOOP_DB_POOL_SIZE": wrong})

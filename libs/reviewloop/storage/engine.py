@@ -20,6 +20,8 @@ from reviewloop.storage import sqlite
 from reviewloop.storage.schema import outbox_row, write_rows
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# PostgreSQL connections one process may hold (``REVIEWLOOP_DB_POOL_SIZE``).
+DEFAULT_POOL_SIZE = 20
 
 
 def is_sqlite(engine: AsyncEngine) -> bool:
@@ -33,12 +35,12 @@ WRITE_OPTION = "reviewloop_write"
 SINGLE_STATEMENT_OPTION = "reviewloop_single_statement"
 
 
-def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
+def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> AsyncEngine:
     """An async engine for ``url``, on SQLite or PostgreSQL.
 
     SQLite gets WAL, foreign keys and a busy timeout; a unit of work begins IMMEDIATE (two writers queue
     on the lock instead of failing on upgrade), while reads begin DEFERRED, so under WAL they never wait
-    for a writer.
+    for a writer. On PostgreSQL the process holds at most ``pool_size`` connections.
     """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
@@ -48,7 +50,7 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
         # Every connection is kept (no overflow): an overflow connection is closed when it is returned, so
         # a steady load above the kept size opened and closed one per burst (a TLS handshake, a new
         # backend, every statement prepared again), 48 in one lifecycle bench run of review_state.
-        return create_async_engine(url, pool_size=20, max_overflow=0, pool_pre_ping=False, **kwargs)
+        return create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=False, **kwargs)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     if parsed.drivername == "sqlite+aiosqlite":
