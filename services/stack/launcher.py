@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
 
 import grpc
@@ -46,6 +47,7 @@ def port_free(addr: str) -> bool:
     return True
 
 
+@cache
 def _ephemeral_range() -> range:
     """The ports the kernel hands to outgoing connections (Linux's default where it says none)."""
     try:
@@ -65,10 +67,9 @@ def free_port() -> int:
     connection (to PostgreSQL, to a peer) may be given an ephemeral port, and a server that finds it taken
     dies ("cannot listen"). Never the same port twice in one process either.
     """
-    ephemeral = _ephemeral_range()
-    candidates = [p for p in range(10000, 65536) if p not in ephemeral and p not in _handed_out]
-    for port in random.sample(candidates, k=min(len(candidates), 200)):
-        if port_free(f"127.0.0.1:{port}"):
+    for _ in range(1000):
+        port = random.randrange(10000, 65536)
+        if port not in _ephemeral_range() and port not in _handed_out and port_free(f"127.0.0.1:{port}"):
             _handed_out.add(port)
             return port
     raise LaunchError("no free loopback port outside the ephemeral range")
