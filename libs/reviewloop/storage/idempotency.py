@@ -9,10 +9,24 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
+from functools import cache
 from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy import Column, DateTime, MetaData, PrimaryKeyConstraint, Row, String, Table, insert, select
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Insert,
+    MetaData,
+    PrimaryKeyConstraint,
+    Row,
+    Select,
+    String,
+    Table,
+    bindparam,
+    insert,
+    select,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -38,6 +52,18 @@ def idempotency_table(metadata: MetaData, *extra: Column[Any]) -> Table:
     )
 
 
+@cache
+def _statements(table: Table) -> tuple[Select[Any], Insert]:
+    """``table``'s read and insert, built once per table."""
+    # A keyed mutation then builds no statement and walks no cache key for its key.
+    read = select(table).where(
+        table.c.project_id == bindparam("project_id"),
+        table.c.actor_id == bindparam("actor_id"),
+        table.c.key == bindparam("key"),
+    )
+    return read, insert(table)
+
+
 def request_hash(fields: Mapping[str, Any]) -> str:
     """A stable hash of a request's fields (key order does not matter)."""
     return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
@@ -51,13 +77,8 @@ async def seen(
     Raises:
         DomainError: ``idempotency_conflict`` when the key was used with a different body.
     """
-    row = (
-        await conn.execute(
-            select(table).where(
-                table.c.project_id == project_id, table.c.actor_id == actor_id, table.c.key == key
-            )
-        )
-    ).first()
+    read, _ = _statements(table)
+    row = (await conn.execute(read, {"project_id": project_id, "actor_id": actor_id, "key": key})).first()
     if row is not None and row.request_hash != fields_hash:
         raise DomainError(
             Code.IDEMPOTENCY_CONFLICT,
@@ -117,14 +138,15 @@ async def once(
                         return await replay(uow.conn, row), True
                 result = await act(uow)
                 await uow.conn.execute(
-                    insert(table).values(
-                        project_id=project_id,
-                        actor_id=actor_id,
-                        key=key,
-                        request_hash=fields_hash,
-                        created_at=utcnow(),
+                    _statements(table)[1],
+                    {
+                        "project_id": project_id,
+                        "actor_id": actor_id,
+                        "key": key,
+                        "request_hash": fields_hash,
+                        "created_at": utcnow(),
                         **record(result),
-                    )
+                    },
                 )
                 return result, False
         except IntegrityError:

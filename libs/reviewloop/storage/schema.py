@@ -144,9 +144,12 @@ def outbox_row(destination: str, aggregate_id: str, type_: str, payload: Message
     }
 
 
+_WRITE = insert(OUTBOX)  # built once: the rows' keys name the columns
+
+
 async def write_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
     """Insert ``rows`` (built by ``outbox_row``) into the outbox, in ``conn``'s transaction."""
-    await conn.execute(insert(OUTBOX), rows)
+    await conn.execute(_WRITE, rows)
 
 
 async def insert_new(

@@ -19,6 +19,8 @@ from review_state.store.tables import delivery_attempts as t
 
 QUEUED, DATA, PARKED = "queued", "data", "parked"
 
+_START = insert(t)  # built once: the parameters' keys name the columns
+
 
 async def start_attempt(
     conn: AsyncConnection,
@@ -48,7 +50,7 @@ async def start_attempt(
         resolution=None,
     )
     values = {k: v for k, v in attempt.__dict__.items() if v is not None}
-    await conn.execute(insert(t).values(**values, lease_owner=owner, lease_until=until))
+    await conn.execute(_START, {**values, "lease_owner": owner, "lease_until": until})
     return attempt
 
 

@@ -70,6 +70,9 @@ def _message(row: Any) -> Message:
     )
 
 
+_ADD = insert(messages)  # built once: the row's keys name the columns
+
+
 async def add_message(conn: AsyncConnection, message: Message) -> None:
     row = {
         "id": message.id,
@@ -88,7 +91,7 @@ async def add_message(conn: AsyncConnection, message: Message) -> None:
         "review_id": message.review_id,
         "created_at": message.created_at,
     }
-    await conn.execute(insert(messages), row)
+    await conn.execute(_ADD, row)
 
 
 async def get_message(conn: AsyncConnection, project_id: str, message_id: str) -> Message | None:

@@ -64,8 +64,13 @@ def _to_row(review: Review, names: Iterable[str] = Review.__dataclass_fields__) 
     return row
 
 
+# Built once (the parameters' keys name the columns): a submit builds no statement of its own.
+_ADD_REVIEW = insert(reviews)
+_ADD_REVISION = insert(review_revisions)
+
+
 async def add_review(conn: AsyncConnection, review: Review) -> None:
-    await conn.execute(insert(reviews), _to_row(review))
+    await conn.execute(_ADD_REVIEW, _to_row(review))
     await _add_revision(conn, review)
 
 
@@ -227,7 +232,7 @@ async def _add_revision(conn: AsyncConnection, review: Review) -> None:
     revision is born in ``add_review`` or a ``compare_and_set`` that bumps it, so none is missed."""
     content = RevisionContent.of(review)
     await conn.execute(
-        insert(review_revisions),
+        _ADD_REVISION,
         {
             "review_id": content.review_id,
             "revision": content.revision,
