@@ -1,7 +1,8 @@
 """A retry whose twin remembers the Idempotency-Key while it is running gets the twin's answer.
 
-A use case that asks ``replayed`` first (submit, decide, redraft, restamp) does not read the key again in
-its unit of work; these tests let the twin commit in exactly that gap.
+A use case that asks ``replayed`` first (submit), or reads the key with its review in ``precheck`` (decide,
+redraft, restamp), does not read the key again in its unit of work; these tests let the twin commit
+in exactly that gap.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from review_state.app import Decision, Env, Revision, _kernel
 from review_state.app import composer as composer_app
 from review_state.app import submission as submission_app
 from review_state.store.tables import reviews
-from reviewloop.errors import DomainError
+from reviewloop.errors import Code, DomainError
 from sqlalchemy import func, select
 
 from tests.review_state.conftest import AGENT, DRAFT, HUMAN, queued, reasons
+from tests.statements import statements
 
 
 def twin_in_the_gap(
@@ -94,3 +96,26 @@ async def test_a_refusal_with_no_twin_is_still_the_refusal(env: Env) -> None:
     with pytest.raises(DomainError) as caught:  # revision 1 is gone, and no twin holds "k2"
         await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="c"), idempotency_key="k2")
     assert caught.value.code.value in ("stale", "wrong_state")
+
+
+async def test_a_keyed_decision_reads_its_review_and_its_key_in_one_statement(env: Env) -> None:
+    """The precheck's read carries the key's row: a first call reads once before its unit of work, and
+    its retry is answered from that one read; the key with another body is a conflict that writes
+    nothing."""
+    review = await queued(env)
+    opened = await app.open_review(env, HUMAN, review.id, 1, review.version)
+    escalate = Decision(action="escalate", revision=1, version=opened.version)
+    with statements(env.db) as seen:
+        escalated = await app.decide(env, HUMAN, review.id, escalate, idempotency_key="k")
+    reads = [s.sql for s in seen if s.sql.startswith("SELECT")]
+    assert len(reads) == 1 and "idempotency_keys" in reads[0], reads
+    with statements(env.db) as seen:
+        again = await app.decide(env, HUMAN, review.id, escalate, idempotency_key="k")
+    assert (again.state, again.version) == (escalated.state, escalated.version)
+    assert len(seen) == 1, [s.sql for s in seen]
+    reject = Decision(action="reject", revision=1, version=escalated.version)
+    with pytest.raises(DomainError) as caught:
+        await app.decide(env, HUMAN, review.id, reject, idempotency_key="k")
+    assert caught.value.code is Code.IDEMPOTENCY_CONFLICT
+    now, _ = await app.get_review(env, HUMAN, review.id)
+    assert (now.state, now.version) == (escalated.state, escalated.version)

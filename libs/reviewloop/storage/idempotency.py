@@ -79,13 +79,26 @@ async def seen(
     """
     read, _ = _statements(table)
     row = (await conn.execute(read, {"project_id": project_id, "actor_id": actor_id, "key": key})).first()
-    if row is not None and row.request_hash != fields_hash:
+    return row if row is not None and is_replay(row.request_hash, fields_hash) else None
+
+
+def is_replay(stored_hash: str | None, fields_hash: str) -> bool:
+    """Whether a remembered key (its ``request_hash``; None: never used) is this request's retry.
+
+    For a store that reads the key's row together with other rows, in one statement.
+
+    Raises:
+        DomainError: ``idempotency_conflict`` when the key was used with a different body.
+    """
+    if stored_hash is None:
+        return False
+    if stored_hash != fields_hash:
         raise DomainError(
             Code.IDEMPOTENCY_CONFLICT,
             "This Idempotency-Key was already used with a different request body; "
             "use a new key for a new request.",
         )
-    return row
+    return True
 
 
 async def once(

@@ -1,8 +1,8 @@
 """What every use case runs on: who the caller is in the table, load, check, compare-and-set, the
 Idempotency-Key, and the nudges a refused verb still owes the agent.
 
-A mutation reads in this order: a replay of its Idempotency-Key, the table's verdict (``precheck``,
-before any peer is called, so a 409 costs no remote call), the peer calls, then one unit of work
+A mutation reads in this order: a replay of its Idempotency-Key and the table's verdict (``precheck``,
+one statement before any peer is called, so a 409 costs no remote call), the peer calls, then one unit of work
 (``once`` -> ``transition``: the edge's CAS and the nudge ``NUDGES`` gives it). ``guard`` wraps it all,
 so a refusal named in ``REFUSAL_NUDGES`` still leaves its nudge.
 """
@@ -130,7 +130,8 @@ async def once(
 ) -> tuple[Review, str, bool]:
     """Run ``act`` once per Idempotency-Key: a retry with the same body gets the review as it now is
     (and the first call's result id). Returns (review, result_id, replayed). ``checked``: the use case
-    asked ``replayed`` first, so the unit of work does not read the key again."""
+    asked ``replayed`` (or ``precheck`` with the key) first, so the unit of work does not read the key
+    again."""
 
     async def replay(conn: AsyncConnection, row: Row[Any]) -> tuple[Review, str]:
         return await _replay(conn, principal, row)
@@ -238,10 +239,21 @@ async def precheck(
     verb: Verb,
     parent_revision: int,
     expected_version: int | None = None,
-) -> Review:
-    """The table's verdict before any peer is called, so a 409 costs no remote call."""
-    async with db.single_statement.connect() as conn:
-        review = await load(conn, principal, review_id)
+    *,
+    key: str = "",
+    fields: Mapping[str, Any] | None = None,
+) -> tuple[Review, str | None]:
+    """The table's verdict before any peer is called, so a 409 costs no remote call, and the replay of
+    the Idempotency-Key ``key`` (for the request ``fields``) read in the same statement: a retry of a
+    request that ran gets the review as it now is, unchecked, and the first call's result id (None
+    for a request that has not run)."""
+    async with db.single_statement.connect() as conn:  # PostgreSQL: no BEGIN ... ROLLBACK around it
+        found = await store.get_review_keyed(conn, principal.project_id, review_id, principal.actor_id, key)
+    if found is None:
+        raise not_found(review_id)
+    review, stored_hash, result_id = found
+    if key and idempotency.is_replay(stored_hash, idempotency.request_hash(fields or {})):
+        return review, result_id
     check_transition(
         review,
         verb,
@@ -249,7 +261,7 @@ async def precheck(
         parent_revision=parent_revision,
         expected_version=expected_version,
     )
-    return review
+    return review, None
 
 
 async def add_turn(

@@ -99,12 +99,18 @@ async def submit_revision(
     }
 
     async def run() -> Review:
-        replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
-        if replay is not None:
-            return replay[0]
-        current = await _kernel.precheck(
-            env.db, principal, review_id, Verb.SUBMIT_REVISION, parent_revision, expected_version
+        current, replayed = await _kernel.precheck(
+            env.db,
+            principal,
+            review_id,
+            Verb.SUBMIT_REVISION,
+            parent_revision,
+            expected_version,
+            key=idempotency_key,
+            fields=fields,
         )
+        if replayed is not None:
+            return current
         draft = revision.apply(current)
         validate_draft(draft)
         if revision.intent is not None:
@@ -189,12 +195,18 @@ async def restamp(
     }
 
     async def run() -> Review:
-        replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
-        if replay is not None:
-            return replay[0]
-        current = await _kernel.precheck(
-            env.db, principal, review_id, Verb.RESTAMP, parent_revision, expected_version
+        current, replayed = await _kernel.precheck(
+            env.db,
+            principal,
+            review_id,
+            Verb.RESTAMP,
+            parent_revision,
+            expected_version,
+            key=idempotency_key,
+            fields=fields,
         )
+        if replayed is not None:
+            return current
         high_water = await _token_high_water(env, principal, current, composition_token)
         if high_water is None and against_version is not None:
             high_water = await _reread(env, principal, current, against_version, house_style_version)

@@ -82,6 +82,7 @@ async def open_review(
         return edge.after, ""
 
     async def run() -> Review:
+        # One connection: a precheck of its own would cost a pool checkout more than the read it spares.
         return (await _kernel.once(env.db, principal, idempotency_key, fields, act))[0]
 
     return await _kernel.guard(env.db, principal, review_id, revision, run)
@@ -129,20 +130,26 @@ async def _decide(
 ) -> tuple[Review, str]:
     verb = decision.verb()
     fields = {"verb": f"decide:{actor}", "review_id": review_id, **decision.__dict__}
-    replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
-    if replay is not None:
-        # The review as it now is (a replay drives a delivery its first call left unfinished), and the
-        # breaker that held the first call.
-        return await deliver(env, replay[0]), replay[1]
     try:
-        current = await _kernel.precheck(
-            env.db, principal, review_id, verb, decision.revision, decision.version
+        current, replayed = await _kernel.precheck(
+            env.db,
+            principal,
+            review_id,
+            verb,
+            decision.revision,
+            decision.version,
+            key=idempotency_key,
+            fields=fields,
         )
     except DomainError as error:
         counted = await _counted(env, principal, review_id, decision) if error.code is Code.STALE else None
         if counted is None:
             raise
         return counted, ""
+    if replayed is not None:
+        # The review as it now is (a replay drives a delivery its first call left unfinished), and the
+        # breaker that held the first call.
+        return await deliver(env, current), replayed
     hold: str | None = None
     receipt: str | None = None
     cap: int | None = None  # the daily auto-send cap a review agent's release spends in its unit

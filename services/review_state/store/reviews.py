@@ -8,14 +8,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
 from review_state.domain.review import AttachmentFacts, Review, RevisionContent, Turn
 from review_state.domain.submission import HUMANS_NOTIFIED, Attachment
 from review_state.store.attempts import Attempt
-from review_state.store.tables import delivery_attempts, review_revisions, reviews, turns
+from review_state.store.tables import delivery_attempts, idempotency_keys, review_revisions, reviews, turns
 
 _COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
 
@@ -87,6 +87,41 @@ async def get_review(
     query = _REVIEW_FOR_UPDATE if for_update else _REVIEW
     row = (await conn.execute(query, {"review_id": review_id, "project_id": project_id})).first()
     return _from_row(row) if row else None
+
+
+# The review and what the caller's Idempotency-Key remembers (nothing: NULLs), in one statement.
+_REVIEW_KEYED = (
+    select(
+        reviews,
+        idempotency_keys.c.request_hash.label("key__request_hash"),
+        idempotency_keys.c.result_id.label("key__result_id"),
+    )
+    .outerjoin(
+        idempotency_keys,
+        and_(
+            idempotency_keys.c.project_id == reviews.c.project_id,
+            idempotency_keys.c.actor_id == bindparam("actor_id"),
+            idempotency_keys.c.key == bindparam("key"),
+        ),
+    )
+    .where(reviews.c.id == bindparam("review_id"), reviews.c.project_id == bindparam("project_id"))
+)
+
+
+async def get_review_keyed(
+    conn: AsyncConnection, project_id: str, review_id: str, actor_id: str, key: str
+) -> tuple[Review, str | None, str] | None:
+    """The review (as ``get_review``), the request hash ``actor_id``'s Idempotency-Key ``key`` was
+    remembered with (None: never used) and its result id, in one round trip."""
+    row = (
+        await conn.execute(
+            _REVIEW_KEYED,
+            {"review_id": review_id, "project_id": project_id, "actor_id": actor_id, "key": key},
+        )
+    ).first()
+    if row is None:
+        return None
+    return _from_row(row), row.key__request_hash, row.key__result_id or ""
 
 
 _REVIEW_ANY = select(reviews).where(reviews.c.id == bindparam("review_id"))
