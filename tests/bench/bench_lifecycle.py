@@ -49,11 +49,11 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 from sqlalchemy.engine import make_url
 from stack.launcher import Stack, free_port
 from stack.topology import GATEWAY
 
+from tests.bench.http import Client
 from tests.conftest import ADMIN_TOKEN, PG_ENV, Databases, draft, start_stack
 
 AGENTS = int(os.environ.get("BENCH_AGENTS", "16"))
@@ -123,7 +123,7 @@ async def backend_pids(admin: asyncpg.Connection, datnames: list[str]) -> list[i
 
 
 async def lifecycle_loop(
-    http: httpx.AsyncClient, agent: dict[str, str], human: dict[str, str], run: Run, until: float
+    http: Client, agent: dict[str, str], human: dict[str, str], run: Run, until: float
 ) -> None:
     n = 0
     while time.monotonic() < until:
@@ -187,7 +187,7 @@ async def lifecycle_loop(
 
 
 async def submit_loop(
-    http: httpx.AsyncClient, agent: dict[str, str], _human: dict[str, str], run: Run, until: float
+    http: Client, agent: dict[str, str], _human: dict[str, str], run: Run, until: float
 ) -> None:
     while time.monotonic() < until:
         started = time.perf_counter()
@@ -199,7 +199,7 @@ async def submit_loop(
         run.submits += 1
 
 
-Loop = Callable[[httpx.AsyncClient, dict[str, str], dict[str, str], Run, float], Awaitable[None]]
+Loop = Callable[[Client, dict[str, str], dict[str, str], Run, float], Awaitable[None]]
 
 
 @dataclass
@@ -215,9 +215,7 @@ class Load:
 async def load(target: Target, admin: asyncpg.Connection, loop: Loop) -> Load:
     """Every agent runs ``loop`` for ``LOAD_S`` seconds; the CPU and spans it cost the servers."""
     run = Run()
-    async with httpx.AsyncClient(
-        base_url=target.base, timeout=30, limits=httpx.Limits(max_connections=4 * AGENTS)
-    ) as http:
+    async with Client(target.base, max_connections=4 * AGENTS) as http:
         pg = await backend_pids(admin, target.datnames)
         before, spans0 = cpu_s([*target.pids.values(), *pg]), spans(target.traces)
         started = time.monotonic()
@@ -292,9 +290,7 @@ async def open_loop_submits(target: Target, rate: float) -> list[float]:
     """Submits arriving at ``rate`` per second for ``LOAD_S`` seconds, on a fixed schedule whatever the
     answers (no coordinated omission): each one's latency from its scheduled arrival."""
     latencies: list[float] = []
-    async with httpx.AsyncClient(
-        base_url=target.base, timeout=30, limits=httpx.Limits(max_connections=4 * AGENTS)
-    ) as http:
+    async with Client(target.base, max_connections=4 * AGENTS) as http:
 
         async def submit(i: int, due: float) -> None:
             agent = target.keys[i % len(target.keys)][0]
@@ -319,7 +315,7 @@ async def idle_nudges(target: Target) -> list[float]:
     from the approve's answer to that long-poll returning the review's terminal nudge."""
     agent, human = target.keys[0]
     samples = []
-    async with httpx.AsyncClient(base_url=target.base, timeout=30) as http:
+    async with Client(target.base) as http:
 
         async def drain() -> list[dict[str, Any]]:
             got = await http.get("/v1/review-events/wait", params={"timeout_s": 0}, headers=agent)
@@ -400,7 +396,7 @@ async def measure(target: Target, admin: asyncpg.Connection, profile: str | None
 async def stack_keys(base: str) -> list[tuple[dict[str, str], dict[str, str]]]:
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     keys = []
-    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+    async with Client(base) as http:
         for _ in range(AGENTS):
             project = (await http.post("/v1/admin/projects", json={"name": "bench"}, headers=admin)).json()[
                 "project_id"
@@ -418,7 +414,7 @@ async def stack_keys(base: str) -> list[tuple[dict[str, str], dict[str, str]]]:
 
 async def floor_keys(base: str) -> list[tuple[dict[str, str], dict[str, str]]]:
     keys = []
-    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+    async with Client(base) as http:
         for _ in range(AGENTS):
             made = (await http.post("/keys")).json()
             keys.append(
@@ -428,11 +424,11 @@ async def floor_keys(base: str) -> list[tuple[dict[str, str], dict[str, str]]]:
 
 
 async def wait_http(base: str, proc: subprocess.Popen[bytes]) -> None:
-    async with httpx.AsyncClient(base_url=base, timeout=2) as http:
+    async with Client(base, timeout=2) as http:
         for _ in range(200):
             if proc.poll() is not None:
                 raise RuntimeError("the floor process died")
-            with contextlib.suppress(httpx.TransportError):
+            with contextlib.suppress(OSError, TimeoutError):
                 await http.get("/docs")
                 return
             await asyncio.sleep(0.1)
