@@ -119,3 +119,37 @@ async def test_a_keyed_decision_reads_its_review_and_its_key_in_one_statement(en
     assert caught.value.code is Code.IDEMPOTENCY_CONFLICT
     now, _ = await app.get_review(env, HUMAN, review.id)
     assert (now.state, now.version) == (escalated.state, escalated.version)
+
+
+async def test_a_keyed_open_reads_its_key_with_its_review_in_its_unit_of_work(env: Env) -> None:
+    """An open (like a cancel or a chat) reads its key in the statement that loads its review: one
+    read in its unit of work, a retry answered by that read alone, another body under the key refused."""
+    review = await queued(env)
+    with statements(env.db) as seen:
+        opened = await app.open_review(env, HUMAN, review.id, 1, review.version, idempotency_key="o")
+    reads = [s.sql for s in seen if s.sql.startswith("SELECT")]
+    assert len(reads) == 1 and "idempotency_keys" in reads[0], reads
+    with statements(env.db) as seen:
+        again = await app.open_review(env, HUMAN, review.id, 1, review.version, idempotency_key="o")
+    assert (again.state, again.version) == (opened.state, opened.version)
+    assert len(seen) == 1, [s.sql for s in seen]
+    with pytest.raises(DomainError) as caught:
+        await app.open_review(env, HUMAN, review.id, 1, review.version + 1, idempotency_key="o")
+    assert caught.value.code is Code.IDEMPOTENCY_CONFLICT
+
+
+async def test_an_open_whose_twin_committed_after_its_read_is_the_twins_answer(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if env.db.is_sqlite:
+        pytest.skip("SQLite's one writer: no twin commits inside another's unit of work")
+    review = await queued(env)
+
+    async def open_it() -> Any:
+        return await app.open_review(env, HUMAN, review.id, 1, review.version, idempotency_key="o")
+
+    twin = twin_in_the_gap(monkeypatch, _kernel, "_keyed", open_it)
+    answered = await open_it()  # its compare-and-set fails on the twin's version: replayed, not a 409
+    assert (answered.state.value, answered.version) == ("in_review", twin[0].version)
+    _, turns = await app.get_review(env, HUMAN, review.id)
+    assert [t.turn_type for t in turns].count("opened") == 1

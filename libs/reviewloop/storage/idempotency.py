@@ -82,6 +82,17 @@ async def seen(
     return row if row is not None and is_replay(row.request_hash, fields_hash) else None
 
 
+class Replayed(Exception):
+    """Raised by a mutation that found its own key remembered, read with its first statement's rows.
+
+    ``once`` answers with ``result`` as the replay, and nothing is written (see ``is_replay``).
+    """
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("replayed")
+        self.result = result
+
+
 def is_replay(stored_hash: str | None, fields_hash: str) -> bool:
     """Whether a remembered key (its ``request_hash``; None: never used) is this request's retry.
 
@@ -126,9 +137,11 @@ async def once(
         act: the mutation; its result is remembered through ``record``.
         record: the extra columns that remember ``act``'s result.
         replay: rebuilds the result from the remembered row, in the replaying transaction.
-        checked: the caller read the key (``seen``) moments ago and found none, so the unit of work
-            does not read it again: a twin that remembered it since fails this call's insert, or its
-            ``act`` (the compare-and-set the twin moved), and either way its answer is replayed.
+        checked: the key is read elsewhere, so the unit of work does not read it first: by the caller
+            moments ago (``seen``, which found none), or by ``act`` with its own first statement (raising
+            ``Replayed`` when it is remembered). A twin that remembers it after that read fails this
+            call's insert, or its ``act`` (the compare-and-set the twin moved), and either way its
+            answer is replayed.
 
     Returns:
         The result, and whether it was replayed.
@@ -162,6 +175,8 @@ async def once(
                     },
                 )
                 return result, False
+        except Replayed as replayed:
+            return replayed.result, True
         except IntegrityError:
             continue
         except DomainError as refusal:

@@ -216,10 +216,19 @@ async def transition(
     *,
     expected_version: int | None = None,
     facts: Facts = NO_FACTS,
+    key: str = "",
+    fields: Mapping[str, Any] | None = None,
     **changes: Any,
 ) -> Edge:
-    """Load the review and ``move`` it as the caller."""
-    review = await load(uow.conn, principal, review_id)
+    """Load the review and ``move`` it as the caller. With an Idempotency-Key (``once(...,
+    checked=True)``), the load reads the key too: a retry of a request that ran raises
+    ``idempotency.Replayed`` with the review as it now is and the first call's result id."""
+    if key:
+        review, result_id = await _keyed(uow.conn, principal, review_id, key, fields or {})
+        if result_id is not None:
+            raise idempotency.Replayed((review, result_id))
+    else:
+        review = await load(uow.conn, principal, review_id)
     return await move(
         uow,
         review,
@@ -230,6 +239,20 @@ async def transition(
         facts=facts,
         **changes,
     )
+
+
+async def _keyed(
+    conn: AsyncConnection, principal: Principal, review_id: str, key: str, fields: Mapping[str, Any]
+) -> tuple[Review, str | None]:
+    """The review, read with the caller's Idempotency-Key ``key`` in one statement, and the first
+    call's result id when this request (``fields``) is a retry of one that ran (else None)."""
+    found = await store.get_review_keyed(conn, principal.project_id, review_id, principal.actor_id, key)
+    if found is None:
+        raise not_found(review_id)
+    review, stored_hash, result_id = found
+    if key and idempotency.is_replay(stored_hash, idempotency.request_hash(fields)):
+        return review, result_id
+    return review, None
 
 
 async def precheck(
@@ -248,11 +271,8 @@ async def precheck(
     request that ran gets the review as it now is, unchecked, and the first call's result id (None
     for a request that has not run)."""
     async with db.single_statement.connect() as conn:  # PostgreSQL: no BEGIN ... ROLLBACK around it
-        found = await store.get_review_keyed(conn, principal.project_id, review_id, principal.actor_id, key)
-    if found is None:
-        raise not_found(review_id)
-    review, stored_hash, result_id = found
-    if key and idempotency.is_replay(stored_hash, idempotency.request_hash(fields or {})):
+        review, result_id = await _keyed(conn, principal, review_id, key, fields or {})
+    if result_id is not None:
         return review, result_id
     check_transition(
         review,

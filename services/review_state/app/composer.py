@@ -31,11 +31,20 @@ async def cancel(
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         facts = Facts(cancelled_by=principal.actor_kind.value)
-        edge = await _kernel.transition(uow, principal, review_id, Verb.CANCEL, parent_revision, facts=facts)
+        edge = await _kernel.transition(
+            uow,
+            principal,
+            review_id,
+            Verb.CANCEL,
+            parent_revision,
+            facts=facts,
+            key=idempotency_key,
+            fields=fields,
+        )
         return edge.after, ""
 
     async def run() -> Review:
-        return (await _kernel.once(env.db, principal, idempotency_key, fields, act))[0]
+        return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
 
     return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
 
@@ -282,7 +291,14 @@ async def post_chat(
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         turn_id = new_id("turn")
         edge = await _kernel.transition(
-            uow, principal, review_id, Verb.POST_CHAT, None, facts=Facts(said=text, turn_id=turn_id)
+            uow,
+            principal,
+            review_id,
+            Verb.POST_CHAT,
+            None,
+            facts=Facts(said=text, turn_id=turn_id),
+            key=idempotency_key,
+            fields=fields,
         )
         human = principal.actor_kind in (ActorKind.HUMAN, ActorKind.ADMIN)
         turn_type = "human_comment" if human else "agent_question"
@@ -292,7 +308,9 @@ async def post_chat(
     async def run() -> tuple[Review, Turn]:
         for attempt in range(CHAT_RETRIES):
             try:
-                review, turn_id, _ = await _kernel.once(env.db, principal, idempotency_key, fields, act)
+                review, turn_id, _ = await _kernel.once(
+                    env.db, principal, idempotency_key, fields, act, checked=True
+                )
             except DomainError as error:
                 if error.code is Code.STALE and attempt + 1 < CHAT_RETRIES:
                     continue  # a concurrent writer moved the row; chat names no revision, so retry

@@ -76,14 +76,22 @@ async def open_review(
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         edge = await _kernel.transition(
-            uow, principal, review_id, Verb.OPEN, revision, expected_version=version
+            uow,
+            principal,
+            review_id,
+            Verb.OPEN,
+            revision,
+            expected_version=version,
+            key=idempotency_key,
+            fields=fields,
         )
         await _kernel.add_turn(uow, edge.after, principal, "opened", "")
         return edge.after, ""
 
     async def run() -> Review:
-        # One connection: a precheck of its own would cost a pool checkout more than the read it spares.
-        return (await _kernel.once(env.db, principal, idempotency_key, fields, act))[0]
+        # The key is read with the review in the unit of work: a precheck of its own would cost a pool
+        # checkout more than the read it spares.
+        return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
 
     return await _kernel.guard(env.db, principal, review_id, revision, run)
 
