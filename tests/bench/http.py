@@ -15,6 +15,8 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
 
 @dataclass(frozen=True)
 class Response:
@@ -39,7 +41,7 @@ class Client:
         self._authority = url.netloc.encode()
         self._timeout = timeout
         self._slots = asyncio.Semaphore(max_connections)  # FIFO: waiting costs nothing per request
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._idle: list[Connection] = []
 
     async def __aenter__(self) -> Client:
         return self
@@ -65,21 +67,39 @@ class Client:
         head += [f"{name}: {value}".encode() for name, value in (headers or {}).items()]
         message = b"\r\n".join(head) + b"\r\n\r\n" + body
         async with self._slots, asyncio.timeout(self._timeout):
-            reader, writer = self._idle.pop() if self._idle else await self._connect()
+            reused, connection = await self._connection()
             try:
-                writer.write(message)
-                response, keep = await self._read(reader)
-            except BaseException:
-                writer.close()  # a connection that failed mid-exchange is never reused
-                raise
+                response, keep = await self._exchange(connection, message)
+            except (ConnectionError, asyncio.IncompleteReadError) as error:
+                if not reused or (isinstance(error, asyncio.IncompleteReadError) and error.partial):
+                    raise
+                # The server closed a kept-alive connection (its idle timeout) as the request went out:
+                # it never read it, so it goes once more on a new connection, as httpx does.
+                connection = await asyncio.open_connection(self._host, self._port)
+                response, keep = await self._exchange(connection, message)
             if keep:
-                self._idle.append((reader, writer))
+                self._idle.append(connection)
             else:
-                writer.close()
+                connection[1].close()
             return response
 
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_connection(self._host, self._port)
+    async def _exchange(self, connection: Connection, message: bytes) -> tuple[Response, bool]:
+        reader, writer = connection
+        try:
+            writer.write(message)
+            return await self._read(reader)
+        except BaseException:
+            writer.close()  # a connection that failed mid-exchange is never reused
+            raise
+
+    async def _connection(self) -> tuple[bool, Connection]:
+        """An idle connection the server has not closed (True), else a new one (False)."""
+        while self._idle:
+            reader, writer = self._idle.pop()
+            if not reader.at_eof() and not writer.is_closing():
+                return True, (reader, writer)
+            writer.close()
+        return False, await asyncio.open_connection(self._host, self._port)
 
     @staticmethod
     async def _read(reader: asyncio.StreamReader) -> tuple[Response, bool]:
