@@ -53,7 +53,7 @@ from sqlalchemy.engine import make_url
 from stack.launcher import Stack, free_port
 from stack.topology import GATEWAY
 
-from tests.bench.http import Client
+from tests.bench.client import Client
 from tests.conftest import ADMIN_TOKEN, PG_ENV, Databases, draft, start_stack
 
 AGENTS = int(os.environ.get("BENCH_AGENTS", "16"))
