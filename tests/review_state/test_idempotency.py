@@ -17,7 +17,7 @@ from review_state.app import composer as composer_app
 from review_state.app import submission as submission_app
 from review_state.store.tables import reviews
 from reviewloop.errors import Code, DomainError
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from tests.review_state.conftest import AGENT, DRAFT, HUMAN, queued, reasons
 from tests.statements import statements
@@ -53,7 +53,7 @@ async def test_a_submit_whose_twin_committed_first_is_that_review(
     async def submit() -> Any:
         return await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="k")
 
-    twin = twin_in_the_gap(monkeypatch, submission_app, "contacts_allow", submit)
+    twin = twin_in_the_gap(monkeypatch, submission_app, "sending_facts", submit)
     status, review = await submit()  # its insert of the key meets the twin's: rolled back, replayed
     assert review.id == twin[0][1].id and status == twin[0][0]
     assert await count_reviews(env) == 1
@@ -153,3 +153,24 @@ async def test_an_open_whose_twin_committed_after_its_read_is_the_twins_answer(
     assert (answered.state.value, answered.version) == ("in_review", twin[0].version)
     _, turns = await app.get_review(env, HUMAN, review.id)
     assert [t.turn_type for t in turns].count("opened") == 1
+
+
+async def test_a_keyed_submit_reads_its_key_and_its_recipients_on_one_connection(env: Env) -> None:
+    """Two pool checkouts: the reads before the peers (the key's replay, the contacts' facts), then the
+    unit of work; its retry is answered after the first."""
+    checkouts: list[object] = []
+
+    def count(*_: object) -> None:
+        checkouts.append(None)
+
+    pool = env.db.engine.sync_engine.pool
+    event.listen(pool, "checkout", count)
+    try:
+        _, review = await app.submit(
+            env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="s"
+        )
+        assert len(checkouts) == 2
+        _, again = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="s")
+        assert again.id == review.id and len(checkouts) == 3
+    finally:
+        event.remove(pool, "checkout", count)

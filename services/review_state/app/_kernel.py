@@ -102,21 +102,21 @@ async def _replay(conn: AsyncConnection, principal: Principal, row: Row[Any]) ->
 
 
 async def replayed(
-    db: Database, principal: Principal, key: str, fields: Mapping[str, Any]
+    conn: AsyncConnection, principal: Principal, key: str, fields: Mapping[str, Any]
 ) -> tuple[Review, str] | None:
-    """The earlier result of this Idempotency-Key, checked before any peer is called."""
+    """The earlier result of this Idempotency-Key, checked before any peer is called, on a connection
+    of ``Database.single_statement`` (PostgreSQL: no BEGIN ... ROLLBACK around it)."""
     if not key:
         return None
-    async with db.single_statement.connect() as conn:  # PostgreSQL: no BEGIN ... ROLLBACK around it
-        row = await idempotency.seen(
-            conn,
-            store.idempotency_keys,
-            principal.project_id,
-            principal.actor_id,
-            key,
-            idempotency.request_hash(fields),
-        )
-        return None if row is None else await _replay(conn, principal, row)
+    row = await idempotency.seen(
+        conn,
+        store.idempotency_keys,
+        principal.project_id,
+        principal.actor_id,
+        key,
+        idempotency.request_hash(fields),
+    )
+    return None if row is None else await _replay(conn, principal, row)
 
 
 async def once(

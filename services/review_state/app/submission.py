@@ -17,9 +17,10 @@ from review_state.app import _kernel
 from review_state.app._events import publish_humans_notified
 from review_state.app._gates import (
     auto_send_gate,
+    check_contacts,
     check_token,
-    contacts_allow,
     deadline_minutes,
+    sending_facts,
     spend_cap,
 )
 from review_state.app.delivery import Claim, deliver, start_delivery
@@ -75,19 +76,27 @@ async def submit(
         "token": composition_token,
         **({"asked": asdict(asked)} if asked != Asked() else {}),  # keys stored before it still match
     }
-    replay = await _kernel.replayed(env.db, principal, idempotency_key, fields)
+    # The replay check and the contacts' facts share one connection (a pool checkout costs more than
+    # either read); a replay or a refused draft reads nothing more.
+    async with env.db.single_statement.connect() as conn:
+        replay = await _kernel.replayed(conn, principal, idempotency_key, fields)
+        if replay is None:
+            parent = await _parent(env, principal, kind, parent_message_id, asked)
+            from_address = asked.inbox or _from_address(env, parent)
+            draft, threading = materialize(
+                kind,
+                draft,
+                parent.as_parent() if parent else None,
+                reply_all=asked.reply_all,
+                inbox=from_address,
+            )
+            validate_draft(draft)
+            recipients = [*draft.to, *draft.cc, *draft.bcc]
+            facts = await sending_facts(conn, principal.project_id, recipients, principal.org_id)
     if replay is not None:
         review = await deliver(env, replay[0])
         return _status(review), review
-    parent = await _parent(env, principal, kind, parent_message_id, asked)
-    from_address = asked.inbox or _from_address(env, parent)
-    draft, threading = materialize(
-        kind, draft, parent.as_parent() if parent else None, reply_all=asked.reply_all, inbox=from_address
-    )
-    validate_draft(draft)
-    facts = await contacts_allow(
-        env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc], principal.org_id
-    )
+    check_contacts(env, facts)
     policy, source = resolve_policy(facts.policy, facts.account_policy)
     route = route_for(policy, draft.intent, source, asked.mode)
     generation = env.stacks.generation
