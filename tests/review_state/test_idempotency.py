@@ -1,8 +1,9 @@
 """A retry whose twin remembers the Idempotency-Key while it is running gets the twin's answer.
 
-A use case that asks ``replayed`` first (submit), or reads the key with its review in ``precheck`` (decide,
-redraft, restamp), does not read the key again in its unit of work; these tests let the twin commit
-in exactly that gap.
+A use case that asks ``replayed`` first (submit), reads the key with its review in ``precheck`` (decide,
+redraft, restamp), or reads it with its review in its unit of work's first statement (open, cancel,
+chat) does not read the key again before its compare-and-set; these tests let the twin commit in exactly
+that gap.
 """
 
 from __future__ import annotations

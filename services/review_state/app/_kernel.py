@@ -2,9 +2,10 @@
 Idempotency-Key, and the nudges a refused verb still owes the agent.
 
 A mutation reads in this order: a replay of its Idempotency-Key and the table's verdict (``precheck``,
-one statement before any peer is called, so a 409 costs no remote call), the peer calls, then one unit of work
-(``once`` -> ``transition``: the edge's CAS and the nudge ``NUDGES`` gives it). ``guard`` wraps it all,
-so a refusal named in ``REFUSAL_NUDGES`` still leaves its nudge.
+one statement before any peer is called, so a 409 costs no remote call), the peer calls, then one unit
+of work (``once`` -> ``transition``: the edge's CAS and the nudge ``NUDGES`` gives it). A mutation that
+calls no peer reads its key with the review in ``transition`` instead. ``guard`` wraps it all, so a
+refusal named in ``REFUSAL_NUDGES`` still leaves its nudge.
 """
 
 from __future__ import annotations
@@ -129,9 +130,9 @@ async def once(
     checked: bool = False,
 ) -> tuple[Review, str, bool]:
     """Run ``act`` once per Idempotency-Key: a retry with the same body gets the review as it now is
-    (and the first call's result id). Returns (review, result_id, replayed). ``checked``: the use case
-    asked ``replayed`` (or ``precheck`` with the key) first, so the unit of work does not read the key
-    again."""
+    (and the first call's result id). Returns (review, result_id, replayed). ``checked``: the key is
+    read elsewhere, so the unit of work does not read it first: before it (``replayed``, or ``precheck``
+    with the key), or by ``act`` itself (``transition`` with the key)."""
 
     async def replay(conn: AsyncConnection, row: Row[Any]) -> tuple[Review, str]:
         return await _replay(conn, principal, row)
