@@ -236,9 +236,9 @@ def review_attributes(message: Any) -> dict[str, Any]:
     return found
 
 
-def mark_error(code: str, description: str = "") -> None:
-    """Record on the active span that it failed with problem ``code`` (4xx or 5xx alike)."""
-    span = trace.get_current_span()
+def mark_error(code: str, description: str = "", span: trace.Span | None = None) -> None:
+    """Record on ``span``, the active one by default, that it failed with problem ``code`` (4xx or 5xx)."""
+    span = span or trace.get_current_span()
     span.set_attribute(PROBLEM_CODE, code)
     span.set_status(Status(StatusCode.ERROR, description or code))
 
