@@ -175,3 +175,28 @@ async def test_a_keyed_submit_reads_its_key_and_its_recipients_on_one_connection
         assert again.id == review.id and len(checkouts) == 3
     finally:
         event.remove(pool, "checkout", count)
+
+
+async def test_a_keyed_submit_writes_its_review_revision_and_key_in_one_statement_on_postgresql(
+    env: Env,
+) -> None:
+    """The unit of work's rows are queued and written together: one statement on PostgreSQL (its
+    review, first revision and key), a row at a time on SQLite; its retry finds them all."""
+    with statements(env.db) as seen:
+        _, review = await app.submit(
+            env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="w"
+        )
+    writes = [s.sql for s in seen if not s.sql.startswith(("SELECT", "COMMIT"))]
+    if env.db.is_sqlite:
+        assert [w.split("(")[0].strip() for w in writes] == [
+            "INSERT INTO reviews",
+            "INSERT INTO review_revisions",
+            "INSERT INTO idempotency_keys",
+        ]
+    else:
+        assert len(writes) == 1, writes
+        assert all(
+            f"INSERT INTO {t} " in writes[0] for t in ("reviews", "review_revisions", "idempotency_keys")
+        )
+    _, again = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="w")
+    assert again.id == review.id and await count_reviews(env) == 1

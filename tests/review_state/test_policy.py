@@ -188,7 +188,7 @@ async def test_the_daily_cap_is_spent_with_the_review_row_so_twins_and_failed_in
     assert {r.id for r in twins} == {twins[0].id} and twins[0].state.value == "auto_sent"  # one review
     real_add = store.add_review
 
-    async def failing_add(*args: object) -> None:
+    def failing_add(*args: object) -> None:
         raise RuntimeError("the insert failed")
 
     monkeypatch.setattr(store, "add_review", failing_add)

@@ -14,7 +14,19 @@ from review_state.__main__ import SPEC
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, make_engine, sqlite
 from reviewloop.storage.schema import OUTBOX, outbox_row
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select, text, update
+from sqlalchemy import (
+    Column,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
@@ -103,3 +115,39 @@ async def test_opening_a_file_another_process_is_writing_waits_for_wal(tmp_path:
     finally:
         await engine.dispose()
         other.close()
+
+
+async def test_queued_rows_are_written_together_in_order_or_not_at_all(open_db: OpenDb) -> None:
+    """``UnitOfWork.insert``: rows queued across tables (a child before its parent) land when the unit
+    ends, a table's rows in the order queued; one refused row (an event id taken) leaves none of them."""
+    db = await open_db(SPEC)
+    metadata = MetaData()
+    parents = Table("uow_parents", metadata, Column("id", String(8), primary_key=True))
+    children = Table(
+        "uow_children",
+        metadata,
+        Column("id", String(8), primary_key=True),
+        Column("parent_id", String(8), ForeignKey("uow_parents.id"), nullable=False),
+    )
+    async with db.writing() as conn:
+        await conn.run_sync(metadata.create_all)
+    events = [outbox_row("nudge", "rr_1", "nudge", Int32Value(value=n)) for n in range(3)]
+
+    async def write(parent: str, *rows: dict[str, object]) -> None:
+        async with db.transaction() as uow:
+            if not db.is_sqlite:  # SQLite checks a foreign key at each row: a parent goes first there
+                uow.insert(children, {"id": f"{parent}c", "parent_id": parent})
+            uow.insert(parents, {"id": parent})
+            if db.is_sqlite:
+                uow.insert(children, {"id": f"{parent}c", "parent_id": parent})
+            for row in rows:
+                uow.insert(OUTBOX, row)
+
+    await write("p1", *events)
+    with pytest.raises(IntegrityError):
+        await write("p2", outbox_row("nudge", "rr_2", "nudge", Int32Value(value=9)), events[0])
+    async with db.single_statement.connect() as conn:
+        assert (await conn.execute(select(parents.c.id))).scalars().all() == ["p1"]
+        assert (await conn.execute(select(children.c.parent_id))).scalars().all() == ["p1"]
+        written = (await conn.execute(select(OUTBOX.c.event_id).order_by(OUTBOX.c.id))).scalars().all()
+    assert written == [e["event_id"] for e in events]

@@ -7,17 +7,18 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import Message
-from sqlalchemy import event
+from sqlalchemy import Insert, Select, Table, bindparam, event, insert, literal_column, select, union_all
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
 from reviewloop.storage import sqlite
-from reviewloop.storage.schema import outbox_row, write_rows
+from reviewloop.storage.schema import OUTBOX, outbox_row
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 # PostgreSQL connections one process may hold (``REVIEWLOOP_DB_POOL_SIZE``).
@@ -186,7 +187,7 @@ class Database:
         async with self.writing() as conn:
             uow = UnitOfWork(conn)
             yield uow
-            await uow.flush_events()
+            await uow.flush()
         if uow.wrote_events:
             for hook in self.after_commit:
                 hook()
@@ -197,24 +198,89 @@ class Database:
 
 
 class UnitOfWork:
-    """The connection of one transaction and the outbox events it collected."""
+    """The connection of one transaction, with the rows it queued (``insert``, ``emit``) to write last."""
 
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
-        self._pending: list[dict[str, Any]] = []
+        self._queued: list[tuple[Table, dict[str, Any]]] = []
         self.wrote_events = False
+
+    def insert(self, table: Table, row: dict[str, Any]) -> None:
+        """Queue ``row`` for ``table``, written when the unit ends (``flush``).
+
+        Every queued row goes in one statement on PostgreSQL: one round trip for the lot. The unit must
+        not read the row back before then, nor write a row that needs it: ``flush`` first.
+        """
+        self._queued.append((table, row))
 
     def emit(self, destination: str, aggregate_id: str, type_: str, payload: Message) -> None:
         """Queue an event for ``destination``; it is written to the outbox in this transaction."""
-        self._pending.append(outbox_row(destination, aggregate_id, type_, payload))
+        self.insert(OUTBOX, outbox_row(destination, aggregate_id, type_, payload))
 
-    async def flush_events(self) -> None:
-        """Write the events emitted so far to the outbox, in this transaction.
+    async def flush(self) -> None:
+        """Write the rows queued so far, in this transaction.
 
         ``Database.transaction`` calls this before it commits; call it earlier only to make the rows
         visible to a later statement of the same unit of work.
         """
-        if self._pending:
-            await write_rows(self.conn, self._pending)
-            self._pending = []
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        if any(table is OUTBOX for table, _ in queued):
             self.wrote_events = True
+        tables: dict[Table, list[dict[str, Any]]] = {}
+        for table, row in queued:
+            tables.setdefault(table, []).append(row)
+        shape = tuple((table, tuple(rows[0]), len(rows)) for table, rows in tables.items())
+        if (
+            self.conn.dialect.name == "postgresql"
+            and 1 < len(queued) <= _TOGETHER_MAX
+            and all(
+                tuple(row) == columns
+                for (_, columns, _), rows in zip(shape, tables.values(), strict=True)
+                for row in rows
+            )
+        ):
+            values = {
+                f"w{i}_{j}_{name}": value
+                for i, rows in enumerate(tables.values())
+                for j, row in enumerate(rows)
+                for name, value in row.items()
+            }
+            await self.conn.execute(_together(shape), values)
+            return
+        for table, row in queued:  # in the order queued: SQLite checks each row's foreign keys at once
+            await self.conn.execute(_insert(table), row)
+
+
+# The most rows a unit of work writes in one statement; a longer queue (a bulk change's events) goes a
+# row at a time rather than compiling a statement for each length.
+_TOGETHER_MAX = 12
+
+
+@lru_cache(maxsize=256)
+def _together(shape: tuple[tuple[Table, tuple[str, ...], int], ...]) -> Select[Any]:
+    """One statement inserting ``n`` rows into ``table`` for each ``(table, columns, n)`` of ``shape``.
+
+    Its parameters are ``w<part>_<row>_<column>``. A data-modifying WITH, one INSERT per table: a table's rows take its serial ids in the order queued
+    (the outbox's order), and PostgreSQL checks foreign keys at the statement's end, so the tables go in
+    any order. Built once per shape, so each use reuses its compiled form without walking its cache key.
+    """
+    statement: Select[Any] = select(literal_column("1"))
+    for i, (table, columns, n) in enumerate(shape):
+        rows = [
+            {name: bindparam(f"w{i}_{j}_{name}", type_=table.c[name].type) for name in columns}
+            for j in range(n)
+        ]
+        if n == 1:
+            part = insert(table).values(rows[0])
+        else:  # a multi-row VALUES is never cached; rows selected one after another are
+            selects = [select(*(value.label(name) for name, value in row.items())) for row in rows]
+            part = insert(table).from_select(columns, union_all(*selects))
+        statement = statement.add_cte(part.cte(f"w{i}"))
+    return statement
+
+
+@cache
+def _insert(table: Table) -> Insert:
+    return insert(table)  # the row's keys name the columns

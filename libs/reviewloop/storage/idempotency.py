@@ -16,7 +16,6 @@ import orjson
 from sqlalchemy import (
     Column,
     DateTime,
-    Insert,
     MetaData,
     PrimaryKeyConstraint,
     Row,
@@ -24,7 +23,6 @@ from sqlalchemy import (
     String,
     Table,
     bindparam,
-    insert,
     select,
 )
 from sqlalchemy.exc import IntegrityError
@@ -53,15 +51,13 @@ def idempotency_table(metadata: MetaData, *extra: Column[Any]) -> Table:
 
 
 @cache
-def _statements(table: Table) -> tuple[Select[Any], Insert]:
-    """``table``'s read and insert, built once per table."""
-    # A keyed mutation then builds no statement and walks no cache key for its key.
-    read = select(table).where(
+def _read(table: Table) -> Select[Any]:
+    """``table``'s read of one key, built once per table: a keyed mutation then walks no cache key."""
+    return select(table).where(
         table.c.project_id == bindparam("project_id"),
         table.c.actor_id == bindparam("actor_id"),
         table.c.key == bindparam("key"),
     )
-    return read, insert(table)
 
 
 def request_hash(fields: Mapping[str, Any]) -> str:
@@ -77,8 +73,9 @@ async def seen(
     Raises:
         DomainError: ``idempotency_conflict`` when the key was used with a different body.
     """
-    read, _ = _statements(table)
-    row = (await conn.execute(read, {"project_id": project_id, "actor_id": actor_id, "key": key})).first()
+    row = (
+        await conn.execute(_read(table), {"project_id": project_id, "actor_id": actor_id, "key": key})
+    ).first()
     return row if row is not None and is_replay(row.request_hash, fields_hash) else None
 
 
@@ -163,8 +160,8 @@ async def once(
                     if row is not None:
                         return await replay(uow.conn, row), True
                 result = await act(uow)
-                await uow.conn.execute(
-                    _statements(table)[1],
+                uow.insert(  # written with the unit's last rows; a twin's key fails them all
+                    table,
                     {
                         "project_id": project_id,
                         "actor_id": actor_id,

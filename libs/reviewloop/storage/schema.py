@@ -21,7 +21,6 @@ from sqlalchemy import (
     TextClause,
     TypeDecorator,
     bindparam,
-    insert,
     text,
 )
 from sqlalchemy.dialects import postgresql
@@ -142,14 +141,6 @@ def outbox_row(destination: str, aggregate_id: str, type_: str, payload: Message
         "attempts": 0,
         "next_attempt_at": now,
     }
-
-
-_WRITE = insert(OUTBOX)  # built once: the rows' keys name the columns
-
-
-async def write_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
-    """Insert ``rows`` (built by ``outbox_row``) into the outbox, in ``conn``'s transaction."""
-    await conn.execute(_WRITE, rows)
 
 
 async def insert_new(

@@ -97,7 +97,7 @@ async def record_inbound(
             headers=headers,
             created_at=utcnow(),
         )
-        await store.add_message(uow.conn, message)
+        store.add_message(uow, message)
         await store.mark_contacted(uow.conn, principal.project_id, [from_address], message.created_at)
     return message
 

@@ -81,8 +81,8 @@ async def record_attempt(
     """The attempt of a review whose approving compare-and-set already wrote ``send``'s columns,
     claimed for this process's worker (``deliver(..., claim)`` once the unit of work committed)."""
     owner = uuid.uuid4().hex
-    attempt = await store.start_attempt(
-        uow.conn,
+    attempt = store.start_attempt(
+        uow,
         approved,
         send["message_id"],
         send["rfc_message_id"],
@@ -268,8 +268,8 @@ async def _record_delivered(env: Env, review_id: str, resolution: str | None = N
                 updated_at=now,
             )
         ).after
-        await store.add_message(
-            uow.conn,
+        store.add_message(
+            uow,
             store.Message(
                 id=attempt.message_id,
                 org_id=sent.org_id,

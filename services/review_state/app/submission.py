@@ -163,7 +163,9 @@ async def submit(
             review_deadline=None if released else review_deadline(now, minutes),
             mode=asked.mode or None,
         )
-        await store.add_review(uow.conn, review)
+        store.add_review(uow, review)
+        if released:
+            await uow.flush()  # the release writes the review's turn and delivery against its row
         if released and route is Route.AUTO_CANDIDATE and notifies_humans(rung):
             await _notify_humans(uow, review)
         if released:

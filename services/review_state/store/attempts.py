@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, insert, or_, select, update
+from reviewloop.storage import UnitOfWork
+from sqlalchemy import and_, bindparam, case, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.review import Review
@@ -19,11 +20,9 @@ from review_state.store.tables import delivery_attempts as t
 
 QUEUED, DATA, PARKED = "queued", "data", "parked"
 
-_START = insert(t)  # built once: the parameters' keys name the columns
 
-
-async def start_attempt(
-    conn: AsyncConnection,
+def start_attempt(
+    uow: UnitOfWork,
     review: Review,
     message_id: str,
     rfc_message_id: str,
@@ -32,7 +31,7 @@ async def start_attempt(
     owner: str,
     until: datetime,
 ) -> Attempt:
-    """Record the attempt already claimed by ``owner`` until ``until`` (its first try counted): the
+    """Queue the attempt already claimed by ``owner`` until ``until`` (its first try counted): the
     worker that releases it needs no claim of its own, and a dead one's lease lapses as any other."""
     attempt = Attempt(
         review_id=review.id,
@@ -50,7 +49,7 @@ async def start_attempt(
         resolution=None,
     )
     values = {k: v for k, v in attempt.__dict__.items() if v is not None}
-    await conn.execute(_START, {**values, "lease_owner": owner, "lease_until": until})
+    uow.insert(t, {**values, "lease_owner": owner, "lease_until": until})
     return attempt
 
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from reviewloop.storage import UnitOfWork
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.submission import Parent, ThreadContext
@@ -70,28 +71,28 @@ def _message(row: Any) -> Message:
     )
 
 
-_ADD = insert(messages)  # built once: the row's keys name the columns
-
-
-async def add_message(conn: AsyncConnection, message: Message) -> None:
-    row = {
-        "id": message.id,
-        "org_id": message.org_id,
-        "project_id": message.project_id,
-        "direction": message.direction,
-        "rfc_message_id": message.rfc_message_id,
-        "references_hdr": message.references_hdr,
-        "thread_ref": message.thread_ref,
-        "from_address": message.from_address,
-        "to_addrs": list(message.to),
-        "cc_addrs": list(message.cc),
-        "subject": message.subject,
-        "body_text": message.body_text,
-        "headers": dict(message.headers),
-        "review_id": message.review_id,
-        "created_at": message.created_at,
-    }
-    await conn.execute(_ADD, row)
+def add_message(uow: UnitOfWork, message: Message) -> None:
+    """Queue the message, written with the unit's last rows."""
+    uow.insert(
+        messages,
+        {
+            "id": message.id,
+            "org_id": message.org_id,
+            "project_id": message.project_id,
+            "direction": message.direction,
+            "rfc_message_id": message.rfc_message_id,
+            "references_hdr": message.references_hdr,
+            "thread_ref": message.thread_ref,
+            "from_address": message.from_address,
+            "to_addrs": list(message.to),
+            "cc_addrs": list(message.cc),
+            "subject": message.subject,
+            "body_text": message.body_text,
+            "headers": dict(message.headers),
+            "review_id": message.review_id,
+            "created_at": message.created_at,
+        },
+    )
 
 
 async def get_message(conn: AsyncConnection, project_id: str, message_id: str) -> Message | None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from reviewloop.storage import UnitOfWork
 from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -64,14 +65,13 @@ def _to_row(review: Review, names: Iterable[str] = Review.__dataclass_fields__) 
     return row
 
 
-# Built once (the parameters' keys name the columns): a submit builds no statement of its own.
-_ADD_REVIEW = insert(reviews)
-_ADD_REVISION = insert(review_revisions)
+_ADD_REVISION = insert(review_revisions)  # built once: the parameters' keys name the columns
 
 
-async def add_review(conn: AsyncConnection, review: Review) -> None:
-    await conn.execute(_ADD_REVIEW, _to_row(review))
-    await _add_revision(conn, review)
+def add_review(uow: UnitOfWork, review: Review) -> None:
+    """Queue the new review and its first revision, written with the unit's last rows."""
+    uow.insert(reviews, _to_row(review))
+    uow.insert(review_revisions, _revision_row(review))
 
 
 _REVIEW = select(reviews).where(
@@ -265,23 +265,24 @@ async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any
 async def _add_revision(conn: AsyncConnection, review: Review) -> None:
     """Keeps ``review``'s content as its revision's snapshot, in the caller's unit of work: every
     revision is born in ``add_review`` or a ``compare_and_set`` that bumps it, so none is missed."""
+    await conn.execute(_ADD_REVISION, _revision_row(review))
+
+
+def _revision_row(review: Review) -> dict[str, Any]:
     content = RevisionContent.of(review)
-    await conn.execute(
-        _ADD_REVISION,
-        {
-            "review_id": content.review_id,
-            "revision": content.revision,
-            "project_id": review.project_id,
-            "subject": content.subject,
-            "to_addrs": content.to,
-            "cc_addrs": content.cc,
-            "bcc_addrs": content.bcc,
-            "body_text": content.body_text,
-            "body_html": content.body_html,
-            "attachments": [a.__dict__ for a in content.attachments],
-            "created_at": content.created_at,
-        },
-    )
+    return {
+        "review_id": content.review_id,
+        "revision": content.revision,
+        "project_id": review.project_id,
+        "subject": content.subject,
+        "to_addrs": content.to,
+        "cc_addrs": content.cc,
+        "bcc_addrs": content.bcc,
+        "body_text": content.body_text,
+        "body_html": content.body_html,
+        "attachments": [a.__dict__ for a in content.attachments],
+        "created_at": content.created_at,
+    }
 
 
 async def list_revisions(conn: AsyncConnection, project_id: str, review_id: str) -> list[RevisionContent]:
