@@ -151,3 +151,31 @@ async def test_queued_rows_are_written_together_in_order_or_not_at_all(open_db: 
         assert (await conn.execute(select(children.c.parent_id))).scalars().all() == ["p1"]
         written = (await conn.execute(select(OUTBOX.c.event_id).order_by(OUTBOX.c.id))).scalars().all()
     assert written == [e["event_id"] for e in events]
+
+
+async def test_a_unit_whose_only_statement_is_its_queued_rows_sends_no_begin_on_postgresql(
+    open_db: OpenDb,
+) -> None:
+    """Its rows go in autocommit, one round trip; a unit that runs a statement first is a transaction."""
+    db = await open_db(SPEC)
+    if db.is_sqlite:
+        pytest.skip("SQLite's writer always begins IMMEDIATE, to queue behind the file's lock")
+    sent: list[str] = []
+    async with db.engine.connect() as one, db.engine.connect() as two:  # any the units may check out
+        for conn in (one, two):
+            raw = await conn.get_raw_connection()
+            raw.driver_connection.add_query_logger(lambda record: sent.append(record.query.split()[0]))
+    rows = [outbox_row("nudge", f"rr_{n}", "nudge", Int32Value(value=n)) for n in range(3)]
+    async with db.transaction() as uow:
+        uow.insert(OUTBOX, rows[0])
+        uow.insert(OUTBOX, rows[1])
+    assert not [q for q in sent if q.upper().startswith(("BEGIN", "COMMIT"))], sent
+    async with db.transaction() as uow:
+        await uow.conn.execute(select(func.count()).select_from(OUTBOX))
+        uow.insert(OUTBOX, rows[2])
+    assert [q.upper().rstrip(";") for q in sent if q.upper().startswith(("BEGIN", "COMMIT"))] == [
+        "BEGIN",
+        "COMMIT",
+    ]
+    async with db.single_statement.connect() as conn:
+        assert (await conn.execute(select(func.count()).select_from(OUTBOX))).scalar() == 3

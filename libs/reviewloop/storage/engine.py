@@ -183,11 +183,25 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[UnitOfWork]:
-        """One unit of work: commit on success, roll back on any exception, then wake the relays."""
-        async with self.writing() as conn:
-            uow = UnitOfWork(conn)
-            yield uow
-            await uow.flush()
+        """One unit of work: commit on success, roll back on any exception, then wake the relays.
+
+        On PostgreSQL the transaction begins with the unit's first statement; a unit whose only
+        statement is its queued rows (a submit's review, revision and key) writes them in autocommit,
+        one round trip instead of BEGIN, the rows and COMMIT.
+        """
+        if self._write_lock is not None:
+            async with self.writing() as conn:
+                uow = UnitOfWork(conn)
+                yield uow
+                await uow.flush()
+        else:
+            async with self.writer.connect() as conn:  # closed unfinished: rolled back
+                uow = UnitOfWork(conn)
+                yield uow
+                if not conn.in_transaction():
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await uow.flush()
+                await conn.commit()
         if uow.wrote_events:
             for hook in self.after_commit:
                 hook()
