@@ -276,9 +276,10 @@ _TOGETHER_MAX = 12
 def _together(shape: tuple[tuple[Table, tuple[str, ...], int], ...]) -> Select[Any]:
     """One statement inserting ``n`` rows into ``table`` for each ``(table, columns, n)`` of ``shape``.
 
-    Its parameters are ``w<part>_<row>_<column>``. A data-modifying WITH, one INSERT per table: a table's rows take its serial ids in the order queued
-    (the outbox's order), and PostgreSQL checks foreign keys at the statement's end, so the tables go in
-    any order. Built once per shape, so each use reuses its compiled form without walking its cache key.
+    Its parameters are ``w<part>_<row>_<column>``. A data-modifying WITH, one INSERT per table: a
+    table's rows take its serial ids in the order queued (the outbox's order), and PostgreSQL checks
+    foreign keys at the statement's end, so the tables go in any order. Built once per shape, so each
+    use reuses its compiled form without walking its cache key.
     """
     statement: Select[Any] = select(literal_column("1"))
     for i, (table, columns, n) in enumerate(shape):
