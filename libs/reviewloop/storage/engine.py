@@ -242,29 +242,31 @@ class UnitOfWork:
             return
         if any(table is OUTBOX for table, _ in queued):
             self.wrote_events = True
-        tables: dict[Table, list[dict[str, Any]]] = {}
-        for table, row in queued:
-            tables.setdefault(table, []).append(row)
-        shape = tuple((table, tuple(rows[0]), len(rows)) for table, rows in tables.items())
-        if (
-            self.conn.dialect.name == "postgresql"
-            and 1 < len(queued) <= _TOGETHER_MAX
-            and all(
-                tuple(row) == columns
-                for (_, columns, _), rows in zip(shape, tables.values(), strict=True)
-                for row in rows
-            )
-        ):
-            values = {
-                f"w{i}_{j}_{name}": value
-                for i, rows in enumerate(tables.values())
-                for j, row in enumerate(rows)
-                for name, value in row.items()
-            }
-            await self.conn.execute(_together(shape), values)
+        together = self.conn.dialect.name == "postgresql" and 1 < len(queued) <= _TOGETHER_MAX
+        tables = _by_table(queued) if together else None
+        if tables is None:  # in the order queued: SQLite checks each row's foreign keys at once
+            for table, row in queued:
+                await self.conn.execute(_insert(table), row)
             return
-        for table, row in queued:  # in the order queued: SQLite checks each row's foreign keys at once
-            await self.conn.execute(_insert(table), row)
+        shape = tuple((table, tuple(rows[0]), len(rows)) for table, rows in tables.items())
+        values = {
+            f"w{i}_{j}_{name}": value
+            for i, rows in enumerate(tables.values())
+            for j, row in enumerate(rows)
+            for name, value in row.items()
+        }
+        await self.conn.execute(_together(shape), values)
+
+
+def _by_table(queued: list[tuple[Table, dict[str, Any]]]) -> dict[Table, list[dict[str, Any]]] | None:
+    """The queued rows by table, in the order queued; None when a table's rows name different columns."""
+    tables: dict[Table, list[dict[str, Any]]] = {}
+    for table, row in queued:
+        rows = tables.setdefault(table, [])
+        if rows and row.keys() != rows[0].keys():
+            return None
+        rows.append(row)
+    return tables
 
 
 # The most rows a unit of work writes in one statement; a longer queue (a bulk change's events) goes a
