@@ -195,6 +195,29 @@ async def test_an_approval_reads_the_review_once_before_its_compare_and_set(env:
     assert len(reads) == 2, reads  # the precheck, then the delivery's close (the review with its turns)
 
 
+async def test_an_open_writes_its_compare_and_set_and_its_turn_together(env: Env) -> None:
+    """On PostgreSQL the move and its thread entry are one statement; a compare-and-set that loses
+    (another writer moved the row) writes no turn, on either store."""
+    review = await queued(env)
+    with statements(env.db) as seen:
+        opened_ = await app.open_review(env, HUMAN, review.id, 1, review.version)
+    writes = [s.sql for s in seen if "UPDATE reviews" in s.sql or "INSERT INTO turns" in s.sql]
+    if env.db.is_sqlite:
+        assert len(writes) == 2, writes
+    else:
+        assert len(writes) == 1 and "INSERT INTO turns" in writes[0], writes
+    _, turns = await app.get_review(env, HUMAN, review.id)
+    assert [(t.seq, t.turn_type, t.revision) for t in turns] == [(1, "opened", 1)]
+
+    async with env.db.transaction() as uow:
+        lost = await store.compare_and_set(
+            uow.conn, review, turn=_kernel.turn(HUMAN, "breaker", "late"), gate_outcome="held:x"
+        )
+    assert lost is None  # ``review`` is the version before the open
+    now, turns = await app.get_review(env, HUMAN, review.id)
+    assert (now.version, [t.turn_type for t in turns]) == (opened_.version, ["opened"])
+
+
 async def test_a_decision_on_a_review_moved_since_its_precheck_is_stale_and_writes_nothing(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -166,12 +166,14 @@ async def move(
     facts: Facts = NO_FACTS,
     short_of_quorum: bool = False,
     if_approved: dict[str, Any] | None = None,
+    turn: Turn | None = None,
     **changes: Any,
 ) -> Edge:
     """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
     ``parent_revision`` None names no revision (chat, the platform's edges). An approval (or edit)
     ``short_of_quorum`` is legal where the table allows it, and leaves the draft where it is.
-    ``if_approved``: more columns, written by the same compare-and-set when the edge lands on approved."""
+    ``if_approved``: more columns, written by the same compare-and-set when the edge lands on approved.
+    ``turn`` (from ``turn``): the thread's entry for the move, written with the compare-and-set."""
     target = check_transition(
         review, verb, actor, parent_revision=parent_revision, expected_version=expected_version
     )
@@ -184,10 +186,10 @@ async def move(
     leaving = verb is Verb.APPROVE and review.state in PENDING and target not in PENDING
     released = await pacing.hold(uow.conn, review, leaving=leaving) if verb is Verb.APPROVE else None
     with span(review, target, actor):
-        updated = await store.compare_and_set(
-            uow.conn, review, **{"updated_at": utcnow(), **changes, "state": target}
+        written = await store.compare_and_set(
+            uow.conn, review, turn=turn, **{"updated_at": utcnow(), **changes, "state": target}
         )
-    if updated is None:
+    if written is None:
         # Another writer committed between our read and our write: report the row as it now is.
         now = await store.get_review(uow.conn, review.project_id, review.id) or review
         raise DomainError(
@@ -199,7 +201,8 @@ async def move(
             version=now.version,
             allowed_actions=allowed_actions(now.state, actor),
         )
-    edge = Edge(review, updated, verb, actor)
+    updated, written_turn = written
+    edge = Edge(review, updated, verb, actor, written_turn)
     _events.publish_edge(uow, edge, facts)
     if leaving:
         await pacing.free(uow, released)
@@ -219,6 +222,7 @@ async def transition(
     facts: Facts = NO_FACTS,
     key: str = "",
     fields: Mapping[str, Any] | None = None,
+    turn: Turn | None = None,
     **changes: Any,
 ) -> Edge:
     """Load the review and ``move`` it as the caller. With an Idempotency-Key (``once(...,
@@ -238,6 +242,7 @@ async def transition(
         parent_revision=parent_revision,
         expected_version=expected_version,
         facts=facts,
+        turn=turn,
         **changes,
     )
 
@@ -285,30 +290,20 @@ async def precheck(
     return review, None
 
 
-async def add_turn(
-    uow: UnitOfWork,
-    review: Review,
-    principal: Principal,
-    turn_type: str,
-    body: str,
-    *,
-    turn_id: str = "",
-    **extra: Any,
-) -> Turn:
-    return await store.add_turn(
-        uow.conn,
-        Turn(
-            id=turn_id or new_id("turn"),
-            review_id=review.id,
-            seq=0,
-            turn_type=turn_type,
-            actor_kind=_TURN_ACTOR[principal.actor_kind],
-            actor_id=principal.actor_id,
-            body=body,
-            revision=review.revision,
-            created_at=utcnow(),
-            **extra,
-        ),
+def turn(principal: Principal, turn_type: str, body: str, *, turn_id: str = "", **extra: Any) -> Turn:
+    """The thread's entry ``principal`` writes with a move (``move(turn=...)`` gives it its review, seq
+    and revision)."""
+    return Turn(
+        id=turn_id or new_id("turn"),
+        review_id="",
+        seq=0,
+        turn_type=turn_type,
+        actor_kind=_TURN_ACTOR[principal.actor_kind],
+        actor_id=principal.actor_id,
+        body=body,
+        revision=0,
+        created_at=utcnow(),
+        **extra,
     )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from reviewloop.errors import Code, DomainError, invalid
-from reviewloop.ids import new_id
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
@@ -160,8 +159,8 @@ async def submit_revision(
                 recheck_completed_through_seq=_watermark(before, recheck_through_seq),
                 review_deadline=review_deadline(utcnow(), minutes),
                 gate_outcome=None if forced else before.gate_outcome,
+                turn=_kernel.turn(principal, "revision", ""),
             )
-            await _kernel.add_turn(uow, edge.after, principal, "revision", "")
             return edge.after, ""
 
         return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
@@ -236,8 +235,8 @@ async def restamp(
                 expected_version=expected_version,
                 rule_high_water=before.rule_high_water if high_water is None else high_water,
                 recheck_completed_through_seq=_watermark(before, recheck_through_seq),
+                turn=_kernel.turn(principal, "restamp", ""),
             )
-            await _kernel.add_turn(uow, edge.after, principal, "restamp", "")
             return edge.after, ""
 
         return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
@@ -289,20 +288,19 @@ async def post_chat(
     fields = {"verb": "chat", "review_id": review_id, "text": text}
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
-        turn_id = new_id("turn")
+        human = principal.actor_kind in (ActorKind.HUMAN, ActorKind.ADMIN)
+        turn = _kernel.turn(principal, "human_comment" if human else "agent_question", text)
         edge = await _kernel.transition(
             uow,
             principal,
             review_id,
             Verb.POST_CHAT,
             None,
-            facts=Facts(said=text, turn_id=turn_id),
+            facts=Facts(said=text, turn_id=turn.id),
             key=idempotency_key,
             fields=fields,
+            turn=turn,
         )
-        human = principal.actor_kind in (ActorKind.HUMAN, ActorKind.ADMIN)
-        turn_type = "human_comment" if human else "agent_question"
-        turn = await _kernel.add_turn(uow, edge.after, principal, turn_type, text, turn_id=turn_id)
         return edge.after, turn.id
 
     async def run() -> tuple[Review, Turn]:

@@ -58,11 +58,11 @@ async def start_delivery(
     """Record the attempt (and its ids) in the approval's own transaction, before any provider call."""
     send = send_columns(review, send_path)
     claim = await record_attempt(uow, review, send, now, lease)
-    updated = await store.compare_and_set(
+    written = await store.compare_and_set(
         uow.conn, review, send_path=send_path, rfc_message_id=send["rfc_message_id"], updated_at=now
     )
-    assert updated is not None  # the row was written or CAS-locked by this transaction
-    return updated, claim
+    assert written is not None  # the row was written or CAS-locked by this transaction
+    return written[0], claim
 
 
 def send_columns(review: Review, send_path: str) -> dict[str, str]:

@@ -57,7 +57,7 @@ async def _categories_merged(uow: UnitOfWork, merge: CategoriesMerged) -> None:
         )
         if moved is None:  # the rows are locked; a lost CAS means a writer got in: the relay redelivers
             raise DomainError(Code.STALE, f"review {draft.id} changed while its category merged")
-        _events.publish(uow, moved, RULES_NUDGES["category"], _events.recheck_merged(merge))
+        _events.publish(uow, moved[0], RULES_NUDGES["category"], _events.recheck_merged(merge))
     # A stale draft's pacing slot follows it: the category that stays paces it from now on.
     await paced.move_to_category(uow.conn, [d.id for d in drafts], merge.into_category_id)
 

@@ -84,8 +84,8 @@ async def open_review(
             expected_version=version,
             key=idempotency_key,
             fields=fields,
+            turn=_kernel.turn(principal, "opened", ""),
         )
-        await _kernel.add_turn(uow, edge.after, principal, "opened", "")
         return edge.after, ""
 
     async def run() -> Review:
@@ -341,25 +341,23 @@ async def _apply_decision(
             facts=Facts(said=decision.feedback),
             short_of_quorum=short,
             if_approved={k: send[k] for k in ("send_path", "rfc_message_id")},
+            turn=_kernel.turn(
+                principal,
+                "decision",
+                decision.feedback,
+                action=decision.action,
+                changed=changed(edited, before),
+                diff_json=orjson.loads(diff.diff_json) if diff is not None and diff.diff_json else None,
+                diff_unified=diff.diff_unified if diff is not None else None,
+                rule_ids=[rule.rule_id] if rule is not None else [],
+                turn_id=rule.source_turn_id if rule is not None else "",
+            ),
             **decision_changes(verb, before, edited, now),
             # Each review-agent round is a hop, counted here for the reader; dispatch_budget bounds them.
             reviewer_hops=before.reviewer_hops + (actor is Actor.REVIEW_AGENT),
         )
-        after = edge.after
-        did_change = changed(edited, before)
-        turn = await _kernel.add_turn(
-            uow,
-            after,
-            principal,
-            "decision",
-            decision.feedback,
-            action=decision.action,
-            changed=did_change,
-            diff_json=orjson.loads(diff.diff_json) if diff is not None and diff.diff_json else None,
-            diff_unified=diff.diff_unified if diff is not None else None,
-            rule_ids=[rule.rule_id] if rule is not None else [],
-            turn_id=rule.source_turn_id if rule is not None else "",
-        )
+        after, turn = edge.after, edge.turn
+        assert turn is not None
         if diff is not None:
             _events.publish_diff(uow, principal, before, diff)
         if rule is not None:
@@ -406,9 +404,7 @@ async def _force_past_deadline(env: Env, review: Review) -> Review:
             Actor.SYSTEM,
             facts=Facts(breaker=REVIEW_DEADLINE_PASSED),
             gate_outcome=FORCED_PAST_DEADLINE,
-        )
-        await _kernel.add_turn(
-            uow, edge.after, system, "breaker", "The review deadline passed before a review agent decided."
+            turn=_kernel.turn(system, "breaker", "The review deadline passed before a review agent decided."),
         )
     return edge.after
 
@@ -448,6 +444,6 @@ async def _hold(
         gate_outcome=f"held:{breaker_name}",
         reviewer_hops=before.reviewer_hops + 1,
         review_deadline=None,  # the draft is the human's now
+        turn=_kernel.turn(principal, "breaker", decision.feedback, action=decision.action),
     )
-    await _kernel.add_turn(uow, edge.after, principal, "breaker", decision.feedback, action=decision.action)
     return edge.after, breaker_name

@@ -129,12 +129,13 @@ class Turn:
 
 @dataclass(frozen=True)
 class Edge:
-    """One move of the transition table, taken: the review before and after it."""
+    """One move of the transition table, taken: the review before and after it, and the turn it wrote."""
 
     before: Review
     after: Review
     verb: Verb
     actor: Actor
+    turn: Turn | None = None
 
     @property
     def reason(self) -> Reason | None:

@@ -6,10 +6,11 @@ import base64
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from reviewloop.storage import UnitOfWork
-from sqlalchemy import and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import Select, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
@@ -242,21 +243,63 @@ _CAS = update(reviews).where(
 )
 
 
-async def compare_and_set(conn: AsyncConnection, current: Review, **changes: Any) -> Review | None:
-    """Write ``changes`` only if the row is still at ``current.version``; the row count decides.
+async def compare_and_set(
+    conn: AsyncConnection, current: Review, *, turn: Turn | None = None, **changes: Any
+) -> tuple[Review, Turn | None] | None:
+    """Write ``changes`` only if the row is still at ``current.version``; the row count decides. With
+    ``turn``, append it to the review's thread (at the next seq, the review's new revision) only if the
+    row was written: on PostgreSQL in the same statement.
 
-    Returns the new review, or None when another writer got there first.
+    Returns the new review and the turn as written, or None when another writer got there first.
     """
     updated = replace(current, version=current.version + 1, **changes)
     # Only what changed: the version CAS already guarantees nobody else wrote the row since.
     names = [n for n in ("version", *changes) if getattr(updated, n) != getattr(current, n)]
     values = _to_row(updated, names)
-    result = await conn.execute(_CAS, {**values, "cas_id": current.id, "cas_version": current.version})
-    if result.rowcount != 1:
-        return None
+    guard = {"cas_id": current.id, "cas_version": current.version}
+    if turn is not None:
+        turn = replace(turn, review_id=current.id, revision=updated.revision)
+    if turn is not None and conn.dialect.name == "postgresql":
+        turn_values = {f"turn_{name}": getattr(turn, name) for name in _TURN_FIELDS}
+        seq = (await conn.execute(_cas_with_turn(tuple(values)), {**values, **guard, **turn_values})).scalar()
+        if seq is None:
+            return None
+        turn = replace(turn, seq=seq)
+    else:
+        if (await conn.execute(_CAS, {**values, **guard})).rowcount != 1:
+            return None
+        if turn is not None:
+            turn = await add_turn(conn, turn)
     if updated.revision != current.revision:
         await _add_revision(conn, updated)
-    return updated
+    return updated, turn
+
+
+@lru_cache(maxsize=64)
+def _cas_with_turn(columns: tuple[str, ...]) -> Select[Any]:
+    """The compare-and-set of ``columns`` and its turn as one data-modifying WITH (PostgreSQL): the turn
+    row comes from the CAS's own row, so a lost CAS inserts nothing and the statement answers no seq.
+    Its next seq is read under the row lock the CAS holds, as ``add_turn``'s is."""
+    cas = (
+        update(reviews)
+        .where(reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version"))
+        .values({name: bindparam(name, type_=reviews.c[name].type) for name in columns})
+        .returning(reviews.c.id)
+        .cte("cas")
+    )
+    next_seq = (
+        select(func.coalesce(func.max(turns.c.seq), 0) + 1)
+        .where(turns.c.review_id == cas.c.id)
+        .scalar_subquery()
+    )
+    row = [bindparam(f"turn_{name}", type_=turns.c[name].type) for name in _TURN_FIELDS]
+    added = (
+        insert(turns)
+        .from_select([*_TURN_FIELDS, "seq"], select(*row, next_seq).select_from(cas))
+        .returning(turns.c.seq)
+        .cte("turn")
+    )
+    return select(added.c.seq)
 
 
 # --- revisions ----------------------------------------------------------------------------------
