@@ -306,3 +306,22 @@ async def test_marking_contacts_is_one_statement_and_keeps_the_first_contact(env
         rows = await conn.execute(select(contacts.c.address, contacts.c.contacted_at))
         contacted = {row.address: row.contacted_at for row in rows}
     assert contacted == {"vp@acme.com": first, "cto@acme.com": later}
+
+
+async def test_a_delivery_marks_only_the_recipients_it_contacts_first(env: Env) -> None:
+    """A recipient once contacted stays so: a delivery writes the contacts its own check read as new, and
+    none when there are none."""
+    await app.set_policy(env, ADMIN, "allow_direct")
+    assert (await _submit(env, NO_INTENT))[1].state.value == "auto_sent"
+    with statements(env.db) as seen:
+        assert (await _submit(env, NO_INTENT))[1].state.value == "auto_sent"
+    assert not [s.sql for s in seen if "INSERT INTO contacts" in s.sql]
+    with statements(env.db) as seen:
+        wider = replace(NO_INTENT, cc=["CTO@acme.com"])
+        assert (await _submit(env, wider))[1].state.value == "auto_sent"
+    marked = [s for s in seen if "INSERT INTO contacts" in s.sql]
+    assert len(marked) == 1
+    async with env.db.engine.connect() as conn:
+        rows = await conn.execute(select(contacts.c.address, contacts.c.contacted_at))
+        contacted = {row.address for row in rows if row.contacted_at is not None}
+    assert contacted == {a.lower() for a in [*NO_INTENT.to, "CTO@acme.com"]}

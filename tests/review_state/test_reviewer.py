@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -263,9 +264,10 @@ async def test_an_approval_reads_the_stale_draft_row_once_and_a_held_draft_keeps
 
 async def test_a_second_lifecycle_runs_only_statements_compiled_before(env: Env) -> None:
     """Submit, open, approve and deliver: after the first, none compiles its SQL again."""
-    for _ in range(2):
+    for n in range(2):
         with statements(env.db) as seen:
-            review = await opened(env)
+            queued_ = await queued(env, replace(DRAFT, to=[f"new{n}@acme.com"]))  # a first contact each
+            review = await app.open_review(env, HUMAN, queued_.id, queued_.revision, queued_.version)
             await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
         assert any(s.sql.startswith("INSERT INTO contacts") for s in seen)
     assert [s.sql for s in seen if not s.cached] == []

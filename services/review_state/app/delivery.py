@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -189,7 +189,7 @@ async def _try(env: Env, attempt: store.Attempt, owner: str, review: Review | No
             review = await store.get_review_any(conn, review_id)
     assert review is not None
     try:
-        await contacts_allow(env, review.project_id, review.recipients)
+        facts = await contacts_allow(env, review.project_id, review.recipients)
     except DomainError as refusal:
         return await _record_failure(env, review_id, f"{refusal.code.value}: {refusal.detail}")
     reached = False
@@ -221,7 +221,7 @@ async def _try(env: Env, attempt: store.Attempt, owner: str, review: Review | No
             log.warning("delivery of %s has an unknown outcome (%s): parked", review_id, exc)
             await _park(env, review_id, owner)
     else:
-        return await _record_delivered(env, review_id)
+        return await _record_delivered(env, review_id, uncontacted=facts.uncontacted)
     return None
 
 
@@ -241,7 +241,12 @@ async def _park(env: Env, review_id: str, owner: str) -> None:
         await store.park(conn, review_id, owner, utcnow())
 
 
-async def _record_delivered(env: Env, review_id: str, resolution: str | None = None) -> Review:
+async def _record_delivered(
+    env: Env, review_id: str, resolution: str | None = None, *, uncontacted: Sequence[str] | None = None
+) -> Review:
+    """Close the attempt and the review as sent. ``uncontacted``: the recipients the send's own check
+    read as never contacted (None: all of them); the others need no write, since a contact once
+    contacted stays so."""
     async with env.db.transaction() as uow:
         now = utcnow()
         attempt = await store.finish_attempt(uow.conn, review_id, "delivered", now, resolution=resolution)
@@ -288,7 +293,9 @@ async def _record_delivered(env: Env, review_id: str, resolution: str | None = N
                 review_id=sent.id,
             ),
         )
-        await store.mark_contacted(uow.conn, sent.project_id, sent.recipients, now)
+        await store.mark_contacted(
+            uow.conn, sent.project_id, sent.recipients if uncontacted is None else uncontacted, now
+        )
     return sent
 
 

@@ -20,10 +20,14 @@ class SendingFacts:
 
     blocked: tuple[str, ...]
     suppressed: tuple[str, ...]
-    first_contact: bool  # some recipient has never had mail from, nor written to, this project
+    uncontacted: tuple[str, ...]  # the recipients (lowercased) that never had mail from, nor wrote to, it
     sent_since: int
     policy: str | None  # the project's override
     account_policy: str | None  # its org's default
+
+    @property
+    def first_contact(self) -> bool:
+        return bool(self.uncontacted)
 
 
 # One statement for both reads: the recipients' flag rows (``sent`` null), then the project's own row
@@ -83,7 +87,7 @@ async def sending_facts(
     return SendingFacts(
         blocked=tuple(r.address for r in flags if r.blocked),
         suppressed=tuple(r.address for r in flags if r.suppressed),
-        first_contact=any(a not in contacted for a in lowered),
+        uncontacted=tuple(a for a in lowered if a not in contacted),
         sent_since=int(project.sent or 0),
         policy=project.policy,
         account_policy=project.account_policy,
