@@ -249,14 +249,12 @@ async def _record_delivered(
     contacted stays so."""
     async with env.db.transaction() as uow:
         now = utcnow()
-        attempt = await store.finish_attempt(uow.conn, review_id, "delivered", now, resolution=resolution)
-        if attempt is None:  # already recorded (by the sweep or a twin)
+        finished = await store.finish_delivery(uow.conn, review_id, "delivered", now, resolution)
+        if finished is None:  # already recorded (by the sweep or a twin)
             closed = await store.get_review_any(uow.conn, review_id)
             assert closed is not None
             return closed
-        found = await store.get_review_with_turns(uow.conn, attempt.project_id, review_id)
-        assert found is not None
-        review, turns = found
+        review, turns, attempt = finished
         verb = Verb.DELIVERED if attempt.send_path in _REVIEWED else Verb.AUTO_DELIVERED
         sent = (
             await _kernel.move(

@@ -179,7 +179,8 @@ async def park(conn: AsyncConnection, review_id: str, owner: str, now: datetime)
     return bool(result.rowcount == 1)
 
 
-_FINISH = (
+# Built once; ``reviews.finish_delivery`` reads the review in the same statement on PostgreSQL.
+FINISH = (
     update(t)
     .where(t.c.review_id == bindparam("attempt_id"), t.c.status == "in_flight")
     .values(
@@ -194,6 +195,12 @@ _FINISH = (
 )
 
 
+def finish_params(
+    review_id: str, status: str, now: datetime, error: str | None, resolution: str | None
+) -> dict[str, Any]:
+    return {"attempt_id": review_id, "now": now, "closed_as": status, "why": error, "how": resolution}
+
+
 async def finish_attempt(
     conn: AsyncConnection,
     review_id: str,
@@ -204,8 +211,7 @@ async def finish_attempt(
 ) -> Attempt | None:
     """Closes an in-flight attempt and returns it closed; None when someone (the sweep, a twin) already
     closed it."""
-    params = {"attempt_id": review_id, "now": now, "closed_as": status, "why": error, "how": resolution}
-    row = (await conn.execute(_FINISH, params)).first()
+    row = (await conn.execute(FINISH, finish_params(review_id, status, now, error, resolution))).first()
     return _attempt(row) if row else None
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from review_state.domain.machine import PENDING, State
 from review_state.domain.review import AttachmentFacts, Review, RevisionContent, Turn
 from review_state.domain.submission import HUMANS_NOTIFIED, Attachment
-from review_state.store.attempts import Attempt
+from review_state.store.attempts import FINISH, Attempt, finish_attempt, finish_params
 from review_state.store.tables import delivery_attempts, idempotency_keys, review_revisions, reviews, turns
 
 _COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
@@ -427,8 +427,10 @@ async def get_review_with_delivery(
         _REVIEW_WITH_TURNS_AND_ATTEMPT, {"review_id": review_id, "project_id": project_id}
     )
     rows = found.all()
-    if not rows:
-        return None
+    return _with_delivery(rows) if rows else None
+
+
+def _with_delivery(rows: Sequence[Any]) -> tuple[Review, list[Turn], Attempt | None]:
     head = rows[0]._mapping
     attempt = (
         Attempt(**{name: head[label] for name, label in _ATTEMPT_LABELS.items()})
@@ -436,6 +438,44 @@ async def get_review_with_delivery(
         else None
     )
     return _from_row(rows[0]), _turns_of(rows), attempt
+
+
+# The attempt closed by ``FINISH``, joined to its review and the review's turns (PostgreSQL).
+_FINISHED_ATTEMPT = FINISH.cte("finished")
+_FINISHED = (
+    select(
+        reviews,
+        *(turns.c[name].label(label) for name, label in _TURN_LABELS.items()),
+        *(_FINISHED_ATTEMPT.c[name].label(label) for name, label in _ATTEMPT_LABELS.items()),
+    )
+    .select_from(
+        _FINISHED_ATTEMPT.join(reviews, reviews.c.id == _FINISHED_ATTEMPT.c.review_id).outerjoin(
+            turns, turns.c.review_id == reviews.c.id
+        )
+    )
+    .order_by(turns.c.seq)
+)
+
+
+async def finish_delivery(
+    conn: AsyncConnection, review_id: str, status: str, now: datetime, resolution: str | None = None
+) -> tuple[Review, list[Turn], Attempt] | None:
+    """Close the review's in-flight attempt as ``status`` (``finish_attempt``) and read the review with
+    its turns, for the move that closes it: on PostgreSQL in one statement. None when the attempt was
+    closed already (by the sweep, a twin)."""
+    if conn.dialect.name == "postgresql":
+        rows = (await conn.execute(_FINISHED, finish_params(review_id, status, now, None, resolution))).all()
+        if not rows:
+            return None
+        review, turns_, attempt = _with_delivery(rows)
+        assert attempt is not None
+        return review, turns_, attempt
+    closed = await finish_attempt(conn, review_id, status, now, resolution=resolution)
+    if closed is None:
+        return None
+    found = await get_review_with_turns(conn, closed.project_id, review_id)
+    assert found is not None  # an attempt's review is never deleted
+    return (*found, closed)
 
 
 async def get_turn(conn: AsyncConnection, turn_id: str) -> Turn | None:
