@@ -254,17 +254,27 @@ _header_text = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_siz
 _address = st.sampled_from(
     ["alice@example.org", "Bob <bob@example.net>", '"Doe, Jane" <jane@example.com>', "zoë@exämple.de"]
 )
+# Most messages are plain (bare addresses, ASCII words, short ASCII lines): the bytes written without
+# the email package. The near misses (an encoded word, doubled spaces, a dot out of place) are not.
+_bare_address = st.from_regex(r"[a-z0-9._+%-]{1,8}@[a-z0-9-]{1,6}(\.[a-z0-9-]{1,4}){1,2}", fullmatch=True)
+_words = st.from_regex(r"[!-~]{1,12}( [!-~]{1,12}){0,7}", fullmatch=True)
+_near_miss = st.sampled_from(["=?utf-8?q?hi?=", " leading", "two  spaces", "tab\there", "x" * 80])
+_lines = st.lists(st.from_regex(r"[ -~\t]{0,82}", fullmatch=True), max_size=6).map("\n".join)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    to=st.lists(_address, min_size=1, max_size=3),
-    cc=st.lists(_address, max_size=2),
-    subject=_header_text,
-    body=st.text(max_size=400),
-    html=st.none() | st.just("<p>Hi</p>"),
-    extra=st.dictionaries(st.sampled_from(["X-Campaign", "Keywords", "Comments"]), _header_text, max_size=2),
-    attach=st.booleans(),
+    to=st.lists(_bare_address | _address, min_size=1, max_size=3),
+    cc=st.lists(_bare_address | _address, max_size=2),
+    subject=_words | _header_text | _near_miss,
+    body=_lines | st.text(max_size=400) | st.sampled_from(["", "a\r\nb\rc\n\n", "x" * 79]),
+    html=st.sampled_from([None, None, "<p>Hi</p>"]),
+    extra=st.dictionaries(
+        st.sampled_from(["X-Campaign", "Keywords", "Comments", "X_Odd", "Subject"]),
+        _words | _header_text | _near_miss,
+        max_size=2,
+    ),
+    attach=st.sampled_from([False, False, True]),
 )
 def test_the_delivered_bytes_are_the_stdlib_smtp_policys(
     to: list[str],
@@ -275,7 +285,8 @@ def test_the_delivered_bytes_are_the_stdlib_smtp_policys(
     extra: dict[str, str],
     attach: bool,
 ) -> None:
-    """The message built with header classes made once is byte for byte the stdlib's ``SMTP`` policy's."""
+    """The message built with header classes made once, or written without the email package when it
+    is plain, is byte for byte the stdlib's ``SMTP`` policy's."""
     fields: dict[str, Any] = dict(
         from_address="agent@example.com",
         to=to,
@@ -295,7 +306,7 @@ def test_the_delivered_bytes_are_the_stdlib_smtp_policys(
         ours: bytes | Exception = mime.build_message(**fields)
     except Exception as error:  # the stdlib must refuse the same input the same way
         ours = error
-    with patch.object(mime, "_POLICY", SMTP):
+    with patch.object(mime, "_POLICY", SMTP), patch.object(mime, "_plain_bytes", lambda *_: None):
         try:
             theirs: bytes | Exception = mime.build_message(**fields)
         except Exception as error:
@@ -306,3 +317,26 @@ def test_the_delivered_bytes_are_the_stdlib_smtp_policys(
         assert isinstance(theirs, bytes)
         boundary = re.compile(rb"={15}\d+==")  # a multipart boundary is random on every build
         assert boundary.sub(b"B", ours) == boundary.sub(b"B", theirs)
+
+
+def test_a_plain_message_is_written_without_the_email_package() -> None:
+    fields: dict[str, Any] = dict(
+        from_address="agent@example.com",
+        to=["vp@acme.com"],
+        cc=[],
+        subject="Q3 pilot",
+        body_text="Let me know your thoughts.",
+        body_html=None,
+        reply_to=None,
+        headers={"X-Campaign": "q3"},
+        attachments=[],
+        rfc_message_id="<msg_1@example.com>",
+        in_reply_to=None,
+        references=None,
+        date=datetime(2026, 12, 5, 12, 0, tzinfo=UTC),
+    )
+    with patch.object(mime, "EmailMessage", side_effect=AssertionError("the email package was used")):
+        plain = mime.build_message(**fields)
+        assert plain.endswith(b"\r\n\r\nLet me know your thoughts.\r\n")
+        with pytest.raises(AssertionError):
+            mime.build_message(**{**fields, "body_html": "<p>Hi</p>"})

@@ -3,6 +3,7 @@ reviewed is exactly what goes out."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from email.headerregistry import BaseHeader, HeaderRegistry
@@ -34,7 +35,8 @@ class _HeaderClasses(HeaderRegistry):
         return made
 
 
-_POLICY = SMTP.clone(header_factory=_HeaderClasses())
+_HEADERS = _HeaderClasses()
+_POLICY = SMTP.clone(header_factory=_HEADERS)
 
 
 def rfc_message_id(message_id: str, from_address: str) -> str:
@@ -79,6 +81,22 @@ def build_message(
     date: datetime,
 ) -> bytes:
     """The message as wire bytes (CRLF). Bcc recipients ride the envelope only, never a header."""
+    if not (body_html or attachments) and (
+        plain := _plain_bytes(
+            from_address,
+            to,
+            cc,
+            subject,
+            body_text,
+            reply_to,
+            headers,
+            rfc_message_id,
+            in_reply_to,
+            references,
+            date,
+        )
+    ):
+        return plain
     message = EmailMessage(policy=_POLICY)
     message["From"] = from_address
     message["To"] = ", ".join(to)
@@ -104,3 +122,66 @@ def build_message(
             attachment.content, maintype=maintype, subtype=subtype, filename=attachment.filename
         )
     return message.as_bytes()
+
+
+# A message whose bytes are written here, without the email package, since the policy writes them as
+# given (a property test holds the two to the same bytes): bare addresses, header values of printable
+# ASCII words that fit their line and look like no encoded word, and one ASCII text part whose lines
+# fit. Every other message is the policy's to build.
+_ADDRESS = re.compile(r"[A-Za-z0-9_%+-]+(?:\.[A-Za-z0-9_%+-]+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_WORDS = re.compile(r"[!-~]+(?: [!-~]+)*")
+_NAME = re.compile(r"[A-Za-z0-9-]+")
+_LINE_MAX = 78  # the SMTP policy's max_line_length: a longer line is folded or encoded
+_OPTIONAL = frozenset({"Cc", "Reply-To", "In-Reply-To", "References"})
+_TEXT_PART = (
+    b'Content-Type: text/plain; charset="utf-8"\r\nContent-Transfer-Encoding: 7bit\r\n'
+    b"MIME-Version: 1.0\r\n\r\n"
+)
+
+
+def _plain_bytes(
+    from_address: str,
+    to: Sequence[str],
+    cc: Sequence[str],
+    subject: str,
+    body_text: str,
+    reply_to: str | None,
+    headers: Mapping[str, str],
+    rfc_message_id: str,
+    in_reply_to: str | None,
+    references: str | None,
+    date: datetime,
+) -> bytes | None:
+    """``build_message``'s bytes for a plain text message, without the email package; None for any
+    other message."""
+    if not to:
+        return None
+    if not all(_ADDRESS.fullmatch(a) for a in (from_address, *to, *cc, *([reply_to] if reply_to else []))):
+        return None
+    if any(not _NAME.fullmatch(name) or name.lower() in _HEADERS.registry for name in headers):
+        return None  # a header the registry parses (or a name it would refuse) is the policy's
+    fields = [
+        ("From", from_address),
+        ("To", ", ".join(to)),
+        ("Cc", ", ".join(cc)),
+        ("Subject", subject),
+        ("Date", format_datetime(date)),
+        ("Message-ID", rfc_message_id),
+        ("Reply-To", reply_to or ""),
+        ("In-Reply-To", in_reply_to or ""),
+        ("References", references or ""),
+        *sorted(headers.items()),
+    ]
+    lines = []
+    for name, value in fields:
+        if not value and name in _OPTIONAL:
+            continue
+        if len(name) + 2 + len(value) > _LINE_MAX or "=?" in value or not _WORDS.fullmatch(value):
+            return None
+        lines.append(f"{name}: {value}\r\n")
+    if not body_text.isascii():
+        return None
+    body = body_text.encode("ascii").splitlines()  # as the policy splits it: on CR, LF and CRLF
+    if any(len(line) > _LINE_MAX for line in body):
+        return None
+    return "".join(lines).encode("ascii") + _TEXT_PART + b"\r\n".join(body) + b"\r\n"
