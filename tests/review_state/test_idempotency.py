@@ -16,6 +16,7 @@ from review_state import app
 from review_state.app import Decision, Env, Revision, _kernel
 from review_state.app import composer as composer_app
 from review_state.app import submission as submission_app
+from review_state.domain.submission import Draft
 from review_state.store.tables import reviews
 from reviewloop.errors import Code, DomainError
 from sqlalchemy import event, func, select
@@ -175,6 +176,25 @@ async def test_a_keyed_submit_reads_its_key_and_its_recipients_on_one_connection
         assert again.id == review.id and len(checkouts) == 3
     finally:
         event.remove(pool, "checkout", count)
+
+
+async def test_a_keyed_send_reads_its_key_and_its_recipients_facts_in_one_statement(env: Env) -> None:
+    """A send's recipients are its draft's own: its key's replay and their facts are one read. Its retry
+    is answered from that read (and the review it names); another body under the key is refused."""
+    with statements(env.db) as seen:
+        _, review = await app.submit(
+            env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="f"
+        )
+    reads = [s.sql for s in seen if s.sql.startswith("SELECT")]
+    assert len(reads) == 1 and "idempotency_keys" in reads[0] and "contacts" in reads[0], reads
+    with statements(env.db) as seen:
+        _, again = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="f")
+    assert again.id == review.id and len(seen) == 2, [s.sql for s in seen]
+    other = Draft(**{**DRAFT.__dict__, "subject": "another"})
+    with pytest.raises(DomainError) as caught:
+        await app.submit(env, AGENT, kind="send", draft=other, category_id="", idempotency_key="f")
+    assert caught.value.code is Code.IDEMPOTENCY_CONFLICT
+    assert await count_reviews(env) == 1
 
 
 async def test_a_keyed_submit_writes_its_review_revision_and_key_in_one_statement_on_postgresql(

@@ -20,9 +20,13 @@ QUOTA_WINDOW = timedelta(days=1)  # the outbound quota counts messages sent in t
 
 
 async def sending_facts(
-    conn: AsyncConnection, project_id: str, addresses: Sequence[str], org_id: str = ""
+    conn: AsyncConnection,
+    project_id: str,
+    addresses: Sequence[str],
+    org_id: str = "",
+    key: tuple[str, str] | None = None,
 ) -> store.SendingFacts:
-    return await store.sending_facts(conn, project_id, addresses, utcnow() - QUOTA_WINDOW, org_id)
+    return await store.sending_facts(conn, project_id, addresses, utcnow() - QUOTA_WINDOW, org_id, key)
 
 
 async def contacts_allow(

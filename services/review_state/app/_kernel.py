@@ -98,7 +98,9 @@ async def load(conn: AsyncConnection, principal: Principal, review_id: str) -> R
 # --- the Idempotency-Key ---------------------------------------------------------------------------
 
 
-async def _replay(conn: AsyncConnection, principal: Principal, row: Row[Any]) -> tuple[Review, str]:
+async def _replay(
+    conn: AsyncConnection, principal: Principal, row: Row[Any] | store.Remembered
+) -> tuple[Review, str]:
     return await load(conn, principal, row.review_id), row.result_id
 
 
@@ -118,6 +120,15 @@ async def replayed(
         idempotency.request_hash(fields),
     )
     return None if row is None else await _replay(conn, principal, row)
+
+
+async def replay_of(
+    conn: AsyncConnection, principal: Principal, row: store.Remembered | None, fields: Mapping[str, Any]
+) -> tuple[Review, str] | None:
+    """``replayed`` for a key's row read with other rows (``sending_facts(key=...)``)."""
+    if row is None or not idempotency.is_replay(row.request_hash, idempotency.request_hash(fields)):
+        return None
+    return await _replay(conn, principal, row)
 
 
 async def once(

@@ -77,9 +77,17 @@ async def submit(
         **({"asked": asdict(asked)} if asked != Asked() else {}),  # keys stored before it still match
     }
     # The replay check and the contacts' facts share one connection (a pool checkout costs more than
-    # either read); a replay or a refused draft reads nothing more.
+    # either read); a replay or a refused draft reads nothing more. A keyed send knows its recipients
+    # before any read (its draft's own): its key and their facts are one statement.
     async with env.db.single_statement.connect() as conn:
-        replay = await _kernel.replayed(conn, principal, idempotency_key, fields)
+        facts = None
+        if kind == "send" and idempotency_key:
+            recipients = [*draft.to, *draft.cc, *draft.bcc]
+            key = (principal.actor_id, idempotency_key)
+            facts = await sending_facts(conn, principal.project_id, recipients, principal.org_id, key)
+            replay = await _kernel.replay_of(conn, principal, facts.remembered, fields)
+        else:
+            replay = await _kernel.replayed(conn, principal, idempotency_key, fields)
         if replay is None:
             parent = await _parent(env, principal, kind, parent_message_id, asked)
             from_address = asked.inbox or _from_address(env, parent)
@@ -91,11 +99,13 @@ async def submit(
                 inbox=from_address,
             )
             validate_draft(draft)
-            recipients = [*draft.to, *draft.cc, *draft.bcc]
-            facts = await sending_facts(conn, principal.project_id, recipients, principal.org_id)
+            if facts is None:
+                recipients = [*draft.to, *draft.cc, *draft.bcc]
+                facts = await sending_facts(conn, principal.project_id, recipients, principal.org_id)
     if replay is not None:
         review = await deliver(env, replay[0])
         return _status(review), review
+    assert facts is not None  # read with the key, or once the draft was checked
     check_contacts(env, facts)
     policy, source = resolve_policy(facts.policy, facts.account_policy)
     route = route_for(policy, draft.intent, source, asked.mode)

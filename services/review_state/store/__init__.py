@@ -20,6 +20,7 @@ from review_state.store.attempts import (
 )
 from review_state.store.contacts import (
     Contact,
+    Remembered,
     SendingFacts,
     block_contact,
     get_account_policy,
@@ -66,6 +67,7 @@ __all__ = [
     "Attempt",
     "Contact",
     "Message",
+    "Remembered",
     "SendingFacts",
     "add_message",
     "add_review",

@@ -5,12 +5,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Row, bindparam, func, insert, null, select, text, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from review_state.store.tables import account_review_policies, contacts, messages, review_policies
+from review_state.store.tables import (
+    account_review_policies,
+    contacts,
+    idempotency_keys,
+    messages,
+    review_policies,
+)
+
+
+class Remembered(NamedTuple):
+    """An Idempotency-Key's row, as a replay needs it."""
+
+    request_hash: str
+    review_id: str
+    result_id: str
 
 
 @dataclass(frozen=True)
@@ -24,6 +38,7 @@ class SendingFacts:
     sent_since: int
     policy: str | None  # the project's override
     account_policy: str | None  # its org's default
+    remembered: Remembered | None = None  # the Idempotency-Key asked for with them, if it was used
 
     @property
     def first_contact(self) -> bool:
@@ -70,17 +85,48 @@ _PROJECT_SENDING = select(
 _SENDING_FACTS = union_all(_RECIPIENT_FLAGS, _PROJECT_SENDING)
 
 
+def _remembered(column: str) -> Any:
+    return (
+        select(idempotency_keys.c[column])
+        .where(
+            idempotency_keys.c.project_id == bindparam("project_id"),
+            idempotency_keys.c.actor_id == bindparam("actor_id"),
+            idempotency_keys.c.key == bindparam("key"),
+        )
+        .scalar_subquery()
+        .label(f"key_{column}")
+    )
+
+
+# The same with what an Idempotency-Key remembers (nulls: never used), on the project's row: a keyed
+# submit asks for its replay and its recipients' facts in one round trip.
+_KEY_COLUMNS = ("request_hash", "review_id", "result_id")
+_PROJECT_SENDING_KEYED = _PROJECT_SENDING.add_columns(*(_remembered(c) for c in _KEY_COLUMNS))
+_SENDING_FACTS_KEYED = union_all(
+    _RECIPIENT_FLAGS.add_columns(*(null().label(f"key_{c}") for c in _KEY_COLUMNS)), _PROJECT_SENDING_KEYED
+)
+
+
 async def sending_facts(
-    conn: AsyncConnection, project_id: str, addresses: Sequence[str], since: datetime, org_id: str = ""
+    conn: AsyncConnection,
+    project_id: str,
+    addresses: Sequence[str],
+    since: datetime,
+    org_id: str = "",
+    key: tuple[str, str] | None = None,
 ) -> SendingFacts:
     """One statement (built once) for every check of a send: submit, revision, reviewer release,
-    delivery. ``account_policy`` is read only when ``org_id`` is given (submit resolves the policy)."""
+    delivery. ``account_policy`` is read only when ``org_id`` is given (submit resolves the policy);
+    ``key`` (an actor's Idempotency-Key) is read with them when given."""
     lowered = sorted({a.lower() for a in addresses})
     params = {"project_id": project_id, "org_id": org_id, "since": since}
+    if key is not None:
+        params |= {"actor_id": key[0], "key": key[1]}
     if lowered:
-        rows = (await conn.execute(_SENDING_FACTS, {**params, "addresses": lowered})).all()
+        statement = _SENDING_FACTS if key is None else _SENDING_FACTS_KEYED
+        rows = (await conn.execute(statement, {**params, "addresses": lowered})).all()
     else:
-        rows = (await conn.execute(_PROJECT_SENDING, params)).all()
+        rows = (await conn.execute(_PROJECT_SENDING if key is None else _PROJECT_SENDING_KEYED, params)).all()
     project = next(r for r in rows if r.address is None)
     flags = [r for r in rows if r.address is not None]
     contacted = {r.address for r in flags if r.contacted_at is not None}
@@ -91,6 +137,11 @@ async def sending_facts(
         sent_since=int(project.sent or 0),
         policy=project.policy,
         account_policy=project.account_policy,
+        remembered=(
+            Remembered(project.key_request_hash, project.key_review_id, project.key_result_id)
+            if key is not None and project.key_request_hash is not None
+            else None
+        ),
     )
 
 
