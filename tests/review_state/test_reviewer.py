@@ -13,8 +13,19 @@ from review_state.domain.review import Review
 from review_state.domain.submission import Dial
 from review_state.store import pacing as paced
 from reviewloop.errors import Code, DomainError
+from sqlalchemy import select
 
-from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, REVIEWER, opened, peers, queued, reasons
+from tests.review_state.conftest import (
+    ADMIN,
+    AGENT,
+    DRAFT,
+    HUMAN,
+    REVIEWER,
+    opened,
+    peers,
+    queued,
+    reasons,
+)
 from tests.statements import statements
 
 
@@ -198,27 +209,42 @@ async def test_an_approval_reads_the_review_once_before_its_compare_and_set(env:
         assert "UPDATE delivery_attempts" in reads[1], reads[1]
 
 
-async def test_an_open_writes_its_compare_and_set_and_its_turn_together(env: Env) -> None:
-    """On PostgreSQL the move and its thread entry are one statement; a compare-and-set that loses
-    (another writer moved the row) writes no turn, on either store."""
+async def test_an_open_is_one_read_then_one_write_and_a_lost_race_writes_nothing(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a keyed open's compare-and-set, turn and key are one statement after its read
+    (SQLite writes them one by one); a writer that moves the review in between makes it a 409 stale that
+    leaves no turn or key of its own."""
     review = await queued(env)
     with statements(env.db) as seen:
-        opened_ = await app.open_review(env, HUMAN, review.id, 1, review.version)
-    writes = [s.sql for s in seen if "UPDATE reviews" in s.sql or "INSERT INTO turns" in s.sql]
+        await app.open_review(env, HUMAN, review.id, 1, review.version, idempotency_key="o1")
+    writes = [s.sql for s in seen if not s.sql.startswith("SELECT")]
+    parts = ("UPDATE reviews", "INSERT INTO turns", "INSERT INTO idempotency_keys")
     if env.db.is_sqlite:
-        assert len(writes) == 2, writes
+        assert [w.split(" (")[0].split(" SET")[0] for w in writes] == list(parts), writes
     else:
-        assert len(writes) == 1 and "INSERT INTO turns" in writes[0], writes
+        assert len(writes) == 1 and all(part in writes[0] for part in parts), writes
     _, turns = await app.get_review(env, HUMAN, review.id)
     assert [(t.seq, t.turn_type, t.revision) for t in turns] == [(1, "opened", 1)]
 
-    async with env.db.transaction() as uow:
-        lost = await store.compare_and_set(
-            uow.conn, review, turn=_kernel.turn(HUMAN, "breaker", "late"), gate_outcome="held:x"
-        )
-    assert lost is None  # ``review`` is the version before the open
-    now, turns = await app.get_review(env, HUMAN, review.id)
-    assert (now.version, [t.turn_type for t in turns]) == (opened_.version, ["opened"])
+    raced = await queued(env)
+    precheck = _kernel.precheck
+
+    async def then_another_writer(*args: Any, **kwargs: Any) -> Any:
+        checked = await precheck(*args, **kwargs)
+        monkeypatch.setattr(_kernel, "precheck", precheck)
+        await app.open_review(env, HUMAN, raced.id, 1, raced.version)
+        return checked
+
+    monkeypatch.setattr(_kernel, "precheck", then_another_writer)
+    with pytest.raises(DomainError) as stale:
+        await app.open_review(env, HUMAN, raced.id, 1, raced.version, idempotency_key="o2")
+    assert stale.value.code is Code.STALE and stale.value.version == raced.version + 1
+    _, turns = await app.get_review(env, HUMAN, raced.id)
+    assert [t.turn_type for t in turns] == ["opened"]  # the other writer's only
+    async with env.db.engine.connect() as conn:
+        keys = (await conn.execute(select(store.idempotency_keys.c.key))).scalars().all()
+    assert sorted(keys) == ["o1"]
 
 
 async def test_a_decision_on_a_review_moved_since_its_precheck_is_stale_and_writes_nothing(

@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 from google.protobuf.wrappers_pb2 import Int32Value
@@ -21,6 +22,8 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    bindparam,
+    event,
     func,
     insert,
     select,
@@ -28,6 +31,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError
+
+from tests.statements import statements
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 
@@ -179,3 +184,61 @@ async def test_a_unit_whose_only_statement_is_its_queued_rows_sends_no_begin_on_
     ]
     async with db.single_statement.connect() as conn:
         assert (await conn.execute(select(func.count()).select_from(OUTBOX))).scalar() == 3
+
+
+async def test_a_units_last_statement_carries_its_queued_rows_only_when_it_takes_its_row(
+    open_db: OpenDb,
+) -> None:
+    """``UnitOfWork.last`` (PostgreSQL): one statement, sent in autocommit, whose queued rows are written
+    only if its compare-and-set took its row; when it took none, ``lost`` raises and nothing is written."""
+    db = await open_db(SPEC)
+    if db.is_sqlite:
+        pytest.skip("a data-modifying WITH is PostgreSQL's")
+    metadata = MetaData()
+    counters = Table(
+        "uow_counters", metadata, Column("id", String(8), primary_key=True), Column("version", Integer)
+    )
+    async with db.writing() as conn:
+        await conn.run_sync(metadata.create_all)
+        await conn.execute(insert(counters).values(id="c", version=1))
+    cas = (
+        update(counters)
+        .where(counters.c.id == "c", counters.c.version == bindparam("expected"))
+        .values(version=counters.c.version + 1)
+        .returning(counters.c.id)
+        .cte("cas")
+    )
+    sent: list[str] = []  # what asyncpg sends as simple queries (BEGIN, COMMIT), not prepared ones
+
+    def log(record: Any) -> None:
+        sent.append(record.query.split()[0])
+
+    def watch(dbapi_connection: Any, *_: Any) -> None:  # every connection a unit checks out
+        dbapi_connection.driver_connection.add_query_logger(log)
+
+    event.listen(db.engine.sync_engine.pool, "checkout", watch)
+
+    class Lost(Exception):
+        pass
+
+    async def lost() -> NoReturn:
+        raise Lost
+
+    async def bump(expected: int, *events: dict[str, object]) -> None:
+        async with db.transaction() as uow:
+            for event in events:
+                uow.insert(OUTBOX, event)
+            uow.last(select(cas.c.id), cas, {"expected": expected}, lost)
+
+    rows = [outbox_row("nudge", f"rr_{n}", "nudge", Int32Value(value=n)) for n in range(3)]
+    with statements(db) as seen:
+        await bump(1, rows[0], rows[1])
+    assert [s.sql.split()[0] for s in seen] == ["WITH"]
+    assert not [q for q in sent if q.upper().startswith(("BEGIN", "COMMIT"))], sent  # in autocommit
+    with pytest.raises(Lost):
+        await bump(1, rows[2])  # the version moved on
+    await bump(2)  # a last statement with no rows of its own
+    async with db.single_statement.connect() as conn:
+        assert (await conn.execute(select(counters.c.version))).scalar() == 3
+        written = (await conn.execute(select(OUTBOX.c.event_id).order_by(OUTBOX.c.id))).scalars().all()
+    assert written == [rows[0]["event_id"], rows[1]["event_id"]]

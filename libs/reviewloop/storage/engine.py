@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from google.protobuf.message import Message
-from sqlalchemy import Insert, Select, Table, bindparam, event, insert, literal_column, select, union_all
+from sqlalchemy import CTE, Insert, Select, Table, bindparam, event, insert, literal_column, select, union_all
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
@@ -217,7 +217,25 @@ class UnitOfWork:
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
         self._queued: list[tuple[Table, dict[str, Any]]] = []
+        self._last: tuple[Select[Any], CTE, dict[str, Any], Callable[[], Awaitable[NoReturn]]] | None = None
         self.wrote_events = False
+
+    def last(
+        self,
+        statement: Select[Any],
+        anchor: CTE,
+        params: dict[str, Any],
+        lost: Callable[[], Awaitable[NoReturn]],
+    ) -> None:
+        """Write ``statement`` (a data-modifying WITH, PostgreSQL only) last, with the queued rows.
+
+        One statement: each queued row is selected from ``anchor``, one of its CTEs (a compare-and-set's
+        ``UPDATE ... RETURNING``), so none is written unless it took its row. The statement must then
+        answer a row; when it answers none, ``lost`` raises (and nothing was written).
+        """
+        if self._last is not None:
+            raise RuntimeError("a unit of work has one last statement")
+        self._last = (statement, anchor, params, lost)
 
     def insert(self, table: Table, row: dict[str, Any]) -> None:
         """Queue ``row`` for ``table``, written when the unit ends (``flush``).
@@ -238,24 +256,44 @@ class UnitOfWork:
         visible to a later statement of the same unit of work.
         """
         queued, self._queued = self._queued, []
-        if not queued:
-            return
+        last, self._last = self._last, None
         if any(table is OUTBOX for table, _ in queued):
             self.wrote_events = True
+        if last is not None:
+            statement, anchor, params, lost = last
+            tables = _by_table(queued) if len(queued) <= _TOGETHER_MAX else None
+            if tables is not None:  # the usual unit: everything in one statement
+                shape, values = _shape(tables)
+                written = _together(shape, statement, anchor)
+                if (await self.conn.execute(written, {**params, **values})).first() is None:
+                    await lost()
+                return
+            if (await self.conn.execute(statement, params)).first() is None:  # then its rows, one by one
+                await lost()
+        if not queued:
+            return
         together = self.conn.dialect.name == "postgresql" and 1 < len(queued) <= _TOGETHER_MAX
         tables = _by_table(queued) if together else None
         if tables is None:  # in the order queued: SQLite checks each row's foreign keys at once
             for table, row in queued:
                 await self.conn.execute(_insert(table), row)
             return
-        shape = tuple((table, tuple(rows[0]), len(rows)) for table, rows in tables.items())
-        values = {
-            f"w{i}_{j}_{name}": value
-            for i, rows in enumerate(tables.values())
-            for j, row in enumerate(rows)
-            for name, value in row.items()
-        }
+        shape, values = _shape(tables)
         await self.conn.execute(_together(shape), values)
+
+
+def _shape(
+    tables: dict[Table, list[dict[str, Any]]],
+) -> tuple[tuple[tuple[Table, tuple[str, ...], int], ...], dict[str, Any]]:
+    """``_together``'s shape of the rows by table, and their parameters."""
+    shape = tuple((table, tuple(rows[0]), len(rows)) for table, rows in tables.items())
+    values = {
+        f"w{i}_{j}_{name}": value
+        for i, rows in enumerate(tables.values())
+        for j, row in enumerate(rows)
+        for name, value in row.items()
+    }
+    return shape, values
 
 
 def _by_table(queued: list[tuple[Table, dict[str, Any]]]) -> dict[Table, list[dict[str, Any]]] | None:
@@ -275,25 +313,32 @@ _TOGETHER_MAX = 12
 
 
 @lru_cache(maxsize=256)
-def _together(shape: tuple[tuple[Table, tuple[str, ...], int], ...]) -> Select[Any]:
+def _together(
+    shape: tuple[tuple[Table, tuple[str, ...], int], ...],
+    last: Select[Any] | None = None,
+    anchor: CTE | None = None,
+) -> Select[Any]:
     """One statement inserting ``n`` rows into ``table`` for each ``(table, columns, n)`` of ``shape``.
 
-    Its parameters are ``w<part>_<row>_<column>``. A data-modifying WITH, one INSERT per table: a
+    With ``last`` (``UnitOfWork.last``), that statement with the rows, each selected from ``anchor``. Its
+    parameters are ``w<part>_<row>_<column>``. A data-modifying WITH, one INSERT per table: a
     table's rows take its serial ids in the order queued (the outbox's order), and PostgreSQL checks
     foreign keys at the statement's end, so the tables go in any order. Built once per shape, so each
     use reuses its compiled form without walking its cache key.
     """
-    statement: Select[Any] = select(literal_column("1"))
+    statement: Select[Any] = select(literal_column("1")) if last is None else last
     for i, (table, columns, n) in enumerate(shape):
         rows = [
             {name: bindparam(f"w{i}_{j}_{name}", type_=table.c[name].type) for name in columns}
             for j in range(n)
         ]
-        if n == 1:
+        if n == 1 and anchor is None:
             part = insert(table).values(rows[0])
         else:  # a multi-row VALUES is never cached; rows selected one after another are
             selects = [select(*(value.label(name) for name, value in row.items())) for row in rows]
-            part = insert(table).from_select(columns, union_all(*selects))
+            if anchor is not None:
+                selects = [row.select_from(anchor) for row in selects]
+            part = insert(table).from_select(columns, selects[0] if n == 1 else union_all(*selects))
         statement = statement.add_cte(part.cte(f"w{i}"))
     return statement
 

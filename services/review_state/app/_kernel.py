@@ -11,7 +11,7 @@ refusal named in ``REFUSAL_NUDGES`` still leaves its nudge.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
@@ -178,13 +178,17 @@ async def move(
     short_of_quorum: bool = False,
     if_approved: dict[str, Any] | None = None,
     turn: Turn | None = None,
+    last: bool = False,
     **changes: Any,
 ) -> Edge:
     """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
     ``parent_revision`` None names no revision (chat, the platform's edges). An approval (or edit)
     ``short_of_quorum`` is legal where the table allows it, and leaves the draft where it is.
     ``if_approved``: more columns, written by the same compare-and-set when the edge lands on approved.
-    ``turn`` (from ``turn``): the thread's entry for the move, written with the compare-and-set."""
+    ``turn`` (from ``turn``): the thread's entry for the move, written with the compare-and-set.
+    ``last``: the unit reads nothing the move writes, so on PostgreSQL its compare-and-set is the unit's
+    last statement, with its queued rows (``store.compare_and_set(lost=...)``); a lost race raises the
+    same 409 when the unit ends."""
     target = check_transition(
         review, verb, actor, parent_revision=parent_revision, expected_version=expected_version
     )
@@ -196,11 +200,8 @@ async def move(
     # stale row here, in the statement that checks it, instead of reading it again in ``settle``.
     leaving = verb is Verb.APPROVE and review.state in PENDING and target not in PENDING
     released = await pacing.hold(uow.conn, review, leaving=leaving) if verb is Verb.APPROVE else None
-    with span(review, target, actor):
-        written = await store.compare_and_set(
-            uow.conn, review, turn=turn, **{"updated_at": utcnow(), **changes, "state": target}
-        )
-    if written is None:
+
+    async def stale() -> NoReturn:
         # Another writer committed between our read and our write: report the row as it now is.
         now = await store.get_review(uow.conn, review.project_id, review.id) or review
         raise DomainError(
@@ -212,6 +213,17 @@ async def move(
             version=now.version,
             allowed_actions=allowed_actions(now.state, actor),
         )
+
+    with span(review, target, actor):
+        written = await store.compare_and_set(
+            uow,
+            review,
+            turn=turn,
+            lost=stale if last else None,
+            **{"updated_at": utcnow(), **changes, "state": target},
+        )
+    if written is None:
+        await stale()
     updated, written_turn = written
     edge = Edge(review, updated, verb, actor, written_turn)
     _events.publish_edge(uow, edge, facts)

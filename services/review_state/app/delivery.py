@@ -59,7 +59,7 @@ async def start_delivery(
     send = send_columns(review, send_path)
     claim = await record_attempt(uow, review, send, now, lease)
     written = await store.compare_and_set(
-        uow.conn, review, send_path=send_path, rfc_message_id=send["rfc_message_id"], updated_at=now
+        uow, review, send_path=send_path, rfc_message_id=send["rfc_message_id"], updated_at=now
     )
     assert written is not None  # the row was written or CAS-locked by this transaction
     return written[0], claim
@@ -269,6 +269,7 @@ async def _record_delivered(
                 message_id=attempt.message_id,
                 sent_at=now,
                 updated_at=now,
+                last=True,
             )
         ).after
         store.add_message(

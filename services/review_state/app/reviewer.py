@@ -74,23 +74,28 @@ async def open_review(
     """A human picks a draft up: needs_review -> in_review, with the (revision, version) CAS."""
     fields = {"verb": "open", "review_id": review_id, "revision": revision, "version": version}
 
-    async def act(uow: UnitOfWork) -> tuple[Review, str]:
-        edge = await _kernel.transition(
-            uow,
-            principal,
-            review_id,
-            Verb.OPEN,
-            revision,
-            expected_version=version,
-            key=idempotency_key,
-            fields=fields,
-            turn=_kernel.turn(principal, "opened", ""),
-        )
-        return edge.after, ""
-
     async def run() -> Review:
-        # The key is read with the review in the unit of work: a precheck of its own would cost a pool
-        # checkout more than the read it spares.
+        # Its read (with the key) on a connection of its own, then a unit of work that is one statement
+        # on PostgreSQL (the compare-and-set, the turn, the nudge and the key) in autocommit.
+        current, replayed = await _kernel.precheck(
+            env.db, principal, review_id, Verb.OPEN, revision, version, key=idempotency_key, fields=fields
+        )
+        if replayed is not None:
+            return current
+
+        async def act(uow: UnitOfWork) -> tuple[Review, str]:
+            edge = await _kernel.move(
+                uow,
+                current,
+                Verb.OPEN,
+                _kernel.actor_of(principal, current),
+                parent_revision=revision,
+                expected_version=version,
+                turn=_kernel.turn(principal, "opened", ""),
+                last=True,
+            )
+            return edge.after, ""
+
         return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
 
     return await _kernel.guard(env.db, principal, review_id, revision, run)
@@ -341,6 +346,7 @@ async def _apply_decision(
             facts=Facts(said=decision.feedback),
             short_of_quorum=short,
             if_approved={k: send[k] for k in ("send_path", "rfc_message_id")},
+            last=True,
             turn=_kernel.turn(
                 principal,
                 "decision",

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, NoReturn
 
 from reviewloop.storage import UnitOfWork
-from sqlalchemy import Select, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import CTE, Select, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
@@ -244,13 +244,22 @@ _CAS = update(reviews).where(
 
 
 async def compare_and_set(
-    conn: AsyncConnection, current: Review, *, turn: Turn | None = None, **changes: Any
+    uow: UnitOfWork,
+    current: Review,
+    *,
+    turn: Turn | None = None,
+    lost: Callable[[], Awaitable[NoReturn]] | None = None,
+    **changes: Any,
 ) -> tuple[Review, Turn | None] | None:
     """Write ``changes`` only if the row is still at ``current.version``; the row count decides. With
     ``turn``, append it to the review's thread (at the next seq, the review's new revision) only if the
     row was written: on PostgreSQL in the same statement.
 
-    Returns the new review and the turn as written, or None when another writer got there first.
+    With ``lost``, on PostgreSQL the write is the unit's last statement (``UnitOfWork.last``: its queued
+    rows go with it, and only if it takes the row) and ``lost`` raises when the unit ends if another writer
+    got there first; the returned turn has no seq yet. Otherwise (and on SQLite) it is written now.
+
+    Returns the new review and the turn, or None when another writer got there first.
     """
     updated = replace(current, version=current.version + 1, **changes)
     # Only what changed: the version CAS already guarantees nobody else wrote the row since.
@@ -259,27 +268,36 @@ async def compare_and_set(
     guard = {"cas_id": current.id, "cas_version": current.version}
     if turn is not None:
         turn = replace(turn, review_id=current.id, revision=updated.revision)
-    if turn is not None and conn.dialect.name == "postgresql":
-        turn_values = {f"turn_{name}": getattr(turn, name) for name in _TURN_FIELDS}
-        seq = (await conn.execute(_cas_with_turn(tuple(values)), {**values, **guard, **turn_values})).scalar()
+    turn_values = {f"turn_{name}": getattr(turn, name) for name in _TURN_FIELDS} if turn is not None else {}
+    if lost is not None and uow.conn.dialect.name == "postgresql":
+        statement, cas = _cas(tuple(values), turn is not None)
+        if updated.revision != current.revision:
+            uow.insert(review_revisions, _revision_row(updated))  # written only if the CAS is
+        uow.last(statement, cas, {**values, **guard, **turn_values}, lost)
+        return updated, turn
+    if turn is not None and uow.conn.dialect.name == "postgresql":
+        seq = (
+            await uow.conn.execute(_cas(tuple(values), True)[0], {**values, **guard, **turn_values})
+        ).scalar()
         if seq is None:
             return None
         turn = replace(turn, seq=seq)
     else:
-        if (await conn.execute(_CAS, {**values, **guard})).rowcount != 1:
+        if (await uow.conn.execute(_CAS, {**values, **guard})).rowcount != 1:
             return None
         if turn is not None:
-            turn = await add_turn(conn, turn)
+            turn = await add_turn(uow.conn, turn)
     if updated.revision != current.revision:
-        await _add_revision(conn, updated)
+        await _add_revision(uow.conn, updated)
     return updated, turn
 
 
 @lru_cache(maxsize=64)
-def _cas_with_turn(columns: tuple[str, ...]) -> Select[Any]:
-    """The compare-and-set of ``columns`` and its turn as one data-modifying WITH (PostgreSQL): the turn
-    row comes from the CAS's own row, so a lost CAS inserts nothing and the statement answers no seq.
-    Its next seq is read under the row lock the CAS holds, as ``add_turn``'s is."""
+def _cas(columns: tuple[str, ...], with_turn: bool) -> tuple[Select[Any], CTE]:
+    """The compare-and-set of ``columns`` as a data-modifying WITH (PostgreSQL), with its turn when
+    ``with_turn``, and its ``cas`` CTE. The turn row comes from the CAS's own row, so a lost CAS inserts
+    nothing and the statement answers no row; its next seq is read under the row lock the CAS holds, as
+    ``add_turn``'s is."""
     cas = (
         update(reviews)
         .where(reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version"))
@@ -287,6 +305,8 @@ def _cas_with_turn(columns: tuple[str, ...]) -> Select[Any]:
         .returning(reviews.c.id)
         .cte("cas")
     )
+    if not with_turn:
+        return select(cas.c.id), cas
     next_seq = (
         select(func.coalesce(func.max(turns.c.seq), 0) + 1)
         .where(turns.c.review_id == cas.c.id)
@@ -299,7 +319,7 @@ def _cas_with_turn(columns: tuple[str, ...]) -> Select[Any]:
         .returning(turns.c.seq)
         .cte("turn")
     )
-    return select(added.c.seq)
+    return select(added.c.seq), cas
 
 
 # --- revisions ----------------------------------------------------------------------------------
