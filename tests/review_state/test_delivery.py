@@ -19,6 +19,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from review_state import app
 from review_state.app import Decision, Env
+from review_state.app import delivery as delivering
 from review_state.providers import AtData, EmlProvider, ImapSentFolder, SmtpProvider, parse_smtp_url
 from review_state.store.tables import delivery_attempts
 from reviewloop.errors import Code, DomainError
@@ -479,3 +480,33 @@ async def test_a_release_claims_its_own_attempt_and_a_crash_after_its_commit_is_
     assert closed.state.value == "sent"
     assert await reasons(env, other.id) == ["sent"]
     assert await delivery(env, other.id) == ("delivered", 2)
+
+
+async def test_a_delivery_closes_its_attempt_in_its_moves_statement_and_a_closed_one_is_left_as_it_is(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the close is one read, then one statement: the attempt's close, the review's move to
+    sent, its message and its nudge. Closing it again, or two closes at once (the sweep and a twin),
+    write it once."""
+    review = await opened(env)
+    with statements(env.db) as seen:
+        sent = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
+    assert sent.state.value == "sent"
+    closing = [s.sql for s in seen if "UPDATE delivery_attempts SET status" in s.sql]
+    assert len(closing) == 1, closing
+    if not env.db.is_sqlite:
+        parts = ("UPDATE reviews", "INSERT INTO messages", "INSERT INTO outbox")
+        assert all(part in closing[0] for part in parts), closing[0]
+    again = await delivering._record_delivered(env, sent.project_id, sent.id)
+    assert (again.state, again.version) == (sent.state, sent.version)
+    assert await reasons(env, review.id) == ["sent"]
+
+    other = await opened(env)
+    monkeypatch.setattr(app.delivery, "start_worker", lambda *args, **kwargs: asyncio.sleep(0))
+    await app.decide(env, HUMAN, other.id, Decision("approve", other.revision, other.version))
+    monkeypatch.undo()
+    closes = [delivering._record_delivered(env, other.project_id, other.id) for _ in range(2)]
+    first, second = await asyncio.gather(*closes)
+    assert first.state.value == second.state.value == "sent" and first.version == second.version
+    assert await reasons(env, other.id) == ["sent"]
+    assert await delivery(env, other.id) == ("delivered", 1)

@@ -203,10 +203,8 @@ async def test_an_approval_reads_the_review_once_before_its_compare_and_set(env:
     with statements(env.db) as seen:
         sent = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
     assert sent.state.value == "sent"
-    reads = [s.sql for s in seen if "SELECT reviews." in s.sql]
+    reads = [s.sql for s in seen if s.sql.startswith("SELECT reviews.")]
     assert len(reads) == 2, reads  # the precheck, then the delivery's close (the review with its turns)
-    if not env.db.is_sqlite:  # read by the statement that closes the attempt
-        assert "UPDATE delivery_attempts" in reads[1], reads[1]
 
 
 async def test_an_open_is_one_read_then_one_write_and_a_lost_race_writes_nothing(

@@ -179,6 +179,7 @@ async def move(
     if_approved: dict[str, Any] | None = None,
     turn: Turn | None = None,
     last: bool = False,
+    finishing: dict[str, Any] | None = None,
     **changes: Any,
 ) -> Edge:
     """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
@@ -188,7 +189,8 @@ async def move(
     ``turn`` (from ``turn``): the thread's entry for the move, written with the compare-and-set.
     ``last``: the unit reads nothing the move writes, so on PostgreSQL its compare-and-set is the unit's
     last statement, with its queued rows (``store.compare_and_set(lost=...)``); a lost race raises the
-    same 409 when the unit ends."""
+    same 409 when the unit ends. ``finishing``: the delivery attempt it closes (``store.finish_params``);
+    the move is a 409 stale if it was closed already."""
     target = check_transition(
         review, verb, actor, parent_revision=parent_revision, expected_version=expected_version
     )
@@ -220,6 +222,7 @@ async def move(
             review,
             turn=turn,
             lost=stale if last else None,
+            finishing=finishing,
             **{"updated_at": utcnow(), **changes, "state": target},
         )
     if written is None:

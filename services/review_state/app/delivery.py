@@ -179,7 +179,7 @@ async def _try(env: Env, attempt: store.Attempt, owner: str, review: Review | No
         # A worker died past DATA: only evidence may close it, never a blind resend.
         evidence = await env.provider.was_delivered(attempt.rfc_message_id)
         if evidence:
-            return await _record_delivered(env, review_id)
+            return await _record_delivered(env, attempt.project_id, review_id)
         if evidence is None:
             await _park(env, review_id, owner)
             return None
@@ -221,7 +221,7 @@ async def _try(env: Env, attempt: store.Attempt, owner: str, review: Review | No
             log.warning("delivery of %s has an unknown outcome (%s): parked", review_id, exc)
             await _park(env, review_id, owner)
     else:
-        return await _record_delivered(env, review_id, uncontacted=facts.uncontacted)
+        return await _record_delivered(env, attempt.project_id, review_id, uncontacted=facts.uncontacted)
     return None
 
 
@@ -242,59 +242,74 @@ async def _park(env: Env, review_id: str, owner: str) -> None:
 
 
 async def _record_delivered(
-    env: Env, review_id: str, resolution: str | None = None, *, uncontacted: Sequence[str] | None = None
+    env: Env,
+    project_id: str,
+    review_id: str,
+    resolution: str | None = None,
+    *,
+    uncontacted: Sequence[str] | None = None,
 ) -> Review:
     """Close the attempt and the review as sent. ``uncontacted``: the recipients the send's own check
     read as never contacted (None: all of them); the others need no write, since a contact once
-    contacted stays so."""
-    async with env.db.transaction() as uow:
-        now = utcnow()
-        finished = await store.finish_delivery(uow.conn, review_id, "delivered", now, resolution)
-        if finished is None:  # already recorded (by the sweep or a twin)
-            closed = await store.get_review_any(uow.conn, review_id)
-            assert closed is not None
-            return closed
-        review, turns, attempt = finished
-        verb = Verb.DELIVERED if attempt.send_path in _REVIEWED else Verb.AUTO_DELIVERED
-        sent = (
-            await _kernel.move(
+    contacted stays so. The review is read first, on a connection of its own; the attempt's close is in
+    the move's own compare-and-set, so one closed already (by the sweep, a twin) leaves it as it is."""
+    async with env.db.single_statement.connect() as conn:
+        found = await store.get_review_with_delivery(conn, project_id, review_id)
+    assert found is not None  # an attempt's review is never deleted
+    review, turns, attempt = found
+    if attempt is None or attempt.status != "in_flight":
+        return review
+    now = utcnow()
+    try:
+        async with env.db.transaction() as uow:
+            verb = Verb.DELIVERED if attempt.send_path in _REVIEWED else Verb.AUTO_DELIVERED
+            sent = (
+                await _kernel.move(
+                    uow,
+                    review,
+                    verb,
+                    Actor.SYSTEM,
+                    facts=Facts(
+                        decision=decision_of(decisions_of(turns)),
+                        approvers=tuple(approvers(turns, review.revision)),
+                    ),
+                    finishing=store.finish_params(review_id, "delivered", now, None, resolution),
+                    last=True,
+                    message_id=attempt.message_id,
+                    sent_at=now,
+                    updated_at=now,
+                )
+            ).after
+            store.add_message(
                 uow,
-                review,
-                verb,
-                Actor.SYSTEM,
-                facts=Facts(
-                    decision=decision_of(decisions_of(turns)),
-                    approvers=tuple(approvers(turns, review.revision)),
+                store.Message(
+                    id=attempt.message_id,
+                    org_id=sent.org_id,
+                    project_id=sent.project_id,
+                    direction="outbound",
+                    rfc_message_id=attempt.rfc_message_id,
+                    references_hdr=sent.references_hdr or "",
+                    thread_ref=sent.thread_ref or new_id("thread"),
+                    from_address=sent.from_address,
+                    to=[*sent.to],
+                    cc=[*sent.cc],
+                    subject=sent.subject,
+                    body_text=sent.body_text,
+                    headers=dict(sent.headers),
+                    created_at=now,
+                    review_id=sent.id,
                 ),
-                message_id=attempt.message_id,
-                sent_at=now,
-                updated_at=now,
-                last=True,
             )
-        ).after
-        store.add_message(
-            uow,
-            store.Message(
-                id=attempt.message_id,
-                org_id=sent.org_id,
-                project_id=sent.project_id,
-                direction="outbound",
-                rfc_message_id=attempt.rfc_message_id,
-                references_hdr=sent.references_hdr or "",
-                thread_ref=sent.thread_ref or new_id("thread"),
-                from_address=sent.from_address,
-                to=[*sent.to],
-                cc=[*sent.cc],
-                subject=sent.subject,
-                body_text=sent.body_text,
-                headers=dict(sent.headers),
-                created_at=now,
-                review_id=sent.id,
-            ),
-        )
-        await store.mark_contacted(
-            uow.conn, sent.project_id, sent.recipients if uncontacted is None else uncontacted, now
-        )
+            await store.mark_contacted(
+                uow.conn, sent.project_id, sent.recipients if uncontacted is None else uncontacted, now
+            )
+    except DomainError as error:
+        if error.code is not Code.STALE:
+            raise
+        async with env.db.single_statement.connect() as conn:  # recorded by the sweep or a twin
+            closed = await store.get_review_any(conn, review_id)
+        assert closed is not None
+        return closed
     return sent
 
 
@@ -330,7 +345,7 @@ async def reconcile(env: Env) -> int:
         with tracer.start_as_current_span("delivery.reconcile", attributes={REVIEW_ID: attempt.review_id}):
             evidence = await env.provider.was_delivered(attempt.rfc_message_id)
             if evidence:
-                await _record_delivered(env, attempt.review_id)
+                await _record_delivered(env, attempt.project_id, attempt.review_id)
             elif evidence is False:  # the provider knows it never took it: sending is not a resend
                 async with env.db.transaction() as uow:
                     await store.requeue(uow.conn, attempt.review_id, None, utcnow(), None)
@@ -368,7 +383,7 @@ async def resolve_delivery(
         )
     resolution = f"{principal.actor_id}: {reason}"[:500]
     if outcome == "delivered":
-        return await _record_delivered(env, review_id, resolution)
+        return await _record_delivered(env, principal.project_id, review_id, resolution)
     return await _record_failure(env, review_id, f"marked failed by an operator: {reason}", resolution)
 
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from reviewloop.storage import UnitOfWork
-from sqlalchemy import and_, bindparam, case, or_, select, update
+from sqlalchemy import and_, bindparam, case, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.review import Review
@@ -179,7 +179,7 @@ async def park(conn: AsyncConnection, review_id: str, owner: str, now: datetime)
     return bool(result.rowcount == 1)
 
 
-# Built once; ``reviews.finish_delivery`` reads the review in the same statement on PostgreSQL.
+# Built once; ``reviews.compare_and_set(finishing=...)`` runs it with the review's move.
 FINISH = (
     update(t)
     .where(t.c.review_id == bindparam("attempt_id"), t.c.status == "in_flight")
@@ -188,8 +188,8 @@ FINISH = (
         finished_at=bindparam("now"),
         error=bindparam("why"),
         resolution=bindparam("how"),
-        lease_owner=None,
-        lease_until=None,
+        lease_owner=null(),  # a literal: a None here is a parameter a WITH around it leaves unbound
+        lease_until=null(),
     )
     .returning(*_COLUMNS)
 )

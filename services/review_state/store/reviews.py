@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from review_state.domain.machine import PENDING, State
 from review_state.domain.review import AttachmentFacts, Review, RevisionContent, Turn
 from review_state.domain.submission import HUMANS_NOTIFIED, Attachment
-from review_state.store.attempts import FINISH, Attempt, finish_attempt, finish_params
+from review_state.store.attempts import FINISH, Attempt
 from review_state.store.tables import delivery_attempts, idempotency_keys, review_revisions, reviews, turns
 
 _COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
@@ -249,11 +249,13 @@ async def compare_and_set(
     *,
     turn: Turn | None = None,
     lost: Callable[[], Awaitable[NoReturn]] | None = None,
+    finishing: dict[str, Any] | None = None,
     **changes: Any,
 ) -> tuple[Review, Turn | None] | None:
     """Write ``changes`` only if the row is still at ``current.version``; the row count decides. With
     ``turn``, append it to the review's thread (at the next seq, the review's new revision) only if the
-    row was written: on PostgreSQL in the same statement.
+    row was written: on PostgreSQL in the same statement. With ``finishing`` (``finish_params``), close
+    the review's in-flight delivery attempt too: the write is lost if it was closed already.
 
     With ``lost``, on PostgreSQL the write is the unit's last statement (``UnitOfWork.last``: its queued
     rows go with it, and only if it takes the row) and ``lost`` raises when the unit ends if another writer
@@ -270,14 +272,20 @@ async def compare_and_set(
         turn = replace(turn, review_id=current.id, revision=updated.revision)
     turn_values = {f"turn_{name}": getattr(turn, name) for name in _TURN_FIELDS} if turn is not None else {}
     if lost is not None and uow.conn.dialect.name == "postgresql":
-        statement, cas = _cas(tuple(values), turn is not None)
+        statement, cas = _cas(tuple(values), turn is not None, finishing is not None)
         if updated.revision != current.revision:
             uow.insert(review_revisions, _revision_row(updated))  # written only if the CAS is
-        uow.last(statement, cas, {**values, **guard, **turn_values}, lost)
+        sets = {f"set_{name}": value for name, value in values.items()}
+        uow.last(statement, cas, {**sets, **guard, **turn_values, **(finishing or {})}, lost)
         return updated, turn
+    if finishing is not None and (await uow.conn.execute(FINISH, finishing)).first() is None:
+        return None
     if turn is not None and uow.conn.dialect.name == "postgresql":
         seq = (
-            await uow.conn.execute(_cas(tuple(values), True)[0], {**values, **guard, **turn_values})
+            await uow.conn.execute(
+                _cas(tuple(values), True, False)[0],
+                {**{f"set_{name}": value for name, value in values.items()}, **guard, **turn_values},
+            )
         ).scalar()
         if seq is None:
             return None
@@ -293,15 +301,19 @@ async def compare_and_set(
 
 
 @lru_cache(maxsize=64)
-def _cas(columns: tuple[str, ...], with_turn: bool) -> tuple[Select[Any], CTE]:
+def _cas(columns: tuple[str, ...], with_turn: bool, finishing: bool) -> tuple[Select[Any], CTE]:
     """The compare-and-set of ``columns`` as a data-modifying WITH (PostgreSQL), with its turn when
     ``with_turn``, and its ``cas`` CTE. The turn row comes from the CAS's own row, so a lost CAS inserts
     nothing and the statement answers no row; its next seq is read under the row lock the CAS holds, as
-    ``add_turn``'s is."""
+    ``add_turn``'s is. ``finishing``: the CAS takes its row only if ``FINISH`` closed the attempt."""
+    guard = [reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version")]
+    if finishing:
+        guard.append(select(FINISH.cte("finished").c.review_id).exists())
     cas = (
         update(reviews)
-        .where(reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version"))
-        .values({name: bindparam(name, type_=reviews.c[name].type) for name in columns})
+        .where(*guard)
+        # Parameters that name no column: in a WITH, SQLAlchemy would add one that does to every UPDATE's SET.
+        .values({name: bindparam(f"set_{name}", type_=reviews.c[name].type) for name in columns})
         .returning(reviews.c.id)
         .cte("cas")
     )
@@ -458,44 +470,6 @@ def _with_delivery(rows: Sequence[Any]) -> tuple[Review, list[Turn], Attempt | N
         else None
     )
     return _from_row(rows[0]), _turns_of(rows), attempt
-
-
-# The attempt closed by ``FINISH``, joined to its review and the review's turns (PostgreSQL).
-_FINISHED_ATTEMPT = FINISH.cte("finished")
-_FINISHED = (
-    select(
-        reviews,
-        *(turns.c[name].label(label) for name, label in _TURN_LABELS.items()),
-        *(_FINISHED_ATTEMPT.c[name].label(label) for name, label in _ATTEMPT_LABELS.items()),
-    )
-    .select_from(
-        _FINISHED_ATTEMPT.join(reviews, reviews.c.id == _FINISHED_ATTEMPT.c.review_id).outerjoin(
-            turns, turns.c.review_id == reviews.c.id
-        )
-    )
-    .order_by(turns.c.seq)
-)
-
-
-async def finish_delivery(
-    conn: AsyncConnection, review_id: str, status: str, now: datetime, resolution: str | None = None
-) -> tuple[Review, list[Turn], Attempt] | None:
-    """Close the review's in-flight attempt as ``status`` (``finish_attempt``) and read the review with
-    its turns, for the move that closes it: on PostgreSQL in one statement. None when the attempt was
-    closed already (by the sweep, a twin)."""
-    if conn.dialect.name == "postgresql":
-        rows = (await conn.execute(_FINISHED, finish_params(review_id, status, now, None, resolution))).all()
-        if not rows:
-            return None
-        review, turns_, attempt = _with_delivery(rows)
-        assert attempt is not None
-        return review, turns_, attempt
-    closed = await finish_attempt(conn, review_id, status, now, resolution=resolution)
-    if closed is None:
-        return None
-    found = await get_review_with_turns(conn, closed.project_id, review_id)
-    assert found is not None  # an attempt's review is never deleted
-    return (*found, closed)
 
 
 async def get_turn(conn: AsyncConnection, turn_id: str) -> Turn | None:
