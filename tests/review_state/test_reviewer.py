@@ -265,14 +265,18 @@ async def test_a_decision_on_a_review_moved_since_its_precheck_is_stale_and_writ
     assert now.state.value != "sent" and now.send_path is None
 
 
-async def test_an_approval_reads_the_stale_draft_row_once_and_a_held_draft_keeps_it(env: Env) -> None:
-    """The hold and the release are one statement; a held draft's 409 rolls the release back."""
+async def test_an_approval_checks_the_stale_draft_row_in_its_read_and_its_cas_and_a_held_draft_keeps_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A draft not held stale: its precheck's read says so and its compare-and-set checks it still is not,
+    no statement of its own. A held draft's 409 born_stale leaves it held, whether it was held before
+    the read or between the read and the write."""
     review = await opened(env)
     with statements(env.db) as seen:
         sent = await app.decide(env, HUMAN, review.id, Decision("approve", review.revision, review.version))
     assert sent.state.value == "sent"
     touched = [s.sql for s in seen if "stale_drafts" in s.sql]
-    assert len(touched) == 1, touched
+    assert len(touched) == 2 and touched[0].startswith("SELECT reviews.") and "UPDATE reviews" in touched[1]
 
     held = await opened(env)
     stale = StaleDraft(
@@ -286,6 +290,23 @@ async def test_an_approval_reads_the_stale_draft_row_once_and_a_held_draft_keeps
     async with env.db.engine.connect() as conn:
         assert await paced.required_high_water(conn, held.id) == held.rule_high_water + 1
         assert (await store.get_review(conn, held.project_id, held.id)).state is held.state  # type: ignore[union-attr]
+
+    late = await opened(env)
+    precheck = _kernel.precheck
+
+    async def then_held_stale(*args: Any, **kwargs: Any) -> Any:
+        checked = await precheck(*args, **kwargs)
+        async with env.db.transaction() as uow:
+            await paced.mark_stale(uow.conn, "org_1", [replace(stale, review_id=late.id)])
+        return checked
+
+    monkeypatch.setattr(_kernel, "precheck", then_held_stale)
+    with pytest.raises(DomainError) as caught:
+        await app.decide(env, HUMAN, late.id, Decision("approve", late.revision, late.version))
+    assert caught.value.code is Code.BORN_STALE
+    async with env.db.engine.connect() as conn:
+        assert await paced.required_high_water(conn, late.id) == late.rule_high_water + 1
+        assert (await store.get_review(conn, late.project_id, late.id)).state is late.state  # type: ignore[union-attr]
 
 
 async def test_a_second_lifecycle_runs_only_statements_compiled_before(env: Env) -> None:

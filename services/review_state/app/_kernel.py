@@ -180,6 +180,7 @@ async def move(
     turn: Turn | None = None,
     last: bool = False,
     finishing: dict[str, Any] | None = None,
+    not_stale: bool = False,
     **changes: Any,
 ) -> Edge:
     """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
@@ -190,7 +191,9 @@ async def move(
     ``last``: the unit reads nothing the move writes, so on PostgreSQL its compare-and-set is the unit's
     last statement, with its queued rows (``store.compare_and_set(lost=...)``); a lost race raises the
     same 409 when the unit ends. ``finishing``: the delivery attempt it closes (``store.finish_params``);
-    the move is a 409 stale if it was closed already."""
+    the move is a 409 stale if it was closed already. ``not_stale``: the caller read the draft as not
+    held stale, so an approval's compare-and-set checks it still is not, instead of a statement of its
+    own taking the draft's stale row (``pacing.hold``)."""
     target = check_transition(
         review, verb, actor, parent_revision=parent_revision, expected_version=expected_version
     )
@@ -201,11 +204,16 @@ async def move(
     # A stale draft is not released before its redraft; an approval that leaves pending takes its
     # stale row here, in the statement that checks it, instead of reading it again in ``settle``.
     leaving = verb is Verb.APPROVE and review.state in PENDING and target not in PENDING
-    released = await pacing.hold(uow.conn, review, leaving=leaving) if verb is Verb.APPROVE else None
+    checks_stale = not_stale and leaving  # the CAS itself refuses a draft held stale since the read
+    released = None
+    if verb is Verb.APPROVE and not checks_stale:
+        released = await pacing.hold(uow.conn, review, leaving=leaving)
 
     async def stale() -> NoReturn:
         # Another writer committed between our read and our write: report the row as it now is.
         now = await store.get_review(uow.conn, review.project_id, review.id) or review
+        if checks_stale and now.version == review.version:  # no writer: the draft was held stale since
+            await pacing.hold(uow.conn, review, leaving=False)  # its 409 born_stale, if it holds it
         raise DomainError(
             Code.STALE,
             f"Another writer changed the review at the same moment (it is now revision {now.revision}, "
@@ -223,6 +231,7 @@ async def move(
             turn=turn,
             lost=stale if last else None,
             finishing=finishing,
+            not_stale=checks_stale,
             **{"updated_at": utcnow(), **changes, "state": target},
         )
     if written is None:
@@ -255,7 +264,7 @@ async def transition(
     checked=True)``), the load reads the key too: a retry of a request that ran raises
     ``idempotency.Replayed`` with the review as it now is and the first call's result id."""
     if key:
-        review, result_id = await _keyed(uow.conn, principal, review_id, key, fields or {})
+        review, result_id, _ = await _keyed(uow.conn, principal, review_id, key, fields or {})
         if result_id is not None:
             raise idempotency.Replayed((review, result_id))
     else:
@@ -275,16 +284,17 @@ async def transition(
 
 async def _keyed(
     conn: AsyncConnection, principal: Principal, review_id: str, key: str, fields: Mapping[str, Any]
-) -> tuple[Review, str | None]:
-    """The review, read with the caller's Idempotency-Key ``key`` in one statement, and the first
-    call's result id when this request (``fields``) is a retry of one that ran (else None)."""
+) -> tuple[Review, str | None, bool]:
+    """The review, read with the caller's Idempotency-Key ``key`` in one statement, the first call's
+    result id when this request (``fields``) is a retry of one that ran (else None), and whether the
+    draft is held stale."""
     found = await store.get_review_keyed(conn, principal.project_id, review_id, principal.actor_id, key)
     if found is None:
         raise not_found(review_id)
-    review, stored_hash, result_id = found
+    review, stored_hash, result_id, stale = found
     if key and idempotency.is_replay(stored_hash, idempotency.request_hash(fields)):
-        return review, result_id
-    return review, None
+        return review, result_id, stale
+    return review, None, stale
 
 
 async def precheck(
@@ -297,15 +307,15 @@ async def precheck(
     *,
     key: str = "",
     fields: Mapping[str, Any] | None = None,
-) -> tuple[Review, str | None]:
+) -> tuple[Review, str | None, bool]:
     """The table's verdict before any peer is called, so a 409 costs no remote call, and the replay of
     the Idempotency-Key ``key`` (for the request ``fields``) read in the same statement: a retry of a
     request that ran gets the review as it now is, unchecked, and the first call's result id (None
-    for a request that has not run)."""
+    for a request that has not run). Last, whether the draft is held stale (``move(not_stale=...)``)."""
     async with db.single_statement.connect() as conn:  # PostgreSQL: no BEGIN ... ROLLBACK around it
-        review, result_id = await _keyed(conn, principal, review_id, key, fields or {})
+        review, result_id, stale = await _keyed(conn, principal, review_id, key, fields or {})
     if result_id is not None:
-        return review, result_id
+        return review, result_id, stale
     check_transition(
         review,
         verb,
@@ -313,7 +323,7 @@ async def precheck(
         parent_revision=parent_revision,
         expected_version=expected_version,
     )
-    return review, None
+    return review, None, stale
 
 
 def turn(principal: Principal, turn_type: str, body: str, *, turn_id: str = "", **extra: Any) -> Turn:

@@ -107,7 +107,7 @@ async def submit_revision(
     }
 
     async def run() -> Review:
-        current, replayed = await _kernel.precheck(
+        current, replayed, _ = await _kernel.precheck(
             env.db,
             principal,
             review_id,
@@ -203,7 +203,7 @@ async def restamp(
     }
 
     async def run() -> Review:
-        current, replayed = await _kernel.precheck(
+        current, replayed, _ = await _kernel.precheck(
             env.db,
             principal,
             review_id,

@@ -77,7 +77,7 @@ async def open_review(
     async def run() -> Review:
         # Its read (with the key) on a connection of its own, then a unit of work that is one statement
         # on PostgreSQL (the compare-and-set, the turn, the nudge and the key) in autocommit.
-        current, replayed = await _kernel.precheck(
+        current, replayed, _ = await _kernel.precheck(
             env.db, principal, review_id, Verb.OPEN, revision, version, key=idempotency_key, fields=fields
         )
         if replayed is not None:
@@ -144,7 +144,7 @@ async def _decide(
     verb = decision.verb()
     fields = {"verb": f"decide:{actor}", "review_id": review_id, **decision.__dict__}
     try:
-        current, replayed = await _kernel.precheck(
+        current, replayed, stale = await _kernel.precheck(
             env.db,
             principal,
             review_id,
@@ -193,7 +193,7 @@ async def _decide(
                 hold = QUORUM_REQUIRED
     try:
         review, held_by = await _apply_decision(
-            env, principal, current, decision, verb, actor, hold, fields, idempotency_key, cap, quorum
+            env, principal, current, decision, verb, actor, hold, fields, idempotency_key, cap, quorum, stale
         )
     except DomainError as error:
         if receipt is not None and http_status(error.code) == 409:
@@ -289,10 +289,12 @@ async def _apply_decision(
     idempotency_key: str,
     cap: int | None = None,
     quorum: Quorum | None = None,
+    stale: bool = True,
 ) -> tuple[Review, str]:
     """The decision's unit of work: the review as it now is, and the breaker that held a review
     agent's release ("" for none). Under a quorum, an approval (or edit) short of it is counted and
-    the draft stays open; the one that completes it releases the draft."""
+    the draft stays open; the one that completes it releases the draft. ``stale``: the precheck read
+    the draft as held stale (when it did not, the decision's compare-and-set checks it still is not)."""
     quorum = quorum or Quorum()
     review_id = current.id
     edited: dict[str, str] | None = None
@@ -347,6 +349,7 @@ async def _apply_decision(
             short_of_quorum=short,
             if_approved={k: send[k] for k in ("send_path", "rfc_message_id")},
             last=True,
+            not_stale=not stale,
             turn=_kernel.turn(
                 principal,
                 "decision",

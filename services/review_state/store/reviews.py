@@ -17,7 +17,14 @@ from review_state.domain.machine import PENDING, State
 from review_state.domain.review import AttachmentFacts, Review, RevisionContent, Turn
 from review_state.domain.submission import HUMANS_NOTIFIED, Attachment
 from review_state.store.attempts import FINISH, Attempt
-from review_state.store.tables import delivery_attempts, idempotency_keys, review_revisions, reviews, turns
+from review_state.store.tables import (
+    delivery_attempts,
+    idempotency_keys,
+    review_revisions,
+    reviews,
+    stale_drafts,
+    turns,
+)
 
 _COLUMN = {"to": "to_addrs", "cc": "cc_addrs", "bcc": "bcc_addrs"}
 
@@ -96,6 +103,10 @@ _REVIEW_KEYED = (
         reviews,
         idempotency_keys.c.request_hash.label("key__request_hash"),
         idempotency_keys.c.result_id.label("key__result_id"),
+        select(stale_drafts.c.review_id)
+        .where(stale_drafts.c.review_id == reviews.c.id)
+        .exists()
+        .label("stale"),
     )
     .outerjoin(
         idempotency_keys,
@@ -111,9 +122,10 @@ _REVIEW_KEYED = (
 
 async def get_review_keyed(
     conn: AsyncConnection, project_id: str, review_id: str, actor_id: str, key: str
-) -> tuple[Review, str | None, str] | None:
+) -> tuple[Review, str | None, str, bool] | None:
     """The review (as ``get_review``), the request hash ``actor_id``'s Idempotency-Key ``key`` was
-    remembered with (None: never used) and its result id, in one round trip."""
+    remembered with (None: never used), its result id, and whether the draft is held stale (a
+    ``stale_drafts`` row), in one round trip."""
     row = (
         await conn.execute(
             _REVIEW_KEYED,
@@ -122,7 +134,7 @@ async def get_review_keyed(
     ).first()
     if row is None:
         return None
-    return _from_row(row), row.key__request_hash, row.key__result_id or ""
+    return _from_row(row), row.key__request_hash, row.key__result_id or "", bool(row.stale)
 
 
 _REVIEW_ANY = select(reviews).where(reviews.c.id == bindparam("review_id"))
@@ -241,6 +253,9 @@ async def past_review_deadline(
 _CAS = update(reviews).where(
     reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version")
 )
+# A draft its caller read as not stale: the CAS takes it only if it still is not (no stale_drafts row).
+_NOT_STALE = ~select(stale_drafts.c.review_id).where(stale_drafts.c.review_id == bindparam("cas_id")).exists()
+_CAS_NOT_STALE = _CAS.where(_NOT_STALE)
 
 
 async def compare_and_set(
@@ -250,12 +265,14 @@ async def compare_and_set(
     turn: Turn | None = None,
     lost: Callable[[], Awaitable[NoReturn]] | None = None,
     finishing: dict[str, Any] | None = None,
+    not_stale: bool = False,
     **changes: Any,
 ) -> tuple[Review, Turn | None] | None:
     """Write ``changes`` only if the row is still at ``current.version``; the row count decides. With
     ``turn``, append it to the review's thread (at the next seq, the review's new revision) only if the
     row was written: on PostgreSQL in the same statement. With ``finishing`` (``finish_params``), close
-    the review's in-flight delivery attempt too: the write is lost if it was closed already.
+    the review's in-flight delivery attempt too: the write is lost if it was closed already. With
+    ``not_stale``, it is lost if the draft is held stale (a ``stale_drafts`` row names it).
 
     With ``lost``, on PostgreSQL the write is the unit's last statement (``UnitOfWork.last``: its queued
     rows go with it, and only if it takes the row) and ``lost`` raises when the unit ends if another writer
@@ -272,7 +289,7 @@ async def compare_and_set(
         turn = replace(turn, review_id=current.id, revision=updated.revision)
     turn_values = {f"turn_{name}": getattr(turn, name) for name in _TURN_FIELDS} if turn is not None else {}
     if lost is not None and uow.conn.dialect.name == "postgresql":
-        statement, cas = _cas(tuple(values), turn is not None, finishing is not None)
+        statement, cas = _cas(tuple(values), turn is not None, finishing is not None, not_stale)
         if updated.revision != current.revision:
             uow.insert(review_revisions, _revision_row(updated))  # written only if the CAS is
         sets = {f"set_{name}": value for name, value in values.items()}
@@ -283,7 +300,7 @@ async def compare_and_set(
     if turn is not None and uow.conn.dialect.name == "postgresql":
         seq = (
             await uow.conn.execute(
-                _cas(tuple(values), True, False)[0],
+                _cas(tuple(values), True, False, not_stale)[0],
                 {**{f"set_{name}": value for name, value in values.items()}, **guard, **turn_values},
             )
         ).scalar()
@@ -291,7 +308,7 @@ async def compare_and_set(
             return None
         turn = replace(turn, seq=seq)
     else:
-        if (await uow.conn.execute(_CAS, {**values, **guard})).rowcount != 1:
+        if (await uow.conn.execute(_CAS_NOT_STALE if not_stale else _CAS, {**values, **guard})).rowcount != 1:
             return None
         if turn is not None:
             turn = await add_turn(uow.conn, turn)
@@ -301,14 +318,19 @@ async def compare_and_set(
 
 
 @lru_cache(maxsize=64)
-def _cas(columns: tuple[str, ...], with_turn: bool, finishing: bool) -> tuple[Select[Any], CTE]:
+def _cas(
+    columns: tuple[str, ...], with_turn: bool, finishing: bool, not_stale: bool
+) -> tuple[Select[Any], CTE]:
     """The compare-and-set of ``columns`` as a data-modifying WITH (PostgreSQL), with its turn when
     ``with_turn``, and its ``cas`` CTE. The turn row comes from the CAS's own row, so a lost CAS inserts
     nothing and the statement answers no row; its next seq is read under the row lock the CAS holds, as
-    ``add_turn``'s is. ``finishing``: the CAS takes its row only if ``FINISH`` closed the attempt."""
+    ``add_turn``'s is. ``finishing``: the CAS takes its row only if ``FINISH`` closed the attempt;
+    ``not_stale``: only if no ``stale_drafts`` row names it."""
     guard = [reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version")]
     if finishing:
         guard.append(select(FINISH.cte("finished").c.review_id).exists())
+    if not_stale:
+        guard.append(_NOT_STALE)
     cas = (
         update(reviews)
         .where(*guard)
