@@ -4,8 +4,9 @@ Idempotency-Key, and the nudges a refused verb still owes the agent.
 A mutation reads in this order: a replay of its Idempotency-Key and the table's verdict (``precheck``,
 one statement before any peer is called, so a 409 costs no remote call), the peer calls, then one unit
 of work (``once`` -> ``transition``: the edge's CAS and the nudge ``NUDGES`` gives it). A mutation that
-calls no peer reads its key with the review in ``transition`` instead. ``guard`` wraps it all, so a
-refusal named in ``REFUSAL_NUDGES`` still leaves its nudge.
+calls no peer reads its key with the review in ``transition`` instead, unless its unit is then a single
+statement (``move(last=True)``: an open, a decision), which runs in autocommit on PostgreSQL. ``guard``
+wraps it all, so a refusal named in ``REFUSAL_NUDGES`` still leaves its nudge.
 """
 
 from __future__ import annotations

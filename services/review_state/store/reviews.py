@@ -288,22 +288,18 @@ async def compare_and_set(
     if turn is not None:
         turn = replace(turn, review_id=current.id, revision=updated.revision)
     turn_values = {f"turn_{name}": getattr(turn, name) for name in _TURN_FIELDS} if turn is not None else {}
+    sets = {f"set_{name}": value for name, value in values.items()}  # ``_cas``'s names for ``values``
     if lost is not None and uow.conn.dialect.name == "postgresql":
         statement, cas = _cas(tuple(values), turn is not None, finishing is not None, not_stale)
         if updated.revision != current.revision:
             uow.insert(review_revisions, _revision_row(updated))  # written only if the CAS is
-        sets = {f"set_{name}": value for name, value in values.items()}
         uow.last(statement, cas, {**sets, **guard, **turn_values, **(finishing or {})}, lost)
         return updated, turn
     if finishing is not None and (await uow.conn.execute(FINISH, finishing)).first() is None:
         return None
     if turn is not None and uow.conn.dialect.name == "postgresql":
-        seq = (
-            await uow.conn.execute(
-                _cas(tuple(values), True, False, not_stale)[0],
-                {**{f"set_{name}": value for name, value in values.items()}, **guard, **turn_values},
-            )
-        ).scalar()
+        statement, _ = _cas(tuple(values), True, False, not_stale)
+        seq = (await uow.conn.execute(statement, {**sets, **guard, **turn_values})).scalar()
         if seq is None:
             return None
         turn = replace(turn, seq=seq)
