@@ -477,10 +477,8 @@ async def get_review_with_delivery(
         _REVIEW_WITH_TURNS_AND_ATTEMPT, {"review_id": review_id, "project_id": project_id}
     )
     rows = found.all()
-    return _with_delivery(rows) if rows else None
-
-
-def _with_delivery(rows: Sequence[Any]) -> tuple[Review, list[Turn], Attempt | None]:
+    if not rows:
+        return None
     head = rows[0]._mapping
     attempt = (
         Attempt(**{name: head[label] for name, label in _ATTEMPT_LABELS.items()})
