@@ -73,9 +73,6 @@ def _to_row(review: Review, names: Iterable[str] = Review.__dataclass_fields__) 
     return row
 
 
-_ADD_REVISION = insert(review_revisions)  # built once: the parameters' keys name the columns
-
-
 def add_review(uow: UnitOfWork, review: Review) -> None:
     """Queue the new review and its first revision, written with the unit's last rows."""
     uow.insert(reviews, _to_row(review))
@@ -291,13 +288,10 @@ async def compare_and_set(
     sets = {f"set_{name}": value for name, value in values.items()}  # ``_cas``'s names for ``values``
     if lost is not None and uow.conn.dialect.name == "postgresql":
         statement, cas = _cas(tuple(values), turn is not None, finishing is not None, not_stale)
-        if updated.revision != current.revision:
-            uow.insert(review_revisions, _revision_row(updated))  # written only if the CAS is
         uow.last(statement, cas, {**sets, **guard, **turn_values, **(finishing or {})}, lost)
-        return updated, turn
-    if finishing is not None and (await uow.conn.execute(FINISH, finishing)).first() is None:
+    elif finishing is not None and (await uow.conn.execute(FINISH, finishing)).first() is None:
         return None
-    if turn is not None and uow.conn.dialect.name == "postgresql":
+    elif turn is not None and uow.conn.dialect.name == "postgresql":
         statement, _ = _cas(tuple(values), True, False, not_stale)
         seq = (await uow.conn.execute(statement, {**sets, **guard, **turn_values})).scalar()
         if seq is None:
@@ -308,8 +302,8 @@ async def compare_and_set(
             return None
         if turn is not None:
             turn = await add_turn(uow.conn, turn)
-    if updated.revision != current.revision:
-        await _add_revision(uow.conn, updated)
+    if updated.revision != current.revision:  # with the unit's last rows (after a last CAS, only if it took)
+        uow.insert(review_revisions, _revision_row(updated))
     return updated, turn
 
 
@@ -355,13 +349,9 @@ def _cas(
 # --- revisions ----------------------------------------------------------------------------------
 
 
-async def _add_revision(conn: AsyncConnection, review: Review) -> None:
-    """Keeps ``review``'s content as its revision's snapshot, in the caller's unit of work: every
-    revision is born in ``add_review`` or a ``compare_and_set`` that bumps it, so none is missed."""
-    await conn.execute(_ADD_REVISION, _revision_row(review))
-
-
 def _revision_row(review: Review) -> dict[str, Any]:
+    """``review``'s content as its revision's snapshot, queued in the caller's unit of work: every
+    revision is born in ``add_review`` or a ``compare_and_set`` that bumps it, so none is missed."""
     content = RevisionContent.of(review)
     return {
         "review_id": content.review_id,
