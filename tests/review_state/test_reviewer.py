@@ -284,12 +284,17 @@ async def test_an_approval_checks_the_stale_draft_row_in_its_read_and_its_cas_an
     )
     async with env.db.transaction() as uow:
         await paced.mark_stale(uow.conn, "org_1", [stale])
-    with pytest.raises(DomainError) as caught:
-        await app.decide(env, HUMAN, held.id, Decision("approve", held.revision, held.version))
-    assert caught.value.code is Code.BORN_STALE
-    async with env.db.engine.connect() as conn:
-        assert await paced.required_high_water(conn, held.id) == held.rule_high_water + 1
-        assert (await store.get_review(conn, held.project_id, held.id)).state is held.state  # type: ignore[union-attr]
+
+    async def refused_and_still_held(draft: Review) -> None:
+        with pytest.raises(DomainError) as caught:
+            await app.decide(env, HUMAN, draft.id, Decision("approve", draft.revision, draft.version))
+        assert caught.value.code is Code.BORN_STALE
+        async with env.db.engine.connect() as conn:
+            assert await paced.required_high_water(conn, draft.id) == draft.rule_high_water + 1
+            now = await store.get_review(conn, draft.project_id, draft.id)
+        assert now is not None and now.state is draft.state
+
+    await refused_and_still_held(held)
 
     late = await opened(env)
     precheck = _kernel.precheck
@@ -301,12 +306,7 @@ async def test_an_approval_checks_the_stale_draft_row_in_its_read_and_its_cas_an
         return checked
 
     monkeypatch.setattr(_kernel, "precheck", then_held_stale)
-    with pytest.raises(DomainError) as caught:
-        await app.decide(env, HUMAN, late.id, Decision("approve", late.revision, late.version))
-    assert caught.value.code is Code.BORN_STALE
-    async with env.db.engine.connect() as conn:
-        assert await paced.required_high_water(conn, late.id) == late.rule_high_water + 1
-        assert (await store.get_review(conn, late.project_id, late.id)).state is late.state  # type: ignore[union-attr]
+    await refused_and_still_held(late)
 
 
 async def test_a_second_lifecycle_runs_only_statements_compiled_before(env: Env) -> None:
