@@ -98,7 +98,16 @@ def new_metadata() -> MetaData:
         # A dead letter an admin gave up on, and why: kept (and pruned like a delivered row), never relayed.
         Column("discarded_at", DateTime(timezone=True)),
         Column("discard_reason", Text),
-        Index("ix_outbox_pending", "destination", "aggregate_id", "id"),
+        # The relay's heads and the probe's backlog, among the undelivered rows only: a claim reads the
+        # few rows still to send, not a week of delivered ones.
+        Index(
+            "ix_outbox_pending",
+            "destination",
+            "aggregate_id",
+            "id",
+            postgresql_where=text("delivered_at IS NULL"),
+            sqlite_where=text("delivered_at IS NULL"),
+        ),
         # Listing dead letters reads these few rows, not a week of delivered ones.
         Index("ix_outbox_dead", "dead_at"),
     )
