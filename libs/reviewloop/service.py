@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -517,6 +518,26 @@ def _loopback(listen: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
+# The cyclic collector's thresholds once a process has booted. At CPython's 700 (allocations net of
+# frees) the young generation was collected every few requests: the gateway ran ~720 collections in one
+# lifecycle run for 0.29 s of CPU, review_state ~620 for 0.19 s. A request's objects die by reference
+# count long before 10,000 accumulate, so the collector now mostly finds nothing to do.
+GC_THRESHOLD = (10_000, 10, 10)
+
+
+def settle_heap() -> None:
+    """Once the process has booted: freeze what boot built out of the cyclic collector's reach.
+
+    Collect, freeze the survivors (modules, routes, schemas, descriptors, metadata) and raise the
+    thresholds (``GC_THRESHOLD``). Every full collection walked the whole boot heap: a gateway's took
+    up to 144 ms of CPU, with every request it held waiting, and review_state's 66 ms; after the freeze
+    ~2 ms. Frozen objects are still freed by reference count; only a cycle among them would be kept.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 def main(spec: ServiceSpec[Any]) -> None:
     """Process entry point: run ``spec`` until SIGTERM or SIGINT, then stop gracefully."""
     telemetry.setup_logging()
@@ -530,6 +551,7 @@ def main(spec: ServiceSpec[Any]) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         running = await start(spec, config)
+        settle_heap()
         await stop.wait()
         log.info("%s stopping", spec.name)
         await running.stop()

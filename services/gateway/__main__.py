@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import uvicorn
 from reviewloop import metrics, telemetry
-from reviewloop.service import ServiceSpec
+from reviewloop.service import ServiceSpec, settle_heap
 
 from gateway.asgi import create_app
 from gateway.settings import GatewaySettings
 from gateway.store import metadata
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, settling the heap once it has booted (the app's lifespan ran, the socket is bound)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        settle_heap()
 
 
 def main() -> None:
@@ -18,20 +27,17 @@ def main() -> None:
     settings = GatewaySettings.from_env()
     provider = telemetry.setup("gateway", settings.data_dir, settings.otlp_endpoint)
     metrics.setup("gateway")
-    app = create_app(settings)
-    # FastAPI traces each request itself (a SERVER span named after the route template, the incoming
-    # traceparent honoured) once a tracer provider is installed; contrib's FastAPIInstrumentor would add
-    # a second span per request and re-match every route to name it.
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
     try:
-        uvicorn.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            loop="uvloop",
-            http="httptools",
-            log_level="warning",
-            timeout_graceful_shutdown=5,
-        )
+        _Server(config).run()
     finally:
         provider.shutdown()
 
