@@ -125,7 +125,7 @@ async def submit_revision(
             check_intent(revision.intent)
         if revision.confidence is not None and not 0.0 <= revision.confidence <= 1.0:
             raise invalid("/confidence", "must be between 0 and 1")
-        await contacts_allow(env, principal.project_id, [*draft.to, *draft.cc, *draft.bcc])
+        await contacts_allow(env, principal.project_id, draft.recipients)
         high_water, minutes = await asyncio.gather(
             _composed_under(env, principal, current, composition_token, rules_version_seen),
             deadline_minutes(env, principal, current.category_id),

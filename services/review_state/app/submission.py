@@ -82,9 +82,8 @@ async def submit(
     async with env.db.single_statement.connect() as conn:
         facts = None
         if kind == "send" and idempotency_key:
-            recipients = [*draft.to, *draft.cc, *draft.bcc]
             key = (principal.actor_id, idempotency_key)
-            facts = await sending_facts(conn, principal.project_id, recipients, principal.org_id, key)
+            facts = await sending_facts(conn, principal.project_id, draft.recipients, principal.org_id, key)
             replay = await _kernel.replay_of(conn, principal, facts.remembered, fields)
         else:
             replay = await _kernel.replayed(conn, principal, idempotency_key, fields)
@@ -100,8 +99,7 @@ async def submit(
             )
             validate_draft(draft)
             if facts is None:
-                recipients = [*draft.to, *draft.cc, *draft.bcc]
-                facts = await sending_facts(conn, principal.project_id, recipients, principal.org_id)
+                facts = await sending_facts(conn, principal.project_id, draft.recipients, principal.org_id)
     if replay is not None:
         review = await deliver(env, replay[0])
         return _status(review), review

@@ -70,6 +70,11 @@ class Draft:
     headers: Mapping[str, str] = field(default_factory=dict)
     attachments: Sequence[Attachment] = ()
 
+    @property
+    def recipients(self) -> list[str]:
+        """Everyone the message goes to: the envelope, Bcc included (as ``Review.recipients``)."""
+        return [*self.to, *self.cc, *self.bcc]
+
     def fingerprint(self) -> dict[str, Any]:
         """The draft as plain JSON-able data, for idempotency hashes."""
         return {
