@@ -247,9 +247,9 @@ async def past_review_deadline(
 
 # Built once: the parameters' keys name the SET clause (SQLAlchemy compiles and caches one statement per
 # set of columns), so a CAS neither builds a statement nor walks its cache key.
-_CAS = update(reviews).where(
-    reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version")
-)
+# The row at the version its writer read: every compare-and-set's guard (``_CAS``, ``_cas``).
+_AT_VERSION = (reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version"))
+_CAS = update(reviews).where(*_AT_VERSION)
 # A draft its caller read as not stale: the CAS takes it only if it still is not (no stale_drafts row).
 _NOT_STALE = ~select(stale_drafts.c.review_id).where(stale_drafts.c.review_id == bindparam("cas_id")).exists()
 _CAS_NOT_STALE = _CAS.where(_NOT_STALE)
@@ -316,7 +316,7 @@ def _cas(
     nothing and the statement answers no row; its next seq is read under the row lock the CAS holds, as
     ``add_turn``'s is. ``finishing``: the CAS takes its row only if ``FINISH`` closed the attempt;
     ``not_stale``: only if no ``stale_drafts`` row names it."""
-    guard = [reviews.c.id == bindparam("cas_id"), reviews.c.version == bindparam("cas_version")]
+    guard = [*_AT_VERSION]
     if finishing:
         guard.append(select(FINISH.cte("finished").c.review_id).exists())
     if not_stale:
