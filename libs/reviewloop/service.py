@@ -41,7 +41,7 @@ from reviewloop.errors import DomainError, invalid
 from reviewloop.outbox_admin import OutboxAdmin
 from reviewloop.rpc_errors import grpc_code, to_status
 from reviewloop.rpc_trace import STATUS_CODE, ClientTracing, served
-from reviewloop.storage import Database, make_engine
+from reviewloop.storage import Database, driver, make_engine
 from reviewloop.storage.engine import pool_probe
 from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.migrations import migrate
@@ -443,6 +443,7 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
         # A span per statement and per pool checkout (13 of a lifecycle's 49 spans), on demand only. The
         # pool gauge is read on a scrape (pool_probe), not counted here on every checkout and checkin.
         SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine, meter_provider=NoOpMeterProvider())
+        driver.traced(engine)
     db = Database(engine)
     peers = Peers(config.peers, config.trust)
     server = grpc.aio.server(

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.util import await_only
 
 from reviewloop.storage import sqlite
+from reviewloop.storage.driver import DriverEngine
 from reviewloop.storage.schema import OUTBOX, outbox_row
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -51,7 +52,10 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> 
         # Every connection is kept (no overflow): an overflow connection is closed when it is returned, so
         # a steady load above the kept size opened and closed one per burst (a TLS handshake, a new
         # backend, every statement prepared again), 48 in one lifecycle bench run of review_state.
-        return create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=False, **kwargs)
+        # One-statement work runs on the driver (``driver.DriverEngine``).
+        return DriverEngine(
+            create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=False, **kwargs).sync_engine
+        )
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     if parsed.drivername == "sqlite+aiosqlite":

@@ -1,0 +1,263 @@
+"""PostgreSQL's one-statement work on the driver, below SQLAlchemy's execution layer (issue 18).
+
+SQLAlchemy spends ~95 us of CPU executing a prebuilt statement (its execution context, cursor adaptation and
+result machinery) around the ~50 us asyncpg itself takes. The hot paths are single statements in
+autocommit (a read, a compare-and-set, a unit's queued rows), so ``DriverConnection.execute`` runs those
+on the connection's asyncpg connection itself, as SQLAlchemy would have run them:
+
+- the same SQL: the statement compiled once by the same dialect, with the same parameter order, bind
+  and result processors (``UtcDateTime`` among them), on the same prepared-statement cache;
+- the same answer: a ``Result`` of SQLAlchemy rows, with ``rowcount`` from the command tag;
+- the same errors: the driver's error mapped as SQLAlchemy maps it (``IntegrityError``...), a dead
+  connection invalidated in the pool.
+
+Everything else goes through SQLAlchemy unchanged: SQLite, a connection inside a transaction, a
+statement built for one call (it is planned only when seen a second time, so a statement built per call
+never is), a statement with expanding (``IN``) or literal-execute parameters, ``executemany``, execution
+options, and every statement while someone listens to SQLAlchemy's cursor events (a test counting
+statements). ``REVIEWLOOP_TRACE_SQL``'s instrumentation listens there too; on an engine marked
+``traced`` the driver path writes the same span for its statements itself.
+
+It relies on a few of SQLAlchemy 2.0's private names (the compiled statement's positional order and
+processors, the asyncpg adapter's statement cache and error mapping); ``pyproject.toml`` holds it below
+2.1, and ``tests/reviewloop/test_driver.py`` holds both paths to the same answers.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from opentelemetry import trace
+from sqlalchemy.engine import Connection, CursorResult, Dialect
+from sqlalchemy.engine.result import IteratorResult, SimpleResultMetaData
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.util import greenlet_spawn
+
+_ROWCOUNT = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+|MERGE) (\d+)")
+
+
+class DriverResult(IteratorResult[Any]):
+    """A driver-path answer: SQLAlchemy rows, and the statement's ``rowcount`` as a cursor reports it."""
+
+    def __init__(self, metadata: SimpleResultMetaData, rows: Sequence[Any], status: str | None) -> None:
+        super().__init__(metadata, iter(rows))
+        match = _ROWCOUNT.match(status or "")
+        self.rowcount = int(match.group(1)) if match else -1
+
+
+@dataclass
+class _Plan:
+    """One statement compiled for one set of parameter names, bound as SQLAlchemy's execution binds it."""
+
+    sql: str
+    binds: tuple[tuple[str, str, Any, Callable[[Any], Any] | None], ...]  # key, name, default, processor
+    required: frozenset[str]  # the keys that have no default
+    result_types: list[Any]  # the statement's result column types (empty: a textual statement)
+    keys: list[str]
+    # Set by the first run, from the driver's column types (a result processor may depend on them).
+    processors: list[Callable[[Any], Any] | None] | None = None
+    metadata: SimpleResultMetaData | None = None
+
+    def arguments(self, params: Mapping[str, Any]) -> list[Any]:
+        """The positional arguments, each through its type's bind processor (None too, as SQLAlchemy)."""
+        args = []
+        for key, name, default, process in self.binds:
+            value = params[key] if key in params else params.get(name, default)
+            args.append(value if process is None else process(value))
+        return args
+
+    def settle(self, dialect: Dialect, attributes: Sequence[Any]) -> bool:
+        """Fix the result processors from the driver's columns; False if they do not match the statement's."""
+        if self.result_types and len(self.result_types) != len(attributes):
+            return False
+        processors = [
+            type_._cached_result_processor(dialect, attribute.type.oid)
+            for type_, attribute in zip(self.result_types, attributes, strict=False)
+        ]
+        self.processors = processors if any(p is not None for p in processors) else []
+        self.metadata = SimpleResultMetaData(self.keys or [attribute.name for attribute in attributes])
+        return True
+
+
+def _plan(statement: ClauseElement, dialect: Dialect, names: list[str]) -> _Plan | None:
+    """``statement`` compiled as SQLAlchemy compiles it for parameters ``names``.
+
+    None when its binding is more than positional: expanding or literal-execute parameters, escaped names,
+    computed values.
+    """
+    compiled: Any = statement.compile(dialect=dialect, column_keys=names)
+    if (
+        compiled.post_compile_params
+        or compiled.literal_execute_params
+        or compiled.escaped_bind_names
+        or not compiled.positional
+    ):
+        return None
+    by_name = {name: bind for bind, name in compiled.bind_names.items()}
+    processors = compiled._bind_processors
+    binds, required = [], set()
+    for name in compiled.positiontup or ():
+        bind = by_name.get(name)
+        if bind is None or bind.callable is not None or (bind.required and bind.key != name):
+            return None
+        if bind.required:
+            required.add(name)
+        binds.append((bind.key, name, bind.value, processors.get(name)))
+    return _Plan(
+        sql=compiled.string,
+        binds=tuple(binds),
+        required=frozenset(required),
+        result_types=[column[3] for column in compiled._result_columns],
+        keys=[column[0] for column in compiled._result_columns],
+    )
+
+
+class _Plans:
+    """The plans of statements seen more than once, by statement and parameter names."""
+
+    def __init__(self) -> None:
+        self._seen: weakref.WeakKeyDictionary[ClauseElement, dict[tuple[str, ...], _Plan | None]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, statement: ClauseElement, dialect: Dialect, params: Mapping[str, Any]) -> _Plan | None:
+        try:
+            by_names = self._seen.get(statement)
+        except TypeError:  # not weakly referenceable: never planned
+            return None
+        names = tuple(params)
+        if by_names is None:  # first sighting: SQLAlchemy runs it, a second one plans it
+            self._seen[statement] = {}
+            return None
+        if names not in by_names:
+            by_names[names] = _plan(statement, dialect, sorted(names))
+        plan = by_names[names]
+        if plan is not None and plan.required - params.keys():
+            return None  # SQLAlchemy says which value is missing
+        return plan
+
+    def drop(self, statement: ClauseElement, params: Mapping[str, Any]) -> None:
+        self._seen.get(statement, {})[tuple(params)] = None
+
+
+_plans = _Plans()
+# Dialects of engines whose statements are traced (``traced``): one per engine, shared by its option engines.
+_traced: weakref.WeakSet[Dialect] = weakref.WeakSet()
+_tracer = trace.get_tracer("reviewloop.storage")
+
+
+def traced(engine: AsyncEngine) -> None:
+    """Mark ``engine`` as traced (``REVIEWLOOP_TRACE_SQL``): the driver path writes its statements' spans.
+
+    OpenTelemetry's instrumentation traces the statements SQLAlchemy runs, through its cursor events.
+    """
+    _traced.add(engine.sync_engine.dialect)
+
+
+class DriverConnection(AsyncConnection):
+    """An ``AsyncConnection`` that runs a prebuilt statement in autocommit on the driver (see the module)."""
+
+    __slots__ = ()
+
+    async def execute(
+        self,
+        statement: Any,
+        parameters: Any = None,
+        *,
+        execution_options: Any = None,
+    ) -> CursorResult[Any]:
+        """``AsyncConnection.execute``, on the driver when the statement and the connection allow it."""
+        sync = self.sync_connection
+        if (
+            execution_options is None
+            and (parameters is None or isinstance(parameters, dict))
+            and isinstance(statement, ClauseElement)
+            and sync is not None
+            and not (sync.closed or sync.invalidated)
+            and (not sync.dispatch.before_cursor_execute or self.dialect in _traced)
+        ):
+            adapted = sync.connection.dbapi_connection
+            if getattr(adapted, "autocommit", False):  # no transaction on the driver's connection
+                params = parameters or {}
+                plan = _plans.get(statement, self.dialect, params)
+                if plan is not None:
+                    answer = await self._run(sync, adapted, statement, plan, params)
+                    if answer is not None:
+                        return cast(CursorResult[Any], answer)
+        return await super().execute(statement, parameters, execution_options=execution_options)
+
+    async def _run(
+        self, sync: Connection, adapted: Any, statement: ClauseElement, plan: _Plan, params: Mapping[str, Any]
+    ) -> DriverResult | None:
+        args = plan.arguments(params)
+        if self.dialect in _traced:
+            with _tracer.start_as_current_span(
+                plan.sql.split(None, 1)[0],
+                kind=trace.SpanKind.CLIENT,
+                attributes={
+                    "db.system": "postgresql",
+                    "db.name": self.engine.url.database or "",
+                    "db.statement": plan.sql,
+                },
+            ):
+                return await self._execute(sync, adapted, statement, plan, params, args)
+        return await self._execute(sync, adapted, statement, plan, params, args)
+
+    async def _execute(
+        self,
+        sync: Connection,
+        adapted: Any,
+        statement: ClauseElement,
+        plan: _Plan,
+        params: Mapping[str, Any],
+        args: list[Any],
+    ) -> DriverResult | None:
+        async with adapted._execute_mutex:
+            try:
+                dialect: Any = self.dialect
+                prepared, attributes = await adapted._prepare(plan.sql, dialect._invalidate_schema_cache_asof)
+                if plan.metadata is None and not plan.settle(self.dialect, attributes):
+                    _plans.drop(statement, params)
+                    return None
+                records = await prepared.fetch(*args)
+            except Exception as error:
+                await greenlet_spawn(_raise, sync, adapted, error, plan.sql, args)
+                raise  # _raise always raises
+        if plan.processors:
+            processors = plan.processors
+            records = [
+                tuple(v if p is None else p(v) for p, v in zip(processors, record, strict=True))
+                for record in records
+            ]
+        assert plan.metadata is not None
+        return DriverResult(plan.metadata, records, prepared.get_statusmsg())
+
+
+def _raise(sync: Connection, adapted: Any, error: Exception, sql: str, args: list[Any]) -> None:
+    """Raise ``error`` as SQLAlchemy would have: mapped to its DBAPI error, then wrapped.
+
+    A dead connection is invalidated in the pool; this runs in SQLAlchemy's greenlet, where the pool can
+    close it.
+    """
+    try:
+        adapted._handle_exception(error)
+    except Exception as dbapi_error:
+        sync._handle_dbapi_exception(dbapi_error, sql, tuple(args), None, None)
+        raise
+    raise error
+
+
+class DriverEngine(AsyncEngine):
+    """An ``AsyncEngine`` whose connections are ``DriverConnection``s, its option engines included."""
+
+    __slots__ = ()
+    _connection_cls = DriverConnection
+
+    def execution_options(self, **opt: Any) -> DriverEngine:
+        """``AsyncEngine.execution_options``, whose engine keeps the driver path."""
+        return DriverEngine(self.sync_engine.execution_options(**opt))
