@@ -28,7 +28,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, ResourceClosedError
 
 from tests.conftest import Databases
 
@@ -123,20 +123,42 @@ async def test_a_missing_value_is_sqlalchemys_error(db: Database) -> None:
 
 
 async def test_a_statement_in_a_transaction_runs_in_it(db: Database) -> None:
-    """Inside a transaction a statement never takes the driver path: it sees the transaction's own rows,
-    and a rollback takes back what it wrote."""
+    """On the driver, a transaction's statements (its first one too, which begins it) see its own rows,
+    and a rollback takes back what they wrote."""
+    row = {"id": "in-tx", "n": 1, "ok": None, "price": None, "at": None, "doc": None, "note": None}
     for _ in range(2):
         await one(db, _ONE, {"id": "in-tx"})
+        async with db.engine.connect() as conn:  # seen twice: SQLAlchemy ran it, then the driver
+            await conn.execute(_ADD, {**row, "id": "seen"})
+            await conn.execute(things.delete().where(things.c.id == "seen"))
+            await conn.commit()
     with pytest.raises(RuntimeError):
         async with db.transaction() as uow:
-            await uow.conn.execute(
-                _ADD,
-                {"id": "in-tx", "n": 1, "ok": None, "price": None, "at": None, "doc": None, "note": None},
-            )
-            seen = (await uow.conn.execute(_ONE, {"id": "in-tx"})).first()
-            assert seen is not None and seen.n == 1
+            wrote = await uow.conn.execute(_ADD, row)
+            assert isinstance(wrote, DriverResult) and uow.conn.in_transaction()
+            seen = await uow.conn.execute(_ONE, {"id": "in-tx"})
+            assert isinstance(seen, DriverResult) and seen.one().n == 1
             raise RuntimeError("roll back")
     assert (await one(db, _ONE, {"id": "in-tx"}))[1] is None
+
+
+async def test_a_failed_statement_fails_its_transaction_as_sqlalchemys_does(db: Database) -> None:
+    row = {"id": "f", "n": 1, "ok": None, "price": None, "at": None, "doc": None, "note": None}
+    async with db.single_statement.connect() as conn:  # seen once; now on the driver
+        await conn.execute(_ADD, row)
+    with pytest.raises(IntegrityError):
+        async with db.transaction() as uow:
+            await uow.conn.execute(_ADD, {**row, "id": "g"})
+            await uow.conn.execute(_ADD, row)  # a duplicate key
+    async with db.engine.connect() as conn:
+        await conn.execute(_ADD, {**row, "id": "h"})
+        with pytest.raises(IntegrityError):
+            await conn.execute(_ADD, row)
+        with pytest.raises(DBAPIError, match="current transaction is aborted"):
+            await conn.execute(_ONE, {"id": "h"})
+        await conn.rollback()
+        assert (await conn.execute(_ONE, {"id": "h"})).first() is None
+    assert (await one(db, _ONE, {"id": "g"}))[1] is None  # the first unit rolled back whole
 
 
 async def test_a_dead_connection_fails_once_and_is_dropped_from_the_pool(db: Database) -> None:
@@ -215,3 +237,39 @@ async def test_any_row_reads_back_the_same_on_both_paths(
     async with db.engine.connect() as conn:
         again = (await conn.execute(_ONE, {"id": "p"})).first()
     assert again is not None and again._mapping == by_sqlalchemy._mapping
+
+
+async def test_an_expanding_list_runs_on_the_driver_for_each_length(db: Database) -> None:
+    """An ``IN`` list gets its plan per length, as SQLAlchemy renders one SQL text per length."""
+    for i in range(4):
+        async with db.single_statement.connect() as conn:
+            await conn.execute(
+                _ADD,
+                {"id": f"e{i}", "n": i, "ok": None, "price": None, "at": None, "doc": None, "note": None},
+            )
+    among = select(things.c.id).where(things.c.id.in_(bindparam("ids", expanding=True))).order_by(things.c.id)
+    for ids in (["e1"], ["e1", "e3"], ["e0", "e2", "zz"], [], ["e1", "e3"], ["e1"], []):
+        async with db.single_statement.connect() as conn:
+            result = await conn.execute(among, {"ids": ids})
+            assert [row.id for row in result] == sorted(set(ids) - {"zz"})
+    async with db.single_statement.connect() as conn:
+        assert isinstance(await conn.execute(among, {"ids": ["e2", "e0"]}), DriverResult)
+
+
+async def test_a_literal_in_list_runs_on_the_driver(db: Database) -> None:
+    for i in range(3):
+        async with db.single_statement.connect() as conn:
+            row = {"id": f"l{i}", "n": i, "ok": None, "price": None, "at": None, "doc": None, "note": None}
+            written = await conn.execute(_ADD, row)
+            with pytest.raises(ResourceClosedError):  # an INSERT answers no rows, on either path
+                written.first()
+    literal = (
+        select(things.c.id)
+        .where(things.c.n.in_((0, 2)), things.c.id != bindparam("other"))
+        .order_by(things.c.id)
+    )
+    for _ in range(3):
+        async with db.single_statement.connect() as conn:
+            result = await conn.execute(literal, {"other": "l2"})
+            assert [row.id for row in result] == ["l0"]
+    assert isinstance(result, DriverResult)

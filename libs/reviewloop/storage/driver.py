@@ -1,26 +1,28 @@
-"""PostgreSQL's one-statement work on the driver, below SQLAlchemy's execution layer (issue 18).
+"""PostgreSQL statements run on the driver, below SQLAlchemy's execution layer (issue 18).
 
-SQLAlchemy spends ~95 us of CPU executing a prebuilt statement (its execution context, cursor adaptation and
-result machinery) around the ~50 us asyncpg itself takes. The hot paths are single statements in
-autocommit (a read, a compare-and-set, a unit's queued rows), so ``DriverConnection.execute`` runs those
-on the connection's asyncpg connection itself, as SQLAlchemy would have run them:
+SQLAlchemy spends ~95 us of CPU executing a prebuilt statement (its execution context, cursor adaptation
+and result machinery) around the ~50 us asyncpg itself takes. ``DriverConnection.execute`` runs a
+prebuilt statement (a read, a compare-and-set, a unit's queued rows) on the connection's asyncpg
+connection itself, in autocommit or in the connection's transaction, as SQLAlchemy would have run it:
 
 - the same SQL: the statement compiled once by the same dialect, with the same parameter order, bind
-  and result processors (``UtcDateTime`` among them), on the same prepared-statement cache;
+  and result processors (``UtcDateTime`` among them), on the same prepared-statement cache; an expanding
+  (``IN``) parameter gets a plan per length of its list, as SQLAlchemy renders a text per length;
+- the same transaction: autocommit, or the connection's own, begun as SQLAlchemy's autobegin begins it;
 - the same answer: a ``Result`` of SQLAlchemy rows, with ``rowcount`` from the command tag;
 - the same errors: the driver's error mapped as SQLAlchemy maps it (``IntegrityError``...), a dead
   connection invalidated in the pool.
 
-Everything else goes through SQLAlchemy unchanged: SQLite, a connection inside a transaction, a
-statement built for one call (it is planned only when seen a second time, so a statement built per call
-never is), a statement with expanding (``IN``) or literal-execute parameters, ``executemany``, execution
-options, and every statement while someone listens to SQLAlchemy's cursor events (a test counting
-statements). ``REVIEWLOOP_TRACE_SQL``'s instrumentation listens there too; on an engine marked
-``traced`` the driver path writes the same span for its statements itself.
+Everything else goes through SQLAlchemy unchanged: SQLite; a statement built for one call (a statement is
+planned when seen a second time, so one built per call never is); literal-execute parameters,
+``executemany`` and execution options; a transaction that failed; and every statement while someone
+listens to SQLAlchemy's cursor events (a test counting statements). ``REVIEWLOOP_TRACE_SQL``'s
+instrumentation listens there too: on an engine marked ``traced`` the driver path writes the same span.
 
 It relies on a few of SQLAlchemy 2.0's private names (the compiled statement's positional order and
-processors, the asyncpg adapter's statement cache and error mapping); ``pyproject.toml`` holds it below
-2.1, and ``tests/reviewloop/test_driver.py`` holds both paths to the same answers.
+processors, the asyncpg adapter's statement cache, transaction start and error mapping);
+``pyproject.toml`` holds SQLAlchemy below 2.1, and ``tests/reviewloop/test_driver.py`` holds both paths
+to the same answers.
 """
 
 from __future__ import annotations
@@ -44,19 +46,26 @@ _ROWCOUNT = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+|MERGE) (\d+)")
 class DriverResult(IteratorResult[Any]):
     """A driver-path answer: SQLAlchemy rows, and the statement's ``rowcount`` as a cursor reports it."""
 
-    def __init__(self, metadata: SimpleResultMetaData, rows: Sequence[Any], status: str | None) -> None:
+    def __init__(
+        self, metadata: SimpleResultMetaData, rows: Sequence[Any], status: str | None, returns_rows: bool
+    ) -> None:
         super().__init__(metadata, iter(rows))
         match = _ROWCOUNT.match(status or "")
         self.rowcount = int(match.group(1)) if match else -1
+        if not returns_rows:  # fetching raises ResourceClosedError, as from a cursor without rows
+            self._soft_close(hard=True)
 
 
 @dataclass
 class _Plan:
-    """One statement compiled for one set of parameter names, bound as SQLAlchemy's execution binds it."""
+    """One statement as SQLAlchemy's execution binds it.
+
+    For one set of parameter names and, for an expanding parameter, one length of its list.
+    """
 
     sql: str
-    binds: tuple[tuple[str, str, Any, Callable[[Any], Any] | None], ...]  # key, name, default, processor
-    required: frozenset[str]  # the keys that have no default
+    # key, name, default, bind processor, and for an expanding parameter's element its index
+    binds: tuple[tuple[str, str, Any, Callable[[Any], Any] | None, int | None], ...]
     result_types: list[Any]  # the statement's result column types (empty: a textual statement)
     keys: list[str]
     # Set by the first run, from the driver's column types (a result processor may depend on them).
@@ -66,8 +75,10 @@ class _Plan:
     def arguments(self, params: Mapping[str, Any]) -> list[Any]:
         """The positional arguments, each through its type's bind processor (None too, as SQLAlchemy)."""
         args = []
-        for key, name, default, process in self.binds:
+        for key, name, default, process, index in self.binds:
             value = params[key] if key in params else params.get(name, default)
+            if index is not None:
+                value = value[index]
             args.append(value if process is None else process(value))
         return args
 
@@ -84,48 +95,81 @@ class _Plan:
         return True
 
 
-def _plan(statement: ClauseElement, dialect: Dialect, names: list[str]) -> _Plan | None:
+@dataclass
+class _Compiled:
+    """A statement compiled for one set of parameter names, and its plans by expanding lists' lengths."""
+
+    compiled: Any
+    required: frozenset[str]  # the keys without a default
+    expanding: tuple[tuple[str, Any], ...]  # its expanding (``IN``) parameters: key, default list
+    plans: dict[tuple[int, ...], _Plan | None]
+
+    def plan(self, params: Mapping[str, Any]) -> _Plan | None:
+        lengths = tuple(len(params.get(key, default)) for key, default in self.expanding)
+        if lengths not in self.plans:
+            self.plans[lengths] = self._plan(params)
+        return self.plans[lengths]
+
+    def _plan(self, params: Mapping[str, Any]) -> _Plan | None:
+        compiled = self.compiled
+        by_name = {name: bind for bind, name in compiled.bind_names.items()}
+        sql, positions, processors = compiled.string, compiled.positiontup or (), compiled._bind_processors
+        element: dict[str, tuple[str, int]] = {}  # an expanding list's element: (its list's name, index)
+        if self.expanding:
+            state = compiled.construct_expanded_state(params, escape_names=False)
+            sql, positions, processors = state.statement, state.positiontup or (), state.processors
+            for name, expanded in state.parameter_expansion.items():
+                element.update((each, (name, i)) for i, each in enumerate(expanded))
+        binds = []
+        for position in positions:
+            name, index = element.get(position, (position, None))
+            bind = by_name.get(name)
+            if bind is None or (index is not None and bind.type._is_tuple_type):
+                return None
+            binds.append((bind.key, name, bind.value, processors.get(position), index))
+        return _Plan(
+            sql=sql,
+            binds=tuple(binds),
+            result_types=[column[3] for column in compiled._result_columns],
+            keys=[column[0] for column in compiled._result_columns],
+        )
+
+
+def _compile(statement: ClauseElement, dialect: Dialect, names: list[str]) -> _Compiled | None:
     """``statement`` compiled as SQLAlchemy compiles it for parameters ``names``.
 
-    None when its binding is more than positional: expanding or literal-execute parameters, escaped names,
-    computed values.
+    None when its binding is more than positional: literal-execute parameters, escaped names, computed
+    values.
     """
     compiled: Any = statement.compile(dialect=dialect, column_keys=names)
-    if (
-        compiled.post_compile_params
-        or compiled.literal_execute_params
-        or compiled.escaped_bind_names
-        or not compiled.positional
-    ):
+    if compiled.literal_execute_params or compiled.escaped_bind_names or not compiled.positional:
         return None
-    by_name = {name: bind for bind, name in compiled.bind_names.items()}
-    processors = compiled._bind_processors
-    binds, required = [], set()
-    for name in compiled.positiontup or ():
-        bind = by_name.get(name)
-        if bind is None or bind.callable is not None or (bind.required and bind.key != name):
+    required = set()
+    for bind, name in compiled.bind_names.items():
+        if bind.callable is not None or (bind.required and bind.key != name):
             return None
         if bind.required:
             required.add(name)
-        binds.append((bind.key, name, bind.value, processors.get(name)))
-    return _Plan(
-        sql=compiled.string,
-        binds=tuple(binds),
-        required=frozenset(required),
-        result_types=[column[3] for column in compiled._result_columns],
-        keys=[column[0] for column in compiled._result_columns],
-    )
+    expanding = tuple((bind.key, bind.value) for bind in compiled.post_compile_params if bind.expanding)
+    if len(expanding) != len(compiled.post_compile_params):
+        return None
+    return _Compiled(compiled, frozenset(required), expanding, {})
 
 
 class _Plans:
-    """The plans of statements seen more than once, by statement and parameter names."""
+    """One engine's plans of the statements it saw more than once, by statement and parameter names.
 
-    def __init__(self) -> None:
-        self._seen: weakref.WeakKeyDictionary[ClauseElement, dict[tuple[str, ...], _Plan | None]] = (
+    Per engine (its dialect): a plan is compiled by the engine's own dialect, and each engine runs a
+    statement through SQLAlchemy first, so its compiled cache holds it for when the driver path is off.
+    """
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self._seen: weakref.WeakKeyDictionary[ClauseElement, dict[tuple[str, ...], _Compiled | None]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def get(self, statement: ClauseElement, dialect: Dialect, params: Mapping[str, Any]) -> _Plan | None:
+    def get(self, statement: ClauseElement, params: Mapping[str, Any]) -> _Plan | None:
         try:
             by_names = self._seen.get(statement)
         except TypeError:  # not weakly referenceable: never planned
@@ -135,17 +179,29 @@ class _Plans:
             self._seen[statement] = {}
             return None
         if names not in by_names:
-            by_names[names] = _plan(statement, dialect, sorted(names))
-        plan = by_names[names]
-        if plan is not None and plan.required - params.keys():
-            return None  # SQLAlchemy says which value is missing
-        return plan
+            by_names[names] = _compile(statement, self.dialect, sorted(names))
+        compiled = by_names[names]
+        if compiled is None or compiled.required - params.keys():
+            return None  # a missing value: SQLAlchemy says which
+        for key, default in compiled.expanding:
+            if not isinstance(params.get(key, default), (list, tuple)):
+                return None
+        return compiled.plan(params)
 
     def drop(self, statement: ClauseElement, params: Mapping[str, Any]) -> None:
         self._seen.get(statement, {})[tuple(params)] = None
 
 
-_plans = _Plans()
+_plans: weakref.WeakKeyDictionary[Dialect, _Plans] = weakref.WeakKeyDictionary()
+
+
+def _plans_of(dialect: Dialect) -> _Plans:
+    plans = _plans.get(dialect)
+    if plans is None:
+        plans = _plans[dialect] = _Plans(dialect)
+    return plans
+
+
 # Dialects of engines whose statements are traced (``traced``): one per engine, shared by its option engines.
 _traced: weakref.WeakSet[Dialect] = weakref.WeakSet()
 _tracer = trace.get_tracer("reviewloop.storage")
@@ -160,7 +216,7 @@ def traced(engine: AsyncEngine) -> None:
 
 
 class DriverConnection(AsyncConnection):
-    """An ``AsyncConnection`` that runs a prebuilt statement in autocommit on the driver (see the module)."""
+    """An ``AsyncConnection`` that runs a prebuilt statement on the driver (see the module)."""
 
     __slots__ = ()
 
@@ -182,14 +238,26 @@ class DriverConnection(AsyncConnection):
             and (not sync.dispatch.before_cursor_execute or self.dialect in _traced)
         ):
             adapted = sync.connection.dbapi_connection
-            if getattr(adapted, "autocommit", False):  # no transaction on the driver's connection
-                params = parameters or {}
-                plan = _plans.get(statement, self.dialect, params)
-                if plan is not None:
-                    answer = await self._run(sync, adapted, statement, plan, params)
-                    if answer is not None:
-                        return cast(CursorResult[Any], answer)
+            params = parameters or {}
+            plan = _plans_of(self.dialect).get(statement, params)
+            if plan is not None and await self._joined(sync, adapted):
+                answer = await self._run(sync, adapted, statement, plan, params)
+                if answer is not None:
+                    return cast(CursorResult[Any], answer)
         return await super().execute(statement, parameters, execution_options=execution_options)
+
+    async def _joined(self, sync: Connection, adapted: Any) -> bool:
+        """Whether a statement may run on the driver where SQLAlchemy's execution would run it.
+
+        In autocommit, or in the connection's transaction, begun here as SQLAlchemy's autobegin would.
+        """
+        if adapted.autocommit:
+            return True
+        transaction = sync.get_transaction()
+        if transaction is None:
+            await greenlet_spawn(sync.begin)
+            return True
+        return transaction.is_active  # an inactive one: SQLAlchemy says it must be rolled back
 
     async def _run(
         self, sync: Connection, adapted: Any, statement: ClauseElement, plan: _Plan, params: Mapping[str, Any]
@@ -219,10 +287,12 @@ class DriverConnection(AsyncConnection):
     ) -> DriverResult | None:
         async with adapted._execute_mutex:
             try:
+                if not adapted.autocommit and not adapted._started:
+                    await adapted._start_transaction()  # its BEGIN, as SQLAlchemy's cursor sends it
                 dialect: Any = self.dialect
                 prepared, attributes = await adapted._prepare(plan.sql, dialect._invalidate_schema_cache_asof)
                 if plan.metadata is None and not plan.settle(self.dialect, attributes):
-                    _plans.drop(statement, params)
+                    _plans_of(self.dialect).drop(statement, params)
                     return None
                 records = await prepared.fetch(*args)
             except Exception as error:
@@ -235,7 +305,7 @@ class DriverConnection(AsyncConnection):
                 for record in records
             ]
         assert plan.metadata is not None
-        return DriverResult(plan.metadata, records, prepared.get_statusmsg())
+        return DriverResult(plan.metadata, records, prepared.get_statusmsg(), bool(attributes))
 
 
 def _raise(sync: Connection, adapted: Any, error: Exception, sql: str, args: list[Any]) -> None:

@@ -54,7 +54,9 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> 
         # backend, every statement prepared again), 48 in one lifecycle bench run of review_state.
         # One-statement work runs on the driver (``driver.DriverEngine``).
         return DriverEngine(
-            create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=False, **kwargs).sync_engine
+            create_async_engine(
+                url, pool_size=pool_size, max_overflow=0, pool_pre_ping=False, **kwargs
+            ).sync_engine
         )
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
