@@ -10,8 +10,9 @@ the serving process, and of the PostgreSQL backends for a statement) and its cal
   process also serves); the caller is the bench's own client, not counted;
 - a gRPC unary call: a grpc.aio server answering the health check, called from a grpc.aio channel;
 - a PostgreSQL statement: a one-row SELECT through asyncpg (prepared), one connection per caller; and
-  the same statement as a service runs it, through SQLAlchemy on a store of ``make_engine``: a pooled
-  connection in autocommit, checked out and back per statement;
+  the same statement as a service runs it, on a store of ``make_engine``: a SQLAlchemy connection in
+  autocommit checked out of the pool and back per statement, the statement run on the driver below
+  SQLAlchemy's execution layer (``reviewloop.storage.driver``);
 - a span: started with three attributes, ended, and exported as the services do (batched, as JSON lines).
 """
 

@@ -28,7 +28,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError, ResourceClosedError
+from sqlalchemy.exc import DBAPIError, IntegrityError, ResourceClosedError, StatementError
 
 from tests.conftest import Databases
 
@@ -273,3 +273,16 @@ async def test_a_literal_in_list_runs_on_the_driver(db: Database) -> None:
             result = await conn.execute(literal, {"other": "l2"})
             assert [row.id for row in result] == ["l0"]
     assert isinstance(result, DriverResult)
+
+
+async def test_a_value_that_does_not_bind_is_sqlalchemys_error(db: Database) -> None:
+    """The driver path leaves a value its type cannot bind to SQLAlchemy, whose error names the statement."""
+    row = {"id": "j", "n": 1, "ok": None, "price": None, "at": None, "doc": None, "note": None}
+    for _ in range(2):
+        async with db.single_statement.connect() as conn:
+            await conn.execute(things.delete())
+            await conn.execute(_ADD, row)
+    with pytest.raises(StatementError, match="not JSON serializable"):
+        async with db.single_statement.connect() as conn:
+            await conn.execute(_ADD, {**row, "id": "k", "doc": object()})
+    assert (await one(db, _ONE, {"id": "k"}))[1] is None

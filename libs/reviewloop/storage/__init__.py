@@ -1,4 +1,4 @@
-"""Storage: engines, units of work, migrations, the outbox and its relay."""
+"""Storage: engines and their driver path, units of work, migrations, the outbox and its relay."""
 
 from reviewloop.storage.engine import Database, UnitOfWork, make_engine
 from reviewloop.storage.schema import first_delivery, new_metadata, utcnow

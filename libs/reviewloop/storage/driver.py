@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -107,7 +108,10 @@ class _Compiled:
     def plan(self, params: Mapping[str, Any]) -> _Plan | None:
         lengths = tuple(len(params.get(key, default)) for key, default in self.expanding)
         if lengths not in self.plans:
-            self.plans[lengths] = self._plan(params)
+            try:
+                self.plans[lengths] = self._plan(params)
+            except Exception:  # SQLAlchemy's execution reports what is wrong with the parameters
+                return None
         return self.plans[lengths]
 
     def _plan(self, params: Mapping[str, Any]) -> _Plan | None:
@@ -179,7 +183,10 @@ class _Plans:
             self._seen[statement] = {}
             return None
         if names not in by_names:
-            by_names[names] = _compile(statement, self.dialect, sorted(names))
+            try:
+                by_names[names] = _compile(statement, self.dialect, sorted(names))
+            except Exception:  # SQLAlchemy's execution reports why it does not compile
+                by_names[names] = None
         compiled = by_names[names]
         if compiled is None or compiled.required - params.keys():
             return None  # a missing value: SQLAlchemy says which
@@ -240,8 +247,9 @@ class DriverConnection(AsyncConnection):
             adapted = sync.connection.dbapi_connection
             params = parameters or {}
             plan = _plans_of(self.dialect).get(statement, params)
-            if plan is not None and await self._joined(sync, adapted):
-                answer = await self._run(sync, adapted, statement, plan, params)
+            args = _arguments(plan, params) if plan is not None else None
+            if plan is not None and args is not None and await self._joined(sync, adapted):
+                answer = await self._run(sync, adapted, statement, plan, params, args)
                 if answer is not None:
                     return cast(CursorResult[Any], answer)
         return await super().execute(statement, parameters, execution_options=execution_options)
@@ -260,23 +268,6 @@ class DriverConnection(AsyncConnection):
         return transaction.is_active  # an inactive one: SQLAlchemy says it must be rolled back
 
     async def _run(
-        self, sync: Connection, adapted: Any, statement: ClauseElement, plan: _Plan, params: Mapping[str, Any]
-    ) -> DriverResult | None:
-        args = plan.arguments(params)
-        if self.dialect in _traced:
-            with _tracer.start_as_current_span(
-                plan.sql.split(None, 1)[0],
-                kind=trace.SpanKind.CLIENT,
-                attributes={
-                    "db.system": "postgresql",
-                    "db.name": self.engine.url.database or "",
-                    "db.statement": plan.sql,
-                },
-            ):
-                return await self._execute(sync, adapted, statement, plan, params, args)
-        return await self._execute(sync, adapted, statement, plan, params, args)
-
-    async def _execute(
         self,
         sync: Connection,
         adapted: Any,
@@ -285,27 +276,52 @@ class DriverConnection(AsyncConnection):
         params: Mapping[str, Any],
         args: list[Any],
     ) -> DriverResult | None:
-        async with adapted._execute_mutex:
-            try:
-                if not adapted.autocommit and not adapted._started:
-                    await adapted._start_transaction()  # its BEGIN, as SQLAlchemy's cursor sends it
-                dialect: Any = self.dialect
-                prepared, attributes = await adapted._prepare(plan.sql, dialect._invalidate_schema_cache_asof)
-                if plan.metadata is None and not plan.settle(self.dialect, attributes):
-                    _plans_of(self.dialect).drop(statement, params)
-                    return None
-                records = await prepared.fetch(*args)
-            except Exception as error:
-                await greenlet_spawn(_raise, sync, adapted, error, plan.sql, args)
-                raise  # _raise always raises
-        if plan.processors:
-            processors = plan.processors
-            records = [
-                tuple(v if p is None else p(v) for p, v in zip(processors, record, strict=True))
-                for record in records
-            ]
-        assert plan.metadata is not None
-        return DriverResult(plan.metadata, records, prepared.get_statusmsg(), bool(attributes))
+        with self._span(plan.sql):
+            async with adapted._execute_mutex:
+                try:
+                    if not adapted.autocommit and not adapted._started:
+                        await adapted._start_transaction()  # its BEGIN, as SQLAlchemy's cursor sends it
+                    dialect: Any = self.dialect
+                    prepared, attributes = await adapted._prepare(
+                        plan.sql, dialect._invalidate_schema_cache_asof
+                    )
+                    if plan.metadata is None and not plan.settle(self.dialect, attributes):
+                        _plans_of(self.dialect).drop(statement, params)
+                        return None
+                    records = await prepared.fetch(*args)
+                except Exception as error:
+                    await greenlet_spawn(_raise, sync, adapted, error, plan.sql, args)
+                    raise  # _raise always raises
+            if plan.processors:
+                processors = plan.processors
+                records = [
+                    tuple(v if p is None else p(v) for p, v in zip(processors, record, strict=True))
+                    for record in records
+                ]
+            assert plan.metadata is not None
+            return DriverResult(plan.metadata, records, prepared.get_statusmsg(), bool(attributes))
+
+    def _span(self, sql: str) -> AbstractContextManager[Any]:
+        """The statement's span on a traced engine, as OpenTelemetry's instrumentation writes it."""
+        if self.dialect not in _traced:
+            return nullcontext()
+        return _tracer.start_as_current_span(
+            sql.split(None, 1)[0],
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "db.system": "postgresql",
+                "db.name": self.engine.url.database or "",
+                "db.statement": sql,
+            },
+        )
+
+
+def _arguments(plan: _Plan, params: Mapping[str, Any]) -> list[Any] | None:
+    """``plan``'s arguments for ``params``; None when a value does not bind (SQLAlchemy then says why)."""
+    try:
+        return plan.arguments(params)
+    except Exception:
+        return None
 
 
 def _raise(sync: Connection, adapted: Any, error: Exception, sql: str, args: list[Any]) -> None:
