@@ -106,7 +106,11 @@ class _Compiled:
     plans: dict[tuple[int, ...], _Plan | None]
 
     def plan(self, params: Mapping[str, Any]) -> _Plan | None:
-        lengths = tuple(len(params.get(key, default)) for key, default in self.expanding)
+        """The plan for ``params``' list lengths; None when an expanding value is not a list."""
+        lists = [params.get(key, default) for key, default in self.expanding]
+        if not all(isinstance(values, (list, tuple)) for values in lists):
+            return None  # SQLAlchemy's execution says what it makes of it
+        lengths = tuple(map(len, lists))
         if lengths not in self.plans:
             try:
                 self.plans[lengths] = self._plan(params)
@@ -190,9 +194,6 @@ class _Plans:
         compiled = by_names[names]
         if compiled is None or compiled.required - params.keys():
             return None  # a missing value: SQLAlchemy says which
-        for key, default in compiled.expanding:
-            if not isinstance(params.get(key, default), (list, tuple)):
-                return None
         return compiled.plan(params)
 
     def drop(self, statement: ClauseElement, params: Mapping[str, Any]) -> None:
