@@ -238,7 +238,9 @@ async def test_three_consecutive_failures_open_the_breaker_for_the_process(
     open_db: OpenDb, classifier: ClassifierServer
 ) -> None:
     db = await open_db(SPEC)
-    gate = classifier_gate(classifier)
+    # No answer here is slow: a roomy timeout keeps a busy box from turning one into a timeout the
+    # classifier never saw (the timeout's own tests script their delays against 0.3 s).
+    gate = classifier_gate(classifier, timeout_s=5.0)
     classifier.script(
         Script(200, b"garbage"), Script(404), answer("no", 0.9), Script(400), Script(404), Script(404)
     )

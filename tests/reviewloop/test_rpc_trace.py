@@ -3,7 +3,9 @@ trace, or a health check, records none."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -18,6 +20,17 @@ from reviewloop.trust import Trust
 from tests.reviewloop.test_trust import diff_service, get_diff, health
 
 METHOD = "/reviewloop.diff.v1.DiffService/GetDiff"
+
+
+async def both_ends(exporter: InMemorySpanExporter) -> dict[SpanKind, Any]:
+    """The hop's finished spans by kind, once both have ended (up to 2 s): the server ends its span just
+    after its answer goes out, so the caller can hold the answer first."""
+    for _ in range(200):
+        spans = {s.kind: s for s in exporter.get_finished_spans() if s.name == METHOD}
+        if len(spans) == 2:
+            break
+        await asyncio.sleep(0.01)
+    return spans
 
 
 async def test_a_hop_is_one_client_and_one_server_span_of_the_callers_trace_and_only_when_sampled(
@@ -38,7 +51,7 @@ async def test_a_hop_is_one_client_and_one_server_span_of_the_callers_trace_and_
 
             with provider.get_tracer("gateway").start_as_current_span("POST /v1/x") as request:
                 assert await get_diff(channel) is grpc.StatusCode.NOT_FOUND
-            spans = {s.kind: s for s in exporter.get_finished_spans() if s.name == METHOD}
+            spans = await both_ends(exporter)
         finally:
             await peers.close()
     client, server = spans[SpanKind.CLIENT], spans[SpanKind.SERVER]
