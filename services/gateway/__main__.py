@@ -2,16 +2,60 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
+from typing import Any, cast
 
 import uvicorn
 from reviewloop import metrics, telemetry
 from reviewloop.service import ServiceSpec, settle_heap
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.asgi import create_app
 from gateway.settings import GatewaySettings
 from gateway.store import metadata
+
+
+class OneWrite:
+    """A connection's transport whose writes in one turn of the event loop go out as one send.
+
+    uvicorn writes a response's head and its body separately: two sends, two TCP segments and two
+    wake-ups of the client for every small JSON answer, where the head's send alone cost the gateway ~8%
+    of its CPU (issue 18). A response written in one turn (every non-streamed one) now leaves in one
+    send at the end of that turn; a streamed one's chunks each leave at the end of their own turn.
+    Everything but ``write`` and ``close`` is the connection's own transport.
+    """
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport, self._loop = transport, loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            self._loop.call_soon(self._flush)
+        self._held.append(data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, []
+        if held and not self._transport.is_closing():  # an aborted connection drops what it held
+            self._transport.write(b"".join(held))
+
+    def close(self) -> None:
+        self._flush()  # what was written before the close still goes out first
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class _Protocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, on a ``OneWrite`` transport."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(cast(asyncio.Transport, OneWrite(transport, self.loop)))
 
 
 class _Server(uvicorn.Server):
@@ -32,7 +76,7 @@ def main() -> None:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http=_Protocol,
         log_level="warning",
         timeout_graceful_shutdown=5,
     )

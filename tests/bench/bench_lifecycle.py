@@ -31,7 +31,8 @@ is answered (a second approve of the same version would be a 409).
 ``BENCH_JSON=path`` also writes the figures as JSON, so two runs can be compared. ``BENCH_PROFILE=dir``
 records every reviewloop process with py-spy during the first lifecycle load (``dir/<process>.txt``,
 collapsed stacks: one line a stack, its sample count last; ``BENCH_PROFILE_HZ`` samples per second, 67;
-``BENCH_PROFILE_GIL=1`` only the samples of the thread holding the GIL, the CPU spent in Python).
+``BENCH_PROFILE_GIL=1`` only the samples of the thread holding the GIL, the CPU spent in Python;
+``BENCH_PROFILE_NATIVE=1`` with the native frames too: the C of uvloop, gRPC and asyncpg, and syscalls).
 """
 
 from __future__ import annotations
@@ -276,6 +277,7 @@ def profiled(target: Target, into: str | None) -> Iterator[None]:
                 "-o",
                 f"{into}/{name}.txt",
                 *(["--gil"] if os.environ.get("BENCH_PROFILE_GIL") else []),
+                *(["--native"] if os.environ.get("BENCH_PROFILE_NATIVE") else []),
                 "--pid",
                 str(pid),
             ],
