@@ -14,7 +14,7 @@ from google.protobuf.wrappers_pb2 import Int32Value
 from review_state.__main__ import SPEC
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, make_engine, sqlite
-from reviewloop.storage.schema import OUTBOX, outbox_row
+from reviewloop.storage.schema import OUTBOX, Json, outbox_row
 from sqlalchemy import (
     Column,
     ForeignKey,
@@ -242,3 +242,21 @@ async def test_a_units_last_statement_carries_its_queued_rows_only_when_it_takes
         assert (await conn.execute(select(counters.c.version))).scalar() == 3
         written = (await conn.execute(select(OUTBOX.c.event_id).order_by(OUTBOX.c.id))).scalars().all()
     assert written == [rows[0]["event_id"], rows[1]["event_id"]]
+
+
+async def test_a_json_column_reads_back_what_was_written(open_db: OpenDb) -> None:
+    """JSON columns go through orjson: a value reads back as the standard library would have left it,
+    keys that are not strings turned into strings, text beyond ASCII and large numbers intact."""
+    db = await open_db(SPEC)
+    metadata = MetaData()
+    documents = Table(
+        "json_documents", metadata, Column("id", Integer, primary_key=True), Column("body", Json)
+    )
+    async with db.writing() as conn:
+        await conn.run_sync(metadata.create_all)
+    written = {"to": ["zoë@example.com"], "n": 2**53 + 1, "ratio": 0.1, "nested": {"ok": None, 1: [True]}}
+    async with db.transaction() as uow:
+        uow.insert(documents, {"id": 1, "body": written})
+    async with db.single_statement.connect() as conn:
+        stored = (await conn.execute(select(documents.c.body))).scalar_one()
+    assert stored == {**written, "nested": {"ok": None, "1": [True]}}
