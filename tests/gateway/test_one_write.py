@@ -1,6 +1,6 @@
 """The gateway's connections send a response's head and body together, and still stream what streams.
 
-uvicorn serves a small ASGI app on the gateway's protocol (``gateway.__main__._Protocol``) in a process
+uvicorn serves a small ASGI app on the gateway's protocol (``gateway.__main__.HttpProtocol``) in a process
 of its own, on loopback; a socket client reads what arrives, as soon as it arrives.
 """
 
@@ -19,7 +19,7 @@ from stack.launcher import free_port
 
 SERVER = """
 import sys, uvicorn
-from gateway.__main__ import _Protocol
+from gateway.__main__ import HttpProtocol
 
 BODY = b'{"review_id":"rr_1","state":"needs_review"}'
 
@@ -39,7 +39,7 @@ async def app(scope, receive, send):
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": BODY})
 
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http=_Protocol, log_level="warning")
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http=HttpProtocol, log_level="warning")
 """
 BODY = b'{"review_id":"rr_1","state":"needs_review"}'
 
