@@ -26,7 +26,6 @@ from pathlib import Path
 import asyncpg
 from sqlalchemy.engine import make_url
 from stack.launcher import Stack
-from stack.topology import GATEWAY
 
 from tests.bench import bench_lifecycle as lifecycle
 from tests.conftest import PG_ENV, Databases, start_stack
@@ -66,20 +65,15 @@ def worktree(revision: str, into: Path) -> Iterator[Path]:
 
 async def side(databases: Databases, data: Path, tree: Path | None) -> tuple[Stack, lifecycle.Target]:
     """A stack of ``tree``'s services (this tree's when None) and its load target."""
-    env = {"REVIEWLOOP_RELAY_POLL_S": "0.5", "REVIEWLOOP_TRACE_SQL": "0", "REVIEWLOOP_DB_POOL_SIZE": POOL}
+    env = {**lifecycle.STACK_ENV, "REVIEWLOOP_DB_POOL_SIZE": POOL}
     if tree is not None:  # its services and libs first; the bench's own code stays this tree's
         env["PYTHONPATH"] = os.pathsep.join([str(tree / "services"), str(tree / "libs"), str(REPO)])
     stack = await start_stack(databases, "postgres", data, env)
-    base = f"http://{stack.address(GATEWAY)}"
-    target = lifecycle.Target(
-        data.name,
-        base,
-        {name: proc.pid for name, proc in stack.procs.items()},
-        [make_url(stack.env[f"REVIEWLOOP_{n.upper()}_DB"]).database or "" for n in stack.procs],
-        await lifecycle.stack_keys(base),
-        stack.data_dir / "traces.jsonl",
-    )
-    return stack, target
+    try:
+        return stack, await lifecycle.stack_target(data.name, stack)
+    except BaseException:
+        stack.stop_all()
+        raise
 
 
 async def run() -> list[tuple[str, list[float], str]]:

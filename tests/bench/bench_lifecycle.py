@@ -417,6 +417,26 @@ async def measure(target: Target, admin: asyncpg.Connection, profile: str | None
     }
 
 
+# The stack as the bench runs it: the relay's poll as ``make run`` has it, and no span per statement.
+STACK_ENV = {"REVIEWLOOP_RELAY_POLL_S": "0.5", "REVIEWLOOP_TRACE_SQL": "0"}
+
+
+async def stack_target(name: str, stack: Stack) -> Target:
+    """``stack`` as a load's target: its processes, databases, keys (made now) and traces."""
+    base = f"http://{stack.address(GATEWAY)}"
+    return Target(
+        name,
+        base,
+        {process: p.pid for process, p in stack.procs.items()},
+        [make_url(stack.env[f"REVIEWLOOP_{n.upper()}_DB"]).database or "" for n in stack.procs],
+        await stack_keys(base),
+        stack.data_dir / "traces.jsonl",
+        make_url(stack.env["REVIEWLOOP_NUDGE_DB"])
+        .set(drivername="postgresql")
+        .render_as_string(hide_password=False),
+    )
+
+
 async def stack_keys(base: str) -> list[tuple[dict[str, str], dict[str, str]]]:
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     keys = []
@@ -537,24 +557,8 @@ async def run() -> list[tuple[str, list[float], str]]:
         stack: Stack | None = None
         floor: subprocess.Popen[bytes] | None = None
         try:
-            stack = await start_stack(
-                databases,
-                "postgres",
-                Path(tmp) / "stack",
-                {"REVIEWLOOP_RELAY_POLL_S": "0.5", "REVIEWLOOP_TRACE_SQL": "0"},
-            )
-            base = f"http://{stack.address(GATEWAY)}"
-            ours = Target(
-                "reviewloop",
-                base,
-                {name: p.pid for name, p in stack.procs.items()},
-                [make_url(stack.env[f"REVIEWLOOP_{n.upper()}_DB"]).database or "" for n in stack.procs],
-                await stack_keys(base),
-                stack.data_dir / "traces.jsonl",
-                make_url(stack.env["REVIEWLOOP_NUDGE_DB"])
-                .set(drivername="postgresql")
-                .render_as_string(hide_password=False),
-            )
+            stack = await start_stack(databases, "postgres", Path(tmp) / "stack", STACK_ENV)
+            ours = await stack_target("reviewloop", stack)
             floor_url = await databases.url("postgres", "floor")
             floor_db = make_url(floor_url)
             port = free_port()
