@@ -18,7 +18,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Literal, Protocol
 from urllib.parse import unquote, urlparse
 
 import aiosmtplib
@@ -57,6 +57,30 @@ class Provider(Protocol):
         """True / False when the provider knows; None when it cannot tell."""
 
 
+async def _write_synced(path: Path, mode: Literal["wb", "ab"], data: bytes) -> None:
+    """``data`` written to ``path`` (replacing it, or appended) and on disk when this returns.
+
+    Written on the event loop, synced and closed in a thread: the bytes are already in memory (a
+    page-cache write costs less than building them did), while every blocking call a worker thread
+    makes has to take the GIL back from the busy loop. The whole write in a thread cost review_state
+    ~0.3 ms more per delivery under the lifecycle bench's load.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, mode)  # noqa: ASYNC230, SIM115 - on the loop by design; the thread closes it
+    try:
+        handle.write(data)
+        handle.flush()
+    except BaseException:
+        handle.close()
+        raise
+    await asyncio.to_thread(_sync_and_close, handle)  # the thread owns the file from here
+
+
+def _sync_and_close(handle: BinaryIO) -> None:
+    with handle:
+        os.fsync(handle.fileno())
+
+
 def _file_key(rfc_message_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.@-]", "_", rfc_message_id.strip("<>"))
 
@@ -73,19 +97,12 @@ class EmlProvider:
     async def deliver(
         self, raw: bytes, sender: str, recipients: Sequence[str], rfc_message_id: str, at_data: AtData
     ) -> None:
-        def write() -> None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            path = self._path(rfc_message_id)
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "wb") as handle:
-                handle.write(raw)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-
         await at_data()
+        path = self._path(rfc_message_id)
+        tmp = path.with_suffix(".tmp")
         try:
-            await asyncio.to_thread(write)
+            await _write_synced(tmp, "wb", raw)
+            os.replace(tmp, path)
         except OSError as exc:
             raise Refused("the local outbox could not be written") from exc
 
@@ -237,14 +254,7 @@ class SmtpProvider:
                 raise OutcomeUnknown(type(exc).__name__) from exc
         finally:
             client.close()
-        await asyncio.to_thread(self._journal, rfc_message_id)
-
-    def _journal(self, rfc_message_id: str) -> None:
-        self.journal.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.journal, "a", encoding="utf-8") as handle:
-            handle.write(rfc_message_id + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        await _write_synced(self.journal, "ab", f"{rfc_message_id}\n".encode())
 
     async def was_delivered(self, rfc_message_id: str) -> bool | None:
         def journaled() -> bool:

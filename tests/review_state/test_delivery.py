@@ -510,3 +510,42 @@ async def test_a_delivery_closes_its_attempt_in_its_moves_statement_and_a_closed
     assert first.state.value == second.state.value == "sent" and first.version == second.version
     assert await reasons(env, other.id) == ["sent"]
     assert await delivery(env, other.id) == ("delivered", 1)
+
+
+async def test_the_eml_provider_writes_each_message_whole_once_its_data_is_journaled(tmp_path: Path) -> None:
+    outbox_dir = tmp_path / "outbox"  # not there yet: the first delivery makes it
+    provider = EmlProvider(outbox_dir)
+    journaled: list[str] = []
+    for n in range(2):
+
+        async def at_data(n: int = n) -> None:
+            assert not list(outbox_dir.glob(f"m{n}@*"))  # nothing of the message before DATA is journaled
+            journaled.append(f"m{n}")
+
+        raw = b"Subject: %d\r\n\r\nbody %d\r\n" % (n, n)
+        await provider.deliver(raw, "a@x.test", ["b@y.test"], f"<m{n}@x.test>", at_data)
+    assert journaled == ["m0", "m1"]
+    # Each message in its own file, and no temp file left behind.
+    assert sorted(p.name for p in outbox_dir.iterdir()) == ["m0@x.test.eml", "m1@x.test.eml"]
+    assert (outbox_dir / "m1@x.test.eml").read_bytes() == b"Subject: 1\r\n\r\nbody 1\r\n"
+    assert await provider.was_delivered("<m0@x.test>") is True
+    assert await provider.was_delivered("<m2@x.test>") is False
+
+
+async def test_the_smtp_journal_holds_every_accepted_message_id(
+    smtp: tuple[Mailbox, str], tmp_path: Path
+) -> None:
+    mailbox, url = smtp
+    provider = SmtpProvider(url, tmp_path / "journal" / "sent.log")  # its folder made on first use
+
+    async def at_data() -> None:
+        return None
+
+    for n in range(3):
+        raw = b"Subject: x\r\n\r\nbody\r\n"
+        await provider.deliver(raw, "a@x.test", ["b@y.test"], f"<j{n}@x.test>", at_data)
+    assert len(mailbox.received) == 3
+    assert (tmp_path / "journal" / "sent.log").read_text().splitlines() == [
+        f"<j{n}@x.test>" for n in range(3)
+    ]
+    assert [await provider.was_delivered(f"<j{n}@x.test>") for n in (0, 2, 3)] == [True, True, None]
