@@ -63,7 +63,7 @@ async def _write_synced(path: Path, mode: Literal["wb", "ab"], data: bytes) -> N
     Written on the event loop, synced and closed in a thread: the bytes are already in memory (a
     page-cache write costs less than building them did), while every blocking call a worker thread
     makes has to take the GIL back from the busy loop. The whole write in a thread cost review_state
-    ~0.3 ms more per delivery under the lifecycle bench's load.
+    ~0.5 ms more per delivery under the lifecycle bench's load (docs/performance.md, round 13).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, mode)  # noqa: ASYNC230, SIM115 - on the loop by design; the thread closes it
