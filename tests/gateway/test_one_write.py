@@ -21,7 +21,7 @@ SERVER = """
 import sys, uvicorn
 from gateway.__main__ import HttpProtocol
 
-BODY = b'{"review_id":"rr_1","state":"needs_review"}'
+BODY = sys.argv[2].encode()
 
 async def app(scope, receive, send):
     if scope["type"] != "http":
@@ -48,7 +48,7 @@ BODY = b'{"review_id":"rr_1","state":"needs_review"}'
 def port() -> Iterator[int]:
     chosen = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(chosen)], env=env)
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(chosen), BODY.decode()], env=env)
     try:
         deadline = time.monotonic() + 20
         while True:
