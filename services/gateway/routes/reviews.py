@@ -532,13 +532,14 @@ async def decide_review(
     for a release not (yet) delivered ``queued`` (still going, or parked) / ``failed``, never ``kind: sent``
     with ``sent: false``."""
     # ``version`` is the optional second CAS (the SDK's "defense in depth"); ``revision`` always guards.
-    version = body.version or (await _current(backend, principal, review_id)).version
+    # Omitted, it travels as 0 ("not named"): review_state compares the version it reads, and a keyed
+    # retry of the same body is the same request (its fingerprint is what the client sent).
     request = review_pb2.DecideRequest(
         principal=principal.to_proto(),
         review_id=review_id,
         action=body.action,
         revision=body.revision,
-        version=version,
+        version=body.version or 0,
         feedback=body.feedback,
         idempotency_key=idempotency_key,
     )

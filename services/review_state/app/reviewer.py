@@ -4,7 +4,7 @@ the round budget dispatch_budget admits, and its circuit breakers may return the
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -150,7 +150,7 @@ async def _decide(
             review_id,
             verb,
             decision.revision,
-            decision.version,
+            decision.version or None,  # 0: the caller named no version; the revision guards alone
             key=idempotency_key,
             fields=fields,
         )
@@ -163,6 +163,9 @@ async def _decide(
         # The review as it now is (a replay drives a delivery its first call left unfinished), and the
         # breaker that held the first call.
         return await deliver(env, current), replayed
+    # The fingerprint (``fields``) holds what the caller sent: a retry without a version is the same
+    # request. Its compare-and-set is on the version this call read.
+    decision = replace(decision, version=decision.version or current.version)
     hold: str | None = None
     receipt: str | None = None
     cap: int | None = None  # the daily auto-send cap a review agent's release spends in its unit
