@@ -25,12 +25,12 @@ from pathlib import Path
 from reviewloop.config import ServiceConfig, data_dir
 from reviewloop.metrics import Point, Probe
 from reviewloop.service import Job, ServiceSpec, main
+from reviewloop.ssrf import parse_networks
 from reviewloop.storage import Database, utcnow
 from reviewloop.storage.outbox import as_utc
 from sqlalchemy import func, select
 
 from nudge import app, server, store, wakeup, webhooks
-from nudge.domain.webhooks import parse_networks
 from nudge.store import metadata
 
 

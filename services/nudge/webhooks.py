@@ -15,7 +15,6 @@ import contextlib
 import ipaddress
 import logging
 import secrets
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import orjson
+from reviewloop import ssrf
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
 from reviewloop.review.v1.events_pb2 import HumansNotified
@@ -55,7 +55,7 @@ class WebhookSettings:
     # Secrets are derived from this key (domain.webhooks); empty: registering a webhook is refused.
     key: bytes = b""
     # Networks an admin allows despite the SSRF rule (REVIEWLOOP_WEBHOOK_ALLOWED_NETWORKS).
-    allowed_networks: tuple[rules.IpNetwork, ...] = ()
+    allowed_networks: tuple[ssrf.IpNetwork, ...] = ()
     # How long a delivery is retried after its nudge before it is marked failed.
     retry_for: timedelta = timedelta(hours=24)
     backoff_s: float = 1.0
@@ -76,29 +76,26 @@ def _refused(field_name: str, exc: rules.Refused) -> DomainError:
     return invalid(field_name, str(exc))
 
 
-async def resolve(host: str, port: int) -> list[rules.IpAddress]:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
-
-
-async def check_target(url: str, allowed: Sequence[rules.IpNetwork]) -> None:
+async def check_target(url: str, allowed: Sequence[ssrf.IpNetwork]) -> None:
     """Refuse a URL this deployment will not send to: a bad URL, a forbidden IP literal, or a host that
-    resolves to a forbidden address now (it is checked again at every send, so DNS cannot sneak past)."""
+    resolves to a forbidden address now (it is checked again at every send, so DNS cannot sneak past).
+    The rule is ``reviewloop.ssrf``'s: an IPv6 form that carries an IPv4 address is judged by that."""
     try:
-        host, literal = rules.check_url(url)
-    except rules.Refused as exc:
-        raise _refused("/url", exc) from None
+        host, literal = ssrf.check_url(url)
+    except ssrf.Refused as exc:
+        raise invalid("/url", str(exc)) from None
     if literal is not None:
-        addresses = [ipaddress.ip_address(literal)]
-    else:
-        try:
-            addresses = await asyncio.wait_for(resolve(host, 443), RESOLVE_AT_REGISTRATION_S)
-        except (OSError, TimeoutError):
-            return  # not resolvable yet: every send checks what it resolves to
-    for address in addresses:
-        why = rules.address_refusal(address, allowed)
+        why = ssrf.address_refusal(ipaddress.ip_address(literal), allowed)
         if why:
             raise invalid("/url", f"{host} is not an address webhooks may reach: {why}")
+        return
+    try:
+        async with asyncio.timeout(RESOLVE_AT_REGISTRATION_S):
+            await ssrf.resolve_checked(host, 443, allowed)
+    except ssrf.Refused as exc:
+        raise invalid("/url", str(exc)) from None
+    except (OSError, TimeoutError):
+        return  # not resolvable yet: every send checks what it resolves to
 
 
 def _secret(settings: WebhookSettings, endpoint_id: str, version: int, salt: str) -> str:
@@ -357,13 +354,11 @@ async def send(
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        addresses = await resolve(host, port)
+        addresses = await ssrf.resolve_checked(host, port, settings.allowed_networks)
+    except ssrf.Refused as exc:
+        return None, f"refused to connect: {exc}"
     except OSError as exc:
         return None, f"cannot resolve {host}: {exc}"
-    for address in addresses:
-        why = rules.address_refusal(address, settings.allowed_networks)
-        if why:
-            return None, f"refused to connect to {host}: {why}"
     target, literal = addresses[0], _is_literal(host)
     netloc = f"[{target}]:{port}" if target.version == 6 else f"{target}:{port}"
     stamp = int(time.time())

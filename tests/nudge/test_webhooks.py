@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -17,10 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nudge import app, wakeup, webhooks
 from nudge.__main__ import SPEC
-from nudge.domain.webhooks import backoff_s, parse_networks, sign
+from nudge.domain.webhooks import backoff_s, sign
+from reviewloop import ssrf
 from reviewloop.client import WebhookVerificationError, verify_webhook
 from reviewloop.errors import Code, DomainError
 from reviewloop.service import ServiceSpec
+from reviewloop.ssrf import parse_networks
 from reviewloop.storage import Database, make_engine
 from reviewloop.tenancy import ActorKind, Principal
 
@@ -139,6 +142,14 @@ async def test_a_rotated_secret_signs_beside_the_new_one_for_its_overlap(open_db
         "http://[::ffff:10.0.0.1]/hook",
         "http://0.0.0.0/hook",
         "http://localhost/hook",  # a name is resolved: loopback (::1 is outside the allowed 127.0.0.0/8)
+        # IPv6 forms that carry an IPv4 address are judged by it (issue 36)
+        "http://[64:ff9b::a9fe:a9fe]/latest/meta-data",  # NAT64 of 169.254.169.254
+        "http://[2002:a9fe:a9fe::]/hook",  # 6to4 of 169.254.169.254
+        "http://[::169.254.169.254]/hook",  # IPv4-compatible
+        "http://[::ffff:0:a9fe:a9fe]/hook",  # IPv4-translated
+        "http://[::ffff:169.254.169.254]/hook",  # IPv4-mapped
+        "http://[64:ff9b::c0a8:101]/hook",  # NAT64 of 192.168.1.1
+        "http://[64:ff9b:1::a9fe:a9fe]/hook",  # local-use NAT64
         "ftp://example.com/hook",
         "http://user:pw@example.com/hook",
     ],
@@ -146,7 +157,8 @@ async def test_a_rotated_secret_signs_beside_the_new_one_for_its_overlap(open_db
 async def test_a_webhook_to_a_forbidden_address_is_refused(open_db: OpenDb, url: str) -> None:
     db = await open_db(SPEC)
     strict = dataclasses.replace(SETTINGS, allowed_networks=())
-    for settings in (strict, SETTINGS) if "localhost" not in url else (strict,):
+    loopback = "localhost" in url
+    for settings in (strict, SETTINGS) if not loopback else (strict,):
         with pytest.raises(DomainError) as refused:
             await webhooks.register(db, settings, ADMIN, url, [])
         assert refused.value.code is Code.BAD_REQUEST
@@ -165,6 +177,76 @@ async def test_the_address_is_checked_again_at_send_time(open_db: OpenDb) -> Non
         assert receiver.received == []
     (failed,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="failed", limit=10)
     assert failed.last_status is None and "loopback" in failed.last_error
+
+
+@pytest.mark.parametrize("url", ["http://[::127.0.0.1]/hook", "http://[::ffff:127.0.0.1]:9/hook"])
+async def test_an_ipv6_form_of_loopback_is_refused_unless_loopback_is_allowed(
+    open_db: OpenDb, url: str
+) -> None:
+    db = await open_db(SPEC)
+    with pytest.raises(DomainError) as refused:
+        await webhooks.register(db, dataclasses.replace(SETTINGS, allowed_networks=()), ADMIN, url, [])
+    assert "127.0.0.1" in refused.value.detail
+    await webhooks.register(db, SETTINGS, ADMIN, url, [])  # judged as 127.0.0.1, which SETTINGS allows
+
+
+@pytest.mark.parametrize(
+    ("form", "carries"),
+    [
+        ("64:ff9b::a9fe:a9fe", "169.254.169.254"),
+        ("2002:a9fe:a9fe::", "169.254.169.254"),
+        ("::169.254.169.254", "169.254.169.254"),
+        ("::127.0.0.1", "127.0.0.1"),
+        ("::ffff:10.0.0.1", "10.0.0.1"),
+    ],
+)
+async def test_a_name_resolving_to_an_ipv6_form_of_a_forbidden_address_is_refused_at_send(
+    open_db: OpenDb, monkeypatch: pytest.MonkeyPatch, form: str, carries: str
+) -> None:
+    """The name passed at registration; at the send it resolves (DNS rebinding) to an IPv6 address that
+    carries a forbidden IPv4 one: nothing is sent, and the delivery log says which address and why."""
+    db = await open_db(SPEC)
+    strict = dataclasses.replace(SETTINGS, allowed_networks=(), retry_for=timedelta(0))
+    answers = {"hooks.example.com": ["93.184.215.14"]}
+
+    async def getaddrinfo(host: str, port: int) -> list[str]:
+        return answers[host]
+
+    monkeypatch.setattr(ssrf, "_getaddrinfo", getaddrinfo)
+    hook = await webhooks.register(db, strict, ADMIN, "https://hooks.example.com/x", [])
+    answers["hooks.example.com"] = ["93.184.215.14", form]
+    with pytest.raises(DomainError):  # and a registration now is refused too
+        await webhooks.register(db, strict, ADMIN, "https://hooks.example.com/y", [])
+    await app.ingest(db, [event("rr_a", "rejected")])
+    async with webhooks.http_client() as client:
+        assert await webhooks.deliver_due(db, strict, client) == 1
+    (failed,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="failed", limit=10)
+    assert failed.last_status is None and f"carries {carries}" in failed.last_error
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("8.8.8.8", False),
+        ("2606:4700::1111", False),
+        ("64:ff9b::808:808", False),  # NAT64 of a public address: reached
+        ("2002:808:808::", False),  # 6to4 of a public address
+        ("::ffff:8.8.8.8", False),
+        ("64:ff9b::7f00:1", True),
+        ("2002:7f00:1::", True),
+        ("2002:a00:1::", True),
+        ("::ffff:0:7f00:1", True),
+        ("::", True),
+        ("::1", True),
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True),  # Teredo
+        ("fe80::1", True),
+        ("fc00::1", True),
+        ("100.64.0.1", True),
+        ("224.0.0.1", True),
+    ],
+)
+def test_the_ssrf_rule_judges_an_embedded_ipv4_address_by_itself(address: str, refused: bool) -> None:
+    assert (ssrf.address_refusal(ipaddress.ip_address(address)) is not None) is refused
 
 
 async def test_unknown_reasons_and_another_projects_webhook_are_refused(open_db: OpenDb) -> None:

@@ -1,5 +1,6 @@
 """Webhooks as data (issue 19, "Push"): signing in the Standard Webhooks layout, the secrets derived
-from the deployment's key, the SSRF rule for target addresses, and the retry schedule.
+from the deployment's key, and the retry schedule. (The SSRF rule for target addresses is
+``reviewloop.ssrf``, shared with every server-side request made for a tenant.)
 
 A signing secret must be recoverable to sign, so none is stored: each is derived, HMAC-SHA256 of the
 deployment's webhook key over (endpoint, version, a random salt kept in the row). The store alone reveals
@@ -10,16 +11,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 import random
 from collections.abc import Iterable, Sequence
-from urllib.parse import urlsplit
 
 from nudge.domain.reasons import RESERVED, Reason
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 24
-MAX_URL = 2000
 # A webhook may name only these reasons (the reserved ones are never emitted).
 REASONS = frozenset(r.value for r in Reason if r not in RESERVED)
 # Not a nudge: an auto-send in an ``auto_notify`` category, for the project's humans (issue 13). Only
@@ -27,12 +25,9 @@ REASONS = frozenset(r.value for r in Reason if r not in RESERVED)
 HUMANS_NOTIFIED = "humans_notified"
 EVENT_TYPES = REASONS | {HUMANS_NOTIFIED}
 
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
 
 class Refused(ValueError):
-    """A webhook URL or address this deployment does not send to; the message says why."""
+    """A webhook's reasons this deployment does not know; the message says why."""
 
 
 def derive_secret(key: bytes, endpoint_id: str, version: int, salt: str) -> str:
@@ -57,45 +52,6 @@ def sign(secrets: Iterable[str], msg_id: str, timestamp: int, body: bytes) -> st
 
 def _key(secret: str) -> bytes:
     return base64.b64decode(secret.removeprefix(SECRET_PREFIX))
-
-
-def parse_networks(values: Iterable[str]) -> tuple[IpNetwork, ...]:
-    """``REVIEWLOOP_WEBHOOK_ALLOWED_NETWORKS``: CIDRs an admin allows despite the SSRF rule."""
-    return tuple(ipaddress.ip_network(v.strip(), strict=False) for v in values if v.strip())
-
-
-def address_refusal(address: IpAddress, allowed: Sequence[IpNetwork]) -> str | None:
-    """Why a webhook may not connect to ``address``, or None. Only globally routable unicast addresses
-    are reached (no loopback, link-local, private, shared, reserved or multicast ranges), unless one of
-    the ``allowed`` networks holds the address."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if any(address.version == net.version and address in net for net in allowed):
-        return None
-    if address.is_global and not address.is_multicast:
-        return None
-    return f"{address} is a loopback, link-local, private or reserved address"
-
-
-def check_url(url: str) -> tuple[str, str | None]:
-    """(host, the IP literal it is, if any) of a webhook URL, or Refused: http(s), a host, no credentials."""
-    if len(url) > MAX_URL:
-        raise Refused(f"at most {MAX_URL} characters")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise Refused(f"not a URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Refused("an http:// or https:// URL with a host")
-    if parts.username is not None or parts.password is not None:
-        raise Refused("credentials in the URL are not allowed; the signature authenticates us")
-    if port == 0:
-        raise Refused("port 0")
-    try:
-        return parts.hostname, str(ipaddress.ip_address(parts.hostname))
-    except ValueError:
-        return parts.hostname, None
 
 
 def check_reasons(reasons: Iterable[str]) -> list[str]:
