@@ -516,8 +516,10 @@ class Verbs:
             The :class:`Review`, stamped with the current rule high-water.
 
         Raises:
-            ReviewloopError: ``409 born_stale`` when the rules moved past those named; ``409 stale``,
-                ``409 wrong_state`` or ``409 terminal``, as for :meth:`submit_revision`.
+            ReviewloopError: ``422 bad_request`` naming ``/composition_token`` and ``/against_version``
+                when neither is given (a restamp names the rules it re-read); ``409 born_stale`` when the
+                rules moved past those named; ``409 stale``, ``409 wrong_state`` or ``409 terminal``, as
+                for :meth:`submit_revision`.
         """
         body = _drop_none(dict(parent_revision=parent_revision, **fields))
         return Call(

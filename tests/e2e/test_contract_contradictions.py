@@ -48,3 +48,27 @@ async def test_a_keyed_decision_retried_without_a_version_answers_the_replay(api
         f"/v1/reviews/{review_id}/decision", json={**body, "action": "reject"}, headers=keyed
     )
     assert other.status_code == 409 and other.json()["code"] == "idempotency_conflict", other.text
+
+
+async def test_a_restamp_that_names_no_rule_snapshot_is_422_naming_the_fields(api: Api) -> None:
+    _, agent, _ = await _setup(api)
+    review_id = (await _send(api, agent))["review_id"]
+    before = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    unnamed = await api.http.post(
+        f"/v1/reviews/{review_id}/restamp", json={"parent_revision": 1}, headers=agent
+    )
+    assert unnamed.status_code == 422, unnamed.text
+    problem = unnamed.json()
+    assert {e["field"] for e in problem["errors"]} >= {"/composition_token", "/against_version"}
+    assert "composition_token" in problem["detail"] and "get_rules" in problem["detail"]
+    after = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    assert after["version"] == before["version"]  # nothing recorded
+    # Naming the snapshot re-read (the token of an unfiltered get_rules) stamps it.
+    token = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
+    named = await api.http.post(
+        f"/v1/reviews/{review_id}/restamp",
+        json={"parent_revision": 1, "composition_token": token},
+        headers=agent,
+    )
+    assert named.status_code == 200, named.text
+    assert named.json()["version"] == before["version"] + 1

@@ -303,8 +303,11 @@ async def test_redraft_keeps_or_clears_attachments_and_wrong_state_names_the_leg
         f"/v1/reviews/{review_id}/revisions", json={"parent_revision": 2, "attachments": []}, headers=agent
     )
     assert "attachments" not in cleared.json()
+    token = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
     restamped = await api.http.post(
-        f"/v1/reviews/{review_id}/restamp", json={"parent_revision": 3}, headers=agent
+        f"/v1/reviews/{review_id}/restamp",
+        json={"parent_revision": 3, "composition_token": token},
+        headers=agent,
     )
     assert restamped.status_code == 200 and restamped.json()["revision"] == 3
     current = restamped.json()
@@ -312,7 +315,9 @@ async def test_redraft_keeps_or_clears_attachments_and_wrong_state_names_the_leg
         f"/v1/reviews/{review_id}/open", json={"revision": 3, "version": current["version"]}, headers=human
     )
     wrong = await api.http.post(
-        f"/v1/reviews/{review_id}/restamp", json={"parent_revision": 3}, headers=agent
+        f"/v1/reviews/{review_id}/restamp",
+        json={"parent_revision": 3, "composition_token": token},
+        headers=agent,
     )
     assert wrong.status_code == 409 and wrong.json()["code"] == "wrong_state"
     assert {

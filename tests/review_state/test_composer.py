@@ -31,7 +31,7 @@ VERBS: dict[str, Call] = {
         env, AGENT, r.id, r.revision, Revision(body_text="v2")
     ),
     "post_review_chat": lambda env, r: app.post_chat(env, AGENT, r.id, "ROI or case study first?"),
-    "restamp_review": lambda env, r: app.restamp(env, AGENT, r.id, r.revision),
+    "restamp_review": lambda env, r: app.restamp(env, AGENT, r.id, r.revision, composition_token="tok"),
     "cancel_review": lambda env, r: app.cancel(env, AGENT, r.id, r.revision, ""),
 }
 EXPECTED_CODE = {
@@ -174,9 +174,14 @@ async def test_a_restamps_recheck_watermark_rises_under_the_rules_in_force_and_n
     review = await queued(env)
     assert review.recheck_completed_through_seq == 0
     fake.stack_high_water_now, fake.category_rules_version_now = 7, 3  # a category rule moved
-    # Naming no rules re-read: the draft is behind the rules in force, so the recheck is refused whole.
-    with pytest.raises(DomainError) as behind:
+    # Naming no rules re-read: refused whole, naming the fields that say which rules were re-read.
+    with pytest.raises(DomainError) as unnamed:
         await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=2)
+    assert unnamed.value.code is Code.BAD_REQUEST
+    assert [v.field for v in unnamed.value.violations] == ["/composition_token", "/against_version"]
+    # Naming older rules: the draft is behind the rules in force, so the recheck is refused whole.
+    with pytest.raises(DomainError) as behind:
+        await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=2, against_version=2)
     assert behind.value.code is Code.BORN_STALE
     with pytest.raises(DomainError) as zero:
         await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=0, against_version=3)
@@ -187,9 +192,9 @@ async def test_a_restamps_recheck_watermark_rises_under_the_rules_in_force_and_n
     stamped = await app.restamp(env, AGENT, review.id, 1, against_version=3, recheck_through_seq=4)
     assert (stamped.rule_high_water, stamped.recheck_completed_through_seq) == (7, 4)
     # A lower seq (an older nudge handled late) never moves the watermark back.
-    again = await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=2)
+    again = await app.restamp(env, AGENT, review.id, 1, against_version=3, recheck_through_seq=2)
     assert again.recheck_completed_through_seq == 4
-    later = await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=6)
+    later = await app.restamp(env, AGENT, review.id, 1, against_version=3, recheck_through_seq=6)
     assert later.recheck_completed_through_seq == 6
     redrafted = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"))
     assert redrafted.recheck_completed_through_seq == 6  # the row keeps it across revisions

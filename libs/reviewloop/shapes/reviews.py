@@ -172,7 +172,8 @@ class RestampReviewRequest(Shape):
 
     The rules re-read are named by ``composition_token`` (the spec's) or by the versions ``get_rules``
     reported (the SDK's ``against_version``, the category rules-version, and ``house_style_version``): a
-    version above the current one is a 422, one below it ``409 born_stale``. The compare-and-set is
+    version above the current one is a 422, one below it ``409 born_stale``. Naming neither is a 422 naming
+    both fields: a restamp that names no rules would record nothing. The compare-and-set is
     ``parent_revision`` and/or ``expected_version`` (the row's version); with neither, the current revision.
     ``recheck_through_seq``: the highest of the review's nudge seqs handled by this re-check; it raises the
     review's ``recheck_completed_through_seq`` (a seq the review does not have yet is a 422).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.errors import Code, DomainError, FieldViolation, invalid
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
@@ -46,10 +46,6 @@ async def cancel(
         return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
 
     return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
-
-
-async def _token_high_water(env: Env, principal: Principal, review: Review, token: str) -> int | None:
-    return await check_token(env, principal, token, review.category_id) if token else None
 
 
 async def _composed_under(
@@ -183,7 +179,8 @@ async def restamp(
 ) -> Review:
     """The honest "I re-read the rules and nothing needed to change": no new revision; records the rule
     high-water the agent re-read (its token's, or the stack's when the SDK's ``against_version`` and
-    ``house_style_version`` name the versions in force) so the draft stops counting as born stale.
+    ``house_style_version`` name the versions in force) so the draft stops counting as born stale. A
+    restamp that names neither is a 422 naming both fields: it would record nothing.
     ``expected_version`` is a second compare-and-set, on the row's version.
 
     ``recheck_through_seq`` (the SDK's): the agent re-checked the draft against the review's nudges
@@ -191,6 +188,8 @@ async def restamp(
     under the rules in force: a draft left behind them is ``409 born_stale``, nothing recorded. That the
     seq is one the review has is the caller's check (the nudge service numbers them)."""
     _check_recheck_seq(recheck_through_seq)
+    if not composition_token and against_version is None:
+        raise _names_no_snapshot()
     fields = {
         "verb": "restamp",
         "review_id": review_id,
@@ -215,14 +214,11 @@ async def restamp(
         )
         if replayed is not None:
             return current
-        high_water = await _token_high_water(env, principal, current, composition_token)
-        if high_water is None and against_version is not None:
+        if composition_token:
+            high_water = await check_token(env, principal, composition_token, current.category_id)
+        else:
+            assert against_version is not None  # a restamp names one or the other
             high_water = await _reread(env, principal, current, against_version, house_style_version)
-        if high_water is None and recheck_through_seq is not None:
-            # A recheck counts only against the rules in force: the draft must already be stamped at them.
-            in_force = await env.peers.stack_high_water(principal, current.category_id)
-            if in_force > current.rule_high_water:
-                raise born_stale(current.rule_high_water, in_force, "named no rules it re-read")
 
         async def act(uow: UnitOfWork) -> tuple[Review, str]:
             before = await _kernel.load(uow.conn, principal, review_id)
@@ -233,7 +229,7 @@ async def restamp(
                 _kernel.actor_of(principal, before),
                 parent_revision=parent_revision,
                 expected_version=expected_version,
-                rule_high_water=before.rule_high_water if high_water is None else high_water,
+                rule_high_water=high_water,
                 recheck_completed_through_seq=_watermark(before, recheck_through_seq),
                 turn=_kernel.turn(principal, "restamp", ""),
             )
@@ -242,6 +238,24 @@ async def restamp(
         return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
 
     return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
+
+
+RESTAMP_SNAPSHOT = ("/composition_token", "/against_version")
+
+
+def _names_no_snapshot() -> DomainError:
+    """A restamp says "I re-read the rules and nothing needed to change", so it names the rules it re-read;
+    one that names none would record nothing, leave the draft held stale and the human's approve a
+    ``409 born_stale`` (issue 34). The problem names both ways to say it."""
+    how = (
+        "name the rule snapshot you re-read: the composition_token of the get_rules you re-applied, or the "
+        "versions it reported (against_version: category_rules_version, and house_style_version)"
+    )
+    return DomainError(
+        Code.BAD_REQUEST,
+        f"restamp_review {how}.",
+        violations=tuple(FieldViolation(pointer, how) for pointer in RESTAMP_SNAPSHOT),
+    )
 
 
 def _check_recheck_seq(seq: int | None) -> None:
