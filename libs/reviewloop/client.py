@@ -17,18 +17,18 @@ pass yours), so the client's own retry of a ``503 unavailable`` can never double
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import hmac
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
+import standardwebhooks
 from pydantic import BaseModel
 
 from reviewloop.contract import CONTRACT_VERSION
@@ -1718,8 +1718,11 @@ __all__ = [
 ]
 
 
-class WebhookVerificationError(Exception):
-    """A webhook request whose signature or timestamp does not verify: answer it 400 and drop it."""
+class WebhookVerificationError(standardwebhooks.WebhookVerificationError):
+    """A webhook request whose signature or timestamp does not verify: answer it 400 and drop it.
+
+    The Standard Webhooks library's error, so a receiver catching that one catches this one too.
+    """
 
 
 def verify_webhook(
@@ -1730,13 +1733,14 @@ def verify_webhook(
     tolerance_s: float = 300.0,
     now: float | None = None,
 ) -> None:
-    """Check a reviewloop webhook delivery (Standard Webhooks layout) before trusting its body.
+    """Check a reviewloop webhook delivery (Standard Webhooks) before trusting its body.
 
     ``secret`` is the endpoint's ``whsec_...`` secret; ``headers`` the request headers (any case);
-    ``body`` the raw request body, exactly as received. The signature is HMAC-SHA256 over
-    ``"{webhook-id}.{webhook-timestamp}.{body}"``; ``webhook-signature`` may carry several ``v1,<base64>``
-    values (during a secret rotation both secrets sign), and one match suffices. Dedupe on ``webhook-id``:
-    delivery is at-least-once.
+    ``body`` the raw request body, exactly as received. The signature is checked by the maintained
+    ``standardwebhooks`` library (HMAC-SHA256 over ``"{webhook-id}.{webhook-timestamp}.{body}"``);
+    ``webhook-signature`` may carry several ``v1,<base64>`` values (during a secret rotation both secrets
+    sign), and one match suffices. The timestamp window is checked here, since the library's is fixed at
+    five minutes of the wall clock. Dedupe on ``webhook-id``: delivery is at-least-once.
 
     Raises:
         WebhookVerificationError: Missing headers, a timestamp more than ``tolerance_s`` away from
@@ -1756,12 +1760,9 @@ def verify_webhook(
         raise WebhookVerificationError("webhook-timestamp is not a number of seconds") from None
     if abs((time.time() if now is None else now) - sent_at) > tolerance_s:
         raise WebhookVerificationError("webhook-timestamp is too old or too far in the future")
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    expected = base64.b64encode(
-        hmac.new(key, f"{msg_id}.{stamp}.".encode() + body, hashlib.sha256).digest()
-    ).decode()
-    for signature in signatures.split():
-        version, _, value = signature.partition(",")
-        if version == "v1" and hmac.compare_digest(value, expected):
-            return
-    raise WebhookVerificationError("no signature matches this secret")
+    # The library's own comparison, with the library's signature for the header's timestamp.
+    expected = (
+        standardwebhooks.Webhook(secret).sign(msg_id, datetime.fromtimestamp(sent_at, UTC), body).encode()
+    )
+    if not any(hmac.compare_digest(expected, given.encode()) for given in signatures.split(" ")):
+        raise WebhookVerificationError("no signature matches this secret")

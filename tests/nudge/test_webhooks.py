@@ -5,15 +5,17 @@ overlap, and no forbidden address reached (checked at registration and again at 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import ipaddress
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import orjson
 import pytest
+import standardwebhooks
 from hypothesis import given
 from hypothesis import strategies as st
 from nudge import app, wakeup, webhooks
@@ -71,6 +73,12 @@ async def test_each_wanted_nudge_is_posted_signed_with_a_stable_id(open_db: Open
             assert headers["webhook-id"] == data["id"] and data["id"].startswith("ndg_")
             assert headers["content-type"] == "application/json"
             assert any(verifies(s, headers, body) for s in (everything.secret, only_sent.secret))
+            # and the Standard Webhooks library itself, as a receiver would run it, accepts it
+            assert any(
+                standardwebhooks.Webhook(s).verify(body, headers) == orjson.loads(body)
+                for s in (everything.secret, only_sent.secret)
+                if verifies(s, headers, body)
+            )
             tampered = body.replace(b"rr_", b"rX_")
             assert not any(verifies(s, headers, tampered) for s in (everything.secret, only_sent.secret))
             old = {**headers, "webhook-timestamp": str(int(time.time()) - 3600)}
@@ -333,6 +341,30 @@ def test_signatures_match_the_standard_webhooks_reference_vector() -> None:
         verify_webhook(secret, headers, body, now=stamp + 301)
     with pytest.raises(WebhookVerificationError):
         verify_webhook(secret, headers, body + b" ", now=stamp)
+
+
+def test_verify_webhook_is_the_standard_webhooks_librarys_check() -> None:
+    """The client verifies as the library does: its error is the library's (a receiver catching that
+    catches ours), and a secret in unpadded base64, as other Standard Webhooks senders issue them,
+    verifies."""
+    assert issubclass(WebhookVerificationError, standardwebhooks.WebhookVerificationError)
+    key = bytes(range(16))  # base64 of 16 bytes ends in "=="; the unpadded form drops them
+    unpadded = "whsec_" + base64.b64encode(key).decode().rstrip("=")
+    msg_id, stamp, body = "msg_1", int(time.time()), b'{"ok": true}'
+    headers = {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": standardwebhooks.Webhook(key).sign(
+            msg_id, datetime.fromtimestamp(stamp, UTC), body
+        ),
+    }
+    verify_webhook(unpadded, headers, body)
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        verify_webhook(unpadded, headers, body + b" ")
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        verify_webhook(
+            unpadded, {**headers, "webhook-signature": "v1a," + headers["webhook-signature"][3:]}, body
+        )
 
 
 async def test_a_changed_webhook_key_is_named_instead_of_signing_wrongly(open_db: OpenDb) -> None:

@@ -13,6 +13,9 @@ import hashlib
 import hmac
 import random
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+from standardwebhooks.webhooks import Webhook
 
 from nudge.domain.reasons import RESERVED, Reason
 
@@ -43,15 +46,10 @@ def key_id(key: bytes) -> str:
 
 def sign(secrets: Iterable[str], msg_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` header: ``v1,<base64 HMAC-SHA256>`` over ``id.timestamp.body`` per
-    live secret, space-separated (two while a rotation's overlap lasts)."""
-    signed = f"{msg_id}.{timestamp}.".encode() + body
-    return " ".join(
-        "v1," + base64.b64encode(hmac.new(_key(s), signed, hashlib.sha256).digest()).decode() for s in secrets
-    )
-
-
-def _key(secret: str) -> bytes:
-    return base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+    live secret, space-separated (two while a rotation's overlap lasts), each made by the Standard
+    Webhooks library, so any receiver library of the scheme verifies it."""
+    at = datetime.fromtimestamp(timestamp, UTC)
+    return " ".join(Webhook(secret).sign(msg_id, at, body) for secret in secrets)
 
 
 def check_reasons(reasons: Iterable[str]) -> list[str]:
