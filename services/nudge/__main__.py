@@ -9,7 +9,10 @@ And the webhook sender (issue 19): ``REVIEWLOOP_WEBHOOK_KEY`` derives every sign
 key generated into ``<data dir>/webhook-key``, mode 0600; the store holds no secret),
 ``REVIEWLOOP_WEBHOOK_ALLOWED_NETWORKS`` the CIDRs allowed despite the SSRF rule (default none),
 ``REVIEWLOOP_WEBHOOK_RETRY_FOR_S`` how long a delivery is retried (default 1 day),
-``REVIEWLOOP_WEBHOOK_BACKOFF_S``/``_BACKOFF_CAP_S`` the first and the longest retry wait (1 s, 600 s).
+``REVIEWLOOP_WEBHOOK_BACKOFF_S``/``_BACKOFF_CAP_S`` the first and the longest retry wait (1 s, 600 s),
+``REVIEWLOOP_WEBHOOK_TIMEOUT_S`` one attempt's whole deadline (10 s, under half the 60 s endpoint claim),
+``REVIEWLOOP_WEBHOOK_MAX_IN_FLIGHT`` attempts at once in this process (32; one per endpoint),
+``REVIEWLOOP_WEBHOOK_ANSWER_PREFIX_BYTES`` how much of an answer not acked is read for the log (512).
 """
 
 from __future__ import annotations
@@ -72,6 +75,11 @@ def webhook_settings(environ: Mapping[str, str]) -> webhooks.WebhookSettings:
         ),
         backoff_s=float(environ.get("REVIEWLOOP_WEBHOOK_BACKOFF_S", defaults.backoff_s)),
         backoff_cap_s=float(environ.get("REVIEWLOOP_WEBHOOK_BACKOFF_CAP_S", defaults.backoff_cap_s)),
+        timeout_s=float(environ.get("REVIEWLOOP_WEBHOOK_TIMEOUT_S", defaults.timeout_s)),
+        max_in_flight=int(environ.get("REVIEWLOOP_WEBHOOK_MAX_IN_FLIGHT", defaults.max_in_flight)),
+        answer_prefix_bytes=int(
+            environ.get("REVIEWLOOP_WEBHOOK_ANSWER_PREFIX_BYTES", defaults.answer_prefix_bytes)
+        ),
     )
 
 

@@ -886,17 +886,26 @@ async def enqueue_deliveries(conn: AsyncConnection, rows: list[dict[str, Any]]) 
         await conn.execute(insert(webhook_deliveries), rows)
 
 
-async def endpoints_due(conn: AsyncConnection, now: datetime) -> list[str]:
-    """Endpoints with a pending delivery due now and no live claim."""
+async def endpoints_due(conn: AsyncConnection, now: datetime, limit: int) -> list[str]:
+    """Up to ``limit`` endpoints whose head delivery (the oldest pending: order) is due now and with no
+    live claim, the longest waiting first, so a full sender still gets to every endpoint in turn. Only
+    the head counts: an endpoint whose head waits for its retry is not due, whatever queued behind it."""
+    heads = (
+        select(webhook_deliveries.c.endpoint_id, func.min(webhook_deliveries.c.pos).label("pos"))
+        .where(webhook_deliveries.c.status == "pending")
+        .group_by(webhook_deliveries.c.endpoint_id)
+        .subquery()
+    )
     query = (
         select(webhook_deliveries.c.endpoint_id)
+        .join(heads, heads.c.pos == webhook_deliveries.c.pos)
         .join(webhook_endpoints, webhook_endpoints.c.id == webhook_deliveries.c.endpoint_id)
         .where(
-            webhook_deliveries.c.status == "pending",
             webhook_deliveries.c.next_attempt_at <= now,
             (webhook_endpoints.c.lease_until.is_(None)) | (webhook_endpoints.c.lease_until < now),
         )
-        .distinct()
+        .order_by(webhook_deliveries.c.next_attempt_at, webhook_deliveries.c.endpoint_id)
+        .limit(limit)
     )
     return [str(row[0]) for row in await conn.execute(query)]
 

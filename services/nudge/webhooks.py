@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import secrets
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -60,9 +61,21 @@ class WebhookSettings:
     retry_for: timedelta = timedelta(hours=24)
     backoff_s: float = 1.0
     backoff_cap_s: float = 600.0
+    # One attempt, whole: resolving, connecting, sending, the answer's status and the prefix read of it.
     timeout_s: float = 10.0
+    # Attempts in flight at once in one process, every endpoint together; an endpoint has one at a time.
+    max_in_flight: int = 32
+    # How much of an answer not acked is read (for the delivery log) before the connection is closed.
+    answer_prefix_bytes: int = 512
     poll_s: float = 1.0
+    # An endpoint's claim; its sender stops starting attempts at half of it, so it outlasts one attempt.
     lease_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout_s < self.lease_s / 2:
+            raise ValueError(f"the webhook timeout must be between 0 and {self.lease_s / 2:g} s")
+        if self.max_in_flight < 1 or self.answer_prefix_bytes < 0:
+            raise ValueError("webhooks need at least one attempt in flight and a prefix size of 0 or more")
 
 
 @dataclass(frozen=True)
@@ -338,6 +351,14 @@ def _deliveries(
     ]
 
 
+@dataclass
+class _Answer:
+    """What an attempt learned before its deadline: the status, and the start of the answer's body."""
+
+    status: int | None = None
+    prefix: bytearray = field(default_factory=bytearray)
+
+
 async def send(
     client: httpx.AsyncClient,
     settings: WebhookSettings,
@@ -348,42 +369,84 @@ async def send(
 ) -> tuple[int | None, str | None]:
     """POST one signed delivery: (the receiver's status, or None; why it is not acked, or None).
 
-    The host is resolved here and every address it resolves to must pass the SSRF rule; the request then
-    goes to the checked address itself (Host and TLS SNI still name the host), never to a fresh lookup."""
+    The whole attempt (resolving the host, connecting, sending, the answer's status and the prefix of its
+    body) has one deadline, ``timeout_s``: a receiver dripping its answer a byte at a time cannot hold the
+    attempt longer. A 2xx is an ack and the connection is closed at once, its body unread; of any other
+    answer at most ``answer_prefix_bytes`` are read, for the delivery log, then the connection is closed.
+
+    The host is resolved here and every address it resolves to must pass the SSRF rule
+    (``reviewloop.ssrf``); the request then goes to the checked address itself (Host and TLS SNI still
+    name the host), never to a fresh lookup."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
+    answer = _Answer()
     try:
-        addresses = await ssrf.resolve_checked(host, port, settings.allowed_networks)
-    except ssrf.Refused as exc:
-        return None, f"refused to connect: {exc}"
-    except OSError as exc:
-        return None, f"cannot resolve {host}: {exc}"
-    target, literal = addresses[0], _is_literal(host)
+        async with asyncio.timeout(settings.timeout_s):
+            try:
+                addresses = await ssrf.resolve_checked(host, port, settings.allowed_networks)
+            except ssrf.Refused as exc:
+                return None, f"refused to connect: {exc}"
+            except OSError as exc:
+                return None, f"cannot resolve {host}: {exc}"
+            await _post(client, settings, parts, addresses[0], msg_id, body, signing_secrets, answer)
+    except TimeoutError:
+        if answer.status is None:
+            return None, f"no answer within the {settings.timeout_s:g} s deadline"
+        return answer.status, _log_line(answer, f" (cut at the {settings.timeout_s:g} s deadline)")
+    except httpx.HTTPError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        return answer.status, error if answer.status is None else _log_line(answer, f" ({error})")
+    if answer.status is not None and 200 <= answer.status < 300:
+        return answer.status, None
+    return answer.status, _log_line(answer, "")
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    settings: WebhookSettings,
+    parts: SplitResult,
+    target: ssrf.IpAddress,
+    msg_id: str,
+    body: bytes,
+    signing_secrets: Sequence[str],
+    answer: _Answer,
+) -> None:
+    """The request itself, filling ``answer`` as it learns it (so a deadline keeps what arrived)."""
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     netloc = f"[{target}]:{port}" if target.version == 6 else f"{target}:{port}"
     stamp = int(time.time())
     headers = {
         "content-type": "application/json",
         "user-agent": "reviewloop-webhooks",
         "host": parts.netloc,
+        "accept-encoding": "identity",  # the prefix read is the bytes sent, never an inflated stream
         "webhook-id": msg_id,
         "webhook-timestamp": str(stamp),
         "webhook-signature": rules.sign(signing_secrets, msg_id, stamp, body),
     }
-    try:
-        response = await client.post(
-            urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, "")),
-            content=body,
-            headers=headers,
-            # TLS still names (and verifies) the host, not the address connected to.
-            extensions={"sni_hostname": host} if parts.scheme == "https" and not literal else {},
-            timeout=settings.timeout_s,
-        )
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-    if 200 <= response.status_code < 300:
-        return response.status_code, None
-    return response.status_code, f"HTTP {response.status_code}"
+    async with client.stream(
+        "POST",
+        urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, "")),
+        content=body,
+        headers=headers,
+        # TLS still names (and verifies) the host, not the address connected to.
+        extensions={"sni_hostname": host} if parts.scheme == "https" and not _is_literal(host) else {},
+    ) as response:
+        answer.status = response.status_code
+        if 200 <= response.status_code < 300:
+            return  # acked: the body is not ours to read
+        async for chunk in response.aiter_raw():
+            answer.prefix += chunk[: settings.answer_prefix_bytes - len(answer.prefix)]
+            if len(answer.prefix) >= settings.answer_prefix_bytes:
+                break
+
+
+def _log_line(answer: _Answer, suffix: str) -> str:
+    """The delivery log's line for an answer not acked: the status and the start of what it said."""
+    said = " ".join(answer.prefix.decode("utf-8", "replace").split())
+    return f"HTTP {answer.status}" + (f": {said}" if said else "") + suffix
 
 
 def _is_literal(host: str) -> bool:
@@ -394,16 +457,27 @@ def _is_literal(host: str) -> bool:
     return True
 
 
-def http_client() -> httpx.AsyncClient:
+def http_client(settings: WebhookSettings | None = None) -> httpx.AsyncClient:
     """The sender's client: no proxies from the environment (they would bypass the address check), no
-    redirects (a 3xx is a failed attempt)."""
-    return httpx.AsyncClient(trust_env=False, follow_redirects=False)
+    redirects (a 3xx is a failed attempt), as many connections as attempts may be in flight. Each
+    attempt's deadline is ``send``'s; the client's own timeouts only back it up."""
+    settings = settings or WebhookSettings()
+    return httpx.AsyncClient(
+        trust_env=False,
+        follow_redirects=False,
+        timeout=settings.timeout_s,
+        limits=httpx.Limits(max_connections=settings.max_in_flight, max_keepalive_connections=0),
+    )
 
 
 async def _deliver_endpoint(
     db: Database, settings: WebhookSettings, client: httpx.AsyncClient, endpoint_id: str
 ) -> int:
-    """Send the endpoint's due deliveries in order while its claim lasts; how many finished."""
+    """Send the endpoint's due deliveries in order while its claim lasts; how many finished.
+
+    One attempt at a time per endpoint (its deliveries go in order), each within ``timeout_s``; the claim
+    (``lease_s``) outlasts the loop (``lease_s / 2``) plus one attempt, so no other replica takes it
+    while an attempt is in flight."""
     started, now = time.monotonic(), utcnow()
     async with db.transaction() as uow:
         if not await store.claim_endpoint(
@@ -451,23 +525,71 @@ async def _deliver_endpoint(
 
 
 async def deliver_due(db: Database, settings: WebhookSettings, client: httpx.AsyncClient) -> int:
-    """One round of the sender: every endpoint with a due delivery, concurrently; how many finished."""
+    """One round: every endpoint with a due delivery (at most ``max_in_flight``, the longest waiting
+    first), concurrently, awaited together; how many deliveries finished. ``deliver_forever`` does not
+    wait for a round: it starts each endpoint on its own."""
     async with db.one_statement() as conn:
-        due = await store.endpoints_due(conn, utcnow())
+        due = await store.endpoints_due(conn, utcnow(), settings.max_in_flight)
     done = await asyncio.gather(*(_deliver_endpoint(db, settings, client, e) for e in due))
     return sum(done)
 
 
+class _Sender:
+    """The endpoints this process is delivering, each on its own task: a slow or failing endpoint delays
+    only itself, at most ``max_in_flight`` at once."""
+
+    def __init__(
+        self, db: Database, settings: WebhookSettings, client: httpx.AsyncClient, rung: asyncio.Event
+    ):
+        self.db, self.settings, self.client, self.rung = db, settings, client, rung
+        self.running: dict[str, asyncio.Task[int]] = {}
+
+    async def start_due(self) -> None:
+        """Start a task for each endpoint due now that is not running here, while slots are free."""
+        free = self.settings.max_in_flight - len(self.running)
+        if free <= 0:
+            return
+        async with self.db.one_statement() as conn:
+            # The ones running here may show up (a claim is taken inside the task): ask for enough more.
+            due = await store.endpoints_due(conn, utcnow(), free + len(self.running))
+        for endpoint_id in due:
+            if endpoint_id in self.running or len(self.running) >= self.settings.max_in_flight:
+                continue
+            task = asyncio.create_task(
+                _deliver_endpoint(self.db, self.settings, self.client, endpoint_id),
+                name=f"webhook {endpoint_id}",
+            )
+            self.running[endpoint_id] = task
+            task.add_done_callback(functools.partial(self._finished, endpoint_id))
+
+    def _finished(self, endpoint_id: str, task: asyncio.Task[int]) -> None:
+        self.running.pop(endpoint_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("webhook %s: delivery failed", endpoint_id, exc_info=task.exception())
+        self.rung.set()  # a slot is free, and the endpoint may have more due
+
+    async def stop(self) -> None:
+        tasks = list(self.running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def deliver_forever(db: Database, settings: WebhookSettings) -> None:
-    """The sender: a round whenever this replica queued a delivery (its doorbell) or every ``poll_s``
-    (what other replicas queued, a retry coming due)."""
-    async with http_client() as client:
+    """The sender: starts each due endpoint on its own task whenever this replica queued a delivery (its
+    doorbell), an endpoint's task ended, or every ``poll_s`` (what other replicas queued, a retry
+    coming due). It never waits for an endpoint: a slow receiver holds only its own deliveries."""
+    async with http_client(settings) as client:
         with doorbell(db).waiter(SENDER) as rung:
-            while True:
-                rung.clear()
-                try:
-                    await deliver_due(db, settings, client)
-                except Exception:
-                    log.exception("webhook delivery round failed")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(rung.wait(), settings.poll_s)
+            sender = _Sender(db, settings, client, rung)
+            try:
+                while True:
+                    rung.clear()
+                    try:
+                        await sender.start_due()
+                    except Exception:
+                        log.exception("webhook delivery round failed")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(rung.wait(), settings.poll_s)
+            finally:
+                await sender.stop()

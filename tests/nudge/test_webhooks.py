@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import ipaddress
 import time
-from collections.abc import Awaitable, Callable
+import tracemalloc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -19,7 +22,7 @@ import standardwebhooks
 from hypothesis import given
 from hypothesis import strategies as st
 from nudge import app, wakeup, webhooks
-from nudge.__main__ import SPEC
+from nudge.__main__ import SPEC, webhook_settings
 from nudge.domain.webhooks import backoff_s, sign
 from reviewloop import ssrf
 from reviewloop.client import WebhookVerificationError, verify_webhook
@@ -30,10 +33,13 @@ from reviewloop.storage import Database, make_engine
 from reviewloop.tenancy import ActorKind, Principal
 
 from tests.nudge.factory import AGENT, event
-from tests.receiver import Receiver, receiving
+from tests.receiver import RawReceiver, Receiver, raw_receiving, receiving
 
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 ADMIN = Principal(AGENT.org_id, AGENT.project_id, ActorKind.ADMIN, "adm_1")
+# Another project of another org: the tenant a slow receiver must not hold up.
+OTHER_AGENT = Principal("org_b", "prj_b", ActorKind.AGENT, "agt_b")
+OTHER_ADMIN = Principal("org_b", "prj_b", ActorKind.ADMIN, "adm_b")
 SETTINGS = webhooks.WebhookSettings(
     key=b"test-webhook-key",
     allowed_networks=parse_networks(["127.0.0.0/8"]),
@@ -430,3 +436,109 @@ async def test_the_sender_is_woken_only_by_a_nudge_that_queued_a_delivery(open_d
             assert not rung.is_set()
             await app.ingest(db, [event("rr_w3", "sent")])
             assert rung.is_set()
+
+
+@asynccontextmanager
+async def sending(db: Database, settings: webhooks.WebhookSettings) -> AsyncIterator[None]:
+    """The production sender loop, running beside the test."""
+    task = asyncio.create_task(webhooks.deliver_forever(db, settings))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def attempts_of(db: Database, endpoint_id: str) -> int:
+    return sum(d.attempts for d in await webhooks.deliveries(db, ADMIN, endpoint_id, status="", limit=10))
+
+
+DRIPS = {
+    # issue 36's receiver: 200 at once, then the body a byte at a time, each gap under any per-read timeout
+    "200 then a byte every second": b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n",
+    "500 then a byte every second": b"HTTP/1.1 500 Oops\r\ncontent-length: 1000000\r\n\r\nbusy ",
+    "the headers a byte every second": b"HTTP/1.1 200 OK\r\nx-drip: ",
+}
+
+
+@pytest.mark.parametrize("head", DRIPS.values(), ids=DRIPS.keys())
+async def test_a_dripping_receiver_delays_only_its_own_deliveries(open_db: OpenDb, head: bytes) -> None:
+    """Project A's receiver drips its answer; project B's delivery, queued while A's attempt hangs,
+    arrives at once, and A's attempt ends by its deadline (connect, headers and body together)."""
+    db = await open_db(SPEC)
+    settings = dataclasses.replace(SETTINGS, timeout_s=3.0, poll_s=0.2, backoff_s=60.0, backoff_cap_s=60.0)
+    async with raw_receiving(RawReceiver(head=head, drip=b"x", gap_s=1.0)) as slow, receiving() as other:
+        slow_hook = await webhooks.register(db, settings, ADMIN, slow.url, [])
+        await webhooks.register(db, settings, OTHER_ADMIN, other.url, [])
+        async with sending(db, settings):
+            await app.ingest(db, [event("rr_a", "rejected")])
+            await asyncio.wait_for(slow.arrived.wait(), 5)
+            queued = time.monotonic()
+            await app.ingest(db, [event("rr_b", "rejected", principal=OTHER_AGENT)])
+            await other.until(1, timeout_s=2 * settings.timeout_s)
+            delay = time.monotonic() - queued
+            # the slow attempt itself is over by its deadline (the sender's record of it says so)
+            async with asyncio.timeout(settings.timeout_s + 1):
+                while await attempts_of(db, slow_hook.endpoint.id) == 0:  # noqa: ASYNC110 - the store's record
+                    await asyncio.sleep(0.05)
+            held = time.monotonic() - queued
+            await asyncio.wait_for(slow.closed.wait(), 2 * slow.gap_s + 1)  # and its connection closed
+    print(f"other project's delivery after {delay * 1000:.0f} ms; the slow attempt ended after {held:.1f} s")
+    assert delay < 1.0  # on time: not after the slow attempt's 3 s deadline
+    (attempt,) = await webhooks.deliveries(db, ADMIN, slow_hook.endpoint.id, status="", limit=10)
+    if head.startswith(b"HTTP/1.1 200 OK\r\ncontent"):
+        assert (attempt.status, attempt.last_status, attempt.last_error) == ("delivered", 200, None)
+    elif head.startswith(b"HTTP/1.1 500"):
+        assert (attempt.status, attempt.last_status) == ("pending", 500)
+        assert attempt.last_error.startswith("HTTP 500: busy x") and "3 s deadline" in attempt.last_error
+    else:
+        assert (attempt.status, attempt.last_status) == ("pending", None)
+        assert attempt.last_error == "no answer within the 3 s deadline"
+
+
+@pytest.mark.parametrize("status", [200, 500])
+async def test_a_huge_answer_is_read_no_further_than_its_prefix(open_db: OpenDb, status: int) -> None:
+    """A 64 MiB answer: the sender reads a 512-byte prefix (a 2xx: nothing), closes, and its memory
+    stays bounded; the receiver could not push the rest."""
+    db = await open_db(SPEC)
+    size = 64 * 1024 * 1024
+    settings = dataclasses.replace(SETTINGS, retry_for=timedelta(0))
+    head = f"HTTP/1.1 {status} X\r\ncontent-length: {size}\r\n\r\n".encode()
+    async with raw_receiving(RawReceiver(head=head, body_bytes=size)) as huge:
+        hook = await webhooks.register(db, settings, ADMIN, huge.url, [])
+        await app.ingest(db, [event("rr_a", "rejected")])
+        async with webhooks.http_client() as client:
+            tracemalloc.start()
+            try:
+                assert await webhooks.deliver_due(db, settings, client) == 1
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+        await asyncio.wait_for(huge.closed.wait(), 5)
+    print(f"peak traced memory {peak / 2**20:.1f} MiB; the receiver pushed {huge.sent / 2**20:.1f} MiB")
+    assert peak < 8 * 2**20  # the whole answer would be 64 MiB
+    assert huge.sent < size / 4  # the socket's buffers, not the answer
+    (attempt,) = await webhooks.deliveries(db, ADMIN, hook.endpoint.id, status="", limit=10)
+    if status == 200:
+        assert (attempt.status, attempt.last_error) == ("delivered", None)
+    else:
+        assert attempt.last_error == "HTTP 500: " + "x" * settings.answer_prefix_bytes
+
+
+def test_the_sender_settings_keep_an_attempt_inside_its_claim() -> None:
+    read = webhook_settings(
+        {
+            "REVIEWLOOP_WEBHOOK_KEY": "k",
+            "REVIEWLOOP_WEBHOOK_TIMEOUT_S": "2.5",
+            "REVIEWLOOP_WEBHOOK_MAX_IN_FLIGHT": "4",
+            "REVIEWLOOP_WEBHOOK_ANSWER_PREFIX_BYTES": "64",
+        }
+    )
+    assert (read.timeout_s, read.max_in_flight, read.answer_prefix_bytes) == (2.5, 4, 64)
+    with pytest.raises(ValueError, match="timeout"):
+        webhook_settings({"REVIEWLOOP_WEBHOOK_KEY": "k", "REVIEWLOOP_WEBHOOK_TIMEOUT_S": "45"})
+    with pytest.raises(ValueError, match="timeout"):
+        webhooks.WebhookSettings(timeout_s=30.0, lease_s=60.0)
+    with pytest.raises(ValueError, match="in flight"):
+        webhooks.WebhookSettings(max_in_flight=0)
