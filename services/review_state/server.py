@@ -226,7 +226,11 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
                 expected_last_message_id=request.expected_last_message_id,
             ),
         )
-        return review_pb2.SubmitResponse(status=status, review=review_to_proto(review))
+        message_id = review.message_id or ""
+        if status == "sent" and not message_id:  # released, its delivery outlasting the wait: still named
+            attempt = await app.get_delivery(self.env, Principal.from_proto(request.principal), review.id)
+            message_id = attempt.message_id if attempt is not None else ""
+        return review_pb2.SubmitResponse(status=status, review=review_to_proto(review), message_id=message_id)
 
     async def GetReview(self, request: review_pb2.GetReviewRequest, context: Context) -> review_pb2.Review:
         principal = Principal.from_proto(request.principal)

@@ -4,10 +4,17 @@ review whose send is in flight, a direct release that outlasts the wait, a secon
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-from tests.conftest import Api, draft
+import pytest
+from aiosmtpd.controller import Controller
+from stack.launcher import Stack, free_port
+
+from tests.conftest import Api, Databases, draft, start_stack
 
 
 async def _setup(api: Api) -> tuple[str, dict[str, str], dict[str, str]]:
@@ -72,3 +79,87 @@ async def test_a_restamp_that_names_no_rule_snapshot_is_422_naming_the_fields(ap
     )
     assert named.status_code == 200, named.text
     assert named.json()["version"] == before["version"] + 1
+
+
+class SlowRelay:
+    """An SMTP relay that takes ``delay_s`` to answer DATA: a delivery that outlasts the wait."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.received: list[bytes] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        await asyncio.sleep(self.delay_s)
+        self.received.append(envelope.original_content)
+        return "250 OK"
+
+
+@pytest.fixture
+async def slow_api(databases: Databases, backend: str, tmp_path: Path) -> AsyncIterator[Api]:
+    """The stack on a relay slower than review_state's delivery wait (0.3 s)."""
+    relay = SlowRelay(delay_s=4.0)
+    port = free_port()
+    controller = Controller(relay, hostname="127.0.0.1", port=port)
+    controller.start()
+    extra = {"REVIEWLOOP_SMTP_URL": f"smtp://127.0.0.1:{port}", "REVIEWLOOP_DELIVERY_WAIT_S": "0.3"}
+    stack: Stack = await start_stack(databases, backend, tmp_path, extra)
+    client = Api(stack)
+    try:
+        yield client
+    finally:
+        await client.http.aclose()
+        stack.stop_all()
+        controller.stop()
+
+
+async def test_a_verb_on_an_approved_review_whose_send_is_in_flight_is_wrong_state(slow_api: Api) -> None:
+    api = slow_api
+    _, agent, human = await _setup(api)
+    review_id = (await _send(api, agent))["review_id"]
+    opened = (
+        await api.http.post(
+            f"/v1/reviews/{review_id}/open", json={"revision": 1, "version": 1}, headers=human
+        )
+    ).json()
+    decided = await api.http.post(
+        f"/v1/reviews/{review_id}/decision",
+        json={"action": "approve", "revision": opened["revision"], "version": opened["version"]},
+        headers=human,
+    )
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["state"] == "approved"
+    read = (await api.http.get(f"/v1/reviews/{review_id}", headers=agent)).json()
+    assert read["state"] == "approved" and read["delivery"]["status"] in ("queued", "sending"), read
+    cancel = await api.http.post(
+        f"/v1/reviews/{review_id}/cancel", json={"parent_revision": decided.json()["revision"]}, headers=agent
+    )
+    assert cancel.status_code == 409, cancel.text
+    problem = cancel.json()
+    assert problem["code"] == "wrong_state", problem  # "nothing: it is being delivered", not parked
+    assert ("state", "approved") in _facts(problem)
+    assert {a for f, a in _facts(problem) if f == "allowed_action"} == {"get_review", "list_review_events"}
+
+
+async def test_a_direct_release_that_outlasts_the_wait_answers_status_and_kind_sent_with_its_message_id(
+    slow_api: Api,
+) -> None:
+    api = slow_api
+    project, agent, _ = await _setup(api)
+    policy = await api.http.put(
+        f"/v1/admin/projects/{project}/review-policy", json={"policy": "allow_direct"}, headers=api.admin
+    )
+    assert policy.status_code == 200, policy.text
+    released = await api.http.post("/v1/messages", json=draft(intent=None), headers=agent)
+    assert released.status_code == 202, released.text
+    body = released.json()
+    assert body["state"] == "approved"  # still being delivered
+    assert (body["status"], body["kind"]) == ("sent", "sent"), body
+    assert body["message_id"].startswith("msg_") and body["review_id"].startswith("rr_")
+    assert body["message"]["id"] == body["message_id"]
+    # The id it names is the one the delivered review carries.
+    for _ in range(100):
+        review = (await api.http.get(f"/v1/reviews/{body['review_id']}", headers=agent)).json()
+        if review["state"] != "approved":
+            break
+        await asyncio.sleep(0.1)
+    assert review["state"] == "auto_sent" and review["message_id"] == body["message_id"], review

@@ -167,7 +167,8 @@ async def test_a_crash_after_the_provider_call_is_reconciled_by_message_id_witho
     assert await delivery(env, review.id) == ("sending", 1)  # past DATA, its worker gone
     with pytest.raises(DomainError) as caught:
         await app.cancel(env, AGENT, review.id, parked.revision, "")
-    assert caught.value.code is Code.SEND_NEEDS_RECONCILIATION
+    # Its lease is live: the send is in flight, not parked (spec 000: from approved, "nothing").
+    assert caught.value.code is Code.WRONG_STATE and caught.value.state is not None
     assert caught.value.allowed_actions == ["get_review", "list_review_events"]
 
     env.provider = SmtpProvider(url, tmp_path / "journal.log")  # the restarted process

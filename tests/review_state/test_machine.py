@@ -75,9 +75,9 @@ def test_a_hinted_verb_never_409s_and_an_unhinted_one_always_does(
         if state in TERMINAL:
             assert error.code is Code.TERMINAL and error.revision is None
         elif state is State.APPROVED and (state, verb, actor) not in TRANSITIONS:
-            # A send is in flight or parked: nothing but reads (the platform's own outcome verbs
-            # still obey the revision CAS below).
-            assert error.code is Code.SEND_NEEDS_RECONCILIATION
+            # A send is in flight: nothing but reads (the platform's own outcome verbs still obey the
+            # revision CAS below); only the caller that finds the attempt parked says so.
+            assert error.code is Code.WRONG_STATE
             assert verb.value not in error.allowed_actions
             if actor is not Actor.SYSTEM:
                 assert error.allowed_actions == ["get_review", "list_review_events"]

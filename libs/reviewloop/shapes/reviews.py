@@ -478,8 +478,10 @@ class SentMessage(Shape):
 class SubmitForReviewResult(Shape):
     """What ``send_email``, ``reply_to_email`` and ``forward_email`` answer (202).
 
-    ``kind`` is the SDK's discriminator (``queued_for_review``: nothing is delivered yet, a release still
-    being delivered included; ``sent``: ``message`` went out); ``status`` is the spec's.
+    ``kind`` is the SDK's discriminator and ``status`` the spec's, always the same value:
+    ``queued_for_review``, a draft waiting for a reviewer; ``sent``, a release (spec 000's ``202 {status:
+    "sent", message_id, review_id}``) whose ``message`` / ``message_id`` name the message even while its
+    delivery outlasts the wait (``state: approved``; the terminal event says how it ended).
     """
 
     kind: Literal["queued_for_review", "sent"]

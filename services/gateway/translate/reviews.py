@@ -158,23 +158,27 @@ def as_review_chat_result(reply: review_pb2.PostChatResponse) -> Json:
 
 
 def as_submit_result(reply: review_pb2.SubmitResponse) -> Json:
-    """``SubmitForReviewResult``: the spec's ``status`` and the SDK's ``kind`` discriminator. ``kind`` is
-    ``sent`` (with ``message``) only once a message went out; a release still being delivered, like a
-    queued draft, is ``queued_for_review`` to the SDK: nothing delivered yet, wait for the terminal event."""
+    """``SubmitForReviewResult``: the spec's ``status`` and the SDK's ``kind`` discriminator, always the
+    same value. ``sent`` is a release (spec 000's ``202 {status: "sent", message_id, review_id}``), with
+    ``message`` and ``message_id`` naming the message even while its delivery outlasts the wait (``state``
+    ``approved``, ``review.delivery`` says how far it got; the terminal event says how it ended);
+    ``queued_for_review`` a draft waiting for a reviewer."""
     review = as_review(reply.review)
-    sent = reply.status == "sent" and "message_id" in review
+    message_id = review.get("message_id") or reply.message_id
+    sent = reply.status == "sent"
     body: Json = {
         "kind": "sent" if sent else "queued_for_review",
         "status": reply.status,
         "review_id": review["id"],
         "state": review["state"],
     }
-    if sent:
-        message: Json = {"id": review["message_id"]}
+    if sent and message_id:
+        message: Json = {"id": message_id}
         if "thread_ref" in review:
             message["thread_id"] = review["thread_ref"]
         body["message"] = message
-    for name in ("message_id", "thread_ref", "send_error", "gate_outcome"):
+        body["message_id"] = message_id
+    for name in ("thread_ref", "send_error", "gate_outcome"):
         if name in review:
             body[name] = review[name]
     body["review"] = review

@@ -35,6 +35,7 @@ from review_state.domain.machine import (
     Verb,
     allowed_actions,
     check_transition,
+    parked,
 )
 from review_state.domain.review import Edge, Review, Turn
 
@@ -355,10 +356,18 @@ async def guard(
     run: Callable[[], Awaitable[T]],
 ) -> T:
     """Runs a mutation; a refusal ``REFUSAL_NUDGES`` names (a ``409 terminal``, a born-stale redraft)
-    also leaves its nudge, in a transaction of its own since the mutation wrote nothing."""
+    also leaves its nudge, in a transaction of its own since the mutation wrote nothing. A verb refused on
+    an approved review is ``send_needs_reconciliation`` when its attempt is parked (one read, on the
+    refusal only); merely in flight, it stays ``wrong_state``."""
     try:
         return await run()
     except DomainError as error:
+        if error.code is Code.WRONG_STATE and error.state is State.APPROVED:
+            async with db.single_statement.connect() as conn:
+                attempt = await store.get_attempt(conn, review_id, principal.project_id)
+            if attempt is not None and attempt.status == "in_flight" and attempt.stage == store.PARKED:
+                raise parked(error) from None
+            raise
         reason = REFUSAL_NUDGES.get(error.code)
         if reason is not None:
             await _ON_REFUSAL[reason](db, principal, review_id, parent_revision, error)

@@ -185,8 +185,8 @@ def check_transition(
     parent_revision: int | None = None,
     expected_version: int | None = None,
 ) -> State:
-    """The next state, or the 409 the spec names: ``terminal``, ``send_needs_reconciliation`` (a
-    send is in flight or parked), then ``stale``, then ``wrong_state``. ``parent_revision`` None
+    """The next state, or the 409 the spec names: ``terminal``, ``wrong_state`` for an approved review (its
+    send is in flight; see ``parked``), then ``stale``, then ``wrong_state``. ``parent_revision`` None
     names no revision (chat, the platform's own edges): the review's own is taken."""
     state, revision, version = review.state, review.revision, review.version
     if parent_revision is None:
@@ -202,10 +202,13 @@ def check_transition(
         )
     target = next_state(state, verb, actor)
     if state is S.APPROVED and target is None:
+        # Spec 000: from `approved`, "nothing: it is being delivered". A send merely in flight is a
+        # wrong_state; the caller that knows its attempt is parked names it `send_needs_reconciliation`
+        # (``parked``).
         raise DomainError(
-            Code.SEND_NEEDS_RECONCILIATION,
-            "The review is approved and its send attempt is in flight or parked for recovery by "
-            "Message-ID. Do not resend: poll get_review and wait for the terminal event.",
+            Code.WRONG_STATE,
+            f"{verb} is not legal while the review is approved: it is being delivered. Nothing mutates it "
+            "now; poll get_review and wait for the terminal event.",
             state=state,
             revision=revision,
             version=version,
@@ -235,3 +238,18 @@ def check_transition(
             allowed_actions=allowed_actions(state, actor),
         )
     return target
+
+
+def parked(error: DomainError) -> DomainError:
+    """``error`` (the ``wrong_state`` of a verb on an approved review) as the review's delivery attempt is
+    parked for recovery by Message-ID: ``send_needs_reconciliation``, the one 409 of an approved review
+    that is not merely in flight, with the same recovery facts."""
+    return DomainError(
+        Code.SEND_NEEDS_RECONCILIATION,
+        "The review is approved and its send attempt is parked for recovery by Message-ID: its outcome is "
+        "unknown. Do not resend: poll get_review and wait for the terminal event.",
+        state=error.state,
+        revision=error.revision,
+        version=error.version,
+        allowed_actions=list(error.allowed_actions),
+    )
