@@ -3,11 +3,13 @@ and transactions as SQLAlchemy's execution gives, for a statement seen a second 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+import asyncpg.transaction
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -286,3 +288,57 @@ async def test_a_value_that_does_not_bind_is_sqlalchemys_error(db: Database) -> 
         async with db.single_statement.connect() as conn:
             await conn.execute(_ADD, {**row, "id": "k", "doc": object()})
     assert (await one(db, _ONE, {"id": "k"}))[1] is None
+
+
+async def _cancel_inside_begin(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run a unit of work whose task is cancelled after the server ran its BEGIN, before the answer."""
+    entered = asyncio.Event()
+    real = asyncpg.transaction.Transaction.start
+
+    async def slow_start(self: Any) -> None:
+        await real(self)
+        entered.set()
+        await asyncio.sleep(10)  # cancelled here: the server's transaction is open
+
+    async def unit() -> None:
+        async with db.transaction() as uow:
+            await uow.conn.execute(_ONE, {"id": "none"})
+
+    monkeypatch.setattr(asyncpg.transaction.Transaction, "start", slow_start)
+    task = asyncio.create_task(unit())
+    await asyncio.wait([task, asyncio.create_task(entered.wait())], return_when=asyncio.FIRST_COMPLETED)
+    assert not task.done(), task.exception()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    monkeypatch.undo()
+
+
+async def test_a_unit_cancelled_in_its_begin_leaves_no_transaction_for_the_next(
+    databases: Databases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One pooled connection, so the next unit gets the one the cancelled unit had. Before the fix the
+    # next unit ran as a SAVEPOINT inside the cancelled unit's open transaction: it answered OK and its
+    # row was never committed (issue 34's lost terminal nudges).
+    url = await databases.url("postgresql", "driver_cancel")
+    db = Database(make_engine(url, pool_size=1))
+    try:
+        async with db.engine.begin() as conn:
+            await conn.run_sync(metadata.drop_all)
+            await conn.run_sync(metadata.create_all)
+        for _ in range(2):  # the second sighting of _ONE takes the driver path
+            async with db.single_statement.connect() as conn:
+                await conn.execute(_ONE, {"id": "none"})
+        await _cancel_inside_begin(db, monkeypatch)
+        async with db.transaction() as uow:
+            await uow.conn.execute(_ONE, {"id": "none"})
+            uow.insert(things, {"id": "kept", "n": 1})
+        other = Database(make_engine(url))
+        try:
+            async with other.engine.connect() as conn:
+                kept = (await conn.execute(select(things.c.id).where(things.c.id == "kept"))).all()
+        finally:
+            await other.dispose()
+        assert kept == [("kept",)]
+    finally:
+        await db.dispose()

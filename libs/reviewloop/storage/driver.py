@@ -11,7 +11,7 @@ connection itself, in autocommit or in the connection's transaction, as SQLAlche
 - the same transaction: autocommit, or the connection's own, begun as SQLAlchemy's autobegin begins it;
 - the same answer: a ``Result`` of SQLAlchemy rows, with ``rowcount`` from the command tag;
 - the same errors: the driver's error mapped as SQLAlchemy maps it (``IntegrityError``...), a dead
-  connection invalidated in the pool.
+  connection invalidated in the pool, and a connection whose statement was cancelled closed at once.
 
 Everything else goes through SQLAlchemy unchanged: SQLite; a statement built for one call (a statement is
 planned when seen a second time, so one built per call never is); literal-execute parameters,
@@ -293,6 +293,14 @@ class DriverConnection(AsyncConnection):
                 except Exception as error:
                     await greenlet_spawn(_raise, sync, adapted, error, plan.sql, args)
                     raise  # _raise always raises
+                except BaseException:
+                    # Cancelled at an await (the caller went away): the server may have run the BEGIN or
+                    # the statement without the adapter knowing (asyncpg then keeps the failed BEGIN as
+                    # its open transaction, and the next unit on this connection would run as a SAVEPOINT
+                    # inside it, answering OK and never committing). Nobody knows the connection's state:
+                    # close it at once, as SQLAlchemy's own execution does on an exit exception.
+                    sync.invalidate()
+                    raise
             if plan.processors:
                 processors = plan.processors
                 records = [
