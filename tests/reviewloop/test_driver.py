@@ -336,9 +336,9 @@ async def test_a_unit_cancelled_in_its_begin_leaves_no_transaction_for_the_next(
         other = Database(make_engine(url))
         try:
             async with other.engine.connect() as conn:
-                kept = (await conn.execute(select(things.c.id).where(things.c.id == "kept"))).all()
+                kept = (await conn.execute(select(things.c.id).where(things.c.id == "kept"))).scalars().all()
         finally:
             await other.dispose()
-        assert kept == [("kept",)]
+        assert list(kept) == ["kept"]
     finally:
         await db.dispose()
