@@ -111,6 +111,10 @@ class RawReceiver:
                 self.sent += len(self.drip)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # raw_receiving's exit ends a handler still dripping; ending quietly spares 3.11's streams
+            # callback a cancelled task (it logs one as an error)
+            pass
         finally:
             self.closed.set()
             writer.close()

@@ -497,6 +497,38 @@ async def test_a_dripping_receiver_delays_only_its_own_deliveries(open_db: OpenD
         assert attempt.last_error == "no answer within the 3 s deadline"
 
 
+async def test_attempts_in_flight_are_bounded_per_endpoint_and_in_all(open_db: OpenDb) -> None:
+    """Three projects' receivers hang on their answers, two deliveries queued for each, two attempts
+    allowed at once: two endpoints get one attempt each (never a second behind it: order), the third
+    waits for a slot, which the deadline frees."""
+    db = await open_db(SPEC)
+    settings = dataclasses.replace(
+        SETTINGS, timeout_s=2.0, poll_s=0.1, max_in_flight=2, backoff_s=60.0, backoff_cap_s=60.0
+    )
+    hang = b"HTTP/1.1 200 OK\r\nx-drip: "
+    async with (
+        raw_receiving(RawReceiver(head=hang, drip=b"x", gap_s=0.5)) as a,
+        raw_receiving(RawReceiver(head=hang, drip=b"x", gap_s=0.5)) as b,
+        raw_receiving(RawReceiver(head=hang, drip=b"x", gap_s=0.5)) as c,
+    ):
+        receivers = (a, b, c)
+        for n, receiver in enumerate(receivers):
+            await webhooks.register(
+                db, settings, Principal("org_b", f"prj_{n}", ActorKind.ADMIN, "adm"), receiver.url, []
+            )
+        agents = [Principal("org_b", f"prj_{n}", ActorKind.AGENT, "agt") for n in range(3)]
+        async with sending(db, settings):
+            await app.ingest(
+                db, [event(f"rr_{n}{k}", "rejected", principal=agents[n]) for n in range(3) for k in range(2)]
+            )
+            await asyncio.sleep(settings.timeout_s / 2)
+            assert sorted(r.requests for r in receivers) == [0, 1, 1]
+            async with asyncio.timeout(settings.timeout_s + 2):
+                while any(r.requests == 0 for r in receivers):  # noqa: ASYNC110 - counted by the receivers
+                    await asyncio.sleep(0.05)
+            assert [r.requests for r in receivers] == [1, 1, 1]  # the second deliveries wait (backoff, order)
+
+
 @pytest.mark.parametrize("status", [200, 500])
 async def test_a_huge_answer_is_read_no_further_than_its_prefix(open_db: OpenDb, status: int) -> None:
     """A 64 MiB answer: the sender reads a 512-byte prefix (a 2xx: nothing), closes, and its memory
