@@ -224,6 +224,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
                 reply_all=request.reply_all,
                 expected_context_version=request.expected_context_version,
                 expected_last_message_id=request.expected_last_message_id,
+                second_reply=request.second_reply,
             ),
         )
         message_id = review.message_id or ""

@@ -163,3 +163,52 @@ async def test_a_direct_release_that_outlasts_the_wait_answers_status_and_kind_s
             break
         await asyncio.sleep(0.1)
     assert review["state"] == "auto_sent" and review["message_id"] == body["message_id"], review
+
+
+async def test_a_second_reply_to_a_thread_with_one_pending_is_409_unless_it_says_it_means_one(
+    api: Api,
+) -> None:
+    project, agent, _ = await _setup(api)
+    inbound = await api.http.post(
+        f"/v1/admin/projects/{project}/inbound",
+        json={
+            "from": "vp@acme.com",
+            "to": ["sales@us.example"],
+            "subject": "Q3 pilot",
+            "body_text": "Pricing?",
+        },
+        headers=api.admin,
+    )
+    assert inbound.status_code == 201, inbound.text
+    parent = inbound.json()
+    reply = {"body_text": "Thursday 2pm?", "intent": draft()["intent"]}
+    first = await api.http.post(f"/v1/messages/{parent['message_id']}/reply", json=reply, headers=agent)
+    assert first.status_code == 202, first.text
+    pending_id = first.json()["review_id"]
+
+    again = await api.http.post(
+        f"/v1/messages/{parent['message_id']}/reply", json={**reply, "body_text": "Or Friday?"}, headers=agent
+    )
+    assert again.status_code == 409, again.text
+    problem = again.json()
+    assert problem["code"] == "reply_already_pending" and pending_id in problem["detail"]
+    assert "second_reply" in problem["detail"]
+    assert ("review_id", pending_id) in _facts(problem)
+    by_thread = await api.http.post(
+        f"/v1/threads/{parent['thread_ref']}/reply", json={**reply, "body_text": "Or Friday?"}, headers=agent
+    )
+    assert by_thread.status_code == 409 and by_thread.json()["code"] == "reply_already_pending"
+    listed = await api.http.get("/v1/reviews", params={"thread_id": parent["thread_ref"]}, headers=agent)
+    assert [r["id"] for r in listed.json()["items"]] == [pending_id]  # nothing written
+
+    meant = await api.http.post(
+        f"/v1/messages/{parent['message_id']}/reply",
+        json={**reply, "body_text": "Or Friday?", "second_reply": True},
+        headers=agent,
+    )
+    assert meant.status_code == 202, meant.text
+    # Once the first is withdrawn, a reply is the only pending one again... and the second still is.
+    cancelled = await api.http.post(f"/v1/reviews/{pending_id}/cancel", json={}, headers=agent)
+    assert cancelled.status_code == 200, cancelled.text
+    third = await api.http.post(f"/v1/messages/{parent['message_id']}/reply", json=reply, headers=agent)
+    assert third.status_code == 409 and meant.json()["review_id"] in third.json()["detail"]

@@ -166,7 +166,7 @@ async def test_reply_all_copies_the_other_recipients_but_never_our_own_inbox(api
     assert review["from_address"] == "sales@us.example"
     plain = await api.http.post(
         f"/v1/messages/{parent['message_id']}/reply",
-        json={"text": "Thursday?", "intent": draft()["intent"]},
+        json={"text": "Thursday?", "intent": draft()["intent"], "second_reply": True},
         headers=agent,
     )
     assert plain.json()["review"]["cc"] == []
@@ -280,7 +280,7 @@ async def test_the_catalogs_reply_email_picks_its_parent_by_thread_or_by_message
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         arguments = set(tools["reply_email"].input_schema["properties"])
         assert {"message_id", "thread_id", "reply_all", "mode", "inbox", "expected_context_version",
-                "expected_last_message_id"} <= arguments  # fmt: skip
+                "expected_last_message_id", "second_reply"} <= arguments  # fmt: skip
         assert {"inbox", "thread_id"} <= set(tools["list_reviews"].input_schema["properties"])
         body = {"text": "Thursday?", "intent": draft()["intent"], "reply_all": True}
         by_thread = structured(
@@ -290,7 +290,8 @@ async def test_the_catalogs_reply_email_picks_its_parent_by_thread_or_by_message
         )
         by_message = structured(
             await client.call_tool(
-                "reply_email", {**body, "message_id": first["message_id"], "client_id": "r-2"}
+                "reply_email",
+                {**body, "message_id": first["message_id"], "client_id": "r-2", "second_reply": True},
             )
         )
     assert by_thread["review"]["parent_message_id"] == later["message_id"]

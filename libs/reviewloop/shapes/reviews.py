@@ -109,6 +109,11 @@ class ThreadReplyIn(_Composed):
     expected_last_message_id: str | None = Field(
         default=None, min_length=1, max_length=40, description="the thread's last_message_id you read"
     )
+    second_reply: bool = Field(
+        default=False,
+        description="true: you mean a second reply while one to this thread is still pending (not yet sent, "
+        "cancelled or failed); without it such a reply is 409 reply_already_pending naming the pending review",
+    )
 
 
 class ReplyIn(ThreadReplyIn):

@@ -93,6 +93,7 @@ async def _submit(
         request.reply_all = body.reply_all
         request.expected_context_version = body.expected_context_version or ""
         request.expected_last_message_id = body.expected_last_message_id or ""
+        request.second_reply = body.second_reply
     if body.intent is not None:
         set_intent(request.intent, body.intent)
     if body.body_html is not None:

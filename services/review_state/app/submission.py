@@ -74,7 +74,8 @@ async def submit(
         "category_id": category_id,
         "confidence": confidence,
         "token": composition_token,
-        **({"asked": asdict(asked)} if asked != Asked() else {}),  # keys stored before it still match
+        # Keys stored before a field of ``Asked`` was added still match: a default is left out.
+        **({"asked": _asked_fields(asked)} if asked != Asked() else {}),
     }
     # The replay check and the contacts' facts share one connection (a pool checkout costs more than
     # either read); a replay or a refused draft reads nothing more. A keyed send knows its recipients
@@ -126,6 +127,10 @@ async def submit(
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         nonlocal rule_high_water, generation
+        if kind == "reply" and threading.thread_ref and not asked.second_reply:
+            # Read in the unit that writes the reply (SQLite has one writer; on PostgreSQL two replies
+            # racing may both pass: the check is for the agent that forgot its own pending one).
+            await _no_reply_pending(uow, principal, threading.thread_ref)
         if not composition_token and generation != env.stacks.generation:
             generation = env.stacks.generation  # a rule moved since the stack was read: read it again
             rule_high_water = await _stack_high_water(env, principal, category_id)
@@ -187,6 +192,27 @@ async def submit(
     # A replay drives a delivery its first call left unfinished, claiming it as any worker does.
     review = await deliver(env, review, None if replayed or not claims else claims[-1])
     return _status(review), review
+
+
+def _asked_fields(asked: Asked) -> dict[str, object]:
+    fields = asdict(asked)
+    if not asked.second_reply:
+        del fields["second_reply"]
+    return fields
+
+
+async def _no_reply_pending(uow: UnitOfWork, principal: Principal, thread_ref: str) -> None:
+    """``409 reply_already_pending`` when a reply to the thread is still pending (not yet sent, cancelled
+    or failed), naming it: revise that one, or say ``second_reply: true`` to mean a second."""
+    pending = await store.pending_reply(uow.conn, principal.project_id, thread_ref)
+    if pending is not None:
+        raise DomainError(
+            Code.REPLY_ALREADY_PENDING,
+            f"Thread {thread_ref} already has a reply pending: review {pending}. Revise it (get_review, then "
+            "submit_revision) or cancel it; if you mean to send a second reply beside it, resubmit with "
+            '"second_reply": true.',
+            hints=(("review_id", pending), ("thread_id", thread_ref)),
+        )
 
 
 async def _notify_humans(uow: UnitOfWork, review: Review) -> None:

@@ -218,8 +218,9 @@ MODES = ("review", "direct")
 @dataclass(frozen=True)
 class Asked:
     """What a submit asks beyond its draft: the mode (the SDK's ``review`` | ``direct``), the sending
-    inbox (the From address), and for a reply the thread it answers, whether to reply to all, and what
-    the agent read of the thread (``expected_*``: a thread that moved since is refused)."""
+    inbox (the From address), and for a reply the thread it answers, whether to reply to all, what
+    the agent read of the thread (``expected_*``: a thread that moved since is refused), and whether it
+    means a second reply while one is pending (``second_reply``)."""
 
     mode: str = ""
     inbox: str = ""
@@ -227,6 +228,9 @@ class Asked:
     reply_all: bool = False
     expected_context_version: str = ""
     expected_last_message_id: str = ""
+    # The agent means a second reply while one to the thread is still pending (else 409
+    # reply_already_pending names the pending one).
+    second_reply: bool = False
 
     def validate(self) -> None:
         if self.mode not in ("", *MODES):

@@ -57,6 +57,7 @@ from review_state.store.reviews import (
     list_turns,
     past_review_deadline,
     pending_in_scope,
+    pending_reply,
 )
 from review_state.store.tables import idempotency_keys, metadata
 
@@ -101,6 +102,7 @@ __all__ = [
     "parked_attempts",
     "past_review_deadline",
     "pending_in_scope",
+    "pending_reply",
     "reach_data",
     "renew_lease",
     "requeue",

@@ -179,6 +179,25 @@ async def list_reviews(
     return [_from_row(row) for row in rows]
 
 
+# A reply not yet sent, cancelled or failed: a pending draft, or one being delivered.
+_REPLY_PENDING = [s.value for s in PENDING] + [State.APPROVED.value]
+
+
+async def pending_reply(conn: AsyncConnection, project_id: str, thread_ref: str) -> str | None:
+    """The id of a reply to ``thread_ref`` still pending (the oldest), else None."""
+    return await conn.scalar(
+        select(reviews.c.id)
+        .where(
+            reviews.c.project_id == project_id,
+            reviews.c.thread_ref == thread_ref,
+            reviews.c.kind == "reply",
+            reviews.c.state.in_(_REPLY_PENDING),
+        )
+        .order_by(reviews.c.id)
+        .limit(1)
+    )
+
+
 # The send paths the per-category daily auto-send cap counts: releases no human reviewed.
 AUTO_RELEASES = ("graduated_auto", "reviewer_approved")
 
