@@ -28,6 +28,10 @@ if os.environ.get("CI"):
 PG_ENV = "REVIEWLOOP_TEST_POSTGRES"
 ADMIN_TOKEN = "rladm_test_" + uuid.uuid4().hex
 BACKENDS = ["sqlite", "postgres"]
+# How the parts trust each other: plain calls on loopback (the embedded default), or the production
+# overlay's settings (a signed service token and mutual TLS). Every push test runs under both (issue 36).
+TRUSTS = ["loopback", "production_trust"]
+STACK_PARAMS = [pytest.param((b, t), id=f"{b}-{t}") for b in BACKENDS for t in TRUSTS]
 
 
 def _pg_server() -> str:
@@ -132,6 +136,31 @@ async def start_stack(
         stack.stop_all()
         raise
     return stack
+
+
+def production_trust(pki: Path) -> dict[str, str]:
+    """The production overlay's trust between the parts: a service key and mTLS certificates (openssl)."""
+    from tests.reviewloop.test_trust import make_pki
+
+    pki.mkdir(parents=True, exist_ok=True)
+    return {"REVIEWLOOP_SERVICE_AUTH_KEY": uuid.uuid4().hex * 2, **make_pki(pki)("reviewloop")}
+
+
+async def start_stack_for(
+    param: tuple[str, str],
+    databases: Databases,
+    tmp_path_factory: pytest.TempPathFactory,
+    extra_env: dict[str, str] | None = None,
+) -> Stack:
+    """A stack on ``param``'s (backend, trust): see ``STACK_PARAMS``."""
+    backend, trust = param
+    if backend == "postgres":
+        _pg_server()
+    tmp = tmp_path_factory.mktemp(f"stack-{backend}-{trust}")
+    env = dict(extra_env or {})
+    if trust == "production_trust":
+        env.update(production_trust(tmp / "pki"))
+    return await start_stack(databases, backend, tmp, env)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

@@ -134,7 +134,7 @@ def _mac(key: bytes, caller: str, stamp: str, method: str) -> str:
     return hmac.new(key, f"v1.{caller}.{stamp}.{method}".encode(), hashlib.sha256).hexdigest()
 
 
-class _Sign(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+class _Signer:
     def __init__(self, trust: Trust) -> None:
         self.trust = trust
 
@@ -146,17 +146,25 @@ class _Sign(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInte
             details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
         )
 
+
+class _SignUnary(_Signer, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         """Sign a unary call."""
         return await continuation(self._signed(details), request)
 
+
+class _SignStream(_Signer, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         """Sign a server-streaming call."""
         return await continuation(self._signed(details), request)
 
 
 def _signers(trust: Trust) -> list[Any]:
-    return [_Sign(trust)]
+    # One interceptor per call kind: a grpc.aio channel files each interceptor under the first kind it
+    # is an instance of (an if/elif chain), so one object that is both was only ever asked to sign
+    # unary calls, and every server stream (nudge's Subscribe, the event stream's shared read) went out
+    # unsigned and was refused UNAUTHENTICATED (issue 36).
+    return [_SignUnary(trust), _SignStream(trust)]
 
 
 def require_caller(trust: Trust, method: str, metadata: Any) -> None:

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from dispatch_budget import cli as budget_cli
@@ -41,6 +42,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     tls = {"CA": args.tls_ca, "CERT": args.tls_cert, "KEY": args.tls_key}
     os.environ.update({f"REVIEWLOOP_TLS_{name}": path for name, path in tls.items() if path})
+    if args.service_auth_key_file:
+        try:
+            key = Path(args.service_auth_key_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            print(f"error: cannot read the service key: {exc}", file=sys.stderr)
+            return 2
+        os.environ["REVIEWLOOP_SERVICE_AUTH_KEY"] = key
     try:
         stack = Stack()
         stack.check_ports()
@@ -63,6 +71,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"reviewloop is up: gateway http://{address(GATEWAY)}", flush=True)
         for name in SERVICES:
             print(f"  {name:<16} grpc {address(name):<22} SERVING", flush=True)
+        if stack.trust.key is not None:
+            print(
+                "  between the parts: signed service tokens (REVIEWLOOP_SERVICE_AUTH_KEY); unsigned calls "
+                "are refused",
+                flush=True,
+            )
         if stack.trust.mtls:
             print(
                 "  between the parts: mutual TLS (REVIEWLOOP_TLS_*); plaintext callers are refused",
@@ -187,6 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             help=f"mutual TLS between the parts: {what} every part presents and checks "
             f"(or REVIEWLOOP_TLS_{name.upper()}); the certificate must name the parts' host (127.0.0.1)",
         )
+    up.add_argument(
+        "--service-auth-key-file",
+        metavar="FILE",
+        help="sign every call between the parts with the secret in FILE, as the production overlay does "
+        "(or REVIEWLOOP_SERVICE_AUTH_KEY); at least 32 characters",
+    )
     up.set_defaults(func=cmd_up)
     traces = sub.add_parser(
         "traces", help="print a review's life (or one trace) as a timeline of request trees"

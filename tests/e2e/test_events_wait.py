@@ -49,7 +49,8 @@ class Producer:
 
     async def publish(self, principal: Principal, reason: str, review_id: str | None = None) -> str:
         review_id = review_id or new_id("rr")
-        async with grpc.aio.insecure_channel(self.stack.address("nudge")) as channel:
+        # As review_state's relay: with the stack's credentials (a service token, a client certificate).
+        async with self.stack.trust.channel(self.stack.address("nudge"), (), []) as channel:
             await nudge_pb2_grpc.NudgeServiceStub(channel).Ingest(
                 common_pb2.IngestRequest(events=[event(review_id, reason, principal=principal)])
             )

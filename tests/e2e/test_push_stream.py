@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 from reviewloop.client import AsyncReviewloop, Reviewloop, ReviewloopError, StreamedEvent
@@ -13,9 +13,20 @@ from reviewloop.tenancy import ActorKind, Principal
 from stack.launcher import Stack
 from stack.topology import GATEWAY
 
-from tests.conftest import Api
+from tests.conftest import STACK_PARAMS, Api, Databases, start_stack_for
 from tests.e2e.test_events_wait import Producer
 from tests.e2e.test_operations import samples
+
+
+@pytest.fixture(scope="module", params=STACK_PARAMS)
+async def stack(
+    request: pytest.FixtureRequest, databases: Databases, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """This module's stacks: each backend, on loopback trust and on the production overlay's (a service
+    key and mTLS), where the stream once answered 200 and never sent an event (issue 36)."""
+    running = await start_stack_for(request.param, databases, tmp_path_factory)
+    yield running
+    running.stop_all()
 
 
 @pytest.fixture
@@ -24,7 +35,8 @@ def producer(api: object, stack: Stack) -> Producer:
 
 
 async def take(events: AsyncGenerator[StreamedEvent, None], count: int) -> list[StreamedEvent]:
-    taken = [await anext(events) for _ in range(count)]
+    async with asyncio.timeout(20):  # a silent stream fails here instead of hanging
+        taken = [await anext(events) for _ in range(count)]
     await events.aclose()  # drops the connection, as a crashed consumer would
     return taken
 

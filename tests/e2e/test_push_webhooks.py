@@ -14,7 +14,7 @@ from reviewloop.client import AsyncReviewloop, WebhookVerificationError, verify_
 from stack.launcher import Stack, free_port
 from stack.topology import GATEWAY
 
-from tests.conftest import BACKENDS, INTENT, Api, Databases, _pg_server, draft, start_stack
+from tests.conftest import INTENT, STACK_PARAMS, Api, Databases, draft, start_stack_for
 from tests.e2e.helpers import auto_notify_category, events_until
 from tests.e2e.test_events_wait import Producer
 from tests.e2e.test_secrets import text_of_every_store
@@ -29,14 +29,12 @@ PUSH_ENV = {
 }
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=STACK_PARAMS)
 async def push_stack(
     request: pytest.FixtureRequest, databases: Databases, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Stack]:
-    backend = str(request.param)
-    if backend == "postgres":
-        _pg_server()
-    running = await start_stack(databases, backend, tmp_path_factory.mktemp(f"push-{backend}"), PUSH_ENV)
+    """Each backend, on loopback trust and on the production overlay's (a service key and mTLS)."""
+    running = await start_stack_for(request.param, databases, tmp_path_factory, PUSH_ENV)
     yield running
     running.stop_all()
 

@@ -114,6 +114,11 @@ def _up_serves_the_slice(tmp_path: Path, env: dict[str, str], *flags: str) -> li
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             assert events[0]["reason"] == "cancelled"
+            # The pushed stream too: under the production trust settings it once answered 200 and never
+            # sent an event (issue 36).
+            with http.stream("GET", "/v1/review-events/stream", headers=agent) as stream:
+                data = next(line for line in stream.iter_lines() if line.startswith("data:"))
+            assert '"reason":"cancelled"' in data, data
         if "--tls-ca" in flags:
             _plaintext_is_refused(env["REVIEWLOOP_REVIEW_STATE_ADDR"], review_id)
 
@@ -144,15 +149,21 @@ def _plaintext_is_refused(address: str, review_id: str) -> None:
 
 
 @pytest.mark.slow
-def test_up_with_mutual_tls_runs_a_lifecycle_and_refuses_a_plaintext_caller(tmp_path: Path) -> None:
+def test_up_with_the_production_trust_settings_runs_a_lifecycle_streams_and_refuses_a_plaintext_caller(
+    tmp_path: Path,
+) -> None:
     """The certificates given as flags reach every part and the gateway's clients; every hop (gateway to
     services, the relays, the launcher's health checks) goes over mTLS."""
     pki = tmp_path / "pki"
     pki.mkdir()
     tls = make_pki(pki)("reviewloop")
     flags = ("--tls-ca", tls["REVIEWLOOP_TLS_CA"], "--tls-cert", tls["REVIEWLOOP_TLS_CERT"])
-    lines = _up_serves_the_slice(tmp_path, _env(tmp_path), *flags, "--tls-key", tls["REVIEWLOOP_TLS_KEY"])
+    key_file = pki / "service-auth-key"
+    key_file.write_text("k" * 48)
+    flags += ("--tls-key", tls["REVIEWLOOP_TLS_KEY"], "--service-auth-key-file", str(key_file))
+    lines = _up_serves_the_slice(tmp_path, _env(tmp_path), *flags)
     assert any("mutual TLS" in line for line in lines), lines
+    assert any("signed service tokens" in line for line in lines), lines
 
 
 @pytest.mark.slow
