@@ -46,6 +46,44 @@ RESERVED_HEADERS = frozenset(
 )
 
 
+# The headers an agent may set on outgoing mail (issue 36): extension headers (``X-...``) and these.
+# Everything else is the deployment's: a header that claims the sender's identity (Sender, Resent-*),
+# the message's route (Return-Path, Received, Delivered-To) or its authentication (DKIM-Signature,
+# ARC-*, Authentication-Results, Received-SPF) would let an agent forge what the relay and the
+# recipient's filters trust, so it is refused (422 naming it), never dropped quietly.
+AGENT_HEADER_NAMES = (
+    "Comments",
+    "Keywords",
+    "Importance",
+    "Priority",
+    "Sensitivity",
+    "Organization",
+    "Content-Language",
+    "Auto-Submitted",
+    "Precedence",
+    "List-Id",
+    "List-Unsubscribe",
+    "List-Unsubscribe-Post",
+)
+AGENT_HEADERS = frozenset(h.lower() for h in AGENT_HEADER_NAMES)
+# An extension header whose name claims identity, routing or authentication is the deployment's too
+# (X-Original-From, X-Sender, X-Forwarded-For, X-Originating-IP, X-Google-DKIM-Signature, ...).
+_CLAIMING_EXTENSION = re.compile(
+    r"sender|from|origin|received|return-path|resent|forward|envelope|deliver|auth|dkim|arc-|spf|dmarc"
+    r"|signature|spam|verif|route|relay|ms-exchange|x-google",
+    re.IGNORECASE,
+)
+
+
+def agent_may_set(name: str) -> bool:
+    """Whether an agent may set header ``name`` on its outgoing mail (``AGENT_HEADERS``, or an extension
+    header that claims nothing the deployment vouches for)."""
+    lowered = name.lower()
+    if lowered in AGENT_HEADERS:
+        return True
+    return lowered.startswith("x-") and not _CLAIMING_EXTENSION.search(lowered)
+
+
 def is_address(value: str) -> bool:
     return bool(_ADDRESS.match(value))
 
@@ -122,6 +160,15 @@ def validate_draft(draft: Draft) -> None:
         elif name.lower() in RESERVED_HEADERS:
             problems.append(
                 FieldViolation(f"/headers/{name}", "is set by the platform; use the field instead")
+            )
+        elif not agent_may_set(name):
+            problems.append(
+                FieldViolation(
+                    f"/headers/{name}",
+                    f"{name} is not a header an agent may set: identity, routing and authentication "
+                    "headers are the deployment's (an agent may set X-* extension headers that claim "
+                    "none of these, and " + ", ".join(AGENT_HEADER_NAMES) + ")",
+                )
             )
         if "\n" in value or "\r" in value or len(value) > MAX_SUBJECT:
             problems.append(FieldViolation(f"/headers/{name}", "value must be one line of at most 998 chars"))
