@@ -53,7 +53,9 @@ async def test_a_header_claiming_identity_routing_or_authentication_is_refused_n
 
 async def test_a_redraft_cannot_add_a_forbidden_header_either(api: Api) -> None:
     agent = await api.agent()
-    review_id = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+    submitted = await api.http.post("/v1/messages", json=draft(), headers=agent)
+    assert submitted.status_code == 202, submitted.text
+    review_id = submitted.json()["review_id"]
     refused = await api.http.post(
         f"/v1/reviews/{review_id}/revisions",
         json={"parent_revision": 1, "body_text": "Hi again", "headers": {"DKIM-Signature": "v=1; a=x"}},
