@@ -24,7 +24,7 @@ from reviewloop.eventcursor import Position
 from reviewloop.ids import new_id
 from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested
 from reviewloop.rules.v1.events_pb2 import BroadcastRequested
-from reviewloop.storage import Database, UnitOfWork, codec, utcnow
+from reviewloop.storage import Database, UnitOfWork, codec, fastpaths, utcnow
 from reviewloop.storage.codec import as_json_object, encode
 from reviewloop.storage.inbox import Subscription, ingest_batch
 from reviewloop.storage.outbox import prune
@@ -196,7 +196,12 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
     Returns (accepted, duplicates), as the ``Ingest`` RPC answers them.
     """
     batch = [_legacy_dict_event(event) for event in events]
-    if not db.is_sqlite and batch and all(event.type == "nudge" for event in batch):
+    if (
+        fastpaths.BATCH_INGEST in db.fast_paths
+        and not db.is_sqlite
+        and batch
+        and all(event.type == "nudge" for event in batch)
+    ):
         try:
             return await _ingest_nudges(db, batch)
         except Exception:

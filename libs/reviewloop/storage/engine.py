@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
-from reviewloop.storage import sqlite
+from reviewloop.storage import fastpaths, sqlite
 from reviewloop.storage.driver import DriverEngine
 from reviewloop.storage.schema import OUTBOX, outbox_row
 
@@ -53,6 +53,7 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> 
     CPU, every review holding its recipients, headers and intent as JSON (issue 18).
     """
     kwargs = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads, **kwargs}
+    fast = fastpaths.enabled()
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         # No pre-ping: it cost a round trip on every checkout (4 per approve). A connection found dead
@@ -62,14 +63,11 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> 
         # a steady load above the kept size opened and closed one per burst (a TLS handshake, a new
         # backend, every statement prepared again), 48 in one lifecycle bench run of review_state.
         # One-statement work runs on the driver (``driver.DriverEngine``).
-        return DriverEngine(
-            create_async_engine(
-                url, pool_size=pool_size, max_overflow=0, pool_pre_ping=False, **kwargs
-            ).sync_engine
-        )
+        engine = create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=False, **kwargs)
+        return DriverEngine(engine.sync_engine) if fastpaths.DRIVER in fast else engine
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    if parsed.drivername == "sqlite+aiosqlite":
+    if parsed.drivername == "sqlite+aiosqlite" and fastpaths.SQLITE_ONE_CROSSING in fast:
         parsed = parsed.set(drivername=sqlite.DRIVER)  # the same driver, one thread crossing a statement
     engine = create_async_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
 
@@ -144,13 +142,17 @@ class Database:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine  # for reads: ``async with db.engine.connect()``
+        self.fast_paths = fastpaths.enabled()  # which of ``fastpaths.NAMES`` this store takes
         self.writer = engine.execution_options(**{WRITE_OPTION: True})  # for writes; see transaction()
         # For hot reads of exactly one statement: ``async with db.single_statement.connect()``. One
         # statement is its own snapshot: SQLite skips BEGIN (``_begin``), PostgreSQL runs it in
         # autocommit, two round trips fewer than BEGIN ... ROLLBACK.
-        single: dict[str, Any] = {SINGLE_STATEMENT_OPTION: True}
-        if not is_sqlite(engine):
-            single["isolation_level"] = "AUTOCOMMIT"
+        self.autocommit = fastpaths.AUTOCOMMIT in self.fast_paths
+        single: dict[str, Any] = {}
+        if self.autocommit:
+            single[SINGLE_STATEMENT_OPTION] = True
+            if not is_sqlite(engine):
+                single["isolation_level"] = "AUTOCOMMIT"
         self.single_statement = engine.execution_options(**single)
         self.after_commit: list[Callable[[], None]] = []
         # SQLite has one writer at a time, and its busy handler waits in sleeps that grow to 100 ms
@@ -189,7 +191,7 @@ class Database:
         On PostgreSQL it runs in autocommit, two round trips fewer than BEGIN ... COMMIT; SQLite keeps
         its queued BEGIN IMMEDIATE. It emits no events: work that does is a ``transaction``.
         """
-        if self._write_lock is not None:
+        if self._write_lock is not None or not self.autocommit:
             async with self.writing() as conn:
                 yield conn
             return
@@ -211,9 +213,9 @@ class Database:
                 await uow.flush()
         else:
             async with self.writer.connect() as conn:  # closed unfinished: rolled back
-                uow = UnitOfWork(conn)
+                uow = UnitOfWork(conn, fastpaths.LAST in self.fast_paths)
                 yield uow
-                if not conn.in_transaction():
+                if not conn.in_transaction() and self.autocommit:
                     await conn.execution_options(isolation_level="AUTOCOMMIT")
                 await uow.flush()
                 await conn.commit()
@@ -229,8 +231,10 @@ class Database:
 class UnitOfWork:
     """The connection of one transaction, with the rows it queued (``insert``, ``emit``) to write last."""
 
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(self, conn: AsyncConnection, takes_last: bool = False) -> None:
         self.conn = conn
+        # Whether ``last`` may be used: PostgreSQL, with the ``last`` fast path on.
+        self.takes_last = takes_last and conn.dialect.name == "postgresql"
         self._queued: list[tuple[Table, dict[str, Any]]] = []
         self._last: tuple[Select[Any], CTE, dict[str, Any], Callable[[], Awaitable[NoReturn]]] | None = None
         self.wrote_events = False

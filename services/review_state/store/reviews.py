@@ -290,7 +290,7 @@ async def compare_and_set(
     the review's in-flight delivery attempt too: the write is lost if it was closed already. With
     ``not_stale``, it is lost if the draft is held stale (a ``stale_drafts`` row names it).
 
-    With ``lost``, on PostgreSQL the write is the unit's last statement (``UnitOfWork.last``: its queued
+    With ``lost``, on PostgreSQL the write is the unit's last statement (unless that fast path is off) (``UnitOfWork.last``: its queued
     rows go with it, and only if it takes the row) and ``lost`` raises when the unit ends if another writer
     got there first; the returned turn has no seq yet. Otherwise (and on SQLite) it is written now.
 
@@ -305,7 +305,7 @@ async def compare_and_set(
         turn = replace(turn, review_id=current.id, revision=updated.revision)
     turn_values = {f"turn_{name}": getattr(turn, name) for name in _TURN_FIELDS} if turn is not None else {}
     sets = {f"set_{name}": value for name, value in values.items()}  # ``_cas``'s names for ``values``
-    if lost is not None and uow.conn.dialect.name == "postgresql":
+    if lost is not None and uow.takes_last:
         statement, cas = _cas(tuple(values), turn is not None, finishing is not None, not_stale)
         uow.last(statement, cas, {**sets, **guard, **turn_values, **(finishing or {})}, lost)
     elif finishing is not None and (await uow.conn.execute(FINISH, finishing)).first() is None:
