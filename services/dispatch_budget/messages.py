@@ -13,6 +13,7 @@ from reviewloop.protoconv import enum_name, from_enum, stamp, to_enum
 
 from dispatch_budget.domain.gate import GateConfig, GateRecord, SessionState, gate_settings
 from dispatch_budget.domain.lineage import Binding
+from dispatch_budget.domain.qualifying import Row
 from dispatch_budget.domain.rounds import (
     Budget,
     ExtensionReceipt,
@@ -170,6 +171,11 @@ def receipt_to_proto(receipt: Receipt) -> budget_pb2.AdmissionReceipt:
         settlement.outcome = enum_number(*OUTCOME, receipt.outcome)
         settlement.reason = receipt.reason or ""
         settlement.verdict = receipt.verdict or ""
+        settlement.evidence = receipt.evidence or ""
+        settlement.reviewed_head = receipt.reviewed_head or ""
+        settlement.journal_run_id = receipt.journal_run_id
+        if receipt.diff_scope is not None:
+            settlement.diff_scope_json = orjson.dumps(receipt.diff_scope).decode()
         if receipt.settled_at is not None:
             settlement.settled_at.CopyFrom(stamp(receipt.settled_at))
     return message
@@ -211,6 +217,7 @@ def origin_from_proto(message: budget_pb2.RequestOrigin) -> Origin:
 
 
 def ready_gate_to_proto(gate: ReadyGate) -> budget_pb2.ReadyGate:
+    rows = {r.index: r for r in gate.tally.rows}
     return budget_pb2.ReadyGate(
         run_id=gate.run.run_id,
         scope_key=gate.run.scope_key,
@@ -220,6 +227,27 @@ def ready_gate_to_proto(gate: ReadyGate) -> budget_pb2.ReadyGate:
         required_reviews=gate.required,
         publishable=gate.publishable,
         blockers=gate.blockers,
+        filled_rows=[
+            budget_pb2.GateRow(
+                row=f.row,
+                selection=_row_selection(rows.get(f.row)),
+                receipt_id=f.receipt_id,
+                review_session_id=f.review_session_id,
+            )
+            for f in gate.tally.filled
+        ],
+        remaining_rows=[budget_pb2.GateRow(row=r.index, selection=_row_selection(r)) for r in gate.remaining],
+        refused_reviews=[
+            budget_pb2.RefusedReview(receipt_id=r.receipt_id, reason=r.reason) for r in gate.refused
+        ],
+    )
+
+
+def _row_selection(row: Row | None) -> budget_pb2.ReviewSelection | None:
+    if row is None or row.free:
+        return None
+    return selection_to_proto(
+        {"runner": row.runner, "model": row.model, "effort": row.effort, "mode": row.mode}
     )
 
 

@@ -124,6 +124,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             reviewed_head=request.reviewed_head,
             no_verdict_reason=request.no_verdict_reason,
             journal_run_id=request.journal_run_id,
+            diff_scope=orjson.loads(request.diff_scope_json) if request.diff_scope_json else None,
         )
         return budget_pb2.SettleAttemptResponse(
             receipt=receipt_to_proto(receipt), budget=budget_to_proto(budget)
@@ -185,6 +186,20 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             offset=evidence.offset,
             schema_version=evidence.schema_version,
             evidence_rejected_json=orjson.dumps(evidence.rejected).decode() if evidence.rejected else "",
+        )
+
+    async def ReadJournalEvents(
+        self, request: budget_pb2.ReadJournalEventsRequest, context: Context
+    ) -> budget_pb2.ReadJournalEventsResponse:
+        page = await app.read_journal_lines(
+            self.db,
+            Principal.from_proto(request.principal),
+            request.run_id,
+            after=request.after_offset,
+            limit=request.limit,
+        )
+        return budget_pb2.ReadJournalEventsResponse(
+            lines=page.lines, last_offset=page.last_offset, more=page.more
         )
 
     async def RegisterRunner(

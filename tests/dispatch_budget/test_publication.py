@@ -32,9 +32,44 @@ async def _project(api: Api) -> tuple[dict[str, str], dict[str, str], dict[str, 
     return reviewer, admin, agent
 
 
+BASE = "f" * 40
+# The reviewer sessions the tests name, bound on first use with the selection each ran.
+SELECTIONS = {"rvs_4": {"runner": "codex", "model": "gpt-5-mini", "effort": "low", "mode": "cold"}}
+COLD = {"runner": "codex", "mode": "cold"}
+
+
+async def _session(api: Api, reviewer: dict[str, str], name: str, head: str, bound: dict[str, str]) -> str:
+    if name not in bound:
+        response = await api.http.post(
+            "/v1/review-rounds/sessions",
+            json={
+                "repository": "acme/web",
+                "pr_number": 4,
+                "base_sha": BASE,
+                "head_sha": head,
+                "selection": SELECTIONS.get(name, COLD),
+            },
+            headers=reviewer,
+        )
+        assert response.status_code == 201, response.text
+        bound[name] = response.json()["session_id"]
+    return bound[name]
+
+
 async def _review(
-    api: Api, reviewer: dict[str, str], key: str, head: str, verdict: str | None, session: str = ""
+    api: Api,
+    reviewer: dict[str, str],
+    key: str,
+    head: str,
+    verdict: str | None,
+    session: str = "",
+    bound: dict[str, str] | None = None,
 ) -> None:
+    """An attempt as a reviewer runs it: in a bound session, settled from its attempt journal, whose
+    closing record stamps accepted evidence, the verdict, the reviewed head and the Diff scope table."""
+    session_id = (
+        await _session(api, reviewer, session, head, bound if bound is not None else {}) if session else ""
+    )
     admitted = await api.http.post(
         "/v1/review-rounds/admissions",
         json={
@@ -43,18 +78,30 @@ async def _review(
             "kind": "initial",
             "trigger": "operator_request",
             "head_sha": head,
-            "review_session_id": session,
+            "review_session_id": session_id,
         },
         headers=reviewer,
     )
     assert admitted.status_code == 201, admitted.text
-    outcome: dict[str, Any] = (
-        {"verdict": verdict, "reviewed_head": head} if verdict else {"no_verdict_reason": "exited"}
-    )
+    receipt_id = admitted.json()["receipt"]["receipt_id"]
+    outcome: dict[str, Any] = {"no_verdict_reason": "exited"}
+    if verdict:
+        final = {
+            "final": True,
+            "evidence": "accepted",
+            "refs": [1],
+            "verdict": verdict,
+            "reviewed_head": head,
+            "diff_scope": {"base": BASE, "head": head, "rows": []},
+        }
+        event = {"type": "turn_completed", "session_id": "s", "turn_id": "t", "payload": final}
+        journal = await api.http.post(
+            f"/v1/journals/j-{key}/events", json={"events": [event]}, headers=reviewer
+        )
+        assert journal.status_code == 201, journal.text
+        outcome = {"journal_run_id": f"j-{key}"}
     settled = await api.http.post(
-        f"/v1/review-rounds/admissions/{admitted.json()['receipt']['receipt_id']}/settlement",
-        json=outcome,
-        headers=reviewer,
+        f"/v1/review-rounds/admissions/{receipt_id}/settlement", json=outcome, headers=reviewer
     )
     assert settled.status_code == 200, settled.text
 
@@ -80,18 +127,19 @@ async def test_spending_all_five_rounds_never_blocks_publication_and_an_extensio
     )
     assert run.status_code == 200, run.text
     assert [r["model"] for r in run.json()["review_sequence"]] == ["gpt-5", "gpt-5-mini"]
+    bound: dict[str, str] = {}
     # Passing reviews of the old head, a no-verdict end, then the head moves on.
-    await _review(api, reviewer, "k1", OLD, "pass", "rvs_1")
-    await _review(api, reviewer, "k2", OLD, "pass", "rvs_2")
+    await _review(api, reviewer, "k1", OLD, "pass", "rvs_1", bound)
+    await _review(api, reviewer, "k2", OLD, "pass", "rvs_2", bound)
     await _review(api, reviewer, "k3", OLD, None)
     await api.http.put("/v1/review-rounds/runs/run_p", json={"head_sha": HEAD}, headers=reviewer)
     gate = await _gate(api, agent)
     assert (gate["qualifying_reviews"], gate["required_reviews"], gate["publishable"]) == (0, 2, False)
     assert "0 of 2" in gate["blockers"][0] and gate["head_sha"] == HEAD  # stale reviews do not qualify
     # An admin grant adds rounds; it makes no stale review or old package publishable.
-    await _review(api, reviewer, "k4", HEAD, "issues", "rvs_3")
-    await _review(api, reviewer, "k5", HEAD, "pass", "rvs_3")  # the same session again: one review
-    await _review(api, reviewer, "k6", HEAD, "pass", "rvs_3")
+    await _review(api, reviewer, "k4", HEAD, "issues", "rvs_3", bound)
+    await _review(api, reviewer, "k5", HEAD, "pass", "rvs_3", bound)  # the same session again: one review
+    await _review(api, reviewer, "k6", HEAD, "pass", "rvs_3", bound)
     budget = (await _gate(api, agent))["review_round_budget"]
     assert (budget["label"], budget["exhausted"], budget["no_verdict"]) == ("5/5 (no-verdict 1/3)", True, 1)
     granted = await api.http.post(
@@ -106,7 +154,7 @@ async def test_spending_all_five_rounds_never_blocks_publication_and_an_extensio
     assert extension["scope_brief"] == "second reviewer only" and extension["origin"]["actor_kind"] == "admin"
     assert gate["review_round_budget"]["label"].startswith("5/6")
     # The second qualifying review in a separate session: publishable although every round is spent.
-    await _review(api, reviewer, "k7", HEAD, "pass", "rvs_4")
+    await _review(api, reviewer, "k7", HEAD, "pass", "rvs_4", bound)
     gate = await _gate(api, agent)
     assert gate["review_round_budget"]["exhausted"] and gate["review_round_budget"]["label"].startswith("6/6")
     assert (gate["qualifying_reviews"], gate["required_reviews"], gate["publishable"], gate["blockers"]) == (

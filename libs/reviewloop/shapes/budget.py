@@ -79,6 +79,26 @@ class AdmitIn(Shape):
     review_session_id: str = Field(default="", max_length=40)
 
 
+class DiffScopeRow(Shape):
+    """One changed path of a verdict's Diff scope table."""
+
+    path: str = Field(min_length=1, max_length=1000)
+    why: str = Field(max_length=2000)
+    in_scope: bool
+
+
+class DiffScopeTable(Shape):
+    """Spec 003: every verdict includes its Diff scope table.
+
+    ``base`` is the publication base the inventory covers (a WARM review's too), ``head`` the reviewed
+    head.
+    """
+
+    base: Sha
+    head: Sha
+    rows: list[DiffScopeRow] = Field(max_length=5000)
+
+
 class SettleIn(Shape):
     """``settle_review_attempt``: a verdict, or why there is none."""
 
@@ -86,6 +106,9 @@ class SettleIn(Shape):
     reviewed_head: Sha = ""
     no_verdict_reason: str = Field(default="", max_length=40)
     journal_run_id: str = Field(default="", max_length=80)
+    # A reported verdict's Diff scope table (spec 003); a journal settlement reads the closing
+    # record's payload ``diff_scope``.
+    diff_scope: DiffScopeTable | None = None
 
 
 class ExtendIn(Shape):
@@ -124,6 +147,12 @@ class Settlement(Shape):
     settled_at: datetime
     reason: str | None = None
     verdict: str | None = None
+    # What the verdict rests on: accepted | rejected | absent | unknown (the journal's marker) or
+    # reported (the runner's word); only accepted journal evidence makes a passing review.
+    evidence: str | None = None
+    reviewed_head: str | None = None
+    journal_run_id: str | None = None
+    diff_scope: dict[str, JsonValue] | None = None
 
 
 class AdmissionReceipt(Shape):
@@ -207,6 +236,22 @@ class AdmissionResult(Shape):
     review_round_budget: RoundBudget
 
 
+class GateRow(Shape):
+    """A row of the run's review sequence at the gate: 1-based; a free slot has no selection."""
+
+    row: int
+    selection: SelectionIn | None = None
+    receipt_id: str | None = None
+    review_session_id: str | None = None
+
+
+class RefusedReview(Shape):
+    """A review of the gate's head that does not count, and why."""
+
+    receipt_id: str
+    reason: str
+
+
 class ReadyGate(Shape):
     """The ready-gate payload: the round budget display snapshot and qualifying vs required reviews."""
 
@@ -217,6 +262,11 @@ class ReadyGate(Shape):
     required_reviews: int
     publishable: bool
     blockers: list[str]
+    # Each qualifying review and the sequence row it fills; the rows still to request (row 1 also
+    # selects the pipeline review); the reviews of this head the gate refused, and why.
+    filled_rows: list[GateRow] = []
+    remaining_rows: list[GateRow] = []
+    refused_reviews: list[RefusedReview] = []
 
 
 class SettlementResult(Shape):
@@ -341,6 +391,14 @@ class ReviewSessionBinding(Shape):
 
 
 # --- dispatch budget: attempt journals (spec 002) ---------------------------------------------------
+
+
+class JournalPage(Shape):
+    """``read_journal_events`` as JSON: the records in offset order (the JSON-lines answer is the
+    byte-faithful one), and the offset the next page reads after while more follow."""
+
+    events: list[dict[str, JsonValue]]
+    next_after: int | None = None
 
 
 class JournalIn(Shape):

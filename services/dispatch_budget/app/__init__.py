@@ -41,6 +41,7 @@ from dispatch_budget.app.journals import (
     append_journal_events,
     get_evidence_status,
     read_journal,
+    read_journal_lines,
 )
 from dispatch_budget.app.rounds import (
     Admission,
@@ -96,6 +97,7 @@ __all__ = [
     "list_gate_decisions",
     "list_runners",
     "read_journal",
+    "read_journal_lines",
     "record_run",
     "record_turn",
     "register_runner",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from reviewloop.errors import invalid
 from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import Principal
 
@@ -69,6 +70,33 @@ async def read_journal(
 ) -> list[JournalRecord]:
     async with db.engine.connect() as conn:
         return await store.journal_records(conn, principal.project_id, run_id, after, limit)
+
+
+@dataclass(frozen=True)
+class JournalPage:
+    lines: list[str]  # each record's stored line, newline-terminated
+    last_offset: int
+    more: bool
+
+
+MAX_READ = 1000
+
+
+async def read_journal_lines(
+    db: Database, principal: Principal, run_id: str, after: int = 0, limit: int = 0
+) -> JournalPage:
+    """The run's journal read back after ``after``: each record exactly the line it was stored as (its
+    canonical JSON, which is the producer's own line for a 1.2.0 chain), in offset order, paged. An
+    unknown run reads as an empty journal (a tenant learns nothing of another's runs)."""
+    if after < 0:
+        raise invalid("/after", "an offset from 0")
+    if limit < 0 or limit > MAX_READ:
+        raise invalid("/limit", f"1 to {MAX_READ}")
+    limit = limit or 500
+    async with db.engine.connect() as conn:
+        rows = await store.journal_line_page(conn, principal.project_id, run_id, after, limit + 1)
+    page = rows[:limit]
+    return JournalPage([line + "\n" for _, line in page], page[-1][0] if page else after, len(rows) > limit)
 
 
 async def get_evidence_status(db: Database, principal: Principal, run_id: str) -> Evidence:

@@ -33,6 +33,7 @@ from dispatch_budget.domain.budget import (
     check_admission,
     validate_extension_shape,
 )
+from dispatch_budget.domain.qualifying import rows_of, tally
 from dispatch_budget.domain.rounds import (
     Budget,
     ExtensionReceipt,
@@ -55,7 +56,12 @@ from dispatch_budget.domain.rounds import (
     run_not_found,
     settlement_to_write,
 )
-from dispatch_budget.domain.selection import project_default_mode, required_reviews, validate_sequence
+from dispatch_budget.domain.selection import (
+    configured_rows,
+    project_default_mode,
+    required_reviews,
+    validate_sequence,
+)
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,7 @@ async def settle_attempt(
     reviewed_head: str = "",
     no_verdict_reason: str = "",
     journal_run_id: str = "",
+    diff_scope: Any = None,
 ) -> tuple[Receipt, Budget]:
     """Settle an attempt once. Counted: a pass or issues verdict for the reviewed head (records no
     settlement). No-verdict: one of the spec's ends, recorded with reason and time; it spends no round.
@@ -251,11 +258,13 @@ async def settle_attempt(
         limit = await store.lock_scope(conn, project, receipt.scope_key, MAX_REVIEW_ROUNDS)
         if journal_run_id:
             settlement = journal_settlement(
-                await store.closing_turn(conn, project, journal_run_id), receipt.head_sha
+                await store.closing_turn(conn, project, journal_run_id), receipt.head_sha, journal_run_id
             )
         else:
-            settlement = reported_settlement(receipt.head_sha, verdict, reviewed_head, no_verdict_reason)
-        write = settlement_to_write(receipt_id, receipt.outcome, settlement)
+            settlement = reported_settlement(
+                receipt.head_sha, verdict, reviewed_head, no_verdict_reason, diff_scope
+            )
+        write = settlement_to_write(receipt_id, receipt.outcome, settlement, receipt.evidence)
         if write is not None:
             receipt = await store.settle_admission(conn, receipt_id, receipt.outcome, write, utcnow())
         return receipt, await _budget(conn, project, receipt.scope_key, limit)
@@ -292,9 +301,18 @@ async def get_ready_gate(db: Database, principal: Principal, run_id: str) -> Rea
             raise run_not_found(run_id)
         limit = await store.round_limit(conn, project, run.scope_key) or MAX_REVIEW_ROUNDS
         budget = await _budget(conn, project, run.scope_key, limit)
-        qualifying = await store.qualifying_reviews(conn, project, run.scope_key, run.head_sha)
-        required = len(run.review_sequence) or required_reviews(await store.review_config(conn, project))
-    return ready_gate(run, budget, qualifying, required)
+        attempts = await store.gate_attempts(conn, project, run.scope_key, run.head_sha)
+        sessions = await store.session_facts(conn, project, [a.review_session_id for a in attempts])
+        sequence: list[dict[str, str]] = list(run.review_sequence)
+        required = len(sequence)
+        if not sequence:
+            # Runs without a sequence take their rows from the project review configuration.
+            config = await store.review_config(conn, project)
+            sequence = configured_rows(config)
+            required = required_reviews(config)
+    rows = rows_of(sequence, required)
+    found = tally(run.head_sha, rows, attempts, sessions, repository=run.repository, pr_number=run.pr_number)
+    return ready_gate(run, budget, found)
 
 
 async def extend_review_budget(

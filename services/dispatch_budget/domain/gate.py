@@ -370,6 +370,13 @@ def _unit(value: Any) -> float | None:
     return number if math.isfinite(number) and 0.0 <= number <= 1.0 else None
 
 
+def skips(choice: Any, confidence: float | None, confident_no: float) -> bool:
+    """The one skip rule, shared by the gate and gate-stats: only a ``no`` at least ``confidentNo``
+    confident cancels, and ``confidentNo = 1`` keeps the gate observing (it logs, and never cancels,
+    spec 001), even at confidence 1."""
+    return choice == "no" and confidence is not None and confidence >= confident_no and confident_no < 1
+
+
 def decision_from_answer(answer: Any, confident_no: float) -> Decision | None:
     """decisionFromAnswer: only a confident ``no`` skips. None for a missing/malformed answer (the
     caller falls back to review and counts a gate failure)."""
@@ -385,8 +392,7 @@ def decision_from_answer(answer: Any, confident_no: float) -> Decision | None:
     shown = (
         f"{choice} (confidence {confidence:.2f})" if confidence is not None else f"{choice} (no confidence)"
     )
-    # confidentNo = 1 keeps the gate observing: it logs, and never cancels (spec 001), even at confidence 1.
-    skip = choice == "no" and confidence is not None and confidence >= confident_no and confident_no < 1
+    skip = skips(choice, confidence, confident_no)
     return Decision(
         "skip" if skip else "review", GateKind.CLASSIFIER.value, shown, choice, confidence, probability
     )

@@ -7,6 +7,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dispatch_budget.domain.gate import skips
+
 CANDIDATE_THRESHOLDS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 
 
@@ -59,7 +61,9 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             if latencies
             else {}
         ),
-        "would_skip": {str(t): sum(c >= t for c in no_conf) for t in CANDIDATE_THRESHOLDS},
+        # Replayed through the gate's own rule, so a candidate reports what the gate would do: at
+        # confidentNo = 1 the gate only observes, so it would skip nothing.
+        "would_skip": {str(t): sum(skips("no", c, t) for c in no_conf) for t in CANDIDATE_THRESHOLDS},
     }
 
 

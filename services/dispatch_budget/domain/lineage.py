@@ -168,10 +168,13 @@ def warm_continuation(
         chosen.effort,
     ) and not runner.supports_model_change:
         raise refuse_warm(f"{chosen.runner}'s session adapter cannot change model or effort mid-session")
+    # The continuation is a WARM review whatever mode opened the lineage: the binding answers the
+    # mode it runs in (a COLD-opened session continued WARM used to answer "cold").
     return replace(
         previous,
         model=chosen.model,
         effort=chosen.effort,
+        mode=ReviewMode.WARM,
         range_base=previous.last_reviewed_head,
         range_head=head_sha,
         busy=True,

@@ -24,8 +24,10 @@ from dispatch_budget.domain.budget import (
     check_extension_limits,
     scope_key,
 )
+from dispatch_budget.domain.diffscope import ScopeTableRefused, check_scope_table
 from dispatch_budget.domain.evidence import EvidenceStatus, evidence_status
 from dispatch_budget.domain.journal import JournalRecord
+from dispatch_budget.domain.qualifying import EVIDENCE_REPORTED, Refused, Row, Tally
 from dispatch_budget.domain.selection import ReviewMode, resolve_review_mode
 
 MAX_RUN_ID = 80
@@ -148,6 +150,12 @@ class Settlement:
     outcome: Outcome
     reason: str | None = None  # a NoVerdictReason for a no-verdict end
     verdict: str | None = None  # pass | issues
+    # What the verdict rests on (domain.qualifying): the journal's decoded marker, or "reported".
+    evidence: str | None = None
+    reviewed_head: str | None = None  # the head the verdict (or the journal) names
+    journal_run_id: str = ""  # the attempt journal it was settled from
+    # The verdict's Diff scope table (domain.diffscope), or {"refused": why}; None when it had none.
+    diff_scope: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,10 @@ class Receipt:
     settled_at: datetime | None = None
     admitted_by: str = ""  # the admission owner (kind:id); "" for receipts admitted before it was kept
     review_session_id: str = ""  # the reviewer session it ran in, when the runner named it
+    evidence: str | None = None  # see Settlement; None for settlements from before it was kept
+    reviewed_head: str | None = None
+    journal_run_id: str = ""
+    diff_scope: dict[str, Any] | None = None
 
 
 def check_attempt(attempt_key: str, receipt_id: str, head_sha: str) -> None:
@@ -182,15 +194,24 @@ def check_attempt(attempt_key: str, receipt_id: str, head_sha: str) -> None:
         raise invalid("/head_sha", "must be the full reviewed head SHA")
 
 
-def reported_settlement(head: str, verdict: str, reviewed_head: str, reason: str) -> Settlement:
-    """A settlement the runner reports: a verdict for the admitted head counts; otherwise one of the
-    spec's no-verdict ends."""
+def reported_settlement(
+    head: str, verdict: str, reviewed_head: str, reason: str, diff_scope: Any = None
+) -> Settlement:
+    """A settlement the runner reports: a verdict for the admitted head counts (the round is spent),
+    but it is ``reported``, not evidence, so the publication gate never counts it as a passing
+    review (domain.qualifying); otherwise one of the spec's no-verdict ends."""
     if verdict:
         if verdict not in VERDICTS:
             raise invalid("/verdict", "must be pass or issues")
         if reviewed_head != head:
             raise invalid("/reviewed_head", f"the verdict must be for the admitted head {head}")
-        return Settlement(Outcome.COUNTED, None, verdict)
+        table = None
+        if diff_scope is not None:
+            try:
+                table = check_scope_table(diff_scope, reviewed_head)
+            except ScopeTableRefused as exc:
+                raise invalid("/diff_scope", str(exc)) from None
+        return Settlement(Outcome.COUNTED, None, verdict, EVIDENCE_REPORTED, reviewed_head, "", table)
     try:
         return Settlement(Outcome.NO_VERDICT, NoVerdictReason(reason).value)
     except ValueError:
@@ -200,32 +221,63 @@ def reported_settlement(head: str, verdict: str, reviewed_head: str, reason: str
         ) from None
 
 
-def journal_settlement(final: JournalRecord | None, head: str) -> Settlement:
-    """The settlement the attempt journal's closing turn_completed implies: accepted with a verdict
-    for the reviewed head counts; unknown fails closed (counts, with no verdict); rejected, absent
-    or no usable verdict are no-verdict ends."""
+def journal_settlement(final: JournalRecord | None, head: str, journal_run_id: str = "") -> Settlement:
+    """The settlement the attempt journal's closing turn_completed implies. Accepted evidence with a
+    verdict for the admitted head counts with that verdict. Unknown evidence (legacy with neither key,
+    an unrecognized or forged marker) fails closed: the round is spent, but no verdict is recorded,
+    since an unknown marker must never be guessed (spec 002). Rejected, absent, a verdict for another
+    head or no usable verdict are no-verdict ends."""
     if final is None:
-        return Settlement(Outcome.NO_VERDICT, NoVerdictReason.MISSING_RESULT.value)
+        return Settlement(
+            Outcome.NO_VERDICT, NoVerdictReason.MISSING_RESULT.value, None, None, None, journal_run_id
+        )
     payload = final.payload
     status = evidence_status(payload)
     verdict = payload.get("verdict")
-    verdict = verdict if verdict in VERDICTS else ""
+    verdict = verdict if isinstance(verdict, str) and verdict in VERDICTS else ""
+    named = payload.get("reviewed_head")
+    reviewed = named if isinstance(named, str) and len(named) <= 64 else None
+    facts: dict[str, Any] = {
+        "evidence": status.value,
+        "reviewed_head": reviewed,
+        "journal_run_id": journal_run_id,
+        "diff_scope": _journal_scope(payload, reviewed),
+    }
     if status is EvidenceStatus.UNKNOWN:
-        return Settlement(Outcome.COUNTED, None, verdict or None)
-    if status is EvidenceStatus.ACCEPTED and verdict and payload.get("reviewed_head") == head:
-        return Settlement(Outcome.COUNTED, None, verdict)
+        return Settlement(Outcome.COUNTED, None, None, **facts)
+    if status is EvidenceStatus.ACCEPTED and verdict and reviewed == head:
+        return Settlement(Outcome.COUNTED, None, verdict, **facts)
     if status is EvidenceStatus.ABSENT:
-        return Settlement(Outcome.NO_VERDICT, NoVerdictReason.MISSING_RESULT.value)
-    return Settlement(Outcome.NO_VERDICT, NoVerdictReason.UNUSABLE_RESULT.value)
+        return Settlement(Outcome.NO_VERDICT, NoVerdictReason.MISSING_RESULT.value, None, **facts)
+    return Settlement(Outcome.NO_VERDICT, NoVerdictReason.UNUSABLE_RESULT.value, None, **facts)
 
 
-def settlement_to_write(receipt_id: str, current: Outcome | None, new: Settlement) -> Settlement | None:
+def _journal_scope(payload: Mapping[str, Any], reviewed_head: str | None) -> dict[str, Any] | None:
+    """The closing record's ``diff_scope``: the table, None when it carried none, or why it was refused
+    (the settlement stands; the gate refuses the verdict, spec 003)."""
+    if "diff_scope" not in payload:
+        return None
+    try:
+        return check_scope_table(payload["diff_scope"], reviewed_head or "")
+    except ScopeTableRefused as exc:
+        return {"refused": str(exc)}
+
+
+def settlement_to_write(
+    receipt_id: str, current: Outcome | None, new: Settlement, current_evidence: str | None = None
+) -> Settlement | None:
     """An attempt settles once; a verdict arriving after a no-verdict settlement clears it and the
-    attempt counts. None: a retried settlement, where the first one stands."""
+    attempt counts, and journal evidence arriving for a verdict that was only reported replaces it.
+    None: a retried settlement, where the first one stands (an ``unknown`` marker stays unknown)."""
     if current is None or (current is Outcome.NO_VERDICT and new.outcome is Outcome.COUNTED):
         return new
     if current is new.outcome:
-        return None
+        upgrade = (
+            current is Outcome.COUNTED
+            and new.evidence == EvidenceStatus.ACCEPTED.value
+            and current_evidence in (None, EVIDENCE_REPORTED)
+        )
+        return new if upgrade else None
     raise DomainError(
         Code.CONFLICT,
         f"Receipt {receipt_id} already settled as {current}; an attempt settles once.",
@@ -369,33 +421,51 @@ def grant_receipt(
 @dataclass(frozen=True)
 class ReadyGate:
     """ReadyGatePayload's review side (spec 003): the round budget's display snapshot, the passing
-    reviews of the current head in separate sessions against those required, and whether the
-    approval conditions this gate checks hold. A spent budget is never a blocker; an extension
-    never makes a stale review count (only the current head's verdicts qualify)."""
+    reviews of the current head that qualify (domain.qualifying: accepted journal evidence, the
+    current head, a bound session counted once, attributed to a sequence row) against those
+    required, the rows still to request, the reviews it refused and why, and whether the approval
+    conditions this gate checks hold. A spent budget is never a blocker; an extension never makes a
+    stale review count."""
 
     run: Run
     budget: Budget
-    qualifying: int
-    required: int
+    tally: Tally
     blockers: tuple[str, ...]
+
+    @property
+    def qualifying(self) -> int:
+        return self.tally.qualifying
+
+    @property
+    def required(self) -> int:
+        return self.tally.required
+
+    @property
+    def remaining(self) -> tuple[Row, ...]:
+        return self.tally.remaining
+
+    @property
+    def refused(self) -> tuple[Refused, ...]:
+        return self.tally.refused
 
     @property
     def publishable(self) -> bool:
         return not self.blockers
 
 
-def ready_gate(run: Run, budget: Budget, qualifying: int, required: int) -> ReadyGate:
+def ready_gate(run: Run, budget: Budget, tally: Tally) -> ReadyGate:
     blockers: list[str] = []
     if run.closed:
         blockers.append(f"run {run.run_id} is {run.status}")
     if not run.head_sha:
         blockers.append("the run's current head is unknown; record it first")
-    elif qualifying < required:
+    elif tally.qualifying < tally.required:
         blockers.append(
-            f"{qualifying} of {required} required passing reviews of head {run.head_sha} "
-            "in separate reviewer sessions"
+            f"{tally.qualifying} of {tally.required} required passing reviews of head {run.head_sha} "
+            "with accepted journal evidence in separate bound reviewer sessions; request rows "
+            + ", ".join(str(row.index) for row in tally.remaining)
         )
-    return ReadyGate(run, budget, qualifying, required, tuple(blockers))
+    return ReadyGate(run, budget, tally, tuple(blockers))
 
 
 @dataclass(frozen=True)

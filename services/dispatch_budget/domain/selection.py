@@ -247,6 +247,22 @@ def required_reviews(config: Mapping[str, Any]) -> int:
     return max(1, len(sequence)) if isinstance(sequence, list) else 1
 
 
+def configured_rows(config: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The project configuration's ``review.sequence`` rows the gate attributes reviews to, each as
+    far as it names its dimensions; none when it names no valid rows (the gate then counts free
+    slots)."""
+    section = config.get("review", config) if isinstance(config.get("review"), Mapping) else config
+    sequence = section.get("sequence")
+    if not isinstance(sequence, list):
+        return []
+    rows: list[dict[str, str]] = []
+    for row in sequence[:MAX_SEQUENCE_ROWS]:
+        if not isinstance(row, Mapping) or not isinstance(row.get("runner"), str):
+            return []
+        rows.append({k: str(row.get(k) or "") for k in SELECTION_KEYS})
+    return rows
+
+
 def project_default_mode(config: Mapping[str, Any]) -> ReviewMode | None:
     """The project review configuration's ``mode`` default; removed keys are refused with a
     conversion hint, never ignored into a looser default. Accepts ``{review: {...}}`` or the

@@ -10,6 +10,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.lineage import ReviewSession
+from dispatch_budget.domain.qualifying import SessionFacts
 from dispatch_budget.domain.selection import ReviewMode, RunnerSpec
 from dispatch_budget.store.tables import review_configs, review_sessions, runners
 
@@ -133,6 +134,7 @@ async def rebind_review_session(conn: AsyncConnection, session: ReviewSession) -
             busy=True,
             model=session.model,
             effort=session.effort,
+            mode=session.mode.value,
             range_base=session.range_base,
             range_head=session.range_head,
             lease_id=session.lease_id,
@@ -158,3 +160,32 @@ async def renew_review_session(conn: AsyncConnection, session: ReviewSession) ->
         .where(review_sessions.c.session_id == session.session_id)
         .values(lease_expires_at=session.lease_expires_at)
     )
+
+
+async def session_facts(
+    conn: AsyncConnection, project_id: str, session_ids: list[str]
+) -> dict[str, SessionFacts]:
+    """The bound reviewer sessions among ``session_ids``, as the gate verifies them."""
+    if not session_ids:
+        return {}
+    s = review_sessions.c
+    rows = (
+        await conn.execute(
+            select(
+                s.session_id, s.repository, s.pr_number, s.runner, s.model, s.effort, s.mode, s.base_sha
+            ).where(s.project_id == project_id, s.session_id.in_(sorted(set(session_ids))))
+        )
+    ).all()
+    return {
+        row.session_id: SessionFacts(
+            row.session_id,
+            row.repository,
+            int(row.pr_number),
+            row.runner,
+            row.model,
+            row.effort,
+            row.mode,
+            row.base_sha,
+        )
+        for row in rows
+    }

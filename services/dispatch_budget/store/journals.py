@@ -96,6 +96,22 @@ async def journal_records(
     return [JournalRecord.from_json(orjson.loads(row.record)) for row in rows]
 
 
+async def journal_line_page(
+    conn: AsyncConnection, project_id: str, run_id: str, after: int, limit: int
+) -> list[tuple[int, str]]:
+    """(offset, stored line) of the records after ``after``, in order: the bytes as written."""
+    j = journal_events.c
+    rows = (
+        await conn.execute(
+            select(j.offset, j.record)
+            .where(j.project_id == project_id, j.run_id == run_id, j.offset > after)
+            .order_by(j.offset)
+            .limit(limit)
+        )
+    ).all()
+    return [(int(row.offset), str(row.record)) for row in rows]
+
+
 async def closing_turn(conn: AsyncConnection, project_id: str, run_id: str) -> JournalRecord | None:
     """The run's last ``turn_completed{final: true}``, whose evidence settles the attempt."""
     j = journal_events.c

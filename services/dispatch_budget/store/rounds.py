@@ -12,6 +12,7 @@ from sqlalchemy import Integer, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.budget import AttemptKind, RunStatus, Trigger
+from dispatch_budget.domain.qualifying import Attempt
 from dispatch_budget.domain.rounds import (
     ExtensionReceipt,
     LaunchRefusal,
@@ -189,6 +190,10 @@ def _receipt(row: Any) -> Receipt:
         settled_at=row.settled_at,
         admitted_by=row.admitted_by or "",
         review_session_id=row.review_session_id or "",
+        evidence=row.evidence,
+        reviewed_head=row.reviewed_head,
+        journal_run_id=row.journal_run_id or "",
+        diff_scope=row.diff_scope,
     )
 
 
@@ -252,27 +257,48 @@ async def settle_admission(
             reason=settlement.reason,
             verdict=settlement.verdict,
             settled_at=at,
+            evidence=settlement.evidence,
+            reviewed_head=settlement.reviewed_head,
+            journal_run_id=settlement.journal_run_id or None,
+            diff_scope=settlement.diff_scope,
         )
     )
     return _receipt((await conn.execute(select(admissions).where(adm.receipt_id == receipt_id))).one())
 
 
-async def qualifying_reviews(conn: AsyncConnection, project_id: str, scope_key: str, head_sha: str) -> int:
-    """Passing verdicts for ``head_sha`` in the scope, one per separate reviewer session (an attempt
-    that named none is its own session): a recheck or retry in the same session adds nothing."""
+async def gate_attempts(
+    conn: AsyncConnection, project_id: str, scope_key: str, head_sha: str
+) -> list[Attempt]:
+    """The scope's attempts admitted for ``head_sha``, or whose journal named it, oldest first: what the
+    publication gate tallies (domain.qualifying)."""
     adm = admissions.c
     rows = (
         await conn.execute(
-            select(adm.receipt_id, adm.review_session_id).where(
+            select(admissions)
+            .where(
                 adm.project_id == project_id,
                 adm.scope_key == scope_key,
-                adm.outcome == Outcome.COUNTED.value,
-                adm.verdict == "pass",
-                adm.head_sha == head_sha,
+                (adm.head_sha == head_sha) | (adm.reviewed_head == head_sha),
             )
+            .order_by(adm.admitted_at, adm.receipt_id)
         )
     ).all()
-    return len({row.review_session_id or row.receipt_id for row in rows})
+    return [
+        Attempt(
+            receipt_id=row.receipt_id,
+            kind=AttemptKind(row.kind),
+            head_sha=row.head_sha,
+            outcome=row.outcome,
+            verdict=row.verdict,
+            reason=row.reason,
+            evidence=row.evidence,
+            reviewed_head=row.reviewed_head,
+            review_session_id=row.review_session_id or "",
+            journal_run_id=row.journal_run_id or "",
+            diff_scope=row.diff_scope,
+        )
+        for row in rows
+    ]
 
 
 # --- stopped launches ---

@@ -96,6 +96,13 @@ admissions = Table(
     Column("admitted_by", String(120)),
     # The reviewer session it ran in: qualifying reviews are counted per separate session.
     Column("review_session_id", String(40)),
+    # What a counted verdict rests on (domain.qualifying): the journal's decoded evidence marker or
+    # "reported"; null for settlements from before it was kept (never a passing review).
+    Column("evidence", String(20)),
+    Column("reviewed_head", String(64)),
+    Column("journal_run_id", String(80)),
+    # The verdict's Diff scope table (spec 003), or {"refused": why}.
+    Column("diff_scope", Json),
     UniqueConstraint("project_id", "attempt_key"),
     Index("ix_admissions_scope", "project_id", "scope_key"),
 )

@@ -135,6 +135,11 @@ def as_admission_receipt(message: budget_pb2.AdmissionReceipt) -> Json:
             settlement["reason"] = s.reason
         if s.verdict:
             settlement["verdict"] = s.verdict
+        for name in ("evidence", "reviewed_head", "journal_run_id"):
+            if getattr(s, name):
+                settlement[name] = getattr(s, name)
+        if s.diff_scope_json:
+            settlement["diff_scope"] = orjson.loads(s.diff_scope_json)
         body["settlement"] = settlement
     return body
 
@@ -186,7 +191,22 @@ def as_ready_gate(message: budget_pb2.ReadyGate) -> Json:
         "required_reviews": message.required_reviews,
         "publishable": message.publishable,
         "blockers": list(message.blockers),
+        "filled_rows": [_gate_row(r) for r in message.filled_rows],
+        "remaining_rows": [_gate_row(r) for r in message.remaining_rows],
+        "refused_reviews": [
+            {"receipt_id": r.receipt_id, "reason": r.reason} for r in message.refused_reviews
+        ],
     }
+
+
+def _gate_row(message: budget_pb2.GateRow) -> Json:
+    body: Json = {"row": message.row}
+    if message.HasField("selection"):
+        body["selection"] = as_selection(message.selection)
+    if message.receipt_id:
+        body["receipt_id"] = message.receipt_id
+        body["review_session_id"] = message.review_session_id
+    return body
 
 
 # --- the review-run gate (spec 001) ---------------------------------------------------------------

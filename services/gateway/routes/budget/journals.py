@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import Code, DomainError, invalid
-from reviewloop.shapes import EvidenceStatus, JournalAppendResult, JournalIn
+from reviewloop.shapes import EvidenceStatus, JournalAppendResult, JournalIn, JournalPage
 
 from gateway.backends import Backends, backends
-from gateway.responses import ShapedRoute
+from gateway.responses import ShapedRoute, encoded
 from gateway.routes.budget import JSONL, Caller
 from gateway.translate import Json
 
@@ -86,3 +86,45 @@ async def get_evidence_status(run_id: str, principal: Caller, backend: Backend) 
     if reply.evidence_rejected_json:
         body["evidence_rejected"] = orjson.loads(reply.evidence_rejected_json)
     return body
+
+
+@router.get(
+    "/v1/journals/{run_id}/events",
+    operation_id="read_journal_events",
+    response_model=JournalPage,
+    responses={
+        200: {
+            "description": "The records after `after`, one JSON line each, exactly as journaled "
+            "(spec 002 encode_line); `Accept: application/json` answers them as a JournalPage. "
+            "`X-Next-After` names the offset the next page reads after, present only when more "
+            "records follow.",
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        }
+    },
+)
+async def read_journal_events(
+    run_id: str,
+    principal: Caller,
+    backend: Backend,
+    request: Request,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> Response:
+    """The run's journal read back as JSON lines: every record as the producer wrote it (its
+    schema_version, unknown types, the 1.2.0 hash chain), in offset order, paged by offset."""
+    reply = await backend.budget.ReadJournalEvents(
+        budget_pb2.ReadJournalEventsRequest(
+            principal=principal.to_proto(), run_id=run_id, after_offset=after, limit=limit
+        ),
+        timeout=backend.timeout_s,
+    )
+    headers = {"X-Next-After": str(reply.last_offset)} if reply.more else None
+    accept = request.headers.get("accept", "")
+    if "application/json" in accept and not any(kind in accept for kind in JSONL):
+        return encoded(
+            {
+                "events": [orjson.loads(line) for line in reply.lines],
+                "next_after": reply.last_offset if reply.more else None,
+            }
+        )
+    return Response("".join(reply.lines).encode(), media_type="application/x-ndjson", headers=headers)

@@ -108,6 +108,7 @@ async def settle_review_attempt(receipt_id: str, body: SettleIn, principal: Call
             reviewed_head=body.reviewed_head,
             no_verdict_reason=body.no_verdict_reason,
             journal_run_id=body.journal_run_id,
+            diff_scope_json=body.diff_scope.model_dump_json() if body.diff_scope is not None else "",
         ),
         timeout=backend.timeout_s,
     )
