@@ -394,8 +394,11 @@ class ReviewSessionBinding(Shape):
 
 
 class JournalPage(Shape):
-    """``read_journal_events`` as JSON: the records in offset order (the JSON-lines answer is the
-    byte-faithful one), and the offset the next page reads after while more follow."""
+    """``read_journal_events`` as JSON.
+
+    The records in offset order (the JSON-lines answer is the byte-faithful one), and the offset the
+    next page reads after while more follow.
+    """
 
     events: list[dict[str, JsonValue]]
     next_after: int | None = None
