@@ -184,6 +184,8 @@ def _decision(request: review_pb2.DecideRequest) -> Decision:
         body=_optional(request, "body"),
         feedback=request.feedback,
         new_rule=new_rule,
+        body_html=_optional(request, "body_html"),
+        message_sha256=request.message_sha256,
     )
 
 
@@ -298,6 +300,29 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             thread_id=thread.thread_id,
             context_version=thread.context_version,
             last_message_id=thread.last_message_id,
+        )
+
+    async def PreviewMessage(
+        self, request: review_pb2.PreviewMessageRequest, context: Context
+    ) -> review_pb2.MessagePreview:
+        preview = await app.preview_message(
+            self.env,
+            Principal.from_proto(request.principal),
+            request.review_id,
+            _optional(request, "subject"),
+            _optional(request, "body"),
+            _optional(request, "body_html"),
+        )
+        review = preview.review
+        return review_pb2.MessagePreview(
+            raw_mime=preview.raw,
+            message_sha256=preview.digest,
+            subject=review.subject,
+            body_text=review.body_text,
+            body_html=review.body_html or "",
+            html_regenerated=preview.html_regenerated,
+            revision=review.revision,
+            version=review.version,
         )
 
     async def GetPacingState(

@@ -40,6 +40,7 @@ from review_state.app.reads import (
     list_reviews,
     read_review,
 )
+from review_state.app.preview import Preview, preview_message
 from review_state.app.reviewer import (
     ReviewerResult,
     decide,
@@ -57,6 +58,7 @@ __all__ = [
     "Env",
     "Feedback",
     "PacingState",
+    "Preview",
     "ReviewerResult",
     "Revision",
     "Settings",
@@ -73,6 +75,7 @@ __all__ = [
     "get_revisions",
     "get_thread",
     "ingest",
+    "preview_message",
     "list_contacts",
     "list_reviews",
     "open_review",

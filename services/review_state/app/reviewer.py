@@ -21,6 +21,7 @@ from review_state.app._events import Facts
 from review_state.app._gates import reviewer_breaker, spend_cap
 from review_state.app.delivery import Claim, deliver, record_attempt, send_columns
 from review_state.app.env import Env
+from review_state.app.preview import check_seen
 from review_state.clients import DiffResult
 from review_state.domain.decision import (
     FORCED_PAST_DEADLINE,
@@ -166,6 +167,8 @@ async def _decide(
     # The fingerprint (``fields``) holds what the caller sent: a retry without a version is the same
     # request. Its compare-and-set is on the version this call read.
     decision = replace(decision, version=decision.version or current.version)
+    if actor is Actor.HUMAN:
+        check_seen(current, decision, verb)
     hold: str | None = None
     receipt: str | None = None
     cap: int | None = None  # the daily auto-send cap a review agent's release spends in its unit
@@ -241,7 +244,7 @@ async def _settle_round(env: Env, principal: Principal, receipt: str, **outcome:
 
 async def _edit_diff(
     env: Env, principal: Principal, current: Review, decision: Decision
-) -> tuple[dict[str, str], DiffResult]:
+) -> tuple[dict[str, Any], DiffResult]:
     """The edit's new fields and its diff, computed (not stored) by the diff service: it is stored
     through the outbox only if the edit wins the compare-and-set."""
     edited = decision.edited(current)
@@ -300,7 +303,7 @@ async def _apply_decision(
     the draft as held stale (when it did not, the decision's compare-and-set checks it still is not)."""
     quorum = quorum or Quorum()
     review_id = current.id
-    edited: dict[str, str] | None = None
+    edited: dict[str, Any] | None = None
     diff: DiffResult | None = None
     if verb is Verb.EDIT and hold is None:
         edited, diff = await _edit_diff(env, principal, current, decision)

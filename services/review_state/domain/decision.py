@@ -8,6 +8,7 @@ from typing import Any
 
 from reviewloop.errors import invalid
 
+from review_state.domain.html_part import html_of_text, sanitize_html
 from review_state.domain.machine import State, Verb
 from review_state.domain.review import Review
 from review_state.domain.submission import CHAT_MAX, MAX_SUBJECT
@@ -24,27 +25,42 @@ class Decision:
     body: str | None = None
     feedback: str = ""
     new_rule: dict[str, str] | None = None
+    # The reviewer's own HTML part for an edit (sanitized); None regenerates it from the new text.
+    body_html: str | None = None
+    # The approval digest of the message the decider saw ("" names none): checked for approve and edit.
+    message_sha256: str = ""
 
     def verb(self) -> Verb:
         """The table's verb for this decision, or ``bad_request`` naming the field at fault."""
         verb = VERBS.get(self.action)
         if verb is None:
             raise invalid("/action", "must be approve, edit, reject or escalate")
-        if verb is Verb.EDIT and self.subject is None and self.body is None:
+        if verb is Verb.EDIT and self.subject is None and self.body is None and self.body_html is None:
             raise invalid("/body", "an edit carries the new subject and/or body")
-        if verb is not Verb.EDIT and (self.subject is not None or self.body is not None):
-            raise invalid("/action", "subject and body are only for an edit")
+        if verb is not Verb.EDIT and (
+            self.subject is not None or self.body is not None or self.body_html is not None
+        ):
+            raise invalid("/action", "subject, body and body_html are only for an edit")
         if self.subject is not None and ("\n" in self.subject or len(self.subject) > MAX_SUBJECT):
             raise invalid("/subject", "must be one line of at most 998 characters")
         if len(self.feedback) > CHAT_MAX:
             raise invalid("/feedback", f"at most {CHAT_MAX} characters")
         return verb
 
-    def edited(self, current: Review) -> dict[str, str]:
-        """An edit's subject and body: the new ones where it names them, the current ones elsewhere."""
+    def edited(self, current: Review) -> dict[str, Any]:
+        """An edit's subject and parts: the new ones where it names them, the current ones elsewhere.
+        Every part that is delivered is covered: the reviewer's HTML (sanitized) where it names one,
+        else, when the text changed, the HTML part regenerated from the new text."""
+        body_text = current.body_text if self.body is None else self.body
+        body_html = current.body_html
+        if self.body_html is not None:
+            body_html = sanitize_html(self.body_html) if self.body_html.strip() else None
+        elif current.body_html and body_text != current.body_text:
+            body_html = html_of_text(body_text)
         return {
             "subject": current.subject if self.subject is None else self.subject,
-            "body_text": current.body_text if self.body is None else self.body,
+            "body_text": body_text,
+            "body_html": body_html,
         }
 
 
@@ -63,7 +79,7 @@ def diffable(review: Review) -> dict[str, Any]:
 
 
 def decision_changes(
-    verb: Verb, current: Review, edited: dict[str, str] | None, now: datetime
+    verb: Verb, current: Review, edited: dict[str, Any] | None, now: datetime
 ) -> dict[str, Any]:
     """The columns a decision writes besides the state."""
     # A decision spends the review deadline: it hurries a review agent toward a first decision of the
@@ -101,8 +117,10 @@ def deadline_passed(review: Review, now: datetime) -> bool:
     )
 
 
-def changed(edited: dict[str, str] | None, before: Review) -> bool:
+def changed(edited: dict[str, Any] | None, before: Review) -> bool:
     """Whether an edit actually changed the draft (an edit that changed nothing reads as approved)."""
     return edited is not None and (
-        edited["subject"] != before.subject or edited["body_text"] != before.body_text
+        edited["subject"] != before.subject
+        or edited["body_text"] != before.body_text
+        or edited.get("body_html", before.body_html) != before.body_html
     )

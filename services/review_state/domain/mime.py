@@ -3,6 +3,7 @@ reviewed is exactly what goes out."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -121,7 +122,42 @@ def build_message(
         message.add_attachment(
             attachment.content, maintype=maintype, subtype=subtype, filename=attachment.filename
         )
+    _fix_boundaries(message, subject, body_text, body_html, attachments)
     return message.as_bytes()
+
+
+def _fix_boundaries(
+    message: EmailMessage,
+    subject: str,
+    body_text: str,
+    body_html: str | None,
+    attachments: Sequence[Attachment],
+) -> None:
+    """Multipart boundaries derived from the content, where the email package draws random ones: the
+    same reviewed fields are the same bytes, so the digest a human approved is the digest delivered.
+    A boundary derived from the content cannot be planted in it (it would change the content)."""
+    seed = hashlib.sha256()
+    for value in (subject, body_text, body_html or ""):
+        seed.update(value.encode("utf-8", "surrogatepass") + b"\0")
+    for attachment in attachments:
+        seed.update(attachment.filename.encode("utf-8", "surrogatepass") + b"\0" + attachment.content)
+    digest = seed.hexdigest()
+    for index, part in enumerate(message.walk()):
+        if part.is_multipart():
+            part.set_boundary(f"=_rl{index}_{digest[:32]}")
+
+
+# Date and Message-ID are stamped when the message goes out (a retry keeps its Message-ID, but it is
+# minted at approval, after the human saw the message): the approval digest leaves both out.
+_STAMPED = re.compile(rb"^(?:Date|Message-ID):[^\r\n]*\r\n(?:[ \t][^\r\n]*\r\n)*", re.IGNORECASE | re.MULTILINE)
+
+
+def approval_digest(raw: bytes) -> str:
+    """Hex sha256 of the wire bytes ``raw`` without their top-level Date and Message-ID fields: what a
+    human's approval names, and what the delivered message (as the relay received it) hashes to."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    head = _STAMPED.sub(b"", head + b"\r\n")
+    return hashlib.sha256(head + b"\r\n" + body).hexdigest()
 
 
 # A message whose bytes are written here, without the email package, since the policy writes them as
