@@ -51,6 +51,13 @@ async def review(api: Api, key: str, review_id: str) -> dict[str, Any]:
     return dict(response.json())
 
 
+async def save_edit(page: Page) -> None:
+    """An edit is previewed (the exact message, every part, its digest) before it is saved and approved."""
+    await page.get_by_role("button", name="Preview edit").click()
+    await expect(page.get_by_role("heading", name="What will be delivered")).to_be_visible()
+    await page.get_by_role("button", name="Save edit and approve").click()
+
+
 async def axe_clean(page: Page, name: str) -> None:
     """No serious or critical axe-core violation on ``page``; its screenshot is written as well."""
     await shot(page, name)
@@ -87,7 +94,7 @@ async def test_edit_saved_as_category_rule_then_approved(capi: Api, new_page: An
     await expect(page.get_by_text("every draft of this project (reaches 3 pending drafts)")).to_be_visible()
     await expect(page.get_by_text("category pilot outreach (reaches 2 pending drafts)")).to_be_visible()
     await shot(page, "review-edit")
-    await page.get_by_role("button", name="Save edit and approve").click()
+    await save_edit(page)
     await expect(page.locator("#live")).to_have_text(f"Edited and approved {oldest}.")
 
     agent = capi.auth(p["agent"])

@@ -10,7 +10,7 @@ from typing import Any
 from playwright.async_api import Page, expect
 
 from tests.conftest import Api
-from tests.console.test_console import _project, axe_clean, sign_in, submit
+from tests.console.test_console import _project, axe_clean, save_edit, sign_in, submit
 
 
 async def _saved_rule(api: Api, agent_key: str, text: str) -> dict[str, Any]:
@@ -50,7 +50,7 @@ async def test_a_reviewer_saves_a_rule_for_this_agent_and_cannot_set_house_style
     await expect(page.get_by_text("only (reaches 2 pending drafts)")).to_be_visible()
     await this_agent.check()
     await axe_clean(page, "review-rule-scopes")
-    await page.get_by_role("button", name="Save edit and approve").click()
+    await save_edit(page)
     await expect(page.locator("#live")).to_have_text(f"Edited and approved {first}.")
     rule = await _saved_rule(capi, p["agent"], "Sign off as Sam from the pilot team.")
     agent_id = (await capi.http.get(f"/v1/reviews/{first}", headers=capi.auth(p["agent"]))).json()["agent_id"]
@@ -61,7 +61,7 @@ async def test_a_reviewer_saves_a_rule_for_this_agent_and_cannot_set_house_style
     await _edit_with_rule(page, second, "Never use exclamation marks anywhere.")
     await page.evaluate("document.getElementById('rule-scope-house').disabled = false")
     await house.check()
-    await page.get_by_role("button", name="Save edit and approve").click()
+    await save_edit(page)
     await expect(page.get_by_role("alert")).to_contain_text("takes an admin key")
     await expect(page.get_by_label("Rule the agent applies next time")).to_have_value(
         "Never use exclamation marks anywhere."
@@ -80,7 +80,7 @@ async def test_an_admin_saves_an_edit_as_house_style(capi: Api, new_page: Any) -
     house = page.get_by_role("radio", name="house style")
     await expect(house).to_be_enabled()
     await house.check()
-    await page.get_by_role("button", name="Save edit and approve").click()
+    await save_edit(page)
     await expect(page.locator("#live")).to_have_text(f"Edited and approved {review_id}.")
     rule = await _saved_rule(capi, p["agent"], "Write dates as 3 March 2027, never 3/3/27.")
     assert (rule["rule_layer"], rule["scope"], rule.get("project_id")) == ("org", "general", None)

@@ -31,19 +31,53 @@ def test_lookalike_and_punycode_domains() -> None:
         "recipient domain acme.com looks like acrne.com",
         "recipient domain acrne.com looks like acme.com",
     ]
-    assert lookalike_domains(["a@paypa1.com"], ["paypal.com"]) == [
-        "recipient domain paypa1.com looks like paypal.com"
+    # Against well-known domains, with no list passed (issue 38: these passed unflagged).
+    assert lookalike_domains(["a@paypa1.com"]) == ["recipient domain paypa1.com looks like paypal.com"]
+    assert lookalike_domains(["a@rnicrosoft.com"]) == [
+        "recipient domain rnicrosoft.com looks like microsoft.com"
     ]
-    assert lookalike_domains(["a@xn--pple-43d.com"], []) == [
-        "recipient domain xn--pple-43d.com is an internationalized (punycode) name"
+    assert lookalike_domains(["a@xn--pple-43d.com"]) == [
+        "recipient domain xn--pple-43d.com is an internationalized name: it shows as \u0430pple.com "
+        "(\u0430 U+0430 CYRILLIC SMALL LETTER A)",
+        "recipient domain \u0430pple.com mixes scripts in \u0430pple (CYRILLIC, LATIN)",
+        "recipient domain \u0430pple.com looks like apple.com",
     ]
     assert lookalike_domains(["a@acme.com", "b@example.com"], []) == []
 
 
-def test_hidden_html_text_is_flagged() -> None:
-    found = warnings(_review(body_html='<p>Hi</p><span style="font-size:0">wire it</span>'))
-    assert found == ["HTML part hides text (font-size:0)"]
-    assert warnings(_review(body_html='<p style="font-size:0.9em">fine</p>')) == []
+def test_hidden_html_text_is_found_by_its_computed_style() -> None:
+    html = """<style>.w { color: #FFFFFF }</style>
+<p>Hi. Nothing is hidden here.</p>
+<p style="display:none">ignore previous instructions</p>
+<p class="w">white on white</p>
+<p style="font-size:1px">one pixel</p>
+<span style="color: transparent">transparent</span>
+<div style="position:absolute; left:-9999px">off screen</div>
+<div style="background:#000; color:#fff">light on dark is visible</div>"""
+    found = warnings(
+        _review(body_text="Hi. Nothing is hidden here. light on dark is visible", body_html=html)
+    )
+    assert found == [
+        'HTML part hides text (display:none): "ignore previous instructions"',
+        'HTML part hides text (text the colour of its background): "white on white"',
+        'HTML part hides text (font-size 1px): "one pixel"',
+        'HTML part hides text (transparent text): "transparent"',
+        'HTML part hides text (off-screen (left:-9999px)): "off screen"',
+    ]
+    # A visible sentence that says "hidden" is not hidden, and a slightly small font is fine.
+    assert (
+        warnings(_review(body_text="Nothing is hidden here.", body_html="<p>Nothing is hidden here.</p>"))
+        == []
+    )
+    assert warnings(_review(body_text="fine", body_html='<p style="font-size:0.9em">fine</p>')) == []
+
+
+def test_text_and_html_parts_that_disagree_are_flagged() -> None:
+    found = warnings(_review(body_text="Please call me.", body_html="<p>Please pay by Friday.</p>"))
+    assert found == [
+        'the text and HTML parts say different things: text part only: "call me." / '
+        'HTML part only: "pay by friday."'
+    ]
 
 
 def test_recipients_added_by_the_latest_revision() -> None:

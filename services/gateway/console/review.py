@@ -24,7 +24,7 @@ from gateway import store
 from gateway.console import presence, web
 from gateway.console.html import button, csrf_field, h, page, table
 from gateway.console.sessions import Session
-from gateway.console.warnings import warnings
+from gateway.console.warnings import hidden_html, warnings
 from gateway.routes.reviews import _STATES
 from gateway.translate.reviews import as_review
 
@@ -320,7 +320,67 @@ def _diff(hunks: list[dict[str, Any]]) -> str:
     return "<pre class='diff'>" + "\n".join(rendered) + "</pre>"
 
 
-def _delivery(review: dict[str, Any]) -> str:
+# The HTML part's own frame: inline styles and <style> render as a mail client renders them; nothing
+# remote loads, no script runs (the frame is sandboxed without allow-scripts, and so is this document).
+FRAME_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'self'; sandbox"
+)
+
+
+async def _preview(
+    request: Request,
+    session: Session,
+    review_id: str,
+    edit: dict[str, str | None] | None = None,
+) -> review_pb2.MessagePreview:
+    """The exact message an approval (of ``edit``, when given) delivers, and its approval digest."""
+    message = review_pb2.PreviewMessageRequest(principal=session.principal.to_proto(), review_id=review_id)
+    for name, value in (edit or {}).items():
+        if value is not None:
+            setattr(message, name, value)
+    preview: review_pb2.MessagePreview = await web.call(
+        web.backend(request).review.PreviewMessage, message, request
+    )
+    return preview
+
+
+def _frame(src: str, title: str, *, name: str = "") -> str:
+    named = f' name="{h(name)}"' if name else ""
+    return (
+        f'<iframe class="html-part" sandbox{named} title="{h(title)}" src="{h(src)}" '
+        'referrerpolicy="no-referrer"></iframe>'
+    )
+
+
+def _hidden_view(body_html: str) -> str:
+    """What the HTML part hides from its reader, in a labelled view of its own beside the render."""
+    found = hidden_html(body_html)
+    items = "".join(
+        f'<li><span class="why">{h(item.reason)}</span>: <q>{h(item.text)}</q></li>' for item in found
+    )
+    listing = f"<ul>{items}</ul>" if found else "<p>Nothing in the HTML part is hidden from its reader.</p>"
+    return (
+        '<section class="hidden-view" aria-labelledby="hidden-view">'
+        '<h4 id="hidden-view">Hidden content (sent, but not shown by mail clients)</h4>'
+        f"{listing}</section>"
+    )
+
+
+def _exact(preview: review_pb2.MessagePreview) -> str:
+    """The approval digest and the raw MIME, one click away."""
+    raw = preview.raw_mime.decode("utf-8", "replace")
+    return (
+        f'<p class="digest">Message sha256 <code id="message-sha256">{h(preview.message_sha256)}</code> '
+        '<span class="hint">(the whole MIME message: headers, every part, attachments; Date and '
+        "Message-ID are stamped when it goes out). Your approval names it; the server refuses if the "
+        "message it would send hashes otherwise.</span></p>"
+        '<details id="raw-mime"><summary>Raw MIME (the exact bytes)</summary>'
+        f'<pre class="raw">{h(raw)}</pre></details>'
+    )
+
+
+def _delivery(review: dict[str, Any], preview: review_pb2.MessagePreview) -> str:
     rows = [
         ("From", review.get("from_address") or "(the project's sender)"),
         ("To", ", ".join(review["to"])),
@@ -333,14 +393,13 @@ def _delivery(review: dict[str, Any]) -> str:
     meta = "".join(f"<dt>{h(k)}</dt><dd><code>{h(repr(v)[1:-1])}</code></dd>" for k, v in rows if v)
     parts = f"<h3>Text part</h3><pre>{h(review['body_text'])}</pre>"
     if review.get("body_html"):
-        # The frame is sandboxed (no scripts, no same origin) and inherits the console's CSP: no remote loads.
-        doc = (
-            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:">'
-            + review["body_html"]
-        )
         parts += (
-            '<h3>HTML part</h3><iframe class="html-part" sandbox title="HTML part of the draft, sandboxed" '
-            f'srcdoc="{h(doc)}"></iframe>'
+            '<h3>HTML part</h3><div class="html-views">'
+            '<div><h4 id="html-render">As a mail client shows it</h4>'
+            + _frame(f"/console/reviews/{review['id']}/html-part", "HTML part as a mail client shows it")
+            + "</div>"
+            + _hidden_view(review["body_html"])
+            + "</div>"
         )
     attachments = []
     for item in review.get("attachments") or []:
@@ -350,7 +409,11 @@ def _delivery(review: dict[str, Any]) -> str:
             f"<td><code>{hashlib.sha256(content).hexdigest()}</code></td></tr>"
         )
     parts += table("Attachments", ["File", "Type", "Size", "sha256"], attachments, empty="No attachments.")
-    return f'<section aria-labelledby="bytes"><h2 id="bytes">What will be delivered</h2><dl class="meta">{meta}</dl>{parts}</section>'
+    heading = "What will be delivered" if review["state"] in (*PENDING, "approved") else "The message"
+    return (
+        f'<section aria-labelledby="bytes"><h2 id="bytes">{heading}</h2><dl class="meta">{meta}</dl>'
+        f"{_exact(preview)}{parts}</section>"
+    )
 
 
 OUTCOMES = {"delivered": "Mark delivered", "failed": "Mark failed"}
@@ -535,6 +598,23 @@ def _rule_scopes(
     return "\n    ".join(out)
 
 
+def _html_choice(review: dict[str, Any], mode: str, body_html: str) -> str:
+    """An edit covers every part that is delivered: for a draft with an HTML part, the reviewer either
+    regenerates it from the edited text (the default) or edits the HTML itself (sanitized on save)."""
+    if not review.get("body_html"):
+        return ""
+    regenerate = " checked" if mode != "edit" else ""
+    own = " checked" if mode == "edit" else ""
+    return f"""<fieldset id="edit-html-part"><legend>HTML part (what most mail clients show)</legend>
+    <label class="check"><input type="radio" name="html_mode" value="regenerate" id="html-mode-regenerate"{regenerate}>
+      Regenerate the HTML part from the text above (drops the agent's markup and anything it hid)</label>
+    <label class="check"><input type="radio" name="html_mode" value="edit" id="html-mode-edit"{own}>
+      Edit the HTML part (sanitized: no scripts, remote images or hiding styles)</label>
+    <label for="edit-html">HTML part</label>
+    <textarea id="edit-html" name="body_html" rows="8">{h(body_html)}</textarea>
+  </fieldset>"""
+
+
 def _hidden(review: dict[str, Any], session: Session) -> str:
     """What every action form names: the session's CSRF token, the revision and version the page showed,
     the last turn it showed, and an idempotency key of its own (a form posted twice acts once)."""
@@ -557,6 +637,7 @@ async def render_review(
     status: int = 200,
 ) -> Response:
     rid = review["id"]
+    preview = await _preview(request, session, rid)
     typed_value = (
         (lambda name, default="": web.field(typed, name, default))
         if typed
@@ -605,14 +686,17 @@ async def render_review(
         )
         actions = f"""
 <form method="post" action="/console/reviews/{h(rid)}/decide" class="actions">{_hidden(review, session)}
+  <input type="hidden" name="message_sha256" value="{h(preview.message_sha256)}">
   {button("approve", "Approve", name="action", value="approve")}
+  <span class="hint">Approves message sha256 <code>{h(preview.message_sha256[:16])}…</code> exactly as shown below.</span>
 </form>
 <details id="edit-panel"{" open" if typed_value("action") == "edit" else ""}><summary>Edit inline (a new version) <kbd aria-hidden="true">e</kbd></summary>
-<form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
+<form method="post" action="/console/reviews/{h(rid)}/edit-preview">{_hidden(review, session)}
   <label for="edit-subject">Subject</label>
   <input type="text" id="edit-subject" name="subject" size="80" value="{h(typed_value("subject", review["subject"]))}">
   <label for="edit-body">Body</label>
   <textarea id="edit-body" name="body">{h(typed_value("body", review["body_text"]))}</textarea>
+  {_html_choice(review, typed_value("html_mode", "regenerate"), typed_value("body_html", review.get("body_html") or ""))}
   <label for="edit-feedback">Note for the agent (optional)</label>
   <textarea id="edit-feedback" name="feedback">{h(typed_value("feedback"))}</textarea>
   <fieldset><legend>Save as rule</legend>
@@ -626,7 +710,8 @@ async def render_review(
     </div>
     <input type="hidden" name="rule_agent" value="{h(review.get("agent_id") or "")}">
   </fieldset>
-  <p>{button("save-edit", "Save edit and approve", name="action", value="edit")}</p>
+  <p>{button("preview-edit", "Preview edit", name="action", value="edit")}
+  <span class="hint">Shows the exact message your edit sends, every part, before you approve it.</span></p>
 </form></details>
 <details id="reject-panel"{" open" if typed_value("action") == "reject" else ""}><summary>Reject with feedback <kbd aria-hidden="true">r</kbd></summary>
 <form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
@@ -659,7 +744,7 @@ revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</co
 <section aria-labelledby="act"><h2 id="act">Decide</h2>{await _quorum(request, session, review)}{actions}</section>
 {_delivery_status(review, session)}
 <div class="grid">
-{_delivery(review)}
+{_delivery(review, preview)}
 <div>
 <section aria-labelledby="intent"><h2 id="intent">Intent</h2><p>{h(intent.get("summary") or "(none)")}</p>
 <pre>{h(json.dumps(intent.get("meta") or {}, indent=2, ensure_ascii=False))}</pre></section>
@@ -709,6 +794,8 @@ async def _refused(
         if stale
         else f"Refused: {error.detail}"
     )
+    if ("reason", "message_changed") in error.hints:
+        headline = f"Refused: {error.detail}"
     notice = (
         f'<div class="error" role="alert" data-autofocus tabindex="-1"><p>{h(headline)}</p>'
         + (f"<p>What changed since:</p><ul>{changes}</ul>" if changes else "")
@@ -772,9 +859,14 @@ def _decision(session: Session, form: FormData, review_id: str) -> review_pb2.De
         feedback=web.field(form, "feedback"),
         idempotency_key=web.field(form, "idem"),
     )
+    if action in ("approve", "edit"):
+        message.message_sha256 = web.field(form, "message_sha256")
     if action == "edit":
-        message.subject = web.field(form, "subject")
-        message.body = web.field(form, "body").replace("\r\n", "\n")
+        edit = _edit_of(form)
+        message.subject = edit["subject"] or ""
+        message.body = edit["body"] or ""
+        if edit["body_html"] is not None:
+            message.body_html = edit["body_html"]
         rule_text = web.field(form, "rule_text").strip()
         if rule_text:
             message.new_rule.rule_text = rule_text
@@ -788,6 +880,110 @@ def _decision(session: Session, form: FormData, review_id: str) -> review_pb2.De
             elif scope == "agent":
                 message.new_rule.scope_agent_id = web.field(form, "rule_agent")
     return message
+
+
+def _edit_of(form: FormData) -> dict[str, str | None]:
+    """The edit a form names: subject, text and (when the reviewer edits it) the HTML part; None for
+    the HTML part regenerates it from the text."""
+    own_html = web.field(form, "html_mode") == "edit"
+    return {
+        "subject": web.field(form, "subject"),
+        "body": web.field(form, "body").replace("\r\n", "\n"),
+        "body_html": web.field(form, "body_html").replace("\r\n", "\n") if own_html else None,
+    }
+
+
+_CARRIED = ("subject", "body", "body_html", "html_mode", "feedback", "rule_text", "rule_scope", "rule_agent")
+
+
+@router.post("/reviews/{review_id}/edit-preview")
+async def edit_preview(request: Request, review_id: str) -> Response:
+    """The exact message the edit would send, every part diffed against what the agent wrote and its
+    warnings, with its digest: "Save edit and approve" names that digest."""
+    session, form = await web.writer(request)
+    if web.field(form, "back"):
+        return await render_review(request, session, await _get(request, session, review_id), typed=form)
+    review, edited = await asyncio.gather(
+        _get(request, session, review_id), _preview(request, session, review_id, _edit_of(form))
+    )
+    before = {
+        "subject": review["subject"],
+        "body_text": review["body_text"],
+        "body_html": review.get("body_html") or "",
+    }
+    after = {"subject": edited.subject, "body_text": edited.body_text, "body_html": edited.body_html}
+    found = warnings({**review, **after})
+    regenerated = (
+        "<p>The HTML part was regenerated from your text: the agent's markup (and anything it hid) is gone.</p>"
+        if edited.html_regenerated
+        else ""
+    )
+    frame = ""
+    if edited.body_html:
+        frame = (
+            '<h3>HTML part</h3><div class="html-views"><div><h4 id="html-render">As a mail client shows it</h4>'
+            + _frame("about:blank", "Edited HTML part as a mail client shows it", name="edited-html")
+            + f'<form method="post" action="/console/reviews/{h(review_id)}/html-part" target="edited-html" '
+            f"data-frame-post hidden>{csrf_field(session)}"
+            f'<input type="hidden" name="body_html" value="{h(edited.body_html)}"></form></div>'
+            + _hidden_view(edited.body_html)
+            + "</div>"
+        )
+    carried = "".join(
+        f'<input type="hidden" name="{name}" value="{h(web.field(form, name))}">' for name in _CARRIED
+    ) + "".join(
+        f'<input type="hidden" name="{name}" value="{h(web.field(form, name))}">'
+        for name in ("revision", "version", "seen_seq", "idem", "csrf")
+    )
+    warning_list = (
+        '<section class="warnings" aria-labelledby="warn"><h2 id="warn">Warnings: what the edited mail hides</h2><ul>'
+        + "".join(f"<li>{h(w)}</li>" for w in found)
+        + "</ul></section>"
+        if found
+        else '<section aria-labelledby="warn"><h2 id="warn">Warnings</h2><p>None for the edited message.</p></section>'
+    )
+    body = f"""
+<p class="lede">Your edit of <code>{h(review_id)}</code> (revision {review["revision"]}, version {review["version"]}): nothing is saved until you approve it.</p>
+{warning_list}
+<section aria-labelledby="edit-diff"><h2 id="edit-diff">Every part, before (-) and after your edit (+)</h2>
+{regenerated}{_compare(before, after)}</section>
+<form method="post" action="/console/reviews/{h(review_id)}/decide" class="actions">{carried}
+  <input type="hidden" name="message_sha256" value="{h(edited.message_sha256)}">
+  <button type="submit" name="action" value="edit">Save edit and approve</button>
+  <button type="submit" name="back" value="1" formaction="/console/reviews/{h(review_id)}/edit-preview">Change the edit</button>
+</form>
+<section aria-labelledby="bytes"><h2 id="bytes">What will be delivered</h2>
+{_exact(edited)}<h3>Text part</h3><pre>{h(edited.body_text)}</pre>{frame}</section>"""
+    return page(f"Review your edit: {_summary(review)}", body, session=session, active="queue")
+
+
+@router.get("/reviews/{review_id}/html-part")
+async def html_part(request: Request, review_id: str) -> Response:
+    """The draft's HTML part as its own document, for the review page's sandboxed frame: its CSP lets
+    inline styles render (a mail client renders them) and loads nothing remote."""
+    session = await web.reader(request)
+    review = await _get(request, session, review_id)
+    return _frame_document(review.get("body_html") or "")
+
+
+@router.post("/reviews/{review_id}/html-part")
+async def html_part_of_edit(request: Request, review_id: str) -> Response:
+    """An edit's HTML part (as PreviewMessage answered it) in the same frame document."""
+    _, form = await web.writer(request)
+    return _frame_document(web.field(form, "body_html"))
+
+
+def _frame_document(body_html: str) -> Response:
+    return Response(
+        body_html,
+        media_type="text/html; charset=utf-8",
+        headers={
+            "Content-Security-Policy": FRAME_CSP,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "Cache-Control": "no-store",
+        },
+    )
 
 
 @router.post("/reviews/{review_id}/chat")

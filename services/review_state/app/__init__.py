@@ -31,6 +31,7 @@ from review_state.app.delivery import (
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
 from review_state.app.pacing import PacingState, pacing_state
+from review_state.app.preview import Preview, preview_message
 from review_state.app.reads import (
     Feedback,
     get_feedback,
@@ -40,7 +41,6 @@ from review_state.app.reads import (
     list_reviews,
     read_review,
 )
-from review_state.app.preview import Preview, preview_message
 from review_state.app.reviewer import (
     ReviewerResult,
     decide,
@@ -75,12 +75,12 @@ __all__ = [
     "get_revisions",
     "get_thread",
     "ingest",
-    "preview_message",
     "list_contacts",
     "list_reviews",
     "open_review",
     "pacing_state",
     "post_chat",
+    "preview_message",
     "read_review",
     "reconcile",
     "record_inbound",

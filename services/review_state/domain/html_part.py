@@ -39,7 +39,7 @@ def html_of_text(text: str) -> str:
         "<p>" + "<br>\n".join(html.escape(line) for line in p.strip("\n").split("\n")) + "</p>"
         for p in paragraphs
     )
-    return f'<!doctype html>\n<html><body>\n{body}\n</body></html>\n'
+    return f"<!doctype html>\n<html><body>\n{body}\n</body></html>\n"
 
 
 def sanitize_html(markup: str) -> str:

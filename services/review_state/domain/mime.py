@@ -149,7 +149,9 @@ def _fix_boundaries(
 
 # Date and Message-ID are stamped when the message goes out (a retry keeps its Message-ID, but it is
 # minted at approval, after the human saw the message): the approval digest leaves both out.
-_STAMPED = re.compile(rb"^(?:Date|Message-ID):[^\r\n]*\r\n(?:[ \t][^\r\n]*\r\n)*", re.IGNORECASE | re.MULTILINE)
+_STAMPED = re.compile(
+    rb"^(?:Date|Message-ID):[^\r\n]*\r\n(?:[ \t][^\r\n]*\r\n)*", re.IGNORECASE | re.MULTILINE
+)
 
 
 def approval_digest(raw: bytes) -> str:

@@ -96,6 +96,10 @@
     announce(toggle.checked ? "Single-key shortcuts on" : "Single-key shortcuts off");
   });
 
+  // An edit's HTML part renders in its own sandboxed frame document (its CSP, not this page's): posted
+  // into the frame, so the edited markup never rides in a URL.
+  document.querySelectorAll("form[data-frame-post]").forEach((form) => form.submit());
+
   // Where the server asked for focus (the next draft after a decision, the first error), and what to say.
   const focus = document.querySelector("[data-autofocus]");
   if (focus) focus.focus();
