@@ -76,7 +76,7 @@ def test_text_and_html_parts_that_disagree_are_flagged() -> None:
     found = warnings(_review(body_text="Please call me.", body_html="<p>Please pay by Friday.</p>"))
     assert found == [
         'the text and HTML parts say different things: text part only: "call me." / '
-        'HTML part only: "pay by friday."'
+        'HTML part only: "pay by Friday."'
     ]
 
 

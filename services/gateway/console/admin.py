@@ -111,12 +111,16 @@ async def _categories(request: Request, session: Session) -> list[dict[str, Any]
 
 
 def _rule_rows(
-    session: Session, rules: list[dict[str, Any]], history: dict[str, list[dict[str, Any]]]
+    session: Session,
+    rules: list[dict[str, Any]],
+    history: dict[str, list[dict[str, Any]]],
+    who: web.Actors,
 ) -> list[str]:
     rows = []
     for rule in rules:
         revisions = "".join(
-            f"<li>rev {r['rev']} {h(r['action'])} by {h(r['changed_by_kind'])} at {h(r['created_at'])}: "
+            f"<li>rev {r['rev']} {h(r['action'])} by "
+            f"{h(who.name(r.get('changed_by_id') or '', r['changed_by_kind']))} at {h(r['created_at'])}: "
             f"{h(r['rule_text'])}</li>"
             for r in history.get(rule["lineage_id"], [])
         )
@@ -170,6 +174,7 @@ async def _rules_view(
             request,
         )
         history[rule["lineage_id"]] = [as_rule_revision(r) for r in reply.revisions]
+    who = await web.actors(request, session)
     options = "".join(
         f'<option value="{h(c["id"])}"{" selected" if c["id"] == category else ""}>{h(c["name"])}</option>'
         for c in categories
@@ -183,9 +188,9 @@ async def _rules_view(
   <input type="text" id="r-agent" name="agent" value="{h(agent)}">
   <p><button type="submit">Show the ladder</button></p>
 </form>
-{table("Effective ladder, in the order a draft applies it", head, _rule_rows(session, rules, history), empty="No rules in force.")}
+{table("Effective ladder, in the order a draft applies it", head, _rule_rows(session, rules, history, who), empty="No rules in force.")}
 <h2>Proposed rules waiting for a human</h2>
-{table("Proposed rules", head, _rule_rows(session, waiting, history), empty="No proposed rules.")}"""
+{table("Proposed rules", head, _rule_rows(session, waiting, history, who), empty="No proposed rules.")}"""
     return page("Rules", body, session=session, active="rules", status=_status(error))
 
 

@@ -105,7 +105,7 @@ def page(
             for name, href, label, admin in NAV
             if session.is_admin or not admin
         )
-        who = f"{session.principal.actor_kind} key {session.key_id}"
+        who = f"Signed in as {session.name or session.key_id} ({session.principal.actor_kind} key)"
         nav = f"""
 <header class="bar">
   <a class="brand" href="/console/queue">reviewloop</a>

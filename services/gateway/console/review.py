@@ -20,7 +20,6 @@ from reviewloop.rules.v1 import rules_pb2
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from gateway import store
 from gateway.console import presence, web
 from gateway.console.html import button, csrf_field, h, page, table
 from gateway.console.sessions import Session
@@ -291,9 +290,8 @@ async def _quorum(request: Request, session: Session, review: dict[str, Any]) ->
     if needed <= 1:
         return ""
     given = review["approvers"]
-    async with request.app.state.db.single_statement.connect() as conn:
-        names = {k.key_id: k.name for k in await store.project_keys(conn, session.principal.project_id)}
-    who = f": approved by {', '.join(names.get(a) or a for a in given)}" if given else ""
+    names = await web.actors(request, session)
+    who = f": approved by {', '.join(names.name(a) for a in given)}" if given else ""
     panel = f" (panel of {values.quorum_panel})" if values.quorum_panel else ""
     mine = " You approved this revision." if session.principal.actor_id in given else ""
     return (
@@ -376,7 +374,7 @@ def _exact(preview: review_pb2.MessagePreview) -> str:
         "Message-ID are stamped when it goes out). Your approval names it; the server refuses if the "
         "message it would send hashes otherwise.</span></p>"
         '<details id="raw-mime"><summary>Raw MIME (the exact bytes)</summary>'
-        f'<pre class="raw">{h(raw)}</pre></details>'
+        f'<pre class="raw" tabindex="0" aria-label="Raw MIME">{h(raw)}</pre></details>'
     )
 
 
@@ -460,15 +458,15 @@ def _duration(seconds: float) -> str:
     return f"{int(seconds)} s"
 
 
-def _thread(review: dict[str, Any]) -> str:
+def _thread(review: dict[str, Any], who: web.Actors) -> str:
     items = []
     for turn in review.get("turns") or []:
         what = turn["turn_type"] + (f" ({turn['action']})" if turn.get("action") else "")
         diff = _diff(turn["diff_json"]["hunks"]) if turn.get("diff_json") else ""
         text = f"<pre>{h(turn['body'])}</pre>" if turn["body"] else ""
         items.append(
-            f"<li><strong>{h(what)}</strong> by {h(turn['actor_kind'])} "
-            f"{h(turn.get('actor_id', ''))}, revision {turn['revision']}, "
+            f'<li><strong>{h(what)}</strong> by <span class="actor">'
+            f"{h(who.name(turn.get('actor_id', ''), turn['actor_kind']))}</span>, revision {turn['revision']}, "
             f"{h(turn['created_at'])}{text}{diff}</li>"
         )
     return "<ol class='thread'>" + "".join(items) + "</ol>" if items else "<p>No turns yet.</p>"
@@ -637,7 +635,7 @@ async def render_review(
     status: int = 200,
 ) -> Response:
     rid = review["id"]
-    preview = await _preview(request, session, rid)
+    preview, who = await asyncio.gather(_preview(request, session, rid), web.actors(request, session))
     typed_value = (
         (lambda name, default="": web.field(typed, name, default))
         if typed
@@ -749,7 +747,7 @@ revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</co
 <section aria-labelledby="intent"><h2 id="intent">Intent</h2><p>{h(intent.get("summary") or "(none)")}</p>
 <pre>{h(json.dumps(intent.get("meta") or {}, indent=2, ensure_ascii=False))}</pre></section>
 <section aria-labelledby="history"><h2 id="history">Revision history</h2>{_history(request, review, revisions)}</section>
-<section aria-labelledby="thread"><h2 id="thread">Thread and chat</h2>{_thread(review)}{chat}</section>
+<section aria-labelledby="thread"><h2 id="thread">Thread and chat</h2>{_thread(review, who)}{chat}</section>
 </div></div>"""
     return page(
         _summary(review),
@@ -782,8 +780,10 @@ async def _refused(
     review = await _get(request, session, review_id)
     seen = int(web.field(form, "seen_seq", "0") or 0)
     since = [t for t in review.get("turns") or [] if t["seq"] > seen]
+    who = await web.actors(request, session)
     changes = "".join(
-        f"<li>{h(t['turn_type'])}{' (' + h(t['action']) + ')' if t.get('action') else ''} by {h(t['actor_kind'])}</li>"
+        f"<li>{h(t['turn_type'])}{' (' + h(t['action']) + ')' if t.get('action') else ''} by "
+        f"{h(who.name(t.get('actor_id', ''), t['actor_kind']))}</li>"
         for t in since
     )
     shown = f"revision {web.field(form, 'revision')}, version {web.field(form, 'version')}"

@@ -299,7 +299,7 @@ def hidden_html(body_html: str | None) -> list[Hidden]:
 
 
 def _words(text: str) -> list[str]:
-    return re.findall(r"\w[\w'\u2019.,:;!?-]*", text.casefold())
+    return re.findall(r"\w[\w'\u2019.,:;!?-]*", text)
 
 
 def parts_disagree(body_text: str, body_html: str | None) -> list[str]:
@@ -309,10 +309,12 @@ def parts_disagree(body_text: str, body_html: str | None) -> list[str]:
         return []
     _, seen = read_html(body_html)
     a, b = _words(body_text), _words(seen)
-    if a == b:
+    folded_a, folded_b = [w.casefold() for w in a], [w.casefold() for w in b]
+    if folded_a == folded_b:
         return []
     runs = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+    matcher = difflib.SequenceMatcher(a=folded_a, b=folded_b, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
             continue
         only_text, only_html = " ".join(a[i1:i2]), " ".join(b[j1:j2])

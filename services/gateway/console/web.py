@@ -13,6 +13,7 @@ from reviewloop.errors import Code, DomainError
 from starlette.datastructures import FormData
 from starlette.responses import Response
 
+from gateway import store
 from gateway.backends import Backends
 from gateway.console.sessions import Session, check_csrf, current
 from gateway.problems import backend_error
@@ -119,3 +120,31 @@ def typed(form: FormData | None, form_id: str) -> Callable[[str, str], str]:
     if form is None or field(form, "form") != form_id:
         return lambda name, shown: shown
     return lambda name, shown: field(form, name, shown)
+
+
+class Actors:
+    """Who acted, as the console names them: the key's name and its kind ("sam (admin)"), looked up in
+    the project's keys (an agent key by its agent id as well). A turn records an admin as a human, so
+    the kind comes from the key, not the turn."""
+
+    def __init__(self, keys: list[store.ApiKey]) -> None:
+        self.by_id: dict[str, str] = {}
+        for key in keys:
+            label = f"{key.name or key.key_id} ({key.actor_kind})"
+            self.by_id[key.key_id] = label
+            if key.agent_id:
+                self.by_id.setdefault(key.agent_id, label)
+        self.by_id.setdefault("bootstrap", "bootstrap token (admin)")
+
+    def name(self, actor_id: str, actor_kind: str = "") -> str:
+        if actor_id in self.by_id:
+            return self.by_id[actor_id]
+        if actor_kind == "system" or not actor_id:
+            return f"reviewloop ({actor_kind or 'system'})"
+        return f"{actor_id} ({actor_kind})" if actor_kind else actor_id
+
+
+async def actors(request: Request, session: Session) -> Actors:
+    """The project's keys as names (one statement on the gateway's own store)."""
+    async with request.app.state.db.single_statement.connect() as conn:
+        return Actors(await store.project_keys(conn, session.principal.project_id))
