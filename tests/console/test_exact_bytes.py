@@ -238,7 +238,7 @@ async def test_html_preview_renders_as_a_mail_client_with_hidden_content_beside_
     # A viewport as tall as the page: a full-page capture leaves the sandboxed frame blank.
     height = await page.evaluate("document.documentElement.scrollHeight")
     await page.set_viewport_size({"width": 1280, "height": int(height)})
-    await page.screenshot(path=str(DOCS / "console-review.png"))
+    await page.screenshot(path=str(DOCS / "console-review-exact-bytes.png"))
     await page.locator(".html-views").screenshot(path=str(DOCS / "console-hidden-content.png"))
 
 
