@@ -61,7 +61,7 @@ async def test_the_review_page_shows_two_of_three_approvals_of_a_panel_and_who_g
     await sign_in(page, keys["c"]["api_key"], f"/console/reviews/{rid}")
     quorum = page.locator("#quorum")
     await expect(quorum).to_contain_text("2 of 3 approvals (panel of 4)")
-    await expect(quorum).to_contain_text("approved by Ana Reviewer, Ben Reviewer")
+    await expect(quorum).to_contain_text("approved by Ana Reviewer (human), Ben Reviewer (human)")
     await axe_clean(page, "review-quorum")
     await page.get_by_role("button", name="Approve", exact=True).click()
     await expect(page.locator("#live")).to_have_text(f"Approved {rid}.")

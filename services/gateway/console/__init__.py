@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from gateway.console import admin, dead_letters, review, sessions, web
+from gateway.console import admin, dead_letters, review, sessions, throttle, web
 from gateway.console.html import SECURITY_HEADERS, error_box, h, page
 
 STATIC = Path(__file__).parent / "static"
@@ -77,13 +77,27 @@ def create_console(state: object) -> FastAPI:
     async def sign_in_form(request: Request) -> Response:
         return _sign_in_page(web.safe_next(request.query_params.get("next")))
 
+    attempts = throttle.SignInThrottle()
+
     @console.post("/sign-in")
     async def sign_in(request: Request) -> Response:
+        if throttle.cross_site(request):
+            # Before the form is even read: a forged sign-in sets no cookie.
+            return _sign_in_page(
+                "/console/queue",
+                "Refused: a sign-in must be sent from this console's own sign-in page, not another site.",
+                status=403,
+            )
         form = await request.form()
         target = web.safe_next(web.field(form, "next"))
         response = RedirectResponse(target, status_code=303)
         try:
+            attempts.attempt(request.client.host if request.client else "", web.field(form, "key"))
             await sessions.sign_in(request, response, web.field(form, "key"))
+        except throttle.RateLimited as error:
+            page_ = _sign_in_page(target, error.detail, status=429)
+            page_.headers["Retry-After"] = str(error.retry_after)
+            return page_
         except DomainError as error:
             return _sign_in_page(target, error.detail, status=http_status(error.code))
         response.headers.update(SECURITY_HEADERS)
