@@ -172,6 +172,7 @@ async def each_await(
     (``Attempt.verify``). Returns how many cancellations were tried (at least one per mode).
     """
     interrupter = Interrupter(db)
+    sessions = _Sessions(db)
     tried = 0
     try:
         for _ in range(2):  # the driver path plans a statement on its second sighting: see every one twice
@@ -188,36 +189,44 @@ async def each_await(
                     assert at > 1, f"{mode}: the call made no round trip to cancel"
                     await scenario.verify(answer)
                     break
-                await settled(db)
+                await sessions.settled()
                 assert not interrupter.dirty, f"cancelled {mode} round trip {at}: {interrupter.dirty}"
                 answer = await scenario.call()
                 try:
                     await scenario.verify(answer)
                 except AssertionError as failure:
                     raise AssertionError(f"cancelled {mode} round trip {at}: {failure}") from failure
-                await settled(db)
             else:
                 raise AssertionError(f"{mode}: the call still made round trips after {limit}")
     finally:
         interrupter.close()
+        await sessions.close()
     return tried
 
 
-async def settled(db: Database) -> None:
-    """Wait for the store's cancelled work to end, then check no server session of it is in a transaction.
+class _Sessions:
+    """The server sessions of ``db``'s database, read on a connection of their own (PostgreSQL)."""
 
-    On PostgreSQL a cancelled round trip's CancelRequest goes on a connection of its own, and a
-    terminated connection's backend ends a moment later: both are waited for.
-    """
-    if db.is_sqlite:
-        await asyncio.sleep(0)
-        return
-    url = db.engine.url
-    server = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    conn = await asyncpg.connect(server)
-    try:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.conn: asyncpg.Connection | None = None
+
+    async def settled(self) -> None:
+        """Wait for the store's cancelled work to end, then check none of its sessions is in a transaction.
+
+        A cancelled round trip's CancelRequest goes on a connection of its own, and a terminated
+        connection's backend ends a moment later: both are waited for.
+        """
+        if self.db.is_sqlite:
+            await asyncio.sleep(0)
+            return
+        url = self.db.engine.url
+        if self.conn is None:
+            self.conn = await asyncpg.connect(
+                url.set(drivername="postgresql").render_as_string(hide_password=False)
+            )
         for _ in range(100):
-            stuck = await conn.fetch(
+            stuck = await self.conn.fetch(
                 "SELECT pid, state, query FROM pg_stat_activity"
                 " WHERE datname = $1 AND pid <> pg_backend_pid()"
                 " AND state IN ('idle in transaction', 'idle in transaction (aborted)', 'active')",
@@ -225,10 +234,12 @@ async def settled(db: Database) -> None:
             )
             if not stuck:
                 return
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.01)
         raise AssertionError(f"server sessions left in a transaction: {[dict(r) for r in stuck]}")
-    finally:
-        await conn.close()
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
 
 
 async def observer(db: Database) -> Database:
