@@ -57,7 +57,7 @@ lint: setup $(BUF) ## ruff, mypy, the import contracts, buf lint and buf breakin
 bench: setup ## benchmarks, printed as a table of medians
 	$(BIN)/python -m tests.bench $(BENCH)
 
-chaos: setup ## SIGKILL random processes under load on PostgreSQL (REVIEWLOOP_TEST_POSTGRES), then check; a few minutes
+chaos: setup ## SIGKILL random processes, and the caller of an in-flight Ingest, under load on PostgreSQL (REVIEWLOOP_TEST_POSTGRES), then check; a few minutes
 	$(BIN)/python -m tests.chaos $(CHAOS)
 
 clean: ## remove the venv, generated stubs, data and caches

@@ -6,10 +6,14 @@ over IMAP (a relay that keeps a copy, so a send whose answer a kill lost is reco
 client drives each review the way an operator's agent would: it re-reads the review, acts on its state,
 and retries a lost answer with the same Idempotency-Key; an on-call operator closes a delivery parked for
 30 s (a kill between the DATA journal and the relay's answer, which the Sent folder cannot settle when
-the relay never got it) by the relay's record, through the console's ``resolve_delivery``. After the load and a quiet minute it checks:
-no review lost, doubled, or left approved / pending; every sent review delivered exactly once (messages
-in the sink by Message-ID); exactly one terminal nudge per review. Prints the numbers; exits 1 on a
-failed check.
+the relay never got it) by the relay's record, through the console's ``resolve_delivery``. Besides the random kills, it kills the caller of an in-flight call (issue 34): it
+watches a receiver's database for an ``Ingest`` unit of work under way and SIGKILLs the service whose
+relay sent it (review_state's relay into nudge and rules, rules' into review_state), so grpc.aio cancels
+the receiver's handler mid-unit. After the load and a quiet minute it checks: no review lost, doubled, or
+left approved / pending; every sent review delivered exactly once (messages in the sink by Message-ID);
+exactly one terminal nudge per review, as the agent lists them and as nudge's store holds them (every
+``sent``/``auto_sent``/``cancelled``/``failed`` review in review_state's store); every outbox row marked
+delivered is in its receiver's inbox. Prints the numbers; exits 1 on a failed check.
 
     REVIEWLOOP_TEST_POSTGRES=postgresql://... python -m tests.chaos [--seconds 150] [--workers 4]
 """
@@ -32,8 +36,10 @@ from email.policy import default
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 from aiosmtpd.controller import Controller
+from sqlalchemy.engine import make_url
 from stack.launcher import Stack, free_port
 from stack.topology import ALL
 
@@ -104,6 +110,9 @@ class Run:
         self.reviews: dict[str, dict[str, Any]] = {}  # review id -> {plan, project, subject}
         self.submitted: Counter[str] = Counter()
         self.stuck: list[str] = []
+        # Set when a decision or cancel was answered: review_state has just committed nudges, and its
+        # relay is sending them to nudge's Ingest.
+        self.answered = asyncio.Event()
 
     async def setup(self) -> None:
         admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -178,6 +187,8 @@ class Run:
                 continue
             verb, headers, key, json_body = step
             done = await self.client.call("POST", f"{base}/{verb}", headers, key=key, json=json_body)
+            if verb != "open" and done.status_code < 300:
+                self.answered.set()
             salt += still_running(done)
         self.stuck.append(review_id)
 
@@ -188,19 +199,79 @@ class Run:
             i += 1
 
 
-async def killer(stack: Stack, until: float, rng: random.Random, kills: Counter[str], focus: str) -> None:
-    while time.monotonic() < until:
-        await asyncio.sleep(rng.uniform(2.0, 6.0))
-        name = focus if focus and rng.random() < 0.5 else rng.choice(ALL)
+# A relay's caller and the receiver whose Ingest it calls (the outbox destinations between services).
+INGEST_EDGES = (("review_state", "nudge"), ("review_state", "rules"), ("rules", "review_state"))
+# The receiver's sessions in a unit of work (a statement running, or a transaction open between them).
+_IN_UNIT = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()"
+    " AND xact_start IS NOT NULL AND state <> 'idle'"
+)
+
+
+def dsn(stack: Stack, name: str) -> str:
+    """The asyncpg DSN of service ``name``'s database."""
+    url = make_url(stack.env[f"REVIEWLOOP_{name.upper()}_DB"])
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def kill_and_restart(stack: Stack, name: str, rng: random.Random, lock: asyncio.Lock) -> bool:
+    """SIGKILL ``name`` (no shutdown hook runs), then start it again once it is serving."""
+    async with lock:
         proc = stack.procs.get(name)
         if proc is None or proc.poll() is not None:
-            continue
-        proc.kill()  # SIGKILL: no shutdown hook runs
+            return False
+        proc.kill()
         proc.wait()
-        kills[name] += 1
         await asyncio.sleep(rng.uniform(0.0, 1.5))
         stack.start(name)
         await stack.wait_serving([name], 90)
+        return True
+
+
+async def killer(
+    stack: Stack, until: float, rng: random.Random, kills: Counter[str], focus: str, lock: asyncio.Lock
+) -> None:
+    while time.monotonic() < until:
+        await asyncio.sleep(rng.uniform(2.0, 6.0))
+        name = focus if focus and rng.random() < 0.5 else rng.choice(ALL)
+        if await kill_and_restart(stack, name, rng, lock):
+            kills[name] += 1
+
+
+async def caller_killer(
+    stack: Stack, run: Run, until: float, rng: random.Random, kills: Counter[str], lock: asyncio.Lock
+) -> None:
+    """Kill the caller of an in-flight ``Ingest``, so grpc.aio cancels the receiver's handler mid-unit.
+
+    Two ways, in turn: right after a decision or cancel is answered (review_state's relay is then sending
+    its nudges: killed 0-15 ms later, the handler is cancelled anywhere from its first await on); or once
+    a receiver's database shows a unit of work under way (the relay's batch being stored), killing the
+    relay's service.
+    """
+    watched = {receiver: await asyncpg.connect(dsn(stack, receiver)) for _, receiver in INGEST_EDGES}
+    try:
+        while time.monotonic() < until:
+            await asyncio.sleep(rng.uniform(4.0, 10.0))
+            if rng.random() < 0.5:
+                run.answered.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(run.answered.wait(), 5)
+                    await asyncio.sleep(rng.uniform(0.0, 0.015))
+                    if await kill_and_restart(stack, "review_state", rng, lock):
+                        kills["review_state_after_an_answer"] += 1
+                continue
+            caller, receiver = rng.choice(INGEST_EDGES[:1] * 3 + INGEST_EDGES[1:])  # mostly the nudges
+            database = make_url(stack.env[f"REVIEWLOOP_{receiver.upper()}_DB"]).database
+            give_up = time.monotonic() + 5
+            while time.monotonic() < give_up:
+                if await watched[receiver].fetchval(_IN_UNIT, database):
+                    if await kill_and_restart(stack, caller, rng, lock):
+                        kills[f"{caller}_mid_ingest_to_{receiver}"] += 1
+                    break
+                await asyncio.sleep(0.002)
+    finally:
+        for conn in watched.values():
+            await conn.close()
 
 
 async def operator(run: Run, sink: Sink, stop: asyncio.Event, stats: Counter[str]) -> None:
@@ -243,6 +314,71 @@ async def all_pages(client: Client, path: str, headers: dict[str, str], field: s
         cursor = page.get("next_cursor") or ""
         if not cursor:
             return items
+
+
+STORED_TERMINAL = ("sent", "auto_sent", "cancelled", "failed")
+TERMINAL_REASONS = ("sent", "send_failed", "cancelled")
+
+
+async def check_stores(stack: Stack) -> dict[str, Any]:
+    """What the stores hold: every closed review's terminal nudges in nudge's store (one; two for a failed
+    send then cancelled), and every outbox row marked delivered in its receiver's inbox."""
+    conns = {
+        name: await asyncpg.connect(dsn(stack, name)) for name in ("review_state", "rules", "nudge", "diff")
+    }
+    try:
+        closed = {
+            r["id"]: r["state"]
+            for r in await conns["review_state"].fetch(
+                "SELECT id, state FROM reviews WHERE state = ANY($1::text[])", list(STORED_TERMINAL)
+            )
+        }
+        stored: dict[str, list[str]] = {}
+        for row in await conns["nudge"].fetch(
+            "SELECT review_id, reason FROM nudges WHERE reason = ANY($1::text[]) ORDER BY seq",
+            list(TERMINAL_REASONS),
+        ):
+            stored.setdefault(row["review_id"], []).append(row["reason"])
+        not_one = {}
+        for review_id, state in closed.items():
+            reasons = stored.get(review_id, [])
+            if reasons != [_TERMINAL_OF[state]] and not (
+                state == "cancelled" and reasons == ["send_failed", "cancelled"]
+            ):
+                not_one[review_id] = {"state": state, "terminal_nudges": reasons}
+        delivered: Counter[str] = Counter()
+        missing: dict[str, list[str]] = {}
+        for sender, conn in conns.items():
+            rows = await conn.fetch(
+                "SELECT destination, event_id FROM outbox WHERE delivered_at IS NOT NULL AND dead_at IS NULL"
+            )
+            by_destination: dict[str, list[str]] = {}
+            for row in rows:
+                by_destination.setdefault(row["destination"], []).append(row["event_id"])
+            for destination, ids in by_destination.items():
+                delivered[f"{sender}->{destination}"] += len(ids)
+                if destination not in conns:
+                    continue
+                received = {
+                    r["event_id"]
+                    for r in await conns[destination].fetch(
+                        "SELECT event_id FROM inbox WHERE event_id = ANY($1::text[])", ids
+                    )
+                }
+                if lost := sorted(set(ids) - received):
+                    missing[f"{sender}->{destination}"] = lost
+        return {
+            "closed_reviews_in_store": len(closed),
+            "outbox_rows_delivered": dict(delivered),
+            "closed_without_one_stored_terminal_nudge": not_one,
+            "delivered_not_in_receivers_inbox": missing,
+        }
+    finally:
+        for conn in conns.values():
+            await conn.close()
+
+
+_TERMINAL_OF = {"sent": "sent", "auto_sent": "sent", "cancelled": "cancelled", "failed": "send_failed"}
 
 
 async def check(run: Run, sink: Sink) -> dict[str, Any]:
@@ -300,7 +436,7 @@ async def check(run: Run, sink: Sink) -> dict[str, Any]:
     }
 
 
-async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: str) -> int:
+async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: str, callers: bool) -> int:
     if not os.environ.get(PG_ENV):
         print(f"{PG_ENV} must name a PostgreSQL server", file=sys.stderr)
         return 2
@@ -325,6 +461,7 @@ async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: s
     )
     stats: Counter[str] = Counter()
     kills: Counter[str] = Counter()
+    lock = asyncio.Lock()
     client = Client(f"http://{stack.address('gateway')}", stats)
     run = Run(client, seed)
     started = time.monotonic()
@@ -334,7 +471,13 @@ async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: s
         stop = asyncio.Event()
         on_call = asyncio.create_task(operator(run, sink, stop, stats))
         await asyncio.gather(
-            killer(stack, until, rng, kills, focus), *(run.worker(n, until) for n in range(workers))
+            killer(stack, until, rng, kills, focus, lock),
+            *(
+                [caller_killer(stack, run, until, random.Random(rng.random()), kills, lock)]
+                if callers
+                else []
+            ),
+            *(run.worker(n, until) for n in range(workers)),
         )
         for name in ALL:  # everything up for the quiet minute
             if name not in stack.procs or stack.procs[name].poll() is not None:
@@ -344,6 +487,7 @@ async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: s
         stop.set()
         await on_call
         report = await check(run, sink)
+        report.update(await check_stores(stack))
     finally:
         await client.http.aclose()
         stack.stop_all()
@@ -373,6 +517,8 @@ async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: s
             "delivered_but_not_recorded_sent",
             "not_exactly_one_terminal_nudge",
             "stuck_in_client",
+            "closed_without_one_stored_terminal_nudge",
+            "delivered_not_in_receivers_inbox",
         )
         if report[name]
     ]
@@ -389,5 +535,11 @@ if __name__ == "__main__":
     parser.add_argument("--quiet", type=float, default=60.0, help="quiet time before checking (default 60)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--focus", choices=ALL, default="", help="this process takes half of the kills")
+    parser.add_argument(
+        "--no-caller-kills",
+        dest="callers",
+        action="store_false",
+        help="only random kills: do not also kill the caller of an in-flight Ingest",
+    )
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.seconds, args.workers, args.quiet, args.seed, args.focus)))
+    sys.exit(asyncio.run(main(args.seconds, args.workers, args.quiet, args.seed, args.focus, args.callers)))
