@@ -239,7 +239,13 @@ async def killer(
 
 
 async def caller_killer(
-    stack: Stack, run: Run, until: float, rng: random.Random, kills: Counter[str], lock: asyncio.Lock
+    stack: Stack,
+    run: Run,
+    until: float,
+    rng: random.Random,
+    kills: Counter[str],
+    lock: asyncio.Lock,
+    every_s: float,
 ) -> None:
     """Kill the caller of an in-flight ``Ingest``, so grpc.aio cancels the receiver's handler mid-unit.
 
@@ -251,7 +257,7 @@ async def caller_killer(
     watched = {receiver: await asyncpg.connect(dsn(stack, receiver)) for _, receiver in INGEST_EDGES}
     try:
         while time.monotonic() < until:
-            await asyncio.sleep(rng.uniform(4.0, 10.0))
+            await asyncio.sleep(rng.uniform(0.5, 1.5) * every_s)
             if rng.random() < 0.5:
                 run.answered.clear()
                 with contextlib.suppress(TimeoutError):
@@ -436,7 +442,9 @@ async def check(run: Run, sink: Sink) -> dict[str, Any]:
     }
 
 
-async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: str, callers: bool) -> int:
+async def main(
+    seconds: float, workers: int, quiet_s: float, seed: int, focus: str, callers: bool, caller_every_s: float
+) -> int:
     if not os.environ.get(PG_ENV):
         print(f"{PG_ENV} must name a PostgreSQL server", file=sys.stderr)
         return 2
@@ -473,7 +481,7 @@ async def main(seconds: float, workers: int, quiet_s: float, seed: int, focus: s
         await asyncio.gather(
             killer(stack, until, rng, kills, focus, lock),
             *(
-                [caller_killer(stack, run, until, random.Random(rng.random()), kills, lock)]
+                [caller_killer(stack, run, until, random.Random(rng.random()), kills, lock, caller_every_s)]
                 if callers
                 else []
             ),
@@ -541,5 +549,23 @@ if __name__ == "__main__":
         action="store_false",
         help="only random kills: do not also kill the caller of an in-flight Ingest",
     )
+    parser.add_argument(
+        "--caller-kill-every",
+        type=float,
+        default=7.0,
+        help="mean seconds between kills of an in-flight Ingest's caller (default 7)",
+    )
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.seconds, args.workers, args.quiet, args.seed, args.focus, args.callers)))
+    sys.exit(
+        asyncio.run(
+            main(
+                args.seconds,
+                args.workers,
+                args.quiet,
+                args.seed,
+                args.focus,
+                args.callers,
+                args.caller_kill_every,
+            )
+        )
+    )
