@@ -73,6 +73,11 @@ class _Protocol:
         return round_trip
 
 
+def _is_asyncpg(raw: Any) -> bool:
+    """Whether a pooled connection's driver connection is asyncpg's (else aiosqlite's)."""
+    return isinstance(raw, asyncpg.Connection)
+
+
 @dataclass
 class Interrupter:
     """Cancels one task at its Nth round trip on ``db``'s connections (see the module)."""
@@ -92,8 +97,8 @@ class Interrupter:
         event.remove(sync.pool, "checkin", self._checkin)
 
     def _hook(self, dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-        raw = dbapi_connection._connection
-        if isinstance(raw, asyncpg.Connection):
+        raw: Any = dbapi_connection._connection
+        if _is_asyncpg(raw):
             if not isinstance(raw._protocol, _Protocol):
                 raw._protocol = _Protocol(raw._protocol, self)
             return
@@ -112,8 +117,8 @@ class Interrupter:
     def _checkin(self, dbapi_connection: Any, _record: Any) -> None:
         if dbapi_connection is None:  # invalidated: closed, nothing to leak
             return
-        raw = dbapi_connection._connection
-        if isinstance(raw, asyncpg.Connection):
+        raw: Any = dbapi_connection._connection
+        if _is_asyncpg(raw):
             if raw.is_closed():
                 return
             if raw._top_xact is not None or raw.is_in_transaction() or dbapi_connection._started:
