@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -87,6 +88,7 @@ def review_to_proto(
         attachments=[_attachment_to_proto(a) for a in review.attachments],
         from_address=review.from_address,
         rule_high_water=review.rule_high_water,
+        rule_snapshot_unnamed=review.rule_snapshot_unnamed,
         recheck_completed_through_seq=review.recheck_completed_through_seq,
         turns=[turn_to_proto(t) for t in turns],
         approvers=approvers(turns, review.revision),
@@ -346,6 +348,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
                     state=_state_to_proto(review.state),
                     rule_high_water=review.rule_high_water,
                     required_high_water=stale.required_high_water if stale is not None else 0,
+                    rule_snapshot_unnamed=review.rule_snapshot_unnamed,
                 )
                 for review, stale in state.drafts
             ],
@@ -511,19 +514,38 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     async def GetReviewPolicy(
         self, request: review_pb2.GetReviewPolicyRequest, context: Context
     ) -> review_pb2.ReviewPolicy:
-        policy, source, override, account_default = await app.get_policy(
-            self.env, Principal.from_proto(request.principal)
+        principal = Principal.from_proto(request.principal)
+        (policy, source, override, account_default), required = await asyncio.gather(
+            app.get_policy(self.env, principal), app.require_composition_token(self.env, principal)
         )
         return review_pb2.ReviewPolicy(
-            policy=policy, source=source, project_override=override, account_default=account_default
+            policy=policy,
+            source=source,
+            project_override=override,
+            account_default=account_default,
+            require_composition_token=required,
         )
 
     async def SetReviewPolicy(
         self, request: review_pb2.SetReviewPolicyRequest, context: Context
     ) -> review_pb2.ReviewPolicy:
+        principal = Principal.from_proto(request.principal)
+        if request.HasField("require_composition_token"):
+            required = await app.set_require_composition_token(
+                self.env, principal, request.require_composition_token
+            )
+            if not request.policy:  # the composition setting alone: the policy stays as it is
+                policy, source, _, _ = await app.get_policy(self.env, principal)
+                return review_pb2.ReviewPolicy(
+                    policy=policy, source=source, require_composition_token=required
+                )
         set_policy = app.set_account_policy if request.account_default else app.set_policy
-        policy, source = await set_policy(self.env, Principal.from_proto(request.principal), request.policy)
-        return review_pb2.ReviewPolicy(policy=policy, source=source)
+        policy, source = await set_policy(self.env, principal, request.policy)
+        return review_pb2.ReviewPolicy(
+            policy=policy,
+            source=source,
+            require_composition_token=await app.require_composition_token(self.env, principal),
+        )
 
     async def AddBlock(self, request: review_pb2.ContactRequest, context: Context) -> review_pb2.Contact:
         contact = await app.add_block(self.env, Principal.from_proto(request.principal), request.address)

@@ -114,6 +114,9 @@ SDK: dict[str, dict[str, Any]] = {
             "attachments": array(OBJECT),
             "turns": array(ref("ReviewTurn")),
             "turn": ref("ReviewTurn"),  # post_review_chat answers the review and the turn it added
+            # Ours: the rules the draft is checked against, and whether its agent named them (issue 34).
+            "rule_high_water": INT,
+            "rule_snapshot_named": BOOL,
             # Ours: a released review's delivery attempt.
             "delivery": shape(
                 {"status": STRING, "tries": INT, "started_at": STAMP, "age_s": NUMBER},
@@ -292,7 +295,7 @@ SDK: dict[str, dict[str, Any]] = {
             "review_id": STRING,
             "state": enum("behind_cursor", "in_window_fresh", "in_window_redrafting", "ahead"),
         },
-        extras={"rule_high_water": INT, "required_high_water": INT},
+        extras={"rule_high_water": INT, "required_high_water": INT, "rule_snapshot_named": BOOL},
     ),
     "CategoryPacingState": shape(
         {

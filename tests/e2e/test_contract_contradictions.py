@@ -212,3 +212,82 @@ async def test_a_second_reply_to_a_thread_with_one_pending_is_409_unless_it_says
     assert cancelled.status_code == 200, cancelled.text
     third = await api.http.post(f"/v1/messages/{parent['message_id']}/reply", json=reply, headers=agent)
     assert third.status_code == 409 and meant.json()["review_id"] in third.json()["detail"]
+
+
+async def test_a_send_without_a_composition_token_says_it_named_no_rule_snapshot(api: Api) -> None:
+    project = (await api.project())["project_id"]
+    agent = api.auth((await api.key(project, "agent"))["api_key"])
+    human_key = (await api.key(project, "human"))["api_key"]
+    created = await api.http.post(
+        f"/v1/admin/projects/{project}/categories", json={"name": "Sales"}, headers=api.admin
+    )
+    assert created.status_code == 201, created.text
+    category = created.json()["id"]
+    rules = (await api.http.get("/v1/rules", params={"category_id": category}, headers=agent)).json()
+    named = await _send(api, agent, category_id=category, composition_token=rules["composition_token"])
+    unnamed = await _send(api, agent, category_id=category, subject="No token")
+    assert named["review"]["rule_snapshot_named"] is True
+    review = unnamed["review"]
+    assert review["rule_snapshot_named"] is False  # not "composed under" the high-water it was stamped with
+    read = (await api.http.get(f"/v1/reviews/{review['id']}", headers=agent)).json()
+    assert read["rule_snapshot_named"] is False and read["rule_high_water"] == rules["rule_high_water"]
+
+    pacing = f"/v1/categories/{category}/pacing"
+    items = {i["review_id"]: i for i in (await api.http.get(pacing, headers=agent)).json()["items"]}
+    assert items[review["id"]]["rule_snapshot_named"] is False
+    assert items[named["review_id"]]["rule_snapshot_named"] is True
+
+    # A rule saved after it still leaves it stale, like the draft that named its snapshot.
+    saved = await api.http.post(
+        "/v1/rules",
+        json={"rule_text": "Sign off with a first name.", "scope": "category", "category_id": category},
+        headers=api.auth(human_key),
+    )
+    assert saved.status_code == 201, saved.text
+    backlog = f"/v1/categories/{category}/backlog"
+    for _ in range(100):
+        stale = (await api.http.get(backlog, headers=agent)).json()["stale"]
+        if stale == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert stale == 2
+
+    # The console's review page says so.
+    signed = await api.http.post(
+        "/console/sign-in", data={"key": human_key, "next": "/console/queue"}, follow_redirects=False
+    )
+    assert signed.status_code == 303, signed.text
+    page = await api.http.get(f"/console/reviews/{review['id']}")
+    assert page.status_code == 200 and "named no rule snapshot" in page.text
+    other = await api.http.get(f"/console/reviews/{named['review_id']}")
+    assert other.status_code == 200 and "named no rule snapshot" not in other.text
+    api.http.cookies.clear()
+
+
+async def test_a_project_can_require_a_composition_token_and_the_refusal_says_how_to_get_one(
+    api: Api,
+) -> None:
+    project, agent, _ = await _setup(api)
+    settings = f"/v1/admin/projects/{project}/composition-settings"
+    forbidden = await api.http.put(settings, json={"require_composition_token": True}, headers=agent)
+    assert forbidden.status_code in (401, 403), forbidden.text
+    required = await api.http.put(settings, json={"require_composition_token": True}, headers=api.admin)
+    assert required.status_code == 200, required.text
+    assert required.json()["require_composition_token"] is True
+    assert required.json()["policy"] == "require_review"  # the policy stays as it was
+    policy = (await api.http.get("/v1/review-policy", headers=agent)).json()
+    assert policy["require_composition_token"] is True  # an agent knows before it sends
+
+    refused = await api.http.post("/v1/messages", json=draft(), headers=agent)
+    assert refused.status_code == 422, refused.text
+    problem = refused.json()
+    assert problem["errors"][0]["field"] == "/composition_token"
+    assert "get_rules" in problem["detail"] and "GET /v1/rules" in problem["detail"]
+    assert (await api.http.get("/v1/reviews", headers=agent)).json()["items"] == []  # nothing queued
+
+    token = (await api.http.get("/v1/rules", headers=agent)).json()["composition_token"]
+    sent = await api.http.post("/v1/messages", json=draft(composition_token=token), headers=agent)
+    assert sent.status_code == 202 and sent.json()["review"]["rule_snapshot_named"] is True, sent.text
+    relaxed = await api.http.put(settings, json={"require_composition_token": False}, headers=api.admin)
+    assert relaxed.status_code == 200 and relaxed.json()["require_composition_token"] is False
+    assert (await api.http.post("/v1/messages", json=draft(), headers=agent)).status_code == 202

@@ -106,6 +106,7 @@ async def test_the_policy_table_through_the_console_and_the_direct_send_202(api:
     assert (await api.http.get("/v1/review-policy", headers=agent)).json() == {
         "policy": "require_review",
         "source": "floor",
+        "require_composition_token": False,
     }
     no_intent = draft()
     del no_intent["intent"]
@@ -124,7 +125,7 @@ async def test_the_policy_table_through_the_console_and_the_direct_send_202(api:
     done = await api.http.put(
         f"/v1/admin/projects/{project}/review-policy", json={"policy": "allow_direct"}, headers=api.admin
     )
-    assert done.json() == {"policy": "allow_direct", "source": "override"}
+    assert done.json() == {"policy": "allow_direct", "source": "override", "require_composition_token": False}
     assert (await api.http.get("/v1/review-policy", headers=agent)).json()["policy"] == "allow_direct"
 
     body = draft()
@@ -392,7 +393,11 @@ async def test_the_policy_resolves_override_then_account_default_then_floor(api:
         json={"policy": "require_review"},
         headers=api.admin,
     )
-    assert override.json() == {"policy": "require_review", "source": "override"}
+    assert override.json() == {
+        "policy": "require_review",
+        "source": "override",
+        "require_composition_token": False,
+    }
     assert await effective() == ("require_review", "override")
     assert await policy_hint() == "require_review (source: override)"
     # Another org's projects keep the floor.

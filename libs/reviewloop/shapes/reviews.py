@@ -419,6 +419,15 @@ class Review(Shape):
     recheck_completed_through_seq: int = Field(
         default=0, description="the highest nudge seq its agent re-checked the draft against (0: none)"
     )
+    rule_high_water: int = Field(
+        default=0,
+        description="the rule high-water the draft is checked against: a rule saved above it leaves it stale",
+    )
+    rule_snapshot_named: bool = Field(
+        default=True,
+        description="false: its agent named no rule snapshot (no composition_token, no rules_version_seen), so "
+        "rule_high_water is the stack's when it was written, not rules it read",
+    )
     sent_subject: str | None = None
     sent_body_text: str | None = None
     sent_message_id: str | None = None
@@ -511,6 +520,10 @@ class ReviewPolicy(Shape):
     source: str = Field(
         description="override (the project's, set by an admin) | account default | floor (require_review)"
     )
+    require_composition_token: bool = Field(
+        default=False,
+        description="the project refuses a send, reply or forward without a composition_token (console setting)",
+    )
 
 
 class ReviewerDecisionReview(Shape):
@@ -551,6 +564,16 @@ class PolicyIn(Shape):
     """``set_review_policy``: the project's review policy."""
 
     policy: str = Field(max_length=32)
+
+
+class CompositionSettingsIn(Shape):
+    """``set_composition_settings``: what a project requires of every send, reply and forward."""
+
+    require_composition_token: bool = Field(
+        description="true: a send, reply or forward without a composition_token (from an unfiltered get_rules) "
+        "is refused 422 naming /composition_token; false (the default): it is accepted and recorded as "
+        "naming no rule snapshot (the review's rule_snapshot_named is false)"
+    )
 
 
 class AddressIn(Shape):

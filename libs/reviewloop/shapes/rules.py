@@ -372,6 +372,11 @@ class PacingItem(Shape):
     required_high_water: int | None = Field(
         default=None, description="the high-water a redraft or restamp must reach (stale drafts only)"
     )
+    rule_snapshot_named: bool = Field(
+        default=True,
+        description="false: its agent named no rule snapshot, so rule_high_water is the stack's when it was "
+        "written, not rules it read (a fresh item may still predate rules its agent never applied)",
+    )
 
 
 class CategoryPacingState(Shape):

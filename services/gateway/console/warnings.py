@@ -352,6 +352,17 @@ def _hidden_lines(hidden: list[Hidden]) -> Iterator[str]:
         yield f'HTML part hides text ({item.reason}): "{text}"'
 
 
+def unnamed_rule_snapshot(review: dict[str, Any]) -> list[str]:
+    """The draft names no rule snapshot (sent without a composition_token): nothing says its agent read the
+    rules in force, so the reviewer checks them (issue 34)."""
+    if review.get("rule_snapshot_named", True):
+        return []
+    return [
+        "its agent named no rule snapshot (no composition_token): nothing says it applied the rules in force "
+        f"(high-water {review.get('rule_high_water', 0)} when it was written); check them before approving"
+    ]
+
+
 def warnings(review: dict[str, Any], known_domains: Sequence[str] = ()) -> list[str]:
     """Every warning for ``review``, most alarming first."""
     recipients = [*review["to"], *review["cc"], *review["bcc"]]
@@ -365,4 +376,5 @@ def warnings(review: dict[str, Any], known_domains: Sequence[str] = ()) -> list[
     found += _hidden_lines(hidden_html(review.get("body_html")))
     found += parts_disagree(review.get("body_text") or "", review.get("body_html"))
     found += added_recipients(review)
+    found += unnamed_rule_snapshot(review)
     return found

@@ -60,6 +60,11 @@ def as_review(review: review_pb2.Review) -> Json:
         "created_at": timestamp(review.created_at),
         "updated_at": timestamp(review.updated_at),
         "recheck_completed_through_seq": review.recheck_completed_through_seq,
+        # The rule high-water the draft is checked against, and whether its agent named the snapshot it
+        # composed under (a composition_token, or the versions): false reads "named none; the high-water
+        # is the stack's when it was written, not rules it read".
+        "rule_high_water": review.rule_high_water,
+        "rule_snapshot_named": not review.rule_snapshot_unnamed,
     }
     if review.HasField("intent"):
         intent: Json = {"summary": review.intent.summary}
@@ -220,8 +225,12 @@ def as_reviewer_decision_result(result: review_pb2.ReviewerDecision) -> Json:
     return answer
 
 
-def as_review_policy(reply: review_pb2.ReviewPolicy) -> Json:
-    return {"policy": reply.policy, "source": reply.source}
+def as_review_policy(reply: review_pb2.ReviewPolicy, project: bool = True) -> Json:
+    """``ReviewPolicy``; a project's carries its composition setting, an org's default has none."""
+    body: Json = {"policy": reply.policy, "source": reply.source}
+    if project:
+        body["require_composition_token"] = reply.require_composition_token
+    return body
 
 
 def as_contact(reply: review_pb2.Contact) -> Json:

@@ -210,7 +210,12 @@ def _pacing_item(draft: review_pb2.PacedDraft, cursor: str) -> Json:
     state = _PACING_ITEM[draft.pacing]
     if draft.pacing != "in_flight" and cursor and draft.review_id < cursor:  # ids sort in queue order
         state = "behind_cursor"
-    item: Json = {"review_id": draft.review_id, "state": state, "rule_high_water": draft.rule_high_water}
+    item: Json = {
+        "review_id": draft.review_id,
+        "state": state,
+        "rule_high_water": draft.rule_high_water,
+        "rule_snapshot_named": not draft.rule_snapshot_unnamed,
+    }
     if draft.pacing != "current":
         item["required_high_water"] = draft.required_high_water
     return item

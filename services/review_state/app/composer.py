@@ -152,6 +152,8 @@ async def submit_revision(
                 intent=draft.intent,
                 confidence=before.confidence if revision.confidence is None else revision.confidence,
                 rule_high_water=high_water,
+                # A redraft naming neither a token nor rules_version_seen names no rule snapshot.
+                rule_snapshot_unnamed=not composition_token and rules_version_seen is None,
                 recheck_completed_through_seq=_watermark(before, recheck_through_seq),
                 review_deadline=review_deadline(utcnow(), minutes),
                 gate_outcome=None if forced else before.gate_outcome,
@@ -230,6 +232,7 @@ async def restamp(
                 parent_revision=parent_revision,
                 expected_version=expected_version,
                 rule_high_water=high_water,
+                rule_snapshot_unnamed=False,  # it named what it re-read
                 recheck_completed_through_seq=_watermark(before, recheck_through_seq),
                 turn=_kernel.turn(principal, "restamp", ""),
             )

@@ -132,6 +132,22 @@ async def set_policy(env: Env, principal: Principal, policy: str) -> tuple[str, 
     return chosen.value, OVERRIDE
 
 
+async def require_composition_token(env: Env, principal: Principal) -> bool:
+    """Whether the project refuses a send, reply or forward that names no composition_token."""
+    async with env.db.engine.connect() as conn:
+        return await store.get_require_composition_token(conn, principal.project_id)
+
+
+async def set_require_composition_token(env: Env, principal: Principal, required: bool) -> bool:
+    """Console only: the project's composition setting (an agent can never loosen it)."""
+    require_admin(principal)
+    async with env.db.transaction() as uow:
+        await store.set_require_composition_token(
+            uow.conn, principal.org_id, principal.project_id, required, principal.actor_id, utcnow()
+        )
+    return required
+
+
 async def add_block(env: Env, principal: Principal, address: str) -> store.Contact:
     """No mail goes to ``address`` from this project, at submit or at delivery."""
     return await _flag(env, principal, address, store.block_contact)

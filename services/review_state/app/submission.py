@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict
 
-from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.errors import Code, DomainError, FieldViolation, invalid
 from reviewloop.ids import new_id
 from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
@@ -108,6 +108,8 @@ async def submit(
     check_contacts(env, facts)
     policy, source = resolve_policy(facts.policy, facts.account_policy)
     route = route_for(policy, draft.intent, source, asked.mode)
+    if not composition_token and facts.require_composition_token:
+        raise token_required(kind)
     generation = env.stacks.generation
     high_water = (
         check_token(env, principal, composition_token, category_id)
@@ -168,6 +170,9 @@ async def submit(
             from_address=from_address,
             confidence=confidence,
             rule_high_water=rule_high_water,
+            # Without a token the draft named no rule snapshot: the high-water above is the stack's now
+            # (a rule saved after it still leaves it stale), not rules its agent read.
+            rule_snapshot_unnamed=not composition_token,
             parent_message_id=parent.id if parent else None,
             in_reply_to=threading.in_reply_to,
             references_hdr=threading.references,
@@ -192,6 +197,21 @@ async def submit(
     # A replay drives a delivery its first call left unfinished, claiming it as any worker does.
     review = await deliver(env, review, None if replayed or not claims else claims[-1])
     return _status(review), review
+
+
+def token_required(kind: str) -> DomainError:
+    """The project requires every send, reply and forward to name the rule snapshot it was composed under."""
+    how = (
+        "this project requires a composition_token: call get_rules (GET /v1/rules, unfiltered: a scope-filtered "
+        "query returns none), apply the rules it returns, and pass its composition_token with the "
+        f"{kind}; a token expires, so fetch it again when it does"
+    )
+    return DomainError(
+        Code.BAD_REQUEST,
+        f"/composition_token: {how}.",
+        violations=(FieldViolation("/composition_token", how),),
+        hints=(("retry_with", "get_rules"),),
+    )
 
 
 def _asked_fields(asked: Asked) -> dict[str, object]:

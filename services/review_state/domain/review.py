@@ -42,6 +42,9 @@ class Review:
     from_address: str = ""
     confidence: float | None = None
     rule_high_water: int = 0
+    # It named no rule snapshot (no composition_token, no rules_version_seen): ``rule_high_water`` is the
+    # stack's when it was written, which a rule saved later still leaves stale, not rules its agent read.
+    rule_snapshot_unnamed: bool = False
     recheck_completed_through_seq: int = 0  # the agent's recheck watermark over its nudge seqs
     parent_message_id: str | None = None
     in_reply_to: str | None = None

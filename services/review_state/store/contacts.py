@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.store.tables import (
     account_review_policies,
+    composition_settings,
     contacts,
     idempotency_keys,
     messages,
@@ -38,6 +39,7 @@ class SendingFacts:
     sent_since: int
     policy: str | None  # the project's override
     account_policy: str | None  # its org's default
+    require_composition_token: bool = False  # the project's composition setting
     remembered: Remembered | None = None  # the Idempotency-Key asked for with them, if it was used
 
     @property
@@ -55,6 +57,7 @@ _RECIPIENT_FLAGS = select(
     null().label("sent"),
     null().label("policy"),
     null().label("account_policy"),
+    null().label("require_token"),
 ).where(
     contacts.c.project_id == bindparam("project_id"),
     contacts.c.address.in_(bindparam("addresses", expanding=True)),
@@ -81,6 +84,10 @@ _PROJECT_SENDING = select(
     .where(account_review_policies.c.org_id == bindparam("org_id"))
     .scalar_subquery()
     .label("account_policy"),
+    select(composition_settings.c.require_composition_token)
+    .where(composition_settings.c.project_id == bindparam("project_id"))
+    .scalar_subquery()
+    .label("require_token"),
 )
 _SENDING_FACTS = union_all(_RECIPIENT_FLAGS, _PROJECT_SENDING)
 
@@ -137,6 +144,7 @@ async def sending_facts(
         sent_since=int(project.sent or 0),
         policy=project.policy,
         account_policy=project.account_policy,
+        require_composition_token=bool(project.require_token),
         remembered=(
             Remembered(project.key_request_hash, project.key_review_id, project.key_result_id)
             if key is not None and project.key_request_hash is not None
@@ -302,3 +310,29 @@ async def listed_contacts(conn: AsyncConnection, project_id: str) -> list[Contac
         .order_by(contacts.c.address)
     )
     return [_contact(row) for row in rows]
+
+
+# --- the composition settings ----------------------------------------------------------------------
+
+
+async def get_require_composition_token(conn: AsyncConnection, project_id: str) -> bool:
+    return bool(
+        await conn.scalar(
+            select(composition_settings.c.require_composition_token).where(
+                composition_settings.c.project_id == project_id
+            )
+        )
+    )
+
+
+async def set_require_composition_token(
+    conn: AsyncConnection, org_id: str, project_id: str, required: bool, actor_id: str, now: datetime
+) -> None:
+    values = {"require_composition_token": required, "updated_by": actor_id, "updated_at": now}
+    updated = await conn.execute(
+        update(composition_settings).where(composition_settings.c.project_id == project_id).values(**values)
+    )
+    if updated.rowcount == 0:
+        await conn.execute(
+            insert(composition_settings).values(project_id=project_id, org_id=org_id, **values)
+        )

@@ -44,6 +44,9 @@ reviews = Table(
     Column("intent", Json),
     Column("confidence", Float),
     Column("rule_high_water", BigInteger, nullable=False, server_default="0"),
+    # The draft named no rule snapshot (a send without a composition_token, a redraft naming neither a token
+    # nor rules_version_seen): rule_high_water is then the stack's at that moment, not rules it read.
+    Column("rule_snapshot_unnamed", Boolean, nullable=False, server_default="0"),
     # The highest nudge seq the agent said it re-checked the draft against (restamp_review); never lowered.
     Column("recheck_completed_through_seq", BigInteger, nullable=False, server_default="0"),
     Column("parent_message_id", String(40)),
@@ -130,6 +133,18 @@ messages = Table(
     Index("ix_messages_project_id_rfc_message_id", "project_id", "rfc_message_id"),
     Index("ix_messages_project_id_direction_created_at", "project_id", "direction", "created_at"),
     Index("ix_messages_project_id_thread_ref", "project_id", "thread_ref"),
+)
+
+# A project's composition settings (the console's): require_composition_token refuses a send, reply or
+# forward that names no rule snapshot.
+composition_settings = Table(
+    "composition_settings",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("org_id", String(40), nullable=False),
+    Column("require_composition_token", Boolean, nullable=False),
+    Column("updated_by", String(40), nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
 )
 
 review_policies = Table(

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
     AddressIn,
+    CompositionSettingsIn,
     Contact,
     ContactList,
     DeliveryResolutionIn,
@@ -47,6 +48,26 @@ async def set_review_policy(
 
 
 @router.put(
+    "/v1/admin/projects/{project_id}/composition-settings",
+    operation_id="set_composition_settings",
+    response_model=ReviewPolicy,
+)
+async def set_composition_settings(
+    project_id: str, body: CompositionSettingsIn, caller: Admin, request: Request, backend: Backend
+) -> Json:
+    """Whether the project requires a ``composition_token`` on every send, reply and forward; answers the
+    project's policy with the setting, as ``get_effective_review_policy`` reads it."""
+    principal = await console_principal(caller, request, project_id)
+    reply = await backend.review.SetReviewPolicy(
+        review_pb2.SetReviewPolicyRequest(
+            principal=principal.to_proto(), require_composition_token=body.require_composition_token
+        ),
+        timeout=backend.timeout_s,
+    )
+    return as_review_policy(reply)
+
+
+@router.put(
     "/v1/admin/orgs/{org_id}/review-policy",
     operation_id="set_account_review_policy",
     response_model=ReviewPolicy,
@@ -63,7 +84,7 @@ async def set_account_review_policy(
         ),
         timeout=backend.timeout_s,
     )
-    return as_review_policy(reply)
+    return as_review_policy(reply, project=False)
 
 
 @router.post(
