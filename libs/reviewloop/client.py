@@ -28,6 +28,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
+import httpx_sse
 import standardwebhooks
 from pydantic import BaseModel
 
@@ -1395,32 +1396,16 @@ class StreamedEvent:
 STREAM_PATH = "/v1/review-events/stream"
 
 
-class _EventLines:
-    """Server-sent event lines in, ``StreamedEvent``s out; shared by both clients' ``stream()``.
+def _streamed(sse: httpx_sse.ServerSentEvent) -> StreamedEvent | None:
+    """A ``review_event`` as a ``StreamedEvent``; None for anything else (the opening ``retry``)."""
+    if sse.event != "review_event" or not sse.data:
+        return None
+    return StreamedEvent(sse.id, ReviewEvent.model_validate_json(sse.data))
 
-    A blank line ends an event; comments (heartbeats) carry no data.
-    """
 
-    def __init__(self) -> None:
-        self.event_id = ""
-        self.data: list[str] = []
-
-    def line(self, line: str) -> StreamedEvent | None:
-        if line:
-            name, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if name == "id":
-                self.event_id = value
-            elif name == "data":
-                self.data.append(value)
-            return None
-        item = (
-            StreamedEvent(self.event_id, ReviewEvent.model_validate_json("\n".join(self.data)))
-            if self.data
-            else None
-        )
-        self.event_id, self.data = "", []
-        return item
+# A refused stream that is worth opening again after its Retry-After: the service is briefly down, or
+# the project holds as many open streams as the gateway allows.
+_STREAM_RETRIED = frozenset({"unavailable", "rate_limited"})
 
 
 class AsyncReviewloop(_Base):
@@ -1487,7 +1472,9 @@ class AsyncReviewloop(_Base):
         nudge is never streamed again. ``idle_timeout_s`` must exceed the server's heartbeat (15 s).
 
         Raises:
-            ReviewloopError: The server refused the stream (401, 403, a bad ``Last-Event-ID``).
+            ReviewloopError: The server refused the stream (401, 403, a bad ``Last-Event-ID``); a ``429
+                rate_limited`` (the project's open streams at the gateway's cap) or a ``503`` is waited out
+                (its Retry-After) and the stream opened again.
         """
         cursor = last_event_id
         refusal: Call[Json] = Call("GET", STREAM_PATH, _raw)
@@ -1496,6 +1483,7 @@ class AsyncReviewloop(_Base):
             if cursor:
                 headers["Last-Event-ID"] = cursor
             timeout = httpx.Timeout(DEFAULT_TIMEOUT_S, read=idle_timeout_s)
+            wait_s = reconnect_s
             try:
                 async with self.http.stream("GET", STREAM_PATH, headers=headers, timeout=timeout) as response:
                     if response.status_code >= 400:
@@ -1503,17 +1491,17 @@ class AsyncReviewloop(_Base):
                         try:
                             self._answer(refusal, response)
                         except ReviewloopError as error:
-                            if error.code != "unavailable":
+                            if error.code not in _STREAM_RETRIED:
                                 raise
+                            wait_s = max(error.retry_after or 0, reconnect_s)
                     else:
-                        lines = _EventLines()
-                        async for line in response.aiter_lines():
-                            if item := lines.line(line):
+                        async for sse in httpx_sse.EventSource(response).aiter_sse():
+                            if item := _streamed(sse):
                                 cursor = item.id or cursor
                                 yield item
             except httpx.TransportError:
                 pass  # reconnect below, resuming after the last event yielded
-            await asyncio.sleep(reconnect_s)
+            await asyncio.sleep(wait_s)
 
     send_email = _async(Verbs.send_email)
     reply_to_email = _async(Verbs.reply_to_email)
@@ -1627,7 +1615,9 @@ class Reviewloop(_Base):
         repeat); keep ``item.id`` to resume in a new process; an acked nudge is never streamed again.
 
         Raises:
-            ReviewloopError: The server refused the stream (401, 403, a bad ``Last-Event-ID``).
+            ReviewloopError: The server refused the stream (401, 403, a bad ``Last-Event-ID``); a ``429
+                rate_limited`` (the project's open streams at the gateway's cap) or a ``503`` is waited out
+                (its Retry-After) and the stream opened again.
         """
         cursor = last_event_id
         refusal: Call[Json] = Call("GET", STREAM_PATH, _raw)
@@ -1636,6 +1626,7 @@ class Reviewloop(_Base):
             if cursor:
                 headers["Last-Event-ID"] = cursor
             timeout = httpx.Timeout(DEFAULT_TIMEOUT_S, read=idle_timeout_s)
+            wait_s = reconnect_s
             try:
                 with self.http.stream("GET", STREAM_PATH, headers=headers, timeout=timeout) as response:
                     if response.status_code >= 400:
@@ -1643,17 +1634,17 @@ class Reviewloop(_Base):
                         try:
                             self._answer(refusal, response)
                         except ReviewloopError as error:
-                            if error.code != "unavailable":
+                            if error.code not in _STREAM_RETRIED:
                                 raise
+                            wait_s = max(error.retry_after or 0, reconnect_s)
                     else:
-                        lines = _EventLines()
-                        for line in response.iter_lines():
-                            if item := lines.line(line):
+                        for sse in httpx_sse.EventSource(response).iter_sse():
+                            if item := _streamed(sse):
                                 cursor = item.id or cursor
                                 yield item
             except httpx.TransportError:
                 pass  # reconnect below, resuming after the last event yielded
-            time.sleep(reconnect_s)
+            time.sleep(wait_s)
 
     send_email = _sync(Verbs.send_email)
     reply_to_email = _sync(Verbs.reply_to_email)

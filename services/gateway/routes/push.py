@@ -3,14 +3,12 @@ webhook endpoints (registered per project, delivered and signed by the nudge ser
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 import grpc
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import StreamingResponse
 from reviewloop.eventcursor import Position
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.shapes import (
@@ -23,8 +21,9 @@ from reviewloop.shapes import (
     WebhookSecret,
 )
 from reviewloop.tenancy import Principal
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from gateway.auth import ANY_PROJECT_KEY, Caller, console_principal, require_admin
+from gateway.auth import ANY_PROJECT_KEY, Caller, authenticate, console_principal, require_admin
 from gateway.backends import Backends, backends
 from gateway.feeds import FeedEnded, Feeds, is_broadcast
 from gateway.responses import ShapedRoute, replay_answer
@@ -44,16 +43,21 @@ NOT_A_TOOL = {"x-mcp-tool": False}
 REVIEW_EVENT_REF = "#/components/schemas/ReviewEvent"
 
 
-class EventStream(StreamingResponse):
-    """Server-sent events; the route's ``response_model`` documents each event's ``data``."""
+class EventStream(EventSourceResponse):
+    """Server-sent events (sse-starlette); the route's ``response_model`` documents each event's ``data``."""
 
     media_type = "text/event-stream"
 
 
-def sse_event(nudge: nudge_pb2.Nudge, cursor: Position) -> bytes:
+def sse_event(nudge: nudge_pb2.Nudge, cursor: Position) -> ServerSentEvent:
     """One nudge as a server-sent event: ``id`` is the resume point a reconnect sends back."""
-    data = orjson.dumps(as_review_event(nudge))
-    return b"id: %s\nevent: review_event\ndata: %s\n\n" % (str(cursor).encode(), data)
+    return ServerSentEvent(
+        orjson.dumps(as_review_event(nudge)).decode(), id=str(cursor), event="review_event", sep="\n"
+    )
+
+
+def heartbeat() -> ServerSentEvent:
+    return ServerSentEvent(comment="heartbeat", sep="\n")
 
 
 # One backlog page of a stream that (re)connects.
@@ -86,15 +90,19 @@ async def stream_review_events(
     ReviewEvent), in `seq` order per review, then each new one as it lands, on any gateway replica. Each
     event's `id` is a resume point: reconnect with `Last-Event-ID` to continue right after it, with no gap
     and no repeat. A nudge acked before it is read is never shown. A `: heartbeat` comment keeps proxies
-    open. All of a project's streams on one gateway share one read of the nudge service."""
-    heartbeat_s = request.app.state.settings.sse_heartbeat_s
+    open. All of a project's streams on one gateway share one read of the nudge service. Open streams are
+    capped per key (a new one closes the key's stream idle longest) and per project (a new one past it is
+    `429 rate_limited` with Retry-After)."""
+    settings = request.app.state.settings
     feeds: Feeds = request.app.state.feeds
     start = Position.parse(last_event_id)
+    caller = await authenticate(request)  # the key cache's: the dependency just read it
+    listener = feeds.admit(principal, caller.key_id or "")
 
-    async def events() -> AsyncIterator[bytes]:
-        yield b"retry: 1000\n: connected\n\n"
+    async def events() -> AsyncIterator[ServerSentEvent]:
         try:
-            async with feeds.join(principal) as (listener, joined_at):
+            yield ServerSentEvent(retry=1000, comment="connected", sep="\n")
+            async with feeds.join(listener) as joined_at:
                 position = start
                 while True:  # the backlog after Last-Event-ID, to its end
                     page = await backend.nudge.ListEvents(
@@ -105,26 +113,29 @@ async def stream_review_events(
                     )
                     for nudge in page.events:
                         position = position.past(nudge.pos, broadcast=is_broadcast(nudge))
+                        listener.sent()
                         yield sse_event(nudge, position)
-                    if not page.next_cursor:
+                    if not page.next_cursor or listener.evicted:
                         break
                 position = position.join(joined_at)
                 while True:  # then the project's live tail, past what was read
-                    try:
-                        nudge = await asyncio.wait_for(listener.next(), heartbeat_s)
-                    except TimeoutError:
-                        yield b": heartbeat\n\n"
-                        continue
+                    nudge = await listener.next()
                     broadcast = is_broadcast(nudge)
                     if not position.covers(nudge.pos, broadcast=broadcast):
                         position = position.past(nudge.pos, broadcast=broadcast)
+                        listener.sent()
                         yield sse_event(nudge, position)
         except (FeedEnded, grpc.aio.AioRpcError):
             return  # the client reconnects with Last-Event-ID
+        finally:
+            feeds.release(listener)
 
     return EventStream(
         events(),
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        ping=settings.sse_heartbeat_s,
+        ping_message_factory=heartbeat,
+        sep="\n",
     )
 
 
