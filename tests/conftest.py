@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from gateway.settings import DEFAULT_RATE_LIMITS, rate_limit_env
 from hypothesis import settings
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, make_engine
@@ -125,6 +126,9 @@ async def start_stack(
         REVIEWLOOP_RELAY_POLL_S="0.2",
         REVIEWLOOP_TRACE_SQL="1",  # test_trace follows a request down to its statements
     )
+    # Every request still counts against the rate limits (the path runs), but no test meets one; the
+    # limits' own tests set small ones.
+    env.update({rate_limit_env(name): "100000/minute" for name in DEFAULT_RATE_LIMITS})
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     env.update(extra_env or {})
     stack = Stack(env)

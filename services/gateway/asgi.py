@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import operations, problems, store
+from gateway import operations, problems, ratelimits, store
 from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
 from gateway.console import create_console
@@ -105,6 +105,10 @@ class Edge:
                     raise problems.body_too_large(self.max_body_bytes)
                 return message
 
+            verb = ratelimits.verb_class(scope["method"], scope["path"])
+            if verb is not None and (refusal := await self.rate_limited(scope, verb)) is not None:
+                await refusal(scope, receive, edge_send)
+                return
             if scope["method"] in _MUTATIONS:
                 await self.mutation(scope, limited_receive, edge_send)
             else:
@@ -116,6 +120,20 @@ class Edge:
         finally:
             if observation is not None:
                 observation.done()
+
+    async def rate_limited(self, scope: Scope, verb: str) -> Response | None:
+        """The ``429 rate_limited`` answer when the caller is past a limit of ``verb`` (``ratelimits``);
+        None to go on (an unauthenticated request goes on to its route's 401)."""
+        request = Request(scope)
+        try:
+            caller = await authenticate(request)
+        except DomainError:
+            return None
+        try:
+            await self.api.state.rate_limits.check(verb, caller)
+        except DomainError as error:
+            return problems.problem_response(error, request)
+        return None
 
     def operation(self, method: str, path: str) -> str | None:
         """The gateway-owned operation ``method path`` names, if any."""
@@ -242,7 +260,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         peers = Peers(settings.peers, Trust.from_env("gateway"))
         app.state.db = db
         app.state.backends = Backends(peers, settings.backend_timeout_s)
-        app.state.feeds = Feeds(app.state.backends)
+        app.state.rate_limits = ratelimits.RateLimits(db, settings.rate_limits)
+        app.state.feeds = Feeds(app.state.backends, settings.streams_per_key, settings.streams_per_project)
         # Built before serving: the first keyed mutation (which asks which operations the gateway owns)
         # or MCP call would otherwise hold the event loop for its ~0.6 s of CPU.
         app.openapi()

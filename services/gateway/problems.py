@@ -47,6 +47,7 @@ NEXT_ACTIONS: dict[Code, str] = {
     Code.REPLY_CONTEXT_CHANGED: "reread_thread_and_recompose",
     Code.IDEMPOTENCY_CONFLICT: "use_a_new_idempotency_key",
     Code.UNAVAILABLE: "retry_after",
+    Code.RATE_LIMITED: "retry_after",
 }
 
 
@@ -114,6 +115,8 @@ def problem_response(
     headers = dict(headers or {})
     if error.code is Code.UNAVAILABLE:
         headers["Retry-After"] = RETRY_AFTER_S
+    elif error.code is Code.RATE_LIMITED:  # the seconds left in the window the caller is past
+        headers["Retry-After"] = dict(error.hints).get("retry_after", RETRY_AFTER_S)
     status = status or status_of(error)
     return Response(
         orjson.dumps(problem_body(error, status, request_id)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from reviewloop.config import address, data_dir, db_pool_size, db_url
@@ -41,6 +41,25 @@ def load_admin_token(env: Mapping[str, str] = os.environ) -> str:
     return path.read_text().strip()
 
 
+# The agent plane's limits, per key and per project, per verb class (gateway.ratelimits.LIMITED):
+# ``limits``' notation ("120/minute", or several: "10/second;120/minute"), or "off".
+DEFAULT_RATE_LIMITS = {
+    "submit_per_key": "120/minute",
+    "submit_per_project": "600/minute",
+    "wait_per_key": "120/minute",
+    "wait_per_project": "1200/minute",
+    "ack_per_key": "300/minute",
+    "ack_per_project": "3000/minute",
+    "rule_write_per_key": "60/minute",
+    "rule_write_per_project": "300/minute",
+}
+
+
+def rate_limit_env(name: str) -> str:
+    """The setting of one limit: ``submit_per_key`` -> ``REVIEWLOOP_RATE_LIMIT_SUBMIT_PER_KEY``."""
+    return f"REVIEWLOOP_RATE_LIMIT_{name.upper()}"
+
+
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 
 
@@ -64,6 +83,11 @@ class GatewaySettings:
     # How often an idle review-event stream sends a comment, so proxies do not close it.
     sse_heartbeat_s: float = 15.0
     db_pool_size: int = DEFAULT_POOL_SIZE
+    # Open review-event streams on this gateway, per key and per project (0: no cap); see feeds.Feeds.
+    streams_per_key: int = 5
+    streams_per_project: int = 50
+    # The agent plane's rate limits (``limits`` notation, "off" for none); see gateway.ratelimits.
+    rate_limits: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_RATE_LIMITS))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
@@ -82,6 +106,11 @@ class GatewaySettings:
             idempotency_lease_s=float(env.get("REVIEWLOOP_GATEWAY_IDEMPOTENCY_LEASE_S", "30")),
             sse_heartbeat_s=float(env.get("REVIEWLOOP_SSE_HEARTBEAT_S", "15")),
             db_pool_size=db_pool_size(env),
+            streams_per_key=int(env.get("REVIEWLOOP_STREAMS_PER_KEY", "5")),
+            streams_per_project=int(env.get("REVIEWLOOP_STREAMS_PER_PROJECT", "50")),
+            rate_limits={
+                name: env.get(rate_limit_env(name), default) for name, default in DEFAULT_RATE_LIMITS.items()
+            },
             mcp_allowed_hosts=tuple(
                 h.strip()
                 for h in env.get("REVIEWLOOP_MCP_ALLOWED_HOSTS", ",".join(LOOPBACK_HOSTS)).split(",")

@@ -14,6 +14,7 @@ from reviewloop.tenancy import ActorKind
 from sqlalchemy import (
     Column,
     DateTime,
+    Float,
     Integer,
     String,
     Table,
@@ -360,3 +361,14 @@ async def project_keys(conn: AsyncConnection, project_id: str) -> list[ApiKey]:
         select(api_keys).where(api_keys.c.project_id == project_id).order_by(api_keys.c.created_at.desc())
     )
     return [_key(row) for row in rows]
+
+
+# The agent plane's rate-limit windows (gateway.ratelimits): one row per (limit, key or project, window),
+# counted by one upsert, so every replica of the gateway shares them through this store.
+rate_limit_counters = Table(
+    "rate_limit_counters",
+    metadata,
+    Column("limit_key", String(255), primary_key=True),
+    Column("hits", Integer, nullable=False),
+    Column("expires_at", Float, nullable=False, index=True),  # unix seconds
+)
