@@ -104,6 +104,8 @@ def require(*kinds: ActorKind) -> Callable[[Request], Awaitable[Principal]]:
             )
         return caller.principal
 
+    # Read by the MCP server, which lists a key only the tools of its plane (gateway.mcp.planes).
+    dependency.actor_kinds = frozenset(kinds)  # type: ignore[attr-defined]
     return dependency
 
 

@@ -6,6 +6,12 @@ route in-process with the caller's own ``Authorization`` header. So a tool authe
 and tenancy, validates, and fails exactly as its route does: an error answer is a tool error whose
 structured content is the route's problem+json. A new route with an ``operation_id`` is a new tool, with
 no edit here. Console routes (``/v1/admin``) are human authority and are not tools.
+
+A key lists only the tools of its plane: the actor kinds its route's ``require`` dependency admits,
+narrowed where the owning service admits fewer (``SERVICE_AUTHORITY``). A tool's input schema keeps its
+shared shapes once, in its own ``$defs``; its output schema is the answer's top level (each field's type,
+enum and whether it is required), since the full shapes are ``/openapi.yaml``'s and an agent reads the
+answer itself. So an agent key's ``tools/list`` is about a tenth of the whole surface's.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,17 +29,22 @@ import httpx
 import mcp_types as types
 import orjson
 from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import Code, DomainError, status_of
+from reviewloop.tenancy import ActorKind
 from starlette.requests import Request
+from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
 
 from gateway import problems
-from gateway.auth import authenticate
+from gateway.auth import Caller, authenticate
+from gateway.routes import ROUTERS
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +75,34 @@ INSTRUCTIONS = (
     "ack_review_events, and stop on the terminal event (sent, send_failed, cancelled, front_run_next). "
     "A failed call is a tool error carrying RFC 9457 problem+json: branch on its `code`."
 )
+# Routes that admit every project key while the owning service admits fewer (README "Budget routes: who
+# may call them"; rules/app: categories, merge, graduation). A tool is listed to the kinds in both.
+_REVIEWER_PLANE = frozenset({ActorKind.REVIEW_AGENT, ActorKind.SERVICE})
+_ADMIN = frozenset({ActorKind.ADMIN})
+SERVICE_AUTHORITY: dict[str, frozenset[ActorKind]] = {
+    "record_review_run": _REVIEWER_PLANE | _ADMIN,
+    "admit_review_round": _REVIEWER_PLANE,
+    "settle_review_attempt": _REVIEWER_PLANE,
+    "append_journal_events": _REVIEWER_PLANE,
+    "bind_review_session": _REVIEWER_PLANE,
+    "complete_review_session": _REVIEWER_PLANE,
+    "heartbeat_review_session": _REVIEWER_PLANE,
+    "extend_review_budget": _ADMIN,
+    "register_runner": _ADMIN,
+    "set_review_config": _ADMIN,
+    "set_gate_config": _ADMIN,
+    "update_project_category": frozenset({ActorKind.ADMIN, ActorKind.AGENT}),
+    "merge_categories": frozenset({ActorKind.ADMIN, ActorKind.AGENT}),
+    "list_graduation_proposals_of_category": _ADMIN,
+}
+# The dispatch-budget surface (specs 001-003: runs, rounds, sessions, journals, the gate) serves review
+# harnesses: its tools are listed to the reviewer plane and admins. A composer's or a human's key still
+# reads it over REST (README "Budget routes: who may call them"); its tools are not in their lists.
+BUDGET_ROUTES = "gateway.routes.budget"
+HARNESS_PLANES = _REVIEWER_PLANE | _ADMIN
 _REF = re.compile(r"^#/components/schemas/(.+)$")
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+_CALLER = "reviewloop.mcp.caller"  # the authenticated caller, in the request scope's state
 
 
 @dataclass(frozen=True)
@@ -85,17 +122,29 @@ class Operation:
     read_only: bool
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] = field(default_factory=dict)
+    # The actor kinds whose keys see this tool; None: every caller (a route without an actor check).
+    actor_kinds: frozenset[ActorKind] | None = None
 
     @property
     def idempotent(self) -> bool:
         """A read, a mutation that honours an idempotency key, or one idempotent by its nature."""
         return self.read_only or self.takes_idempotency_key or self.name in IDEMPOTENT_WITHOUT_KEY
 
-    def tool(self, name: str | None = None) -> types.Tool:
+    def visible_to(self, caller: Caller) -> bool:
+        """Whether ``caller``'s plane uses this tool (the bootstrap token is no project key)."""
+        if self.actor_kinds is None:
+            return True
+        return caller.principal is not None and caller.principal.actor_kind in self.actor_kinds
+
+    def tool(self, alias: str | None = None) -> types.Tool:
+        """The tool, or the same tool under its catalog ``alias``, which names the original's arguments
+        and leaves their schemas to it (a call is checked by the same route)."""
         return types.Tool(
-            name=name or self.name,
-            description=self.description if name is None else f"{self.description} (alias of {self.name})",
-            input_schema=self.input_schema,
+            name=alias or self.name,
+            description=self.description
+            if alias is None
+            else f"The catalog's name for {self.name}: its arguments and answer. {self.description}",
+            input_schema=self.input_schema if alias is None else _names_only(self.input_schema),
             output_schema=self.output_schema,
             annotations=types.ToolAnnotations(
                 read_only_hint=self.read_only,
@@ -136,21 +185,113 @@ def _with_defs(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, 
     return result
 
 
+# Bounds a route enforces and names in its 422 (``/subject: at most 998 characters``): not repeated in
+# every tool's schema, where an agent never comes near most of them.
+_BOUNDS = frozenset(
+    {"maxLength", "minLength", "maxItems", "minItems", "maximum", "minimum", "maxProperties", "pattern"}
+)
+
+
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    """``anyOf: [X, null]`` as X with ``"null"`` among its types, when X is one plain type: the same
+    values, in a third of the bytes."""
+    options = node.get("anyOf")
+    if not (isinstance(options, list) and len(options) == 2 and {"type": "null"} in options):
+        return node
+    (other,) = [option for option in options if option != {"type": "null"}]
+    if not isinstance(other.get("type"), str) or "const" in other:
+        return node
+    merged = {**{k: v for k, v in node.items() if k != "anyOf"}, **other, "type": [other["type"], "null"]}
+    if "enum" in other:
+        merged["enum"] = [*other["enum"], None]
+    return merged
+
+
+def _compact(node: Any, names: bool = False) -> Any:
+    """``node`` without pydantic's generated ``title`` keywords (a field named ``title`` stays) and the
+    ``_BOUNDS``, its nullable fields as ``_nullable``."""
+    if isinstance(node, list):
+        return [_compact(value) for value in node]
+    if not isinstance(node, dict):
+        return node
+    if names:
+        return {key: _compact(value) for key, value in node.items()}
+    return _nullable(
+        {
+            key: _compact(value, names=key in ("properties", "$defs"))
+            for key, value in node.items()
+            if not (key == "title" and isinstance(value, str)) and key not in _BOUNDS
+        }
+    )
+
+
+def _names_only(schema: dict[str, Any]) -> dict[str, Any]:
+    """An object schema's field names, and which are required, without the fields' own schemas."""
+    trimmed: dict[str, Any] = {
+        "type": "object",
+        "properties": {name: {} for name in schema.get("properties", {})},
+    }
+    if schema.get("required"):
+        trimmed["required"] = schema["required"]
+    return trimmed
+
+
+def _trimmed_output(schema: dict[str, Any]) -> dict[str, Any]:
+    """An answer's output schema: the names of its fields, and which are always there. (Their shapes are
+    ``/openapi.yaml``'s; an agent reads them in the answer itself.)"""
+    return _names_only(schema)
+
+
+def _dependency_kinds(dependant: Dependant) -> frozenset[ActorKind] | None:
+    kinds: frozenset[ActorKind] | None = getattr(dependant.call, "actor_kinds", None)
+    for sub in dependant.dependencies:
+        if kinds is not None:
+            break
+        kinds = _dependency_kinds(sub)
+    return kinds
+
+
+def planes(routes: Iterable[BaseRoute]) -> dict[str, frozenset[ActorKind]]:
+    """The actor kinds each route admits (its ``auth.require`` dependency), narrowed by
+    ``SERVICE_AUTHORITY`` and, on the dispatch-budget surface, to ``HARNESS_PLANES``; keyed by
+    operation id. A route without an actor check is absent."""
+    found: dict[str, frozenset[ActorKind]] = {}
+    for route in routes:
+        if isinstance(route, APIRoute) and (kinds := _dependency_kinds(route.dependant)) is not None:
+            name = route.operation_id or route.name
+            kinds &= SERVICE_AUTHORITY.get(name, kinds)
+            if route.endpoint.__module__.startswith(BUDGET_ROUTES):
+                kinds &= HARNESS_PLANES
+            found[name] = kinds
+    return found
+
+
 def operations(app: FastAPI) -> dict[str, Operation]:
     """Every agent-facing operation of ``app``'s OpenAPI document, keyed by tool name (its operationId)."""
     document = app.openapi()
     components: dict[str, Any] = document.get("components", {}).get("schemas", {})
+    kinds = planes(route for router in ROUTERS for route in router.routes)
     found: dict[str, Operation] = {}
     for path, item in document.get("paths", {}).items():
         if not path.startswith("/v1/") or path.startswith(CONSOLE_PREFIX):
             continue
         for method, spec in item.items():
-            if method.upper() in _METHODS and spec.get("operationId") and spec.get("x-mcp-tool", True):
-                found[spec["operationId"]] = _operation(path, method.upper(), spec, components)
+            if (
+                method.upper() in _METHODS
+                and (name := spec.get("operationId"))
+                and spec.get("x-mcp-tool", True)
+            ):
+                found[name] = _operation(path, method.upper(), spec, components, kinds.get(name))
     return found
 
 
-def _operation(path: str, method: str, spec: dict[str, Any], components: dict[str, Any]) -> Operation:
+def _operation(
+    path: str,
+    method: str,
+    spec: dict[str, Any],
+    components: dict[str, Any],
+    actor_kinds: frozenset[ActorKind] | None,
+) -> Operation:
     properties: dict[str, Any] = {}
     required: list[str] = []
     path_params: set[str] = set()
@@ -163,12 +304,9 @@ def _operation(path: str, method: str, spec: dict[str, Any], components: dict[st
                 takes_key = True
                 properties[IDEMPOTENCY_ARGUMENT] = {
                     **param.get("schema", {"type": "string"}),
-                    "description": "Idempotency-Key: a retry with the same key never repeats the mutation.",
+                    "description": "a retry with the same key never repeats the mutation",
                 }
-                properties[CLIENT_ID_ARGUMENT] = {
-                    **param.get("schema", {"type": "string"}),
-                    "description": "The catalog's name for idempotency_key (give one of the two).",
-                }
+                properties[CLIENT_ID_ARGUMENT] = {"type": "string", "description": "= idempotency_key"}
             continue
         if where not in ("path", "query"):
             continue
@@ -196,7 +334,7 @@ def _operation(path: str, method: str, spec: dict[str, Any], components: dict[st
                 required.append(BODY_ARGUMENT)
     if len(path_params) == 1:  # the catalog names a tool's one id ``id``
         (only,) = path_params
-        properties[ID_ARGUMENT] = {**properties[only], "description": f"the catalog's name for {only}"}
+        properties[ID_ARGUMENT] = {**properties[only], "description": f"= {only}"}
         required.remove(only)
     input_schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
@@ -209,7 +347,7 @@ def _operation(path: str, method: str, spec: dict[str, Any], components: dict[st
         method=method,
         path=path,
         description=f"{method} {path}: {summary}".strip().rstrip(":"),
-        input_schema=_with_defs(input_schema, components),
+        input_schema=_compact(_with_defs(input_schema, components)),
         path_params=frozenset(path_params),
         query_params=frozenset(query_params),
         takes_idempotency_key=takes_key,
@@ -217,18 +355,19 @@ def _operation(path: str, method: str, spec: dict[str, Any], components: dict[st
         has_body=has_body,
         read_only=method == "GET",
         output_schema=output_schema,
+        actor_kinds=actor_kinds,
     )
 
 
 def _output_schema(spec: dict[str, Any], components: dict[str, Any]) -> dict[str, Any] | None:
-    """The route's success answer as a self-contained object schema, when it is one (MCP's
-    ``outputSchema`` describes ``structuredContent``, always an object)."""
+    """The route's success answer's top level, when it is an object (MCP's ``outputSchema`` describes
+    ``structuredContent``, always an object)."""
     for status in ("200", "201", "202"):
         content = spec.get("responses", {}).get(status, {}).get("content", {}).get("application/json")
         if content is None:
             continue
         schema = _resolve(content.get("schema", {}), components)
-        return _with_defs(schema, components) if schema.get("type") == "object" else None
+        return _trimmed_output(schema) if schema.get("type") == "object" else None
     return None
 
 
@@ -297,17 +436,26 @@ class McpGateway:
         """The ``/mcp`` endpoint: the same bearer keys as the REST surface, checked before MCP sees the
         request (and again by every route a tool calls, so a revoked key stops at once)."""
         try:
-            await authenticate(Request(scope))
+            caller = await authenticate(Request(scope))
         except DomainError as error:
             await problems.problem_response(error, Request(scope))(scope, receive, send)
             return
+        scope.setdefault("state", {})[_CALLER] = caller
         await self.manager.handle_request(scope, receive, send)
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools = [op.tool() for op in self.operations.values()]
-        tools += [self.operations[name].tool(alias) for alias, name in CATALOG_ALIASES.items()]
+        request = ctx.request if isinstance(ctx.request, Request) else None
+        caller = request.scope.get("state", {}).get(_CALLER) if request is not None else None
+        if caller is None:  # never reached through __call__, which authenticates first
+            return types.ListToolsResult(tools=[])
+        tools = [op.tool() for op in self.operations.values() if op.visible_to(caller)]
+        tools += [
+            self.operations[name].tool(alias)
+            for alias, name in CATALOG_ALIASES.items()
+            if self.operations[name].visible_to(caller)
+        ]
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(

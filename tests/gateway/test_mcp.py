@@ -59,7 +59,6 @@ async def test_the_catalog_names_arguments_schemas_and_annotations(api: Api) -> 
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert {
             "ack_review_event",
-            "reviewer_decide",
             "propose_category",
             "reply_email",
             "get_review_turns",
@@ -82,6 +81,81 @@ async def test_the_catalog_names_arguments_schemas_and_annotations(api: Api) -> 
             await client.call_tool("cancel_review", {"id": first["review_id"], "client_id": "c"})
         )
         assert cancelled["state"] == "cancelled"
+
+
+# What each plane must and must not see (DESIGN.md's planes; README "Budget routes: who may call them").
+PLANES: dict[str, tuple[set[str], set[str]]] = {
+    "agent": (
+        {"send_email", "reply_email", "submit_revision", "cancel_review", "ack_review_event", "get_rules"},
+        {"decide_review", "reviewer_decide", "open_review", "admit_review_round", "extend_review_budget",
+         "record_turn", "list_graduation_proposals_of_category"},
+    ),
+    "review_agent": (
+        {"decide_review", "reviewer_decide", "get_review", "admit_review_round", "settle_review_attempt"},
+        {"send_email", "open_review", "cancel_review", "extend_review_budget", "merge_categories"},
+    ),
+    "human": (
+        {"open_review", "decide_review", "get_review", "post_review_chat"},
+        {"send_email", "submit_revision", "admit_review_round", "extend_review_budget", "record_turn"},
+    ),
+    "admin": (
+        {"open_review", "decide_review", "extend_review_budget", "register_runner",
+         "list_graduation_proposals_of_category"},
+        {"send_email", "admit_review_round", "settle_review_attempt"},
+    ),
+}  # fmt: skip
+
+
+async def list_tools_raw(api: Api, headers: dict[str, str]) -> tuple[int, list[dict[str, Any]]]:
+    """``tools/list`` as bytes on the wire (the JSON-RPC answer's size) and its tools."""
+    url = f"http://{api.stack.address(GATEWAY)}/mcp"
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with httpx2.AsyncClient() as http:
+        answer = await http.post(
+            url, json=call, headers={**headers, "Accept": "application/json, text/event-stream"}
+        )
+    assert answer.status_code == 200, answer.text
+    return len(answer.content), answer.json()["result"]["tools"]
+
+
+async def test_a_key_lists_the_tools_of_its_plane_and_an_agent_list_is_under_60_kb(api: Api) -> None:
+    project = (await api.project())["project_id"]
+    sizes: dict[str, int] = {}
+    for kind, (seen, unseen) in PLANES.items():
+        key = api.auth((await api.key(project, kind))["api_key"])
+        sizes[kind], tools = await list_tools_raw(api, key)
+        names = {tool["name"] for tool in tools}
+        assert seen <= names, (kind, seen - names)
+        assert not unseen & names, (kind, unseen & names)
+        async with mcp_client(api, key) as client:  # the SDK's client reads the same list
+            assert {tool.name for tool in (await client.list_tools()).tools} == names
+    assert sizes["agent"] < 60_000, sizes
+    # The bootstrap token is no project key: it lists only the tools without an actor check.
+    _, bootstrap = await list_tools_raw(api, api.admin)
+    assert {tool["name"] for tool in bootstrap} == {"get_contract_manifest"}
+
+
+async def test_a_tools_schemas_share_their_parts_and_an_alias_names_its_originals_arguments(api: Api) -> None:
+    agent = await api.agent()
+    _, listed = await list_tools_raw(api, agent)
+    tools = {tool["name"]: tool for tool in listed}
+    send = tools["send_email"]["inputSchema"]
+    # The intent's shape is written once, in the tool's own $defs, and referenced from its field.
+    assert "ReviewIntent" in send["$defs"]
+    assert '"#/$defs/ReviewIntent"' in json.dumps(send["properties"]["intent"])
+    assert "title" not in json.dumps(send["$defs"]["ReviewIntent"]["properties"]["summary"])
+    # An answer's output schema names its fields; their shapes are the OpenAPI document's.
+    review = tools["get_review"]["outputSchema"]
+    assert {"id", "state", "revision", "version", "proposed_subject"} <= set(review["properties"])
+    assert all(schema == {} for schema in review["properties"].values())
+    # The catalog's alias names the original's arguments without repeating their schemas.
+    alias, original = tools["reply_email"], tools["reply_to_email"]
+    assert set(alias["inputSchema"]["properties"]) == set(original["inputSchema"]["properties"])
+    assert "reply_to_email" in alias["description"] and "$defs" not in alias["inputSchema"]
+    # A tool the plane does not list is still its route: the route's own 403 answers a call.
+    async with mcp_client(api, agent) as client:
+        refused = structured(await client.call_tool("decide_review", {"id": "rr_x", "action": "approve"}))
+    assert refused["status"] in (403, 422), refused
 
 
 async def test_send_email_then_list_review_events_and_a_409_is_a_tool_error(api: Api) -> None:
