@@ -7,7 +7,9 @@ no default here: the product's composition root (``stack``) knows the parts and 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,33 @@ class ConfigError(RuntimeError):
 def data_dir(env: Mapping[str, str] = os.environ) -> Path:
     """Where SQLite files, logs, traces and the generated admin token live (``REVIEWLOOP_DATA_DIR``)."""
     return Path(env.get("REVIEWLOOP_DATA_DIR", ".data"))
+
+
+def deployment_secret(variable: str, filename: str, env: Mapping[str, str] = os.environ) -> bytes:
+    """A deployment secret: the environment's ``variable``, else one generated into the data directory.
+
+    The file ``<data dir>/<filename>`` is created (mode 0600) when absent; it suits one process with a
+    kept data directory only, so replicas must share the variable.
+
+    Args:
+        variable: The environment variable naming the secret, e.g. ``REVIEWLOOP_COMPOSITION_TOKEN_KEY``.
+        filename: The file under the data directory that holds a generated one.
+        env: The environment to read.
+
+    Returns:
+        The secret's bytes.
+    """
+    if env.get(variable):
+        return env[variable].encode()
+    path = data_dir(env) / filename
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            contextlib.suppress(FileExistsError),
+            os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out,
+        ):
+            out.write(secrets.token_urlsafe(32) + "\n")
+    return path.read_text().strip().encode()
 
 
 def db_pool_size(env: Mapping[str, str] = os.environ) -> int:

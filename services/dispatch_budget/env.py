@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from dispatch_budget.domain.gate import GateConfig, GateKind
+from reviewloop import ssrf
+
+from dispatch_budget.domain.gate import DEFAULT_ENDPOINT, GateConfig, GateKind
 from dispatch_budget.domain.lineage import DEFAULT_LEASE
 
 if TYPE_CHECKING:  # the CLI reads client_settings() without loading the store or the HTTP client
@@ -32,6 +34,8 @@ class Settings:
     gate: GateConfig
     lease: timedelta = DEFAULT_LEASE
     sweep_interval_s: float = 30.0
+    # Networks the classifier endpoints may be in despite the SSRF rule (an on-premises classifier).
+    classifier_allowed_networks: tuple[ssrf.IpNetwork, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,16 +68,37 @@ def config_from_env(env: Mapping[str, str] | None = None) -> GateConfig:
         gate_cooldown=timedelta(minutes=num("GATE_COOLDOWN_MINUTES", 5)),
         timeout_s=num("GATE_TIMEOUT_MS", 2000) / 1000,
         classifier_url=env.get(REVIEW_PREFIX + "GATE_URL", ""),
+        classifier_endpoints=parse_endpoints(env.get(REVIEW_PREFIX + "GATE_ENDPOINTS", "")),
         api_key=env.get(key_env, "") if key_env else "",
         review_timeout=timedelta(minutes=num("TIMEOUT_MINUTES", 5)),
     )
 
 
+def parse_endpoints(text: str) -> tuple[tuple[str, str], ...]:
+    """``REVIEWLOOP_REVIEW_GATE_ENDPOINTS``: the operator's other classifier endpoints a project may
+    pick by name, ``name=url`` separated by commas or whitespace (``default`` is GATE_URL's)."""
+    endpoints: list[tuple[str, str]] = []
+    for item in text.replace(",", " ").split():
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url or name == DEFAULT_ENDPOINT:
+            raise ValueError(
+                f"{REVIEW_PREFIX}GATE_ENDPOINTS: {item!r} is not name=url (and 'default' is GATE_URL's)"
+            )
+        endpoints.append((name, url))
+    return tuple(endpoints)
+
+
 def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
+    networks = env.get(REVIEW_PREFIX + "GATE_ALLOWED_NETWORKS", "").replace(",", " ").split()
     lease_s = float(env.get(REVIEW_PREFIX + "LEASE_SECONDS", DEFAULT_LEASE.total_seconds()))
     sweep_s = float(env.get(REVIEW_PREFIX + "SWEEP_SECONDS", Settings.sweep_interval_s))
-    return Settings(gate=config_from_env(env), lease=timedelta(seconds=lease_s), sweep_interval_s=sweep_s)
+    return Settings(
+        gate=config_from_env(env),
+        lease=timedelta(seconds=lease_s),
+        sweep_interval_s=sweep_s,
+        classifier_allowed_networks=ssrf.parse_networks(networks),
+    )
 
 
 def bootstrap(db: Database, settings: Settings | None = None) -> Env:
@@ -81,7 +106,11 @@ def bootstrap(db: Database, settings: Settings | None = None) -> Env:
     from dispatch_budget.classifier import ClassifierGate
 
     settings = settings or settings_from_env()
-    return Env(settings=settings, db=db, gate=ClassifierGate(settings.gate))
+    return Env(
+        settings=settings,
+        db=db,
+        gate=ClassifierGate(settings.gate, allowed_networks=settings.classifier_allowed_networks),
+    )
 
 
 @dataclass(frozen=True)

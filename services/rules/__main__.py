@@ -14,8 +14,9 @@ from rules.store import metadata
 
 
 def background(env: Env) -> Sequence[Job]:
-    # The composition-token signing key is generated at first boot (and kept in the store).
-    return [lambda: ensure_token_key(env.db)]
+    # The composition-token signing key is derived at boot from the deployment's key (the store keeps
+    # its salt, never a key); legacy keys kept in plain are retired.
+    return [lambda: ensure_token_key(env)]
 
 
 SPEC = ServiceSpec(

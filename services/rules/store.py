@@ -4,7 +4,7 @@ their maturity counters, graduation proposals, the risk dial, rule settings, tok
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -177,8 +177,15 @@ token_keys = Table(
     "token_keys",
     metadata,
     Column("key_id", String(40), primary_key=True),
-    Column("secret", String(128), nullable=False),
+    # A legacy key kept in plain (before issue 35); null for derived keys, and wiped once retired.
+    Column("secret", String(128)),
     Column("created_at", UtcDateTime, nullable=False),
+    # A derived key: HMAC of the deployment key over (key_id, salt) (rules.domain.token.derive_key),
+    # and the public name of the deployment key it was derived under.
+    Column("salt", String(64)),
+    Column("key_ref", String(16)),
+    # A legacy key verifies the tokens already out until then, and signs nothing.
+    Column("retire_at", UtcDateTime),
 )
 
 # save_rule and create_category remember the id they wrote (rules.app.env.idempotent).
@@ -520,22 +527,60 @@ async def save_overrides(
 # --- composition-token keys --------------------------------------------------------------------
 
 
-async def newest_token_key(conn: AsyncConnection) -> tuple[str, bytes] | None:
+@dataclass(frozen=True)
+class TokenKey:
+    """A composition-token key's row: derived (``salt`` and ``key_ref``) or legacy (``secret``)."""
+
+    key_id: str
+    salt: str | None
+    key_ref: str | None
+    secret: bytes | None
+    retire_at: datetime | None
+
+
+def _token_key(row: Any) -> TokenKey:
+    return TokenKey(
+        row.key_id, row.salt, row.key_ref, bytes.fromhex(row.secret) if row.secret else None, row.retire_at
+    )
+
+
+async def newest_token_key(conn: AsyncConnection, key_ref: str) -> TokenKey | None:
+    """The newest key derived under the deployment key named ``key_ref``: the one that signs."""
+    t = token_keys.c
     row = (
         await conn.execute(
-            select(token_keys).order_by(token_keys.c.created_at.desc(), token_keys.c.key_id.desc()).limit(1)
+            select(token_keys)
+            .where(t.key_ref == key_ref, t.salt.is_not(None))
+            .order_by(t.created_at.desc(), t.key_id.desc())
+            .limit(1)
         )
     ).first()
-    return (row.key_id, bytes.fromhex(row.secret)) if row else None
+    return _token_key(row) if row else None
 
 
-async def token_key(conn: AsyncConnection, key_id: str) -> bytes | None:
-    row = (await conn.execute(select(token_keys.c.secret).where(token_keys.c.key_id == key_id))).first()
-    return bytes.fromhex(row.secret) if row else None
+async def token_key(conn: AsyncConnection, key_id: str) -> TokenKey | None:
+    row = (await conn.execute(select(token_keys).where(token_keys.c.key_id == key_id))).first()
+    return _token_key(row) if row else None
 
 
-async def add_token_key(conn: AsyncConnection, key_id: str, secret: bytes) -> None:
-    await conn.execute(insert(token_keys).values(key_id=key_id, secret=secret.hex(), created_at=utcnow()))
+async def add_token_key(conn: AsyncConnection, key_id: str, salt: str, key_ref: str) -> None:
+    await conn.execute(
+        insert(token_keys).values(key_id=key_id, salt=salt, key_ref=key_ref, secret=None, created_at=utcnow())
+    )
+
+
+async def retire_legacy_token_keys(conn: AsyncConnection, now: datetime, grace_s: int) -> None:
+    """The migration path of keys kept in plain: each verifies for one token lifetime after the first
+    boot that derives keys (the tokens already out), signs nothing, and is then wiped."""
+    t = token_keys.c
+    await conn.execute(
+        update(token_keys)
+        .where(t.secret.is_not(None), t.retire_at.is_(None))
+        .values(retire_at=now + timedelta(seconds=grace_s))
+    )
+    await conn.execute(
+        update(token_keys).where(t.secret.is_not(None), t.retire_at <= now).values(secret=None)
+    )
 
 
 # --- category merges --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dispatch_budget.__main__ import SPEC
 from dispatch_budget.classifier import ClassifierGate
 from dispatch_budget.domain.gate import GateConfig, GateKind, SessionState, build_digest, not_due_reason
 from dispatch_budget.env import config_from_env
+from reviewloop import ssrf
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import ActorKind, Principal
@@ -39,6 +40,10 @@ async def classifier() -> AsyncIterator[ClassifierServer]:
     await server.stop()
 
 
+# The test classifier listens on loopback, which the SSRF rule refuses unless the deployment allows it.
+LOCAL = ssrf.parse_networks(["127.0.0.1/32"])
+
+
 def counters_gate(**overrides: Any) -> ClassifierGate:
     return ClassifierGate(GateConfig(**{"turn_interval": 3, "tool_call_threshold": 5, **overrides}))
 
@@ -47,7 +52,7 @@ def classifier_gate(server: ClassifierServer, **overrides: Any) -> ClassifierGat
     config = GateConfig(
         turn_interval=1, gate=GateKind.CLASSIFIER, classifier_url=server.url, api_key="sk-test", timeout_s=0.3
     )
-    return ClassifierGate(replace(config, **overrides))
+    return ClassifierGate(replace(config, **overrides), allowed_networks=LOCAL)
 
 
 async def turn(db: Database, gate: ClassifierGate, session: str = "s1", **kw: Any) -> app.TurnResult:
@@ -199,12 +204,12 @@ async def test_every_row_of_the_decision_mapping(
         ([Script(200, b'{"choice": "no", "confidence": "high"}')], "fallback: malformed answer", 1),
         ([Script(200, b'{"choice": "no", "confidence": 7}')], "fallback: malformed answer", 1),
         ([Script(200, b"[]")], "fallback: malformed answer", 1),
-        ([Script(404, b"{}")], "fallback: http 404", 1),
-        ([Script(401, b"{}")], "fallback: http 401", 1),
-        ([Script(429), Script(429)], "fallback: http 429 after retry", 2),
-        ([Script(500), Script(503)], "fallback: http 503 after retry", 2),
-        ([Script(200, b"", delay_s=1.0)], "fallback: timeout", 1),
-        ([Script(close=True)], "fallback: network error (RemoteProtocolError)", 1),
+        ([Script(404, b"{}")], "fallback: classifier unavailable", 1),
+        ([Script(401, b"{}")], "fallback: classifier unavailable", 1),
+        ([Script(429), Script(429)], "fallback: classifier unavailable", 2),
+        ([Script(500), Script(503)], "fallback: classifier unavailable", 2),
+        ([Script(200, b"", delay_s=1.0)], "fallback: classifier unavailable", 1),
+        ([Script(close=True)], "fallback: classifier unavailable", 1),
     ],
 )
 async def test_failures_fall_back_to_review(
@@ -285,7 +290,9 @@ async def test_a_missing_key_keeps_the_gate_on_counters_after_one_warning(
         assert len([r for r in caplog.records if "stays on counters" in r.message]) == 1
         outcome = await gate.decide({})
         assert outcome.decision.source == "counters" and classifier.requests == []
-    keyed = ClassifierGate(config_from_env({**env, "REVIEWLOOP_REVIEW_GATE_API_KEY_ENV": "K", "K": "sk"}))
+    keyed = ClassifierGate(
+        config_from_env({**env, "REVIEWLOOP_REVIEW_GATE_API_KEY_ENV": "K", "K": "sk"}), allowed_networks=LOCAL
+    )
     assert keyed.active and keyed.config.api_key == "sk"
 
 

@@ -99,16 +99,15 @@ async def test_gate_configuration_is_per_project_and_admin_only(api: Api) -> Non
             "gate": "classifier",
             "confident_no": 0.9,
             "gate_cooldown_minutes": 2,
-            "classifier_url": "http://127.0.0.1:9/gate",
         },
         headers=admin,
     )
     assert set_.status_code == 200, set_.text
     effective = set_.json()["effective"]
-    assert (effective["enabled"], effective["confident_no"], effective["classifier_url"]) == (
+    assert (effective["enabled"], effective["confident_no"], effective["classifier_endpoints"]) == (
         False,
         0.9,
-        "http://127.0.0.1:9/gate",
+        [],  # this deployment lists no classifier endpoint
     )
     assert "api_key" not in effective
     assert (await _turn(api, agent))["not_due_reason"] == "disabled"

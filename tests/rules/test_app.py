@@ -425,7 +425,11 @@ async def test_an_unscoped_token_goes_stale_only_for_the_drafts_category(open_db
 
 async def test_expiry_follows_the_configured_ttl(open_db: OpenDb) -> None:
     env, t = app.Env(await open_db(SPEC), SETTINGS), Tenant()
-    short = settings_from_env({"REVIEWLOOP_COMPOSITION_TOKEN_TTL_S": "60"})
+    short = settings_from_env(
+        {"REVIEWLOOP_COMPOSITION_TOKEN_TTL_S": "60", "REVIEWLOOP_COMPOSITION_TOKEN_KEY": "k"}
+    )
+    assert short.token_key == b"k"
+    short = replace(short, token_key=SETTINGS.token_key)
     snapshot = await app.get_rules(replace(env, settings=short), t.agent)
     expires = snapshot.composition_token_expires_at
     assert expires is not None

@@ -519,6 +519,11 @@ class GateConfigIn(Shape):
     timeout_minutes: int | None = Field(default=None, ge=0, le=1_000_000)
     confident_no: float | None = Field(default=None, ge=0, le=1)
     gate_timeout_ms: int | None = Field(default=None, ge=0, le=1_000_000)
+    # One of the operator's classifier endpoints, by name (``default``: REVIEWLOOP_REVIEW_GATE_URL; others
+    # from REVIEWLOOP_REVIEW_GATE_ENDPOINTS). The endpoint and its key are the deployment's.
+    classifier_endpoint: str | None = Field(default=None, max_length=80)
+    # Refused, with the endpoint names to pick from: a project never names the URL the deployment's
+    # classifier key is sent to.
     classifier_url: str | None = Field(default=None, max_length=500)
 
 

@@ -18,6 +18,7 @@ from dispatch_budget.app.authority import check_admin
 from dispatch_budget.app.rounds import settle_timed_out
 from dispatch_budget.classifier import ClassifierGate, GateOutcome
 from dispatch_budget.domain.gate import (
+    GATE_SETTINGS,
     GateConfig,
     GateRecord,
     SessionState,
@@ -263,7 +264,7 @@ async def set_gate_config(
     """An admin's gate configuration for the project (enabled, gate kind, thresholds, cooldowns, the
     classifier endpoint); what it leaves unset keeps the environment's default. Replaces the last one."""
     check_admin(principal, "Setting the review gate configuration")
-    checked = check_gate_overrides(overrides)
+    checked = check_gate_overrides(overrides, gate.config.endpoint_names)
     async with db.transaction() as uow:
         await store.set_gate_overrides(uow.conn, principal.project_id, checked, utcnow())
     return checked, gate.for_project(checked)
@@ -274,4 +275,6 @@ async def get_gate_config(
 ) -> tuple[dict[str, Any], GateConfig]:
     async with db.engine.connect() as conn:
         overrides = await store.gate_overrides(conn, principal.project_id)
+    # A classifier_url stored before the endpoint became the deployment's is neither used nor shown.
+    overrides = {k: v for k, v in overrides.items() if k in GATE_SETTINGS}
     return overrides, gate.for_project(overrides)

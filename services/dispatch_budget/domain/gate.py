@@ -5,7 +5,7 @@ mapping and the circuit breaker; the HTTP call lives in ``dispatch_budget.classi
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -28,6 +28,9 @@ class GateKind(StrEnum):
     CLASSIFIER = "classifier"
 
 
+DEFAULT_ENDPOINT = "default"
+
+
 @dataclass(frozen=True)
 class GateConfig:
     """``review.*`` settings with the spec's defaults."""
@@ -41,10 +44,29 @@ class GateConfig:
     confident_no: float = 0.75
     gate_cooldown: timedelta = timedelta(minutes=5)
     timeout_s: float = 2.0
+    # The classifier endpoint and its key are the deployment's (issue 35): ``classifier_url`` is the
+    # operator's default endpoint, ``classifier_endpoints`` the other (name, url) pairs the operator
+    # listed; a project may only pick one of them by name (``classifier_endpoint``), never name a URL.
     classifier_url: str = ""
+    classifier_endpoints: tuple[tuple[str, str], ...] = ()
+    classifier_endpoint: str = DEFAULT_ENDPOINT
     api_key: str = ""
     breaker_threshold: int = 3
     review_timeout: timedelta = timedelta(minutes=5)  # timeoutMinutes: a review in flight longer is ended
+
+    @property
+    def endpoint_names(self) -> tuple[str, ...]:
+        """The endpoints a project may pick among: the operator's default (when set) and its list."""
+        default = (DEFAULT_ENDPOINT,) if self.classifier_url else ()
+        return default + tuple(name for name, _ in self.classifier_endpoints)
+
+    @property
+    def endpoint_url(self) -> str:
+        """The URL of the picked endpoint; "" when the operator no longer lists it (the gate then
+        stays on counters)."""
+        if self.classifier_endpoint == DEFAULT_ENDPOINT:
+            return self.classifier_url
+        return dict(self.classifier_endpoints).get(self.classifier_endpoint, "")
 
 
 @dataclass(frozen=True)
@@ -208,28 +230,38 @@ GATE_SETTINGS = (
     *_MINUTES,
     "confident_no",
     "gate_timeout_ms",
-    "classifier_url",
+    "classifier_endpoint",
 )
+# Settings a project once could set and no longer may: stored overrides naming them are ignored.
+DEPLOYMENT_ONLY = ("classifier_url",)
 
 
-def check_gate_overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """An admin's gate settings, validated; unset settings keep the environment's default."""
+def check_gate_overrides(raw: Mapping[str, Any], endpoints: Sequence[str] = ()) -> dict[str, Any]:
+    """An admin's gate settings, validated; unset settings keep the environment's default. The
+    classifier endpoint is picked by name among ``endpoints`` (the operator's list); a URL is refused,
+    since the deployment's classifier key would go wherever it points."""
     out: dict[str, Any] = {}
     for name, value in raw.items():
         if value is None:
             continue
+        if name in DEPLOYMENT_ONLY:
+            listed = ", ".join(endpoints) or "none are listed"
+            raise invalid(
+                f"/{name}",
+                "the classifier endpoint and its key are deployment settings; pick one of the "
+                f"operator's endpoints with classifier_endpoint ({listed})",
+            )
         if name not in GATE_SETTINGS:
             raise invalid(f"/{name}", f"unknown gate setting; one of {', '.join(GATE_SETTINGS)}")
         if name == "enabled":
             ok = isinstance(value, bool)
         elif name == "gate":
             ok = value in tuple(GateKind)
-        elif name == "classifier_url":
-            ok = (
-                isinstance(value, str)
-                and len(value) <= 500
-                and (value == "" or value.startswith(("http://", "https://")))
-            )
+        elif name == "classifier_endpoint":
+            ok = isinstance(value, str) and value in endpoints
+            if not ok:
+                listed = ", ".join(endpoints) or "none are listed"
+                raise invalid(f"/{name}", f"one of the operator's classifier endpoints: {listed}")
         elif name == "confident_no":
             ok = _unit(value) is not None
         else:  # counts, minutes and milliseconds: non-negative integers
@@ -244,6 +276,8 @@ def with_overrides(default: GateConfig, overrides: Mapping[str, Any]) -> GateCon
     """The project's effective gate configuration: its overrides over the deployment default."""
     changes: dict[str, Any] = {}
     for name, value in overrides.items():
+        if name in DEPLOYMENT_ONLY or name not in GATE_SETTINGS:
+            continue  # a URL a project stored before the endpoint became the deployment's: never used
         if name in _MINUTES:
             changes[_MINUTES[name]] = timedelta(minutes=value)
         elif name == "gate":
@@ -270,7 +304,9 @@ def gate_settings(config: GateConfig) -> dict[str, Any]:
         "timeout_minutes": config.review_timeout.total_seconds() / 60,
         "confident_no": config.confident_no,
         "gate_timeout_ms": int(config.timeout_s * 1000),
-        "classifier_url": config.classifier_url,
+        # Names only: the operator's URLs and key are not a project's to read.
+        "classifier_endpoint": config.classifier_endpoint,
+        "classifier_endpoints": list(config.endpoint_names),
     }
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,10 @@ class Settings:
     """What the use cases are configured with (read from the environment by ``rules.bootstrap``)."""
 
     token_ttl_s: int = DEFAULT_TOKEN_TTL_S
+    # The deployment secret every composition-token signing key is derived from (rules.domain.token):
+    # REVIEWLOOP_COMPOSITION_TOKEN_KEY, or a generated <data dir>/composition-token-key. A fresh random
+    # one when a test builds Settings directly.
+    token_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
-from reviewloop.storage import Database, utcnow
+from reviewloop.storage import utcnow
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -124,10 +124,10 @@ async def get_rules(
             await check_category(conn, principal, category_id)
         revisions = await store.revisions_on_ladder(conn, principal.org_id, principal.project_id)
         browsing = bool(scope_filter or status)
-        key = None if browsing else await store.newest_token_key(conn)
+        key = None if browsing else await _newest_key(conn, env)
     if key is None and not browsing:
         async with env.db.transaction() as uow:
-            key = await _signing_key(uow.conn)
+            key = await _signing_key(uow.conn, env)
     if status:
         views = _proposed(revisions, ladder)
     else:
@@ -175,7 +175,7 @@ async def validate_composition_token(
     if claims is None:
         return TokenCheck(TokenStatus.INVALID)
     async with env.db.engine.connect() as conn:
-        secret = await store.token_key(conn, claims.key_id)
+        secret = _verifying_secret(await store.token_key(conn, claims.key_id), env, utcnow())
         if secret is None or not tokens.verify(token, secret):
             return TokenCheck(TokenStatus.INVALID)
         agent = principal.actor_id if principal.actor_kind is ActorKind.AGENT else ""
@@ -206,27 +206,56 @@ async def validate_composition_token(
 # --- signing keys --------------------------------------------------------------------------------
 
 
-async def _signing_key(conn: AsyncConnection) -> tuple[str, bytes]:
-    key = await store.newest_token_key(conn)
+# A signing key is derived from the deployment's composition-token key over (key id, salt); the row
+# keeps only the salt and the deployment key's public name, so a copy of the store mints nothing
+# (issue 35, "as the webhook key is"). Keys kept in plain before that verify the tokens already out for
+# one token lifetime, sign nothing, and are then wiped (store.retire_legacy_token_keys).
+
+
+async def _newest_key(conn: AsyncConnection, env: Env) -> tuple[str, bytes] | None:
+    row = await store.newest_token_key(conn, tokens.key_ref(env.settings.token_key))
+    if row is None or row.salt is None:
+        return None
+    return row.key_id, tokens.derive_key(env.settings.token_key, row.key_id, row.salt)
+
+
+def _verifying_secret(row: store.TokenKey | None, env: Env, now: datetime) -> bytes | None:
+    """The key that checks a token naming ``row``: a derived one under this deployment key, or a legacy
+    one inside its grace; None otherwise (the token is invalid: re-read the rules for a new one)."""
+    if row is None:
+        return None
+    if row.salt is not None:
+        if row.key_ref != tokens.key_ref(env.settings.token_key):
+            return None  # derived under another deployment key
+        return tokens.derive_key(env.settings.token_key, row.key_id, row.salt)
+    if row.secret is not None and row.retire_at is not None and now < row.retire_at:
+        return row.secret
+    return None
+
+
+async def _signing_key(conn: AsyncConnection, env: Env) -> tuple[str, bytes]:
+    key = await _newest_key(conn, env)
     if key is None:
-        key = await _new_key(conn)
+        key = await _new_key(conn, env)
     return key
 
 
-async def _new_key(conn: AsyncConnection) -> tuple[str, bytes]:
-    key_id, secret = new_id("ck"), secrets.token_bytes(32)
-    await store.add_token_key(conn, key_id, secret)
-    return key_id, secret
+async def _new_key(conn: AsyncConnection, env: Env) -> tuple[str, bytes]:
+    key_id, salt = new_id("ck"), secrets.token_urlsafe(24)
+    await store.add_token_key(conn, key_id, salt, tokens.key_ref(env.settings.token_key))
+    return key_id, tokens.derive_key(env.settings.token_key, key_id, salt)
 
 
-async def ensure_token_key(db: Database) -> None:
-    """At first boot: the store gets its signing key (a store step, so it needs no ``Env``)."""
-    async with db.transaction() as uow:
-        await _signing_key(uow.conn)
+async def ensure_token_key(env: Env) -> None:
+    """At boot: legacy keys kept in plain start (or finish) their retirement, and the store gets a
+    signing key derived under this deployment key."""
+    async with env.db.transaction() as uow:
+        await store.retire_legacy_token_keys(uow.conn, utcnow(), env.settings.token_ttl_s)
+        await _signing_key(uow.conn, env)
 
 
 async def rotate_composition_key(env: Env, principal: Principal) -> str:
     require(principal, (ActorKind.ADMIN,), "Rotating the composition-token key")
     async with env.db.transaction() as uow:
-        key_id, _ = await _new_key(uow.conn)
+        key_id, _ = await _new_key(uow.conn, env)
     return key_id

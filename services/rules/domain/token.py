@@ -75,6 +75,17 @@ def read_unverified(token: str) -> Claims | None:
         return None
 
 
+def derive_key(deployment_key: bytes, key_id: str, salt: str) -> bytes:
+    """A signing key, derived: HMAC-SHA256 of the deployment's composition-token key over the key id
+    and a random salt kept in the row. The store alone holds no key, so a copy of it mints nothing."""
+    return hmac.new(deployment_key, f"composition-token\0{key_id}\0{salt}".encode(), hashlib.sha256).digest()
+
+
+def key_ref(deployment_key: bytes) -> str:
+    """A public name of the deployment key (not the key): a key derived under another one is noticed."""
+    return hmac.new(deployment_key, b"composition-token-key-id", hashlib.sha256).hexdigest()[:16]
+
+
 def verify(token: str, secret: bytes) -> bool:
     """Constant-time check of the signature over the token's claims as sent."""
     parts = token.split(".")
