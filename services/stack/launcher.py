@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from reviewloop.config import address, data_dir
 from reviewloop.trust import Trust
 
-from stack.topology import ALL, GATEWAY, with_defaults
+from stack.topology import ALL, GATEWAY, is_unix, with_defaults
 
 
 class LaunchError(RuntimeError):
@@ -37,6 +37,8 @@ def port_free(addr: str) -> bool:
     The servers bind with SO_REUSEADDR (gRPC and uvicorn both do), so the probe does too: a port that holds
     only the TIME_WAIT sockets of a stopped stack is free, and ``reviewloop up`` can start again at once.
     """
+    if is_unix(addr):
+        return _unix_free(addr.removeprefix("unix:"))
     host, _, port = addr.rpartition(":")
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -45,6 +47,20 @@ def port_free(addr: str) -> bool:
         except OSError:
             return False
     return True
+
+
+def _unix_free(path: str) -> bool:
+    """Whether no server answers on the Unix socket ``path`` (a stale file of a stopped one is free).
+
+    gRPC unlinks what is at the path before it binds, so a second stack would take a live one's socket
+    without a word: it is refused here.
+    """
+    with socket.socket(socket.AF_UNIX) as sock:
+        try:
+            sock.connect(path)
+        except OSError:
+            return True
+    return False
 
 
 @cache

@@ -7,9 +7,11 @@ fills the ones left unset, so ``reviewloop up`` and ``reviewloop serve`` run on 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
-from reviewloop.config import address_variable
+from reviewloop.config import address_variable, data_dir
 
 SERVICES = ("review_state", "rules", "diff", "nudge", "dispatch_budget")
 GATEWAY = "gateway"
@@ -37,3 +39,42 @@ def with_defaults(env: Mapping[str, str] = os.environ) -> dict[str, str]:
 def address(name: str, env: Mapping[str, str] = os.environ) -> str:
     """Where part ``name`` listens, the default included."""
     return with_defaults(env)[address_variable(name)]
+
+
+# AF_UNIX paths hold 108 bytes with the terminating NUL on Linux (104 on macOS).
+_UNIX_PATH_MAX = 100
+
+
+def socket_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """A directory only this user can enter, for the services' Unix sockets: ``<data dir>/sockets``.
+
+    A data directory too deep for a socket's path (``_UNIX_PATH_MAX``) gets a fresh private directory
+    under the temp dir instead.
+    """
+    where = data_dir(env).resolve() / "sockets"
+    if len(str(where / "dispatch_budget.sock")) > _UNIX_PATH_MAX:
+        return Path(tempfile.mkdtemp(prefix="reviewloop-"))  # mode 0700
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    where.chmod(0o700)
+    return where
+
+
+def colocated(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """``env`` with every service it does not place on a ``unix:`` socket under ``socket_dir``.
+
+    For parts one launcher starts on one machine (``reviewloop up``): a Unix socket spares each call
+    the loopback TCP stack, and only this user reaches it (the directory is 0700). The gateway stays
+    on TCP (it serves HTTP); an address set in ``env`` is kept as it is.
+    """
+    filled = dict(env)
+    unset = [name for name in SERVICES if not filled.get(address_variable(name))]
+    if unset:
+        where = socket_dir(env)
+        for name in unset:
+            filled[address_variable(name)] = f"unix:{where / name}.sock"
+    return with_defaults(filled)
+
+
+def is_unix(addr: str) -> bool:
+    """Whether ``addr`` is a Unix domain socket (``unix:/path``)."""
+    return addr.startswith("unix:")
