@@ -4,6 +4,7 @@ project per test, a screenshot of every page under tests/console/output/ and an 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
@@ -51,6 +52,11 @@ async def review(api: Api, key: str, review_id: str) -> dict[str, Any]:
     return dict(response.json())
 
 
+def outcome(verb: str, review_id: str) -> re.Pattern[str]:
+    """What the page says (and shows as a toast) after a decision: the verb, the draft's intent, its id."""
+    return re.compile(rf"^{verb} \u201c.+\u201d \({review_id}\)\.$")
+
+
 async def save_edit(page: Page) -> None:
     """An edit is previewed (the exact message, every part, its digest) before it is saved and approved."""
     await page.get_by_role("button", name="Preview edit").click()
@@ -95,7 +101,7 @@ async def test_edit_saved_as_category_rule_then_approved(capi: Api, new_page: An
     await expect(page.get_by_text("category pilot outreach (reaches 2 pending drafts)")).to_be_visible()
     await shot(page, "review-edit")
     await save_edit(page)
-    await expect(page.locator("#live")).to_have_text(f"Edited and approved {oldest}.")
+    await expect(page.locator("#live")).to_have_text(outcome("Edited and approved", oldest))
 
     agent = capi.auth(p["agent"])
     deadline = time.monotonic() + 20
@@ -202,7 +208,7 @@ async def test_whole_review_by_keyboard(capi: Api, new_page: Any) -> None:
     await page.keyboard.press("Enter")
     # Focus moves to the next draft and the outcome is announced.
     await expect(page).to_have_url(f"/console/reviews/{second}?done=reject&prev={first}")
-    await expect(page.locator("#live")).to_have_text(f"Rejected {first}.")
+    await expect(page.locator("#live")).to_have_text(outcome("Rejected", first))
     await expect(page.locator("main")).to_be_focused()
     assert (await review(capi, p["agent"], first))["state"] == "rejected"
     # A reviewer can turn single-key shortcuts off.

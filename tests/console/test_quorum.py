@@ -8,7 +8,7 @@ from typing import Any
 from playwright.async_api import expect
 
 from tests.conftest import Api
-from tests.console.test_console import axe_clean, review, sign_in, submit
+from tests.console.test_console import axe_clean, outcome, review, sign_in, submit
 
 
 async def test_the_review_page_shows_two_of_three_approvals_of_a_panel_and_who_gave_them(
@@ -64,5 +64,5 @@ async def test_the_review_page_shows_two_of_three_approvals_of_a_panel_and_who_g
     await expect(quorum).to_contain_text("approved by Ana Reviewer (human), Ben Reviewer (human)")
     await axe_clean(page, "review-quorum")
     await page.get_by_role("button", name="Approve", exact=True).click()
-    await expect(page.locator("#live")).to_have_text(f"Approved {rid}.")
+    await expect(page.locator("#live")).to_have_text(outcome("Approved", rid))
     assert (await review(capi, keys["c"]["api_key"], rid))["state"] in ("approved", "sent")

@@ -10,7 +10,7 @@ from typing import Any
 from playwright.async_api import Page, expect
 
 from tests.conftest import Api
-from tests.console.test_console import _project, axe_clean, save_edit, sign_in, submit
+from tests.console.test_console import _project, axe_clean, outcome, save_edit, sign_in, submit
 
 
 async def _saved_rule(api: Api, agent_key: str, text: str) -> dict[str, Any]:
@@ -51,7 +51,7 @@ async def test_a_reviewer_saves_a_rule_for_this_agent_and_cannot_set_house_style
     await this_agent.check()
     await axe_clean(page, "review-rule-scopes")
     await save_edit(page)
-    await expect(page.locator("#live")).to_have_text(f"Edited and approved {first}.")
+    await expect(page.locator("#live")).to_have_text(outcome("Edited and approved", first))
     rule = await _saved_rule(capi, p["agent"], "Sign off as Sam from the pilot team.")
     agent_id = (await capi.http.get(f"/v1/reviews/{first}", headers=capi.auth(p["agent"]))).json()["agent_id"]
     assert (rule["rule_layer"], rule["scope"], rule["scope_agent_id"]) == ("project", "general", agent_id)
@@ -81,6 +81,6 @@ async def test_an_admin_saves_an_edit_as_house_style(capi: Api, new_page: Any) -
     await expect(house).to_be_enabled()
     await house.check()
     await save_edit(page)
-    await expect(page.locator("#live")).to_have_text(f"Edited and approved {review_id}.")
+    await expect(page.locator("#live")).to_have_text(outcome("Edited and approved", review_id))
     rule = await _saved_rule(capi, p["agent"], "Write dates as 3 March 2027, never 3/3/27.")
     assert (rule["rule_layer"], rule["scope"], rule.get("project_id")) == ("org", "general", None)

@@ -7,6 +7,7 @@ import html
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from starlette.responses import HTMLResponse
 
@@ -132,7 +133,7 @@ def page(
 <h1>{h(title)}</h1>
 {body}
 </main>
-<div id="live" class="visually-hidden" role="status" aria-live="polite"></div>
+<div id="live" class="toast" role="status" aria-live="polite"></div>
 {_help_overlay() if session is not None else ""}
 </body>
 </html>"""
@@ -162,6 +163,30 @@ def table(
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
     return table_ if rows else f"<p>{h(empty)}</p>{table_}"
+
+
+def relative(seconds: float) -> str:
+    """``seconds`` ago as a reader says it: "just now", "3 min ago", "2 h ago", "4 d ago"."""
+    if seconds < 45:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return "1 min ago"
+
+
+def when(iso: str) -> str:
+    """A moment as a ``<time>``: relative ("3 min ago"), the exact time on hover. The browser rewrites
+    both in the reader's own time zone and keeps the relative one current (console.js)."""
+    if not iso:
+        return ""
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return h(iso)
+    exact = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    ago = relative((datetime.now(UTC) - moment).total_seconds())
+    return f'<time datetime="{h(iso)}" title="{h(exact)}">{h(ago)}</time>'
 
 
 def error_box(message: str) -> str:

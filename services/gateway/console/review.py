@@ -21,7 +21,7 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from gateway.console import presence, web
-from gateway.console.html import button, csrf_field, h, page, table
+from gateway.console.html import button, csrf_field, h, page, table, when
 from gateway.console.sessions import Session
 from gateway.console.warnings import hidden_html, warnings
 from gateway.routes.reviews import _STATES
@@ -74,11 +74,6 @@ async def category_names(request: Request, session: Session) -> dict[str, str]:
     return {c.id: c.name for c in reply.categories}
 
 
-def _age(created_at: str) -> str:
-    seconds = (datetime.now(UTC) - datetime.fromisoformat(created_at.replace("Z", "+00:00"))).total_seconds()
-    return "just now" if seconds < 60 else _duration(seconds)
-
-
 def _summary(review: dict[str, Any]) -> str:
     intent = review.get("intent") or {}
     return str(intent.get("summary") or review["subject"] or review["id"])
@@ -104,7 +99,7 @@ async def queue(request: Request) -> Response:
             f'<td><a class="summary" href="/console/reviews/{h(review["id"])}">{h(_summary(review))}</a></td>'
             f"<td>{h(names.get(review.get('category_id') or '', review.get('category_id') or '—'))}</td>"
             f"<td>{h(review['kind'])}</td>"
-            f"<td>{h(recipients)}</td><td>{h(_age(review['created_at']))}</td>"
+            f"<td>{h(recipients)}</td><td>{when(review['created_at'])}</td>"
             f'<td class="state">{h(review["state"])}</td>'
             f'<td class="open-by">{h(", ".join(open_by.get(review["id"], [])))}</td></tr>'
         )
@@ -138,7 +133,9 @@ async def queue(request: Request) -> Response:
     }
 <p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>
 {await _auto_notified(request, session, names, category)}"""
-    return page("Review queue", body, session=session, active="queue", announce=_announcement(request))
+    return page(
+        "Review queue", body, session=session, active="queue", announce=await _announcement(request, session)
+    )
 
 
 def _nothing_listed(state: str, category: str) -> str:
@@ -158,7 +155,7 @@ async def _auto_notified(request: Request, session: Session, names: dict[str, st
         f'<tr class="auto-row" id="auto-{h(r["id"])}">'
         f'<td><a href="/console/reviews/{h(r["id"])}">{h(_summary(r))}</a></td>'
         f"<td>{h(names.get(r.get('category_id') or '', r.get('category_id') or '—'))}</td>"
-        f"<td>{h(', '.join([*r['to'], *r['cc'], *r['bcc']]))}</td><td>{h(_age(r['created_at']))}</td>"
+        f"<td>{h(', '.join([*r['to'], *r['cc'], *r['bcc']]))}</td><td>{when(r['created_at'])}</td>"
         f'<td class="state">{h(r["state"])}</td></tr>'
         for r in sent
     ]
@@ -176,10 +173,16 @@ async def _auto_notified(request: Request, session: Session, names: dict[str, st
     )
 
 
-def _announcement(request: Request) -> str:
+async def _announcement(request: Request, session: Session) -> str:
+    """What the page says once it loads (the live region, shown as a toast): the outcome of the decision
+    that led here, naming the draft by its intent."""
     done, prev = request.query_params.get("done", ""), request.query_params.get("prev", "")
     if done in PAST and prev:
-        return f"{PAST[done]} {prev}."
+        try:
+            decided = _summary(await _get(request, session, prev))
+        except DomainError:
+            return f"{PAST[done]} {prev}."
+        return f"{PAST[done]} “{decided}” ({prev})."
     if done == "open":
         return "Opened for review; you have it now."
     if done == "resolved":
@@ -423,16 +426,16 @@ def _delivery_status(review: dict[str, Any], session: Session) -> str:
     delivery = review.get("delivery")
     if not delivery:
         return ""
-    rows = [
-        ("Status", delivery["status"]),
-        ("Tries", str(delivery["tries"])),
-        ("Released", delivery.get("started_at") or ""),
-        ("Parked at", delivery.get("parked_at") or ""),
-        ("Age", _duration(delivery.get("age_s") or 0.0)),
-        ("Error", delivery.get("error") or ""),
-        ("Resolution", delivery.get("resolution") or ""),
+    rows = [  # (label, markup)
+        ("Status", h(delivery["status"])),
+        ("Tries", h(delivery["tries"])),
+        ("Released", when(delivery.get("started_at") or "")),
+        ("Parked at", when(delivery.get("parked_at") or "")),
+        ("Age", h(_duration(delivery.get("age_s") or 0.0))),
+        ("Error", h(delivery.get("error") or "")),
+        ("Resolution", h(delivery.get("resolution") or "")),
     ]
-    meta = "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in rows if v)
+    meta = "".join(f"<dt>{h(k)}</dt><dd>{v}</dd>" for k, v in rows if v)
     resolve = ""
     if delivery["status"] == "send_needs_reconciliation":
         resolve = "<p>The relay may or may not have taken this message: nothing is resent. " + (
@@ -467,7 +470,7 @@ def _thread(review: dict[str, Any], who: web.Actors) -> str:
         items.append(
             f'<li><strong>{h(what)}</strong> by <span class="actor">'
             f"{h(who.name(turn.get('actor_id', ''), turn['actor_kind']))}</span>, revision {turn['revision']}, "
-            f"{h(turn['created_at'])}{text}{diff}</li>"
+            f"{when(turn['created_at'])}{text}{diff}</li>"
         )
     return "<ol class='thread'>" + "".join(items) + "</ol>" if items else "<p>No turns yet.</p>"
 
@@ -755,7 +758,7 @@ revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</co
         session=session,
         active="queue",
         status=status,
-        announce=_announcement(request),
+        announce=await _announcement(request, session),
     )
 
 

@@ -80,6 +80,15 @@
       if (typing(document.activeElement)) document.activeElement.blur();
       return;
     }
+    // Ctrl/Cmd+Enter in a field submits its form (a reason, an edit, a comment) with its first button.
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && typing(event.target)) {
+      const form = event.target.closest("form");
+      if (form) {
+        event.preventDefault();
+        form.requestSubmit(form.querySelector("button[type=submit]") || undefined);
+      }
+      return;
+    }
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
     const action = keymap[event.key];
     if (!action || !(keysOn() || action === "help")) return;
@@ -99,6 +108,25 @@
   // An edit's HTML part renders in its own sandboxed frame document (its CSP, not this page's): posted
   // into the frame, so the edited markup never rides in a URL.
   document.querySelectorAll("form[data-frame-post]").forEach((form) => form.submit());
+
+  // Times: relative ("3 min ago"), the exact time on hover in the reader's own zone; kept current.
+  function ago(seconds) {
+    if (seconds < 45) return "just now";
+    for (const [unit, size] of [["d", 86400], ["h", 3600], ["min", 60]]) {
+      if (seconds >= size) return Math.floor(seconds / size) + " " + unit + " ago";
+    }
+    return "1 min ago";
+  }
+  function times() {
+    document.querySelectorAll("time[datetime]").forEach((el) => {
+      const moment = new Date(el.getAttribute("datetime"));
+      if (isNaN(moment)) return;
+      el.title = moment.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "long" });
+      el.textContent = ago((Date.now() - moment.getTime()) / 1000);
+    });
+  }
+  times();
+  setInterval(times, 30000);
 
   // Where the server asked for focus (the next draft after a decision, the first error), and what to say.
   const focus = document.querySelector("[data-autofocus]");
