@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
 from stack.launcher import Stack, free_port
 
-from tests.conftest import Api, Databases, draft, start_stack
+from tests.conftest import BACKENDS, Api, Databases, draft, start_stack
 
 
 async def _setup(api: Api) -> tuple[str, dict[str, str], dict[str, str]]:
@@ -94,22 +93,32 @@ class SlowRelay:
         return "250 OK"
 
 
-@pytest.fixture
-async def slow_api(databases: Databases, backend: str, tmp_path: Path) -> AsyncIterator[Api]:
-    """The stack on a relay slower than review_state's delivery wait (0.3 s)."""
+@pytest.fixture(scope="module", params=BACKENDS)
+async def slow_stack(
+    request: pytest.FixtureRequest, databases: Databases, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """One stack (per backend) on a relay slower than review_state's delivery wait (0.3 s)."""
     relay = SlowRelay(delay_s=4.0)
     port = free_port()
     controller = Controller(relay, hostname="127.0.0.1", port=port)
     controller.start()
     extra = {"REVIEWLOOP_SMTP_URL": f"smtp://127.0.0.1:{port}", "REVIEWLOOP_DELIVERY_WAIT_S": "0.3"}
-    stack: Stack = await start_stack(databases, backend, tmp_path, extra)
-    client = Api(stack)
+    backend = str(request.param)
+    stack = await start_stack(databases, backend, tmp_path_factory.mktemp(f"slow-{backend}"), extra)
+    try:
+        yield stack
+    finally:
+        stack.stop_all()
+        controller.stop()
+
+
+@pytest.fixture
+async def slow_api(slow_stack: Stack) -> AsyncIterator[Api]:
+    client = Api(slow_stack)
     try:
         yield client
     finally:
         await client.http.aclose()
-        stack.stop_all()
-        controller.stop()
 
 
 async def test_a_verb_on_an_approved_review_whose_send_is_in_flight_is_wrong_state(slow_api: Api) -> None:
