@@ -265,10 +265,13 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         # Built before serving: the first keyed mutation (which asks which operations the gateway owns)
         # or MCP call would otherwise hold the event loop for its ~0.6 s of CPU.
         app.openapi()
+        apart = await operations.serve_apart(app) if settings.metrics_listen else None
         try:
             async with mcp.run():
                 yield
         finally:
+            if apart is not None:
+                apart.close()
             await app.state.feeds.close()
             await peers.close()
             await db.dispose()

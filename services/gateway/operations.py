@@ -3,6 +3,7 @@ the access log, and the ``/metrics``, ``/livez`` and ``/readyz`` endpoints."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -12,6 +13,7 @@ from fastapi import APIRouter, Request
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from reviewloop import metrics, telemetry
+from reviewloop.errors import Code, DomainError
 from sqlalchemy import text
 from starlette.responses import Response
 from starlette.types import Message, Scope
@@ -147,9 +149,22 @@ router = APIRouter(tags=["operations"], include_in_schema=False)
 
 @router.get("/metrics")
 async def metrics_endpoint(request: Request) -> Response:
-    """The Prometheus text exposition of this gateway process."""
+    """The Prometheus text exposition of this gateway process, unless it is served on its own address
+    (``REVIEWLOOP_GATEWAY_METRICS_ADDR``): then the public port does not know it."""
+    if request.app.state.settings.metrics_listen:
+        raise DomainError(Code.NOT_FOUND, "Not found.")
     probes = [request.app.state.feeds.probe] if hasattr(request.app.state, "feeds") else []
     return Response(await metrics.scrape(probes), media_type=metrics.CONTENT_TYPE)
+
+
+async def serve_apart(app: Any) -> asyncio.AbstractServer:
+    """``/metrics``, ``/livez`` and ``/readyz`` on ``REVIEWLOOP_GATEWAY_METRICS_ADDR``, as each gRPC
+    service serves them: a scraper need not reach the public port, nor the public the gauges."""
+
+    async def ready() -> bool:
+        return (await not_ready(app)) == []
+
+    return await metrics.serve_http(app.state.settings.metrics_listen, [app.state.feeds.probe], ready)
 
 
 @router.get("/livez")
@@ -161,15 +176,21 @@ async def livez() -> Response:
 @router.get("/readyz")
 async def readyz(request: Request) -> Response:
     """200 when the gateway's store answers and every backend reports SERVING; 503 says what is not."""
-    problems: list[str] = []
-    try:
-        async with request.app.state.db.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-    except Exception:
-        problems.append("store")
-    backends = await request.app.state.backends.health()
-    problems += [name for name, status in backends.items() if status != "SERVING"]
+    problems = await not_ready(request.app)
     return OrjsonResponse(
         {"status": "ready" if not problems else "not_ready", "not_ready": problems},
         status_code=200 if not problems else 503,
     )
+
+
+async def not_ready(app: Any) -> list[str]:
+    """What keeps the gateway from being ready: ``store``, and each backend not SERVING."""
+    problems: list[str] = []
+    try:
+        async with app.state.db.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except Exception:
+        problems.append("store")
+    backends = await app.state.backends.health()
+    problems += [name for name, status in backends.items() if status != "SERVING"]
+    return problems

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reviewloop.config import address, data_dir, db_pool_size, db_url
+from reviewloop.config import address, data_dir, db_pool_size, db_url, metrics_variable
+from reviewloop.files import private_dir
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE
 
 GATEWAY = "gateway"
@@ -34,7 +35,7 @@ def load_admin_token(env: Mapping[str, str] = os.environ) -> str:
         return env[ADMIN_TOKEN_ENV]
     path = admin_token_path(env)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write("rladm_" + secrets.token_urlsafe(32) + "\n")
@@ -83,6 +84,9 @@ class GatewaySettings:
     # How often an idle review-event stream sends a comment, so proxies do not close it.
     sse_heartbeat_s: float = 15.0
     db_pool_size: int = DEFAULT_POOL_SIZE
+    # Where /metrics is served apart from the public port (REVIEWLOOP_GATEWAY_METRICS_ADDR; the
+    # manifests set it): the public port then answers it 404. Unset: /metrics on the public port.
+    metrics_listen: str | None = None
     # Open review-event streams on this gateway, per key and per project (0: no cap); see feeds.Feeds.
     streams_per_key: int = 5
     streams_per_project: int = 50
@@ -106,6 +110,7 @@ class GatewaySettings:
             idempotency_lease_s=float(env.get("REVIEWLOOP_GATEWAY_IDEMPOTENCY_LEASE_S", "30")),
             sse_heartbeat_s=float(env.get("REVIEWLOOP_SSE_HEARTBEAT_S", "15")),
             db_pool_size=db_pool_size(env),
+            metrics_listen=env.get(metrics_variable(GATEWAY)) or None,
             streams_per_key=int(env.get("REVIEWLOOP_STREAMS_PER_KEY", "5")),
             streams_per_project=int(env.get("REVIEWLOOP_STREAMS_PER_PROJECT", "50")),
             rate_limits={
