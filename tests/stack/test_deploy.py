@@ -107,3 +107,32 @@ def test_the_compose_file_validates_against_the_compose_spec() -> None:
     document = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
     errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(document)]
     assert errors == []
+
+
+def test_production_runs_mutual_tls_between_every_part_by_default() -> None:
+    """Issue 36: a signed service token seen on the wire could be replayed for its 5 minutes; under mTLS
+    (the production default) no token crosses the network in the clear and no caller without a
+    certificate from the CA reaches a port."""
+    deployments = by_kind(render(K8S / "overlays/production"), "Deployment")
+    for part in [name.replace("_", "-") for name in (*SERVICES, "gateway")]:
+        pod = deployments[part]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        mounted = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        assert secrets.get("tls") == "reviewloop-tls", part
+        for name, file in (("CA", "ca.crt"), ("CERT", "tls.crt"), ("KEY", "tls.key")):
+            assert env[f"REVIEWLOOP_TLS_{name}"] == f"{mounted['tls']}/{file}", part
+
+
+def test_the_gateway_serves_metrics_on_their_own_port_by_default() -> None:
+    docs = render(K8S / "base")
+    pod = by_kind(docs, "Deployment")["gateway"]["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    port = int(env["REVIEWLOOP_GATEWAY_METRICS_ADDR"].rpartition(":")[2])
+    assert port != 8080
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+    assert port in [p["containerPort"] for p in container["ports"]]
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    assert compose["x-service"]["environment"]["REVIEWLOOP_GATEWAY_METRICS_ADDR"].endswith(f":{port}")
