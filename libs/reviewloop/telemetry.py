@@ -36,6 +36,7 @@ from opentelemetry.util.types import Attributes
 
 from reviewloop.common.v1 import common_pb2
 from reviewloop.contract import CONTRACT_VERSION
+from reviewloop.files import private_dir
 
 TRACES_FILE = "traces.jsonl"
 
@@ -52,8 +53,8 @@ class JsonLinesExporter(SpanExporter):
     """Appends one JSON object per span. O_APPEND keeps lines from several processes whole."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        private_dir(path.parent)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:

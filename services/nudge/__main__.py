@@ -26,6 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from reviewloop.config import ServiceConfig, data_dir
+from reviewloop.files import private_dir
 from reviewloop.metrics import Point, Probe
 from reviewloop.service import Job, ServiceSpec, main
 from reviewloop.ssrf import parse_networks
@@ -56,7 +57,7 @@ def webhook_key(environ: Mapping[str, str]) -> bytes:
         return environ["REVIEWLOOP_WEBHOOK_KEY"].encode()
     path = data_dir(environ) / "webhook-key"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         with (
             contextlib.suppress(FileExistsError),
             os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out,

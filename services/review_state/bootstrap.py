@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from reviewloop.config import ConfigError, data_dir
+from reviewloop.files import private_dir
 from reviewloop.service import Peers
 from reviewloop.storage import Database
 
@@ -55,7 +56,7 @@ def provider_from_env(data: Path, environ: Mapping[str, str] = os.environ) -> Pr
 
 def _require_writable(directory: Path, environ: Mapping[str, str]) -> None:
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)  # approved mail is the service user's alone
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".writable-"):
             pass
     except OSError as exc:

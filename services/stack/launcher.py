@@ -22,6 +22,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from reviewloop.config import address, data_dir
+from reviewloop.files import private_dir
 from reviewloop.trust import Trust
 
 from stack.topology import ALL, GATEWAY, is_unix, with_defaults
@@ -117,8 +118,8 @@ class Stack:
             )
 
     def start(self, name: str) -> None:
-        self.log_path(name).parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path(name), "ab") as log:
+        private_dir(self.log_path(name).parent)  # the data dir and its logs are the service user's alone
+        with open(os.open(self.log_path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", name], env=self.env, stdout=log, stderr=subprocess.STDOUT
             )

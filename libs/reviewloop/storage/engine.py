@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
+from reviewloop.files import private_dir, private_file
 from reviewloop.storage import fastpaths, sqlite
 from reviewloop.storage.driver import DriverEngine
 from reviewloop.storage.schema import OUTBOX, outbox_row
@@ -66,7 +67,7 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> 
         engine = create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=False, **kwargs)
         return DriverEngine(engine.sync_engine) if fastpaths.DRIVER in fast else engine
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        private_file(private_dir(Path(parsed.database).parent) / Path(parsed.database).name)
     if parsed.drivername == "sqlite+aiosqlite" and fastpaths.SQLITE_ONE_CROSSING in fast:
         parsed = parsed.set(drivername=sqlite.DRIVER)  # the same driver, one thread crossing a statement
     engine = create_async_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
