@@ -56,9 +56,22 @@ DEFAULT_RATE_LIMITS = {
 }
 
 
+# Each limit's setting, spelled out so an operator finds it by search (README, docs/operations.md).
+RATE_LIMIT_SETTINGS = {
+    "submit_per_key": "REVIEWLOOP_RATE_LIMIT_SUBMIT_PER_KEY",
+    "submit_per_project": "REVIEWLOOP_RATE_LIMIT_SUBMIT_PER_PROJECT",
+    "wait_per_key": "REVIEWLOOP_RATE_LIMIT_WAIT_PER_KEY",
+    "wait_per_project": "REVIEWLOOP_RATE_LIMIT_WAIT_PER_PROJECT",
+    "ack_per_key": "REVIEWLOOP_RATE_LIMIT_ACK_PER_KEY",
+    "ack_per_project": "REVIEWLOOP_RATE_LIMIT_ACK_PER_PROJECT",
+    "rule_write_per_key": "REVIEWLOOP_RATE_LIMIT_RULE_WRITE_PER_KEY",
+    "rule_write_per_project": "REVIEWLOOP_RATE_LIMIT_RULE_WRITE_PER_PROJECT",
+}
+
+
 def rate_limit_env(name: str) -> str:
     """The setting of one limit: ``submit_per_key`` -> ``REVIEWLOOP_RATE_LIMIT_SUBMIT_PER_KEY``."""
-    return f"REVIEWLOOP_RATE_LIMIT_{name.upper()}"
+    return RATE_LIMIT_SETTINGS[name]
 
 
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
