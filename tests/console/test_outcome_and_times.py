@@ -52,6 +52,7 @@ async def test_outcome_toast_focus_ctrl_enter_and_local_relative_times(
 
         # Ctrl+Enter in an edit submits it (to its preview of the exact message).
         await page.get_by_role("button", name="Open for review").click()
+        await expect(page.locator("#live")).to_have_text("Opened for review; you have it now.")
         await page.keyboard.press("e")
         await expect(page.get_by_label("Subject")).to_be_focused()
         await page.keyboard.type(" (thanks)")
