@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reviewloop.files import private_dir
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE
 from reviewloop.trust import Trust
 
@@ -45,7 +46,7 @@ def deployment_secret(variable: str, filename: str, env: Mapping[str, str] = os.
         return env[variable].encode()
     path = data_dir(env) / filename
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         with (
             contextlib.suppress(FileExistsError),
             os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out,

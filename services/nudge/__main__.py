@@ -17,16 +17,13 @@ key generated into ``<data dir>/webhook-key``, mode 0600; the store holds no sec
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import secrets
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from reviewloop.config import ServiceConfig, data_dir
-from reviewloop.files import private_dir
+from reviewloop.config import ServiceConfig, deployment_secret
 from reviewloop.metrics import Point, Probe
 from reviewloop.service import Job, ServiceSpec, main
 from reviewloop.ssrf import parse_networks
@@ -52,18 +49,9 @@ def settings_from(environ: Mapping[str, str]) -> app.Settings:
 
 
 def webhook_key(environ: Mapping[str, str]) -> bytes:
-    """``REVIEWLOOP_WEBHOOK_KEY``, or the one in ``<data dir>/webhook-key``, generated when absent."""
-    if environ.get("REVIEWLOOP_WEBHOOK_KEY"):
-        return environ["REVIEWLOOP_WEBHOOK_KEY"].encode()
-    path = data_dir(environ) / "webhook-key"
-    if not path.exists():
-        private_dir(path.parent)
-        with (
-            contextlib.suppress(FileExistsError),
-            os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out,
-        ):
-            out.write(secrets.token_urlsafe(32) + "\n")
-    return path.read_text().strip().encode()
+    """``REVIEWLOOP_WEBHOOK_KEY``, or the one in ``<data dir>/webhook-key``, generated when absent (the
+    same deployment-secret rule as the rules service's composition-token key)."""
+    return deployment_secret("REVIEWLOOP_WEBHOOK_KEY", "webhook-key", environ)
 
 
 def webhook_settings(environ: Mapping[str, str]) -> webhooks.WebhookSettings:
