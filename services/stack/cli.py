@@ -91,10 +91,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _banner(stack: Stack, mode: str, logs: Path) -> None:
     from gateway.settings import admin_token_source
 
-    print(f"reviewloop is up: gateway http://{address(GATEWAY)}", flush=True)
+    print(f"reviewloop is up: gateway http://{address(GATEWAY)} (/metrics /livez /readyz)", flush=True)
     print(f"  mode: {mode}", flush=True)
     for name in SERVICES:
-        print(f"  {name:<16} grpc {address(name):<22} SERVING", flush=True)
+        ops = f"http://{stack.ops_address(name)}"
+        print(f"  {name:<16} grpc {address(name):<22} SERVING   ops {ops}", flush=True)
     if stack.trust.key is not None:
         print(
             "  between the parts: signed service tokens (REVIEWLOOP_SERVICE_AUTH_KEY); unsigned calls "

@@ -25,7 +25,7 @@ from reviewloop.config import address, data_dir
 from reviewloop.files import private_dir
 from reviewloop.trust import Trust
 
-from stack.topology import ALL, GATEWAY, is_unix, with_defaults
+from stack.topology import ALL, GATEWAY, is_unix, ops_address, with_defaults
 
 
 class LaunchError(RuntimeError):
@@ -109,12 +109,19 @@ class Stack:
     def log_path(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"
 
+    def ops_address(self, name: str) -> str:
+        """Where ``name`` serves ``/metrics``, ``/livez`` and ``/readyz``."""
+        return ops_address(name, self.env)
+
     def check_ports(self, names: Iterable[str] = ALL) -> None:
-        taken = [f"{n} ({self.address(n)})" for n in names if not port_free(self.address(n))]
+        wanted = [(n, self.address(n)) for n in names]
+        wanted += [(f"{n} ops", self.ops_address(n)) for n in names if n != GATEWAY]
+        taken = [f"{n} ({addr})" for n, addr in wanted if not port_free(addr)]
         if taken:
             raise LaunchError(
                 "port already in use: " + ", ".join(taken) + "; stop what holds it, or set "
-                "REVIEWLOOP_<SERVICE>_ADDR to another address."
+                "REVIEWLOOP_<SERVICE>_ADDR (REVIEWLOOP_<SERVICE>_METRICS_ADDR for an ops port) to another "
+                "address."
             )
 
     def start(self, name: str) -> None:

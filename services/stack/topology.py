@@ -1,7 +1,10 @@
 """The parts of one reviewloop deployment and the loopback addresses they take when none is set.
 
-Each process reads its own and its peers' addresses from ``REVIEWLOOP_<PART>_ADDR``; ``with_defaults``
-fills the ones left unset, so ``reviewloop up`` and ``reviewloop serve`` run on one machine as they are.
+Each process reads its own and its peers' addresses from ``REVIEWLOOP_<PART>_ADDR``, and a gRPC service
+the address of its HTTP ops port (``/metrics``, ``/livez``, ``/readyz``) from
+``REVIEWLOOP_<SERVICE>_METRICS_ADDR``; ``with_defaults`` fills the ones left unset, so ``reviewloop up`` and
+``reviewloop serve`` run on one machine as they are, every gauge readable (the gateway serves its own on
+its HTTP port).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from reviewloop.config import address_variable, data_dir
+from reviewloop.config import address_variable, data_dir, metrics_variable
 
 SERVICES = ("review_state", "rules", "diff", "nudge", "dispatch_budget")
 GATEWAY = "gateway"
@@ -25,20 +28,30 @@ DEFAULT_PORTS: Mapping[str, int] = {
     "dispatch_budget": 50155,
     GATEWAY: 8080,
 }
+# Each gRPC service's HTTP ops port: its default gRPC port + 10 (on TCP even when its gRPC is a socket).
+DEFAULT_OPS_PORTS: dict[str, int] = {name: DEFAULT_PORTS[name] + 10 for name in SERVICES}
 
 
 def with_defaults(env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """``env`` plus the loopback address of every part it does not place."""
+    """``env`` plus the loopback address of every part and ops port it does not place."""
     filled = dict(env)
-    for name, port in DEFAULT_PORTS.items():
-        if not filled.get(address_variable(name)):
-            filled[address_variable(name)] = f"127.0.0.1:{port}"
+    for variable, port in (
+        *((address_variable(name), port) for name, port in DEFAULT_PORTS.items()),
+        *((metrics_variable(name), port) for name, port in DEFAULT_OPS_PORTS.items()),
+    ):
+        if not filled.get(variable):
+            filled[variable] = f"127.0.0.1:{port}"
     return filled
 
 
 def address(name: str, env: Mapping[str, str] = os.environ) -> str:
     """Where part ``name`` listens, the default included."""
     return with_defaults(env)[address_variable(name)]
+
+
+def ops_address(name: str, env: Mapping[str, str] = os.environ) -> str:
+    """Where service ``name`` serves ``/metrics``, ``/livez`` and ``/readyz``; the gateway, on its own port."""
+    return address(name, env) if name == GATEWAY else with_defaults(env)[metrics_variable(name)]
 
 
 # AF_UNIX paths hold 108 bytes with the terminating NUL on Linux (104 on macOS).
