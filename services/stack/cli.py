@@ -95,7 +95,7 @@ def _banner(stack: Stack, mode: str, logs: Path) -> None:
     print(f"  mode: {mode}", flush=True)
     for name in SERVICES:
         ops = f"http://{stack.ops_address(name)}"
-        print(f"  {name:<16} grpc {address(name):<22} SERVING   ops {ops}", flush=True)
+        print(f"  {name:<16} grpc {address(name):<22} ops {ops:<28} SERVING", flush=True)
     if stack.trust.key is not None:
         print(
             "  between the parts: signed service tokens (REVIEWLOOP_SERVICE_AUTH_KEY); unsigned calls "

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from stack.launcher import ALL, free_port
-from stack.topology import GATEWAY
+from stack.topology import GATEWAY, SERVICES
 
 from tests.conftest import draft
 from tests.reviewloop.test_trust import make_pki
@@ -47,6 +47,8 @@ def _env(tmp_path: Path) -> dict[str, str]:
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     for name in ALL:
         env[f"REVIEWLOOP_{name.upper()}_ADDR"] = f"127.0.0.1:{free_port()}"
+    for name in SERVICES:  # never the default ops ports, which another stack on this machine may hold
+        env[f"REVIEWLOOP_{name.upper()}_METRICS_ADDR"] = f"127.0.0.1:{free_port()}"
     env["REVIEWLOOP_DATA_DIR"] = str(tmp_path / ".data")
     return env
 
@@ -91,6 +93,12 @@ def _up_serves_the_slice(tmp_path: Path, env: dict[str, str], *flags: str) -> li
         assert len(children) == len(ALL)
 
         admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        with httpx.Client(timeout=30) as ops:  # every service's ops port, printed beside its gRPC address
+            for name in SERVICES:
+                where = env[f"REVIEWLOOP_{name.upper()}_METRICS_ADDR"]
+                assert any(name in line and f"ops http://{where} " in line for line in lines), name
+                for path in ("/livez", "/readyz", "/metrics"):
+                    assert ops.get(f"http://{where}{path}").status_code == 200, (name, path)
         with httpx.Client(base_url=f"http://{gateway}", timeout=30) as http:
             assert http.get("/healthz").json()["status"] == "ok"
             project = http.post("/v1/admin/projects", json={"name": "up"}, headers=admin).json()

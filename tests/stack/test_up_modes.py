@@ -29,6 +29,8 @@ async def _env(tmp_path: Path, databases: Databases, backend: str) -> dict[str, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("REVIEWLOOP_")}
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     env["REVIEWLOOP_GATEWAY_ADDR"] = f"127.0.0.1:{free_port()}"  # the services' are left to `up`
+    for name in SERVICES:  # never the default ops ports, which another stack on this machine may hold
+        env[f"REVIEWLOOP_{name.upper()}_METRICS_ADDR"] = f"127.0.0.1:{free_port()}"
     for name in (*SERVICES, GATEWAY):
         env[f"REVIEWLOOP_{name.upper()}_DB"] = await databases.url(backend, name)
     env.update(
