@@ -91,7 +91,10 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _banner(stack: Stack, mode: str, logs: Path) -> None:
     from gateway.settings import admin_token_source
 
-    print(f"reviewloop is up: gateway http://{address(GATEWAY)} (/metrics /livez /readyz)", flush=True)
+    print(
+        f"reviewloop is up: gateway http://{address(GATEWAY)}   ops http://{stack.ops_address(GATEWAY)}",
+        flush=True,
+    )
     print(f"  mode: {mode}", flush=True)
     for name in SERVICES:
         ops = f"http://{stack.ops_address(name)}"

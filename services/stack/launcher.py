@@ -115,7 +115,7 @@ class Stack:
 
     def check_ports(self, names: Iterable[str] = ALL) -> None:
         wanted = [(n, self.address(n)) for n in names]
-        wanted += [(f"{n} ops", self.ops_address(n)) for n in names if n != GATEWAY]
+        wanted += [(f"{n} ops", ops) for n in names if (ops := self.ops_address(n)) != self.address(n)]
         taken = [f"{n} ({addr})" for n, addr in wanted if not port_free(addr)]
         if taken:
             raise LaunchError(

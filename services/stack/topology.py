@@ -50,8 +50,11 @@ def address(name: str, env: Mapping[str, str] = os.environ) -> str:
 
 
 def ops_address(name: str, env: Mapping[str, str] = os.environ) -> str:
-    """Where service ``name`` serves ``/metrics``, ``/livez`` and ``/readyz``; the gateway, on its own port."""
-    return address(name, env) if name == GATEWAY else with_defaults(env)[metrics_variable(name)]
+    """Where part ``name`` serves ``/metrics``, ``/livez`` and ``/readyz``: a service on its ops port; the
+    gateway on its own ``REVIEWLOOP_GATEWAY_METRICS_ADDR`` if set, else on its public port."""
+    if name == GATEWAY:
+        return env.get(metrics_variable(GATEWAY)) or address(GATEWAY, env)
+    return with_defaults(env)[metrics_variable(name)]
 
 
 # AF_UNIX paths hold 108 bytes with the terminating NUL on Linux (104 on macOS).
