@@ -23,7 +23,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from gateway.console import presence, web
 from gateway.console.html import button, csrf_field, h, page, table, when
 from gateway.console.sessions import Session
-from gateway.console.warnings import hidden_html, warnings
+from gateway.console.warnings import hidden_html, unnamed_rule_snapshot, warnings
 from gateway.routes.reviews import _STATES
 from gateway.translate.reviews import as_review
 
@@ -671,6 +671,10 @@ async def render_review(
         + "</ul></section>"
         if found
         else '<section aria-labelledby="warn"><h2 id="warn">Warnings</h2><p>No invisible characters, hidden text, look-alike domains or added recipients.</p></section>'
+    )
+    # How the draft was composed: without a rule snapshot, nothing says its agent read the rules (issue 34).
+    warning_panel += "".join(
+        f'<p id="rule-snapshot" role="note">{h(note)}</p>' for note in unnamed_rule_snapshot(review)
     )
     actions = ""
     state = review["state"]

@@ -354,7 +354,8 @@ def _hidden_lines(hidden: list[Hidden]) -> Iterator[str]:
 
 def unnamed_rule_snapshot(review: dict[str, Any]) -> list[str]:
     """The draft names no rule snapshot (sent without a composition_token): nothing says its agent read the
-    rules in force, so the reviewer checks them (issue 34)."""
+    rules in force, so the reviewer checks them (issue 34). Not one of ``warnings``: it is about how the
+    draft was composed, not what its rendered mail hides (an edit does not clear it)."""
     if review.get("rule_snapshot_named", True):
         return []
     return [
@@ -376,5 +377,4 @@ def warnings(review: dict[str, Any], known_domains: Sequence[str] = ()) -> list[
     found += _hidden_lines(hidden_html(review.get("body_html")))
     found += parts_disagree(review.get("body_text") or "", review.get("body_html"))
     found += added_recipients(review)
-    found += unnamed_rule_snapshot(review)
     return found
