@@ -270,7 +270,7 @@ class Verbs:
                 omitted.
             **extra: Further request fields (``composition_token``, ``cc``, ``body_html``, ``mode``,
                 ``inbox``, ``thread_id``, ``reply_all``, ``expected_context_version``,
-                ``expected_last_message_id``, ...), sent as given.
+                ``expected_last_message_id``, ``second_reply``, ...), sent as given.
 
         Returns:
             A :class:`SubmitForReviewResult` (``202``) with the ``review_id`` to come back to: ``status`` is
@@ -279,7 +279,9 @@ class Verbs:
         Raises:
             ReviewloopError: ``404 not_found`` for a message this project does not hold; ``409
                 reply_context_changed`` when the thread moved past ``expected_context_version`` /
-                ``expected_last_message_id`` (re-read it and recompose; nothing was queued); otherwise as
+                ``expected_last_message_id`` (re-read it and recompose; nothing was queued); ``409
+                reply_already_pending`` when the thread already has a reply pending (its ``review_id`` is
+                in the problem; ``second_reply=True`` says you mean another); otherwise as
                 :meth:`send_email`.
         """
         body = _drop_none(dict(text=body_text, intent=intent, **extra))
