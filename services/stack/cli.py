@@ -7,14 +7,18 @@ import asyncio
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
 from pathlib import Path
 from typing import Any
 
 from dispatch_budget import cli as budget_cli
 from reviewloop.config import ConfigError, data_dir
+from reviewloop.contract import CONTRACT_VERSION
 
 from stack.launcher import LaunchError, Stack
 from stack.topology import ALL, GATEWAY, SERVICES, address, colocated, with_defaults
@@ -242,8 +246,48 @@ def cmd_migration(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+_RST_INLINE = re.compile(r"``(.+?)``|:[a-z]+:`~?(.+?)`|`([^`]+?)`_")
+
+
+def plain(text: str) -> str:
+    """``text`` with reStructuredText's inline markup (double backticks, roles, links) read as a terminal
+    shows it: the words alone. Docstrings serve as help text, so they reach ``--help`` written for Sphinx."""
+    return _RST_INLINE.sub(lambda m: next(g for g in m.groups() if g is not None), text)
+
+
+class PlainHelpFormatter(argparse.HelpFormatter):
+    """Help without reStructuredText markup, for every parser and subcommand (``plain``)."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain(text))
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain(super()._expand_help(action))
+
+
+def all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every subcommand's parser under it."""
+    found = [parser]
+    for action in parser._actions:  # argparse keeps its subcommands only here
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases share one parser
+                found += all_parsers(child)
+    return found
+
+
+def version() -> str:
+    """What ``reviewloop --version`` prints: the package and the contract it serves."""
+    try:
+        package = dist_version("reviewloop")
+    except PackageNotFoundError:  # run from a checkout without an install
+        package = "unknown"
+    return f"reviewloop {package} (contract {CONTRACT_VERSION}, Python {sys.version.split()[0]})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``reviewloop`` command line, every (sub)command's help in plain text."""
     parser = argparse.ArgumentParser(prog="reviewloop", description=__doc__)
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run one service in the foreground")
     serve.add_argument("service", choices=ALL)
@@ -297,7 +341,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     dead.add_argument("--reason", default="", help="why it is discarded")
     dead.set_defaults(func=cmd_dead_letters)
     budget_cli.register(sub)  # review, gate-stats
-    args = parser.parse_args(argv)
+    for each in all_parsers(parser):
+        each.formatter_class = PlainHelpFormatter
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return int(args.func(args))
 
 
