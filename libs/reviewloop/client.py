@@ -10,8 +10,12 @@ Example::
 Every verb is built once as a :class:`Call` (route, arguments, answer shape) and run by either client, so
 the two can never disagree. Answers parse into the contract's shapes, ignoring fields this client does not
 know yet (the contract grows additively across 0.x). A failure raises :class:`ReviewloopError` carrying the
-problem+json: branch on ``error.code``. Every mutation carries an ``Idempotency-Key`` (a fresh one unless you
-pass yours), so the client's own retry of a ``503 unavailable`` can never double a write.
+problem+json: branch on ``error.code``; a gateway that cannot be reached raises its subclass
+:class:`ReviewloopConnectionError` (code ``unavailable``), never a raw ``httpx`` error. Every mutation carries
+an ``Idempotency-Key`` (a fresh one unless you pass yours), so the client's own retries (``tenacity``:
+connection errors, ``503 unavailable``, and a ``429`` or ``503`` with ``Retry-After``, with jittered
+exponential backoff or after the ``Retry-After``) can never double a write; a request without a key is
+never repeated.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
 from urllib.parse import quote
@@ -31,6 +36,15 @@ import httpx
 import httpx_sse
 import standardwebhooks
 from pydantic import BaseModel
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    retry_never,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import is_retryable as _is_retryable
@@ -73,6 +87,13 @@ Json = dict[str, Any]
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_RETRIES = 2
+# The jittered exponential backoff between retries without a Retry-After: a random wait in
+# [0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2**attempt)] ("full jitter"), so clients that failed together
+# do not come back together.
+BACKOFF_BASE_S = 0.5
+BACKOFF_MAX_S = 8.0
+# A Retry-After longer than this is not waited out inside one call: the error is raised with it.
+MAX_RETRY_AFTER_S = 60.0
 
 
 class ReviewloopError(Exception):
@@ -122,6 +143,32 @@ class ReviewloopError(Exception):
     def retryable(self) -> bool:
         """Whether the problem is worth repeating (:func:`is_retryable`)."""
         return is_retryable(self)
+
+
+class ReviewloopConnectionError(ReviewloopError):
+    """The gateway could not be reached, or its answer never came, after the client's retries.
+
+    Refused, reset or timed out: it reads as a ``unavailable`` problem (``status`` 0: no answer), and the
+    ``httpx`` error is its ``__cause__``. A mutation may have landed: repeat it with the same
+    ``idempotency_key``.
+
+    Attributes:
+        method: The request's method.
+        url: The URL it was sent to.
+    """
+
+    def __init__(self, method: str, url: str, cause: httpx.TransportError) -> None:
+        self.method = method
+        self.url = url
+        detail = f"{method} {url} failed: {type(cause).__name__}: {cause or 'no answer'}"
+        problem = {
+            "type": "https://reviewloop.dev/problems/unavailable",
+            "title": "Unreachable",
+            "status": 0,
+            "detail": detail,
+            "code": "unavailable",
+        }
+        super().__init__(0, problem)
 
 
 def is_retryable(problem: ReviewloopError | Mapping[str, Any]) -> bool:
@@ -1355,18 +1402,73 @@ class _Base:
                 problem = response.json()
             except ValueError:
                 problem = {"status": response.status_code, "code": "internal", "detail": response.text}
-            retry_after = response.headers.get("retry-after")
-            raise ReviewloopError(
-                response.status_code,
-                problem,
-                float(retry_after) if retry_after and retry_after.isdigit() else None,
-            )
+            raise ReviewloopError(response.status_code, problem, _retry_after(response))
         return call.parse(response.json())
 
-    def _retryable(self, error: ReviewloopError, attempt: int) -> bool:
-        # Of the retryable codes only `unavailable` repeats as it was (every mutation carries its
-        # Idempotency-Key); the others need a re-read and a new request, which only the caller can make.
-        return error.code == "unavailable" and attempt < self.max_retries
+    def _retrying(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The tenacity policy of one request.
+
+        Up to ``max_retries`` repeats of a request that is safe to repeat (``_repeatable``), after a problem
+        worth repeating as it is (``_worth_repeating``), waiting as ``_wait`` says.
+        """
+        return {
+            "stop": stop_after_attempt(self.max_retries + 1),
+            "wait": _wait,
+            "retry": retry_if_exception(_worth_repeating) if _repeatable(request) else retry_never,
+            "reraise": True,
+        }
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The ``Retry-After`` of ``response`` in seconds (delay-seconds or an HTTP date), if any."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+def _repeatable(request: Mapping[str, Any]) -> bool:
+    """Whether a request may be sent again: a read, or a write that carries its ``Idempotency-Key``.
+
+    The server answers a keyed repeat with the first result; a write without a key is never repeated.
+    """
+    return request["method"] == "GET" or "Idempotency-Key" in request["headers"]
+
+
+def _worth_repeating(error: BaseException) -> bool:
+    """Whether a failure is worth repeating as it was.
+
+    An unreachable gateway, ``unavailable``, or a ``429`` / ``503`` that says when to come back (soon
+    enough to wait inside one call). The other retryable codes (``stale``, ...) need a re-read and a new
+    request, which only the caller can make.
+    """
+    if not isinstance(error, ReviewloopError):
+        return False
+    if error.retry_after is not None and error.retry_after > MAX_RETRY_AFTER_S:
+        return False
+    return (
+        isinstance(error, ReviewloopConnectionError)
+        or error.code == "unavailable"
+        or (error.status in (429, 503) and error.retry_after is not None)
+    )
+
+
+_backoff = wait_random_exponential(multiplier=BACKOFF_BASE_S, max=BACKOFF_MAX_S)
+
+
+def _wait(state: RetryCallState) -> float:
+    """The server's ``Retry-After`` when it gave one, else the jittered exponential backoff."""
+    error = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(error, ReviewloopError) and error.retry_after is not None:
+        return error.retry_after
+    return float(_backoff(state))
 
 
 def _async(
@@ -1440,8 +1542,9 @@ class AsyncReviewloop(_Base):
     async def run(self, call: Call[T]) -> T:
         """Run one verb (``await rl.run(Verbs.get_review(id))``); every verb method is this.
 
-        A ``503 unavailable`` is retried up to ``max_retries`` times, after its ``Retry-After``; the
-        call's ``Idempotency-Key`` makes that safe for a mutation.
+        A connection error, a ``503 unavailable``, or a ``429`` / ``503`` with ``Retry-After`` is retried up
+        to ``max_retries`` times, after the ``Retry-After`` or a jittered exponential backoff; the call's
+        ``Idempotency-Key`` makes that safe for a mutation.
 
         Args:
             call: The verb, as a :class:`Verbs` builder returns it.
@@ -1450,18 +1553,18 @@ class AsyncReviewloop(_Base):
             The answer, parsed into the call's shape.
 
         Raises:
+            ReviewloopConnectionError: The gateway could not be reached, after the retries.
             ReviewloopError: The server answered a problem.
         """
         request = self._request(call)
-        attempt = 0
-        while True:
-            try:
-                return self._answer(call, await self.http.request(**request))
-            except ReviewloopError as error:
-                if not self._retryable(error, attempt):
-                    raise
-                attempt += 1
-                await asyncio.sleep(error.retry_after or 1.0)
+        async for attempt in AsyncRetrying(**self._retrying(request)):
+            with attempt:
+                try:
+                    response = await self.http.request(**request)
+                except httpx.TransportError as exc:
+                    raise ReviewloopConnectionError(call.method, self.base_url + call.path, exc) from exc
+                return self._answer(call, response)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
 
     async def stream(
         self, *, last_event_id: str | None = None, reconnect_s: float = 1.0, idle_timeout_s: float = 60.0
@@ -1584,8 +1687,9 @@ class Reviewloop(_Base):
     def run(self, call: Call[T]) -> T:
         """Run one verb (``rl.run(Verbs.get_review(id))``); every verb method is this.
 
-        A ``503 unavailable`` is retried up to ``max_retries`` times, after its ``Retry-After``; the
-        call's ``Idempotency-Key`` makes that safe for a mutation.
+        As :meth:`AsyncReviewloop.run`: a connection error, a ``503 unavailable``, or a ``429`` / ``503``
+        with ``Retry-After`` is retried up to ``max_retries`` times, after the ``Retry-After`` or a
+        jittered exponential backoff; the call's ``Idempotency-Key`` makes that safe for a mutation.
 
         Args:
             call: The verb, as a :class:`Verbs` builder returns it.
@@ -1594,18 +1698,18 @@ class Reviewloop(_Base):
             The answer, parsed into the call's shape.
 
         Raises:
+            ReviewloopConnectionError: The gateway could not be reached, after the retries.
             ReviewloopError: The server answered a problem.
         """
         request = self._request(call)
-        attempt = 0
-        while True:
-            try:
-                return self._answer(call, self.http.request(**request))
-            except ReviewloopError as error:
-                if not self._retryable(error, attempt):
-                    raise
-                attempt += 1
-                time.sleep(error.retry_after or 1.0)
+        for attempt in Retrying(**self._retrying(request)):
+            with attempt:
+                try:
+                    response = self.http.request(**request)
+                except httpx.TransportError as exc:
+                    raise ReviewloopConnectionError(call.method, self.base_url + call.path, exc) from exc
+                return self._answer(call, response)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
 
     def stream(
         self, *, last_event_id: str | None = None, reconnect_s: float = 1.0, idle_timeout_s: float = 60.0
