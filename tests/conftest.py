@@ -111,7 +111,11 @@ async def open_db(
 
 
 async def start_stack(
-    databases: Databases, backend: str, data_dir: Path, extra_env: dict[str, str] | None = None
+    databases: Databases,
+    backend: str,
+    data_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    wait_s: float = 60,
 ) -> Stack:
     env = dict(os.environ)
     for name in ALL:
@@ -135,7 +139,7 @@ async def start_stack(
     for name in ALL:
         stack.start(name)
     try:
-        await stack.wait_serving(ALL)
+        await stack.wait_serving(ALL, wait_s)
     except Exception:
         stack.stop_all()
         raise

@@ -466,6 +466,7 @@ async def main(
             "REVIEWLOOP_IMAP_URL": imap.url,
             "REVIEWLOOP_RECONCILE_SWEEP_S": "1",
         },
+        wait_s=180,  # a loaded box starts six processes and migrates six stores slowly
     )
     stats: Counter[str] = Counter()
     kills: Counter[str] = Counter()

@@ -18,7 +18,7 @@ from google.protobuf.wrappers_pb2 import Int32Value
 from review_state.__main__ import SPEC
 from reviewloop.ids import new_id
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database
+from reviewloop.storage import Database, fastpaths
 from reviewloop.storage.schema import OUTBOX, first_delivery, outbox_row
 from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -28,10 +28,16 @@ from tests.cancellation import Attempt, count, each_await, observer
 OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
 
 
-@pytest.fixture
-async def dbs(open_db: OpenDb) -> AsyncIterator[tuple[Database, Database]]:
-    """The store under test and an observer of the same database on connections of its own."""
+@pytest.fixture(params=["fast", "plain"])
+async def dbs(
+    open_db: OpenDb, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Database, Database]]:
+    """The store under test and an observer of the same database on connections of its own; with the
+    storage's fast paths on, and with every one off (SQLAlchemy's own execution, BEGIN ... COMMIT)."""
+    if request.param == "plain":
+        monkeypatch.setenv(fastpaths.ENV, "all")
     db = await open_db(SPEC)
+    monkeypatch.delenv(fastpaths.ENV, raising=False)
     seen = await observer(db)
     yield db, seen
     await seen.dispose()
@@ -91,11 +97,17 @@ async def test_a_one_statement_write_cancelled_at_any_round_trip_is_all_or_nothi
 
 
 async def test_a_unit_of_queued_rows_only_cancelled_at_any_round_trip_is_all_or_nothing(
-    dbs: tuple[Database, Database],
+    dbs: tuple[Database, Database], request: pytest.FixtureRequest
 ) -> None:
     """``Database.transaction`` whose only statement is its queued rows (autocommit on PostgreSQL), then a
     read on a single-statement connection."""
     db, seen = dbs
+    if db.is_sqlite and "plain" in request.node.name:
+        # Known (issue 34, open): on SQLAlchemy's own aiosqlite adapter (REVIEWLOOP_SLOW_PATHS naming
+        # sqlite_one_crossing), a unit cancelled at one of its crossings can leave the file write-locked by
+        # the invalidated connection, and the retry's BEGIN IMMEDIATE meets "database is locked". The
+        # default one-crossing adapter (storage/sqlite.py) passes.
+        request.applymarker(pytest.mark.xfail(reason="cancelled unit leaves the file locked", strict=False))
 
     async def attempt() -> Attempt[str]:
         rows = [outbox_row("nudge", new_id("rr"), "nudge", Int32Value(value=n)) for n in range(2)]
