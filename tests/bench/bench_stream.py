@@ -83,7 +83,9 @@ async def _fanout(backend: str) -> list[tuple[str, list[float], str]]:
     """The floor (one open stream) and the fan-out (``STREAMS`` of one project), on one stack in one run."""
     with tempfile.TemporaryDirectory() as tmp:
         databases = Databases(Path(tmp))
-        stack = await start_stack(databases, backend, Path(tmp))
+        # One key holds all the streams here: the fan-out is measured, not the caps (issue 36), so none.
+        uncapped = {"REVIEWLOOP_STREAMS_PER_KEY": "0", "REVIEWLOOP_STREAMS_PER_PROJECT": "0"}
+        stack = await start_stack(databases, backend, Path(tmp), uncapped)
         api = Api(stack)
         http = httpx.AsyncClient(
             base_url=f"http://{stack.address(GATEWAY)}",
