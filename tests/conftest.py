@@ -115,7 +115,9 @@ async def start_stack(
     backend: str,
     data_dir: Path,
     extra_env: dict[str, str] | None = None,
-    wait_s: float = 60,
+    # Generous: on the shared two-core box a gateway alone took 10-20 s to import under load, and a stack
+    # over a minute to serve (a dead part still fails at once).
+    wait_s: float = 180,
 ) -> Stack:
     env = dict(os.environ)
     for name in ALL:
