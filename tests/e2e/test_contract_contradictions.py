@@ -300,3 +300,31 @@ async def test_a_project_can_require_a_composition_token_and_the_refusal_says_ho
     relaxed = await api.http.put(settings, json={"require_composition_token": False}, headers=api.admin)
     assert relaxed.status_code == 200 and relaxed.json()["require_composition_token"] is False
     assert (await api.http.post("/v1/messages", json=draft(), headers=agent)).status_code == 202
+
+
+async def test_two_replies_racing_to_one_thread_queue_one(api: Api) -> None:
+    project, agent, _ = await _setup(api)
+    inbound = await api.http.post(
+        f"/v1/admin/projects/{project}/inbound",
+        json={
+            "from": "vp@acme.com",
+            "to": ["sales@us.example"],
+            "subject": "Q3 pilot",
+            "body_text": "Pricing?",
+        },
+        headers=api.admin,
+    )
+    parent = inbound.json()
+    replies = await asyncio.gather(
+        *(
+            api.http.post(
+                f"/v1/messages/{parent['message_id']}/reply",
+                json={"body_text": f"Thursday {n}?", "intent": draft()["intent"]},
+                headers=agent,
+            )
+            for n in range(2)
+        )
+    )
+    assert sorted(r.status_code for r in replies) == [202, 409], [r.text for r in replies]
+    listed = await api.http.get("/v1/reviews", params={"thread_id": parent["thread_ref"]}, headers=agent)
+    assert len(listed.json()["items"]) == 1

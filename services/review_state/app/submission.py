@@ -130,8 +130,7 @@ async def submit(
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         nonlocal rule_high_water, generation
         if kind == "reply" and threading.thread_ref and not asked.second_reply:
-            # Read in the unit that writes the reply (SQLite has one writer; on PostgreSQL two replies
-            # racing may both pass: the check is for the agent that forgot its own pending one).
+            # Read in the unit that writes the reply, writers of the thread serialized (store.pending_reply).
             await _no_reply_pending(uow, principal, threading.thread_ref)
         if not composition_token and generation != env.stacks.generation:
             generation = env.stacks.generation  # a rule moved since the stack was read: read it again

@@ -184,7 +184,12 @@ _REPLY_PENDING = [s.value for s in PENDING] + [State.APPROVED.value]
 
 
 async def pending_reply(conn: AsyncConnection, project_id: str, thread_ref: str) -> str | None:
-    """The id of a reply to ``thread_ref`` still pending (the oldest), else None."""
+    """The id of a reply to ``thread_ref`` still pending (the oldest), else None, read in the transaction
+    that writes the next reply: writers of one thread are serialized (PostgreSQL: a transaction-scoped
+    advisory lock; SQLite has one writer), so two replies racing cannot both find none."""
+    if conn.dialect.name == "postgresql":
+        key = f"reply:{project_id}:{thread_ref}"
+        await conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
     return await conn.scalar(
         select(reviews.c.id)
         .where(
