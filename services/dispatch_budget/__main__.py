@@ -7,9 +7,11 @@ from pathlib import Path
 
 from reviewloop.metrics import Point, Probe
 from reviewloop.service import Job, ServiceSpec, main
+from reviewloop.storage import utcnow
 from sqlalchemy import func, select
 
-from dispatch_budget import app
+from dispatch_budget import app, store
+from dispatch_budget.domain.autosend import utc_day
 from dispatch_budget.env import Env, bootstrap
 from dispatch_budget.server import registrations
 from dispatch_budget.store import metadata, tables
@@ -47,12 +49,20 @@ def probes(env: Env) -> Sequence[Probe]:
             ).scalar_one()
             source = tables.gate_decisions.c.record["source"].as_string()
             decisions = (await conn.execute(select(source, func.count()).group_by(source))).all()
+            pools = await store.pool_days(conn, utc_day(utcnow()))
         return {
             "reviewloop.budget.admissions": [(float(n), {"outcome": o or "unsettled"}) for o, n in outcomes],
             "reviewloop.budget.launch_refusals": [(float(refusals), {})],
             "reviewloop.budget.gate_decisions": [
                 (float(n), {"source": src or "unknown"}) for src, n in decisions
             ],
+            # The shared-pool governor, per sending domain today: units in use against the budget.
+            "reviewloop.budget.send_pool.used": [(float(p.used), {"pool": p.pool}) for p in pools],
+            "reviewloop.budget.send_pool.budget": [
+                (float(env.settings.pool_budgets.of(p.pool)), {"pool": p.pool}) for p in pools
+            ],
+            "reviewloop.budget.send_pool.refunded": [(float(p.refunded), {"pool": p.pool}) for p in pools],
+            "reviewloop.budget.send_pool.kept": [(float(p.kept), {"pool": p.pool}) for p in pools],
         }
 
     return [budget]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,7 @@ from reviewloop import ssrf
 
 from dispatch_budget.domain.gate import DEFAULT_ENDPOINT, GateConfig, GateKind
 from dispatch_budget.domain.lineage import DEFAULT_LEASE
+from dispatch_budget.domain.pool import PoolBudgets, parse_budgets
 
 if TYPE_CHECKING:  # the CLI reads client_settings() without loading the store or the HTTP client
     from reviewloop.storage import Database
@@ -36,6 +37,9 @@ class Settings:
     sweep_interval_s: float = 30.0
     # Networks the classifier endpoints may be in despite the SSRF rule (an on-premises classifier).
     classifier_allowed_networks: tuple[ssrf.IpNetwork, ...] = ()
+    # The shared-pool auto-send governor's budgets per sending domain per UTC day
+    # (REVIEWLOOP_AUTO_SEND_POOL_BUDGET, REVIEWLOOP_AUTO_SEND_POOL_BUDGETS=domain=N,...).
+    pool_budgets: PoolBudgets = field(default_factory=PoolBudgets)
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,9 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
         lease=timedelta(seconds=lease_s),
         sweep_interval_s=sweep_s,
         classifier_allowed_networks=ssrf.parse_networks(networks),
+        pool_budgets=parse_budgets(
+            env.get("REVIEWLOOP_AUTO_SEND_POOL_BUDGET", ""), env.get("REVIEWLOOP_AUTO_SEND_POOL_BUDGETS", "")
+        ),
     )
 
 

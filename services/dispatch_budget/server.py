@@ -16,6 +16,7 @@ from reviewloop.tenancy import Principal
 
 from dispatch_budget import app
 from dispatch_budget.domain.budget import AttemptKind, ExtensionInput, RunStatus, Trigger
+from dispatch_budget.domain.pool import Outcome
 from dispatch_budget.env import Env
 from dispatch_budget.messages import (
     ATTEMPT_KIND,
@@ -54,6 +55,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         self.db = env.db
         self.gate = env.gate
         self.lease = env.settings.lease
+        self.pools = env.settings.pool_budgets
 
     async def ConsumeAutoSend(
         self, request: budget_pb2.ConsumeAutoSendRequest, context: Context
@@ -67,6 +69,57 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
         return budget_pb2.ConsumeAutoSendResponse(
             allowed=result.allowed, used_today=result.used_today, cap_per_day=result.cap_per_day
+        )
+
+    async def ConsumePoolSend(
+        self, request: budget_pb2.ConsumePoolSendRequest, context: Context
+    ) -> budget_pb2.PoolSendReceipt:
+        result = await app.consume_pool_send(
+            self.db,
+            self.pools,
+            Principal.from_proto(request.principal),
+            sender=request.sender,
+            review_id=request.review_id,
+        )
+        return _pool_receipt(result)
+
+    async def SettlePoolSend(
+        self, request: budget_pb2.SettlePoolSendRequest, context: Context
+    ) -> budget_pb2.PoolSendReceipt:
+        outcomes = {
+            budget_pb2.POOL_SEND_OUTCOME_SENT: Outcome.SENT,
+            budget_pb2.POOL_SEND_OUTCOME_NOT_SENT: Outcome.NOT_SENT,
+            budget_pb2.POOL_SEND_OUTCOME_UNKNOWN: Outcome.UNKNOWN,
+        }
+        outcome = outcomes.get(request.outcome)
+        if outcome is None:
+            raise invalid("/outcome", "sent, not_sent or unknown")
+        result = await app.settle_pool_send(
+            self.db,
+            self.pools,
+            Principal.from_proto(request.principal),
+            review_id=request.review_id,
+            outcome=outcome,
+        )
+        return _pool_receipt(result)
+
+    async def ListSendPools(
+        self, request: budget_pb2.ListSendPoolsRequest, context: Context
+    ) -> budget_pb2.ListSendPoolsResponse:
+        today = await app.list_send_pools(self.db, self.pools, Principal.from_proto(request.principal))
+        return budget_pb2.ListSendPoolsResponse(
+            pools=[
+                budget_pb2.SendPool(
+                    pool=row.pool,
+                    day=today.day,
+                    used=row.used,
+                    budget_per_day=budget,
+                    refunded=row.refunded,
+                    kept=row.kept,
+                )
+                for row, budget in today.pools
+            ],
+            default_budget_per_day=today.default_budget,
         )
 
     async def RecordRun(self, request: budget_pb2.RecordRunRequest, context: Context) -> budget_pb2.Run:
@@ -408,3 +461,14 @@ def registrations(env: Env) -> Sequence[Registration]:
             "reviewloop.budget.v1.DispatchBudgetService",
         )
     ]
+
+
+def _pool_receipt(result: app.PoolSend) -> budget_pb2.PoolSendReceipt:
+    return budget_pb2.PoolSendReceipt(
+        allowed=result.allowed,
+        receipt_id=result.receipt_id,
+        pool=result.pool,
+        used_today=result.used_today,
+        budget_per_day=result.budget_per_day,
+        status=result.status,
+    )

@@ -2,6 +2,7 @@
 runs between two), one module per plane:
 
 - ``autosend``: the daily auto-send caps;
+- ``pool``: the shared-pool auto-send governor (deployment-wide, per sending domain);
 - ``rounds``: spec 003 runs, admissions, settlements, scoped extensions;
 - ``catalog``: spec 003 runners, the project review configuration, sequences, mode, lineage binding;
 - ``gate``: spec 001 turns, decisions and the decision log;
@@ -43,6 +44,13 @@ from dispatch_budget.app.journals import (
     read_journal,
     read_journal_lines,
 )
+from dispatch_budget.app.pool import (
+    PoolSend,
+    PoolsToday,
+    consume_pool_send,
+    list_send_pools,
+    settle_pool_send,
+)
 from dispatch_budget.app.rounds import (
     Admission,
     admit_review_round,
@@ -74,6 +82,8 @@ __all__ = [
     "ExtensionReceipt",
     "LaunchRefusal",
     "Origin",
+    "PoolSend",
+    "PoolsToday",
     "ReadyGate",
     "Receipt",
     "Run",
@@ -84,6 +94,7 @@ __all__ = [
     "bind_review_session",
     "complete_review_session",
     "consume_auto_send",
+    "consume_pool_send",
     "decide_review",
     "end_overdue_reviews",
     "extend_review_budget",
@@ -96,6 +107,7 @@ __all__ = [
     "heartbeat_review_session",
     "list_gate_decisions",
     "list_runners",
+    "list_send_pools",
     "read_journal",
     "read_journal_lines",
     "record_run",
@@ -106,5 +118,6 @@ __all__ = [
     "set_review_config",
     "set_review_enabled",
     "settle_attempt",
+    "settle_pool_send",
     "validate_review_sequence",
 ]

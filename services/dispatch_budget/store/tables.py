@@ -41,6 +41,33 @@ auto_send_spends = Table(
     Column("spent_at", UtcDateTime(), nullable=False),
 )
 
+# --- the shared-pool auto-send governor: deployment-wide, across orgs ---
+# One counter per sending pool (the From domain) per UTC day; ``used`` only moves by a conditional
+# UPDATE whose row count decides (the compare-and-set), in the unit that writes or settles a receipt.
+send_pool_days = Table(
+    "send_pool_days",
+    metadata,
+    Column("pool", String(255), primary_key=True),
+    Column("day", Date, primary_key=True),
+    Column("used", Integer, nullable=False),
+)
+
+# One receipt per released review: a retry answers the same receipt and spends nothing more.
+send_pool_receipts = Table(
+    "send_pool_receipts",
+    metadata,
+    Column("project_id", String(40), primary_key=True),
+    Column("review_id", String(40), primary_key=True),
+    Column("receipt_id", String(40), nullable=False, unique=True),
+    Column("org_id", String(40), nullable=False),
+    Column("pool", String(255), nullable=False),
+    Column("day", Date, nullable=False),
+    Column("status", String(12), nullable=False),
+    Column("consumed_at", UtcDateTime(), nullable=False),
+    Column("settled_at", UtcDateTime()),
+    Index("ix_send_pool_receipts_pool_day", "pool", "day"),
+)
+
 # --- runs and round budgets (spec 003) ---
 runs = Table(
     "runs",
