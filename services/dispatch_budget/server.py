@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 import orjson
+from reviewloop import service
 from reviewloop.budget.v1 import budget_pb2, budget_pb2_grpc
+from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import invalid
 from reviewloop.protoconv import enum_name, required_enum
 from reviewloop.service import Registration
@@ -16,7 +18,6 @@ from reviewloop.tenancy import Principal
 
 from dispatch_budget import app
 from dispatch_budget.domain.budget import AttemptKind, ExtensionInput, RunStatus, Trigger
-from dispatch_budget.domain.pool import Outcome
 from dispatch_budget.env import Env
 from dispatch_budget.messages import (
     ATTEMPT_KIND,
@@ -56,6 +57,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         self.gate = env.gate
         self.lease = env.settings.lease
         self.pools = env.settings.pool_budgets
+        self.pool_subscriptions = app.pool_subscriptions(self.pools)
 
     async def ConsumeAutoSend(
         self, request: budget_pb2.ConsumeAutoSendRequest, context: Context
@@ -86,12 +88,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
     async def SettlePoolSend(
         self, request: budget_pb2.SettlePoolSendRequest, context: Context
     ) -> budget_pb2.PoolSendReceipt:
-        outcomes = {
-            budget_pb2.POOL_SEND_OUTCOME_SENT: Outcome.SENT,
-            budget_pb2.POOL_SEND_OUTCOME_NOT_SENT: Outcome.NOT_SENT,
-            budget_pb2.POOL_SEND_OUTCOME_UNKNOWN: Outcome.UNKNOWN,
-        }
-        outcome = outcomes.get(request.outcome)
+        outcome = app.OUTCOMES.get(request.outcome)
         if outcome is None:
             raise invalid("/outcome", "sent, not_sent or unknown")
         result = await app.settle_pool_send(
@@ -102,6 +99,10 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             outcome=outcome,
         )
         return _pool_receipt(result)
+
+    async def Ingest(self, request: common_pb2.IngestRequest, context: Context) -> common_pb2.IngestResponse:
+        """review_state's pool settlements, each handled once (deduplicated on event_id)."""
+        return await service.ingest(self.db, request, self.pool_subscriptions)
 
     async def ListSendPools(
         self, request: budget_pb2.ListSendPoolsRequest, context: Context

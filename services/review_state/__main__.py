@@ -5,6 +5,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
+from reviewloop.budget.v1 import budget_pb2
 from reviewloop.diff.v1 import diff_pb2
 from reviewloop.metrics import Point, Probe
 from reviewloop.nudge.v1 import nudge_pb2
@@ -85,6 +86,7 @@ SPEC = ServiceSpec(
         "nudge": nudge_pb2.DESCRIPTOR.services_by_name["NudgeService"].full_name,
         "rules": rules_pb2.DESCRIPTOR.services_by_name["RulesService"].full_name,
         "diff": diff_pb2.DESCRIPTOR.services_by_name["DiffService"].full_name,
+        "dispatch_budget": budget_pb2.DESCRIPTOR.services_by_name["DispatchBudgetService"].full_name,
     },
     background=background,
     probes=probes,

@@ -104,6 +104,18 @@ class Collaborators(Protocol):
     async def settle_reviewer_round(
         self, principal: Principal, receipt_id: str, verdict: str = "", no_verdict_reason: str = ""
     ) -> None: ...
+    async def consume_pool_send(self, principal: Principal, sender: str, review_id: str) -> PoolSend: ...
+    async def refund_pool_send(self, principal: Principal, review_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class PoolSend:
+    """dispatch_budget's answer to a pool spend: whether the release may go out, and the pool's state."""
+
+    allowed: bool
+    pool: str
+    used_today: int
+    budget_per_day: int
 
 
 _TOKEN = {
@@ -276,6 +288,32 @@ class GrpcCollaborators:
             )
             reply = await _call("dispatch_budget", what, self.budget.AdmitReviewRound, request)
         return str(reply.receipt.receipt_id)
+
+    async def consume_pool_send(self, principal: Principal, sender: str, review_id: str) -> PoolSend:
+        """Spend one unit of the sender's shared pool (deployment-wide, per From domain) before a
+        release, once per review; ``allowed`` false when the pool's daily budget is spent."""
+        reply = await _call(
+            "dispatch_budget",
+            "the shared sending pool",
+            self.budget.ConsumePoolSend,
+            budget_pb2.ConsumePoolSendRequest(
+                principal=principal.to_proto(), sender=sender, review_id=review_id
+            ),
+        )
+        return PoolSend(reply.allowed, reply.pool, reply.used_today, reply.budget_per_day)
+
+    async def refund_pool_send(self, principal: Principal, review_id: str) -> None:
+        """Give back the unit of a release that never committed (a twin, a failed unit of work)."""
+        await _call(
+            "dispatch_budget",
+            "the shared sending pool's refund",
+            self.budget.SettlePoolSend,
+            budget_pb2.SettlePoolSendRequest(
+                principal=principal.to_proto(),
+                review_id=review_id,
+                outcome=budget_pb2.POOL_SEND_OUTCOME_NOT_SENT,
+            ),
+        )
 
     async def settle_reviewer_round(
         self, principal: Principal, receipt_id: str, verdict: str = "", no_verdict_reason: str = ""

@@ -15,7 +15,7 @@ from google.protobuf.json_format import ParseError
 from review_state import app
 from review_state.__main__ import SPEC
 from review_state.app import Env, Settings
-from review_state.clients import CategoryInfo, DiffResult, StackVersions, TokenCheck
+from review_state.clients import CategoryInfo, DiffResult, PoolSend, StackVersions, TokenCheck
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
 from review_state.providers import AtData, EmlProvider, OutcomeUnknown, Refused
@@ -68,6 +68,9 @@ class FakePeers:
     # run while a round is being admitted: a concurrent writer a test wants to win the race
     on_admit: Callable[[], Awaitable[Any]] | None = None
     down: bool = False
+    # the shared sending pools: pool -> the reviews holding a unit (refunds by the outbox are not seen)
+    pool_budget: int = 1_000_000
+    pool_receipts: dict[str, set[str]] = field(default_factory=dict)
     diff_down: bool = False
     # the new rules decisions had checked (a dry run: the rule itself travels in the outbox)
     rules_checked: list[SaveRuleRequest] = field(default_factory=list)
@@ -139,6 +142,20 @@ class FakePeers:
         ).decode()
         unified = "".join(f"--- {k}\n+++ {k}\n" for k in changed)
         return DiffResult(unified, diff_json, changed, hashlib.sha256(diff_json.encode()).hexdigest())
+
+    async def consume_pool_send(self, principal: Principal, sender: str, review_id: str) -> PoolSend:
+        self._check()
+        pool = sender.rpartition("@")[2].lower()
+        held = self.pool_receipts.setdefault(pool, set())
+        if review_id not in held and len(held) >= self.pool_budget:
+            return PoolSend(False, pool, len(held), self.pool_budget)
+        held.add(review_id)
+        return PoolSend(True, pool, len(held), self.pool_budget)
+
+    async def refund_pool_send(self, principal: Principal, review_id: str) -> None:
+        self._check()
+        for held in self.pool_receipts.values():
+            held.discard(review_id)
 
     async def admit_reviewer_round(
         self, principal: Principal, review_id: str, attempt_key: str, first_round: bool

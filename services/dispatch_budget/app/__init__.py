@@ -45,10 +45,12 @@ from dispatch_budget.app.journals import (
     read_journal_lines,
 )
 from dispatch_budget.app.pool import (
+    OUTCOMES,
     PoolSend,
     PoolsToday,
     consume_pool_send,
     list_send_pools,
+    pool_subscriptions,
     settle_pool_send,
 )
 from dispatch_budget.app.rounds import (
@@ -73,6 +75,7 @@ from dispatch_budget.domain.rounds import (
 )
 
 __all__ = [
+    "OUTCOMES",
     "Admission",
     "Appended",
     "AutoSend",
@@ -108,6 +111,7 @@ __all__ = [
     "list_gate_decisions",
     "list_runners",
     "list_send_pools",
+    "pool_subscriptions",
     "read_journal",
     "read_journal_lines",
     "record_run",

@@ -10,16 +10,22 @@ most once."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Any
 
+from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.ids import new_id
-from reviewloop.storage import Database, utcnow
+from reviewloop.storage import Database, UnitOfWork, utcnow
+from reviewloop.storage.inbox import Subscription
 from reviewloop.tenancy import ActorKind, Principal
 
 from dispatch_budget import store
 from dispatch_budget.domain.autosend import utc_day
 from dispatch_budget.domain.pool import Outcome, PoolBudgets, ReceiptStatus, sending_pool, settled_status
+
+log = logging.getLogger(__name__)
 
 OPERATOR_ORG = "*"  # the deployment's own principal (the bootstrap admin token), across orgs
 
@@ -96,20 +102,24 @@ async def settle_pool_send(
     ``unknown`` keeps it for good (it may have gone out). Only the receipt's project settles it."""
     review_id = _review_id(review_id)
     async with db.transaction() as uow:
-        conn, now = uow.conn, utcnow()
-        receipt = await store.pool_receipt_of(conn, principal.project_id, review_id)
-        if receipt is None:
-            raise DomainError(Code.NOT_FOUND, f"No pool receipt for review {review_id} in this project.")
-        status = settled_status(receipt.status, outcome)
-        if status is not None:
-            if not await store.settle_pool_receipt(
-                conn, principal.project_id, review_id, receipt.status, status, now
-            ):
-                raise DomainError(Code.CONFLICT, "The pool receipt was settled concurrently; read it again.")
-            if status is ReceiptStatus.REFUNDED:
-                await store.give_back_pool_unit(conn, receipt.pool, receipt.day)
-        used = await store.pool_used(conn, receipt.pool, receipt.day)
-        final = status or receipt.status
+        return await _settle(uow, budgets, principal.project_id, review_id, outcome)
+
+
+async def _settle(
+    uow: UnitOfWork, budgets: PoolBudgets, project_id: str, review_id: str, outcome: Outcome
+) -> PoolSend:
+    conn, now = uow.conn, utcnow()
+    receipt = await store.pool_receipt_of(conn, project_id, review_id)
+    if receipt is None:
+        raise DomainError(Code.NOT_FOUND, f"No pool receipt for review {review_id} in this project.")
+    status = settled_status(receipt.status, outcome)
+    if status is not None:
+        if not await store.settle_pool_receipt(conn, project_id, review_id, receipt.status, status, now):
+            raise DomainError(Code.CONFLICT, "The pool receipt was settled concurrently; read it again.")
+        if status is ReceiptStatus.REFUNDED:
+            await store.give_back_pool_unit(conn, receipt.pool, receipt.day)
+    used = await store.pool_used(conn, receipt.pool, receipt.day)
+    final = status or receipt.status
     return PoolSend(
         final is not ReceiptStatus.REFUNDED,
         receipt.receipt_id,
@@ -118,6 +128,31 @@ async def settle_pool_send(
         budgets.of(receipt.pool),
         final.value,
     )
+
+
+OUTCOMES = {
+    budget_pb2.POOL_SEND_OUTCOME_SENT: Outcome.SENT,
+    budget_pb2.POOL_SEND_OUTCOME_NOT_SENT: Outcome.NOT_SENT,
+    budget_pb2.POOL_SEND_OUTCOME_UNKNOWN: Outcome.UNKNOWN,
+}
+
+
+def pool_subscriptions(budgets: PoolBudgets) -> dict[str, Subscription[Any]]:
+    """review_state's settlements through its outbox: handled in the event's unit of work, once. A
+    review with no receipt (released before the governor, or uncounted) and a settlement the receipt
+    refuses (a refund after an unknown outcome) change nothing: they are logged, never retried."""
+
+    async def settled(uow: UnitOfWork, event: budget_pb2.SettlePoolSendRequest) -> None:
+        outcome = OUTCOMES.get(event.outcome)
+        if outcome is None or not event.review_id:
+            log.error("dropped a pool settlement with no outcome or review (%s)", event.review_id)
+            return
+        try:
+            await _settle(uow, budgets, event.principal.project_id, event.review_id, outcome)
+        except DomainError as refused:
+            log.info("pool settlement of %s as %s: %s", event.review_id, outcome.value, refused.detail)
+
+    return {"pool_send_settled": Subscription(budget_pb2.SettlePoolSendRequest, settled)}
 
 
 async def list_send_pools(db: Database, budgets: PoolBudgets, principal: Principal) -> PoolsToday:

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
+from reviewloop.budget.v1 import budget_pb2
 from reviewloop.diff.v1.diff_pb2 import Diff, DiffCommitted
 from reviewloop.protoconv import rfc3339, stamp
 from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested, ReviewOutcome
 from reviewloop.rules.v1 import events_pb2 as rules_events
 from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork
-from reviewloop.tenancy import Principal
+from reviewloop.tenancy import ActorKind, Principal
 
 from review_state.clients import DiffResult
 from review_state.domain.feedback import outcome_for_rules
@@ -33,6 +34,15 @@ OUTCOME = "review_outcome"
 RULE_REQUESTED = "rule_requested"
 DIFF = "diff"  # the diffs of the revision pairs reviews committed to
 DIFF_COMMITTED = "diff_committed"
+BUDGET = "dispatch_budget"  # the shared sending pools' settlements of releases no human reviewed
+POOL_SEND_SETTLED = "pool_send_settled"
+# The send paths that spend a unit of the shared sending pool (the shared-pool auto-send governor).
+POOLED_PATHS = ("agent_direct", "graduated_auto")
+SENT, NOT_SENT, UNKNOWN = (
+    budget_pb2.POOL_SEND_OUTCOME_SENT,
+    budget_pb2.POOL_SEND_OUTCOME_NOT_SENT,
+    budget_pb2.POOL_SEND_OUTCOME_UNKNOWN,
+)
 HUMANS_NOTIFIED = "humans_notified"  # to nudge, for the webhooks that ask for it (never the agent's)
 
 
@@ -83,6 +93,21 @@ def publish_outcome(uow: UnitOfWork, review: Review, decision: str) -> None:
             outcome=outcome,
         )
         uow.emit(RULES, review.id, OUTCOME, message)
+
+
+def publish_pool_settled(
+    uow: UnitOfWork, review: Review, outcome: budget_pb2.PoolSendOutcome.ValueType
+) -> None:
+    """A pooled release's outcome for dispatch_budget, in the unit that records it: delivered (the unit
+    is spent), never sent (refused before or at DATA, held, given up: the unit comes back) or unknown
+    past DATA (parked: kept, never refunded)."""
+    system = Principal(review.org_id, review.project_id, ActorKind.SYSTEM, "review_state")
+    uow.emit(
+        BUDGET,
+        review.id,
+        POOL_SEND_SETTLED,
+        budget_pb2.SettlePoolSendRequest(principal=system.to_proto(), review_id=review.id, outcome=outcome),
+    )
 
 
 def publish_diff(uow: UnitOfWork, principal: Principal, before: Review, diff: DiffResult) -> None:

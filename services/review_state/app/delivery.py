@@ -27,7 +27,14 @@ from reviewloop.tenancy import Principal
 
 from review_state import store
 from review_state.app import _kernel
-from review_state.app._events import Facts
+from review_state.app._events import (
+    NOT_SENT,
+    POOLED_PATHS,
+    SENT,
+    UNKNOWN,
+    Facts,
+    publish_pool_settled,
+)
 from review_state.app._gates import contacts_allow
 from review_state.app.env import Env
 from review_state.domain.feedback import approvers, decision_of, decisions_of
@@ -237,8 +244,11 @@ async def _retry_later(env: Env, attempt: store.Attempt, owner: str, error: str)
 
 
 async def _park(env: Env, review_id: str, owner: str) -> None:
-    async with env.db.one_statement() as conn:
-        await store.park(conn, review_id, owner, utcnow())
+    async with env.db.transaction() as uow:
+        if await store.park(uow.conn, review_id, owner, utcnow()):
+            review = await store.get_review_any(uow.conn, review_id)
+            if review is not None and review.send_path in POOLED_PATHS:
+                publish_pool_settled(uow, review, UNKNOWN)  # it may have gone out: kept, never refunded
 
 
 async def _record_delivered(
@@ -303,6 +313,8 @@ async def _record_delivered(
             await store.mark_contacted(
                 uow.conn, sent.project_id, sent.recipients if uncontacted is None else uncontacted, now
             )
+            if attempt.send_path in POOLED_PATHS:
+                publish_pool_settled(uow, sent, SENT)
     except DomainError as error:
         if error.code is not Code.STALE:
             raise
@@ -330,6 +342,10 @@ async def _record_failure(env: Env, review_id: str, error: str, resolution: str 
         ):
             return review
         edge = await _kernel.move(uow, review, Verb.DELIVERY_FAILED, Actor.SYSTEM, send_error=_scrub(error))
+        if review.send_path in POOLED_PATHS:
+            # The send never happened (refused before or at DATA, or given up before it): the shared
+            # pool's unit comes back, in this unit of work, through the outbox.
+            publish_pool_settled(uow, review, NOT_SENT)
     return edge.after
 
 

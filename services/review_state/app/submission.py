@@ -5,6 +5,7 @@ from")."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import asdict
 
 from reviewloop.errors import Code, DomainError, FieldViolation, invalid
@@ -14,7 +15,7 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
 from review_state.app import _kernel
-from review_state.app._events import publish_humans_notified
+from review_state.app._events import NOT_SENT, publish_humans_notified, publish_pool_settled
 from review_state.app._gates import (
     auto_send_gate,
     check_contacts,
@@ -25,6 +26,7 @@ from review_state.app._gates import (
 )
 from review_state.app.delivery import Claim, deliver, start_delivery
 from review_state.app.env import Env
+from review_state.clients import PoolSend
 from review_state.domain.decision import review_deadline
 from review_state.domain.machine import State
 from review_state.domain.review import Review, Turn
@@ -40,6 +42,8 @@ from review_state.domain.submission import (
     route_for,
     validate_draft,
 )
+
+log = logging.getLogger(__name__)
 
 
 async def submit(
@@ -126,6 +130,17 @@ async def submit(
         hold, rung, cap = await auto_send_gate(
             env, principal, review_id, category_id, confidence, facts.first_contact
         )
+    # The shared-pool governor: a release no human reviewed spends a unit of its From domain's
+    # deployment-wide budget before its unit of work; a held or uncommitted release gives it back.
+    pooled = False
+    if route is Route.DIRECT or (route is Route.AUTO_CANDIDATE and hold is None):
+        spent = await env.peers.consume_pool_send(principal, from_address, review_id)
+        if spent.allowed:
+            pooled = True
+        elif route is Route.DIRECT:
+            raise pool_spent(spent)
+        else:
+            hold = "pool_budget"  # queued for a human, as every other gate holds
 
     async def act(uow: UnitOfWork) -> tuple[Review, str]:
         nonlocal rule_high_water, generation
@@ -183,6 +198,8 @@ async def submit(
         store.add_review(uow, review)
         if released:
             await uow.flush()  # the release writes the review's turn and delivery against its row
+        if pooled and not released:  # held by the daily cap in this unit: the unit comes back with it
+            publish_pool_settled(uow, review, NOT_SENT)
         if released and route is Route.AUTO_CANDIDATE and notifies_humans(rung):
             await _notify_humans(uow, review)
         if released:
@@ -192,10 +209,44 @@ async def submit(
         return review, ""
 
     claims: list[Claim] = []  # the lease of the attempt this call's release recorded, by run
-    review, _, replayed = await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True)
+    try:
+        review, _, replayed = await _kernel.once(
+            env.db, principal, idempotency_key, fields, act, checked=True
+        )
+    except BaseException:
+        if pooled:
+            await _refund_uncommitted(env, principal, review_id)
+        raise
+    if pooled and review.id != review_id:  # an Idempotency-Key twin committed first: ours never will
+        await _refund_uncommitted(env, principal, review_id)
     # A replay drives a delivery its first call left unfinished, claiming it as any worker does.
     review = await deliver(env, review, None if replayed or not claims else claims[-1])
     return _status(review), review
+
+
+def pool_spent(spent: PoolSend) -> DomainError:
+    """``403 quota_exceeded``: the sending pool's deployment-wide daily budget is spent (spec 000's
+    outbound quota, checked at submit): nothing was sent and nothing was queued."""
+    return DomainError(
+        Code.QUOTA_EXCEEDED,
+        f"The shared sending pool {spent.pool} spent its daily auto-send budget ({spent.used_today}/"
+        f"{spent.budget_per_day}, every org sending from that domain counts): nothing was sent and nothing "
+        "was queued. Submit with an intent for a human to review, or try again after 00:00 UTC.",
+        hints=(
+            ("send_pool", spent.pool),
+            ("send_pool_budget", f"{spent.used_today}/{spent.budget_per_day}"),
+            ("retry_with", "submit_with_intent_for_review"),
+        ),
+    )
+
+
+async def _refund_uncommitted(env: Env, principal: Principal, review_id: str) -> None:
+    """Give back a pool unit whose release never committed. Best effort: a lost refund leaves the pool
+    under-spent (fail closed), never over."""
+    try:
+        await env.peers.refund_pool_send(principal, review_id)
+    except Exception:
+        log.warning("could not refund the pool unit of uncommitted release %s", review_id, exc_info=True)
 
 
 def token_required(kind: str) -> DomainError:
