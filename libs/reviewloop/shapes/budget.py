@@ -541,3 +541,25 @@ class TurnResult(Shape):
     counted: bool
     decision: GateDecision | None = None
     not_due_reason: str | None = None
+
+
+# --- the shared-pool auto-send governor (issue 35) ------------------------------------------------------
+
+
+class SendPool(Shape):
+    """One sending pool (a From domain, shared by every org sending from it) today (UTC)."""
+
+    pool: str
+    day: str = Field(description="the UTC day the counter is for (YYYY-MM-DD)")
+    used: int = Field(description="auto-sends and direct releases holding a unit")
+    budget_per_day: int
+    remaining: int
+    refunded: int = Field(description="receipts given back: the send never happened")
+    kept: int = Field(description="receipts kept for good: the outcome past DATA is unknown")
+
+
+class SendPoolList(Shape):
+    """The deployment's sending pools and the default budget of a pool the operator named none for."""
+
+    default_budget_per_day: int
+    pools: list[SendPool]

@@ -21,6 +21,7 @@ Route table, prefix -> module (spec):
                                                           -> console.rules        (000)
     /v1/admin/projects, /v1/admin/api-keys                -> console.projects     (gateway store)
     /v1/admin/projects/{id}/dead-letters                  -> console.outbox       (every service; issue 13)
+    /v1/admin/send-pools                                  -> console.pools        (the shared-pool governor)
 
 ``/healthz``, ``/openapi.yaml``, ``/v1/contract-manifest`` and ``/mcp`` are the ASGI app's own
 (``gateway.asgi``). ``ROUTERS`` is the order the app includes them in, which is the order of the paths in
@@ -34,7 +35,7 @@ from reviewloop.errors import invalid
 
 from gateway.routes import events, push, reviews, rules
 from gateway.routes.budget import catalog, gate, journals, rounds
-from gateway.routes.console import outbox, projects
+from gateway.routes.console import outbox, pools, projects
 from gateway.routes.console import reviews as console_reviews
 from gateway.routes.console import rules as console_rules
 
@@ -51,6 +52,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     gate.router,
     projects.router,
     outbox.router,
+    pools.router,
 )
 
 
