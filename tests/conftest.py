@@ -110,6 +110,11 @@ async def open_db(
         await db.dispose()
 
 
+# REVIEWLOOP_TEST_TARGET=all runs the stacks of the tests in monolithic mode (``reviewloop up --target
+# all``); a test that stops or restarts one part needs microservices mode (the default).
+TARGET_ENV = "REVIEWLOOP_TEST_TARGET"
+
+
 async def start_stack(
     databases: Databases,
     backend: str,
@@ -118,7 +123,27 @@ async def start_stack(
     # Generous: on the shared two-core box a gateway alone took 10-20 s to import under load, and a stack
     # over a minute to serve (a dead part still fails at once).
     wait_s: float = 180,
+    target: str | None = None,
 ) -> Stack:
+    """Every part on ``backend``, each its own process, or all in one (``target`` "all")."""
+    stack = Stack(await stack_env(databases, backend, data_dir, extra_env))
+    if (target or os.environ.get(TARGET_ENV, "microservices")) == "all":
+        stack.start_monolith()
+    else:
+        for name in ALL:
+            stack.start(name)
+    try:
+        await stack.wait_serving(ALL, wait_s)
+    except Exception:
+        stack.stop_all()
+        raise
+    return stack
+
+
+async def stack_env(
+    databases: Databases, backend: str, data_dir: Path, extra_env: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a test stack: its own addresses, fresh databases and data dir."""
     env = dict(os.environ)
     for name in ALL:
         env[f"REVIEWLOOP_{name.upper()}_ADDR"] = f"127.0.0.1:{free_port()}"
@@ -137,15 +162,7 @@ async def start_stack(
     env.update({rate_limit_env(name): "100000/minute" for name in DEFAULT_RATE_LIMITS})
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     env.update(extra_env or {})
-    stack = Stack(env)
-    for name in ALL:
-        stack.start(name)
-    try:
-        await stack.wait_serving(ALL, wait_s)
-    except Exception:
-        stack.stop_all()
-        raise
-    return stack
+    return env
 
 
 def production_trust(pki: Path) -> dict[str, str]:

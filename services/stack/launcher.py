@@ -27,6 +27,9 @@ from reviewloop.trust import Trust
 
 from stack.topology import ALL, GATEWAY, is_unix, ops_address, with_defaults
 
+# The process of monolithic mode among ``Stack.procs``.
+MONOLITH = "reviewloop"
+
 
 class LaunchError(RuntimeError):
     pass
@@ -129,6 +132,20 @@ class Stack:
         with open(os.open(self.log_path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", name], env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def start_monolith(self) -> None:
+        """Every part in one process, ``reviewloop up --target all``, filed as ``MONOLITH``.
+
+        Its own log lines go to ``logs/reviewloop.log``; what ``up`` prints, to ``logs/up.log``.
+        """
+        self.log_path("up").parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path("up"), "ab") as log:
+            self.procs[MONOLITH] = subprocess.Popen(
+                [sys.executable, "-m", "stack", "up", "--target", "all"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
 
     def dead(self) -> list[str]:
