@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.sampling import (
     ParentBased,
     Sampler,
     SamplingResult,
+    TraceIdRatioBased,
 )
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.util.types import Attributes
@@ -97,10 +98,14 @@ def _plain(value: Any) -> Any:
 
 
 class WorkRoots(Sampler):
-    """Sample a root span only if it starts work.
+    """Sample a root span only if it starts work, and then at ``ratio`` (by trace id).
 
     Never a CLIENT span (a store statement, a peer call) without a parent: an idle relay or sweep's poll.
     """
+
+    def __init__(self, ratio: float = 1.0) -> None:
+        self.ratio = ratio
+        self._ratio = TraceIdRatioBased(ratio)
 
     def should_sample(
         self,
@@ -115,21 +120,69 @@ class WorkRoots(Sampler):
         """Drop a parentless CLIENT span; record every other root."""
         if kind is SpanKind.CLIENT:
             return SamplingResult(Decision.DROP)
-        return ALWAYS_ON.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+        if links:
+            # A span that carries other traces' work (the relay's batch, linked to each row's trace) is kept
+            # when one of them was, and dropped with them: the outbox hop follows their sampled flags.
+            keep = any(link.context.trace_flags.sampled for link in links)
+            return SamplingResult(Decision.RECORD_AND_SAMPLE if keep else Decision.DROP, attributes)
+        sampler = ALWAYS_ON if self.ratio >= 1.0 else self._ratio
+        return sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
 
     def get_description(self) -> str:
         """The sampler's name in diagnostics."""
-        return "WorkRoots"
+        return f"WorkRoots{{{self.ratio}}}"
 
 
 SAMPLER = ParentBased(root=WorkRoots())
+
+# OTEL_TRACES_SAMPLER values and the ratio of new traces each keeps. Every one follows the parent's
+# decision (the traceparent's sampled flag, carried by gRPC metadata and by each outbox event), so a
+# trace is kept or dropped whole across every hop; the plain names are read as their parent-based twins.
+_SAMPLERS = {
+    "always_on": 1.0,
+    "parentbased_always_on": 1.0,
+    "always_off": 0.0,
+    "parentbased_always_off": 0.0,
+    "traceidratio": None,
+    "parentbased_traceidratio": None,
+}
+
+
+def sample_ratio(env: Mapping[str, str] = os.environ) -> float:
+    """The share of new traces kept, from ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG``.
+
+    Unset: every trace (``parentbased_always_on``). A ratio sampler without an argument keeps every trace,
+    as the OpenTelemetry SDKs do.
+
+    Raises:
+        ValueError: an unknown sampler, or a ratio outside 0..1.
+    """
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or "parentbased_always_on"
+    if name not in _SAMPLERS:
+        raise ValueError(f"OTEL_TRACES_SAMPLER={name!r} is not one of {', '.join(sorted(_SAMPLERS))}")
+    fixed = _SAMPLERS[name]
+    if fixed is not None:
+        return fixed
+    arg = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip() or "1.0"
+    try:
+        ratio = float(arg)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"OTEL_TRACES_SAMPLER_ARG={arg!r} is not a ratio between 0 and 1")
+    return ratio
+
+
+def sampler(env: Mapping[str, str] = os.environ) -> Sampler:
+    """The process's sampler: the parent's decision, else ``WorkRoots`` at ``sample_ratio(env)``."""
+    return ParentBased(root=WorkRoots(sample_ratio(env)))
 
 
 def setup(service: str, data_dir: Path, otlp_endpoint: str | None) -> TracerProvider:
     """Install the process-wide tracer provider for ``service``; returns it so boot can flush it."""
     provider = TracerProvider(
         resource=Resource.create({"service.name": service, "service.version": CONTRACT_VERSION}),
-        sampler=SAMPLER,
+        sampler=sampler(),
     )
     exporter: SpanExporter
     if otlp_endpoint:

@@ -61,6 +61,28 @@ def otlp_notice(env: Mapping[str, str]) -> str | None:
     )
 
 
+def sampling_notice(env: Mapping[str, str]) -> str | None:
+    """What to say when traces are sampled (``OTEL_TRACES_SAMPLER``): a review's timeline may miss requests.
+
+    Each agent request starts its own trace and is kept or dropped whole at the sampling ratio, so a
+    review's timeline shows only its sampled requests; an unsampled one left no span to show.
+    """
+    from reviewloop.telemetry import sample_ratio
+
+    try:
+        ratio = sample_ratio(env)
+    except ValueError as exc:
+        return f"traces: {exc}"
+    if ratio >= 1.0:
+        return None
+    if ratio == 0.0:
+        return "traces are not sampled (OTEL_TRACES_SAMPLER keeps none): nothing was recorded"
+    return (
+        f"traces are sampled: {ratio:.0%} of requests are kept (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG); "
+        "a request of this review that was not sampled is missing here, whole"
+    )
+
+
 def _clock(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 

@@ -162,12 +162,15 @@ def _up_monolith(stack: Stack) -> int:
 
 
 def cmd_traces(args: argparse.Namespace) -> int:
-    from reviewloop.tracetree import otlp_notice, print_trace
+    from reviewloop.tracetree import otlp_notice, print_trace, sampling_notice
 
     if notice := otlp_notice(os.environ):
         print(notice)
         return 2
-    return print_trace(data_dir() / "traces.jsonl", args.id)
+    status = print_trace(data_dir() / "traces.jsonl", args.id)
+    if notice := sampling_notice(os.environ):
+        print(notice)
+    return status
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
