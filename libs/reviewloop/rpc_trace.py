@@ -35,8 +35,18 @@ def _unsampled_root() -> Any:
     return trace.set_span_in_context(NonRecordingSpan(span_context))
 
 
-class ClientTracing(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
-    """Carry the caller's trace on every call; a CLIENT span only when the caller's span is sampled."""
+def client_tracing() -> list[Any]:
+    """The interceptors that carry the caller's trace on every call, unary and server-streaming.
+
+    One per call kind: a grpc.aio channel files each interceptor under the first kind it is an instance
+    of, so one object that was both traced only unary calls, and a server stream (nudge's Subscribe)
+    went out without the caller's trace.
+    """
+    return [_TraceUnary(), _TraceStream()]
+
+
+class _ClientTracing:
+    """Carry the caller's trace on a call; a CLIENT span only when the caller's span is sampled."""
 
     def _start(
         self, details: grpc.aio.ClientCallDetails
@@ -58,6 +68,8 @@ class ClientTracing(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamCl
             details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
         )
 
+
+class _TraceUnary(_ClientTracing, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         """A unary call: its span ends with the call, ERROR with the status code unless OK."""
         span, details = self._start(details)
@@ -77,6 +89,8 @@ class ClientTracing(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamCl
                 span.set_status(Status(StatusCode.ERROR, code.name))
             span.end()
 
+
+class _TraceStream(_ClientTracing, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         """A server-streaming call: its span ends when the stream does."""
         span, details = self._start(details)

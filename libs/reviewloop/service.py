@@ -40,7 +40,7 @@ from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import DomainError, invalid
 from reviewloop.outbox_admin import OutboxAdmin
 from reviewloop.rpc_errors import grpc_code, to_status
-from reviewloop.rpc_trace import STATUS_CODE, ClientTracing, served
+from reviewloop.rpc_trace import STATUS_CODE, client_tracing, served
 from reviewloop.storage import Database, driver, make_engine
 from reviewloop.storage.engine import pool_probe
 from reviewloop.storage.inbox import Subscription, ingest_each
@@ -86,7 +86,7 @@ class Peers:
             self._channels[service] = self._trust.channel(
                 self._addresses[service],
                 options=CHANNEL_OPTIONS,
-                interceptors=[ClientTracing()],
+                interceptors=client_tracing(),
             )
         return self._channels[service]
 

@@ -66,3 +66,31 @@ async def test_a_hop_is_one_client_and_one_server_span_of_the_callers_trace_and_
     assert server.attributes["problem_code"] == "not_found"
     assert server.attributes["reviewloop.review_id"] == "rr_x"
     assert len(exporter.get_finished_spans()) == 3  # the request's, the client's and the server's
+
+
+async def test_a_server_stream_carries_the_callers_trace() -> None:
+    # A channel files each interceptor under one call kind only; nudge's Subscribe went out untraced.
+    seen: list[str] = []
+
+    async def stream(_request: bytes, context: grpc.aio.ServicerContext) -> Any:
+        seen.extend(value for key, value in context.invocation_metadata() or () if key == "traceparent")
+        yield b"one"
+
+    handler = grpc.method_handlers_generic_handler(
+        "test.Streams", {"Read": grpc.unary_stream_rpc_method_handler(stream)}
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    peers = Peers({"streams": f"127.0.0.1:{port}"})
+    try:
+        provider = TracerProvider(sampler=telemetry.SAMPLER)
+        with provider.get_tracer("gateway").start_as_current_span("GET /v1/review-events/stream") as request:
+            call = peers.channel("streams").unary_stream("/test.Streams/Read")(b"")
+            assert [message async for message in call] == [b"one"]
+    finally:
+        await peers.close()
+        await server.stop(None)
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    assert len(seen) == 1 and seen[0].split("-")[1] == trace_id
