@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# What ``str(Position)`` writes, or "" (the start): the published pattern of a cursor parameter.
+PATTERN = r"^([0-9]{1,18}(\.[0-9]{1,18})?)?$"
+
 
 @dataclass(frozen=True, order=True)
 class Position:

@@ -45,6 +45,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{''.join(reversed(chars))}"
 
 
+def id_pattern(prefix: str) -> str:
+    """A regular expression (unanchored) of the ids ``new_id(prefix)`` mints, for a published schema."""
+    return prefix + "_[0-9A-HJKMNP-TV-Z]{26}"
+
+
 def has_prefix(value: str, prefix: str) -> bool:
     """True when ``value`` looks like an id of the given type (shape only, not existence)."""
     head, sep, body = value.partition("_")

@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import operations, problems, ratelimits, store
+from gateway import constraints, operations, problems, ratelimits, store
 from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
 from gateway.console import create_console
@@ -358,7 +358,7 @@ _GATEWAY_IDEMPOTENCY_PARAMETER = {
         "Makes a retried mutation safe: the same key with the same request answers the first result "
         "(with `Idempotent-Replayed: true`); the same key with a different request is 409 idempotency_conflict."
     ),
-    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN, "maxLength": 255},
+    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
 }
 
 
@@ -406,5 +406,6 @@ def contract_openapi(app: FastAPI) -> dict[str, Any]:
             responses.update(_PROBLEM_RESPONSES)
             if path.startswith("/v1/") and path != "/v1/contract-manifest":
                 operation["security"] = [{"bearer": []}]
+    constraints.publish(document)
     app.openapi_schema = document
     return document

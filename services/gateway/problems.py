@@ -14,6 +14,7 @@ from reviewloop.errors import Code, DomainError, FieldViolation, status_of, titl
 from reviewloop.rpc_errors import from_rpc_error
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,17 @@ _HTTP_CODES = {
 }
 
 
+def allowed_methods(request: Request) -> str:
+    """Every method some route of the app takes on the request's path, as an ``Allow`` value."""
+    scope = {**request.scope, "method": ""}
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(scope)
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that turn every failure into problem+json."""
 
@@ -228,10 +240,13 @@ def install(app: FastAPI) -> None:
         detail = (
             str(exc.detail) if exc.status_code != 404 else f"No route {request.method} {request.url.path}."
         )
-        if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:
-            detail = f"{request.url.path} does not take {request.method}; it takes {exc.headers['Allow']}."
-        # A 405 keeps Starlette's Allow header (RFC 9110 requires it).
-        return problem_response(DomainError(code, detail), request, exc.status_code, exc.headers)
+        headers = exc.headers
+        if exc.status_code == 405:
+            # RFC 9110: Allow lists every method the resource takes. Starlette names only the first route
+            # that matched the path, and a path's methods are often routes of their own.
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
+            detail = f"{request.url.path} does not take {request.method}; it takes {headers['Allow']}."
+        return problem_response(DomainError(code, detail), request, exc.status_code, headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:

@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from reviewloop.shapes import _base, budget, events, operations, push, reviews, rules
 from reviewloop.shapes._base import (
+    ADDRESS_PATTERN,
     INT32_MAX,
     INT64_MAX,
     MAX_BODY_TEXT,
@@ -259,6 +260,7 @@ def component_schemas() -> dict[str, Any]:
 
 
 __all__ = [
+    "ADDRESS_PATTERN",
     "INT32_MAX",
     "INT64_MAX",
     "MAX_BODY_TEXT",

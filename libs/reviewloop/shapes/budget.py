@@ -12,9 +12,13 @@ from pydantic import (
     JsonValue,
     RootModel,
     StrictInt,
+    WithJsonSchema,
 )
 
-from reviewloop.shapes._base import INT64_MAX, ActorKindName, Sha, Shape, Storable
+from reviewloop.shapes._base import INT64_MAX, ActorKindName, FullSha, JsonInteger, Sha, Shape, Storable
+
+# A runner, model or effort name (dispatch_budget.domain.selection.NAME).
+RUNNER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,79}$"
 
 # --- dispatch budget: review rounds (spec 003) ------------------------------------------------------
 
@@ -114,7 +118,7 @@ class SettleIn(Shape):
 class ExtendIn(Shape):
     """run.extendReviewBudget. ``approved_by`` is accepted and ignored: authority comes from the key."""
 
-    head_sha: Sha
+    head_sha: FullSha
     limit: StrictInt = Field(ge=1, le=1000)
     expected_limit: StrictInt = Field(ge=1, le=1000)
     scope_brief: str = Field(max_length=4000)
@@ -282,9 +286,13 @@ class SettlementResult(Shape):
 class RunnerIn(Shape):
     """A reviewer runner of the selection catalog and what it supports."""
 
-    name: str = Field(min_length=1, max_length=80)
-    models: list[Annotated[str, Field(max_length=80)]] = Field(min_length=1, max_length=50)
-    efforts: list[Annotated[str, Field(max_length=40)]] = Field(min_length=1, max_length=50)
+    name: str = Field(min_length=1, max_length=80, pattern=RUNNER_NAME)
+    models: list[Annotated[str, Field(max_length=80, pattern=RUNNER_NAME)]] = Field(
+        min_length=1, max_length=50, json_schema_extra={"uniqueItems": True}
+    )
+    efforts: list[Annotated[str, Field(max_length=40, pattern=RUNNER_NAME)]] = Field(
+        min_length=1, max_length=50, json_schema_extra={"uniqueItems": True}
+    )
     default_model: str = Field(max_length=80)
     default_effort: str = Field(max_length=40)
     supports_warm: bool = True
@@ -313,7 +321,19 @@ class ReviewConfig(Shape):
 class SequenceIn(Shape):
     """The rows go through the shared validator in the service, which names each bad row's field."""
 
-    sequence: Annotated[Any, Storable]
+    sequence: Annotated[
+        Any,
+        Storable,
+        # Published as what the validator takes: one to 10 selections (MAX_SEQUENCE_ROWS).
+        WithJsonSchema(
+            {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 10,
+                "items": {"$ref": "#/components/schemas/SelectionIn"},
+            }
+        ),
+    ]
 
 
 class SequenceValidation(Shape):
@@ -349,8 +369,8 @@ class BindIn(Shape):
     repository: str = Field(min_length=1, max_length=200)
     pr_number: int = Field(ge=1, le=INT64_MAX)
     selection: SelectionIn
-    base_sha: Sha
-    head_sha: Sha
+    base_sha: FullSha
+    head_sha: FullSha
     review_id: str = Field(default="", max_length=80)
     new_review_id: str = Field(default="", max_length=80)
 
@@ -364,7 +384,7 @@ class HeartbeatIn(Shape):
 class CompleteIn(Shape):
     """``complete_review_session``: the head the session reviewed."""
 
-    reviewed_head: Sha
+    reviewed_head: FullSha
     lease_id: str = Field(default="", max_length=40)
 
 
@@ -441,32 +461,35 @@ class DigestIn(Shape):
 
 
 class TurnIn(Shape):
-    """``record_turn``: one finished turn of a session."""
+    """``record_turn``: one finished turn of a session.
+
+    The session gate's values are strict (issue 34): ``"1"`` is not a count, nor ``1`` a boolean.
+    """
 
     origin: str = Field(default="", max_length=40)
-    depth: int = Field(default=0, ge=0, le=100)
+    depth: Annotated[int, JsonInteger] = Field(default=0, ge=0, le=100)
     status: Literal["completed", "aborted", "failed"]
-    tool_calls: int = Field(default=0, ge=0, le=100_000)
+    tool_calls: Annotated[int, JsonInteger] = Field(default=0, ge=0, le=100_000)
     digest: DigestIn = Field(default_factory=DigestIn)
 
 
 class ReviewIn(Shape):
     """``review_now``: ask the gate for a review now."""
 
-    now: bool = False
+    now: bool = Field(default=False, strict=True)
     digest: DigestIn = Field(default_factory=DigestIn)
 
 
 class EnabledIn(Shape):
     """``set_review_enabled``: switch the session's gate on or off."""
 
-    enabled: bool
+    enabled: bool = Field(strict=True)
 
 
 class FinishIn(Shape):
     """``finish_review``: how the session's review ended."""
 
-    succeeded: bool
+    succeeded: bool = Field(strict=True)
     # The admission receipt of the review that finished: a late finish of a timed-out review is a no-op.
     receipt_id: str = Field(default="", max_length=40)
 

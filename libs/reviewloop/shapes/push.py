@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
@@ -11,11 +12,32 @@ from reviewloop.shapes._base import Shape
 WEEK_S = 7 * 24 * 3600
 
 
+# The nudge reasons a webhook may name (nudge.domain.webhooks.EVENT_TYPES: the reserved ones are never sent).
+WebhookReason = Literal[
+    "cancelled",
+    "feedback_added",
+    "front_run_next",
+    "humans_notified",
+    "propagate_general_rule",
+    "recheck_category",
+    "redraft_requested",
+    "rejected",
+    "rule_changed",
+    "send_failed",
+    "sent",
+]
+
+
 class WebhookIn(Shape):
     """``register_webhook``: where to POST the project's events, and which (none = every nudge reason)."""
 
-    url: str = Field(min_length=1, max_length=2000, description="http(s); private ranges are refused")
-    reasons: list[str] = Field(
+    url: str = Field(
+        min_length=1,
+        max_length=2000,
+        pattern=r"^https?://[^\s/?#@:\x00]+(:[1-9][0-9]{0,4})?([/?#][^\s\x00]*)?$",
+        description="http(s) with a host; private ranges are refused",
+    )
+    reasons: list[WebhookReason] = Field(
         default_factory=list,
         max_length=20,
         description="nudge reasons, and humans_notified (an auto_notify category's auto-send, for the "

@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from reviewloop.shapes._base import (
+    INT32_MAX,
     INT64_MAX,
     MAX_BODY_TEXT,
     MAX_RULE_CHARS,
@@ -29,6 +30,11 @@ from reviewloop.shapes._base import (
 )
 
 # --- reviews: the composer's verbs ------------------------------------------------------------------
+
+
+# A composer's parent_revision is also the front_run_next nudge's int32 ``your_parent_revision`` (the
+# nudge a verb on a closed review leaves), so it is bounded there, far above any revision a review reaches.
+MAX_REVISION = INT32_MAX
 
 
 class ReviewIntent(Shape):
@@ -133,7 +139,7 @@ class ForwardIn(_Composed):
 class CancelIn(Shape):
     """``cancel_review``: withdraw the draft; ``parent_revision``, when sent, must be the current one."""
 
-    parent_revision: int | None = Field(default=None, ge=1, le=INT64_MAX)
+    parent_revision: int | None = Field(default=None, ge=1, le=MAX_REVISION)
 
 
 class SubmitRevisionRequest(Shape):
@@ -144,7 +150,7 @@ class SubmitRevisionRequest(Shape):
     ``get_rules`` reported): one older than the stack's is ``409 born_stale``.
     """
 
-    parent_revision: int = Field(ge=1, le=INT64_MAX)
+    parent_revision: int = Field(ge=1, le=MAX_REVISION)
     version: int | None = Field(default=None, ge=1, le=INT64_MAX, description="the row version you read")
     rules_version_seen: int | None = Field(
         default=None, ge=0, le=INT64_MAX, description="the rule_high_water of the rules you redrafted against"
@@ -184,7 +190,7 @@ class RestampReviewRequest(Shape):
     review's ``recheck_completed_through_seq`` (a seq the review does not have yet is a 422).
     """
 
-    parent_revision: int | None = Field(default=None, ge=1, le=INT64_MAX)
+    parent_revision: int | None = Field(default=None, ge=1, le=MAX_REVISION)
     expected_version: int | None = Field(default=None, ge=1, le=INT64_MAX)
     composition_token: str | None = Field(default=None, max_length=4096)
     against_version: int | None = Field(default=None, ge=0, le=INT64_MAX)
@@ -563,7 +569,7 @@ class ReviewerDecisionResult(Shape):
 class PolicyIn(Shape):
     """``set_review_policy``: the project's review policy."""
 
-    policy: str = Field(max_length=32)
+    policy: Literal["require_review", "allow_direct", "auto_send_graduated"]
 
 
 class CompositionSettingsIn(Shape):

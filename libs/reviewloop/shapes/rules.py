@@ -9,16 +9,40 @@ from pydantic import (
     Field,
 )
 
+from reviewloop.ids import id_pattern
 from reviewloop.shapes._base import (
     INT32_MAX,
     INT64_MAX,
     MAX_RULE_BODY,
+    MAX_RULE_CHARS,
+    SPACE,
     AuthorKind,
+    CategoryName,
     CategoryState,
     Hours,
     Shape,
     Storable,
+    id_or_empty,
 )
+
+# The rules service lints a rule's text (rules.domain.guardrails) and says what is wrong in its own words,
+# so the edge only bounds the body; the document publishes the lint's limits: 8 to 2000 characters once
+# stripped, no NUL.
+MIN_RULE_CHARS = 8
+RuleText = Annotated[
+    str,
+    Field(
+        max_length=MAX_RULE_BODY,
+        json_schema_extra={
+            "minLength": MIN_RULE_CHARS,
+            "maxLength": MAX_RULE_CHARS,
+            "pattern": rf"^[{SPACE}]*[^\x00{SPACE}][^\x00]{{{MIN_RULE_CHARS - 2},}}[^\x00{SPACE}][{SPACE}]*$",
+        },
+    ),
+]
+RuleKind = Literal["", "soft", "hard"]
+RuleScope = Literal["", "general", "category"]
+PRIORITY = Field(default=0, ge=-1000, le=1000)  # rules.app.rules.PRIORITY_RANGE
 
 # --- rules ------------------------------------------------------------------------------------------
 
@@ -26,28 +50,33 @@ from reviewloop.shapes._base import (
 class SaveRuleRequest(Shape):
     """save_rule: a new lineage, or a revision of one naming the rev it read."""
 
-    rule_text: str = Field(max_length=MAX_RULE_BODY)
-    scope: str = Field(default="", max_length=16)
-    category_id: str = Field(default="", max_length=40)
-    kind: str = Field(default="", max_length=16)
-    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
-    lineage_id: str = Field(default="", max_length=40)
+    rule_text: RuleText
+    scope: RuleScope = ""
+    category_id: str = id_or_empty("cat")
+    kind: RuleKind = ""
+    priority: int = PRIORITY
+    lineage_id: str = id_or_empty("rln")
     expected_rev: int = Field(default=0, ge=0, le=INT64_MAX)
     supersedes_id: str = Field(
         default="",
         max_length=40,
+        pattern=f"^({id_pattern('rule')})?$",
         description="The SDK's way to revise: the rule_ id of the revision this save replaces. It must still "
         "be its lineage's current revision (else 409 stale, nothing written), as lineage_id + expected_rev; "
         "given beside them, all must name the same revision (else 422).",
     )
-    source_review_id: str = Field(default="", max_length=40)
+    source_review_id: str = id_or_empty("rr")
     source_turn_id: str = Field(
-        default="", max_length=40, description="the turn of source_review_id the rule was learnt from"
+        default="",
+        max_length=40,
+        pattern=f"^({id_pattern('turn')})?$",
+        description="the turn of source_review_id the rule was learnt from",
     )
-    agent_id: str = Field(default="", max_length=40)
+    agent_id: str = id_or_empty("agt")
     scope_agent_id: str = Field(
         default="",
         max_length=40,
+        pattern=f"^({id_pattern('agt')})?$",
         description="the SDK's name for agent_id: a per-agent rule (your own agent)",
     )
     propagate_to_pending: bool = Field(
@@ -67,20 +96,25 @@ class SaveRuleRequest(Shape):
 class LearnReviewRuleRequest(Shape):
     """``learn_review_rule``: a rule the agent drew from a review's diff and comments."""
 
-    rule_text: str = Field(max_length=MAX_RULE_BODY)
-    scope: str = Field(default="", max_length=16, description="Default: the review's category, else general.")
-    category_id: str = Field(default="", max_length=40)
-    turn_id: str = Field(default="", max_length=40, description="The review turn it was learnt from.")
-    kind: str = Field(default="", max_length=16)
+    rule_text: RuleText
+    scope: RuleScope = Field(default="", description="Default: the review's category, else general.")
+    category_id: str = id_or_empty("cat")
+    turn_id: str = Field(
+        default="",
+        max_length=40,
+        pattern=f"^({id_pattern('turn')})?$",
+        description="The review turn it was learnt from.",
+    )
+    kind: RuleKind = ""
 
 
 class HouseRuleIn(Shape):
     """``save_house_style_rule``: an org rule, new or a revision of ``lineage_id``."""
 
-    rule_text: str = Field(max_length=MAX_RULE_BODY)
-    kind: str = Field(default="", max_length=16)
-    priority: int = Field(default=0, ge=-INT32_MAX, le=INT32_MAX)
-    lineage_id: str = Field(default="", max_length=40)
+    rule_text: RuleText
+    kind: RuleKind = ""
+    priority: int = PRIORITY
+    lineage_id: str = id_or_empty("rln")
     expected_rev: int = Field(default=0, ge=0, le=INT64_MAX)
 
 
@@ -215,9 +249,11 @@ class CompositionKey(Shape):
 class ProposeCategoryRequest(Shape):
     """``create_category``: an agent adds a category."""
 
-    name: str = Field(max_length=1000)
-    description: str = Field(default="", max_length=10_000)
-    scope: str = Field(default="", max_length=16)
+    name: CategoryName
+    description: str = Field(default="", max_length=2000)
+    scope: Literal["", "org_shared", "agent_private", "project"] = Field(
+        default="", description="Default: org_shared; agent_private (the SDK's name) and project are one scope."
+    )
 
 
 class AdminCategoryIn(ProposeCategoryRequest):
@@ -229,16 +265,16 @@ class AdminCategoryIn(ProposeCategoryRequest):
 class UpdateCategoryRequest(Shape):
     """``update_category``: an absent field is untouched."""
 
-    name: str | None = Field(default=None, max_length=1000)
-    description: str | None = Field(default=None, max_length=10_000)
+    name: CategoryName | None = None
+    description: str | None = Field(default=None, max_length=2000)
     never_graduate: bool | None = None
 
 
 class ProposeGraduationRequest(Shape):
     """``propose_graduation``: the rung proposed, and why (a ``note``, and the SDK's opaque ``evidence``)."""
 
-    to_state: str = Field(default="", max_length=16, description="Default: the next rung.")
-    note: str = Field(default="", max_length=10_000)
+    to_state: CategoryState | Literal[""] = Field(default="", description="Default: the next rung.")
+    note: str = Field(default="", max_length=2000)
     evidence: Annotated[dict[str, Any], Storable] | None = Field(
         default=None,
         description="Opaque structured evidence for the human, e.g. {approvals: 20, last_edits: 0}.",
@@ -248,7 +284,9 @@ class ProposeGraduationRequest(Shape):
 class MergeCategoriesRequest(Shape):
     """``merge_categories``: merge the path's category (retired) into ``into_category_id`` (it stays)."""
 
-    into_category_id: str = Field(min_length=1, max_length=40, description="the category that stays")
+    into_category_id: str = Field(
+        min_length=1, max_length=40, pattern=f"^{id_pattern('cat')}$", description="the category that stays"
+    )
     rationale: str = Field(
         min_length=1, max_length=2000, description="why both describe the same reusable purpose"
     )
@@ -257,7 +295,7 @@ class MergeCategoriesRequest(Shape):
 class GraduateIn(Shape):
     """``graduate_category``: the rung a human sets."""
 
-    to_state: str = Field(max_length=16)
+    to_state: CategoryState
 
 
 class Category(Shape):
@@ -491,24 +529,28 @@ class RejectProposalIn(Shape):
 class DialValues(Shape):
     """Dial fields; an absent field is untouched, ``null`` inherits (or resets the account's)."""
 
-    min_confidence: float | None = None
+    min_confidence: float | None = Field(default=None, ge=0, le=1)
     first_contact_gate: bool | None = None
-    drift_demote_after: int | None = Field(default=None, le=INT32_MAX)
-    canary_rate: float | None = None
-    graduate_min_approvals: int | None = Field(default=None, le=INT32_MAX)
-    graduate_min_age_hours: float | None = None
-    auto_send_cap_per_day: int | None = Field(default=None, le=INT32_MAX)
+    drift_demote_after: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    canary_rate: float | None = Field(default=None, ge=0, le=1)
+    graduate_min_approvals: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    graduate_min_age_hours: float | None = Field(default=None, ge=0)
+    auto_send_cap_per_day: int | None = Field(default=None, ge=0, le=INT32_MAX)
     quorum_approvals: int | None = Field(
-        default=None, le=INT32_MAX, description="distinct approvals of the current revision a draft needs"
+        default=None,
+        ge=1,
+        le=INT32_MAX,
+        description="distinct approvals of the current revision a draft needs",
     )
     quorum_review_agent: bool | None = Field(
         default=None, description="a review agent's approval counts as one of them"
     )
     review_deadline_minutes: int | None = Field(
-        default=None, le=INT32_MAX, description="a review agent's time to decide; 0: no deadline"
+        default=None, ge=0, le=INT32_MAX, description="a review agent's time to decide; 0: no deadline"
     )
     quorum_panel: int | None = Field(
         default=None,
+        ge=0,
         le=INT32_MAX,
         description="at most this many distinct humans decide a draft (0: any number; at least quorum_approvals)",
     )
@@ -517,7 +559,7 @@ class DialValues(Shape):
 class CategoryDialIn(DialValues):
     """A category's dial overrides; ``null`` inherits the account's value."""
 
-    category_id: str = Field(max_length=40)
+    category_id: str = Field(max_length=40, pattern=f"^{id_pattern('cat')}$")
 
 
 class RiskDialIn(Shape):

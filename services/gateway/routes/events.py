@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
+from reviewloop import eventcursor
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.shapes import AckReviewEventRequest, AckReviewEventResult, ReviewEventsResult
 from reviewloop.tenancy import Principal
@@ -30,7 +31,7 @@ async def list_review_events(
     principal: Caller,
     backend: Backend,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str, Query(max_length=64)] = "",
+    cursor: Annotated[str, Query(max_length=64, pattern=eventcursor.PATTERN)] = "",
     review_id: ReviewFilter = "",
 ) -> OrjsonResponse:
     """The caller's un-acked nudges across its reviews, and its un-acked broadcasts (`seq` 0, no

@@ -9,6 +9,7 @@ from typing import Annotated
 import grpc
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request
+from reviewloop import eventcursor
 from reviewloop.eventcursor import Position
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.shapes import (
@@ -81,7 +82,7 @@ async def stream_review_events(
         str,
         Header(
             alias="Last-Event-ID",
-            pattern=r"^([0-9]{1,18}(\.[0-9]{1,18})?)?$",
+            pattern=eventcursor.PATTERN,
             description="The `id` of the last event seen: the stream resumes right after it.",
         ),
     ] = "",

@@ -9,8 +9,10 @@ from typing import Annotated, Any
 
 import grpc
 from fastapi import APIRouter, Depends, Query
+from pydantic import StringConstraints
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import invalid
+from reviewloop.ids import id_pattern
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
@@ -60,6 +62,8 @@ router = APIRouter(tags=["reviews"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
 HUMAN = require(ActorKind.HUMAN, ActorKind.ADMIN)
 REVIEWER = require(ActorKind.HUMAN, ActorKind.ADMIN, ActorKind.REVIEW_AGENT)
+# A page of reviews starts after the review its cursor names ("" the first page).
+REVIEW_CURSOR = f"^({id_pattern('rr')})?$"
 
 
 async def _submit(
@@ -294,13 +298,16 @@ _STATES = {
     for v in review_pb2.ReviewState.values()
     if v
 }
+_STATE = "|".join(sorted(_STATES, key=len, reverse=True))
+# One state, or the SDK's comma-joined several (empty parts are skipped).
+StateFilter = Annotated[str, StringConstraints(max_length=200, pattern=f"^,*(({_STATE})(,+({_STATE}))*)?,*$")]
 
 
 @router.get("/v1/reviews", operation_id="list_reviews", response_model=ReviewList)
 async def list_reviews(
     principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)],
     backend: Backend,
-    state: Annotated[list[str], Query()] = [],  # noqa: B006 - FastAPI reads the default, never mutates it
+    state: Annotated[list[StateFilter], Query()] = [],  # noqa: B006 - FastAPI reads the default, never mutates it
     agent_id: Annotated[str, Query(max_length=40)] = "",
     composer: Annotated[
         str,
@@ -309,9 +316,10 @@ async def list_reviews(
         ),
     ] = "",
     category_id: Annotated[str, Query(max_length=40)] = "",
-    cursor: Annotated[str, Query(max_length=64)] = "",
+    cursor: Annotated[str, Query(max_length=64, pattern=REVIEW_CURSOR)] = "",
     page_token: Annotated[
-        str, Query(alias="page", max_length=64, description="the SDK's name for `cursor`")
+        str,
+        Query(alias="page", max_length=64, pattern=REVIEW_CURSOR, description="the SDK's name for `cursor`"),
     ] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     humans_notified: Annotated[bool, Query()] = False,

@@ -9,6 +9,7 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter, Depends, Header, Query
 from reviewloop.errors import invalid
+from reviewloop.ids import id_pattern
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
@@ -105,10 +106,13 @@ async def _turn_of(
 async def get_rules(
     principal: ProjectKey,
     backend: Backend,
-    scope: Annotated[str, Query(max_length=16)] = "",
+    scope: Annotated[str, Query(max_length=16, pattern="^(general|category)?$")] = "",
     category_id: Annotated[str, Query(max_length=40)] = "",
     agent_id: Annotated[str, Query(max_length=40)] = "",
-    status: Annotated[str, Query(max_length=16)] = "",
+    status: Annotated[
+        str,
+        Query(max_length=16, pattern="^(proposed)?$", description="proposed: the rules awaiting approval"),
+    ] = "",
 ) -> OrjsonResponse:
     """The effective rule stack, ladder applied. Unfiltered (no scope or status), it also carries the
     versions, the rule high-water and a composition token to submit drafts with."""
@@ -268,7 +272,7 @@ async def promote_rule(
 async def list_categories(
     principal: ProjectKey,
     backend: Backend,
-    cursor: Annotated[str, Query(max_length=64)] = "",
+    cursor: Annotated[str, Query(max_length=64, pattern=f"^({id_pattern('cat')})?$")] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> OrjsonResponse:
     reply = await backend.rules.ListCategories(

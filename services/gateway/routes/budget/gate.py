@@ -126,7 +126,10 @@ async def list_gate_decisions(
     backend: Backend,
     request: Request,
     session_id: Annotated[str, Query(max_length=80)] = "",
-    cursor: Annotated[str, Query(max_length=40)] = "",
+    cursor: Annotated[
+        str,
+        Query(max_length=40, pattern=r"^[0-9]{0,18}$", description="the last decision id of the page before"),
+    ] = "",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Any:
     """The decision log. ``Accept: application/x-ndjson`` answers the gates.jsonl lines of spec 001."""

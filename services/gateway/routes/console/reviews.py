@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Path, Request
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
+    ADDRESS_PATTERN,
     AddressIn,
     CompositionSettingsIn,
     Contact,
@@ -29,6 +30,7 @@ from gateway.translate.reviews import as_contact, as_inbound_message, as_review,
 router = APIRouter(tags=["reviews", "console"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
 Admin = Annotated[Caller, Depends(require_admin)]
+AddressParameter = Annotated[str, Path(max_length=320, pattern=ADDRESS_PATTERN)]
 
 
 @router.put(
@@ -143,7 +145,7 @@ async def list_blocked_and_suppressed(
     response_model=Contact,
 )
 async def unblock_recipient(
-    project_id: str, address: str, caller: Admin, request: Request, backend: Backend
+    project_id: str, address: AddressParameter, caller: Admin, request: Request, backend: Backend
 ) -> Json:
     """Take a recipient off the block list (404 when it is not on it)."""
     principal = await console_principal(caller, request, project_id)
@@ -159,7 +161,7 @@ async def unblock_recipient(
     response_model=Contact,
 )
 async def unsuppress_recipient(
-    project_id: str, address: str, caller: Admin, request: Request, backend: Backend
+    project_id: str, address: AddressParameter, caller: Admin, request: Request, backend: Backend
 ) -> Json:
     """Take a recipient off the suppression list (404 when it is not on it)."""
     principal = await console_principal(caller, request, project_id)
