@@ -120,7 +120,7 @@ def check_url(url: str) -> tuple[str, str | None]:
         :func:`resolve_checked`; a literal, :func:`address_refusal`.
 
     Raises:
-        Refused: Too long, not http(s), no host, credentials in it, port 0.
+        Refused: Too long, not http(s), no host, credentials in it, port 0, a host no resolver takes.
     """
     if len(url) > MAX_URL:
         raise Refused(f"at most {MAX_URL} characters")
@@ -138,7 +138,12 @@ def check_url(url: str) -> tuple[str, str | None]:
     try:
         return parts.hostname, str(ipaddress.ip_address(parts.hostname))
     except ValueError:
-        return parts.hostname, None
+        pass
+    try:  # what a resolver would be asked: a label over 63 characters is no name (issue 34: it was a 500)
+        parts.hostname.encode("idna")
+    except UnicodeError:
+        raise Refused("the host is not a DNS name (labels of 1 to 63 characters)") from None
+    return parts.hostname, None
 
 
 async def _getaddrinfo(host: str, port: int) -> list[str]:

@@ -28,8 +28,8 @@ NO_NUL = r"^[^\x00]*$"
 STORABLE_JSON: dict[str, Any] = {
     "anyOf": [
         {"type": "string", "pattern": NO_NUL},
-        {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX},
-        {"type": "number", "not": {"type": "integer"}},  # an integer is the branch above's
+        # Any number within int64's range (reviewloop.shapes' Storable), an integer or not.
+        {"type": "number", "minimum": INT64_MIN, "maximum": INT64_MAX},
         {"type": "boolean"},
         {"type": "null"},
         {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},

@@ -107,7 +107,7 @@ async def check_target(url: str, allowed: Sequence[ssrf.IpNetwork]) -> None:
             await ssrf.resolve_checked(host, 443, allowed)
     except ssrf.Refused as exc:
         raise invalid("/url", str(exc)) from None
-    except (OSError, TimeoutError):
+    except (OSError, TimeoutError, UnicodeError):
         return  # not resolvable yet: every send checks what it resolves to
 
 
@@ -387,7 +387,7 @@ async def send(
                 addresses = await ssrf.resolve_checked(host, port, settings.allowed_networks)
             except ssrf.Refused as exc:
                 return None, f"refused to connect: {exc}"
-            except OSError as exc:
+            except (OSError, UnicodeError) as exc:
                 return None, f"cannot resolve {host}: {exc}"
             await _post(client, settings, parts, addresses[0], msg_id, body, signing_secrets, answer)
     except TimeoutError:

@@ -132,8 +132,13 @@ def _storable(value: _T) -> _T:
     stack: list[tuple[str, object]] = [("", value)]
     while stack:
         path, item = stack.pop()
-        if isinstance(item, int) and not isinstance(item, bool) and not INT64_MIN <= item <= INT64_MAX:
-            raise ValueError(f"the integer at {path or '/'} is beyond 64 bits; send it as a string")
+        # A float too: JSON Schema cannot tell 1e19 from 10000000000000000000, so neither is taken.
+        if (
+            isinstance(item, int | float)
+            and not isinstance(item, bool)
+            and not INT64_MIN <= item <= INT64_MAX
+        ):
+            raise ValueError(f"the number at {path or '/'} is beyond 64 bits; send it as a string")
         if isinstance(item, str) and "\x00" in item:
             raise ValueError(f"the string at {path or '/'} contains a NUL character")
         if isinstance(item, dict):

@@ -34,7 +34,7 @@ class WebhookIn(Shape):
     url: str = Field(
         min_length=1,
         max_length=2000,
-        pattern=r"^https?://[^\s/?#@:\x00]+(:[1-9][0-9]{0,4})?([/?#][^\s\x00]*)?$",
+        pattern=r"^https?://([^\s/?#@:.\x00]{1,63}\.)*[^\s/?#@:.\x00]{1,63}(:[1-9][0-9]{0,4})?([/?#][^\s\x00]*)?$",
         description="http(s) with a host; private ranges are refused",
     )
     reasons: list[WebhookReason] = Field(

@@ -52,7 +52,10 @@ class AttachmentIn(Shape):
 
     filename: str = Field(min_length=1, max_length=255)
     content_type: str = Field(min_length=3, max_length=255)
-    content_base64: str
+    content_base64: str = Field(
+        pattern=r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+        description="standard base64, padded",
+    )
 
 
 # The SDK's request names (``text``, ``html``, ``category_confidence``) are the advertised ones; the

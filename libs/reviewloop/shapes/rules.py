@@ -252,7 +252,8 @@ class ProposeCategoryRequest(Shape):
     name: CategoryName
     description: str = Field(default="", max_length=2000)
     scope: Literal["", "org_shared", "agent_private", "project"] = Field(
-        default="", description="Default: org_shared; agent_private (the SDK's name) and project are one scope."
+        default="",
+        description="Default: org_shared; agent_private (the SDK's name) and project are one scope.",
     )
 
 
