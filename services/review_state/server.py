@@ -280,20 +280,21 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     async def ListReviews(
         self, request: review_pb2.ListReviewsRequest, context: Context
     ) -> review_pb2.ListReviewsResponse:
-        reviews, next_cursor = await app.list_reviews(
-            self.env,
-            Principal.from_proto(request.principal),
-            states=[required_enum(review_pb2.ReviewState, _STATE, s, "/states") for s in request.states],
-            agent_id=request.agent_id,
-            category_id=request.category_id,
-            cursor=request.cursor,
-            limit=request.limit,
-            humans_notified=request.humans_notified,
-            inbox=request.inbox,
-            thread_id=request.thread_id,
+        principal = Principal.from_proto(request.principal)
+        filters: dict[str, Any] = {
+            "states": [required_enum(review_pb2.ReviewState, _STATE, s, "/states") for s in request.states],
+            "agent_id": request.agent_id,
+            "category_id": request.category_id,
+            "humans_notified": request.humans_notified,
+            "inbox": request.inbox,
+            "thread_id": request.thread_id,
+        }
+        (reviews, next_cursor), total = await asyncio.gather(
+            app.list_reviews(self.env, principal, cursor=request.cursor, limit=request.limit, **filters),
+            app.count_reviews(self.env, principal, **filters),
         )
         return review_pb2.ListReviewsResponse(
-            reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor
+            reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor, total=total
         )
 
     async def GetThread(self, request: review_pb2.GetThreadRequest, context: Context) -> review_pb2.Thread:
@@ -487,7 +488,13 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             diff_unified=feedback.diff_unified,
             diff_json=orjson.dumps(feedback.diff_json).decode() if feedback.diff_json is not None else "",
             comments=[
-                review_pb2.Comment(turn_id=t.id, actor_kind=t.actor_kind, body=t.body)
+                review_pb2.Comment(
+                    turn_id=t.id,
+                    actor_kind=t.actor_kind,
+                    body=t.body,
+                    actor_id=t.actor_id,
+                    created_at=stamp(t.created_at),
+                )
                 for t in feedback.comments
             ],
             new_rules=feedback.new_rules,

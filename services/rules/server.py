@@ -3,6 +3,7 @@ the answer back. Nothing else lives here."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -360,11 +361,13 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
     async def ListCategories(
         self, request: rules_pb2.ListCategoriesRequest, context: Context
     ) -> rules_pb2.ListCategoriesResponse:
-        views, next_cursor = await app.list_categories(
-            self.env, _principal(request), cursor=request.cursor, limit=request.limit
+        principal = _principal(request)
+        (views, next_cursor), total = await asyncio.gather(
+            app.list_categories(self.env, principal, cursor=request.cursor, limit=request.limit),
+            app.count_categories(self.env, principal),
         )
         return rules_pb2.ListCategoriesResponse(
-            categories=[category_to_proto(v) for v in views], next_cursor=next_cursor
+            categories=[category_to_proto(v) for v in views], next_cursor=next_cursor, total=total
         )
 
     async def GetGraduationStatus(

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    func,
     insert,
     or_,
     select,
@@ -413,6 +414,14 @@ async def list_categories(
         query = query.where(categories.c.id > after_id)
     rows = await conn.execute(query.order_by(categories.c.id).limit(limit))
     return [_category(r) for r in rows]
+
+
+async def count_categories(conn: AsyncConnection, org_id: str, project_id: str) -> int:
+    """How many categories ``list_categories`` pages through (every page)."""
+    query = select(func.count()).select_from(categories)
+    return int(
+        await conn.scalar(query.where(_visible(org_id, project_id), categories.c.merged_into == "")) or 0
+    )
 
 
 # What moves a category without changing its record: ``updated_at`` stays.

@@ -53,6 +53,23 @@ REVIEW_STATE = enum(
 )  # fmt: skip
 REVIEW_MODE = enum("review", "direct")
 ACTOR_KIND = enum("agent", "human", "review_agent", "system")
+NULLABLE_NUMBER: dict[str, Any] = {"type": ["number", "null"]}
+# The SDK's AccountRiskDial and EffectiveRiskDial (the same seven values), and the review settings we add.
+RISK_VALUES: dict[str, Any] = {
+    "min_confidence": NUMBER,
+    "first_contact_gate": BOOL,
+    "drift_demote_after": INT,
+    "canary_rate": NUMBER,
+    "graduate_min_approvals": INT,
+    "graduate_min_age_hours": NUMBER,
+    "auto_send_cap_per_day": INT,
+}
+RISK_EXTRAS: dict[str, Any] = {
+    "quorum_approvals": INT,
+    "quorum_review_agent": BOOL,
+    "review_deadline_minutes": INT,
+    "quorum_panel": INT,
+}
 CATEGORY_STATE = enum("supervised", "auto_notify", "auto_silent")
 
 SDK: dict[str, dict[str, Any]] = {
@@ -169,8 +186,8 @@ SDK: dict[str, dict[str, Any]] = {
     ),
     "SubmitForReviewResult": {"oneOf": [ref("QueuedForReviewResult"), ref("SentResult")]},
     "ReviewFeedbackComment": shape(
-        {"turn_id": STRING, "actor_kind": ACTOR_KIND, "body": STRING},
-        {"actor_id": STRING, "created_at": STAMP},  # required in the SDK; the spec's example omits it
+        {"turn_id": STRING, "actor_kind": ACTOR_KIND, "body": STRING, "created_at": STAMP},
+        {"actor_id": STRING},
     ),
     "ReviewFeedback": shape(
         {
@@ -194,15 +211,39 @@ SDK: dict[str, dict[str, Any]] = {
     ),
     "AckReviewEventResult": shape({}, {"cursors": array(ref("ReviewEventCursor"))}, {"acked": INT}),
     "ReviewerDecisionResult": shape(
-        # ``queued`` and ``failed`` are ours: a review agent's release not (yet) delivered (the SDK has two).
         {
-            "kind": enum("sent", "sent_to_human", "queued", "failed"),
+            "kind": enum("sent", "sent_to_human"),
             "review": ref("Review"),
             "sent": BOOL,
             "sent_to_human": BOOL,
         },
         {"message_id": STRING, "thread_id": STRING, "forced_by_breaker": STRING},
+        # Ours: how far a release's delivery got (``sent`` is true once it is delivered).
+        {"delivery_status": enum("delivered", "queued", "failed")},
     ),
+    "AccountRiskDial": shape(RISK_VALUES, extras=RISK_EXTRAS),
+    "EffectiveRiskDial": shape(RISK_VALUES, extras=RISK_EXTRAS),
+    "CategoryRiskDial": shape(
+        {
+            "category_id": STRING,
+            "min_confidence": NULLABLE_NUMBER,
+            "first_contact_gate": {"type": ["boolean", "null"]},
+            "drift_demote_after": NULLABLE_NUMBER,
+            "canary_rate": NULLABLE_NUMBER,
+            "graduate_min_approvals": NULLABLE_NUMBER,
+            "graduate_min_age_hours": NULLABLE_NUMBER,
+            "effective": ref("EffectiveRiskDial"),
+        },
+        # Ours: the overrides of the values the account's dial adds (a value or null as well).
+        extras={
+            "auto_send_cap_per_day": NULLABLE_NUMBER,
+            "quorum_approvals": NULLABLE_NUMBER,
+            "quorum_review_agent": {"type": ["boolean", "null"]},
+            "review_deadline_minutes": NULLABLE_NUMBER,
+            "quorum_panel": NULLABLE_NUMBER,
+        },
+    ),
+    "RiskDial": shape({"account": ref("AccountRiskDial"), "categories": array(ref("CategoryRiskDial"))}),
     "Category": shape(
         {
             "id": STRING,

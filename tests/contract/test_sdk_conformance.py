@@ -106,7 +106,9 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
         "Review", "POST", f"/v1/reviews/{review_id}/decision", human,
         json={"action": "reject", "revision": current["revision"], "feedback": "Lead with the ROI."},
     )  # fmt: skip
-    await run.call("ReviewFeedback", "GET", f"/v1/reviews/{review_id}/feedback", agent)
+    feedback = await run.call("ReviewFeedback", "GET", f"/v1/reviews/{review_id}/feedback", agent)
+    assert feedback["comments"] and all("created_at" in c for c in feedback["comments"])
+    assert all(c["actor_id"] for c in feedback["comments"])  # each written by an actor of the run
     await run.call("Page<ReviewTurn>", "GET", f"/v1/reviews/{review_id}/turns", agent)
     await run.call("Review", "POST", f"/v1/reviews/{review_id}/cancel", agent, json={})
 
@@ -116,6 +118,16 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
         json={"account": {"min_confidence": 0.6, "first_contact_gate": False, "canary_rate": 0.0}},
         headers=api.admin,
     )
+    await api.http.put(
+        f"/v1/admin/projects/{project_id}/risk-dial",
+        json={"categories": [{"category_id": category["id"], "min_confidence": 0.85}]},
+        headers=api.admin,
+    )
+    dial = await run.call("RiskDial", "GET", "/v1/risk-dial", agent)
+    row = next(c for c in dial["categories"] if c["category_id"] == category["id"])
+    assert (
+        row["min_confidence"] == 0.85 and row["first_contact_gate"] is None
+    )  # every override: a value or null
     confident = await run.call(
         "SubmitForReviewResult", "POST", "/v1/messages", agent, 202, json=sdk_send(category_confidence=0.9)
     )
@@ -251,6 +263,14 @@ async def run_every_agent_route(api: Api) -> list[tuple[str, str, Any]]:
     await run.call(
         "Category", "PATCH", f"/v1/categories/{category['id']}", agent, json={"name": "Cold outreach"}
     )
+
+    # A page's total counts every match, not the page.
+    first = await run.call("Page<Review>", "GET", "/v1/reviews", agent, params={"limit": 1})
+    every = (await api.http.get("/v1/reviews", params={"limit": 200}, headers=agent)).json()["items"]
+    assert len(first["items"]) == 1 and first["total"] == len(every) > 1 and first["next_cursor"]
+    await run.call("Category", "POST", "/v1/categories", agent, 201, json={"name": "Renewals"})
+    categories = await run.call("Page<Category>", "GET", "/v1/categories", agent, params={"limit": 1})
+    assert len(categories["items"]) == 1 and categories["total"] == 2
     return run.seen
 
 
@@ -280,7 +300,7 @@ async def test_every_agent_answer_reads_as_the_sdk_type(answers: list[tuple[str,
         "Review", "Page<Review>", "Page<ReviewTurn>", "SubmitForReviewResult", "ReviewFeedback",
         "ReviewEventsResult", "AckReviewEventResult", "ReviewerDecisionResult", "Category", "Page<Category>",
         "Rule", "RuleSnapshot", "GraduationStatus", "Problem", "ScanBacklogStatus", "Page<RuleAuditEntry>",
-        "CategoryPacingState", "ReviewDecisionContext",
+        "CategoryPacingState", "ReviewDecisionContext", "RiskDial",
     }  # fmt: skip
 
 

@@ -44,11 +44,13 @@ async def _owners(api: Api, document: dict[str, Any], keys: dict[str, str]) -> d
         for method, operation in item.items():
             url = re.sub(r"\{[^}]+\}", "x", path)
             body = {"json": {}} if "requestBody" in operation else {}
+            owner = next(reversed(keys))  # refused by every key: the last one's refusals are checked
             for name, key in keys.items():
                 response = await api.http.request(method.upper(), url, headers=api.auth(key), **body)
                 if response.status_code not in (401, 403):
+                    owner = name
                     break
-            owners[name].append(operation["operationId"])
+            owners[owner].append(operation["operationId"])
     return owners
 
 

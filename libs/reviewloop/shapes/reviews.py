@@ -481,7 +481,7 @@ class ReviewList(Shape):
     """``list_reviews``: a page of reviews (the SDK's ``Page<Review>``)."""
 
     items: list[Review]
-    total: int = Field(description="how many reviews this page holds and the pages before it hold")
+    total: int = Field(description="how many reviews the filters match, across every page")
     next_cursor: str | None = None
 
 
@@ -547,11 +547,17 @@ class ReviewerDecisionReview(Shape):
 class ReviewerDecisionResult(Shape):
     """The review-agent plane's answer: relayed (``sent``) or returned to the human (``sent_to_human``).
 
-    A release not (yet) delivered answers what happened: ``queued`` (still going, or parked for
-    reconciliation) or ``failed`` (the provider refused it). ``kind: sent`` always has ``sent: true``.
+    ``kind`` is the spec's and the SDK's, nothing else: ``sent`` when the platform released the draft with the
+    composer's credentials (an approve or an edit), ``sent_to_human`` when it went back to the human queue.
+    How far a release's delivery got is ``delivery_status``: ``sent`` is true only once it is ``delivered``.
     """
 
-    kind: Literal["sent", "sent_to_human", "queued", "failed"]
+    kind: Literal["sent", "sent_to_human"]
+    delivery_status: Literal["delivered", "queued", "failed"] | None = Field(
+        default=None,
+        description="on a release: delivered; queued (still going, or parked for reconciliation: the "
+        "review's delivery says which); failed (the provider refused it)",
+    )
     sent: bool
     sent_to_human: bool
     message_id: str | None = None

@@ -593,7 +593,11 @@ class EffectiveRiskDial(AccountRiskDial):
 
 
 class CategoryRiskDial(Shape):
-    """A category's overrides (``null`` inherits the account default) and the values in force."""
+    """A category's overrides (``null`` inherits the account default) and the values in force.
+
+    ``get_risk_dial`` sends every override field, its value or ``null``, as the SDK's ``CategoryRiskDial``
+    types it; a reader takes a row without them as the spec's example writes it (absent: inherits).
+    """
 
     category_id: str
     min_confidence: float | None = None

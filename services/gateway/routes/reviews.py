@@ -347,7 +347,7 @@ async def list_reviews(
         ),
         timeout=backend.timeout_s,
     )
-    return encoded(page([as_review(r) for r in reply.reviews], reply.next_cursor))
+    return encoded(page([as_review(r) for r in reply.reviews], reply.next_cursor, reply.total))
 
 
 @router.post("/v1/reviews/{review_id}/revisions", operation_id="submit_revision", response_model=Review)
@@ -537,9 +537,8 @@ async def decide_review(
     idempotency_key: IdempotencyKey = "",
 ) -> Any:
     """approve | edit | reject | escalate with the (revision, version) CAS. A human key answers the
-    review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``, or
-    for a release not (yet) delivered ``queued`` (still going, or parked) / ``failed``, never ``kind: sent``
-    with ``sent: false``."""
+    review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``, a
+    release's ``delivery_status`` beside it (``sent`` is true once it is ``delivered``)."""
     # ``version`` is the optional second CAS (the SDK's "defense in depth"); ``revision`` always guards.
     # Omitted, it travels as 0 ("not named"): review_state compares the version it reads, and a keyed
     # retry of the same body is the same request (its fingerprint is what the client sent).

@@ -279,7 +279,7 @@ async def list_categories(
         rules_pb2.ListCategoriesRequest(principal=principal.to_proto(), cursor=cursor, limit=limit),
         timeout=backend.timeout_s,
     )
-    return encoded(page([as_category(c) for c in reply.categories], reply.next_cursor))
+    return encoded(page([as_category(c) for c in reply.categories], reply.next_cursor, reply.total))
 
 
 @router.get("/v1/categories/{category_id}", operation_id="get_category", response_model=Category)

@@ -24,10 +24,10 @@ def enum_name(enum: Any, value: int, prefix: str) -> str:
     return str(enum.Name(value)).removeprefix(prefix).lower()
 
 
-def page(items: list[Json], next_cursor: str = "") -> Json:
-    """The SDK's ``Page<T>``: ``items``, ``total`` (the items of this page: a count across pages is not
-    cheap here) and ``next_cursor`` (absent on the last page)."""
-    body: Json = {"items": items, "total": len(items)}
+def page(items: list[Json], next_cursor: str = "", total: int | None = None) -> Json:
+    """The SDK's ``Page<T>``: ``items``, ``total`` (every match across the pages: the backend's count, or
+    the items themselves where one answer holds them all) and ``next_cursor`` (absent on the last page)."""
+    body: Json = {"items": items, "total": len(items) if total is None else total}
     if next_cursor:
         body["next_cursor"] = next_cursor
     return body

@@ -190,22 +190,41 @@ def as_submit_result(reply: review_pb2.SubmitResponse) -> Json:
     return body
 
 
+def as_feedback_comment(comment: review_pb2.Comment) -> Json:
+    """The SDK's ``ReviewFeedbackComment``: ``actor_id`` where an actor wrote it, ``created_at`` always."""
+    body: Json = {"turn_id": comment.turn_id, "actor_kind": comment.actor_kind, "body": comment.body}
+    if comment.actor_id:
+        body["actor_id"] = comment.actor_id
+    body["created_at"] = timestamp(comment.created_at)
+    return body
+
+
 def as_review_feedback(reply: review_pb2.Feedback) -> Json:
     body: Json = {"review_id": reply.review_id, "decision": reply.decision}
     if reply.diff_unified:
         body["diff_unified"] = reply.diff_unified
     if reply.diff_json:
         body["diff_json"] = orjson.loads(reply.diff_json)
-    body["comments"] = [
-        {"turn_id": c.turn_id, "actor_kind": c.actor_kind, "body": c.body} for c in reply.comments
-    ]  # the SDK's actor_id and created_at are not on the wire between services yet
+    body["comments"] = [as_feedback_comment(c) for c in reply.comments]
     body["new_rules"] = list(reply.new_rules)
     body["approvers"] = list(reply.approvers)
     return body
 
 
+# review_state's outcome of a reviewer decision -> the spec's ``kind`` and how far the release's delivery got.
+_REVIEWER_OUTCOMES: dict[str, tuple[str, str | None]] = {
+    "sent": ("sent", "delivered"),
+    "queued": ("sent", "queued"),
+    "failed": ("sent", "failed"),
+    "sent_to_human": ("sent_to_human", None),
+}
+
+
 def as_reviewer_decision_result(result: review_pb2.ReviewerDecision) -> Json:
-    answer: Json = {"kind": result.kind, "sent": result.sent, "sent_to_human": result.sent_to_human}
+    kind, delivery = _REVIEWER_OUTCOMES[result.kind]
+    answer: Json = {"kind": kind, "sent": result.sent, "sent_to_human": result.sent_to_human}
+    if delivery is not None:
+        answer["delivery_status"] = delivery
     if result.message_id:
         answer["message_id"] = result.message_id
     if result.thread_id:

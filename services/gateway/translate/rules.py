@@ -306,12 +306,9 @@ def as_risk_dial(dial: rules_pb2.RiskDial) -> Json:
     categories = []
     for entry in dial.categories:
         written = _risk_values(entry.overrides)
+        # Every override field, as the SDK's CategoryRiskDial types it: the value written, or null (inherit).
         item: Json = {"category_id": entry.category_id}
-        for name in RISK_DIAL_FIELDS:  # as the console wrote them: set values, and explicit nulls
-            if name in written:
-                item[name] = written[name]
-            elif name in entry.inherit_fields:
-                item[name] = None
+        item.update({name: written.get(name) for name in RISK_DIAL_FIELDS})
         item["effective"] = _risk_values(entry.effective)
         categories.append(item)
     return {"account": _risk_values(dial.account), "categories": categories}

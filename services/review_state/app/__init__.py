@@ -36,6 +36,7 @@ from review_state.app.pacing import PacingState, pacing_state
 from review_state.app.preview import Preview, preview_message
 from review_state.app.reads import (
     Feedback,
+    count_reviews,
     get_feedback,
     get_review,
     get_revisions,
@@ -67,6 +68,7 @@ __all__ = [
     "add_block",
     "add_suppression",
     "cancel",
+    "count_reviews",
     "decide",
     "deliver",
     "delivery_status",

@@ -84,6 +84,31 @@ async def list_reviews(
     return rows[:limit], next_cursor
 
 
+async def count_reviews(
+    env: Env,
+    principal: Principal,
+    *,
+    states: list[str],
+    agent_id: str,
+    category_id: str,
+    humans_notified: bool = False,
+    inbox: str = "",
+    thread_id: str = "",
+) -> int:
+    """Every review ``list_reviews`` pages through with these filters (the SDK's ``Page.total``)."""
+    async with env.db.single_statement.connect() as conn:
+        return await store.count_reviews(
+            conn,
+            principal.project_id,
+            states=states,
+            agent_id=agent_id,
+            category_id=category_id,
+            humans_notified=humans_notified,
+            inbox=inbox,
+            thread_id=thread_id,
+        )
+
+
 @dataclass(frozen=True)
 class Feedback:
     review_id: str

@@ -157,7 +157,51 @@ async def list_reviews(
     thread_id: str = "",
 ) -> list[Review]:
     """Newest first; ``before_id`` is the keyset cursor (ids sort by creation time)."""
-    query = select(reviews).where(reviews.c.project_id == project_id)
+    query = _matching(
+        select(reviews), project_id, states, agent_id, category_id, humans_notified, inbox, thread_id
+    )
+    if before_id:
+        query = query.where(reviews.c.id < before_id)
+    rows = await conn.execute(query.order_by(reviews.c.id.desc()).limit(limit))
+    return [_from_row(row) for row in rows]
+
+
+async def count_reviews(
+    conn: AsyncConnection,
+    project_id: str,
+    *,
+    states: list[str],
+    agent_id: str,
+    category_id: str,
+    humans_notified: bool = False,
+    inbox: str = "",
+    thread_id: str = "",
+) -> int:
+    """How many reviews ``list_reviews`` pages through with these filters (every page)."""
+    query = _matching(
+        select(func.count()).select_from(reviews),
+        project_id,
+        states,
+        agent_id,
+        category_id,
+        humans_notified,
+        inbox,
+        thread_id,
+    )
+    return int(await conn.scalar(query) or 0)
+
+
+def _matching(
+    query: Select[Any],
+    project_id: str,
+    states: list[str],
+    agent_id: str,
+    category_id: str,
+    humans_notified: bool,
+    inbox: str,
+    thread_id: str,
+) -> Select[Any]:
+    query = query.where(reviews.c.project_id == project_id)
     if humans_notified:
         notified = select(turns.c.id).where(
             turns.c.review_id == reviews.c.id, turns.c.turn_type == HUMANS_NOTIFIED
@@ -173,10 +217,7 @@ async def list_reviews(
         query = query.where(func.lower(reviews.c.from_address) == inbox.lower())
     if thread_id:
         query = query.where(reviews.c.thread_ref == thread_id)
-    if before_id:
-        query = query.where(reviews.c.id < before_id)
-    rows = await conn.execute(query.order_by(reviews.c.id.desc()).limit(limit))
-    return [_from_row(row) for row in rows]
+    return query
 
 
 # A reply not yet sent, cancelled or failed: a pending draft, or one being delivered.

@@ -17,7 +17,14 @@ work: ``rule_changed`` whenever the effective stack moves, ``category_changed`` 
 """
 
 from rules.app.authority import resolve_owner
-from rules.app.categories import CategoryView, create_category, get_category, list_categories, update_category
+from rules.app.categories import (
+    CategoryView,
+    count_categories,
+    create_category,
+    get_category,
+    list_categories,
+    update_category,
+)
 from rules.app.dial import CategoryDial, Dial, get_risk_dial, set_risk_dial
 from rules.app.env import Env, Settings
 from rules.app.graduation import (
@@ -70,6 +77,7 @@ __all__ = [
     "TokenStatus",
     "approve_rule",
     "category_audit",
+    "count_categories",
     "create_category",
     "ensure_token_key",
     "get_category",

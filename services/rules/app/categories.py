@@ -235,3 +235,9 @@ async def list_categories(
         rows = await store.list_categories(conn, principal.org_id, principal.project_id, cursor, limit + 1)
         views = await _category_views(conn, principal, rows[:limit])
     return views, (rows[limit - 1].id if len(rows) > limit else "")
+
+
+async def count_categories(env: Env, principal: Principal) -> int:
+    """Every category ``list_categories`` pages through (the SDK's ``Page.total``)."""
+    async with env.db.engine.connect() as conn:
+        return await store.count_categories(conn, principal.org_id, principal.project_id)
