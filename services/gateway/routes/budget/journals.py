@@ -47,6 +47,7 @@ async def _journal_events(request: Request) -> list[str]:
     response_model=JournalAppendResult,
     openapi_extra={
         "requestBody": {
+            "required": True,
             "content": {
                 # The body is read by hand (JSON lines or JSON), then validated as JournalIn.
                 "application/json": {"schema": {"$ref": f"#/components/schemas/{JournalIn.__name__}"}},
