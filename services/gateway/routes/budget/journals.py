@@ -52,7 +52,7 @@ async def _journal_events(request: Request) -> list[str]:
                 # The body is read by hand (JSON lines or JSON), then validated as JournalIn.
                 "application/json": {"schema": {"$ref": f"#/components/schemas/{JournalIn.__name__}"}},
                 "application/x-ndjson": {"schema": {"type": "string"}},
-            }
+            },
         }
     },
 )
