@@ -160,6 +160,10 @@ def _resolve(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, An
     return dict(components[match.group(1)]) if match else schema
 
 
+# A free-form JSON value: the OpenAPI document spells out what a store keeps of one (gateway.constraints).
+_FREE_FORM = frozenset({"JsonValue"})
+
+
 def _with_defs(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
     """``schema`` self-contained: component refs point into its own ``$defs``."""
     defs: dict[str, Any] = {}
@@ -168,6 +172,8 @@ def _with_defs(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, 
         if isinstance(node, dict):
             out = {k: rewrite(v) for k, v in node.items()}
             match = _REF.match(node.get("$ref", "")) if isinstance(node.get("$ref"), str) else None
+            if match and match.group(1) in _FREE_FORM:
+                return {}  # any JSON: like the other bounds, its limits are the route's 422
             if match:
                 name = match.group(1)
                 out["$ref"] = f"#/$defs/{name}"
@@ -188,7 +194,18 @@ def _with_defs(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, 
 # Bounds a route enforces and names in its 422 (``/subject: at most 998 characters``): not repeated in
 # every tool's schema, where an agent never comes near most of them.
 _BOUNDS = frozenset(
-    {"maxLength", "minLength", "maxItems", "minItems", "maximum", "minimum", "maxProperties", "pattern"}
+    {
+        "maxLength",
+        "minLength",
+        "maxItems",
+        "minItems",
+        "maximum",
+        "minimum",
+        "maxProperties",
+        "pattern",
+        "propertyNames",
+        "uniqueItems",
+    }
 )
 
 
