@@ -98,6 +98,7 @@ async def test_settings_show_the_account_default_beside_the_override_and_keep_re
     assert (await capi.http.get("/v1/review-policy", headers=agent)).json() == {
         "policy": "allow_direct",
         "source": "account default",
+        "require_composition_token": False,
     }
     await page.get_by_label("This project's override").select_option("require_review")
     await page.get_by_role("button", name="Save this project's override").click()
