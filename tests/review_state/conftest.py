@@ -19,6 +19,7 @@ from review_state.clients import CategoryInfo, DiffResult, PoolSend, StackVersio
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
 from review_state.providers import AtData, EmlProvider, OutcomeUnknown, Refused
+from reviewloop.budget.v1 import budget_pb2
 from reviewloop.diff.v1.diff_pb2 import DiffCommitted
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested, ReviewOutcome
@@ -241,6 +242,8 @@ def _as_read(destination: str, event_type: str, payload: str) -> dict[str, Any]:
             return {"rule_requested": codec.as_json_object(codec.decode(payload, SaveRuleRequest))}
     if destination == "diff":
         return codec.as_json_object(codec.decode(payload, DiffCommitted))
+    if destination == "dispatch_budget":
+        return codec.as_json_object(codec.decode(payload, budget_pb2.SettlePoolSendRequest))
     if event_type == "humans_notified":
         return codec.as_json_object(codec.decode(payload, HumansNotified))
     nudge = codec.decode(payload, NudgeRequested)
