@@ -10,6 +10,7 @@ span (an idle relay or sweep polling) is not sampled, so an idle stack exports n
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -22,7 +23,7 @@ import orjson
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_ON,
@@ -71,6 +72,21 @@ class JsonLinesExporter(SpanExporter):
             os.close(self._fd)
 
 
+# In monolithic mode every part shares one process and one tracer provider (one resource): a span names
+# the part that made it in this attribute, set from ``current_part`` when it starts (``PartSpans``).
+PART = "reviewloop.part"
+current_part: contextvars.ContextVar[str | None] = contextvars.ContextVar("reviewloop_part", default=None)
+
+
+class PartSpans(SpanProcessor):
+    """Stamp each span with the part whose work it is (``current_part``), when one is set."""
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Set ``PART`` on a span started inside a part's context."""
+        if part := current_part.get():
+            span.set_attribute(PART, part)
+
+
 def span_record(span: ReadableSpan) -> dict[str, Any]:
     """The JSON-lines record of a finished span, as ``reviewloop traces`` reads it back.
 
@@ -84,7 +100,7 @@ def span_record(span: ReadableSpan) -> dict[str, Any]:
         "span_id": f"{ctx.span_id:016x}",
         "parent_span_id": f"{span.parent.span_id:016x}" if span.parent else None,
         "name": span.name,
-        "service": span.resource.attributes.get("service.name"),
+        "service": (span.attributes or {}).get(PART) or span.resource.attributes.get("service.name"),
         "kind": span.kind.name,
         "start_ns": span.start_time,
         "end_ns": span.end_time,
@@ -195,6 +211,7 @@ def setup(service: str, data_dir: Path, otlp_endpoint: str | None) -> TracerProv
     from reviewloop.metrics import TransitionCounter
 
     provider.add_span_processor(TransitionCounter())
+    provider.add_span_processor(PartSpans())
     trace.set_tracer_provider(provider)
     return provider
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib
 import logging
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from reviewloop import telemetry
 from reviewloop.config import ServiceConfig
 from reviewloop.service import RunningService, start
 
-from stack.topology import SERVICES
+from stack.topology import GATEWAY, SERVICES
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,14 @@ class Monolith:
             for name in SERVICES:
                 spec = _spec(name)
                 config = ServiceConfig.from_env(name, spec.all_peers(), self.env)
-                self.services.append(await start(spec, config))
+                # The server, relay and jobs start in a context naming the part: their spans say whose they are.
+                part = contextvars.copy_context()
+                part.run(telemetry.current_part.set, name)
+                self.services.append(await asyncio.create_task(start(spec, config), context=part))
             self.gateway = server(GatewaySettings.from_env(self.env), embedded=True)
-            self._gateway_task = asyncio.create_task(self.gateway.serve(), name="gateway")
+            part = contextvars.copy_context()
+            part.run(telemetry.current_part.set, GATEWAY)
+            self._gateway_task = asyncio.create_task(self.gateway.serve(), name="gateway", context=part)
             while not self.gateway.started:
                 if self._gateway_task.done():
                     await self._gateway_task

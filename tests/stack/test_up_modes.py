@@ -7,6 +7,7 @@ a directory only its user can enter, and a SIGTERM stops everything.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -117,6 +118,10 @@ def _up(tmp_path: Path, env: dict[str, str], *flags: str) -> None:
 
         up.send_signal(signal.SIGTERM)
         assert up.wait(30) == 0
+        # One process, but each span still names the part whose work it was (the tracer flushed on stop).
+        traces = Path(env["REVIEWLOOP_DATA_DIR"]) / "traces.jsonl"
+        parts = {json.loads(line)["service"] for line in traces.read_text().splitlines()}
+        assert {"gateway", "review_state", "nudge"} <= parts, parts
     finally:
         if up.poll() is None:
             up.kill()
