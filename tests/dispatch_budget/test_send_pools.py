@@ -150,3 +150,25 @@ def test_the_pool_is_the_senders_domain_and_budgets_parse_from_the_environment()
     assert parse_budgets("", "").default > 0  # a deployment always has a finite default
     with pytest.raises(ValueError, match="domain=N"):
         parse_budgets("", "a.example")
+
+
+async def test_a_refunded_receipt_is_spent_anew_by_the_reviews_next_release_once(open_db: OpenDb) -> None:
+    """A review agent's release held after its unit came back may release later: the same receipt
+    spends a new unit (refunded -> consumed), once, and only with room in the pool."""
+    db = await open_db(SPEC)
+    budgets = PoolBudgets(100, {"shared.example": 1})
+    first = await app.consume_pool_send(db, budgets, ORG_A, sender="a@shared.example", review_id="rr_1")
+    await app.settle_pool_send(db, budgets, ORG_A, review_id="rr_1", outcome=Outcome.NOT_SENT)
+    assert (
+        await app.consume_pool_send(db, budgets, ORG_B, sender="b@shared.example", review_id="rr_b")
+    ).allowed
+    full = await app.consume_pool_send(db, budgets, ORG_A, sender="a@shared.example", review_id="rr_1")
+    assert (full.allowed, full.used_today) == (False, 1)  # no room: still refunded, nothing taken
+    await app.settle_pool_send(db, budgets, ORG_B, review_id="rr_b", outcome=Outcome.NOT_SENT)
+    again = await asyncio.gather(
+        *(
+            app.consume_pool_send(db, budgets, ORG_A, sender="a@shared.example", review_id="rr_1")
+            for _ in range(4)
+        )
+    )
+    assert {(r.allowed, r.receipt_id, r.used_today) for r in again} == {(True, first.receipt_id, 1)}

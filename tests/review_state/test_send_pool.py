@@ -10,10 +10,11 @@ from dataclasses import replace
 import pytest
 from review_state import app
 from review_state.app import Env
+from review_state.domain.decision import Decision
 from review_state.domain.submission import Dial
 from reviewloop.errors import Code, DomainError
 
-from tests.review_state.conftest import ADMIN, AGENT, DRAFT, outbox, peers, provider
+from tests.review_state.conftest import ADMIN, AGENT, DRAFT, REVIEWER, outbox, peers, provider
 
 DIRECT = replace(DRAFT, intent=None)
 
@@ -71,3 +72,21 @@ async def test_a_release_the_daily_cap_holds_gives_its_pool_unit_back_in_the_sam
         (sent.id, "POOL_SEND_OUTCOME_SENT"),
         (held.id, "POOL_SEND_OUTCOME_NOT_SENT"),
     ]
+
+
+async def test_a_review_agents_release_spends_the_pool_and_a_held_one_spends_it_later(env: Env) -> None:
+    fake = peers(env)
+    fake.pool_budget = 0
+    _, review = await app.submit(
+        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+    )
+    held = await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
+    assert (held.kind, held.forced_by_breaker) == ("sent_to_human", "pool_budget")
+    assert held.review.gate_outcome == "held:pool_budget"
+    fake.pool_budget = 1
+    current = held.review
+    sent = await app.reviewer_decide(
+        env, REVIEWER, review.id, Decision("approve", current.revision, current.version)
+    )
+    assert (sent.kind, sent.review.send_path) == ("sent", "reviewer_approved")
+    assert await _settled(env) == [(review.id, "POOL_SEND_OUTCOME_SENT")]

@@ -60,7 +60,8 @@ def _review_id(review_id: str) -> str:
 async def consume_pool_send(
     db: Database, budgets: PoolBudgets, principal: Principal, *, sender: str, review_id: str
 ) -> PoolSend:
-    """Spend one unit of the sender's pool for today (UTC), with a receipt, once per review."""
+    """Spend one unit of the sender's pool for today (UTC), with a receipt, once per review (a refunded
+    receipt is spent anew by the review's next release)."""
     pool, review_id = sending_pool(sender), _review_id(review_id)
     budget = budgets.of(pool)
     project = principal.project_id
@@ -82,6 +83,14 @@ async def consume_pool_send(
             if not first:  # a retry: the receipt it already holds, nothing spent
                 prior = await store.pool_receipt_of(conn, project, review_id)
                 assert prior is not None
+                if prior.status is ReceiptStatus.REFUNDED and await store.respend_pool_receipt(
+                    conn, project, review_id, pool=pool, day=day, at=now
+                ):
+                    # A later release of a review whose earlier one gave its unit back spends anew.
+                    if not await store.take_pool_unit(conn, pool, day, budget):
+                        raise _OverBudget()
+                    used = await store.pool_used(conn, pool, day)
+                    return PoolSend(True, prior.receipt_id, pool, used, budget, ReceiptStatus.CONSUMED.value)
                 used = await store.pool_used(conn, prior.pool, prior.day)
                 allowed = prior.status is not ReceiptStatus.REFUNDED
                 return PoolSend(allowed, prior.receipt_id, prior.pool, used, budget, prior.status.value)

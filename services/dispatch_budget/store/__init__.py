@@ -53,6 +53,7 @@ from dispatch_budget.store.pool import (
     pool_days,
     pool_receipt_of,
     pool_used,
+    respend_pool_receipt,
     settle_pool_receipt,
     take_pool_unit,
 )
@@ -127,6 +128,7 @@ __all__ = [
     "record_launch_refusal",
     "remember_auto_send_spend",
     "renew_review_session",
+    "respend_pool_receipt",
     "review_config",
     "review_session",
     "reviews_in_flight",

@@ -103,6 +103,20 @@ async def settle_pool_receipt(
     return bool(moved.rowcount == 1)
 
 
+async def respend_pool_receipt(
+    conn: AsyncConnection, project_id: str, review_id: str, *, pool: str, day: date, at: datetime
+) -> bool:
+    """A refunded receipt spent again by a later release of the same review (a review agent's approval
+    after a held one): refunded -> consumed (compare-and-set), on today's counter of its pool."""
+    r = send_pool_receipts.c
+    moved = await conn.execute(
+        update(send_pool_receipts)
+        .where(r.project_id == project_id, r.review_id == review_id, r.status == ReceiptStatus.REFUNDED.value)
+        .values(status=ReceiptStatus.CONSUMED.value, pool=pool, day=day, consumed_at=at, settled_at=None)
+    )
+    return bool(moved.rowcount == 1)
+
+
 async def give_back_pool_unit(conn: AsyncConnection, pool: str, day: date) -> None:
     d = send_pool_days.c
     await conn.execute(

@@ -37,7 +37,7 @@ DIFF_COMMITTED = "diff_committed"
 BUDGET = "dispatch_budget"  # the shared sending pools' settlements of releases no human reviewed
 POOL_SEND_SETTLED = "pool_send_settled"
 # The send paths that spend a unit of the shared sending pool (the shared-pool auto-send governor).
-POOLED_PATHS = ("agent_direct", "graduated_auto")
+POOLED_PATHS = ("agent_direct", "graduated_auto", "reviewer_approved")
 SENT, NOT_SENT, UNKNOWN = (
     budget_pb2.POOL_SEND_OUTCOME_SENT,
     budget_pb2.POOL_SEND_OUTCOME_NOT_SENT,

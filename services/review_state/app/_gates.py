@@ -3,6 +3,7 @@ token's rule high-water, graduated auto-send, and the review-agent plane's circu
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -17,6 +18,8 @@ from review_state.domain.review import Review
 from review_state.domain.submission import GRADUATED, Dial, auto_send_hold, breaker
 
 QUOTA_WINDOW = timedelta(days=1)  # the outbound quota counts messages sent in the last 24 hours
+
+log = logging.getLogger(__name__)
 
 
 async def sending_facts(
@@ -157,3 +160,12 @@ async def deadline_minutes(env: Env, principal: Principal, category_id: str) -> 
         if error.code not in (Code.UNAVAILABLE, Code.NOT_FOUND):
             raise
         return 0
+
+
+async def refund_uncommitted(env: Env, principal: Principal, review_id: str) -> None:
+    """Give back a pool unit whose release never committed. Best effort: a lost refund leaves the pool
+    under-spent (fail closed), never over."""
+    try:
+        await env.peers.refund_pool_send(principal, review_id)
+    except Exception:
+        log.warning("could not refund the pool unit of uncommitted release %s", review_id, exc_info=True)

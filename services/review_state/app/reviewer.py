@@ -18,13 +18,14 @@ from reviewloop.tenancy import ActorKind, Principal
 from review_state import store
 from review_state.app import _events, _kernel
 from review_state.app._events import Facts
-from review_state.app._gates import reviewer_breaker, spend_cap
+from review_state.app._gates import refund_uncommitted, reviewer_breaker, spend_cap
 from review_state.app.delivery import Claim, deliver, record_attempt, send_columns
 from review_state.app.env import Env
 from review_state.app.preview import check_seen
 from review_state.clients import DiffResult
 from review_state.domain.decision import (
     FORCED_PAST_DEADLINE,
+    POOL_BUDGET,
     QUORUM_REQUIRED,
     REVIEW_DEADLINE_PASSED,
     Decision,
@@ -197,16 +198,25 @@ async def _decide(
             cap, quorum = dial.auto_send_cap_per_day, Quorum.of(dial)
             if hold is None and quorum.approvals > 1 and not quorum.review_agent_counts:
                 hold = QUORUM_REQUIRED
+    pooled = False
+    if receipt is not None and verb in (Verb.APPROVE, Verb.EDIT) and hold is None:
+        # A review agent's release is one no human reviewed: it spends the From domain's shared pool.
+        spent = await env.peers.consume_pool_send(principal, current.from_address, review_id)
+        pooled, hold = spent.allowed, None if spent.allowed else POOL_BUDGET
     try:
         review, held_by = await _apply_decision(
             env, principal, current, decision, verb, actor, hold, fields, idempotency_key, cap, quorum, stale
         )
-    except DomainError as error:
-        if receipt is not None and http_status(error.code) == 409:
+    except BaseException as error:
+        if pooled:
+            await refund_uncommitted(env, principal, review_id)
+        if isinstance(error, DomainError) and receipt is not None and http_status(error.code) == 409:
             # A concurrent writer won after admission: the round ends without a verdict. Any other
             # failure (a peer down) leaves the receipt open, so retrying this decision reattaches to it.
             await _settle_round(env, principal, receipt, no_verdict_reason="superseded")
         raise
+    if pooled and review.send_path != "reviewer_approved":  # held in its unit (the daily cap, a quorum)
+        await refund_uncommitted(env, principal, review_id)
     if receipt is not None:
         await _settle_round(env, principal, receipt, verdict="pass" if verb is Verb.APPROVE else "issues")
     return review, held_by

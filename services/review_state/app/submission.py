@@ -5,7 +5,6 @@ from")."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import asdict
 
 from reviewloop.errors import Code, DomainError, FieldViolation, invalid
@@ -21,6 +20,7 @@ from review_state.app._gates import (
     check_contacts,
     check_token,
     deadline_minutes,
+    refund_uncommitted,
     sending_facts,
     spend_cap,
 )
@@ -42,8 +42,6 @@ from review_state.domain.submission import (
     route_for,
     validate_draft,
 )
-
-log = logging.getLogger(__name__)
 
 
 async def submit(
@@ -215,10 +213,10 @@ async def submit(
         )
     except BaseException:
         if pooled:
-            await _refund_uncommitted(env, principal, review_id)
+            await refund_uncommitted(env, principal, review_id)
         raise
     if pooled and review.id != review_id:  # an Idempotency-Key twin committed first: ours never will
-        await _refund_uncommitted(env, principal, review_id)
+        await refund_uncommitted(env, principal, review_id)
     # A replay drives a delivery its first call left unfinished, claiming it as any worker does.
     review = await deliver(env, review, None if replayed or not claims else claims[-1])
     return _status(review), review
@@ -238,15 +236,6 @@ def pool_spent(spent: PoolSend) -> DomainError:
             ("retry_with", "submit_with_intent_for_review"),
         ),
     )
-
-
-async def _refund_uncommitted(env: Env, principal: Principal, review_id: str) -> None:
-    """Give back a pool unit whose release never committed. Best effort: a lost refund leaves the pool
-    under-spent (fail closed), never over."""
-    try:
-        await env.peers.refund_pool_send(principal, review_id)
-    except Exception:
-        log.warning("could not refund the pool unit of uncommitted release %s", review_id, exc_info=True)
 
 
 def token_required(kind: str) -> DomainError:

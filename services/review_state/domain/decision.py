@@ -96,6 +96,7 @@ def decision_changes(
 
 # Issue 19's breakers of the review-agent plane (``forced_by_breaker``).
 REVIEW_DEADLINE_PASSED = "review_deadline_passed"  # spec 000's second breaker (NOTES.md); no round spent
+POOL_BUDGET = "pool_budget"  # the From domain's shared pool spent its deployment-wide daily budget
 QUORUM_REQUIRED = "quorum_required"  # a quorum the review agent's approval does not count toward
 
 
