@@ -188,6 +188,7 @@ def _decision(request: review_pb2.DecideRequest) -> Decision:
         new_rule=new_rule,
         body_html=_optional(request, "body_html"),
         message_sha256=request.message_sha256,
+        override_held=request.override_held,
     )
 
 
@@ -350,6 +351,8 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
                     rule_high_water=review.rule_high_water,
                     required_high_water=stale.required_high_water if stale is not None else 0,
                     rule_snapshot_unnamed=review.rule_snapshot_unnamed,
+                    nudged_at=stamp(stale.nudged_at) if stale is not None and stale.nudged_at else None,
+                    rule_text=str(stale.rule.get("rule_text", "")) if stale is not None else "",
                 )
                 for review, stale in state.drafts
             ],

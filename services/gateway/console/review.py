@@ -74,6 +74,45 @@ async def category_names(request: Request, session: Session) -> dict[str, str]:
     return {c.id: c.name for c in reply.categories}
 
 
+async def held_by_rule(
+    request: Request, session: Session, category_ids: set[str]
+) -> dict[str, review_pb2.PacedDraft]:
+    """The drafts a rule holds (born_stale: composed under older rules, waiting for their agent to
+    re-apply them), by review id: one pacing read per category named, however long the queue."""
+    replies = await asyncio.gather(
+        *(
+            web.call(
+                web.backend(request).review.GetPacingState,
+                review_pb2.GetPacingStateRequest(principal=session.principal.to_proto(), category_id=c),
+                request,
+            )
+            for c in sorted(category_ids)
+        )
+    )
+    return {
+        d.review_id: d for reply in replies for d in reply.drafts if d.required_high_water > d.rule_high_water
+    }
+
+
+def _nudged(draft: review_pb2.PacedDraft) -> str:
+    """When the held draft's agent was nudged to re-apply the rules."""
+    if draft.HasField("nudged_at"):
+        stamp = draft.nudged_at.ToDatetime(tzinfo=UTC).isoformat().replace("+00:00", "Z")
+        return f"its agent was nudged {when(stamp)}"
+    return "its agent is not nudged yet (the backlog pacing nudges a few at a time)"
+
+
+def _held_panel(draft: review_pb2.PacedDraft) -> str:
+    rule = f" (the rule: “{h(draft.rule_text)}”)" if draft.rule_text else ""
+    return (
+        '<section id="held" class="warnings" aria-labelledby="held-h"><h2 id="held-h">Held by a rule</h2>'
+        f"<p>A rule saved after this draft was written holds it{rule}: it is waiting for its agent to "
+        f"re-apply the rules (composed under rule high-water {draft.rule_high_water}, needs "
+        f"{draft.required_high_water}); {_nudged(draft)}. You can still approve it as it stands: the "
+        "decision records that you overrode the hold.</p></section>"
+    )
+
+
 def _summary(review: dict[str, Any]) -> str:
     intent = review.get("intent") or {}
     return str(intent.get("summary") or review["subject"] or review["id"])
@@ -89,10 +128,21 @@ async def queue(request: Request) -> Response:
     category = request.query_params.get("category", "")
     states = [state] if state in _STATES else list(PENDING)
     reviews = list(reversed(await _list(request, session, states, category)))
-    names = await category_names(request, session)
-    open_by = await presence.by_review(request, session)
+    names, open_by, held = await asyncio.gather(
+        category_names(request, session),
+        presence.by_review(request, session),
+        held_by_rule(
+            request, session, {r.get("category_id") or "" for r in reviews if r["state"] in PENDING}
+        ),
+    )
     rows = []
     for review in reviews:
+        hold = held.get(review["id"])
+        badge = (
+            ' <span class="badge held" title="waiting for its agent to re-apply the rules">held by a rule</span>'
+            if hold is not None
+            else ""
+        )
         recipients = ", ".join([*review["to"], *review["cc"], *review["bcc"]])
         rows.append(
             f'<tr class="row" id="row-{h(review["id"])}">'
@@ -100,7 +150,7 @@ async def queue(request: Request) -> Response:
             f"<td>{h(names.get(review.get('category_id') or '', review.get('category_id') or '—'))}</td>"
             f"<td>{h(review['kind'])}</td>"
             f"<td>{h(recipients)}</td><td>{when(review['created_at'])}</td>"
-            f'<td class="state">{h(review["state"])}</td>'
+            f'<td class="state">{h(review["state"])}{badge}</td>'
             f'<td class="open-by">{h(", ".join(open_by.get(review["id"], [])))}</td></tr>'
         )
     state_options = "".join(
@@ -678,6 +728,18 @@ async def render_review(
     )
     actions = ""
     state = review["state"]
+    hold = None
+    if state in PENDING:
+        hold = (await held_by_rule(request, session, {review.get("category_id") or ""})).get(rid)
+    if hold is not None:
+        warning_panel = _held_panel(hold) + warning_panel
+    approve = f"""{button("approve", "Approve", name="action", value="approve")}
+  <span class="hint">Approves message sha256 <code>{h(preview.message_sha256[:16])}…</code> exactly as shown below.</span>"""
+    if hold is not None:
+        approve = f"""<p><input type="checkbox" id="override-held" name="override_held" value="yes" required>
+  <label for="override-held">I approve this draft as it stands, without its agent re-applying the rules</label></p>
+  {button("approve", "Approve as it stands", name="action", value="approve")}
+  <span class="hint">Approves message sha256 <code>{h(preview.message_sha256[:16])}…</code> exactly as shown below, overriding the hold.</span>"""
     if state == "needs_review":
         actions = f"""<form method="post" action="/console/reviews/{h(rid)}/open" class="actions">{_hidden(review, session)}
 {button("open", "Open for review")}<span>Pick this draft up before you decide.</span></form>"""
@@ -692,8 +754,7 @@ async def render_review(
         actions = f"""
 <form method="post" action="/console/reviews/{h(rid)}/decide" class="actions">{_hidden(review, session)}
   <input type="hidden" name="message_sha256" value="{h(preview.message_sha256)}">
-  {button("approve", "Approve", name="action", value="approve")}
-  <span class="hint">Approves message sha256 <code>{h(preview.message_sha256[:16])}…</code> exactly as shown below.</span>
+  {approve}
 </form>
 <details id="edit-panel"{" open" if typed_value("action") == "edit" else ""}><summary>Edit inline (a new version) <kbd aria-hidden="true">e</kbd></summary>
 <form method="post" action="/console/reviews/{h(rid)}/edit-preview">{_hidden(review, session)}
@@ -868,6 +929,8 @@ def _decision(session: Session, form: FormData, review_id: str) -> review_pb2.De
     )
     if action in ("approve", "edit"):
         message.message_sha256 = web.field(form, "message_sha256")
+    if action == "approve":
+        message.override_held = web.field(form, "override_held") == "yes"
     if action == "edit":
         edit = _edit_of(form)
         message.subject = edit["subject"] or ""

@@ -183,6 +183,7 @@ async def move(
     last: bool = False,
     finishing: dict[str, Any] | None = None,
     not_stale: bool = False,
+    override_held: bool = False,
     **changes: Any,
 ) -> Edge:
     """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
@@ -195,7 +196,8 @@ async def move(
     same 409 when the unit ends. ``finishing``: the delivery attempt it closes (``store.finish_params``);
     the move is a 409 stale if it was closed already. ``not_stale``: the caller read the draft as not
     held stale, so an approval's compare-and-set checks it still is not, instead of a statement of its
-    own taking the draft's stale row (``pacing.hold``)."""
+    own taking the draft's stale row (``pacing.hold``). ``override_held``: a human approves a draft a
+    rule holds as it stands (the human wins): no born_stale refusal, its stale row is released."""
     target = check_transition(
         review, verb, actor, parent_revision=parent_revision, expected_version=expected_version
     )
@@ -206,9 +208,11 @@ async def move(
     # A stale draft is not released before its redraft; an approval that leaves pending takes its
     # stale row here, in the statement that checks it, instead of reading it again in ``settle``.
     leaving = verb is Verb.APPROVE and review.state in PENDING and target not in PENDING
-    checks_stale = not_stale and leaving  # the CAS itself refuses a draft held stale since the read
+    checks_stale = not_stale and leaving and not override_held  # the CAS refuses a draft held since
     released = None
-    if verb is Verb.APPROVE and not checks_stale:
+    if verb is Verb.APPROVE and override_held:
+        released = await pacing.overridden(uow.conn, review.id, leaving=leaving)
+    elif verb is Verb.APPROVE and not checks_stale:
         released = await pacing.hold(uow.conn, review, leaving=leaving)
 
     async def stale() -> NoReturn:

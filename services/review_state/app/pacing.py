@@ -152,6 +152,12 @@ async def hold(conn: AsyncConnection, review: Review, *, leaving: bool) -> Stale
     return row
 
 
+async def overridden(conn: AsyncConnection, review_id: str, *, leaving: bool) -> StaleDraft | None:
+    """A human approves a held draft as it stands (``override_held``): no ``409 born_stale``; an
+    approval ``leaving`` pending still takes its stale row (returned for ``free``)."""
+    return await paced.take(conn, review_id) if leaving else None
+
+
 async def sweep(env: Env) -> int:
     """Refill every window with stale drafts still owed a nudge, with the project's pacing values read
     fresh from the rules context (a project whose values cannot be read keeps the last ones). Returns how

@@ -313,6 +313,8 @@ async def _apply_decision(
     the draft as held stale (when it did not, the decision's compare-and-set checks it still is not)."""
     quorum = quorum or Quorum()
     review_id = current.id
+    # A human approving a held draft as it stands, having confirmed it: recorded on the decision turn.
+    override = decision.override_held and actor is Actor.HUMAN and verb is Verb.APPROVE and stale
     edited: dict[str, Any] | None = None
     diff: DiffResult | None = None
     if verb is Verb.EDIT and hold is None:
@@ -366,10 +368,11 @@ async def _apply_decision(
             if_approved={k: send[k] for k in ("send_path", "rfc_message_id")},
             last=True,
             not_stale=not stale,
+            override_held=override,
             turn=_kernel.turn(
                 principal,
                 "decision",
-                decision.feedback,
+                _override_note(decision.feedback) if override else decision.feedback,
                 action=decision.action,
                 changed=changed(edited, before),
                 diff_json=orjson.loads(diff.diff_json) if diff is not None and diff.diff_json else None,
@@ -399,6 +402,14 @@ async def _apply_decision(
     )
     # A replay drives a delivery left unfinished, claiming it as any worker does.
     return await deliver(env, review, None if replayed or not claims else claims[-1]), held_by
+
+
+OVERRIDE_NOTE = "Approved as it stands, overriding the rule hold (its agent had not re-applied the rules)."
+
+
+def _override_note(feedback: str) -> str:
+    """The decision turn's body for a human's override of a rule hold, with what the human said."""
+    return f"{OVERRIDE_NOTE} {feedback}".strip()
 
 
 def _check_panel(members: list[str], actor_id: str, size: int) -> None:

@@ -29,6 +29,8 @@ class Decision:
     body_html: str | None = None
     # The approval digest of the message the decider saw ("" names none): checked for approve and edit.
     message_sha256: str = ""
+    # A human approves a draft a rule holds (born_stale) as it stands; recorded on the decision turn.
+    override_held: bool = False
 
     def verb(self) -> Verb:
         """The table's verb for this decision, or ``bad_request`` naming the field at fault."""
