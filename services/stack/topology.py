@@ -9,7 +9,9 @@ its HTTP port).
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,7 +71,10 @@ def socket_dir(env: Mapping[str, str] = os.environ) -> Path:
     """
     where = data_dir(env).resolve() / "sockets"
     if len(str(where / "dispatch_budget.sock")) > _UNIX_PATH_MAX:
-        return Path(tempfile.mkdtemp(prefix="reviewloop-"))  # mode 0700
+        private = Path(tempfile.mkdtemp(prefix="reviewloop-"))  # mode 0700
+        # Removed when the process that made it (``reviewloop up``) exits, after its parts stopped.
+        atexit.register(shutil.rmtree, private, True)
+        return private
     where.mkdir(mode=0o700, parents=True, exist_ok=True)
     where.chmod(0o700)
     return where
