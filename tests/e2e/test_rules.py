@@ -135,8 +135,9 @@ async def test_shapes_match_the_spec_examples_exactly(api: Api) -> None:
         "categories": [
             {
                 "category_id": category["id"],
+                # every override field, a value or null (the SDK's CategoryRiskDial)
+                **dict.fromkeys(DIAL_KEYS),
                 "min_confidence": 0.85,
-                "first_contact_gate": None,
                 "effective": {
                     "min_confidence": 0.85,
                     "first_contact_gate": True,
