@@ -8,7 +8,7 @@ import base64
 import difflib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -121,38 +121,78 @@ def _summary(review: dict[str, Any]) -> str:
 # --- the queue ------------------------------------------------------------------------------------
 
 
+SPLITS = {
+    "": "All pending",
+    "needs_review": "Needs review",
+    "in_review": "Being reviewed",
+    "held": "Held by a rule",
+}
+BATCH_MAX = 50
+CURRENT = ' aria-current="page"'
+
+
+def _split_of(review: dict[str, Any], held: Mapping[str, Any]) -> set[str]:
+    """The splits a pending draft belongs to."""
+    out = {"", "held" if review["id"] in held else review["state"]}
+    if review["state"] == "chatting":
+        out.add("in_review")
+    return out
+
+
 @router.get("/queue")
 async def queue(request: Request) -> Response:
     session = await web.reader(request)
     state = request.query_params.get("state", "")
     category = request.query_params.get("category", "")
+    split = request.query_params.get("split", "")
+    split = split if split in SPLITS and state not in _STATES else ""
     states = [state] if state in _STATES else list(PENDING)
-    reviews = list(reversed(await _list(request, session, states, category)))
-    names, open_by, held = await asyncio.gather(
+    listed = list(reversed(await _list(request, session, states, category)))
+    names, open_by, held, who = await asyncio.gather(
         category_names(request, session),
         presence.by_review(request, session),
-        held_by_rule(
-            request, session, {r.get("category_id") or "" for r in reviews if r["state"] in PENDING}
-        ),
+        held_by_rule(request, session, {r.get("category_id") or "" for r in listed if r["state"] in PENDING}),
+        web.actors(request, session),
     )
+    counts = {name: 0 for name in SPLITS}
+    for review in listed:
+        if review["state"] in PENDING:
+            for name in _split_of(review, held):
+                counts[name] = counts.get(name, 0) + 1
+    reviews = [r for r in listed if split in _split_of(r, held)] if split else listed
     rows = []
     for review in reviews:
-        hold = held.get(review["id"])
-        badge = (
-            ' <span class="badge held" title="waiting for its agent to re-apply the rules">held by a rule</span>'
-            if hold is not None
-            else ""
-        )
+        rid = review["id"]
+        badges = ""
+        if rid in held:
+            badges += ' <span class="badge held" title="waiting for its agent to re-apply the rules">held by a rule</span>'
+        found = warnings(review)
+        if found:
+            badges += f' <span class="badge warn">{len(found)} warning{"" if len(found) == 1 else "s"}</span>'
+        pick = ""
+        if review["state"] in PENDING:
+            pick = (
+                f'<input type="checkbox" form="batch" name="pick" id="pick-{h(rid)}" '
+                f'value="{h(rid)}:{review["revision"]}:{review["version"]}" '
+                f'aria-label="Select {h(_summary(review))}">'
+            )
         recipients = ", ".join([*review["to"], *review["cc"], *review["bcc"]])
         rows.append(
-            f'<tr class="row" id="row-{h(review["id"])}">'
-            f'<td><a class="summary" href="/console/reviews/{h(review["id"])}">{h(_summary(review))}</a></td>'
+            f'<tr class="row" id="row-{h(rid)}"><td>{pick}</td>'
+            f'<td><a class="summary" href="/console/reviews/{h(rid)}">{h(_summary(review))}</a></td>'
+            f'<td class="agent">{h(who.name(review.get("agent_id") or ""))}</td>'
             f"<td>{h(names.get(review.get('category_id') or '', review.get('category_id') or '—'))}</td>"
             f"<td>{h(review['kind'])}</td>"
             f"<td>{h(recipients)}</td><td>{when(review['created_at'])}</td>"
-            f'<td class="state">{h(review["state"])}{badge}</td>'
-            f'<td class="open-by">{h(", ".join(open_by.get(review["id"], [])))}</td></tr>'
+            f'<td class="state">{h(review["state"])}{badges}</td>'
+            f'<td class="open-by">{h(", ".join(open_by.get(rid, [])))}</td></tr>'
         )
+    tabs = "".join(
+        f'<a href="/console/queue?{urlencode({"split": name, "category": category})}"'
+        f'{CURRENT if name == split and state not in _STATES else ""} data-split="{h(name or "all")}">'
+        f"{h(label)} ({counts.get(name, 0)})</a>"
+        for name, label in SPLITS.items()
+    )
     state_options = "".join(
         f'<option value="{h(s)}"{" selected" if s == state else ""}>{h(s or "pending (default)")}</option>'
         for s in ["", *_STATES]
@@ -162,10 +202,22 @@ async def queue(request: Request) -> Response:
         for c in ["", *sorted(names, key=names.__getitem__)]
     )
     since = max(
-        (r["updated_at"] for r in reviews), default=datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        (r["updated_at"] for r in listed), default=datetime.now(UTC).isoformat().replace("+00:00", "Z")
     )
     live = "/console/events?" + urlencode({"since": since, "state": state, "category": category})
+    batch = ""
+    if any(r["state"] in PENDING for r in reviews):
+        batch = f"""<form method="post" action="/console/batch" id="batch" class="actions">{csrf_field(session)}
+  <fieldset><legend>Decide the selected drafts</legend>
+  <p><input type="radio" id="batch-approve" name="action" value="approve" checked><label for="batch-approve">Approve</label>
+  <input type="radio" id="batch-reject" name="action" value="reject"><label for="batch-reject">Reject</label></p>
+  <label for="batch-reason">Reason for a reject (the agent of each draft gets it verbatim)</label>
+  <textarea id="batch-reason" name="feedback"></textarea>
+  <p><button type="submit">Decide selected</button>
+  <span class="hint">Each draft is decided on its own, on the version shown here. A draft with warnings or held by a rule is not approved in a batch: open it.</span></p>
+  </fieldset></form>"""
     body = f"""
+<nav aria-label="Queue splits" class="actions splits">{tabs}</nav>
 <form method="get" action="/console/queue" class="filters">
   <label for="f-state">State</label><select id="f-state" name="state">{state_options}</select>
   <label for="f-category">Category</label><select id="f-category" name="category">{category_options}</select>
@@ -175,17 +227,105 @@ async def queue(request: Request) -> Response:
 {
         table(
             f"{len(reviews)} draft{'' if len(reviews) == 1 else 's'}, oldest first",
-            ["Intent", "Category", "Kind", "Recipients", "Age", "State", "Open by"],
+            ["Select", "Intent", "Agent", "Category", "Kind", "Recipients", "Age", "State", "Open by"],
             rows,
             empty=_nothing_listed(state if state in _STATES else "", names.get(category, category)),
             live=live,
         )
     }
+{batch}
 <p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>
 {await _auto_notified(request, session, names, category)}"""
     return page(
         "Review queue", body, session=session, active="queue", announce=await _announcement(request, session)
     )
+
+
+@router.post("/batch")
+async def batch(request: Request) -> Response:
+    """Decide the drafts selected in the queue, each on its own compare-and-set (the revision and version
+    the queue showed), each with its own result line. A batch approves no draft whose warnings the queue
+    did not show in full, nor one a rule holds: those are refused with a line saying to open them."""
+    session, form = await web.writer(request)
+    action = web.field(form, "action")
+    reason = web.field(form, "feedback").strip()
+    picks = [str(v) for v in form.getlist("pick")][:BATCH_MAX]
+    lines: list[str] = []
+    if action not in ("approve", "reject"):
+        lines.append("Nothing was done: pick approve or reject.")
+    elif action == "reject" and not reason:
+        lines.append("Nothing was done: a reject needs a reason, which the agent of each draft gets.")
+    elif not picks:
+        lines.append("Nothing was done: select at least one draft.")
+    else:
+        pending = {r["id"]: r for r in await _list(request, session, list(PENDING))}
+        held = await held_by_rule(
+            request,
+            session,
+            {r.get("category_id") or "" for r in pending.values()} if action == "approve" else set(),
+        )
+        for pick in picks:
+            lines.append(await _batch_one(request, session, pick, action, reason, pending, held))
+    items = "".join(f"<li>{h(line)}</li>" for line in lines)
+    body = f"""<p class="lede">Each selected draft was decided on its own.</p>
+<ul id="batch-results">{items}</ul>
+<p><a href="/console/queue">Back to the queue</a></p>"""
+    return page("Batch decision", body, session=session, active="queue", announce=f"{len(lines)} results")
+
+
+async def _batch_one(
+    request: Request,
+    session: Session,
+    pick: str,
+    action: str,
+    reason: str,
+    pending: Mapping[str, dict[str, Any]],
+    held: Mapping[str, Any],
+) -> str:
+    """One draft of a batch: its own compare-and-set on what the queue showed, and its result line."""
+    rid, _, seen = pick.partition(":")
+    revision_s, _, version_s = seen.partition(":")
+    review = pending.get(rid)
+    if review is None or not revision_s.isdigit() or not version_s.isdigit():
+        return f"{rid}: not decided: it is no longer pending."
+    name = f"“{_summary(review)}” ({rid})"
+    if action == "approve":
+        found = warnings(review)
+        if found:
+            return (
+                f"{name}: not approved: it has {len(found)} warning{'' if len(found) == 1 else 's'} a batch "
+                "does not show. Open it to read them and decide."
+            )
+        if rid in held:
+            return f"{name}: not approved: a rule holds it. Open it to approve it as it stands."
+    revision, version = int(revision_s), int(version_s)
+    backend = web.backend(request).review
+    try:
+        if review["state"] == "needs_review":  # picked up first, on the version the queue showed
+            opened = await web.call(
+                backend.Open,
+                review_pb2.OpenRequest(
+                    principal=session.principal.to_proto(), review_id=rid, revision=revision, version=version
+                ),
+                request,
+            )
+            revision, version = opened.revision, opened.version
+        await web.call(
+            backend.Decide,
+            review_pb2.DecideRequest(
+                principal=session.principal.to_proto(),
+                review_id=rid,
+                action=action,
+                revision=revision,
+                version=version,
+                feedback=reason if action == "reject" else "",
+                idempotency_key=web.idempotency_key(),
+            ),
+            request,
+        )
+    except web.REFUSALS as exc:
+        return f"{name}: not {PAST[action].lower()}: {web.as_domain(exc).detail}"
+    return f"{name}: {PAST[action].lower()}."
 
 
 def _nothing_listed(state: str, category: str) -> str:
