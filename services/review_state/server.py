@@ -289,6 +289,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             "humans_notified": request.humans_notified,
             "inbox": request.inbox,
             "thread_id": request.thread_id,
+            "parked": request.parked,
         }
         (reviews, next_cursor), total = await asyncio.gather(
             app.list_reviews(self.env, principal, cursor=request.cursor, limit=request.limit, **filters),

@@ -9,7 +9,8 @@ from typing import Any
 from playwright.async_api import expect
 
 from tests.conftest import Api
-from tests.console.test_console import _project, axe_clean, review, sign_in, submit
+from tests.console.conftest import Relay
+from tests.console.test_console import _approve_by_api, _project, axe_clean, review, sign_in, submit
 
 
 async def test_splits_and_a_batch_each_with_its_own_result(capi: Api, new_page: Any) -> None:
@@ -57,3 +58,25 @@ async def test_splits_and_a_batch_each_with_its_own_result(capi: Api, new_page: 
     await expect(results.nth(0)).to_contain_text(f"({hidden}): rejected.")
     await expect(results.nth(1)).to_contain_text(f"({other}): rejected.")
     assert (await review(capi, p["agent"], other))["state"] == "rejected"
+
+
+async def test_parked_sends_are_a_split_with_a_count(capi: Api, new_page: Any, relay: Relay) -> None:
+    """A send parked for reconciliation (the relay drops after DATA) is its own split of the queue."""
+    p = await _project(capi)
+    rid = await submit(capi, p["agent"], subject="parked")
+    waiting = await submit(capi, p["agent"], subject="waiting")
+    relay.drop_after_data = True
+    try:
+        assert (await _approve_by_api(capi, p["human"], rid))["state"] == "approved"
+    finally:
+        relay.drop_after_data = False
+    page = await new_page()
+    await sign_in(page, p["human"])
+    split = page.locator('[data-split="parked"]')
+    await expect(split).to_have_text("Parked sends (1)")
+    await expect(page.locator(f"#row-{rid}")).to_have_count(0)
+    await split.click()
+    await expect(page.locator(f"#row-{rid}")).to_contain_text("approved")
+    await expect(page.locator(f"#row-{waiting}")).to_have_count(0)
+    await expect(page.locator('.splits [aria-current="page"]')).to_have_text("Parked sends (1)")
+    await axe_clean(page, "queue-parked")

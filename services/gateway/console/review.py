@@ -126,6 +126,7 @@ SPLITS = {
     "needs_review": "Needs review",
     "in_review": "Being reviewed",
     "held": "Held by a rule",
+    "parked": "Parked sends",
 }
 BATCH_MAX = 50
 CURRENT = ' aria-current="page"'
@@ -147,7 +148,20 @@ async def queue(request: Request) -> Response:
     split = request.query_params.get("split", "")
     split = split if split in SPLITS and state not in _STATES else ""
     states = [state] if state in _STATES else list(PENDING)
-    listed = list(reversed(await _list(request, session, states, category)))
+    listing, parked = await asyncio.gather(
+        _list(request, session, states, category),
+        web.call(  # the parked sends: their count, and the split's rows when it is the one shown
+            web.backend(request).review.ListReviews,
+            review_pb2.ListReviewsRequest(
+                principal=session.principal.to_proto(),
+                category_id=category,
+                parked=True,
+                limit=200 if split == "parked" else 1,
+            ),
+            request,
+        ),
+    )
+    listed = list(reversed(listing))
     names, open_by, held, who = await asyncio.gather(
         category_names(request, session),
         presence.by_review(request, session),
@@ -159,7 +173,10 @@ async def queue(request: Request) -> Response:
         if review["state"] in PENDING:
             for name in _split_of(review, held):
                 counts[name] = counts.get(name, 0) + 1
+    counts["parked"] = parked.total
     reviews = [r for r in listed if split in _split_of(r, held)] if split else listed
+    if split == "parked":
+        reviews = [as_review(r) for r in reversed(parked.reviews)]
     rows = []
     for review in reviews:
         rid = review["id"]

@@ -59,6 +59,7 @@ async def list_reviews(
     humans_notified: bool = False,
     inbox: str = "",
     thread_id: str = "",
+    parked: bool = False,
 ) -> tuple[list[Review], str]:
     if limit < 0 or limit > LIST_LIMIT_MAX:
         raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
@@ -77,6 +78,7 @@ async def list_reviews(
             humans_notified=humans_notified,
             inbox=inbox,
             thread_id=thread_id,
+            parked=parked,
             before_id=cursor,
             limit=limit + 1,
         )
@@ -94,6 +96,7 @@ async def count_reviews(
     humans_notified: bool = False,
     inbox: str = "",
     thread_id: str = "",
+    parked: bool = False,
 ) -> int:
     """Every review ``list_reviews`` pages through with these filters (the SDK's ``Page.total``)."""
     async with env.db.single_statement.connect() as conn:
@@ -106,6 +109,7 @@ async def count_reviews(
             humans_notified=humans_notified,
             inbox=inbox,
             thread_id=thread_id,
+            parked=parked,
         )
 
 

@@ -155,10 +155,11 @@ async def list_reviews(
     humans_notified: bool = False,
     inbox: str = "",
     thread_id: str = "",
+    parked: bool = False,
 ) -> list[Review]:
     """Newest first; ``before_id`` is the keyset cursor (ids sort by creation time)."""
     query = _matching(
-        select(reviews), project_id, states, agent_id, category_id, humans_notified, inbox, thread_id
+        select(reviews), project_id, states, agent_id, category_id, humans_notified, inbox, thread_id, parked
     )
     if before_id:
         query = query.where(reviews.c.id < before_id)
@@ -176,6 +177,7 @@ async def count_reviews(
     humans_notified: bool = False,
     inbox: str = "",
     thread_id: str = "",
+    parked: bool = False,
 ) -> int:
     """How many reviews ``list_reviews`` pages through with these filters (every page)."""
     query = _matching(
@@ -187,6 +189,7 @@ async def count_reviews(
         humans_notified,
         inbox,
         thread_id,
+        parked,
     )
     return int(await conn.scalar(query) or 0)
 
@@ -200,8 +203,16 @@ def _matching(
     humans_notified: bool,
     inbox: str,
     thread_id: str,
+    parked: bool = False,
 ) -> Select[Any]:
     query = query.where(reviews.c.project_id == project_id)
+    if parked:  # its delivery parked for reconciliation (the attempts store's PARKED stage)
+        waiting = select(delivery_attempts.c.review_id).where(
+            delivery_attempts.c.review_id == reviews.c.id,
+            delivery_attempts.c.status == "in_flight",
+            delivery_attempts.c.stage == "parked",
+        )
+        query = query.where(waiting.exists())
     if humans_notified:
         notified = select(turns.c.id).where(
             turns.c.review_id == reviews.c.id, turns.c.turn_type == HUMANS_NOTIFIED
