@@ -290,6 +290,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             "inbox": request.inbox,
             "thread_id": request.thread_id,
             "parked": request.parked,
+            "escalated": request.escalated,
         }
         (reviews, next_cursor), total = await asyncio.gather(
             app.list_reviews(self.env, principal, cursor=request.cursor, limit=request.limit, **filters),

@@ -70,6 +70,7 @@ async def test_parked_sends_are_a_split_with_a_count(capi: Api, new_page: Any, r
         assert (await _approve_by_api(capi, p["human"], rid))["state"] == "approved"
     finally:
         relay.drop_after_data = False
+    assert (await review(capi, p["agent"], rid))["delivery"]["status"] == "send_needs_reconciliation"
     page = await new_page()
     await sign_in(page, p["human"])
     split = page.locator('[data-split="parked"]')
@@ -80,3 +81,30 @@ async def test_parked_sends_are_a_split_with_a_count(capi: Api, new_page: Any, r
     await expect(page.locator(f"#row-{waiting}")).to_have_count(0)
     await expect(page.locator('.splits [aria-current="page"]')).to_have_text("Parked sends (1)")
     await axe_clean(page, "queue-parked")
+
+
+async def test_escalated_drafts_are_a_split_with_a_count(capi: Api, new_page: Any) -> None:
+    """Escalate returns a draft to needs_review; the queue keeps it apart, badged and counted."""
+    p = await _project(capi)
+    rid = await submit(capi, p["agent"], subject="escalated")
+    plain = await submit(capi, p["agent"], subject="plain")
+    human = capi.auth(p["human"])
+    opened = await capi.http.post(
+        f"/v1/reviews/{rid}/open", json={"revision": 1, "version": 1}, headers=human
+    )
+    assert opened.status_code == 200, opened.text
+    escalated = await capi.http.post(
+        f"/v1/reviews/{rid}/decision",
+        json={"action": "escalate", "revision": 1, "version": opened.json()["version"], "feedback": "legal"},
+        headers=human,
+    )
+    assert escalated.status_code == 200, escalated.text
+    page = await new_page()
+    await sign_in(page, p["human"])
+    split = page.locator('[data-split="escalated"]')
+    await expect(split).to_have_text("Escalated (1)")
+    await expect(page.locator(f"#row-{rid} .badge.escalated")).to_have_text("escalated")
+    await split.click()
+    await expect(page.locator(f"#row-{rid}")).to_be_visible()
+    await expect(page.locator(f"#row-{plain}")).to_have_count(0)
+    await axe_clean(page, "queue-escalated")

@@ -125,6 +125,7 @@ SPLITS = {
     "": "All pending",
     "needs_review": "Needs review",
     "in_review": "Being reviewed",
+    "escalated": "Escalated",
     "held": "Held by a rule",
     "parked": "Parked sends",
 }
@@ -148,8 +149,19 @@ async def queue(request: Request) -> Response:
     split = request.query_params.get("split", "")
     split = split if split in SPLITS and state not in _STATES else ""
     states = [state] if state in _STATES else list(PENDING)
-    listing, parked = await asyncio.gather(
+    listing, escalated_reply, parked = await asyncio.gather(
         _list(request, session, states, category),
+        web.call(  # the escalated pending drafts: their ids (a split and a badge) and count
+            web.backend(request).review.ListReviews,
+            review_pb2.ListReviewsRequest(
+                principal=session.principal.to_proto(),
+                states=[_STATES[s] for s in PENDING],
+                category_id=category,
+                escalated=True,
+                limit=200,
+            ),
+            request,
+        ),
         web.call(  # the parked sends: their count, and the split's rows when it is the one shown
             web.backend(request).review.ListReviews,
             review_pb2.ListReviewsRequest(
@@ -162,6 +174,7 @@ async def queue(request: Request) -> Response:
         ),
     )
     listed = list(reversed(listing))
+    escalated = {r.id for r in escalated_reply.reviews}
     names, open_by, held, who = await asyncio.gather(
         category_names(request, session),
         presence.by_review(request, session),
@@ -173,8 +186,12 @@ async def queue(request: Request) -> Response:
         if review["state"] in PENDING:
             for name in _split_of(review, held):
                 counts[name] = counts.get(name, 0) + 1
+            if review["id"] in escalated:
+                counts["escalated"] += 1
     counts["parked"] = parked.total
     reviews = [r for r in listed if split in _split_of(r, held)] if split else listed
+    if split == "escalated":
+        reviews = [r for r in listed if r["id"] in escalated]
     if split == "parked":
         reviews = [as_review(r) for r in reversed(parked.reviews)]
     rows = []
@@ -183,6 +200,8 @@ async def queue(request: Request) -> Response:
         badges = ""
         if rid in held:
             badges += ' <span class="badge held" title="waiting for its agent to re-apply the rules">held by a rule</span>'
+        if rid in escalated:
+            badges += ' <span class="badge escalated">escalated</span>'
         found = warnings(review)
         if found:
             badges += f' <span class="badge warn">{len(found)} warning{"" if len(found) == 1 else "s"}</span>'

@@ -60,6 +60,7 @@ async def list_reviews(
     inbox: str = "",
     thread_id: str = "",
     parked: bool = False,
+    escalated: bool = False,
 ) -> tuple[list[Review], str]:
     if limit < 0 or limit > LIST_LIMIT_MAX:
         raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
@@ -79,6 +80,7 @@ async def list_reviews(
             inbox=inbox,
             thread_id=thread_id,
             parked=parked,
+            escalated=escalated,
             before_id=cursor,
             limit=limit + 1,
         )
@@ -97,6 +99,7 @@ async def count_reviews(
     inbox: str = "",
     thread_id: str = "",
     parked: bool = False,
+    escalated: bool = False,
 ) -> int:
     """Every review ``list_reviews`` pages through with these filters (the SDK's ``Page.total``)."""
     async with env.db.single_statement.connect() as conn:
@@ -110,6 +113,7 @@ async def count_reviews(
             inbox=inbox,
             thread_id=thread_id,
             parked=parked,
+            escalated=escalated,
         )
 
 

@@ -156,10 +156,20 @@ async def list_reviews(
     inbox: str = "",
     thread_id: str = "",
     parked: bool = False,
+    escalated: bool = False,
 ) -> list[Review]:
     """Newest first; ``before_id`` is the keyset cursor (ids sort by creation time)."""
     query = _matching(
-        select(reviews), project_id, states, agent_id, category_id, humans_notified, inbox, thread_id, parked
+        select(reviews),
+        project_id,
+        states,
+        agent_id,
+        category_id,
+        humans_notified,
+        inbox,
+        thread_id,
+        parked,
+        escalated,
     )
     if before_id:
         query = query.where(reviews.c.id < before_id)
@@ -178,6 +188,7 @@ async def count_reviews(
     inbox: str = "",
     thread_id: str = "",
     parked: bool = False,
+    escalated: bool = False,
 ) -> int:
     """How many reviews ``list_reviews`` pages through with these filters (every page)."""
     query = _matching(
@@ -190,6 +201,7 @@ async def count_reviews(
         inbox,
         thread_id,
         parked,
+        escalated,
     )
     return int(await conn.scalar(query) or 0)
 
@@ -204,6 +216,7 @@ def _matching(
     inbox: str,
     thread_id: str,
     parked: bool = False,
+    escalated: bool = False,
 ) -> Select[Any]:
     query = query.where(reviews.c.project_id == project_id)
     if parked:  # its delivery parked for reconciliation (the attempts store's PARKED stage)
@@ -213,6 +226,14 @@ def _matching(
             delivery_attempts.c.stage == "parked",
         )
         query = query.where(waiting.exists())
+    if escalated:  # a human escalated its current revision
+        escalation = select(turns.c.id).where(
+            turns.c.review_id == reviews.c.id,
+            turns.c.turn_type == "decision",
+            turns.c.action == "escalate",
+            turns.c.revision == reviews.c.revision,
+        )
+        query = query.where(escalation.exists())
     if humans_notified:
         notified = select(turns.c.id).where(
             turns.c.review_id == reviews.c.id, turns.c.turn_type == HUMANS_NOTIFIED
