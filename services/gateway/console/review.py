@@ -775,10 +775,12 @@ def _history(request: Request, review: dict[str, Any], revisions: dict[int, dict
     )
 
 
-async def _reach(request: Request, session: Session, review: dict[str, Any]) -> dict[str, int]:
-    """How many of the project's pending drafts a rule saved in each scope will reach (house style reaches
-    these and every other project's of the org)."""
-    pending = await _list(request, session, ["needs_review", "in_review", "chatting", "rejected"])
+REACHED = [*PENDING, "rejected"]  # the drafts a rule saved now reaches
+
+
+def _reach(review: dict[str, Any], pending: list[dict[str, Any]]) -> dict[str, int]:
+    """How many of the project's pending drafts (``REACHED``) a rule saved in each scope will reach (house
+    style reaches these and every other project's of the org)."""
     category, agent = review.get("category_id"), review.get("agent_id")
     return {
         "house": len(pending),
@@ -870,8 +872,9 @@ async def render_review(
         if typed
         else (lambda name, default="": default)
     )
-    queue = await pending_oldest_first(request, session)
-    ids = [r["id"] for r in queue]
+    # One listing serves previous/next and the rule's reach (not the pending queue twice).
+    reached = await _list(request, session, REACHED)
+    ids = [r["id"] for r in reversed(reached) if r["state"] in PENDING]
     names = await category_names(request, session)
     category_name = names.get(review.get("category_id") or "", review.get("category_id") or "no category")
     nav = []
@@ -924,7 +927,7 @@ async def render_review(
             review,
             session,
             category_name,
-            await _reach(request, session, review),
+            _reach(review, reached),
             typed_value("rule_scope", "general"),
         )
         actions = f"""
