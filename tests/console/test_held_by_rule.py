@@ -26,6 +26,10 @@ async def test_a_held_draft_is_marked_and_approved_as_it_stands(capi: Api, new_p
     await page.get_by_text("Edit inline").click()
     await page.get_by_label("Body").fill("Would Thursday at 2pm work for a 20-minute call?")
     await page.get_by_label("Rule the agent applies next time").fill("Offer a time, never ask for one.")
+    # Said before the rule is saved: what it does to the other drafts it reaches.
+    await expect(page.locator("#rule-holds")).to_contain_text(
+        "they wait for their agent to re-apply the rules"
+    )
     await save_edit(page)
     await expect(page.locator("#live")).to_have_text(outcome("Edited and approved", first))
 

@@ -953,6 +953,7 @@ async def render_review(
     <div role="radiogroup" aria-labelledby="rule-scope-label">
     {scopes}
     </div>
+    <p id="rule-holds" class="hint">Saving the rule holds the other pending drafts in its reach: they wait for their agent to re-apply the rules (the queue marks them "held by a rule"), and a reviewer can still approve one as it stands, which its decision records.</p>
     <input type="hidden" name="rule_agent" value="{h(review.get("agent_id") or "")}">
   </fieldset>
   <p>{button("preview-edit", "Preview edit", name="action", value="edit")}
