@@ -51,6 +51,14 @@ async def test_a_held_draft_is_marked_and_approved_as_it_stands(capi: Api, new_p
     await expect(panel).to_contain_text("waiting for its agent to re-apply the rules")
     await expect(panel).to_contain_text("Offer a time, never ask for one.")
     await axe_clean(page, "review-held")
+    # Held for real: an approve that does not override it is refused born_stale.
+    now = await review(capi, p["human"], held)
+    plain = await capi.http.post(
+        f"/v1/reviews/{held}/decision",
+        json={"action": "approve", "revision": now["revision"], "version": now["version"]},
+        headers=capi.auth(p["human"]),
+    )
+    assert (plain.status_code, plain.json()["code"]) == (409, "born_stale"), plain.text
     approve = page.get_by_role("button", name="Approve as it stands")
     await approve.click()  # unconfirmed: the browser keeps the form (the checkbox is required)
     assert (await review(capi, p["agent"], held))["state"] == "in_review"
