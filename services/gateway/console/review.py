@@ -245,8 +245,8 @@ async def queue(request: Request) -> Response:
     if any(r["state"] in PENDING for r in reviews):
         batch = f"""<form method="post" action="/console/batch" id="batch" class="actions">{csrf_field(session)}
   <fieldset><legend>Decide the selected drafts</legend>
-  <p><input type="radio" id="batch-approve" name="action" value="approve" checked><label for="batch-approve">Approve</label>
-  <input type="radio" id="batch-reject" name="action" value="reject"><label for="batch-reject">Reject</label></p>
+  <label class="check"><input type="radio" id="batch-approve" name="action" value="approve" checked> Approve</label>
+  <label class="check"><input type="radio" id="batch-reject" name="action" value="reject"> Reject</label>
   <label for="batch-reason">Reason for a reject (the agent of each draft gets it verbatim)</label>
   <textarea id="batch-reason" name="feedback"></textarea>
   <p><button type="submit">Decide selected</button>
