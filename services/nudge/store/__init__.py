@@ -1,0 +1,113 @@
+"""The nudge store, in the domain's words. Core statements, not the ORM; one module per concern:
+
+- ``tables``: every table (nudges, the un-acked frontier, review heads, collapse keys, broadcasts,
+  webhook endpoints, secrets and deliveries);
+- ``nudge_log``: appending nudges (per event, and set-based for a relay's batch), heads, collapse keys,
+  compaction;
+- ``frontier``: the caller's un-acked nudges and broadcasts, cursors, and the guarded advance an ack is;
+- ``broadcast_log``: broadcasts, their lock, head and per-actor acks;
+- ``webhooks``: webhook endpoints, secrets and the delivery queue.
+
+Callers use the names re-exported here (``store.append``), so one seam holds for the whole store."""
+
+from nudge.store.broadcast_log import ack_broadcasts, append_broadcast, head_of, lock_broadcasts
+from nudge.store.frontier import advance_cursors, cursors_of, heads_of, unacked_front
+from nudge.store.nudge_log import (
+    Appended,
+    Nudge,
+    append,
+    append_many,
+    claim_collapse_key,
+    compact,
+    first_deliveries,
+    head,
+    lock_head,
+    lock_heads,
+    lock_projects,
+    review_log,
+    visible_to,
+)
+from nudge.store.tables import (
+    NOTIFY_CHANNEL,
+    broadcast_acks,
+    broadcasts,
+    collapse_keys,
+    metadata,
+    nudges,
+    review_heads,
+    unacked,
+    webhook_deliveries,
+    webhook_endpoints,
+    webhook_secrets,
+)
+from nudge.store.webhooks import (
+    Endpoint,
+    add_endpoint,
+    add_secret,
+    claim_endpoint,
+    delete_endpoint,
+    deliveries_of,
+    endpoint,
+    endpoints_due,
+    endpoints_of,
+    endpoints_of_projects,
+    enqueue_deliveries,
+    expire_current_secret,
+    head_delivery,
+    live_secrets,
+    prune_deliveries,
+    record_attempt,
+    secret_versions,
+)
+
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "Appended",
+    "Endpoint",
+    "Nudge",
+    "ack_broadcasts",
+    "add_endpoint",
+    "add_secret",
+    "advance_cursors",
+    "append",
+    "append_broadcast",
+    "append_many",
+    "broadcast_acks",
+    "broadcasts",
+    "claim_collapse_key",
+    "claim_endpoint",
+    "collapse_keys",
+    "compact",
+    "cursors_of",
+    "delete_endpoint",
+    "deliveries_of",
+    "endpoint",
+    "endpoints_due",
+    "endpoints_of",
+    "endpoints_of_projects",
+    "enqueue_deliveries",
+    "expire_current_secret",
+    "first_deliveries",
+    "head",
+    "head_delivery",
+    "head_of",
+    "heads_of",
+    "live_secrets",
+    "lock_broadcasts",
+    "lock_head",
+    "lock_heads",
+    "lock_projects",
+    "metadata",
+    "nudges",
+    "prune_deliveries",
+    "record_attempt",
+    "review_heads",
+    "review_log",
+    "secret_versions",
+    "unacked",
+    "unacked_front",
+    "visible_to",
+    "webhook_deliveries",
+    "webhook_endpoints",
+    "webhook_secrets",
+]
