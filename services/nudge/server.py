@@ -1,4 +1,4 @@
-"""The NudgeService servicer: translate protobuf, call ``app``, return protobuf."""
+"""The NudgeService servicer: translate protobuf, call one ``app`` use case per RPC, return protobuf."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from reviewloop.protoconv import stamp
 from reviewloop.service import Registration
 from reviewloop.tenancy import Principal
 
-from nudge import app, webhooks
+from nudge import app
 from nudge.store import Endpoint, Nudge
 
 
@@ -28,6 +28,14 @@ def nudge_to_proto(nudge: Nudge) -> nudge_pb2.Nudge:
         agent_id=nudge.agent_id,
         pos=nudge.pos,
     )
+
+
+def cursors_to_proto(found: Mapping[str, tuple[int, int]]) -> list[nudge_pb2.Cursor]:
+    """Each review's ack cursor and newest seq, in review_id order."""
+    return [
+        nudge_pb2.Cursor(review_id=r, last_acked_seq=acked, last_seq=last)
+        for r, (acked, last) in sorted(found.items())
+    ]
 
 
 def webhook_to_proto(endpoint: Endpoint, secret_version: int) -> nudge_pb2.Webhook:
@@ -59,7 +67,7 @@ def delivery_to_proto(row: Any) -> nudge_pb2.WebhookDelivery:
     return delivery
 
 
-def _secret_response(registered: webhooks.Registered) -> nudge_pb2.WebhookSecretResponse:
+def _secret_response(registered: app.webhooks.Registered) -> nudge_pb2.WebhookSecretResponse:
     return nudge_pb2.WebhookSecretResponse(
         webhook=webhook_to_proto(registered.endpoint, registered.secret_version), secret=registered.secret
     )
@@ -83,16 +91,17 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: nudge_pb2.ListEventsRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.ListEventsRequest, nudge_pb2.ListEventsResponse],
     ) -> nudge_pb2.ListEventsResponse:
-        principal = Principal.from_proto(request.principal)
-        events, next_cursor = await app.list_events(
-            self.db, principal, limit=request.limit, cursor=request.cursor, review_id=request.review_id
+        page = await app.list_with_cursors(
+            self.db,
+            Principal.from_proto(request.principal),
+            limit=request.limit,
+            cursor=request.cursor,
+            review_id=request.review_id,
         )
         return nudge_pb2.ListEventsResponse(
-            events=[nudge_to_proto(e) for e in events],
-            next_cursor=next_cursor,
-            # Read, never taken from the events: a list answers each review's newest seq too
-            # (`Cursor.last_seq`, which a recheck is checked against).
-            cursors=await self._cursors(principal, [request.review_id, *(e.review_id for e in events)], {}),
+            events=[nudge_to_proto(e) for e in page.events],
+            next_cursor=page.next_cursor,
+            cursors=cursors_to_proto(page.cursors),
         )
 
     async def Ack(
@@ -100,41 +109,29 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: nudge_pb2.AckRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.AckRequest, nudge_pb2.AckResponse],
     ) -> nudge_pb2.AckResponse:
-        principal = Principal.from_proto(request.principal)
-        acks = [(a.review_id, a.seq) for a in request.acks]
-        acked = await app.acknowledge(self.db, principal, acks, list(request.broadcast_ids))
-        return nudge_pb2.AckResponse(
-            acked=acked.taken,
-            cursors=await self._cursors(principal, [review_id for review_id, _ in acks], acked.cursors),
+        reply = await app.ack_with_cursors(
+            self.db,
+            Principal.from_proto(request.principal),
+            [(a.review_id, a.seq) for a in request.acks],
+            list(request.broadcast_ids),
         )
+        return nudge_pb2.AckResponse(acked=reply.taken, cursors=cursors_to_proto(reply.cursors))
 
     async def WaitForEvents(
         self,
         request: nudge_pb2.WaitForEventsRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.WaitForEventsRequest, nudge_pb2.WaitForEventsResponse],
     ) -> nudge_pb2.WaitForEventsResponse:
-        principal = Principal.from_proto(request.principal)
-        events = await app.wait_for_events(
-            self.db, principal, timeout_s=request.timeout_s, limit=request.limit, review_id=request.review_id
+        page = await app.wait_with_cursors(
+            self.db,
+            Principal.from_proto(request.principal),
+            timeout_s=request.timeout_s,
+            limit=request.limit,
+            review_id=request.review_id,
         )
         return nudge_pb2.WaitForEventsResponse(
-            events=[nudge_to_proto(e) for e in events],
-            # A wait reads from the front of the frontier.
-            cursors=await self._cursors(
-                principal, [request.review_id, *(e.review_id for e in events)], app.front_cursors(events)
-            ),
+            events=[nudge_to_proto(e) for e in page.events], cursors=cursors_to_proto(page.cursors)
         )
-
-    async def _cursors(
-        self, principal: Principal, review_ids: list[str], known: Mapping[str, int]
-    ) -> list[nudge_pb2.Cursor]:
-        """The ack cursor of each named review the caller may see, in review_id order (``known``: as
-        ``app.cursors``)."""
-        found = await app.cursors(self.db, principal, review_ids, known=known)
-        return [
-            nudge_pb2.Cursor(review_id=r, last_acked_seq=acked, last_seq=last)
-            for r, (acked, last) in sorted(found.items())
-        ]
 
     async def Subscribe(
         self,
@@ -155,7 +152,7 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: nudge_pb2.RegisterWebhookRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.RegisterWebhookRequest, nudge_pb2.WebhookSecretResponse],
     ) -> nudge_pb2.WebhookSecretResponse:
-        registered = await webhooks.register(
+        registered = await app.webhooks.register(
             self.db,
             self.webhooks,
             Principal.from_proto(request.principal),
@@ -169,7 +166,7 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: nudge_pb2.ListWebhooksRequest,
         context: grpc.aio.ServicerContext[nudge_pb2.ListWebhooksRequest, nudge_pb2.ListWebhooksResponse],
     ) -> nudge_pb2.ListWebhooksResponse:
-        listed = await webhooks.list_endpoints(self.db, Principal.from_proto(request.principal))
+        listed = await app.webhooks.list_endpoints(self.db, Principal.from_proto(request.principal))
         return nudge_pb2.ListWebhooksResponse(webhooks=[webhook_to_proto(e, v) for e, v in listed])
 
     async def RotateWebhookSecret(
@@ -179,7 +176,7 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
             nudge_pb2.RotateWebhookSecretRequest, nudge_pb2.WebhookSecretResponse
         ],
     ) -> nudge_pb2.WebhookSecretResponse:
-        registered = await webhooks.rotate(
+        registered = await app.webhooks.rotate(
             self.db,
             self.webhooks,
             Principal.from_proto(request.principal),
@@ -193,7 +190,7 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
         request: nudge_pb2.WebhookRef,
         context: grpc.aio.ServicerContext[nudge_pb2.WebhookRef, nudge_pb2.DeleteWebhookResponse],
     ) -> nudge_pb2.DeleteWebhookResponse:
-        await webhooks.delete(self.db, Principal.from_proto(request.principal), request.webhook_id)
+        await app.webhooks.delete(self.db, Principal.from_proto(request.principal), request.webhook_id)
         return nudge_pb2.DeleteWebhookResponse(deleted=True)
 
     async def ListWebhookDeliveries(
@@ -203,7 +200,7 @@ class NudgeServicer(nudge_pb2_grpc.NudgeServiceServicer):
             nudge_pb2.ListWebhookDeliveriesRequest, nudge_pb2.ListWebhookDeliveriesResponse
         ],
     ) -> nudge_pb2.ListWebhookDeliveriesResponse:
-        rows = await webhooks.deliveries(
+        rows = await app.webhooks.deliveries(
             self.db,
             Principal.from_proto(request.principal),
             request.webhook_id,

@@ -21,8 +21,10 @@ import pytest
 import standardwebhooks
 from hypothesis import given
 from hypothesis import strategies as st
-from nudge import app, wakeup, webhooks
-from nudge.__main__ import SPEC, webhook_settings
+from nudge import app, wakeup
+from nudge.__main__ import SPEC
+from nudge.app import webhooks
+from nudge.bootstrap import webhook_settings
 from nudge.domain.webhooks import backoff_s, sign
 from reviewloop import ssrf
 from reviewloop.client import WebhookVerificationError, verify_webhook
