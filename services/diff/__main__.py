@@ -4,6 +4,7 @@ from pathlib import Path
 
 from reviewloop.service import ServiceSpec, main
 
+from diff.bootstrap import bootstrap
 from diff.server import servicers
 from diff.store import metadata
 
@@ -11,6 +12,7 @@ SPEC = ServiceSpec(
     name="diff",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
+    bootstrap=lambda db, _peers: bootstrap(db),
     servicers=servicers,
 )
 

@@ -11,8 +11,8 @@ from reviewloop.storage import utcnow
 from sqlalchemy import func, select
 
 from dispatch_budget import app, store
+from dispatch_budget.bootstrap import Env, bootstrap
 from dispatch_budget.domain.autosend import utc_day
-from dispatch_budget.env import Env, bootstrap
 from dispatch_budget.server import registrations
 from dispatch_budget.store import metadata, tables
 

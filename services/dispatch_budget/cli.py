@@ -15,10 +15,10 @@ from typing import Any, TextIO
 import orjson
 from reviewloop.errors import DomainError
 
+from dispatch_budget.bootstrap import client_settings
 from dispatch_budget.domain.diffscope import INSTRUCTIONS, POLICY, sensitive_candidates
 from dispatch_budget.domain.gatestats import render, summarize
 from dispatch_budget.domain.selection import serialize_request_review, validate_sequence
-from dispatch_budget.env import client_settings
 
 
 def register(subparsers: Any) -> None:

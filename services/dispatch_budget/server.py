@@ -17,8 +17,8 @@ from reviewloop.service import Registration
 from reviewloop.tenancy import Principal
 
 from dispatch_budget import app
+from dispatch_budget.bootstrap import Env
 from dispatch_budget.domain.budget import AttemptKind, ExtensionInput, RunStatus, Trigger
-from dispatch_budget.env import Env
 from dispatch_budget.messages import (
     ATTEMPT_KIND,
     RUN_STATUS,

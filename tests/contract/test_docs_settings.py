@@ -10,8 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CODE_DIRS = ("libs", "services", "tests", "deploy")
 NAME = re.compile(r"\bREVIEWLOOP_[A-Z0-9_]*[A-Z0-9]\b")
-# dispatch_budget reads every spec-001 gate setting under one prefix (services/dispatch_budget/env.py).
-PREFIXED = ("REVIEWLOOP_REVIEW_", ROOT / "services" / "dispatch_budget" / "env.py")
+# dispatch_budget reads every spec-001 gate setting under one prefix (services/dispatch_budget/bootstrap.py).
+PREFIXED = ("REVIEWLOOP_REVIEW_", ROOT / "services" / "dispatch_budget" / "bootstrap.py")
 
 
 def _code() -> str:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from dispatch_budget import app
 from dispatch_budget.__main__ import SPEC
+from dispatch_budget.bootstrap import config_from_env
 from dispatch_budget.classifier import ClassifierGate
 from dispatch_budget.domain.gate import GateConfig, GateKind, SessionState, build_digest, not_due_reason
-from dispatch_budget.env import config_from_env
 from reviewloop import ssrf
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, utcnow

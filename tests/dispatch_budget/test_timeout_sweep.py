@@ -15,10 +15,10 @@ from alembic import command
 from dispatch_budget import app, store
 from dispatch_budget.__main__ import SPEC
 from dispatch_budget.app import gate as gate_app
+from dispatch_budget.bootstrap import Env, Settings, bootstrap
 from dispatch_budget.domain.budget import AttemptKind, Trigger
 from dispatch_budget.domain.gate import GateConfig
 from dispatch_budget.domain.rounds import Outcome
-from dispatch_budget.env import Env, Settings, bootstrap
 from dispatch_budget.store.tables import review_sessions
 from opentelemetry.instrumentation.sqlalchemy.engine import EngineTracer
 from opentelemetry.metrics import NoOpMeter
