@@ -171,6 +171,9 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
         and batch
         and all(event.type == "nudge" for event in batch)
     ):
+        # The fallback below is kept: a batch the set-based path fails as one is then stored event by
+        # event, each event that can be (tests/nudge/test_app.py,
+        # test_a_batch_that_fails_as_one_stores_each_event_that_can_be).
         try:
             return await _ingest_nudges(db, batch)
         except Exception:
