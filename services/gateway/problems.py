@@ -14,7 +14,7 @@ from reviewloop.errors import Code, DomainError, FieldViolation, status_of, titl
 from reviewloop.rpc_errors import from_rpc_error
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-from starlette.routing import Match
+from starlette.routing import Match, compile_path
 
 log = logging.getLogger(__name__)
 
@@ -201,11 +201,24 @@ _HTTP_CODES = {
 }
 
 
+_HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
+
+
 def allowed_methods(request: Request) -> str:
-    """Every method some route of the app takes on the request's path, as an ``Allow`` value."""
+    """Every method the request's path takes, as an ``Allow`` value: those the OpenAPI document gives the
+    path (FastAPI keeps an included router's routes nested, out of ``router.routes``' reach), and those of
+    the app's own routes that match it (pages left out of the document)."""
+    app = request.app
+    documented: list[tuple[Any, set[str]]] | None = getattr(app.state, "documented_methods", None)
+    if documented is None:
+        documented = app.state.documented_methods = [
+            (compile_path(path)[0], {method.upper() for method in item if method in _HTTP_METHODS})
+            for path, item in app.openapi().get("paths", {}).items()
+        ]
+    path = request.scope["path"]
+    methods = {method for pattern, each in documented if pattern.match(path) for method in each}
     scope = {**request.scope, "method": ""}
-    methods: set[str] = set()
-    for route in request.app.router.routes:
+    for route in app.router.routes:
         match, _ = route.matches(scope)
         if match is not Match.NONE:
             methods |= getattr(route, "methods", None) or set()
