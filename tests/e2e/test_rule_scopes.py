@@ -141,7 +141,7 @@ async def test_save_rule_takes_scope_agent_id_and_source_turn_id(api: Api) -> No
     for wrong, code, field in (
         ({**other, "source_turn_id": "turn_nope"}, 422, "/source_turn_id"),  # not a turn of the review
         ({**other, "source_review_id": ""}, 422, "/source_review_id"),  # a turn names its review
-        ({**other, "scope_agent_id": "agt_other"}, 403, None),  # an agent writes its own only
+        ({**other, "scope_agent_id": "agt_01ARZ3NDEKTSV4RRFFQ69G5FAV"}, 403, None),  # an agent writes its own only
     ):
         answer = await api.http.post("/v1/rules", json=wrong, headers=org.agent)
         assert answer.status_code == code, answer.text
