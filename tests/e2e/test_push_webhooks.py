@@ -210,7 +210,7 @@ async def test_an_unknown_webhook_reason_is_refused(producer: Producer) -> None:
     )
     assert refused.status_code == 422, refused.text
     assert (
-        refused.json()["errors"][0]["field"] == "/reasons" and "humans_notified" in refused.text
+        refused.json()["errors"][0]["field"] == "/reasons/0" and "humans_notified" in refused.text
     )  # the refusal lists what an endpoint can ask for
 
 
