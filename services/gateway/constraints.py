@@ -25,23 +25,28 @@ NO_NUL = r"^[^\x00]*$"
 
 
 # pydantic's ``JsonValue`` (any JSON) publishes as ``{}``; what a store keeps of one is narrower.
-STORABLE_JSON: dict[str, Any] = {
-    "anyOf": [
-        {"type": "string", "pattern": NO_NUL},
-        # Any number within int64's range (reviewloop.shapes' Storable), an integer or not.
-        {"type": "number", "minimum": INT64_MIN, "maximum": INT64_MAX},
-        {"type": "boolean"},
-        {"type": "null"},
-        # One level deep: a generator of clients (openapi-python-client) cannot parse a union that refers
-        # to itself, and drops every schema that reaches one (the review's intent among them).
-        {"type": "array", "items": {"description": "any JSON value"}},
-        {
-            "type": "object",
-            "propertyNames": {"pattern": NO_NUL},
-            "additionalProperties": {"description": "any JSON value"},
-        },
-    ]
-}
+def _storable(depth: int) -> dict[str, Any]:
+    """Any JSON a store can keep, ``depth`` levels deep; beneath that, any JSON.
+
+    Neither a schema that refers to itself nor unions nested in unions: a generator of clients
+    (openapi-python-client) parses neither, and drops every schema that reaches one (the review's intent),
+    so one level is published and the gateway still refuses what is beneath it.
+    """
+    inner: dict[str, Any] = _storable(depth - 1) if depth > 1 else {"description": "any JSON value"}
+    return {
+        "anyOf": [
+            {"type": "string", "pattern": NO_NUL},
+            # Any number within int64's range (reviewloop.shapes' Storable), an integer or not.
+            {"type": "number", "minimum": INT64_MIN, "maximum": INT64_MAX},
+            {"type": "boolean"},
+            {"type": "null"},
+            {"type": "array", "items": inner},
+            {"type": "object", "propertyNames": {"pattern": NO_NUL}, "additionalProperties": inner},
+        ]
+    }
+
+
+STORABLE_JSON = _storable(1)
 
 
 ANY_JSON = {"$ref": "#/components/schemas/JsonValue"}
