@@ -110,6 +110,9 @@ async def test_house_style_from_a_decision_takes_an_admin_key(api: Api) -> None:
     assert (rule["rule_layer"], rule["scope"], rule.get("project_id")) == ("org", "general", None)
 
 
+OTHER_AGENT = "agt_01ARZ3NDEKTSV4RRFFQ69G5FAV"  # well-formed, and no agent of the test's project
+
+
 async def test_save_rule_takes_scope_agent_id_and_source_turn_id(api: Api) -> None:
     org, stranger = await Org.create(api), await Org.create(api)
     sent = await api.http.post("/v1/messages", json=draft(), headers=org.agent)
@@ -141,7 +144,7 @@ async def test_save_rule_takes_scope_agent_id_and_source_turn_id(api: Api) -> No
     for wrong, code, field in (
         ({**other, "source_turn_id": "turn_nope"}, 422, "/source_turn_id"),  # not a turn of the review
         ({**other, "source_review_id": ""}, 422, "/source_review_id"),  # a turn names its review
-        ({**other, "scope_agent_id": "agt_01ARZ3NDEKTSV4RRFFQ69G5FAV"}, 403, None),  # an agent writes its own only
+        ({**other, "scope_agent_id": OTHER_AGENT}, 403, None),  # an agent writes its own only
     ):
         answer = await api.http.post("/v1/rules", json=wrong, headers=org.agent)
         assert answer.status_code == code, answer.text
