@@ -94,12 +94,12 @@ def create_console(state: object) -> FastAPI:
         try:
             attempts.attempt(request.client.host if request.client else "", web.field(form, "key"))
             await sessions.sign_in(request, response, web.field(form, "key"))
-        except throttle.RateLimited as error:
-            page_ = _sign_in_page(target, error.detail, status=429)
-            page_.headers["Retry-After"] = str(error.retry_after)
-            return page_
         except DomainError as error:
-            return _sign_in_page(target, error.detail, status=http_status(error.code))
+            page_ = _sign_in_page(target, error.detail, status=http_status(error.code))
+            retry_after = dict(error.hints).get("retry_after")
+            if retry_after is not None:
+                page_.headers["Retry-After"] = retry_after
+            return page_
         response.headers.update(SECURITY_HEADERS)
         return response
 

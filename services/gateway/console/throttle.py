@@ -22,12 +22,6 @@ PER_KEY_PREFIX = "10/minute"
 KEY_PREFIX_CHARS = 12  # "rlk_" and 8 characters of the secret: a key's, not every key's
 
 
-class RateLimited(DomainError):
-    """``rate_limited`` with the seconds to wait."""
-
-    retry_after: int = 1
-
-
 def cross_site(request: Request) -> bool:
     """Whether the request came from another site's page (a same-origin form, or a typed URL, is not)."""
     site = request.headers.get("sec-fetch-site")
@@ -49,19 +43,18 @@ class SignInThrottle:
         self._limits = (("address", parse(per_address)), ("key", parse(per_key_prefix)))
 
     def attempt(self, address: str, key: str) -> None:
-        """Count one attempt; ``RateLimited`` (nothing counted) when either window is full."""
+        """Count one attempt; ``DomainError(rate_limited)`` with its ``retry_after`` (nothing counted) when
+        either window is full."""
         ids = {"address": address or "unknown", "key": key.strip()[:KEY_PREFIX_CHARS]}
         for what, limit in self._limits:
             if not self._limiter.test(limit, "console-sign-in", what, ids[what]):
                 reset, _ = self._limiter.get_window_stats(limit, "console-sign-in", what, ids[what])
                 wait = max(1, math.ceil(reset - time.time()))
                 whom = "this address" if what == "address" else "this key"
-                error = RateLimited(
+                raise DomainError(
                     Code.RATE_LIMITED,
                     f"Too many sign-in attempts from {whom}; try again in {wait} s.",
-                    status=429,
+                    hints=(("retry_after", str(wait)),),  # the problem's Retry-After, as every 429's
                 )
-                error.retry_after = wait
-                raise error
         for what, limit in self._limits:
             self._limiter.hit(limit, "console-sign-in", what, ids[what])
