@@ -7,14 +7,13 @@ no default here: the product's composition root (``stack``) knows the parts and 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reviewloop.files import private_dir
+from reviewloop.files import generated_secret
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE
 from reviewloop.trust import Trust
 
@@ -44,15 +43,7 @@ def deployment_secret(variable: str, filename: str, env: Mapping[str, str] = os.
     """
     if env.get(variable):
         return env[variable].encode()
-    path = data_dir(env) / filename
-    if not path.exists():
-        private_dir(path.parent)
-        with (
-            contextlib.suppress(FileExistsError),
-            os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out,
-        ):
-            out.write(secrets.token_urlsafe(32) + "\n")
-    return path.read_text().strip().encode()
+    return generated_secret(data_dir(env) / filename, lambda: secrets.token_urlsafe(32)).encode()
 
 
 def db_pool_size(env: Mapping[str, str] = os.environ) -> int:

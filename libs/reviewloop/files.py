@@ -7,6 +7,7 @@ SQLite stores, approved mail, logs, traces and the generated admin token were cr
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 DIR_MODE = 0o700
@@ -40,3 +41,20 @@ def private_file(path: Path) -> None:
     except FileExistsError:
         if path.stat().st_mode & 0o077:
             os.chmod(path, FILE_MODE)
+
+
+def generated_secret(path: Path, generate: Callable[[], str]) -> str:
+    """The secret kept in ``path``, written there (0600, in a 0700 directory) by ``generate`` when absent.
+
+    Created exclusively: of two processes generating at once, the first file stands and both read it.
+    """
+    if not path.exists():
+        private_dir(path.parent)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as out:
+                out.write(generate() + "\n")
+    return path.read_text().strip()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reviewloop.config import address, data_dir, db_pool_size, db_url, metrics_variable
-from reviewloop.files import private_dir
+from reviewloop.files import generated_secret
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE
 
 GATEWAY = "gateway"
@@ -33,13 +33,7 @@ def load_admin_token(env: Mapping[str, str] = os.environ) -> str:
     """``REVIEWLOOP_ADMIN_TOKEN``, or the one in ``.data/admin-token``, generated (mode 0600) when absent."""
     if env.get(ADMIN_TOKEN_ENV):
         return env[ADMIN_TOKEN_ENV]
-    path = admin_token_path(env)
-    if not path.exists():
-        private_dir(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write("rladm_" + secrets.token_urlsafe(32) + "\n")
-    return path.read_text().strip()
+    return generated_secret(admin_token_path(env), lambda: "rladm_" + secrets.token_urlsafe(32))
 
 
 # The agent plane's limits, per key and per project, per verb class (gateway.ratelimits.LIMITED):
