@@ -282,19 +282,19 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         self, request: review_pb2.ListReviewsRequest, context: Context
     ) -> review_pb2.ListReviewsResponse:
         principal = Principal.from_proto(request.principal)
-        filters: dict[str, Any] = {
-            "states": [required_enum(review_pb2.ReviewState, _STATE, s, "/states") for s in request.states],
-            "agent_id": request.agent_id,
-            "category_id": request.category_id,
-            "humans_notified": request.humans_notified,
-            "inbox": request.inbox,
-            "thread_id": request.thread_id,
-            "parked": request.parked,
-            "escalated": request.escalated,
-        }
+        filters = app.ReviewFilter(
+            states=tuple(required_enum(review_pb2.ReviewState, _STATE, s, "/states") for s in request.states),
+            agent_id=request.agent_id,
+            category_id=request.category_id,
+            humans_notified=request.humans_notified,
+            inbox=request.inbox,
+            thread_id=request.thread_id,
+            parked=request.parked,
+            escalated=request.escalated,
+        )
         (reviews, next_cursor), total = await asyncio.gather(
-            app.list_reviews(self.env, principal, cursor=request.cursor, limit=request.limit, **filters),
-            app.count_reviews(self.env, principal, **filters),
+            app.list_reviews(self.env, principal, filters, cursor=request.cursor, limit=request.limit),
+            app.count_reviews(self.env, principal, filters),
         )
         return review_pb2.ListReviewsResponse(
             reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor, total=total

@@ -49,9 +49,7 @@ async def test_a_refused_submit_writes_nothing(env: Env) -> None:
             pass
         else:
             raise AssertionError("accepted a bad draft")
-    reviews, _ = await app.list_reviews(
-        env, AGENT, states=[], agent_id="", category_id="", cursor="", limit=10
-    )
+    reviews, _ = await app.list_reviews(env, AGENT, cursor="", limit=10)
     assert reviews == [] and await outbox(env) == []
 
 

@@ -36,9 +36,7 @@ async def _submit(env: Env, draft: Draft = DRAFT, **kwargs: object) -> tuple[str
 
 
 async def _count(env: Env) -> int:
-    reviews, _ = await app.list_reviews(
-        env, AGENT, states=[], agent_id="", category_id="", cursor="", limit=100
-    )
+    reviews, _ = await app.list_reviews(env, AGENT, cursor="", limit=100)
     return len(reviews)
 
 
@@ -134,9 +132,7 @@ async def test_an_auto_send_in_an_auto_notify_category_notifies_the_humans(
     fake.category_state = "supervised"
     _, held = await _submit(env, category_id="cat_1", confidence=0.9)
     assert (sent.state.value, held.state.value) == ("auto_sent", "needs_review")
-    queue, _ = await app.list_reviews(
-        env, HUMAN, states=[], agent_id="", category_id="", cursor="", limit=0, humans_notified=True
-    )
+    queue, _ = await app.list_reviews(env, HUMAN, app.ReviewFilter(humans_notified=True), cursor="", limit=0)
     assert [r.id for r in queue] == ([sent.id] if notified else [])
     _, turns = await app.get_review(env, HUMAN, sent.id)
     assert [t.turn_type for t in turns if t.actor_kind == "system"] == (

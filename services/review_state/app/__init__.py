@@ -54,6 +54,7 @@ from review_state.app.reviewer import (
 from review_state.app.submission import submit
 from review_state.domain.decision import Decision
 from review_state.domain.revision import Revision
+from review_state.store import ReviewFilter
 
 __all__ = [
     "SUBSCRIPTIONS",
@@ -62,6 +63,7 @@ __all__ = [
     "Feedback",
     "PacingState",
     "Preview",
+    "ReviewFilter",
     "ReviewerResult",
     "Revision",
     "Settings",

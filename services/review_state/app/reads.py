@@ -14,6 +14,9 @@ from review_state.app.env import Env
 from review_state.domain.feedback import approvers, decision_of, decisions_of
 from review_state.domain.review import Review, RevisionContent, Turn
 from review_state.domain.submission import ThreadContext
+from review_state.store import ReviewFilter
+
+EVERY_REVIEW = ReviewFilter()  # no filter: every review of the project
 
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 50, 200
 
@@ -48,19 +51,7 @@ async def get_revisions(env: Env, principal: Principal, review_id: str) -> list[
 
 
 async def list_reviews(
-    env: Env,
-    principal: Principal,
-    *,
-    states: list[str],
-    agent_id: str,
-    category_id: str,
-    cursor: str,
-    limit: int,
-    humans_notified: bool = False,
-    inbox: str = "",
-    thread_id: str = "",
-    parked: bool = False,
-    escalated: bool = False,
+    env: Env, principal: Principal, filters: ReviewFilter = EVERY_REVIEW, *, cursor: str, limit: int
 ) -> tuple[list[Review], str]:
     if limit < 0 or limit > LIST_LIMIT_MAX:
         raise DomainError(Code.BAD_REQUEST, f"limit must be between 1 and {LIST_LIMIT_MAX}.")
@@ -71,50 +62,16 @@ async def list_reviews(
         )
     async with env.db.single_statement.connect() as conn:
         rows = await store.list_reviews(
-            conn,
-            principal.project_id,
-            states=states,
-            agent_id=agent_id,
-            category_id=category_id,
-            humans_notified=humans_notified,
-            inbox=inbox,
-            thread_id=thread_id,
-            parked=parked,
-            escalated=escalated,
-            before_id=cursor,
-            limit=limit + 1,
+            conn, principal.project_id, filters, before_id=cursor, limit=limit + 1
         )
     next_cursor = rows[limit - 1].id if len(rows) > limit else ""
     return rows[:limit], next_cursor
 
 
-async def count_reviews(
-    env: Env,
-    principal: Principal,
-    *,
-    states: list[str],
-    agent_id: str,
-    category_id: str,
-    humans_notified: bool = False,
-    inbox: str = "",
-    thread_id: str = "",
-    parked: bool = False,
-    escalated: bool = False,
-) -> int:
+async def count_reviews(env: Env, principal: Principal, filters: ReviewFilter = EVERY_REVIEW) -> int:
     """Every review ``list_reviews`` pages through with these filters (the SDK's ``Page.total``)."""
     async with env.db.single_statement.connect() as conn:
-        return await store.count_reviews(
-            conn,
-            principal.project_id,
-            states=states,
-            agent_id=agent_id,
-            category_id=category_id,
-            humans_notified=humans_notified,
-            inbox=inbox,
-            thread_id=thread_id,
-            parked=parked,
-            escalated=escalated,
-        )
+        return await store.count_reviews(conn, principal.project_id, filters)
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,7 @@ async def _no_reply_pending(uow: UnitOfWork, principal: Principal, thread_ref: s
 
 async def _notify_humans(uow: UnitOfWork, review: Review) -> None:
     """An auto-send in an ``auto_notify`` category tells the project's humans: a turn on the review,
-    in the unit that releases it, which the console lists (``list_reviews(humans_notified=True)``),
+    in the unit that releases it, which the console lists (``ReviewFilter(humans_notified=True)``),
     and an event the project's webhooks can ask for."""
     turn_id = new_id("turn")
     await store.add_turn(

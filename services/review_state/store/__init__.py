@@ -44,6 +44,7 @@ from review_state.store.messages import (
     thread_context,
 )
 from review_state.store.reviews import (
+    ReviewFilter,
     add_review,
     add_turn,
     auto_send_room,
@@ -72,6 +73,7 @@ __all__ = [
     "Contact",
     "Message",
     "Remembered",
+    "ReviewFilter",
     "SendingFacts",
     "add_message",
     "add_review",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, NoReturn
@@ -143,90 +143,47 @@ async def get_review_any(conn: AsyncConnection, review_id: str) -> Review | None
     return _from_row(row) if row else None
 
 
+@dataclass(frozen=True)
+class ReviewFilter:
+    """Which of a project's reviews a listing holds (``ListReviews``'s filters); empty matches every one."""
+
+    states: tuple[str, ...] = ()
+    agent_id: str = ""
+    category_id: str = ""
+    humans_notified: bool = False  # a human was notified of it (an auto-send's turn)
+    inbox: str = ""
+    thread_id: str = ""
+    parked: bool = False
+    escalated: bool = False
+
+
 async def list_reviews(
-    conn: AsyncConnection,
-    project_id: str,
-    *,
-    states: list[str],
-    agent_id: str,
-    category_id: str,
-    before_id: str,
-    limit: int,
-    humans_notified: bool = False,
-    inbox: str = "",
-    thread_id: str = "",
-    parked: bool = False,
-    escalated: bool = False,
+    conn: AsyncConnection, project_id: str, filters: ReviewFilter, *, before_id: str, limit: int
 ) -> list[Review]:
     """Newest first; ``before_id`` is the keyset cursor (ids sort by creation time)."""
-    query = _matching(
-        select(reviews),
-        project_id,
-        states,
-        agent_id,
-        category_id,
-        humans_notified,
-        inbox,
-        thread_id,
-        parked,
-        escalated,
-    )
+    query = _matching(select(reviews), project_id, filters)
     if before_id:
         query = query.where(reviews.c.id < before_id)
     rows = await conn.execute(query.order_by(reviews.c.id.desc()).limit(limit))
     return [_from_row(row) for row in rows]
 
 
-async def count_reviews(
-    conn: AsyncConnection,
-    project_id: str,
-    *,
-    states: list[str],
-    agent_id: str,
-    category_id: str,
-    humans_notified: bool = False,
-    inbox: str = "",
-    thread_id: str = "",
-    parked: bool = False,
-    escalated: bool = False,
-) -> int:
+async def count_reviews(conn: AsyncConnection, project_id: str, filters: ReviewFilter) -> int:
     """How many reviews ``list_reviews`` pages through with these filters (every page)."""
-    query = _matching(
-        select(func.count()).select_from(reviews),
-        project_id,
-        states,
-        agent_id,
-        category_id,
-        humans_notified,
-        inbox,
-        thread_id,
-        parked,
-        escalated,
-    )
+    query = _matching(select(func.count()).select_from(reviews), project_id, filters)
     return int(await conn.scalar(query) or 0)
 
 
-def _matching(
-    query: Select[Any],
-    project_id: str,
-    states: list[str],
-    agent_id: str,
-    category_id: str,
-    humans_notified: bool,
-    inbox: str,
-    thread_id: str,
-    parked: bool = False,
-    escalated: bool = False,
-) -> Select[Any]:
+def _matching(query: Select[Any], project_id: str, filters: ReviewFilter) -> Select[Any]:
     query = query.where(reviews.c.project_id == project_id)
-    if parked:  # its delivery parked for reconciliation (the attempts store's PARKED stage)
+    if filters.parked:  # its delivery parked for reconciliation (the attempts store's PARKED stage)
         waiting = select(delivery_attempts.c.review_id).where(
             delivery_attempts.c.review_id == reviews.c.id,
             delivery_attempts.c.status == "in_flight",
             delivery_attempts.c.stage == "parked",
         )
         query = query.where(waiting.exists())
-    if escalated:  # a human escalated its current revision
+    if filters.escalated:  # a human escalated its current revision
         escalation = select(turns.c.id).where(
             turns.c.review_id == reviews.c.id,
             turns.c.turn_type == "decision",
@@ -234,21 +191,21 @@ def _matching(
             turns.c.revision == reviews.c.revision,
         )
         query = query.where(escalation.exists())
-    if humans_notified:
+    if filters.humans_notified:
         notified = select(turns.c.id).where(
             turns.c.review_id == reviews.c.id, turns.c.turn_type == HUMANS_NOTIFIED
         )
         query = query.where(notified.exists())
-    if states:
-        query = query.where(reviews.c.state.in_(states))
-    if agent_id:
-        query = query.where(reviews.c.agent_id == agent_id)
-    if category_id:
-        query = query.where(reviews.c.category_id == category_id)
-    if inbox:
-        query = query.where(func.lower(reviews.c.from_address) == inbox.lower())
-    if thread_id:
-        query = query.where(reviews.c.thread_ref == thread_id)
+    if filters.states:
+        query = query.where(reviews.c.state.in_(filters.states))
+    if filters.agent_id:
+        query = query.where(reviews.c.agent_id == filters.agent_id)
+    if filters.category_id:
+        query = query.where(reviews.c.category_id == filters.category_id)
+    if filters.inbox:
+        query = query.where(func.lower(reviews.c.from_address) == filters.inbox.lower())
+    if filters.thread_id:
+        query = query.where(reviews.c.thread_ref == filters.thread_id)
     return query
 
 
