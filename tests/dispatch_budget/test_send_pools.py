@@ -168,7 +168,7 @@ async def test_a_refunded_receipt_is_spent_anew_by_the_reviews_next_release_once
     again = await asyncio.gather(
         *(
             app.consume_pool_send(db, budgets, ORG_A, sender="a@shared.example", review_id="rr_1")
-            for _ in range(4)
+            for _ in range(8)
         )
     )
     assert {(r.allowed, r.receipt_id, r.used_today) for r in again} == {(True, first.receipt_id, 1)}

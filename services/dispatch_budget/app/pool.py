@@ -83,14 +83,16 @@ async def consume_pool_send(
             if not first:  # a retry: the receipt it already holds, nothing spent
                 prior = await store.pool_receipt_of(conn, project, review_id)
                 assert prior is not None
-                if prior.status is ReceiptStatus.REFUNDED and await store.respend_pool_receipt(
-                    conn, project, review_id, pool=pool, day=day, at=now
-                ):
-                    # A later release of a review whose earlier one gave its unit back spends anew.
-                    if not await store.take_pool_unit(conn, pool, day, budget):
-                        raise _OverBudget()
-                    used = await store.pool_used(conn, pool, day)
-                    return PoolSend(True, prior.receipt_id, pool, used, budget, ReceiptStatus.CONSUMED.value)
+                if prior.status is ReceiptStatus.REFUNDED:
+                    if await store.respend_pool_receipt(conn, project, review_id, pool=pool, day=day, at=now):
+                        # A later release of a review whose earlier one gave its unit back spends anew.
+                        if not await store.take_pool_unit(conn, pool, day, budget):
+                            raise _OverBudget()
+                        used = await store.pool_used(conn, pool, day)
+                        return PoolSend(True, prior.receipt_id, pool, used, budget, ReceiptStatus.CONSUMED.value)
+                    # A concurrent release spent it first: answer from what that one committed.
+                    prior = await store.pool_receipt_of(conn, project, review_id)
+                    assert prior is not None
                 used = await store.pool_used(conn, prior.pool, prior.day)
                 allowed = prior.status is not ReceiptStatus.REFUNDED
                 return PoolSend(allowed, prior.receipt_id, prior.pool, used, budget, prior.status.value)
