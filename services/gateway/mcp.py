@@ -75,8 +75,8 @@ INSTRUCTIONS = (
     "ack_review_events, and stop on the terminal event (sent, send_failed, cancelled, front_run_next). "
     "A failed call is a tool error carrying RFC 9457 problem+json: branch on its `code`."
 )
-# Routes that admit every project key while the owning service admits fewer (README "Budget routes: who
-# may call them"; rules/app: categories, merge, graduation). A tool is listed to the kinds in both.
+# Routes that admit every project key while the owning service admits fewer (docs/budget.md: who
+# may call them; rules/app: categories, merge, graduation). A tool is listed to the kinds in both.
 _REVIEWER_PLANE = frozenset({ActorKind.REVIEW_AGENT, ActorKind.SERVICE})
 _ADMIN = frozenset({ActorKind.ADMIN})
 SERVICE_AUTHORITY: dict[str, frozenset[ActorKind]] = {
@@ -97,7 +97,7 @@ SERVICE_AUTHORITY: dict[str, frozenset[ActorKind]] = {
 }
 # The dispatch-budget surface (specs 001-003: runs, rounds, sessions, journals, the gate) serves review
 # harnesses: its tools are listed to the reviewer plane and admins. A composer's or a human's key still
-# reads it over REST (README "Budget routes: who may call them"); its tools are not in their lists.
+# reads it over REST (docs/budget.md); its tools are not in their lists.
 BUDGET_ROUTES = "gateway.routes.budget"
 HARNESS_PLANES = _REVIEWER_PLANE | _ADMIN
 _REF = re.compile(r"^#/components/schemas/(.+)$")

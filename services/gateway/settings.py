@@ -50,7 +50,7 @@ DEFAULT_RATE_LIMITS = {
 }
 
 
-# Each limit's setting, spelled out so an operator finds it by search (README, docs/operations.md).
+# Each limit's setting, spelled out so an operator finds it by search (docs/configuration.md, docs/operations.md).
 RATE_LIMIT_SETTINGS = {
     "submit_per_key": "REVIEWLOOP_RATE_LIMIT_SUBMIT_PER_KEY",
     "submit_per_project": "REVIEWLOOP_RATE_LIMIT_SUBMIT_PER_PROJECT",

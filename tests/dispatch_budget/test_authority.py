@@ -1,5 +1,5 @@
 """Who may call the budget routes (issue 14, spec 003's "only the admission owner"): every route with
-every key kind, through the real gateway and service on both backends. The table is README.md's
+every key kind, through the real gateway and service on both backends. The table is docs/budget.md's
 "Budget routes: who may call them"."""
 
 from __future__ import annotations

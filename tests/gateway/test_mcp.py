@@ -83,7 +83,7 @@ async def test_the_catalog_names_arguments_schemas_and_annotations(api: Api) -> 
         assert cancelled["state"] == "cancelled"
 
 
-# What each plane must and must not see (DESIGN.md's planes; README "Budget routes: who may call them").
+# What each plane must and must not see (DESIGN.md's planes; docs/budget.md).
 PLANES: dict[str, tuple[set[str], set[str]]] = {
     "agent": (
         {"send_email", "reply_email", "submit_revision", "cancel_review", "ack_review_event", "get_rules"},

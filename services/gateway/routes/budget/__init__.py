@@ -14,7 +14,7 @@ from gateway.auth import require
 JSONL = ("application/x-ndjson", "application/jsonl", "application/json-lines")
 
 # Every project key, a service key (a code-review orchestrator) included; dispatch_budget decides
-# which plane may use which verb (README "Budget routes: who may call them").
+# which plane may use which verb (docs/budget.md).
 Caller = Annotated[
     Principal,
     Depends(
