@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from reviewloop.shapes import _base, budget, events, operations, push, reviews, rules
+from reviewloop.shapes import _base, budget, categories, events, mail, operations, push, reviews, rules
 from reviewloop.shapes._base import (
     ADDRESS_PATTERN,
     INT32_MAX,
@@ -104,6 +104,37 @@ from reviewloop.shapes.budget import (
     TurnIn,
     TurnResult,
 )
+from reviewloop.shapes.categories import (
+    RISK_DIAL_FIELDS,
+    AccountRiskDial,
+    AdminCategoryIn,
+    Category,
+    CategoryAudit,
+    CategoryAuditEntry,
+    CategoryDialIn,
+    CategoryList,
+    CategoryMerge,
+    CategoryPacingState,
+    CategoryRiskDial,
+    DialValues,
+    EffectiveRiskDial,
+    GraduateIn,
+    GraduationProposal,
+    GraduationProposalList,
+    GraduationStatus,
+    MergeCategoriesRequest,
+    PacingItem,
+    PacingSettings,
+    PacingSettingsIn,
+    PacingValues,
+    ProposeCategoryRequest,
+    ProposeGraduationRequest,
+    RejectProposalIn,
+    RiskDial,
+    RiskDialIn,
+    ScanBacklogStatus,
+    UpdateCategoryRequest,
+)
 from reviewloop.shapes.events import (
     AckReviewEventEntry,
     AckReviewEventRequest,
@@ -111,6 +142,16 @@ from reviewloop.shapes.events import (
     ReviewEvent,
     ReviewEventCursor,
     ReviewEventsResult,
+)
+from reviewloop.shapes.mail import (
+    AddressIn,
+    CompositionSettingsIn,
+    Contact,
+    ContactList,
+    InboundIn,
+    InboundMessage,
+    PolicyIn,
+    Thread,
 )
 from reviewloop.shapes.operations import (
     ApiKeyIn,
@@ -137,22 +178,15 @@ from reviewloop.shapes.push import (
     WebhookSecret,
 )
 from reviewloop.shapes.reviews import (
-    AddressIn,
     Attachment,
     AttachmentIn,
     CancelIn,
-    CompositionSettingsIn,
-    Contact,
-    ContactList,
     DeliveryResolutionIn,
     DiffHunk,
     DiffJson,
     ForwardIn,
-    InboundIn,
-    InboundMessage,
     NewRule,
     OpenIn,
-    PolicyIn,
     PostReviewChatRequest,
     ReplyIn,
     RestampReviewRequest,
@@ -175,42 +209,14 @@ from reviewloop.shapes.reviews import (
     SentMessage,
     SubmitForReviewResult,
     SubmitRevisionRequest,
-    Thread,
     ThreadReplyIn,
 )
 from reviewloop.shapes.rules import (
-    RISK_DIAL_FIELDS,
-    AccountRiskDial,
-    AdminCategoryIn,
-    Category,
-    CategoryAudit,
-    CategoryAuditEntry,
-    CategoryDialIn,
-    CategoryList,
-    CategoryMerge,
-    CategoryPacingState,
-    CategoryRiskDial,
     CompositionKey,
-    DialValues,
-    EffectiveRiskDial,
-    GraduateIn,
-    GraduationProposal,
-    GraduationProposalList,
-    GraduationStatus,
     HouseRuleIn,
     LearnReviewRuleRequest,
-    MergeCategoriesRequest,
-    PacingItem,
-    PacingSettings,
-    PacingSettingsIn,
-    PacingValues,
     PromoteRuleRequest,
-    ProposeCategoryRequest,
-    ProposeGraduationRequest,
-    RejectProposalIn,
     RevIn,
-    RiskDial,
-    RiskDialIn,
     Rule,
     RuleAudit,
     RuleAuditEntry,
@@ -220,8 +226,6 @@ from reviewloop.shapes.rules import (
     RuleSettingsIn,
     RuleSnapshot,
     SaveRuleRequest,
-    ScanBacklogStatus,
-    UpdateCategoryRequest,
 )
 
 
@@ -243,7 +247,7 @@ def _declared(module: ModuleType) -> tuple[type[BaseModel], ...]:
 # Every shape, in the order the planes declare them.
 SHAPES: tuple[type[BaseModel], ...] = tuple(
     model
-    for module in (_base, reviews, events, rules, budget, operations, push)
+    for module in (_base, reviews, mail, events, rules, categories, budget, operations, push)
     for model in _declared(module)
 )
 
