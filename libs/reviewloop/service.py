@@ -26,14 +26,13 @@ import grpc
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
-from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from opentelemetry import trace
 from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
 from opentelemetry.metrics import NoOpMeterProvider
 from sqlalchemy import MetaData, text
 
-from reviewloop import metrics, telemetry
+from reviewloop import metrics, reflection, telemetry
 from reviewloop.common.v1 import common_pb2, outbox_pb2, outbox_pb2_grpc
 from reviewloop.config import ConfigError, ServiceConfig
 from reviewloop.contract import CONTRACT_VERSION
@@ -456,7 +455,7 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     )
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    names = [HEALTH_SERVICE, reflection.SERVICE_NAME]
+    names = [HEALTH_SERVICE]
     env: Any = spec.bootstrap(db, peers) if spec.bootstrap else db
     # Every store has an outbox, so every service answers its operator RPC (dead letters).
     outbox_admin: Registration = (
@@ -467,7 +466,7 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     for add, servicer, full_name in (*spec.servicers(env), outbox_admin):
         add(servicer, server)
         names.append(full_name)
-    reflection.enable_server_reflection(names, server)
+    reflection.enable(names, server)
     for name in ("", *names):
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     try:

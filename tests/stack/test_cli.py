@@ -3,7 +3,6 @@ learns by reflection."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,7 +11,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from google.protobuf.descriptor_pb2 import FileDescriptorProto
+from grpc_reflection.v1alpha import reflection_pb2
 from reviewloop.config import address_variable
 from reviewloop.contract import CONTRACT_VERSION
 from stack.cli import all_parsers, build_parser, plain
@@ -60,18 +60,39 @@ def diff_service(tmp_path: Path) -> Iterator[Stack]:
     stack.stop_all()
 
 
-async def test_reflection_v1alpha_lists_the_services(diff_service: Stack) -> None:
-    """grpcio-reflection ships only ``grpc.reflection.v1alpha`` (grpc/grpc#38576 asks for v1), so a
-    service serves v1alpha alone; the last assertion fails once the package offers v1, to serve it too."""
+@pytest.mark.parametrize("package", ["v1", "v1alpha"])
+async def test_reflection_lists_and_describes_the_services(diff_service: Stack, package: str) -> None:
+    """Newer clients (grpcurl, Postman) ask reflection ``v1`` first, older ones ``v1alpha``: both list
+    the services and describe them (grpcio-reflection ships v1alpha only; reviewloop.reflection serves v1
+    with the same servicer)."""
     diff_service.start("diff")
     await diff_service.wait_serving(["diff"])
+    method = f"/grpc.reflection.{package}.ServerReflection/ServerReflectionInfo"
     async with grpc.aio.insecure_channel(diff_service.address("diff")) as channel:
-        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-        request = reflection_pb2.ServerReflectionRequest(list_services="")
-        answers = [answer async for answer in stub.ServerReflectionInfo(iter([request]))]
+        call = channel.stream_stream(
+            method,
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        requests = [
+            reflection_pb2.ServerReflectionRequest(list_services=""),
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol="reviewloop.diff.v1.DiffService"),
+            reflection_pb2.ServerReflectionRequest(
+                file_containing_symbol=f"grpc.reflection.{package}.ServerReflection"
+            ),
+        ]
+        answers = [answer async for answer in call(iter(requests))]
     names = {service.name for service in answers[0].list_services_response.service}
     assert {"reviewloop.diff.v1.DiffService", "grpc.health.v1.Health"} <= names
-    assert "grpc.reflection.v1alpha.ServerReflection" in names
-    assert importlib.util.find_spec("grpc_reflection.v1") is None, (
-        "grpcio-reflection now ships v1: serve it beside v1alpha in reviewloop.service (issue 37)"
-    )
+    assert {"grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"} <= names
+    for answer in answers[1:]:
+        files = [
+            FileDescriptorProto.FromString(raw)
+            for raw in answer.file_descriptor_response.file_descriptor_proto
+        ]
+        assert files, answer.error_response
+        assert any(
+            service.name == "ServerReflection" or service.name == "DiffService"
+            for f in files
+            for service in f.service
+        )
