@@ -53,7 +53,7 @@ lint: setup $(BUF) ## ruff, mypy, the import contracts, buf lint and buf breakin
 	$(BIN)/ruff check libs services tests
 	$(BIN)/ruff format --check libs services tests
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	PYTHONPATH=. $(BIN)/lint-imports
 	$(BUF) lint
 	$(BUF) breaking --against '$(BUF_AGAINST)'
 

@@ -26,11 +26,15 @@ def _tree(tmp_path: Path) -> Path:
     for part in ("libs", "services"):
         shutil.copytree(ROOT / part, copy / part, ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    # The allow-list contract type lives beside these tests (pyproject.toml's contract_types).
+    (copy / "tests" / "contract").mkdir(parents=True)
+    for name in ("__init__.py", "contract/__init__.py", "contract/allowlist.py"):
+        shutil.copy(ROOT / "tests" / name, copy / "tests" / name)
     return copy
 
 
 def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": f"{tree / 'libs'}{os.pathsep}{tree / 'services'}"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (tree, tree / "libs", tree / "services")))}
     return subprocess.run(
         [str(LINT_IMPORTS), "--config", str(tree / "pyproject.toml"), "--no-cache"],
         cwd=tree,
@@ -55,6 +59,12 @@ def test_the_import_contracts_hold_on_the_tree_as_it_is(tmp_path: Path) -> None:
             "from reviewloop.storage import utcnow\n",
             "rules.domain.leak -> reviewloop.storage",
         ),
+        # The allow-list: a library no contract ever forbade is refused too, until pyproject.toml lists it.
+        (
+            "services/dispatch_budget/domain/leak.py",
+            "import limits\n",
+            "dispatch_budget.domain.leak -> limits",
+        ),
         ("libs/reviewloop/leak.py", "import review_state.store\n", "reviewloop.leak -> review_state.store"),
         ("services/review_state/leak.py", "from rules import store\n", "review_state.leak -> rules"),
         ("services/gateway/leak.py", "from stack import cli\n", "gateway.leak -> stack"),
@@ -62,6 +72,7 @@ def test_the_import_contracts_hold_on_the_tree_as_it_is(tmp_path: Path) -> None:
     ids=[
         "domain-imports-grpc",
         "domain-imports-storage",
+        "domain-imports-an-unlisted-library",
         "libs-import-a-service",
         "context-imports-context",
         "service-imports-the-composition-root",
