@@ -44,7 +44,7 @@ from reviewloop.storage import Database, driver, make_engine
 from reviewloop.storage.engine import pool_probe
 from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.migrations import migrate
-from reviewloop.storage.outbox import Relay, ingest_method, outbox_probe
+from reviewloop.storage.outbox import Deliver, Relay, ingest_method, outbox_probe
 from reviewloop.trust import Trust, require_caller
 
 log = logging.getLogger(__name__)
@@ -127,6 +127,9 @@ class ServiceSpec(Generic[E]):
     # Outbox destination -> the full name of the gRPC service whose ``Ingest`` receives its events
     # (the destination is also the peer's name in the service config).
     subscribers: Mapping[str, str] = field(default_factory=dict)
+    # Outbox destinations the service delivers itself, through an adapter of its own (review_state's
+    # notification mail): destination -> deliver function, built from the service's ``Env``.
+    local_subscribers: Callable[[E], Mapping[str, Deliver]] | None = None
     # Background tasks a service runs beside its server (sweeps, listeners).
     background: Callable[[E], Sequence[Job]] | None = None
     # The process entry point of a part that is not a gRPC service (the gateway); None serves ``main``.
@@ -487,10 +490,13 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     await server.start()
     await migrate(engine, spec.migrations_dir, spec.metadata)
     relay = None
-    if spec.subscribers:
+    if spec.subscribers or spec.local_subscribers:
         relay = Relay(
             db,
-            {dest: ingest_method(peers.channel(dest), name) for dest, name in spec.subscribers.items()},
+            {
+                **{dest: ingest_method(peers.channel(dest), name) for dest, name in spec.subscribers.items()},
+                **(spec.local_subscribers(env) if spec.local_subscribers else {}),
+            },
             poll_interval_s=config.relay_poll_s,
             retention=timedelta(seconds=config.outbox_retention_s),
         )

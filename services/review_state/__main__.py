@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 
 from review_state import app, store
 from review_state.app import Env, pacing
+from review_state.app.notify import mail_subscribers
 from review_state.bootstrap import build_env
 from review_state.server import registrations
 from review_state.store import metadata, tables
@@ -88,6 +89,7 @@ SPEC = ServiceSpec(
         "diff": diff_pb2.DESCRIPTOR.services_by_name["DiffService"].full_name,
         "dispatch_budget": budget_pb2.DESCRIPTOR.services_by_name["DispatchBudgetService"].full_name,
     },
+    local_subscribers=mail_subscribers,
     background=background,
     probes=probes,
 )

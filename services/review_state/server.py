@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import UTC
 from typing import TYPE_CHECKING, Any, Literal
 
 import grpc
@@ -18,6 +19,7 @@ from reviewloop.tenancy import Principal
 
 from review_state import app, store
 from review_state.app import Decision, Env, Revision
+from review_state.domain.escalation import Escalation, target_of
 from review_state.domain.feedback import approvers
 from review_state.domain.machine import CLOSED, State
 from review_state.domain.review import Review, Turn
@@ -121,6 +123,8 @@ def review_to_proto(
             getattr(message, name).CopyFrom(stamp(value))
     if attempt is not None:
         message.delivery.CopyFrom(delivery_to_proto(attempt))
+    if review.escalated_at is not None:
+        message.escalation.CopyFrom(escalation_to_proto(review))
     return message
 
 
@@ -189,7 +193,41 @@ def _decision(request: review_pb2.DecideRequest) -> Decision:
         body_html=_optional(request, "body_html"),
         message_sha256=request.message_sha256,
         override_held=request.override_held,
+        escalation=_escalation(request),
     )
+
+
+def _escalation(request: review_pb2.DecideRequest) -> Escalation | None:
+    """An escalation's target and deadline; None when the request names neither."""
+    if not request.HasField("escalate_to") and not request.HasField("escalation_deadline"):
+        return None
+    target = request.escalate_to
+    return Escalation(
+        kind=target.kind,
+        target_id=target.id,
+        name=target.name,
+        deadline=request.escalation_deadline.ToDatetime(UTC)
+        if request.HasField("escalation_deadline")
+        else None,
+        notify=tuple(request.notify_addresses),
+        review_url=request.review_url,
+        by_name=request.decider_name,
+    )
+
+
+def escalation_to_proto(review: Review) -> review_pb2.Escalation:
+    assert review.escalated_at is not None
+    message = review_pb2.Escalation(
+        escalated_at=stamp(review.escalated_at), escalated_by=review.escalated_by or ""
+    )
+    kind, target_id = target_of(review.escalated_to)
+    if kind:
+        message.target.CopyFrom(
+            review_pb2.EscalationTarget(kind=kind, id=target_id, name=review.escalated_to_name or "")
+        )
+    if review.escalation_deadline is not None:
+        message.deadline.CopyFrom(stamp(review.escalation_deadline))
+    return message
 
 
 class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
@@ -291,6 +329,8 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             thread_id=request.thread_id,
             parked=request.parked,
             escalated=request.escalated,
+            escalated_to=tuple(request.escalated_to),
+            overdue=request.overdue,
         )
         (reviews, next_cursor), total = await asyncio.gather(
             app.list_reviews(self.env, principal, filters, cursor=request.cursor, limit=request.limit),

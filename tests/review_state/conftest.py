@@ -22,7 +22,13 @@ from review_state.providers import AtData, EmlProvider, OutcomeUnknown, Refused
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.diff.v1.diff_pb2 import DiffCommitted
 from reviewloop.errors import Code, DomainError
-from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested, ReviewOutcome
+from reviewloop.review.v1.events_pb2 import (
+    Escalated,
+    EscalationMail,
+    HumansNotified,
+    NudgeRequested,
+    ReviewOutcome,
+)
 from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, codec
@@ -246,6 +252,10 @@ def _as_read(destination: str, event_type: str, payload: str) -> dict[str, Any]:
         return codec.as_json_object(codec.decode(payload, budget_pb2.SettlePoolSendRequest))
     if event_type == "humans_notified":
         return codec.as_json_object(codec.decode(payload, HumansNotified))
+    if event_type == "escalated":
+        return codec.as_json_object(codec.decode(payload, Escalated))
+    if destination == "mail":
+        return codec.as_json_object(codec.decode(payload, EscalationMail))
     nudge = codec.decode(payload, NudgeRequested)
     reason = nudge.WhichOneof("payload")
     assert reason is not None

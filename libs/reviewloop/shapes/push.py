@@ -15,6 +15,7 @@ WEEK_S = 7 * 24 * 3600
 # The nudge reasons a webhook may name (nudge.domain.webhooks.EVENT_TYPES: the reserved ones are never sent).
 WebhookReason = Literal[
     "cancelled",
+    "escalated",
     "feedback_added",
     "front_run_next",
     "humans_notified",
@@ -40,8 +41,9 @@ class WebhookIn(Shape):
     reasons: list[WebhookReason] = Field(
         default_factory=list,
         max_length=20,
-        description="nudge reasons, and humans_notified (an auto_notify category's auto-send, for the "
-        "project's humans: only where named); none: every nudge reason",
+        description="nudge reasons, and the events for the project's humans, each only where named: "
+        "humans_notified (an auto_notify category's auto-send) and escalated (a draft escalated to a person "
+        "or role, with its deadline); none: every nudge reason",
     )
 
 

@@ -78,6 +78,18 @@ def ingest_method(channel: grpc.aio.Channel, service_full_name: str) -> IngestMe
     return IngestMethod(channel, service_full_name)
 
 
+class Undelivered(Exception):
+    """A local subscriber's failure, classed as a receiver's gRPC status is.
+
+    A local subscriber is a destination the service delivers itself, not a peer's ``Ingest``; its failure
+    is down, refused for good, or anything else, as a receiver's.
+    """
+
+    def __init__(self, code: grpc.StatusCode, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+
+
 @dataclass(frozen=True)
 class Failure:
     """Why one delivery failed: the receiver's gRPC status and the text recorded as ``last_error``."""
@@ -335,6 +347,9 @@ class Relay:
             except grpc.aio.AioRpcError as exc:
                 log.warning("outbox delivery to %s failed: %s", row.destination, exc.code())
                 return Failure(exc.code(), f"{exc.code().name}: {exc.details()}"[:1000])
+            except Undelivered as exc:
+                log.warning("outbox delivery to %s failed: %s", row.destination, exc.code)
+                return Failure(exc.code, f"{exc.code.name}: {exc}"[:1000])
         return None
 
     async def _deliver_batch(

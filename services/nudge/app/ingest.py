@@ -18,7 +18,7 @@ import orjson
 from google.protobuf import json_format
 from reviewloop.common.v1 import common_pb2
 from reviewloop.ids import new_id
-from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested
+from reviewloop.review.v1.events_pb2 import Escalated, HumansNotified, NudgeRequested
 from reviewloop.rules.v1.events_pb2 import BroadcastRequested
 from reviewloop.storage import Database, UnitOfWork, codec, fastpaths, utcnow
 from reviewloop.storage.codec import as_json_object, encode
@@ -113,6 +113,12 @@ async def _humans_notified(uow: UnitOfWork, event: HumansNotified) -> Stored:
     return Stored(None, await webhook_queue.enqueue_humans_notified(uow.conn, event, utcnow()))
 
 
+async def _escalated(uow: UnitOfWork, event: Escalated) -> Stored:
+    """Not a nudge (the agent has its ``redraft_requested``): the deliveries of the webhooks that asked
+    for ``escalated``."""
+    return Stored(None, await webhook_queue.enqueue_escalated(uow.conn, event, utcnow()))
+
+
 async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> Stored | None:
     """Append a broadcast (a project-wide nudge, visible in its project or, with project "", in every
     project of the org); None when refused: logged, never stored, and still counted as received."""
@@ -140,6 +146,7 @@ async def _store_broadcast(uow: UnitOfWork, requested: BroadcastRequested) -> St
 SUBSCRIPTIONS: dict[str, Subscription[Any]] = {
     "nudge": Subscription(NudgeRequested, _store),
     "humans_notified": Subscription(HumansNotified, _humans_notified),
+    "escalated": Subscription(Escalated, _escalated),
     "broadcast": Subscription(BroadcastRequested, _store_broadcast),
 }
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from reviewloop.review.v1.events_pb2 import HumansNotified
+from reviewloop.review.v1.events_pb2 import Escalated, HumansNotified
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nudge import store
@@ -118,6 +118,42 @@ async def enqueue_humans_notified(conn: AsyncConnection, event: HumansNotified, 
         event.turn_id,
         event.review_id,
         {"type": rules.HUMANS_NOTIFIED, "timestamp": _iso(created_at), "data": data},
+        created_at,
+    )
+
+
+async def enqueue_escalated(conn: AsyncConnection, event: Escalated, created_at: datetime) -> bool:
+    """In the event's own transaction: one pending delivery per endpoint of its project that asked for
+    ``escalated``. Its id (``webhook-id``) is the escalation's decision turn."""
+    target = (
+        {"kind": event.target_kind, "id": event.target_id, "name": event.target_name}
+        if event.target_kind
+        else None
+    )
+    data = {
+        "id": event.turn_id,
+        "review_id": event.review_id,
+        "category_id": event.category_id,
+        "agent_id": event.agent_id,
+        "revision": event.revision,
+        "summary": event.summary,
+        "subject": event.subject,
+        "escalated_to": target,
+        "deadline": _iso(event.deadline.ToDatetime(UTC)) if event.HasField("deadline") else None,
+        "escalated_by": event.escalated_by,
+        "feedback": event.feedback,
+        "created_at": _iso(event.created_at.ToDatetime(UTC))
+        if event.HasField("created_at")
+        else _iso(created_at),
+    }
+    return await _enqueue(
+        conn,
+        event.org_id,
+        event.project_id,
+        rules.ESCALATED,
+        event.turn_id,
+        event.review_id,
+        {"type": rules.ESCALATED, "timestamp": _iso(created_at), "data": data},
         created_at,
     )
 

@@ -26,7 +26,10 @@ REASONS = frozenset(r.value for r in Reason if r not in RESERVED)
 # Not a nudge: an auto-send in an ``auto_notify`` category, for the project's humans (issue 13). Only
 # an endpoint that names it gets it (a receiver written for the agent's nudges never sees it).
 HUMANS_NOTIFIED = "humans_notified"
-EVENT_TYPES = REASONS | {HUMANS_NOTIFIED}
+# Not a nudge either: a reviewer escalated a draft to a person or role, with its deadline (issue 38).
+ESCALATED = "escalated"
+FOR_HUMANS = frozenset({HUMANS_NOTIFIED, ESCALATED})  # only an endpoint that names one gets it
+EVENT_TYPES = REASONS | FOR_HUMANS
 
 
 class Refused(ValueError):
@@ -63,8 +66,8 @@ def check_reasons(reasons: Iterable[str]) -> list[str]:
 
 def wants(reasons: Sequence[str], reason: str) -> bool:
     """Whether an endpoint asking for ``reasons`` gets an event of ``reason``: none asks for every
-    nudge, ``humans_notified`` only where named."""
-    if reason == HUMANS_NOTIFIED or reasons:
+    nudge, the events for humans (``humans_notified``, ``escalated``) only where named."""
+    if reason in FOR_HUMANS or reasons:
         return reason in reasons
     return True
 

@@ -15,13 +15,20 @@ from google.protobuf.message import Message
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.diff.v1.diff_pb2 import Diff, DiffCommitted
 from reviewloop.protoconv import rfc3339, stamp
-from reviewloop.review.v1.events_pb2 import HumansNotified, NudgeRequested, ReviewOutcome
+from reviewloop.review.v1.events_pb2 import (
+    Escalated,
+    EscalationMail,
+    HumansNotified,
+    NudgeRequested,
+    ReviewOutcome,
+)
 from reviewloop.rules.v1 import events_pb2 as rules_events
 from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.storage import UnitOfWork
 from reviewloop.tenancy import ActorKind, Principal
 
 from review_state.clients import DiffResult
+from review_state.domain import escalation as escalations
 from review_state.domain.feedback import outcome_for_rules
 from review_state.domain.machine import Reason, State, Verb
 from review_state.domain.pacing import StaleDraft
@@ -44,6 +51,9 @@ SENT, NOT_SENT, UNKNOWN = (
     budget_pb2.POOL_SEND_OUTCOME_UNKNOWN,
 )
 HUMANS_NOTIFIED = "humans_notified"  # to nudge, for the webhooks that ask for it (never the agent's)
+ESCALATED = "escalated"  # to nudge, likewise: an escalation's target and deadline
+MAIL = "mail"  # review_state's own mail provider delivers these (``app.notify``)
+ESCALATION_MAIL = "escalation_mail"
 
 
 @dataclass(frozen=True)
@@ -153,6 +163,46 @@ def publish_humans_notified(uow: UnitOfWork, review: Review, turn_id: str) -> No
             created_at=stamp(review.created_at),
         ),
     )
+
+
+def publish_escalation(
+    uow: UnitOfWork, review: Review, turn_id: str, escalation: escalations.Escalation, feedback: str
+) -> None:
+    """An escalation, for the webhook endpoints that ask for ``escalated`` and, when its target has an
+    address, its notification mail: both in the decision's unit, so a lost race tells no one."""
+    summary = str((review.intent or {}).get("summary") or "")
+    by = review.escalated_by or ""
+    event = Escalated(
+        review_id=review.id,
+        org_id=review.org_id,
+        project_id=review.project_id,
+        agent_id=review.agent_id,
+        category_id=review.category_id,
+        turn_id=turn_id,
+        subject=review.subject,
+        summary=summary,
+        target_kind=escalation.kind,
+        target_id=escalation.target_id,
+        target_name=review.escalated_to_name or "",
+        escalated_by=by,
+        feedback=feedback,
+        revision=review.revision,
+    )
+    if review.escalated_at is not None:
+        event.created_at.CopyFrom(stamp(review.escalated_at))
+    if escalation.deadline is not None:
+        event.deadline.CopyFrom(stamp(escalation.deadline))
+    uow.emit(NUDGE, review.id, ESCALATED, event)
+    if escalation.notify:
+        subject, text = escalations.mail(review, escalation, escalation.by_name or by, feedback)
+        mail = EscalationMail(
+            review_id=review.id,
+            to=list(escalation.notify),
+            subject=subject,
+            body_text=text,
+            rfc_message_id=f"<escalation.{turn_id}@reviewloop>",
+        )
+        uow.emit(MAIL, review.id, ESCALATION_MAIL, mail)
 
 
 def request_rule(uow: UnitOfWork, review: Review, rule: SaveRuleRequest) -> None:

@@ -34,6 +34,7 @@ from review_state.domain.decision import (
     decision_changes,
     diffable,
 )
+from review_state.domain.escalation import Escalation
 from review_state.domain.feedback import approvers, decision_of, decisions_of, panel
 from review_state.domain.machine import Actor, State, Verb
 from review_state.domain.review import Review, Turn
@@ -144,6 +145,8 @@ async def _decide(
     env: Env, principal: Principal, review_id: str, decision: Decision, idempotency_key: str, actor: Actor
 ) -> tuple[Review, str]:
     verb = decision.verb()
+    if decision.escalation is not None:
+        decision.escalation.check(utcnow())
     fields = {"verb": f"decide:{actor}", "review_id": review_id, **decision.__dict__}
     try:
         current, replayed, stale = await _kernel.precheck(
@@ -380,7 +383,7 @@ async def _apply_decision(
                 rule_ids=[rule.rule_id] if rule is not None else [],
                 turn_id=rule.source_turn_id if rule is not None else "",
             ),
-            **decision_changes(verb, before, edited, now),
+            **decision_changes(verb, before, edited, now, decision.escalation, principal.actor_id),
             # Each review-agent round is a hop, counted here for the reader; dispatch_budget bounds them.
             reviewer_hops=before.reviewer_hops + (actor is Actor.REVIEW_AGENT),
         )
@@ -390,6 +393,10 @@ async def _apply_decision(
             _events.publish_diff(uow, principal, before, diff)
         if rule is not None:
             _events.request_rule(uow, after, rule)
+        if verb is Verb.ESCALATE:
+            _events.publish_escalation(
+                uow, after, turn.id, decision.escalation or Escalation(), decision.feedback
+            )
         if not short:  # the category counts the review's outcome once, when it is decided
             _events.publish_outcome(uow, after, decision_of(decisions_of([*prior, turn])))
         if after.state is State.APPROVED:

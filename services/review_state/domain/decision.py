@@ -8,6 +8,7 @@ from typing import Any
 
 from reviewloop.errors import invalid
 
+from review_state.domain.escalation import CLEARED, Escalation
 from review_state.domain.html_part import html_of_text, sanitize_html
 from review_state.domain.machine import State, Verb
 from review_state.domain.review import Review
@@ -31,6 +32,8 @@ class Decision:
     message_sha256: str = ""
     # A human approves a draft a rule holds (born_stale) as it stands; recorded on the decision turn.
     override_held: bool = False
+    # An escalation's target and deadline (escalate only; None: it names no one).
+    escalation: Escalation | None = None
 
     def verb(self) -> Verb:
         """The table's verb for this decision, or ``bad_request`` naming the field at fault."""
@@ -47,6 +50,8 @@ class Decision:
             raise invalid("/subject", "must be one line of at most 998 characters")
         if len(self.feedback) > CHAT_MAX:
             raise invalid("/feedback", f"at most {CHAT_MAX} characters")
+        if self.escalation is not None and verb is not Verb.ESCALATE:
+            raise invalid("/escalate_to", "only an escalation names a target and a deadline")
         return verb
 
     def edited(self, current: Review) -> dict[str, Any]:
@@ -81,9 +86,15 @@ def diffable(review: Review) -> dict[str, Any]:
 
 
 def decision_changes(
-    verb: Verb, current: Review, edited: dict[str, Any] | None, now: datetime
+    verb: Verb,
+    current: Review,
+    edited: dict[str, Any] | None,
+    now: datetime,
+    escalation: Escalation | None = None,
+    by: str = "",
 ) -> dict[str, Any]:
-    """The columns a decision writes besides the state."""
+    """The columns a decision writes besides the state. An escalation stands (with its target, or none)
+    until a decision that settles the draft clears it."""
     # A decision spends the review deadline: it hurries a review agent toward a first decision of the
     # current revision, and a redraft starts a new one.
     changes: dict[str, Any] = {"decided_at": now, "review_deadline": None}
@@ -93,6 +104,10 @@ def decision_changes(
         # A reviewer's move starts a new generation of the draft: a composer still naming the old
         # revision is stale, which is what lets exactly one of concurrent writers win.
         changes["revision"] = current.revision + 1
+    if verb is Verb.ESCALATE:
+        changes.update((escalation or Escalation()).columns(by, now))
+    elif current.escalated_at is not None:
+        changes.update(CLEARED)
     return changes
 
 

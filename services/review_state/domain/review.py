@@ -60,6 +60,13 @@ class Review:
     sent_at: datetime | None = None
     review_deadline: datetime | None = None  # a review agent decides before it, or a human does
     mode: str | None = None  # the mode the agent asked for (review | direct); None: it asked for none
+    # Whom a reviewer escalated the draft to (a key id, or role:<role>; None: no one), by whom, when, and
+    # by when it is to be decided; ``escalated_at`` None: not escalated (``domain.escalation``).
+    escalated_to: str | None = None
+    escalated_to_name: str | None = None
+    escalated_by: str | None = None
+    escalated_at: datetime | None = None
+    escalation_deadline: datetime | None = None
 
     @property
     def recipients(self) -> list[str]:

@@ -9,7 +9,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from reviewloop.storage import UnitOfWork
+from reviewloop.storage import UnitOfWork, utcnow
 from sqlalchemy import CTE, Select, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -155,6 +155,9 @@ class ReviewFilter:
     thread_id: str = ""
     parked: bool = False
     escalated: bool = False
+    escalated_to: tuple[str, ...] = ()  # escalated to one of these (key ids, role:<role>)
+    overdue: bool = False  # escalated, and its deadline passed (``now``)
+    now: datetime | None = None
 
 
 async def list_reviews(
@@ -183,14 +186,12 @@ def _matching(query: Select[Any], project_id: str, filters: ReviewFilter) -> Sel
             delivery_attempts.c.stage == "parked",
         )
         query = query.where(waiting.exists())
-    if filters.escalated:  # a human escalated its current revision
-        escalation = select(turns.c.id).where(
-            turns.c.review_id == reviews.c.id,
-            turns.c.turn_type == "decision",
-            turns.c.action == "escalate",
-            turns.c.revision == reviews.c.revision,
-        )
-        query = query.where(escalation.exists())
+    if filters.escalated:  # a reviewer escalated it, and no human settled it since
+        query = query.where(reviews.c.escalated_at.is_not(None))
+    if filters.escalated_to:
+        query = query.where(reviews.c.escalated_to.in_(filters.escalated_to))
+    if filters.overdue:
+        query = query.where(reviews.c.escalation_deadline <= (filters.now or utcnow()))
     if filters.humans_notified:
         notified = select(turns.c.id).where(
             turns.c.review_id == reviews.c.id, turns.c.turn_type == HUMANS_NOTIFIED

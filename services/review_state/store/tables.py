@@ -67,7 +67,15 @@ reviews = Table(
     Column("review_deadline", UtcDateTime),
     # The mode the agent asked for (review | direct); NULL when it asked for none.
     Column("mode", String(8)),
+    # An escalation (domain.escalation): its target (a key id or role:<role>), the target's name, who
+    # escalated, when, and the deadline; escalated_at NULL: not escalated.
+    Column("escalated_to", String(48)),
+    Column("escalated_to_name", String(200)),
+    Column("escalated_by", String(48)),
+    Column("escalated_at", UtcDateTime),
+    Column("escalation_deadline", UtcDateTime),
     Index("ix_reviews_project_id_id", "project_id", "id"),
+    Index("ix_reviews_project_id_escalated_to", "project_id", "escalated_to"),
     Index("ix_reviews_state_review_deadline", "state", "review_deadline"),
     Index("ix_reviews_org_id_state", "org_id", "state"),
     Index("ix_reviews_project_id_thread_ref", "project_id", "thread_ref"),
