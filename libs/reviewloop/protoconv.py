@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from reviewloop.errors import invalid
@@ -59,3 +60,26 @@ def from_enum(domain: type[E], enum: Any, prefix: str, number: int) -> E | None:
     """The domain enum member a proto enum number names; None for UNSPECIFIED."""
     name = enum_name(enum, prefix, number)
     return domain(name) if name else None
+
+
+def optional_scalars(message: Descriptor) -> tuple[str, ...]:
+    """The message's ``optional`` scalar fields, in declaration order.
+
+    Those are the fields whose absence is a value (``HasField`` tells); read off the descriptor, a new
+    one needs no list kept in step.
+    """
+    return tuple(
+        field.name
+        for field in message.fields
+        if field.has_presence
+        and field.type != FieldDescriptor.TYPE_MESSAGE
+        and field.containing_oneof is not None
+    )
+
+
+def oneof_names(message: Descriptor, oneof: str) -> tuple[str, ...]:
+    """The field names of one of the message's oneofs, in declaration order.
+
+    The nudge reasons are ``NudgeRequested``'s ``payload``.
+    """
+    return tuple(field.name for field in message.oneofs_by_name[oneof].fields)

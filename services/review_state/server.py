@@ -11,7 +11,7 @@ import grpc
 import orjson
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
-from reviewloop.protoconv import enum_name, required_enum, stamp, to_enum
+from reviewloop.protoconv import enum_name, optional_scalars, required_enum, stamp, to_enum
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from reviewloop.service import Registration
 from reviewloop.storage import utcnow
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     Context = grpc.aio.ServicerContext[Any, Any]
 
 _KIND, _STATE = "MESSAGE_KIND_", "REVIEW_STATE_"
+
+
+# The Review's `optional` scalars: set exactly when the record has a value.
+OPTIONAL_SCALARS = optional_scalars(review_pb2.Review.DESCRIPTOR)
 
 
 def _state_to_proto(state: State) -> review_pb2.ReviewState.ValueType:
@@ -100,18 +104,7 @@ def review_to_proto(
         meta = review.intent.get("meta")
         message.intent.summary = review.intent.get("summary", "")
         message.intent.meta_json = orjson.dumps(meta).decode() if meta is not None else ""
-    for name in (
-        "message_id",
-        "thread_ref",
-        "send_path",
-        "send_error",
-        "gate_outcome",
-        "body_html",
-        "reply_to",
-        "parent_message_id",
-        "confidence",
-        "rfc_message_id",
-    ):
+    for name in OPTIONAL_SCALARS:
         value = getattr(review, name)
         if value is not None:
             setattr(message, name, value)

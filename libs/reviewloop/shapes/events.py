@@ -11,7 +11,12 @@ from pydantic import (
     JsonValue,
 )
 
+from reviewloop.protoconv import oneof_names
+from reviewloop.review.v1 import events_pb2
 from reviewloop.shapes._base import INT64_MAX, Shape
+
+# The nudge reasons, in the contract's words: the payloads NudgeRequested's oneof carries.
+NUDGE_REASONS = oneof_names(events_pb2.NudgeRequested.DESCRIPTOR, "payload")
 
 # --- review events (nudges) -------------------------------------------------------------------------
 
@@ -26,12 +31,7 @@ class ReviewEvent(Shape):
 
     seq: int = Field(description="the review's ordinal; 0 on a broadcast")
     id: str
-    reason: str = Field(
-        description=(
-            "redraft_requested | feedback_added | rejected | rule_changed | recheck_category | "
-            "propagate_general_rule | sent | send_failed | cancelled | front_run_next (additive)"
-        )
-    )
+    reason: str = Field(description=" | ".join(NUDGE_REASONS) + " (additive)")
     review_id: str | None = Field(default=None, description="absent on a broadcast nudge (seq 0)")
     category_id: str | None = None
     payload: dict[str, JsonValue] | None = None

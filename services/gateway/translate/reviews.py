@@ -8,10 +8,16 @@ import binascii
 
 import orjson
 from reviewloop.errors import invalid
+from reviewloop.protoconv import optional_scalars
 from reviewloop.review.v1 import review_pb2
-from reviewloop.shapes import AttachmentIn, ReviewIntent
+from reviewloop.shapes import AttachmentIn, Review, ReviewIntent
 
 from gateway.translate import Json, enum_name, timestamp
+
+# The Review's `optional` scalars the shape answers (rfc_message_id is the inbound mail's, not the review's).
+OPTIONAL_FIELDS = tuple(
+    name for name in optional_scalars(review_pb2.Review.DESCRIPTOR) if name in Review.model_fields
+)
 
 
 def review_state(value: int) -> str:
@@ -73,19 +79,8 @@ def as_review(review: review_pb2.Review) -> Json:
         body["intent"] = intent
     if review.category_id:
         body["category_id"] = review.category_id
-    for name in (  # optional fields, present exactly when the message has them
-        "message_id",
-        "thread_ref",
-        "send_path",
-        "send_error",
-        "gate_outcome",
-        "body_html",
-        "reply_to",
-        "parent_message_id",
-        "confidence",
-    ):
-        if review.HasField(name):
-            body[name] = getattr(review, name)
+    # Present exactly when the message has them (ListFields lists an optional field only when set).
+    body.update((field.name, value) for field, value in review.ListFields() if field.name in OPTIONAL_FIELDS)
     if review.headers:
         body["headers"] = dict(review.headers)
     if review.attachments:
@@ -99,7 +94,7 @@ def as_review(review: review_pb2.Review) -> Json:
             for a in review.attachments
         ]
     for name in ("decided_at", "sent_at"):
-        if review.HasField(name):  # type: ignore[arg-type]
+        if review.HasField(name):
             body[name] = timestamp(getattr(review, name))
     if review.turns:
         body["turns"] = [as_review_turn(t) for t in review.turns]
