@@ -22,9 +22,9 @@ def test_the_nudge_reasons_are_the_oneofs_on_both_sides_of_the_outbox() -> None:
     assert description.split(" (")[0].split(" | ") == list(NUDGE_REASONS)
 
 
-def test_a_webhook_names_a_nudge_reason_or_the_humans_notice() -> None:
+def test_a_webhook_names_a_nudge_reason_or_a_notice_for_humans() -> None:
     published = set(typing.get_args(shapes.push.WebhookReason))
-    assert published == webhooks.EVENT_TYPES == set(NUDGE_REASONS) | {webhooks.HUMANS_NOTIFIED}
+    assert published == webhooks.EVENT_TYPES == set(NUDGE_REASONS) | webhooks.FOR_HUMANS
 
 
 def test_the_reviews_optional_fields_are_read_off_the_descriptor() -> None:
