@@ -19,11 +19,13 @@ from reviewloop.tenancy import Principal
 
 from review_state import app, store
 from review_state.app import Decision, Env, Revision
+from review_state.app.dial_effect import GATE_FIELDS
+from review_state.domain import dial_effect
 from review_state.domain.escalation import Escalation, target_of
 from review_state.domain.feedback import approvers
 from review_state.domain.machine import CLOSED, State
 from review_state.domain.review import Review, Turn
-from review_state.domain.submission import Asked, Attachment, Draft
+from review_state.domain.submission import Asked, Attachment, Dial, Draft
 
 if TYPE_CHECKING:
     Context = grpc.aio.ServicerContext[Any, Any]
@@ -398,6 +400,31 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             if state.window.last_nudged_at is not None:
                 reply.last_nudged_at.CopyFrom(stamp(state.window.last_nudged_at))
         return reply
+
+    async def GetDialEffect(
+        self, request: review_pb2.GetDialEffectRequest, context: Context
+    ) -> review_pb2.DialEffect:
+        proposed = {name: value for name in GATE_FIELDS if (value := _optional(request, name)) is not None}
+        found = await app.get_dial_effect(
+            self.env, Principal.from_proto(request.principal), request.category_id, proposed, request.last
+        )
+
+        def outcome(dial: Dial, effect: dial_effect.Effect) -> review_pb2.DialOutcome:
+            return review_pb2.DialOutcome(
+                dial=review_pb2.GateDial(**{name: getattr(dial, name) for name in GATE_FIELDS}),
+                auto_sent=effect.auto_sent,
+                held=effect.held,
+            )
+
+        return review_pb2.DialEffect(
+            category_id=found.category_id,
+            considered=found.current.considered,
+            current=outcome(found.current_dial, found.current),
+            proposed=outcome(found.proposed_dial, found.proposed),
+            decided=found.record.decided,
+            clean_streak=found.record.clean_streak,
+            edit_rate=found.record.edit_rate,
+        )
 
     async def Cancel(self, request: review_pb2.CancelRequest, context: Context) -> review_pb2.Review:
         review = await app.cancel(

@@ -398,4 +398,42 @@ class RiskDial(Shape):
     categories: list[CategoryRiskDial] = Field(default_factory=list)
 
 
+class GateDial(Shape):
+    """The dial values the auto-send gates read (one side of ``get_dial_effect``)."""
+
+    min_confidence: float
+    first_contact_gate: bool
+    canary_rate: float
+    auto_send_cap_per_day: int
+
+
+class DialOutcome(Shape):
+    """A category's last drafts replayed under one dial.
+
+    How many would have been auto-sent, and the holds by reason (``low_confidence``, ``first_contact``,
+    ``canary``, ``daily_cap``).
+    """
+
+    dial: GateDial
+    auto_sent: int
+    held: dict[str, int] = Field(default_factory=dict)
+
+
+class DialEffect(Shape):
+    """``get_dial_effect``: what a proposed change of a category's risk dial would have done.
+
+    Its last ``considered`` drafts replayed (had the category been graduated) under the dial in force and the
+    proposed one, and its graduation record over them: the human decisions, the clean approvals in a row
+    among the newest, and the share of decisions that were edits.
+    """
+
+    category_id: str
+    considered: int
+    current: DialOutcome
+    proposed: DialOutcome
+    decided: int
+    clean_streak: int
+    edit_rate: float
+
+
 RISK_DIAL_FIELDS: tuple[str, ...] = tuple(AccountRiskDial.model_fields)

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from gateway.console import admin, dead_letters, review, sessions, throttle, web
+from gateway.console import admin, dead_letters, dial_effect, review, sessions, throttle, web
 from gateway.console.html import SECURITY_HEADERS, error_box, h, page
 
 STATIC = Path(__file__).parent / "static"
@@ -42,6 +42,7 @@ def create_console(state: object) -> FastAPI:
     console.include_router(review.router)
     console.include_router(admin.router)
     console.include_router(dead_letters.router)
+    console.include_router(dial_effect.router)
 
     @console.exception_handler(web.SignInRequired)
     async def sign_in_required(request: Request, exc: web.SignInRequired) -> Response:

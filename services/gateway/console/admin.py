@@ -20,7 +20,7 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from gateway import store
-from gateway.console import web
+from gateway.console import dial_effect, web
 from gateway.console.html import csrf_field, error_box, h, page, table
 from gateway.console.sessions import Session
 from gateway.translate.budget import as_round_budget
@@ -277,13 +277,15 @@ async def _categories_view(
         )
         verbs += await _merge_form(request, session, category, names, pacing["pending"], form)
         gate = "met" if status["maturity_gate_met"] else "not met"
+        record = dial_effect.record_line(await dial_effect.dial_effect(request, session, category["id"]))
+        verbs += f'<a href="{h(base)}/dial-effect">What a dial change would do to {h(category["name"])}</a>'
         rows.append(
             f'<tr id="category-{h(category["id"])}"><td>{h(category["name"])}<br><code>{h(category["id"])}</code></td>'
             f"<td>{h(status['state'])}</td>"
             f"<td>approvals {status['clean_approval_count']}/{status['graduate_min_approvals']} "
             f"({'met' if status['approvals_met'] else 'not met'}); age {status['age_hours']:.1f} h/"
             f"{status['graduate_min_age_hours']:.0f} h ({'met' if status['age_met'] else 'not met'}); "
-            f"maturity gate {gate}; drift {status['drift_count']}/{status['drift_demote_after']}</td>"
+            f"maturity gate {gate}; drift {status['drift_count']}/{status['drift_demote_after']}; {h(record)}</td>"
             f'<td class="pacing">{_pacing_cell(pacing)}</td>'
             f"<td>{'yes' if status['never_graduate'] else 'no'}</td><td>{verbs}</td></tr>"
         )

@@ -18,6 +18,7 @@ from reviewloop.shapes import (
     CategoryList,
     CategoryMerge,
     CategoryPacingState,
+    DialEffect,
     GraduationProposalList,
     GraduationStatus,
     LearnReviewRuleRequest,
@@ -46,6 +47,7 @@ from gateway.translate.rules import (
     as_category,
     as_category_audit,
     as_category_merge,
+    as_dial_effect,
     as_graduation_proposal,
     as_graduation_status,
     as_pacing_state,
@@ -496,3 +498,39 @@ async def get_risk_dial(
         timeout=backend.timeout_s,
     )
     return as_risk_dial(reply)
+
+
+Unit = Annotated[float | None, Query(ge=0, le=1, allow_inf_nan=False)]
+
+
+@router.get(
+    "/v1/categories/{category_id}/dial-effect",
+    operation_id="get_dial_effect",
+    response_model=DialEffect,
+)
+async def get_dial_effect(
+    category_id: str,
+    principal: ProjectKey,
+    backend: Backend,
+    last: Annotated[int, Query(ge=1, le=1000, description="how many of the category's last drafts")] = 200,
+    min_confidence: Unit = None,
+    first_contact_gate: bool | None = None,
+    canary_rate: Unit = None,
+    auto_send_cap_per_day: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
+) -> Json:
+    """What a proposed risk dial (the fields given; the others keep their value in force) would have done
+    to the category's last drafts, had it been graduated: how many auto-sent and how many held (and why)
+    under it and under the dial in force, with the category's clean-approval streak and edit rate. A read:
+    setting the dial stays the console's (a human's)."""
+    request = review_pb2.GetDialEffectRequest(
+        principal=principal.to_proto(), category_id=category_id, last=last
+    )
+    for name, value in (
+        ("min_confidence", min_confidence),
+        ("first_contact_gate", first_contact_gate),
+        ("canary_rate", canary_rate),
+        ("auto_send_cap_per_day", auto_send_cap_per_day),
+    ):
+        if value is not None:
+            setattr(request, name, value)
+    return as_dial_effect(await backend.review.GetDialEffect(request, timeout=backend.timeout_s))

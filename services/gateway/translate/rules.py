@@ -319,3 +319,29 @@ def risk_values(values: DialValues) -> tuple[rules_pb2.RiskValues, list[str]]:
     given = {name: getattr(values, name) for name in values.model_fields_set if name in RISK_DIAL_FIELDS}
     message = rules_pb2.RiskValues(**{k: v for k, v in given.items() if v is not None})
     return message, sorted((k for k, v in given.items() if v is None), key=RISK_DIAL_FIELDS.index)
+
+
+def _dial_outcome(outcome: review_pb2.DialOutcome) -> Json:
+    dial = outcome.dial
+    return {
+        "dial": {
+            "min_confidence": dial.min_confidence,
+            "first_contact_gate": dial.first_contact_gate,
+            "canary_rate": dial.canary_rate,
+            "auto_send_cap_per_day": dial.auto_send_cap_per_day,
+        },
+        "auto_sent": outcome.auto_sent,
+        "held": dict(sorted(outcome.held.items())),
+    }
+
+
+def as_dial_effect(effect: review_pb2.DialEffect) -> Json:
+    return {
+        "category_id": effect.category_id,
+        "considered": effect.considered,
+        "current": _dial_outcome(effect.current),
+        "proposed": _dial_outcome(effect.proposed),
+        "decided": effect.decided,
+        "clean_streak": effect.clean_streak,
+        "edit_rate": effect.edit_rate,
+    }

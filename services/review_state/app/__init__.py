@@ -30,6 +30,7 @@ from review_state.app.delivery import (
     reconcile,
     resolve_delivery,
 )
+from review_state.app.dial_effect import DialEffect, get_dial_effect
 from review_state.app.env import Env, Settings
 from review_state.app.ingest import SUBSCRIPTIONS, ingest
 from review_state.app.pacing import PacingState, pacing_state
@@ -59,6 +60,7 @@ from review_state.store import ReviewFilter
 __all__ = [
     "SUBSCRIPTIONS",
     "Decision",
+    "DialEffect",
     "Env",
     "Feedback",
     "PacingState",
@@ -75,6 +77,7 @@ __all__ = [
     "deliver",
     "delivery_status",
     "get_delivery",
+    "get_dial_effect",
     "get_feedback",
     "get_policy",
     "get_review",
