@@ -37,6 +37,7 @@ from reviewloop.common.v1 import common_pb2, outbox_pb2, outbox_pb2_grpc
 from reviewloop.config import ConfigError, ServiceConfig
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.errors import DomainError, invalid
+from reviewloop.inproc import MAX_MESSAGE_BYTES, InProcessChannel, LocalServer
 from reviewloop.outbox_admin import OutboxAdmin
 from reviewloop.rpc_errors import grpc_code, to_status
 from reviewloop.rpc_trace import STATUS_CODE, client_tracing, served
@@ -55,8 +56,8 @@ SHUTDOWN_GRACE_S = 5.0
 READINESS_EVERY_S = 5.0
 
 # A restarted peer is found again within a second instead of after gRPC's default backoff (up to 120 s).
-# Messages carry whole drafts (2 MiB per body field) and their diffs, past gRPC's 4 MiB default.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Messages carry whole drafts (2 MiB per body field) and their diffs, past gRPC's 4 MiB default
+# (MAX_MESSAGE_BYTES, the in-process channel's bound too).
 CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
@@ -70,18 +71,32 @@ class Peers:
     """One long-lived, traced channel per peer service, created on first use.
 
     Each presents ``trust``'s credentials (a signed service token, a client certificate) when configured.
+    With ``local`` (monolithic mode: the process's ``LocalServer`` of each service, by name) a call to a
+    peer goes through an ``InProcessChannel`` to it, never over the peer's socket.
     """
 
-    def __init__(self, addresses: Mapping[str, str], trust: Trust | None = None) -> None:
+    def __init__(
+        self,
+        addresses: Mapping[str, str],
+        trust: Trust | None = None,
+        local: Mapping[str, LocalServer] | None = None,
+    ) -> None:
         self._addresses = addresses
         self._trust = trust or Trust()
+        self._local = local
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def channel(self, service: str) -> grpc.aio.Channel:
         """The channel to ``service``, which must be one of the peers the ServiceSpec declares."""
         if service not in self._addresses:
             raise KeyError(f"{service} is not a declared peer of this service (ServiceSpec.peers)")
-        if service not in self._channels:
+        if service not in self._channels and self._local is not None:
+            local = self._local
+            channel = InProcessChannel(
+                service, lambda: local.get(service), self._trust.signing(client_tracing())
+            )
+            self._channels[service] = cast(grpc.aio.Channel, channel)
+        elif service not in self._channels:
             self._channels[service] = self._trust.channel(
                 self._addresses[service],
                 options=CHANNEL_OPTIONS,
@@ -367,10 +382,11 @@ class RunningService:
         tasks: list[asyncio.Task[None]],
         port: int,
         operations: asyncio.AbstractServer | None = None,
+        local: LocalServer | None = None,
     ) -> None:
         self.server, self.health, self.db, self.peers = server, health, db, peers
         self.relay, self.tasks, self.port = relay, tasks, port
-        self.operations = operations
+        self.operations, self.local = operations, local
         self._stopped = False
 
     async def ready(self) -> bool:
@@ -413,7 +429,7 @@ class RunningService:
         await self.health.enter_graceful_shutdown()
         if self.operations is not None:
             self.operations.close()
-        await self.server.stop(grace)
+        await asyncio.gather(self.server.stop(grace), *((self.local.stop(grace),) if self.local else ()))
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -438,8 +454,14 @@ class PortTakenError(RuntimeError):
     """The service could not bind its listen address, usually because another process holds the port."""
 
 
-async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService:
-    """Build, bind, migrate and start ``spec``; health turns SERVING once the store is migrated."""
+async def start(
+    spec: ServiceSpec[Any], config: ServiceConfig, local: dict[str, LocalServer] | None = None
+) -> RunningService:
+    """Build, bind, migrate and start ``spec``; health turns SERVING once the store is migrated.
+
+    With ``local`` (monolithic mode) the service also answers the process's in-process channels: its
+    ``LocalServer`` is put there under its name, and its peers are reached through theirs.
+    """
     engine = make_engine(config.db_url, pool_size=config.db_pool_size)
     if config.trace_sql:
         # A span per statement and per pool checkout (13 of a lifecycle's 49 spans), on demand only. The
@@ -447,7 +469,7 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
         SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine, meter_provider=NoOpMeterProvider())
         driver.traced(engine)
     db = Database(engine)
-    peers = Peers(config.peers, config.trust)
+    peers = Peers(config.peers, config.trust, local)
     server = grpc.aio.server(
         interceptors=[BoundaryInterceptor(config.trust)],
         options=[
@@ -456,8 +478,12 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ],
     )
+    # The same servicers answer in process, through an interceptor of their own (its own handler cache).
+    in_process = LocalServer(BoundaryInterceptor(config.trust)) if local is not None else None
+    servers: tuple[Any, ...] = (server, in_process) if in_process else (server,)
     health = health_aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    for each in servers:
+        health_pb2_grpc.add_HealthServicer_to_server(health, each)
     names = [HEALTH_SERVICE]
     env: Any = spec.bootstrap(db, peers) if spec.bootstrap else db
     # Every store has an outbox, so every service answers its operator RPC (dead letters).
@@ -467,7 +493,8 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
         outbox_pb2.DESCRIPTOR.services_by_name["OutboxAdminService"].full_name,
     )
     for add, servicer, full_name in (*spec.servicers(env), outbox_admin):
-        add(servicer, server)
+        for each in servers:
+            add(servicer, each)
         names.append(full_name)
     reflection.enable(names, server)
     for name in ("", *names):
@@ -488,6 +515,8 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
             config.listen,
         )
     await server.start()
+    if local is not None and in_process is not None:
+        local[spec.name] = in_process
     await migrate(engine, spec.migrations_dir, spec.metadata)
     relay = None
     if spec.subscribers or spec.local_subscribers:
@@ -504,7 +533,7 @@ async def start(spec: ServiceSpec[Any], config: ServiceConfig) -> RunningService
     tasks: list[asyncio.Task[None]] = [
         asyncio.create_task(job()) for job in (spec.background(env) if spec.background else ())
     ]
-    running = RunningService(server, health, db, peers, relay, tasks, port)
+    running = RunningService(server, health, db, peers, relay, tasks, port, local=in_process)
     tasks.append(asyncio.create_task(running.watch_readiness(names), name="readiness"))
     if config.metrics_listen:
         probes = [

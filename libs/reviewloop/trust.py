@@ -112,10 +112,13 @@ class Trust:
         keys = (self.key, *self.previous_keys)
         return caller if any(hmac.compare_digest(mac, _mac(k, caller, stamp, method)) for k in keys) else None
 
+    def signing(self, interceptors: list[Any]) -> list[Any]:
+        """``interceptors``, then the service-token signers when a key is configured."""
+        return [*interceptors, *_signers(self)] if self.key is not None else interceptors
+
     def channel(self, address: str, options: Any, interceptors: list[Any]) -> grpc.aio.Channel:
         """A channel to ``address`` that presents this process's credentials."""
-        if self.key is not None:
-            interceptors = [*interceptors, *_signers(self)]
+        interceptors = self.signing(interceptors)
         if self.mtls:
             credentials = grpc.ssl_channel_credentials(self.tls_ca, self.tls_key, self.tls_cert)
             if address.startswith("unix:"):

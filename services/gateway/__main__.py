@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
 import uvicorn
 from reviewloop import metrics, telemetry
+from reviewloop.inproc import LocalServer
 from reviewloop.service import ServiceSpec, settle_heap
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -79,10 +80,15 @@ class _Embedded(_Server):
         yield
 
 
-def server(settings: GatewaySettings, *, embedded: bool = False) -> uvicorn.Server:
-    """The gateway's uvicorn server; ``embedded`` leaves SIGTERM and SIGINT to the process that runs it."""
+def server(
+    settings: GatewaySettings, *, embedded: bool = False, local: Mapping[str, LocalServer] | None = None
+) -> uvicorn.Server:
+    """The gateway's uvicorn server; ``embedded`` leaves SIGTERM and SIGINT to the process that runs it.
+
+    ``local``: the services of the same process, reached through in-process channels (``Peers``).
+    """
     config = uvicorn.Config(
-        create_app(settings),
+        create_app(settings, local),
         host=settings.host,
         port=settings.port,
         loop="uvloop",

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +19,7 @@ from fastapi.datastructures import Default
 from fastapi.openapi.utils import get_openapi
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
 from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.inproc import LocalServer
 from reviewloop.service import Peers
 from reviewloop.shapes import ContractManifest, Health, component_schemas
 from reviewloop.storage import Database, make_engine
@@ -252,12 +253,14 @@ class Edge:
             await send(message)
 
 
-def create_app(settings: GatewaySettings) -> FastAPI:
+def create_app(settings: GatewaySettings, local: Mapping[str, LocalServer] | None = None) -> FastAPI:
+    """The gateway's app; ``local`` (monolithic mode) reaches the services through in-process channels."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(make_engine(settings.db_url, pool_size=settings.db_pool_size))
         await migrate(db.engine, MIGRATIONS, metadata)
-        peers = Peers(settings.peers, Trust.from_env("gateway"))
+        peers = Peers(settings.peers, Trust.from_env("gateway"), local)
         app.state.db = db
         app.state.backends = Backends(peers, settings.backend_timeout_s)
         app.state.rate_limits = ratelimits.RateLimits(db, settings.rate_limits)

@@ -42,8 +42,12 @@ def relay() -> Relay:
 
 @pytest.fixture(scope="module")
 async def console_stack(
-    databases: Databases, tmp_path_factory: pytest.TempPathFactory, relay: Relay
+    request: pytest.FixtureRequest,
+    databases: Databases,
+    tmp_path_factory: pytest.TempPathFactory,
+    relay: Relay,
 ) -> AsyncIterator[Stack]:
+    """The module's stack on SQLite: microservices, or what the module's ``STACK_TARGET`` names ("all")."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
@@ -51,7 +55,10 @@ async def console_stack(
     controller = Controller(relay, hostname="127.0.0.1", port=port)
     controller.start()
     smtp = {"REVIEWLOOP_SMTP_URL": f"smtp://127.0.0.1:{port}"}
-    running = await start_stack(databases, "sqlite", tmp_path_factory.mktemp("console-stack"), smtp)
+    target = getattr(request.module, "STACK_TARGET", None)
+    running = await start_stack(
+        databases, "sqlite", tmp_path_factory.mktemp("console-stack"), smtp, target=target
+    )
     yield running
     running.stop_all()
     controller.stop()
