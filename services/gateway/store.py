@@ -50,6 +50,8 @@ api_keys = Table(
     Column("name", String(200), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked_at", DateTime(timezone=True)),
+    # Where the key's person is told of a draft escalated to them (or their role); NULL: not told by mail.
+    Column("email", String(320)),
 )
 
 # Mutations the gateway itself makes idempotent: (scope = caller + operation, key) -> the first answer.
@@ -88,6 +90,7 @@ class ApiKey:
     name: str
     created_at: datetime
     revoked_at: datetime | None
+    email: str | None = None
 
 
 async def create_project(conn: AsyncConnection, name: str, org_id: str | None) -> Project:
@@ -113,7 +116,7 @@ async def a_project_of(conn: AsyncConnection, org_id: str) -> str | None:
 
 
 async def issue_key(
-    conn: AsyncConnection, project: Project, actor_kind: ActorKind, name: str
+    conn: AsyncConnection, project: Project, actor_kind: ActorKind, name: str, email: str | None = None
 ) -> tuple[ApiKey, str]:
     """A new key and its secret; the secret is returned once and only its hash is stored."""
     secret = "rlk_" + secrets.token_urlsafe(32)
@@ -127,6 +130,7 @@ async def issue_key(
         name=name,
         created_at=utcnow(),
         revoked_at=None,
+        email=email or None,
     )
     await conn.execute(
         insert(api_keys).values(**{**key.__dict__, "actor_kind": actor_kind.value}, key_hash=hash_key(secret))
@@ -145,6 +149,7 @@ def _key(row: object) -> ApiKey:
         name=m["name"],
         created_at=m["created_at"],
         revoked_at=m["revoked_at"],
+        email=m["email"],
     )
 
 

@@ -21,7 +21,7 @@ from review_state import app, store
 from review_state.app import Decision, Env, Revision
 from review_state.app.dial_effect import GATE_FIELDS
 from review_state.domain import dial_effect
-from review_state.domain.escalation import Escalation, target_of
+from review_state.domain.escalation import Escalation, mine, target_of
 from review_state.domain.feedback import approvers
 from review_state.domain.machine import CLOSED, State
 from review_state.domain.review import Review, Turn
@@ -324,7 +324,13 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             thread_id=request.thread_id,
             parked=request.parked,
             escalated=request.escalated,
-            escalated_to=tuple(request.escalated_to),
+            escalated_to=tuple(
+                t
+                for target in request.escalated_to
+                for t in (
+                    mine(principal.actor_id, principal.actor_kind.value) if target == "me" else (target,)
+                )
+            ),
             overdue=request.overdue,
         )
         (reviews, next_cursor), total = await asyncio.gather(

@@ -28,7 +28,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from reviewloop.shapes import _base, budget, categories, events, mail, operations, push, reviews, rules
+from reviewloop.shapes import (
+    _base,
+    budget,
+    categories,
+    escalation,
+    events,
+    mail,
+    operations,
+    push,
+    reviews,
+    rules,
+)
 from reviewloop.shapes._base import (
     ADDRESS_PATTERN,
     INT32_MAX,
@@ -138,6 +149,7 @@ from reviewloop.shapes.categories import (
     ScanBacklogStatus,
     UpdateCategoryRequest,
 )
+from reviewloop.shapes.escalation import EscalationTarget, ReviewEscalation
 from reviewloop.shapes.events import (
     AckReviewEventEntry,
     AckReviewEventRequest,
@@ -250,7 +262,7 @@ def _declared(module: ModuleType) -> tuple[type[BaseModel], ...]:
 # Every shape, in the order the planes declare them.
 SHAPES: tuple[type[BaseModel], ...] = tuple(
     model
-    for module in (_base, reviews, mail, events, rules, categories, budget, operations, push)
+    for module in (_base, reviews, escalation, mail, events, rules, categories, budget, operations, push)
     for model in _declared(module)
 )
 
@@ -324,6 +336,7 @@ __all__ = [
     "DiscardIn",
     "EffectiveRiskDial",
     "EnabledIn",
+    "EscalationTarget",
     "EvidenceStatus",
     "ExtendIn",
     "ExtensionReceipt",
@@ -383,6 +396,7 @@ __all__ = [
     "ReviewConfigIn",
     "ReviewDecisionContext",
     "ReviewDelivery",
+    "ReviewEscalation",
     "ReviewEvent",
     "ReviewEventCursor",
     "ReviewEventsResult",

@@ -32,12 +32,22 @@ class ProjectOut(Shape):
     name: str
 
 
+# One address, as a mail relay takes it (no display name).
+EMAIL = r"^[^@\s<>,;\x00]{1,64}@[^@\s<>,;\x00]+\.[^@\s<>,;\x00]+$"
+
+
 class ApiKeyIn(Shape):
     """``issue_api_key``: a key for a project and an actor kind."""
 
     project_id: Annotated[str, PlainText] = Field(min_length=1, max_length=40)
     actor_kind: ActorKind
     name: Annotated[str, PlainText] = Field(default="", max_length=200)
+    email: str | None = Field(
+        default=None,
+        max_length=320,
+        pattern=EMAIL,
+        description="where the key's person is told (by mail) of a draft escalated to them or their role",
+    )
 
 
 class ApiKeyOut(Shape):

@@ -27,6 +27,7 @@ from reviewloop.shapes._base import (
     Shape,
     Storable,
 )
+from reviewloop.shapes.escalation import EscalationTarget, ReviewEscalation
 
 # --- reviews: the composer's verbs ------------------------------------------------------------------
 
@@ -257,6 +258,12 @@ class ReviewerDecisionRequest(Shape):
     )
     feedback: str = Field(default="", max_length=10_000)
     new_rule: NewRule | None = Field(default=None, description="human reviewers only")
+    escalate_to: EscalationTarget | None = Field(
+        default=None, description="escalate only: the person or role of the project it goes to (told by mail)"
+    )
+    escalation_deadline: AwareDatetime | None = Field(
+        default=None, description="escalate only: by when the target should decide (in the future)"
+    )
 
 
 # --- reviews: what the review verbs answer ----------------------------------------------------------
@@ -441,6 +448,10 @@ class Review(Shape):
     sent_message_id: str | None = None
     delivery: ReviewDelivery | None = Field(
         default=None, description="get_review only, once released: how far its delivery got"
+    )
+    escalation: ReviewEscalation | None = Field(
+        default=None,
+        description="whom a reviewer escalated the draft to, and by when (absent: not escalated)",
     )
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import grpc
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import StringConstraints
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import invalid
@@ -39,6 +39,7 @@ from reviewloop.shapes import (
 )
 from reviewloop.tenancy import ActorKind, Principal
 
+from gateway import escalation
 from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, require
 from gateway.backends import Backends, backends
 from gateway.headers import IdempotencyKey
@@ -64,6 +65,7 @@ HUMAN = require(ActorKind.HUMAN, ActorKind.ADMIN)
 REVIEWER = require(ActorKind.HUMAN, ActorKind.ADMIN, ActorKind.REVIEW_AGENT)
 # A page of reviews starts after the review its cursor names ("" the first page).
 REVIEW_CURSOR = f"^({id_pattern('rr')})?$"
+ESCALATED_TO = f"^(me|role:(human|admin)|{id_pattern('key')})$"
 
 
 async def _submit(
@@ -325,6 +327,17 @@ async def list_reviews(
     humans_notified: Annotated[bool, Query()] = False,
     inbox: Annotated[str, Query(max_length=320, description="only the reviews sent from this inbox")] = "",
     thread_id: Annotated[str, Query(max_length=40, description="only the replies in this thread")] = "",
+    escalated: Annotated[bool, Query(description="only the drafts a reviewer escalated")] = False,
+    escalated_to: Annotated[
+        str,
+        Query(
+            max_length=40,
+            pattern=ESCALATED_TO,
+            description="only the drafts escalated to `me` (the caller's key or its role), a person's key id "
+            "or `role:human` | `role:admin`",
+        ),
+    ] = "",
+    overdue: Annotated[bool, Query(description="only the escalated drafts past their deadline")] = False,
 ) -> OrjsonResponse:
     """Repeated ``state=`` (the spec) and comma-joined ``state=a,b`` (the SDK) both filter."""
     state = [name for value in state for name in value.split(",") if name]
@@ -344,6 +357,9 @@ async def list_reviews(
             humans_notified=humans_notified,
             inbox=inbox,
             thread_id=thread_id,
+            escalated=escalated,
+            escalated_to=[escalated_to] if escalated_to else [],
+            overdue=overdue,
         ),
         timeout=backend.timeout_s,
     )
@@ -534,6 +550,7 @@ async def decide_review(
     body: ReviewerDecisionRequest,
     principal: Annotated[Principal, Depends(REVIEWER)],
     backend: Backend,
+    http: Request,
     idempotency_key: IdempotencyKey = "",
 ) -> Any:
     """approve | edit | reject | escalate with the (revision, version) CAS. A human key answers the
@@ -555,6 +572,16 @@ async def decide_review(
         request.subject = body.subject
     if body.body is not None:
         request.body = body.body
+    if body.escalate_to is not None or body.escalation_deadline is not None or body.action == "escalate":
+        target = body.escalate_to
+        await escalation.fill(
+            http,
+            principal,
+            request,
+            kind=target.kind if target else "",
+            target_id=target.id if target else "",
+            deadline=body.escalation_deadline,
+        )
     if body.new_rule is not None:
         request.new_rule.rule_text = body.new_rule.rule_text
         request.new_rule.scope = body.new_rule.scope

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import UTC, datetime
 
 import orjson
 from reviewloop.errors import invalid
@@ -100,7 +101,26 @@ def as_review(review: review_pb2.Review) -> Json:
         body["turns"] = [as_review_turn(t) for t in review.turns]
     if review.HasField("delivery"):
         body["delivery"] = as_review_delivery(review.delivery)
+    if review.HasField("escalation"):
+        body["escalation"] = as_review_escalation(review.escalation)
     return _with_sdk_names(body, review.mode)
+
+
+def as_review_escalation(escalation: review_pb2.Escalation) -> Json:
+    """``ReviewEscalation``: ``overdue`` is read against the clock when the review is answered."""
+    target = escalation.target
+    deadline = escalation.deadline.ToDatetime(UTC) if escalation.HasField("deadline") else None
+    return {
+        "escalated_to": (
+            {"kind": target.kind, "id": target.id, "name": target.name}
+            if escalation.HasField("target")
+            else None
+        ),
+        "deadline": timestamp(escalation.deadline) if deadline is not None else None,
+        "overdue": deadline is not None and deadline <= datetime.now(UTC),
+        "escalated_at": timestamp(escalation.escalated_at),
+        "escalated_by": escalation.escalated_by,
+    }
 
 
 SENT_STATES = frozenset({"sent", "auto_sent"})

@@ -80,7 +80,8 @@ def target_of(stored: str | None) -> tuple[str, str]:
 
 
 def mine(actor_id: str, role: str) -> tuple[str, ...]:
-    """The stored targets that read "escalated to me" for a key: its own id and its role."""
+    """The stored targets that read "escalated to me" for a key (its actor id and kind): its own id and its
+    role."""
     return (actor_id, ROLE_PREFIX + role) if role in ROLES else (actor_id,)
 
 

@@ -48,7 +48,7 @@ async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> Json
         if project is None:
             raise DomainError(Code.NOT_FOUND, f"No project {body.project_id}.")
         check_org(caller, project.org_id)
-        key, secret = await store.issue_key(uow.conn, project, body.actor_kind, body.name)
+        key, secret = await store.issue_key(uow.conn, project, body.actor_kind, body.name, body.email)
     result: Json = {
         "key_id": key.key_id,
         "api_key": secret,
