@@ -1,5 +1,5 @@
-"""dispatch_budget's CLI subcommands: ``run create``, ``review request``, ``review extend-budget``,
-``review diff-scope``, ``gate-stats``.
+"""dispatch_budget's CLI subcommands: ``run create``, ``run sequence``, ``review request``,
+``review extend-budget``, ``review diff-scope``, ``gate-stats``.
 
 ``register(subparsers)`` is called by the ``reviewloop`` command. Every command here is read-only or
 goes through the gateway; none writes a receipt (spec 003: no client-written receipts)."""
@@ -14,11 +14,12 @@ from typing import Any, TextIO
 
 import orjson
 from reviewloop.errors import DomainError
+from reviewloop.review_dispatch.picker import Draft, PickerContext, ReviewDispatchViewModel
+from reviewloop.review_dispatch.selection import RunnerSpec, serialize_request_review, validate_sequence
 
 from dispatch_budget.bootstrap import client_settings
 from dispatch_budget.domain.diffscope import INSTRUCTIONS, POLICY, sensitive_candidates
 from dispatch_budget.domain.gatestats import render, summarize
-from dispatch_budget.domain.selection import serialize_request_review, validate_sequence
 
 
 def register(subparsers: Any) -> None:
@@ -92,6 +93,32 @@ def register(subparsers: Any) -> None:
         "--gateway", default="http://127.0.0.1:8080" if settings.gateway is None else settings.gateway
     )
     create.set_defaults(func=cmd_run_create)
+
+    picker = run_sub.add_parser(
+        "sequence",
+        help="show or edit a run's review sequence with the shared picker (validated per row)",
+        description="Operations apply in the order given; rows are numbered from 1 (row 1 also selects "
+        "the pipeline review). Without --save nothing is written.",
+    )
+    picker.add_argument("run_id")
+    picker.add_argument(
+        "--add",
+        dest="ops",
+        action="append",
+        type=lambda v: ("add", v),
+        metavar="RUNNER[/MODEL[/EFFORT]]:MODE",
+        help="append a row; an omitted model or effort is the runner default",
+    )
+    picker.add_argument(
+        "--set", dest="ops", action="append", type=lambda v: ("set", v), metavar="N.DIMENSION=VALUE"
+    )
+    picker.add_argument("--remove", dest="ops", action="append", type=lambda v: ("remove", v), metavar="N")
+    picker.add_argument("--move", dest="ops", action="append", type=lambda v: ("move", v), metavar="N:M")
+    picker.add_argument("--save", action="store_true", help="record the sequence on the run (admin key)")
+    picker.add_argument(
+        "--gateway", default="http://127.0.0.1:8080" if settings.gateway is None else settings.gateway
+    )
+    picker.set_defaults(func=cmd_run_sequence)
 
     stats = subparsers.add_parser("gate-stats", help="summarize a gates.jsonl review-gate decision log")
     stats.add_argument("file", nargs="?", default="-", help="the JSON-lines log (default: stdin)")
@@ -185,6 +212,87 @@ def cmd_run_create(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(f"error: {error.get('field', '')}: {error.get('detail', '')}", file=sys.stderr)
         return _fail(str(problem.get("detail", response.text)))
     out.write(orjson.dumps(response.json(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def _row_number(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"{text!r} is not a row number (rows count from 1)")
+    return int(text) - 1
+
+
+def _picker_op(model: ReviewDispatchViewModel, op: str, value: str) -> ReviewDispatchViewModel:
+    """One command-line operation on the picker; the view-model owns the rows and their rules."""
+    if op == "add":
+        selected, colon, mode = value.rpartition(":")
+        if not colon:  # no mode given: the row says it is missing, it is never implied
+            selected, mode = value, ""
+        runner, model_name, effort = ([*selected.split("/", 2), "", ""])[:3]
+        return model.add(Draft(runner, model_name, effort, mode))
+    if op == "set":
+        where, _, picked = value.partition("=")
+        row, _, dimension = where.partition(".")
+        return model.set(_row_number(row), dimension, picked)
+    if op == "remove":
+        return model.remove(_row_number(value))
+    start, _, to = value.partition(":")
+    return model.move(_row_number(start), _row_number(to))
+
+
+def render_sequence(model: ReviewDispatchViewModel) -> str:
+    """The picker's rows as text: runner, model with effort beside it, WARM/COLD, and each row's
+    problems under it."""
+    if not model.rows:
+        return "  (no rows: the project review configuration decides)\n"
+    lines = []
+    for view in model.views():
+        shown = {
+            name: next((c.label for c in choices if c.selected), "")
+            for name, choices in (("model", view.models), ("effort", view.efforts), ("mode", view.modes))
+        }
+        lines.append(
+            f"  {view.number}. {view.draft.runner or '(no runner)'}  model {shown['model']}  "
+            f"effort {shown['effort']}  {shown['mode'] or '(no mode)'}"
+            + ("  [also the pipeline review]" if view.number == 1 else "")
+        )
+        if view.effort_note:
+            lines.append(f"     {view.effort_note}")
+        lines += [f"     error: {dimension}: {message}" for dimension, message in view.errors.items()]
+    lines += [f"  error: {m}" for p, m in model.errors().items() if p == "/sequence"]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_run_sequence(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The run's sequence in the shared picker: read it and the runner catalog from the gateway, apply
+    the operations, show every row (and what is wrong with it), and with --save record it."""
+    import httpx
+
+    out = out or sys.stdout
+    headers = {"Authorization": f"Bearer {client_settings().api_key}"}
+    with httpx.Client(base_url=args.gateway.rstrip("/"), headers=headers, timeout=10) as client:
+        run = client.get(f"/v1/review-rounds/runs/{args.run_id}")
+        runners = client.get("/v1/review-rounds/runners")
+        for response in (run, runners):
+            if response.status_code != 200:
+                return _fail(str(response.json().get("detail", response.text)))
+        catalog = [RunnerSpec.from_json(r) for r in runners.json()["runners"]]
+        model = ReviewDispatchViewModel.parse(
+            catalog, run.json().get("review_sequence"), PickerContext.for_run(run.json())
+        )
+        try:
+            for op, value in args.ops or ():
+                model = _picker_op(model, op, value)
+        except (DomainError, ValueError) as exc:
+            return _fail(exc.detail if isinstance(exc, DomainError) else str(exc))
+        out.write(f"Run {args.run_id}: review sequence\n{render_sequence(model)}")
+        if model.errors() and (args.ops or args.save):  # showing a run without rows is no mistake
+            return _fail("the sequence has problems (above); nothing was saved")
+        if not args.save:
+            return 0
+        saved = client.put(f"/v1/review-rounds/runs/{args.run_id}", json={"review_sequence": model.to_wire()})
+    if saved.status_code != 200:
+        return _fail(str(saved.json().get("detail", saved.text)))
+    out.write(f"saved: {len(model.rows)} row(s)\n")
     return 0
 
 

@@ -10,6 +10,7 @@ from reviewloop.budget.v1 import budget_pb2
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import invalid
 from reviewloop.protoconv import enum_name, from_enum, stamp, to_enum
+from reviewloop.review_dispatch.selection import ReviewMode, RunnerSpec
 
 from dispatch_budget.domain.gate import GateConfig, GateRecord, SessionState, gate_settings
 from dispatch_budget.domain.lineage import Binding
@@ -23,7 +24,6 @@ from dispatch_budget.domain.rounds import (
     Run,
     RunModes,
 )
-from dispatch_budget.domain.selection import ReviewMode, RunnerSpec
 
 if TYPE_CHECKING:
     from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper

@@ -142,6 +142,11 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         )
         return run_to_proto(run)
 
+    async def GetRun(self, request: budget_pb2.GetRunRequest, context: Context) -> budget_pb2.Run:
+        return run_to_proto(
+            await app.get_run(self.db, Principal.from_proto(request.principal), request.run_id)
+        )
+
     async def AdmitReviewRound(
         self, request: budget_pb2.AdmitReviewRoundRequest, context: Context
     ) -> budget_pb2.AdmitReviewRoundResponse:

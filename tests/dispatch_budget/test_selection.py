@@ -12,7 +12,10 @@ import pytest
 from dispatch_budget import app
 from dispatch_budget.__main__ import SPEC
 from dispatch_budget.domain.budget import AttemptKind, Trigger
-from dispatch_budget.domain.selection import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reviewloop.errors import Code, DomainError
+from reviewloop.review_dispatch.selection import (
     ReviewMode,
     RunnerSpec,
     deserialize_request_review,
@@ -21,9 +24,6 @@ from dispatch_budget.domain.selection import (
     serialize_request_review,
     validate_sequence,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from reviewloop.errors import Code, DomainError
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database
 from reviewloop.tenancy import ActorKind, Principal

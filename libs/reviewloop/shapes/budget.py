@@ -17,7 +17,7 @@ from pydantic import (
 
 from reviewloop.shapes._base import INT64_MAX, ActorKindName, FullSha, JsonInteger, Sha, Shape, Storable
 
-# A runner, model or effort name (dispatch_budget.domain.selection.NAME).
+# A runner, model or effort name (reviewloop.review_dispatch.selection.NAME).
 RUNNER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,79}$"
 
 # --- dispatch budget: review rounds (spec 003) ------------------------------------------------------

@@ -59,6 +59,7 @@ from dispatch_budget.app.rounds import (
     extend_review_budget,
     get_ready_gate,
     get_round_budget,
+    get_run,
     record_run,
     settle_attempt,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "get_ready_gate",
     "get_review_config",
     "get_round_budget",
+    "get_run",
     "heartbeat_review_session",
     "list_gate_decisions",
     "list_runners",

@@ -8,6 +8,16 @@ from typing import Any
 
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
+from reviewloop.review_dispatch.selection import (
+    ReviewMode,
+    ReviewSelection,
+    RunnerSpec,
+    project_default_mode,
+    serialize_request_review,
+    validate_runner,
+    validate_selection,
+    validate_sequence,
+)
 from reviewloop.storage import Database, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -29,16 +39,6 @@ from dispatch_budget.domain.lineage import (
     warm_continuation,
 )
 from dispatch_budget.domain.rounds import RunModes, run_not_found
-from dispatch_budget.domain.selection import (
-    ReviewMode,
-    ReviewSelection,
-    RunnerSpec,
-    project_default_mode,
-    serialize_request_review,
-    validate_runner,
-    validate_selection,
-    validate_sequence,
-)
 
 
 async def register_runner(db: Database, principal: Principal, spec: RunnerSpec) -> RunnerSpec:

@@ -7,6 +7,12 @@ from typing import Any
 
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
+from reviewloop.review_dispatch.selection import (
+    configured_rows,
+    project_default_mode,
+    required_reviews,
+    validate_sequence,
+)
 from reviewloop.storage import Database, utcnow
 from reviewloop.storage.idempotency import request_hash
 from reviewloop.tenancy import ActorKind, Principal
@@ -55,12 +61,6 @@ from dispatch_budget.domain.rounds import (
     reported_settlement,
     run_not_found,
     settlement_to_write,
-)
-from dispatch_budget.domain.selection import (
-    configured_rows,
-    project_default_mode,
-    required_reviews,
-    validate_sequence,
 )
 
 
@@ -281,6 +281,15 @@ async def settle_timed_out(conn: AsyncConnection, project: str, receipt_id: str)
     # unsettled receipt, and a round freed beside a concurrent admission only fails closed.
     timed_out = Settlement(Outcome.NO_VERDICT, NoVerdictReason.TIMED_OUT.value)
     await store.settle_admission(conn, receipt_id, None, timed_out, utcnow())
+
+
+async def get_run(db: Database, principal: Principal, run_id: str) -> Run:
+    """The run as recorded; any key of the project reads it."""
+    async with db.single_statement.connect() as conn:
+        run = await store.get_run(conn, principal.project_id, run_id)
+    if run is None:
+        raise run_not_found(run_id)
+    return run
 
 
 async def get_round_budget(db: Database, principal: Principal, run_id: str) -> Budget:

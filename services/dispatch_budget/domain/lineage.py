@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.review_dispatch.selection import ReviewMode, ReviewSelection, RunnerSpec
 
 from dispatch_budget.domain.budget import FULL_SHA
-from dispatch_budget.domain.selection import ReviewMode, ReviewSelection, RunnerSpec
 
 MAX_LINEAGE_ID = 80
 DEFAULT_LEASE = timedelta(seconds=120)

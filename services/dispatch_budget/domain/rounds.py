@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.review_dispatch.selection import ReviewMode, resolve_review_mode
 
 from dispatch_budget.domain.budget import (
     FULL_SHA,
@@ -28,7 +29,6 @@ from dispatch_budget.domain.diffscope import ScopeTableRefused, check_scope_tabl
 from dispatch_budget.domain.evidence import EvidenceStatus, evidence_status
 from dispatch_budget.domain.journal import JournalRecord
 from dispatch_budget.domain.qualifying import EVIDENCE_REPORTED, Refused, Row, Tally
-from dispatch_budget.domain.selection import ReviewMode, resolve_review_mode
 
 MAX_RUN_ID = 80
 MAX_ATTEMPT_KEY = 200

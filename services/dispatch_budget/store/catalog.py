@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from reviewloop.review_dispatch.selection import ReviewMode, RunnerSpec
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.lineage import ReviewSession
 from dispatch_budget.domain.qualifying import SessionFacts
-from dispatch_budget.domain.selection import ReviewMode, RunnerSpec
 from dispatch_budget.store.tables import review_configs, review_sessions, runners
 
 # --- runners ---

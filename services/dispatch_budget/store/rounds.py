@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from reviewloop.review_dispatch.selection import ReviewMode
 from reviewloop.storage.schema import insert_new
 from sqlalchemy import Integer, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -22,7 +23,6 @@ from dispatch_budget.domain.rounds import (
     RunModes,
     Settlement,
 )
-from dispatch_budget.domain.selection import ReviewMode
 from dispatch_budget.store.tables import admissions, extensions, launch_refusals, round_scopes, runs
 
 # --- runs ---

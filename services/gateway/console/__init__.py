@@ -5,8 +5,8 @@ settings), so every action goes through the same gRPC calls, authority and idemp
 Modules: ``sessions`` (sign-in, cookies, CSRF), ``web`` (what every page shares), ``html`` (the page frame
 and the one keymap), ``review`` (queue, live events, review page and its actions, delivery resolution),
 ``presence`` (who has a draft open), ``admin`` (rules, categories, settings, budgets), ``dead_letters``
-(events a receiver refused for good), ``warnings`` (what rendered mail hides), ``static/`` (one CSS, one
-JS file).
+(events a receiver refused for good), ``sequence`` (a run's review sequence, through the shared picker),
+``warnings`` (what rendered mail hides), ``static/`` (one CSS, one JS file).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from gateway.console import admin, dead_letters, dial_effect, review, sessions, throttle, web
+from gateway.console import admin, dead_letters, dial_effect, review, sequence, sessions, throttle, web
 from gateway.console.html import SECURITY_HEADERS, error_box, h, page
 
 STATIC = Path(__file__).parent / "static"
@@ -43,6 +43,7 @@ def create_console(state: object) -> FastAPI:
     console.include_router(admin.router)
     console.include_router(dead_letters.router)
     console.include_router(dial_effect.router)
+    console.include_router(sequence.router)
 
     @console.exception_handler(web.SignInRequired)
     async def sign_in_required(request: Request, exc: web.SignInRequired) -> Response:

@@ -84,6 +84,7 @@ NAV = (
     ("categories", "/console/categories", "Categories", True),
     ("settings", "/console/settings", "Settings", True),
     ("budgets", "/console/budgets", "Budgets", True),
+    ("sequence", "/console/sequence", "Review sequences", True),
     ("dead-letters", "/console/dead-letters", "Dead letters", True),
 )
 

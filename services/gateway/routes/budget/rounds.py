@@ -66,6 +66,15 @@ async def record_review_run(run_id: str, body: RunIn, principal: Caller, backend
     return as_review_run(reply)
 
 
+@router.get("/v1/review-rounds/runs/{run_id}", operation_id="get_review_run", response_model=ReviewRun)
+async def get_review_run(run_id: str, principal: Caller, backend: Backend) -> Json:
+    """The run as recorded, its review sequence included (what a picker saved reads back here)."""
+    reply = await backend.budget.GetRun(
+        budget_pb2.GetRunRequest(principal=principal.to_proto(), run_id=run_id), timeout=backend.timeout_s
+    )
+    return as_review_run(reply)
+
+
 @router.post(
     "/v1/review-rounds/admissions",
     status_code=201,

@@ -1,6 +1,9 @@
-"""Review selection, sequences and mode resolution (spec 003 "Selection and sequence", "Mode
-resolution", "Public surface"). One serializer and one validator, shared by the gateway, the CLI and
-every caller; pure."""
+"""Review selection, sequences and mode resolution (spec 003's shared review-dispatch package).
+
+Spec 003 "Selection and sequence", "Mode resolution", "Public surface": one serializer and one
+validator, shared by dispatch_budget (the backend), the gateway's console, the CLI and every caller.
+Pure: it imports only the error model, so a domain may use it as it uses ``reviewloop.errors``.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ SENTINELS = frozenset({"same", "same-as-worker", "worker", "self", "*"})
 
 
 class ReviewMode(StrEnum):
+    """WARM continues a review lineage's session; COLD starts a fresh one."""
+
     WARM = "warm"
     COLD = "cold"
 
@@ -37,6 +42,7 @@ class RunnerSpec:
     supports_model_change: bool = False
 
     def to_json(self) -> dict[str, Any]:
+        """The catalog entry as stored and sent."""
         return {
             "name": self.name,
             "models": list(self.models),
@@ -49,6 +55,7 @@ class RunnerSpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunnerSpec:
+        """The entry ``to_json`` wrote."""
         return cls(
             name=data["name"],
             models=tuple(data["models"]),
@@ -61,6 +68,7 @@ class RunnerSpec:
 
 
 def validate_runner(spec: RunnerSpec) -> RunnerSpec:
+    """``spec`` when it is a well-formed catalog entry; else DomainError naming each field."""
     problems: list[FieldViolation] = []
     if not NAME.match(spec.name) or spec.name.lower() in SENTINELS:
         problems.append(FieldViolation("/name", "a runner name (letters, digits, . _ : / -), not a sentinel"))
@@ -87,6 +95,7 @@ class ReviewSelection:
     mode: ReviewMode
 
     def to_json(self) -> dict[str, str]:
+        """The stored and wire form of one row."""
         return {"runner": self.runner, "model": self.model, "effort": self.effort, "mode": self.mode.value}
 
 
@@ -211,8 +220,11 @@ def resolve_review_mode(
     repeat_context: ReviewMode | None = None,
     project_default: ReviewMode | None = None,
 ) -> tuple[ReviewMode, str]:
-    """resolveReviewMode: the first set rung wins, else COLD. It neither verifies lineage nor
-    authorizes session reuse: an unavailable WARM is refused later, never downgraded here."""
+    """ResolveReviewMode: the first set rung wins, else COLD.
+
+    It neither verifies lineage nor authorizes session reuse: an unavailable WARM is refused later,
+    never downgraded here.
+    """
     for source, mode in zip(
         PRECEDENCE, (explicit, run, pr_work, repeat_context, project_default), strict=True
     ):
@@ -240,17 +252,22 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def required_reviews(config: Mapping[str, Any]) -> int:
-    """How many qualifying reviews publication requires: one per ``review.sequence`` row (the
-    conversion of the removed minimum_independent_reviews), at least one."""
+    """How many qualifying reviews publication requires.
+
+    One per ``review.sequence`` row (the conversion of the removed minimum_independent_reviews), at
+    least one.
+    """
     section = config.get("review", config) if isinstance(config.get("review"), Mapping) else config
     sequence = section.get("sequence")
     return max(1, len(sequence)) if isinstance(sequence, list) else 1
 
 
 def configured_rows(config: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The project configuration's ``review.sequence`` rows the gate attributes reviews to, each as
-    far as it names its dimensions; none when it names no valid rows (the gate then counts free
-    slots)."""
+    """The project configuration's ``review.sequence`` rows the gate attributes reviews to.
+
+    Each as far as it names its dimensions; none when it names no valid rows (the gate then counts
+    free slots).
+    """
     section = config.get("review", config) if isinstance(config.get("review"), Mapping) else config
     sequence = section.get("sequence")
     if not isinstance(sequence, list):
@@ -264,9 +281,11 @@ def configured_rows(config: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def project_default_mode(config: Mapping[str, Any]) -> ReviewMode | None:
-    """The project review configuration's ``mode`` default; removed keys are refused with a
-    conversion hint, never ignored into a looser default. Accepts ``{review: {...}}`` or the
-    review section itself."""
+    """The project review configuration's ``mode`` default.
+
+    Removed keys are refused with a conversion hint, never ignored into a looser default. Accepts
+    ``{review: {...}}`` or the review section itself.
+    """
     section = config.get("review", config) if isinstance(config.get("review"), Mapping) else config
     flat = _flatten(section)
     problems = [
