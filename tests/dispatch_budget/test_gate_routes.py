@@ -44,6 +44,7 @@ class Gate:
     def __init__(self, api: Api) -> None:
         self.api = api
         self.n = 0
+        self.sessions: dict[str, str] = {}  # receipt -> the reviewer session it was admitted for
 
     async def setup(self) -> Gate:
         project = await self.api.project()
@@ -92,11 +93,17 @@ class Gate:
             headers=self.reviewer,
         )
         assert response.status_code == 201, response.text
-        return str(response.json()["receipt"]["receipt_id"])
+        receipt_id = str(response.json()["receipt"]["receipt_id"])
+        self.sessions[receipt_id] = session
+        return receipt_id
 
-    async def settle_from_journal(self, receipt_id: str, payload: dict[str, Any]) -> Any:
+    async def settle_from_journal(
+        self, receipt_id: str, payload: dict[str, Any], session: str | None = None
+    ) -> Any:
+        """The attempt's journal, its closing record in the receipt's own session (or ``session``)."""
         journal = f"j-{receipt_id}"
-        event = {"type": "turn_completed", "session_id": "s", "turn_id": "t1", "payload": payload}
+        named = self.sessions.get(receipt_id, "") if session is None else session
+        event = {"type": "turn_completed", "session_id": named, "turn_id": "t1", "payload": payload}
         appended = await self.api.http.post(
             f"/v1/journals/{journal}/events", json={"events": [event]}, headers=self.reviewer
         )
@@ -137,11 +144,18 @@ async def test_unknown_or_forged_evidence_and_other_heads_never_count_and_the_ga
     await g.settle_from_journal(other, {**ACCEPTED, "reviewed_head": OTHER})
     reported = await g.admit("run_f", session)
     await g.settle(reported, {"verdict": "pass", "reviewed_head": HEAD, "diff_scope": scope()})
+    # A passing line of another bound session (a copied journal) is not this attempt's evidence.
+    elsewhere = (await g.bind(1, ROW1))["session_id"]
+    copied = await g.admit("run_f", session)
+    settled = await g.settle_from_journal(copied, ACCEPTED, session=elsewhere)
+    assert settled["settlement"]["outcome"] == "counted" and "verdict" not in settled["settlement"]
+    assert settled["settlement"]["evidence"] == "foreign_session"
     gate = await g.gate("run_f")
     assert (gate["qualifying_reviews"], gate["required_reviews"], gate["publishable"]) == (0, 1, False)
     why = refused(gate)
     assert "evidence unknown" in why[forged] and "evidence unknown" in why[legacy]
     assert OTHER in why[other] and "without journal evidence" in why[reported]
+    assert f"names another session than {session}" in why[copied]
     assert [r["row"] for r in gate["remaining_rows"]] == [1]
     # Accepted evidence for the head, in the bound session, counts once.
     good = await g.admit("run_f", session)

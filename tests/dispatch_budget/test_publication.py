@@ -94,7 +94,7 @@ async def _review(
             "reviewed_head": head,
             "diff_scope": {"base": BASE, "head": head, "rows": []},
         }
-        event = {"type": "turn_completed", "session_id": "s", "turn_id": "t", "payload": final}
+        event = {"type": "turn_completed", "session_id": session_id, "turn_id": "t", "payload": final}
         journal = await api.http.post(
             f"/v1/journals/j-{key}/events", json={"events": [event]}, headers=reviewer
         )

@@ -258,7 +258,10 @@ async def settle_attempt(
         limit = await store.lock_scope(conn, project, receipt.scope_key, MAX_REVIEW_ROUNDS)
         if journal_run_id:
             settlement = journal_settlement(
-                await store.closing_turn(conn, project, journal_run_id), receipt.head_sha, journal_run_id
+                await store.closing_turn(conn, project, journal_run_id),
+                receipt.head_sha,
+                journal_run_id,
+                session=receipt.review_session_id,
             )
         else:
             settlement = reported_settlement(

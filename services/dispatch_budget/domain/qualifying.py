@@ -4,7 +4,8 @@ evidence marker). Pure.
 The gate fails closed. A passing review qualifies only when every one of these holds:
 
 - it is a counted settlement with a ``pass`` verdict decoded from its attempt journal's closing
-  ``turn_completed`` with the evidence marker ``accepted`` (spec 002). An ``unknown`` marker (legacy
+  ``turn_completed`` with the evidence marker ``accepted`` (spec 002), a record naming the reviewer
+  session the receipt was admitted for (a line of another session is ``foreign_session``, never proof). An ``unknown`` marker (legacy
   with neither key, an unrecognized or forged value) is never proof; a verdict a runner merely
   reported, or one settled before evidence was kept, is historical provenance, not a passing review;
 - the verdict is for the gate's current head (the admitted head and the journal's ``reviewed_head``);
@@ -31,6 +32,8 @@ from dispatch_budget.domain.diffscope import scope_refusal
 
 EVIDENCE_ACCEPTED = "accepted"  # settled from a journal whose closing record stamped accepted
 EVIDENCE_REPORTED = "reported"  # a runner reported the verdict; no journal evidence
+# The journal's closing record names a session other than the one the receipt was admitted for.
+EVIDENCE_FOREIGN_SESSION = "foreign_session"
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,11 @@ def _why_not(
         )
     if attempt.evidence == "unknown":
         return "evidence unknown (the marker is missing, unrecognized or forged): never proof of a verdict"
+    if attempt.evidence == EVIDENCE_FOREIGN_SESSION:
+        return (
+            f"its journal's closing record names another session than {attempt.review_session_id or 'its own'}, "
+            "the one its receipt was admitted for: another session's line is never this review's evidence"
+        )
     if attempt.evidence == EVIDENCE_REPORTED:
         return "verdict reported by the runner without journal evidence; settle it from its attempt journal"
     if attempt.evidence != EVIDENCE_ACCEPTED:

@@ -28,7 +28,7 @@ from dispatch_budget.domain.budget import (
 from dispatch_budget.domain.diffscope import ScopeTableRefused, check_scope_table
 from dispatch_budget.domain.evidence import EvidenceStatus, evidence_status
 from dispatch_budget.domain.journal import JournalRecord
-from dispatch_budget.domain.qualifying import EVIDENCE_REPORTED, Refused, Row, Tally
+from dispatch_budget.domain.qualifying import EVIDENCE_FOREIGN_SESSION, EVIDENCE_REPORTED, Refused, Row, Tally
 
 MAX_RUN_ID = 80
 MAX_ATTEMPT_KEY = 200
@@ -221,12 +221,16 @@ def reported_settlement(
         ) from None
 
 
-def journal_settlement(final: JournalRecord | None, head: str, journal_run_id: str = "") -> Settlement:
+def journal_settlement(
+    final: JournalRecord | None, head: str, journal_run_id: str = "", session: str = ""
+) -> Settlement:
     """The settlement the attempt journal's closing turn_completed implies. Accepted evidence with a
     verdict for the admitted head counts with that verdict. Unknown evidence (legacy with neither key,
     an unrecognized or forged marker) fails closed: the round is spent, but no verdict is recorded,
-    since an unknown marker must never be guessed (spec 002). Rejected, absent, a verdict for another
-    head or no usable verdict are no-verdict ends."""
+    since an unknown marker must never be guessed (spec 002). So does a closing record naming a session
+    other than ``session``, the reviewer session the receipt was admitted for: another session's line
+    is not this attempt's evidence, whatever it says (a copied journal launders nothing). Rejected,
+    absent, a verdict for another head or no usable verdict are no-verdict ends."""
     if final is None:
         return Settlement(
             Outcome.NO_VERDICT, NoVerdictReason.MISSING_RESULT.value, None, None, None, journal_run_id
@@ -243,6 +247,8 @@ def journal_settlement(final: JournalRecord | None, head: str, journal_run_id: s
         "journal_run_id": journal_run_id,
         "diff_scope": _journal_scope(payload, reviewed),
     }
+    if session and final.session_id != session:
+        return Settlement(Outcome.COUNTED, None, None, **{**facts, "evidence": EVIDENCE_FOREIGN_SESSION})
     if status is EvidenceStatus.UNKNOWN:
         return Settlement(Outcome.COUNTED, None, None, **facts)
     if status is EvidenceStatus.ACCEPTED and verdict and reviewed == head:
