@@ -4,6 +4,7 @@ and budgets (review rounds N/L, extension grants). Admin keys only; each acts wi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -15,6 +16,7 @@ from reviewloop.errors import Code, DomainError, http_status
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import RISK_DIAL_FIELDS
+from reviewloop.shapes.operations import EMAIL
 from reviewloop.tenancy import ActorKind
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
@@ -723,6 +725,8 @@ async def _settings(
 <form method="post" action="/console/settings/api-keys">{csrf_field(session)}{_form_id("key")}
   <label for="key-kind">Kind</label><select id="key-kind" name="actor_kind">{kinds}</select>
   <label for="key-name">Name</label><input type="text" id="key-name" name="name" value="{h(key("name", ""))}">
+  <label for="key-email">Email (optional: where its person is told of drafts escalated to them)</label>
+  <input type="email" id="key-email" name="email" value="{h(key("email", ""))}">
   <p><button type="submit">Issue key</button></p></form>"""
     return page("Settings", body, session=session, active="settings", status=_status(error))
 
@@ -838,8 +842,11 @@ async def issue_key(request: Request) -> Response:
         async with request.app.state.db.transaction() as uow:
             project = await store.get_project(uow.conn, session.principal.project_id)
             assert project is not None
+            email = web.field(form, "email").strip()
+            if email and not re.match(EMAIL, email):
+                raise DomainError(Code.BAD_REQUEST, "The email is not one address.")
             _, secret = await store.issue_key(
-                uow.conn, project, kind, web.field(form, "name") or f"console {kind}"
+                uow.conn, project, kind, web.field(form, "name") or f"console {kind}", email or None
             )
         return secret
 

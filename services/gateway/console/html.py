@@ -167,7 +167,10 @@ def table(
 
 
 def relative(seconds: float) -> str:
-    """``seconds`` ago as a reader says it: "just now", "3 min ago", "2 h ago", "4 d ago"."""
+    """``seconds`` ago as a reader says it: "just now", "3 min ago", "2 h ago", "4 d ago"; a moment ahead
+    (a deadline) is "in 3 h"."""
+    if seconds <= -45:
+        return "in " + relative(-seconds).removesuffix(" ago")
     if seconds < 45:
         return "just now"
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):

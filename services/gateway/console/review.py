@@ -20,7 +20,7 @@ from reviewloop.rules.v1 import rules_pb2
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from gateway.console import presence, web
+from gateway.console import escalation, presence, web
 from gateway.console.html import button, csrf_field, h, page, table, when
 from gateway.console.sessions import Session
 from gateway.console.warnings import hidden_html, unnamed_rule_snapshot, warnings
@@ -123,6 +123,7 @@ def _summary(review: dict[str, Any]) -> str:
 
 SPLITS = {
     "": "All pending",
+    escalation.SPLIT: escalation.LABEL,
     "needs_review": "Needs review",
     "in_review": "Being reviewed",
     "escalated": "Escalated",
@@ -149,7 +150,7 @@ async def queue(request: Request) -> Response:
     split = request.query_params.get("split", "")
     split = split if split in SPLITS and state not in _STATES else ""
     states = [state] if state in _STATES else list(PENDING)
-    listing, escalated_reply, parked = await asyncio.gather(
+    listing, escalated_reply, parked, mine_reply = await asyncio.gather(
         _list(request, session, states, category),
         web.call(  # the escalated pending drafts: their ids (a split and a badge) and count
             web.backend(request).review.ListReviews,
@@ -172,6 +173,7 @@ async def queue(request: Request) -> Response:
             ),
             request,
         ),
+        escalation.escalated_to_me(request, session, PENDING, category),
     )
     listed = list(reversed(listing))
     escalated = {r.id for r in escalated_reply.reviews}
@@ -189,19 +191,23 @@ async def queue(request: Request) -> Response:
             if review["id"] in escalated:
                 counts["escalated"] += 1
     counts["parked"] = parked.total
+    mine = {r.id for r in mine_reply.reviews}
+    counts[escalation.SPLIT] = mine_reply.total
     reviews = [r for r in listed if split in _split_of(r, held)] if split else listed
     if split == "escalated":
         reviews = [r for r in listed if r["id"] in escalated]
+    if split == escalation.SPLIT:
+        reviews = [r for r in listed if r["id"] in mine]
     if split == "parked":
         reviews = [as_review(r) for r in reversed(parked.reviews)]
+    reviews = escalation.mine_first(reviews, mine)  # the escalated reviewer sees theirs first
     rows = []
     for review in reviews:
         rid = review["id"]
         badges = ""
         if rid in held:
             badges += ' <span class="badge held" title="waiting for its agent to re-apply the rules">held by a rule</span>'
-        if rid in escalated:
-            badges += ' <span class="badge escalated">escalated</span>'
+        badges += escalation.badge(review)
         found = warnings(review)
         if found:
             badges += f' <span class="badge warn">{len(found)} warning{"" if len(found) == 1 else "s"}</span>'
@@ -219,7 +225,7 @@ async def queue(request: Request) -> Response:
             f'<td class="agent">{h(who.name(review.get("agent_id") or ""))}</td>'
             f"<td>{h(names.get(review.get('category_id') or '', review.get('category_id') or '—'))}</td>"
             f"<td>{h(review['kind'])}</td>"
-            f"<td>{h(recipients)}</td><td>{when(review['created_at'])}</td>"
+            f"<td>{h(recipients)}</td><td>{when(review['created_at'])}</td>{escalation.deadline_cell(review)}"
             f'<td class="state">{h(review["state"])}{badges}</td>'
             f'<td class="open-by">{h(", ".join(open_by.get(rid, [])))}</td></tr>'
         )
@@ -263,7 +269,18 @@ async def queue(request: Request) -> Response:
 {
         table(
             f"{len(reviews)} draft{'' if len(reviews) == 1 else 's'}, oldest first",
-            ["Select", "Intent", "Agent", "Category", "Kind", "Recipients", "Age", "State", "Open by"],
+            [
+                "Select",
+                "Intent",
+                "Agent",
+                "Category",
+                "Kind",
+                "Recipients",
+                "Age",
+                "Deadline",
+                "State",
+                "Open by",
+            ],
             rows,
             empty=_nothing_listed(state if state in _STATES else "", names.get(category, category)),
             live=live,
@@ -969,6 +986,7 @@ async def render_review(
 <form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
   <label for="escalate-feedback">Why (optional)</label>
   <textarea id="escalate-feedback" name="feedback">{h(typed_value("feedback") if typed_value("action") == "escalate" else "")}</textarea>
+  {await escalation.picker(request, session, typed_value)}
   <p>{button("escalate-submit", "Escalate", name="action", value="escalate")}</p>
 </form></details>"""
     else:
@@ -985,6 +1003,7 @@ async def render_review(
 revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</code></p>
 <nav aria-label="Drafts" class="actions"><a href="/console/queue">Queue</a>{"".join(nav)}</nav>
 {present}
+{escalation.panel(review, who)}
 {notice}
 {warning_panel}
 <section aria-labelledby="act"><h2 id="act">Decide</h2>{await _quorum(request, session, review)}{actions}</section>
@@ -1087,8 +1106,15 @@ async def open_review(request: Request, review_id: str) -> Response:
 async def decide(request: Request, review_id: str) -> Response:
     session, form = await web.writer(request)
     action = web.field(form, "action")
+
+    async def work() -> Any:
+        message = _decision(session, form, review_id)
+        if action == "escalate":
+            await escalation.fill(request, session, message, form)
+        return await web.call(web.backend(request).review.Decide, message, request)
+
     return await web.act(
-        lambda: web.call(web.backend(request).review.Decide, _decision(session, form, review_id), request),
+        work,
         lambda _: _after_decision(request, session, review_id, action),
         _refusal(request, session, review_id, form),
     )

@@ -111,6 +111,7 @@
 
   // Times: relative ("3 min ago"), the exact time on hover in the reader's own zone; kept current.
   function ago(seconds) {
+    if (seconds <= -45) return "in " + ago(-seconds).replace(/ ago$/, "");  // a deadline ahead
     if (seconds < 45) return "just now";
     for (const [unit, size] of [["d", 86400], ["h", 3600], ["min", 60]]) {
       if (seconds >= size) return Math.floor(seconds / size) + " " + unit + " ago";
@@ -127,6 +128,15 @@
   }
   times();
   setInterval(times, 30000);
+
+  // An escalation's deadline is typed in the reader's local time; it travels as UTC.
+  document.querySelectorAll("input[name=deadline_utc]").forEach((hidden) => {
+    const typed = hidden.form.querySelector("input[name=deadline]");
+    hidden.form.addEventListener("submit", () => {
+      const moment = new Date(typed.value);
+      hidden.value = typed.value && !isNaN(moment) ? moment.toISOString() : "";
+    });
+  });
 
   // Where the server asked for focus (the next draft after a decision, the first error), and what to say.
   const focus = document.querySelector("[data-autofocus]");

@@ -1,0 +1,125 @@
+"""Escalation in the console (issue 38): the escalate form's picker of the project's people and roles and
+its deadline, the queue's "Escalated to me" split (first in the queue, counted), and how a draft shows
+whom it was escalated to and by when. The decision itself is the REST route's: ``gateway.escalation``
+fills the same request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import Request
+from reviewloop.errors import invalid
+from reviewloop.review.v1 import review_pb2
+from starlette.datastructures import FormData
+
+from gateway import escalation
+from gateway.console import web
+from gateway.console.html import h, when
+from gateway.console.sessions import Session
+from gateway.routes.reviews import _STATES
+
+SPLIT, LABEL = "mine", "Escalated to me"
+
+
+async def escalated_to_me(
+    request: Request, session: Session, states: tuple[str, ...], category_id: str
+) -> review_pb2.ListReviewsResponse:
+    """The pending drafts escalated to the signed-in key or its role: their ids and count."""
+    reply: review_pb2.ListReviewsResponse = await web.call(
+        web.backend(request).review.ListReviews,
+        review_pb2.ListReviewsRequest(
+            principal=session.principal.to_proto(),
+            states=[_STATES[s] for s in states],
+            category_id=category_id,
+            escalated_to=["me"],
+            limit=200,
+        ),
+        request,
+    )
+    return reply
+
+
+def mine_first(reviews: list[dict[str, Any]], mine: set[str]) -> list[dict[str, Any]]:
+    """The drafts escalated to me first, each part in its own order."""
+    return sorted(reviews, key=lambda review: review["id"] not in mine)
+
+
+def _target(found: dict[str, Any]) -> str:
+    target = found.get("escalated_to")
+    return str(target.get("name") or target["id"]) if target else ""
+
+
+def badge(review: dict[str, Any]) -> str:
+    """The queue's badge of an escalated draft: to whom ("escalated" alone when it names no one)."""
+    found = review.get("escalation")
+    if not found:
+        return ""
+    to = _target(found)
+    return f' <span class="badge escalated">{h(f"escalated to {to}" if to else "escalated")}</span>'
+
+
+def deadline_cell(review: dict[str, Any]) -> str:
+    """The queue's Deadline cell: when the escalation is due, and "overdue" once it has passed."""
+    found = review.get("escalation") or {}
+    if not found.get("deadline"):
+        return '<td class="deadline">—</td>'
+    late = ' <span class="badge overdue">overdue</span>' if found.get("overdue") else ""
+    return f'<td class="deadline">{when(found["deadline"])}{late}</td>'
+
+
+def panel(review: dict[str, Any], who: web.Actors) -> str:
+    """On the review page: whom the draft was escalated to, by whom, and by when."""
+    found = review.get("escalation")
+    if not found:
+        return ""
+    to = _target(found) or "any reviewer"
+    due = f", due {when(found['deadline'])}" if found.get("deadline") else ""
+    late = ' <strong class="badge overdue">overdue</strong>' if found.get("overdue") else ""
+    return (
+        f'<p id="escalation" role="note">Escalated to <strong>{h(to)}</strong> by '
+        f"{h(who.name(found.get('escalated_by') or ''))} {when(found['escalated_at'])}{due}{late}.</p>"
+    )
+
+
+async def picker(request: Request, session: Session, typed: Callable[..., str]) -> str:
+    """The escalate form's target (the project's people, then its roles) and its deadline."""
+    chosen = typed("escalate_to")
+    people = await escalation.people(request, session.principal.project_id)
+
+    def option(value: str, label: str) -> str:
+        return f'<option value="{h(value)}"{" selected" if value == chosen else ""}>{h(label)}</option>'
+
+    persons = "".join(
+        option(f"person:{k.key_id}", f"{k.name or k.key_id} ({k.actor_kind})")
+        for k in people
+        if k.key_id != session.key_id
+    )
+    roles = "".join(option(f"role:{role}", f"all {name}") for role, name in escalation.ROLES.items())
+    return f"""<label for="escalate-to">Escalate to</label>
+  <select id="escalate-to" name="escalate_to">{option("", "Any reviewer (back to the queue)")}
+  <optgroup label="People">{persons}</optgroup><optgroup label="Roles">{roles}</optgroup></select>
+  <label for="escalate-deadline">Deadline (optional, your local time)</label>
+  <input type="datetime-local" id="escalate-deadline" name="deadline" value="{h(typed("deadline"))}">
+  <input type="hidden" name="deadline_utc" value="">"""
+
+
+def _deadline(form: FormData) -> datetime | None:
+    """The deadline the browser converted to UTC (``deadline_utc``), else the typed one read as UTC."""
+    text = (web.field(form, "deadline_utc") or web.field(form, "deadline")).strip()
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise invalid("/escalation_deadline", "is not a date and time") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+async def fill(request: Request, session: Session, message: review_pb2.DecideRequest, form: FormData) -> None:
+    """An escalate form's target and deadline on its decision request (as the REST route fills it)."""
+    kind, _, target_id = web.field(form, "escalate_to").partition(":")
+    await escalation.fill(
+        request, session.principal, message, kind=kind, target_id=target_id, deadline=_deadline(form)
+    )
