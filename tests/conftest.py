@@ -156,6 +156,7 @@ async def stack_env(
         REVIEWLOOP_ADMIN_TOKEN=ADMIN_TOKEN,
         REVIEWLOOP_RELAY_POLL_S="0.2",
         REVIEWLOOP_TRACE_SQL="1",  # test_trace follows a request down to its statements
+        REVIEWLOOP_UNDO_WINDOW_S="0",  # releases go at once; the undo window's own tests open one
     )
     # Every request still counts against the rate limits (the path runs), but no test meets one; the
     # limits' own tests set small ones.

@@ -35,7 +35,20 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
             environ.get("REVIEWLOOP_PACING_SWEEP_S", default.pacing_sweep_interval_s)
         ),
         rule_stack_ttl_s=float(environ.get("REVIEWLOOP_RULE_STACK_TTL_S", default.rule_stack_ttl_s)),
+        undo_window_s=_seconds(environ, "REVIEWLOOP_UNDO_WINDOW_S", default.undo_window_s),
     )
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    """A duration setting in seconds, at least 0; a typo stops the boot instead of meaning something."""
+    raw = environ.get(name, "")
+    try:
+        value = float(raw) if raw.strip() else default
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ConfigError(f"{name} must be a number of seconds of at least 0, not {raw!r}.")
+    return value
 
 
 def provider_from_env(data: Path, environ: Mapping[str, str] = os.environ) -> Provider:

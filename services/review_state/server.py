@@ -118,8 +118,17 @@ def review_to_proto(
             getattr(message, name).CopyFrom(stamp(value))
     if attempt is not None:
         message.delivery.CopyFrom(delivery_to_proto(attempt))
+        with_undo_until(message, attempt)
     if review.escalated_at is not None:
         message.escalation.CopyFrom(escalation_to_proto(review))
+    return message
+
+
+def with_undo_until(message: review_pb2.Review, attempt: store.Attempt | None) -> review_pb2.Review:
+    """``undo_until`` on ``message`` while its release waits out its undo window."""
+    until = attempt.undo_until(utcnow()) if attempt is not None else None
+    if until is not None:
+        message.undo_until.CopyFrom(stamp(until))
     return message
 
 
@@ -521,7 +530,30 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             _decision(request),
             request.idempotency_key,
         )
+        return await self._released(request.principal, review)
+
+    async def UndoDecision(
+        self, request: review_pb2.UndoDecisionRequest, context: Context
+    ) -> review_pb2.Review:
+        review = await app.undo_decision(
+            self.env,
+            Principal.from_proto(request.principal),
+            request.review_id,
+            request.revision,
+            request.version,
+            request.idempotency_key,
+        )
         return review_to_proto(review)
+
+    async def _released(self, principal: common_pb2.Principal, review: Review) -> review_pb2.Review:
+        """A decision's answer: the review, and until when its release may be undone (one read more, only
+        for a release still going)."""
+        message = review_to_proto(review)
+        if review.state is State.APPROVED:
+            with_undo_until(
+                message, await app.get_delivery(self.env, Principal.from_proto(principal), review.id)
+            )
+        return message
 
     async def ReviewerDecide(
         self, request: review_pb2.DecideRequest, context: Context

@@ -87,15 +87,16 @@ async def test_the_catalog_names_arguments_schemas_and_annotations(api: Api) -> 
 PLANES: dict[str, tuple[set[str], set[str]]] = {
     "agent": (
         {"send_email", "reply_email", "submit_revision", "cancel_review", "ack_review_event", "get_rules"},
-        {"decide_review", "reviewer_decide", "open_review", "admit_review_round", "extend_review_budget",
-         "record_turn", "list_graduation_proposals_of_category"},
+        {"decide_review", "reviewer_decide", "undo_decision", "open_review", "admit_review_round",
+         "extend_review_budget", "record_turn", "list_graduation_proposals_of_category"},
     ),
     "review_agent": (
-        {"decide_review", "reviewer_decide", "get_review", "admit_review_round", "settle_review_attempt"},
+        {"decide_review", "reviewer_decide", "undo_decision", "get_review", "admit_review_round",
+         "settle_review_attempt"},
         {"send_email", "open_review", "cancel_review", "extend_review_budget", "merge_categories"},
     ),
     "human": (
-        {"open_review", "decide_review", "get_review", "post_review_chat"},
+        {"open_review", "decide_review", "undo_decision", "get_review", "post_review_chat"},
         {"send_email", "submit_revision", "admit_review_round", "extend_review_budget", "record_turn"},
     ),
     "admin": (

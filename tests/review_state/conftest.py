@@ -214,7 +214,8 @@ class SwitchProvider(EmlProvider):
 @pytest.fixture
 async def env(open_db: OpenDb, tmp_path: Path) -> Env:
     db = await open_db(SPEC)
-    return Env(db, FakePeers(), SwitchProvider(tmp_path / "outbox"), Settings())
+    # Released at once: the undo window's own tests (test_undo) open one.
+    return Env(db, FakePeers(), SwitchProvider(tmp_path / "outbox"), Settings(undo_window_s=0))
 
 
 def provider(env: Env) -> SwitchProvider:

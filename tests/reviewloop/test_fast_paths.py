@@ -94,7 +94,7 @@ async def _decided(
     """A submit, an open and an approve on a fresh store with ``slow`` switched off; the rows it leaves."""
     db = await open_db(REVIEW_STATE)
     db.fast_paths = db.fast_paths - {slow}
-    env = Env(db, FakePeers(), SwitchProvider(tmp_path / slow), Settings())
+    env = Env(db, FakePeers(), SwitchProvider(tmp_path / slow), Settings(undo_window_s=0))
     calls = 0
     real = UnitOfWork.last
 

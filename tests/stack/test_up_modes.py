@@ -38,6 +38,7 @@ async def _env(tmp_path: Path, databases: Databases, backend: str) -> dict[str, 
         REVIEWLOOP_DATA_DIR=str(tmp_path / ".data"),
         REVIEWLOOP_ADMIN_TOKEN=ADMIN_TOKEN,
         REVIEWLOOP_RELAY_POLL_S="0.2",
+        REVIEWLOOP_UNDO_WINDOW_S="0",  # the lifecycle reads the approval as sent at once
     )
     return env
 

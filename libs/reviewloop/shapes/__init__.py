@@ -225,6 +225,7 @@ from reviewloop.shapes.reviews import (
     SubmitForReviewResult,
     SubmitRevisionRequest,
     ThreadReplyIn,
+    UndoDecisionIn,
 )
 from reviewloop.shapes.rules import (
     CompositionKey,
@@ -457,6 +458,7 @@ __all__ = [
     "ThreadReplyIn",
     "TurnIn",
     "TurnResult",
+    "UndoDecisionIn",
     "UpdateCategoryRequest",
     "Webhook",
     "WebhookDeleted",

@@ -219,6 +219,16 @@ class OpenIn(Shape):
     version: int = Field(ge=1, le=INT64_MAX)
 
 
+class UndoDecisionIn(Shape):
+    """``undo_decision``: the decider takes back its release in its undo window.
+
+    It names the approved review's ``revision`` and ``version``, as the decision answered them.
+    """
+
+    revision: int = Field(ge=1, le=INT64_MAX)
+    version: int = Field(ge=1, le=INT64_MAX)
+
+
 class NewRule(Shape):
     """A rule a human reviewer distils from this decision; ``scope`` defaults to ``general``.
 
@@ -334,7 +344,7 @@ class ReviewTurn(Shape):
     seq: int
     turn_type: str = Field(
         description="agent_question | human_comment | decision | revision | restamp | opened | breaker | "
-        "humans_notified"
+        "humans_notified | undo (a decider took back its release in the undo window)"
     )
     actor_kind: ActorKindName
     body: str
@@ -415,6 +425,11 @@ class Review(Shape):
     attachments: list[Attachment] | None = None
     decided_at: datetime | None = None
     sent_at: datetime | None = None
+    undo_until: datetime | None = Field(
+        default=None,
+        description="while a reviewer's approve or edit waits out its undo window: when it goes to delivery; "
+        "until then its decider may undo it (undo_decision)",
+    )
     turns: list[ReviewTurn] | None = Field(
         default=None, description="get_review only: the thread, oldest first"
     )

@@ -4,6 +4,7 @@ of ``reviewloop.shapes``; ``gateway.translate`` turns protobuf into those shapes
 Route table, prefix -> module (spec):
 
     /v1/messages, /v1/reviews, /v1/review-policy          -> reviews              (000: composer, reviewers)
+    /v1/reviews/{id}/undo                                 -> undo                 (issue 38: the undo window)
     /v1/review-events                                     -> events               (000, nudges)
     /v1/review-events/stream, /v1/admin/projects/{id}/webhooks
                                                           -> push                 (issue 19)
@@ -33,7 +34,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from reviewloop.errors import invalid
 
-from gateway.routes import events, push, reviews, rules
+from gateway.routes import events, push, reviews, rules, undo
 from gateway.routes.budget import catalog, gate, journals, rounds
 from gateway.routes.console import outbox, pools, projects
 from gateway.routes.console import reviews as console_reviews
@@ -41,6 +42,7 @@ from gateway.routes.console import rules as console_rules
 
 ROUTERS: tuple[APIRouter, ...] = (
     reviews.router,
+    undo.router,
     console_reviews.router,
     events.router,
     push.router,

@@ -94,7 +94,7 @@ def as_review(review: review_pb2.Review) -> Json:
             }
             for a in review.attachments
         ]
-    for name in ("decided_at", "sent_at"):
+    for name in ("decided_at", "sent_at", "undo_until"):
         if review.HasField(name):
             body[name] = timestamp(getattr(review, name))
     if review.turns:

@@ -4,7 +4,8 @@ Calls to other contexts (rules, diff, dispatch_budget) happen before the transac
 peer that is down fails the request closed with ``unavailable`` and nothing is written. Delivery is the
 one use case with two transactions around an I/O call (``delivery``). The modules, by plane:
 ``submission`` (submit), ``composer`` (cancel, redraft, restamp, chat), ``reviewer`` (open, decide),
-``delivery`` (the durable delivery step: deliver, reconcile, resolve_delivery), ``reads``, ``console``, ``ingest`` (events from rules)
+``delivery`` (the durable delivery step: deliver, reconcile, resolve_delivery), ``undo`` (a release's
+undo window), ``reads``, ``console``, ``ingest`` (events from rules)
 and ``pacing`` (backlog reconciliation: stale drafts held, nudged a window at a time); they run
 on ``_kernel`` (load, check, CAS, Idempotency-Key, refusals), ``_gates`` and ``_events``.
 """
@@ -53,6 +54,7 @@ from review_state.app.reviewer import (
     sweep_review_deadlines,
 )
 from review_state.app.submission import submit
+from review_state.app.undo import undo_decision
 from review_state.domain.decision import Decision
 from review_state.domain.revision import Revision
 from review_state.store import ReviewFilter
@@ -105,4 +107,5 @@ __all__ = [
     "submit",
     "submit_revision",
     "sweep_review_deadlines",
+    "undo_decision",
 ]

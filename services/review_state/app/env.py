@@ -34,6 +34,9 @@ class Settings:
     pacing_sweep_interval_s: float = 1.0
     # How long a new draft's rule high-water is remembered (``RuleStacks``); 0: ask rules every submit.
     rule_stack_ttl_s: float = 5.0
+    # The undo window (issue 38): a reviewer's approve or edit goes to delivery this long after it,
+    # and its decider may take it back until then; 0 releases at once.
+    undo_window_s: float = 10.0
 
 
 @dataclass
@@ -46,6 +49,8 @@ class Env:
     settings: Settings = field(default_factory=Settings)
     # This process's delivery workers, by review id: one per attempt, outside any request's scope.
     workers: dict[str, asyncio.Task[Review | None]] = field(default_factory=dict)
+    # This process's timers for releases in their undo window (``undo.release_later``), by review id.
+    releases: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     stacks: RuleStacks = field(init=False)
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ from review_state.app._gates import refund_uncommitted, reviewer_breaker, spend_
 from review_state.app.delivery import Claim, deliver, record_attempt, send_columns
 from review_state.app.env import Env
 from review_state.app.preview import check_seen
+from review_state.app.undo import hold_release, release_later
 from review_state.clients import DiffResult
 from review_state.domain.decision import (
     FORCED_PAST_DEADLINE,
@@ -39,6 +40,7 @@ from review_state.domain.feedback import approvers, decision_of, decisions_of, p
 from review_state.domain.machine import Actor, State, Verb
 from review_state.domain.review import Review, Turn
 from review_state.domain.submission import Dial
+from review_state.domain.undo import release_at
 
 log = logging.getLogger(__name__)
 
@@ -400,13 +402,21 @@ async def _apply_decision(
         if not short:  # the category counts the review's outcome once, when it is decided
             _events.publish_outcome(uow, after, decision_of(decisions_of([*prior, turn])))
         if after.state is State.APPROVED:
-            claims.append(await record_attempt(uow, after, send, now, env.settings.delivery_lease))
+            if (release := release_at(now, env.settings.undo_window_s)) is not None:
+                hold_release(uow, after, before, send, now, release)  # its undo window first
+                windows.append(release)
+            else:
+                claims.append(await record_attempt(uow, after, send, now, env.settings.delivery_lease))
         return after, ""
 
     claims: list[Claim] = []  # the lease of the attempt this call's release recorded, by run
+    windows: list[datetime] = []  # or when it goes to delivery, when it waits out its undo window
     review, held_by, replayed = await _kernel.once(
         env.db, principal, idempotency_key, fields, act, checked=True
     )
+    if windows and not replayed:  # nothing to wait for: it goes to delivery once its window closes
+        release_later(env, review.id, windows[-1])
+        return review, held_by
     # A replay drives a delivery left unfinished, claiming it as any worker does.
     return await deliver(env, review, None if replayed or not claims else claims[-1]), held_by
 

@@ -18,9 +18,28 @@ class DecisionTurn:
     revision: int = 0  # the revision the decision left (an edit's is the one it wrote)
 
 
+UNDO = "undo"  # the turn of a decider who took back a release in its undo window
+
+
+def in_force(turns: Sequence[Turn]) -> list[Turn]:
+    """The thread less the decisions their deciders undid: an ``undo`` turn voids the latest decision
+    before it that stands (the release it took back), so an undone approval counts toward no quorum and
+    no outcome."""
+    voided: set[str] = set()
+    standing: list[str] = []
+    for t in turns:
+        if t.turn_type == "decision":
+            standing.append(t.id)
+        elif t.turn_type == UNDO and standing:
+            voided.add(standing.pop())
+    return [t for t in turns if t.id not in voided] if voided else list(turns)
+
+
 def decisions_of(turns: Sequence[Turn]) -> list[DecisionTurn]:
-    """The reviewer decisions of a review's thread, oldest first."""
-    return [DecisionTurn(t.action, t.changed, t.revision) for t in turns if t.turn_type == "decision"]
+    """The reviewer decisions of a review's thread that stand, oldest first."""
+    return [
+        DecisionTurn(t.action, t.changed, t.revision) for t in in_force(turns) if t.turn_type == "decision"
+    ]
 
 
 def decision_of(decisions: Sequence[DecisionTurn]) -> str:
@@ -44,7 +63,7 @@ def approvers(turns: Sequence[Turn], revision: int, *, review_agent_counts: bool
     return list(
         dict.fromkeys(
             t.actor_id
-            for t in turns
+            for t in in_force(turns)
             if t.turn_type == "decision"
             and t.action in APPROVING
             and t.revision == revision

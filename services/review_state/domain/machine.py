@@ -52,6 +52,8 @@ class Verb(StrEnum):
     DELIVERED = "delivered"
     AUTO_DELIVERED = "auto_delivered"
     DELIVERY_FAILED = "delivery_failed"
+    # A decider takes back a release still in its undo window (``undo_target``).
+    UNDO = "undo_decision"
 
 
 S, V, A = State, Verb, Actor
@@ -152,6 +154,14 @@ PENDING = frozenset({S.NEEDS_REVIEW, S.IN_REVIEW, S.CHATTING, S.REJECTED})
 
 # Reads legal from every state: why a 409's hints are never empty.
 READ_VERBS = ("get_review", "list_review_events")
+
+
+def undo_target(prior: State, actor: Actor) -> State | None:
+    """Where an undone release returns: the state its approval found the draft in, when that is one the
+    ``actor``'s approve edge leaves from (None: nothing to return to). Not an edge of ``TRANSITIONS``:
+    an undo is legal only while the release waits out its undo window, a matter of the clock and not
+    of the state, so no 409's hints advertise it."""
+    return prior if TRANSITIONS.get((prior, V.APPROVE, actor)) is S.APPROVED else None
 
 
 def allowed_actions(state: State, actor: Actor) -> list[str]:

@@ -18,6 +18,7 @@ from review_state.store.attempts import (
     renew_lease,
     requeue,
     start_attempt,
+    withdraw,
 )
 from review_state.store.contacts import (
     Contact,
@@ -121,4 +122,5 @@ __all__ = [
     "suppress_contact",
     "thread_context",
     "unflag_contact",
+    "withdraw",
 ]

@@ -12,10 +12,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from reviewloop.storage import UnitOfWork
-from sqlalchemy import and_, bindparam, case, null, or_, select, update
+from sqlalchemy import and_, bindparam, case, delete, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.review import Review
+from review_state.domain.undo import undoable
 from review_state.store.tables import delivery_attempts as t
 
 QUEUED, DATA, PARKED = "queued", "data", "parked"
@@ -28,11 +29,14 @@ def start_attempt(
     rfc_message_id: str,
     send_path: str,
     now: datetime,
-    owner: str,
+    owner: str | None,
     until: datetime,
+    restore: dict[str, Any] | None = None,
 ) -> Attempt:
     """Queue the attempt already claimed by ``owner`` until ``until`` (its first try counted): the
-    worker that releases it needs no claim of its own, and a dead one's lease lapses as any other."""
+    worker that releases it needs no claim of its own, and a dead one's lease lapses as any other.
+    ``owner`` None: a release waiting out its undo window, claimed by nobody, due at ``until``, with
+    what its decision found (``restore``) for an undo before then."""
     attempt = Attempt(
         review_id=review.id,
         project_id=review.project_id,
@@ -41,15 +45,16 @@ def start_attempt(
         send_path=send_path,
         status="in_flight",
         stage=QUEUED,
-        tries=1,
+        tries=0 if owner is None else 1,
         started_at=now,
         parked_at=None,
         finished_at=None,
         error=None,
         resolution=None,
+        release_at=None if owner is not None else until,
     )
     values = {k: v for k, v in attempt.__dict__.items() if v is not None}
-    uow.insert(t, {**values, "lease_owner": owner, "lease_until": until})
+    uow.insert(t, {**values, "lease_owner": owner, "lease_until": until, "restore": restore})
     return attempt
 
 
@@ -70,6 +75,11 @@ class Attempt:
     finished_at: datetime | None
     error: str | None
     resolution: str | None
+    release_at: datetime | None = None  # while its undo window is open (``undo_until``)
+
+    def undo_until(self, now: datetime) -> datetime | None:
+        """When this release goes to delivery, while its decider may still undo it; else None."""
+        return self.release_at if undoable(self.release_at, self.tries > 0, now) else None
 
 
 _COLUMNS = [t.c[name] for name in Attempt.__dataclass_fields__]
@@ -221,3 +231,26 @@ async def parked_attempts(conn: AsyncConnection, limit: int = 100) -> list[Attem
         select(t).where(t.c.status == "in_flight", t.c.stage == PARKED).order_by(t.c.parked_at).limit(limit)
     )
     return [_attempt(row) for row in rows]
+
+
+# An undo takes back a release only while its window is open and no worker claimed it (``undoable``):
+# one statement, so the undo and the claim race on the row and exactly one of them wins.
+_WITHDRAW = (
+    delete(t)
+    .where(
+        t.c.review_id == bindparam("attempt_id"),
+        t.c.status == "in_flight",
+        t.c.stage == QUEUED,
+        t.c.tries == 0,
+        t.c.lease_owner.is_(None),
+        t.c.release_at > bindparam("now"),
+    )
+    .returning(t.c.restore)
+)
+
+
+async def withdraw(conn: AsyncConnection, review_id: str, now: datetime) -> dict[str, Any] | None:
+    """Delete a release still in its undo window and return what its decision found; None when it was
+    released already (its window closed, or a worker claimed it) or never waited (no window)."""
+    row = (await conn.execute(_WITHDRAW, {"attempt_id": review_id, "now": now})).first()
+    return dict(row.restore) if row is not None and row.restore is not None else None

@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Any, NoReturn
 
 from reviewloop.storage import UnitOfWork, utcnow
-from sqlalchemy import CTE, Select, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import CTE, Select, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
@@ -357,8 +357,14 @@ async def compare_and_set(
             return None
         if turn is not None:
             turn = await add_turn(uow.conn, turn)
-    if updated.revision != current.revision:  # with the unit's last rows (after a last CAS, only if it took)
+    if updated.revision > current.revision:  # with the unit's last rows (after a last CAS, only if it took)
         uow.insert(review_revisions, _revision_row(updated))
+    elif updated.revision < current.revision:  # an undone edit: the revision it wrote is no more
+        await uow.conn.execute(
+            delete(review_revisions).where(
+                review_revisions.c.review_id == current.id, review_revisions.c.revision > updated.revision
+            )
+        )
     return updated, turn
 
 

@@ -219,6 +219,11 @@ delivery_attempts = Table(
     Column("error", Text),
     # Who closed a parked attempt by hand, and why ("<actor>: <reason>").
     Column("resolution", Text),
+    # A reviewer's release waiting out its undo window (issue 38): when it goes to delivery (its first
+    # claim is due then: the queued row's lease_until starts equal), and what its decision found, which
+    # an undo before then writes back (``domain.undo.snapshot``). NULL: released at once.
+    Column("release_at", UtcDateTime),
+    Column("restore", Json),
     Index("ix_delivery_attempts_status_started_at", "status", "started_at"),
 )
 

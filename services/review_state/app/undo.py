@@ -1,0 +1,165 @@
+"""The undo window (issue 38): a reviewer's approve or edit waits ``Settings.undo_window_s`` before it
+goes to delivery, and its decider may take it back until then (``undo_decision``).
+
+Why a time on the attempt and not a timer: the release is recorded with the decision, durable, and
+simply not due before ``release_at`` (``domain.undo``), so the worker's claim and the sweep honour it as
+they honour a retry's backoff. A restart inside the window loses nothing (the next sweep after it
+delivers, once: the claim is a compare-and-set), and any replica may serve the undo. This process's
+timer (``release_later``) only spares the release a wait for the next sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from reviewloop.errors import Code, DomainError
+from reviewloop.storage import UnitOfWork, utcnow
+from reviewloop.tenancy import ActorKind, Principal
+
+from review_state import store
+from review_state.app import _kernel
+from review_state.app._events import NOT_SENT, POOLED_PATHS, publish_pool_settled
+from review_state.app.delivery import start_worker
+from review_state.app.env import Env
+from review_state.domain.feedback import UNDO, in_force
+from review_state.domain.machine import CLOSED, Actor, State, allowed_actions
+from review_state.domain.review import Review
+from review_state.domain.undo import restored, snapshot
+
+# The releases a reviewer decided; a direct or graduated one has no decider to undo it.
+_REVIEWED = ("human_reviewed", "reviewer_approved")
+
+
+def hold_release(
+    uow: UnitOfWork, approved: Review, before: Review, send: dict[str, str], now: datetime, release: datetime
+) -> None:
+    """Record, in the decision's unit of work, the attempt of a release that waits out its undo window:
+    claimed by nobody, due at ``release``, keeping what the decision found (``before``) for an undo."""
+    store.start_attempt(
+        uow,
+        approved,
+        send["message_id"],
+        send["rfc_message_id"],
+        send["send_path"],
+        now,
+        None,
+        release,
+        snapshot(before),
+    )
+
+
+def release_later(env: Env, review_id: str, release: datetime) -> None:
+    """This process's timer for a release in its window: at ``release`` it starts the worker that claims
+    it (a claim that finds it undone, or taken by another replica, does nothing)."""
+
+    async def wake() -> None:
+        # A little past the window: the claim's "due" is ``release <= now`` on this clock.
+        await asyncio.sleep(max((release - utcnow()).total_seconds(), 0.0) + 0.05)
+        if env.releases.get(review_id) is task:
+            del env.releases[review_id]
+        start_worker(env, review_id)  # a task of its own, never cancelled with this timer
+
+    _cancel_timer(env, review_id)
+    task = asyncio.get_running_loop().create_task(wake())
+    env.releases[review_id] = task
+
+
+def _cancel_timer(env: Env, review_id: str) -> None:
+    if (timer := env.releases.pop(review_id, None)) is not None:
+        timer.cancel()
+
+
+async def undo_decision(
+    env: Env, principal: Principal, review_id: str, revision: int, version: int, idempotency_key: str = ""
+) -> Review:
+    """The decider takes back a release still in its undo window: the draft is exactly as the decision
+    found it (state, revision, content), nothing is delivered or nudged, and an ``undo`` turn says who
+    undid it. Refused ``wrong_state`` (reason ``already_released``) once the window closed."""
+    if principal.actor_kind not in (ActorKind.HUMAN, ActorKind.ADMIN, ActorKind.REVIEW_AGENT):
+        raise DomainError(Code.FORBIDDEN_SCOPE, "Only a reviewer undoes a decision.")
+    fields = {"verb": "undo", "review_id": review_id, "revision": revision, "version": version}
+
+    async def act(uow: UnitOfWork) -> tuple[Review, str]:
+        now = utcnow()
+        current = await _kernel.load(uow.conn, principal, review_id)
+        actor = _kernel.actor_of(principal, current)
+        if current.state in CLOSED or (
+            current.state is State.APPROVED and current.send_path not in _REVIEWED
+        ):
+            raise _released(current, actor)
+        if current.state is not State.APPROVED:
+            raise DomainError(
+                Code.WRONG_STATE,
+                f"Nothing to undo: the review is {current.state}, not a release waiting out its undo window.",
+                **_facts(current, actor),
+            )
+        decider = _decider(await store.list_turns(uow.conn, review_id))
+        if decider is not None and decider[0] != principal.actor_id:
+            raise DomainError(
+                Code.FORBIDDEN_SCOPE,
+                f"Only the reviewer who released this draft ({decider[0]}) may undo the release.",
+            )
+        if (revision, version) != (current.revision, current.version):
+            raise DomainError(
+                Code.STALE,
+                f"You named revision {revision}, version {version}, but the release is at revision "
+                f"{current.revision}, version {current.version}. Re-read it.",
+                **_facts(current, actor),
+            )
+        kept = await store.withdraw(uow.conn, review_id, now)
+        if kept is None:
+            raise _released(current, actor)
+        action = decider[1] if decider is not None else "approve"
+        back = restored(kept, actor)
+        with _kernel.span(current, back["state"], actor):
+            written = await store.compare_and_set(
+                uow,
+                current,
+                turn=_kernel.turn(
+                    principal,
+                    UNDO,
+                    f"Undid the {action} before it went out: the draft is back as the decision found it, "
+                    "and nothing was sent.",
+                    action=action,
+                ),
+                updated_at=now,
+                **back,
+            )
+        if written is None:  # another writer between the read and the write: nothing is undone
+            raise DomainError(
+                Code.STALE, "The review changed at the same moment; re-read it.", **_facts(current, actor)
+            )
+        if current.send_path in POOLED_PATHS:  # a review agent's release spent a pool unit: it comes back
+            publish_pool_settled(uow, current, NOT_SENT)
+        return written[0], ""
+
+    review = (await _kernel.once(env.db, principal, idempotency_key, fields, act))[0]
+    _cancel_timer(env, review_id)
+    return review
+
+
+def _decider(turns: list[Any]) -> tuple[str, str] | None:
+    """Who released the draft, and with which action: the last decision that stands."""
+    decisions = [t for t in in_force(turns) if t.turn_type == "decision"]
+    return (decisions[-1].actor_id, decisions[-1].action) if decisions else None
+
+
+def _facts(review: Review, actor: Actor) -> dict[str, Any]:
+    return {
+        "state": review.state,
+        "revision": review.revision,
+        "version": review.version,
+        "allowed_actions": allowed_actions(review.state, actor),
+    }
+
+
+def _released(review: Review, actor: Actor) -> DomainError:
+    return DomainError(
+        Code.WRONG_STATE,
+        f"Too late to undo: the release has already been released to delivery (the review is {review.state}). "
+        "Its undo window closed.",
+        hints=(("reason", "already_released"),),
+        **_facts(review, actor),
+    )

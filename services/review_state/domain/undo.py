@@ -1,0 +1,74 @@
+"""The undo window of a reviewer's release (issue 38), as pure rules.
+
+A human's or a review agent's approve (or edit) is released to delivery only once ``window`` has passed;
+until then its decider may take it back, and the draft is exactly as the decision found it. The window
+is a time on the delivery attempt, not a timer: the attempt is recorded with the approval, unclaimed, its
+claim not due before ``release_at`` (a queued attempt's lease is its next due time), so whichever
+replica's worker or sweep claims it first delivers it once, a restart inside the window still delivers
+it after, and an undo is the deletion of an attempt no worker has claimed yet: the claim and the undo
+race on the one row, and exactly one wins.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from review_state.domain.escalation import CLEARED
+from review_state.domain.machine import Actor, State, undo_target
+from review_state.domain.review import Review
+
+# The columns a decision writes (``decision_changes`` and the release's send ids) that an undo puts back.
+RESTORED = (
+    "state",
+    "revision",
+    "subject",
+    "body_text",
+    "body_html",
+    "decided_at",
+    "review_deadline",
+    "send_path",
+    "rfc_message_id",
+    *CLEARED,  # an approval settles an escalation; its undo puts it back
+)
+_TIMES = frozenset({"decided_at", "review_deadline", "escalated_at", "escalation_deadline"})
+
+
+def release_at(now: datetime, window_s: float) -> datetime | None:
+    """When a release decided at ``now`` goes to delivery; None: at once (the window is off)."""
+    return now + timedelta(seconds=window_s) if window_s > 0 else None
+
+
+def undoable(release: datetime | None, claimed: bool, now: datetime) -> bool:
+    """Whether a release may still be taken back: it waits out a window that is still open and no worker
+    has claimed it. Its complement is ``due``: at any moment exactly one of the two holds."""
+    return release is not None and not claimed and now < release
+
+
+def due(release: datetime | None, claimed: bool, now: datetime) -> bool:
+    """Whether a worker may claim the release (the store's claim says the same in SQL)."""
+    return not undoable(release, claimed, now)
+
+
+def snapshot(before: Review) -> dict[str, Any]:
+    """What the decision found, as JSON the attempt keeps until the release is delivered or undone."""
+    values = {name: getattr(before, name) for name in RESTORED}
+    for name in _TIMES:
+        if values[name] is not None:
+            values[name] = values[name].isoformat()
+    values["state"] = str(before.state)
+    return values
+
+
+def restored(kept: dict[str, Any], actor: Actor) -> dict[str, Any]:
+    """The columns an undo writes back from ``snapshot``: the state the decision found (checked against
+    the table: one ``actor``'s approval leaves from), its revision and content, no send ids."""
+    values = dict(kept)
+    for name in _TIMES:
+        if values.get(name) is not None:
+            values[name] = datetime.fromisoformat(values[name])
+    state = undo_target(State(values["state"]), actor)
+    if state is None:
+        raise ValueError(f"an approval by the {actor} does not leave from {values['state']}")
+    values["state"] = state
+    return values
