@@ -1,7 +1,7 @@
 """undo window: a reviewer's release waits out its window on its delivery attempt (issue 38)
 
 Revision ID: c7a2e4f19d35
-Revises: b8e2f61d4c93
+Revises: e5c2a8f1d3b6
 Create Date: 2026-12-07 00:50:00.000000
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "c7a2e4f19d35"
-down_revision: str | None = "b8e2f61d4c93"
+down_revision: str | None = "e5c2a8f1d3b6"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
