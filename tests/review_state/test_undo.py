@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from review_state import app
 from review_state.app import Decision, Env
+from review_state.domain.escalation import PERSON, Escalation
 from review_state.domain.machine import TRANSITIONS, Actor, State, Verb, undo_target
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
@@ -281,3 +282,22 @@ async def test_a_review_agents_release_is_undone_by_it_and_its_pool_unit_comes_b
     assert [e["outcome"] for e in settled if e["review_id"] == review.id] == ["POOL_SEND_OUTCOME_NOT_SENT"]
     assert _sent_files(env) == 0 and await reasons(env, review.id) == []
     assert (await app.read_review(env, REVIEWER, review.id))[2] is None  # no attempt left to claim
+
+
+async def test_an_undone_approval_of_an_escalated_draft_leaves_it_escalated(env: Env) -> None:
+    _window(env, 30)
+    review = await opened(env)
+    escalated = await app.decide(
+        env,
+        HUMAN,
+        review.id,
+        Decision("escalate", review.revision, review.version, escalation=Escalation(PERSON, "key_b", "Bea")),
+    )
+    assert escalated.escalated_to == "key_b"
+    taken = await app.open_review(env, HUMAN_B, review.id, escalated.revision, escalated.version)
+    approved = await _approve(env, HUMAN_B, taken)
+    assert approved.escalated_at is None  # the approval settles it
+    undone = await app.undo_decision(env, HUMAN_B, review.id, approved.revision, approved.version)
+    fields = ("escalated_to", "escalated_to_name", "escalated_by", "escalated_at", "escalation_deadline")
+    assert [getattr(undone, f) for f in fields] == [getattr(taken, f) for f in fields]
+    assert (undone.state, undone.revision) == (taken.state, taken.revision)
