@@ -25,7 +25,7 @@ from review_state.domain.escalation import Escalation, mine, target_of
 from review_state.domain.feedback import approvers
 from review_state.domain.machine import CLOSED, State
 from review_state.domain.review import Review, Turn
-from review_state.domain.submission import Asked, Attachment, Dial, Draft
+from review_state.domain.submission import Asked, Attachment, Dial, Draft, Intent
 
 if TYPE_CHECKING:
     Context = grpc.aio.ServicerContext[Any, Any]
@@ -103,9 +103,9 @@ def review_to_proto(
         mode=review.mode or "",
     )
     if review.intent is not None:
-        meta = review.intent.get("meta")
-        message.intent.summary = review.intent.get("summary", "")
-        message.intent.meta_json = orjson.dumps(meta).decode() if meta is not None else ""
+        message.intent.summary = review.intent.summary
+        if review.intent.meta is not None:
+            message.intent.meta_json = orjson.dumps(review.intent.meta).decode()
     for name in OPTIONAL_SCALARS:
         value = getattr(review, name)
         if value is not None:
@@ -142,10 +142,10 @@ def _attachments(items: Sequence[review_pb2.Attachment]) -> tuple[Attachment, ..
     return tuple(Attachment(a.filename, a.content_type, a.content) for a in items)
 
 
-def _intent(message: Any, has: bool) -> dict[str, object] | None:
+def _intent(message: review_pb2.Intent, has: bool) -> Intent | None:
     if not has:
         return None
-    intent: dict[str, object] = {"summary": message.summary}
+    meta = None
     if message.meta_json:
         try:
             meta = orjson.loads(message.meta_json)
@@ -153,8 +153,7 @@ def _intent(message: Any, has: bool) -> dict[str, object] | None:
             raise DomainError(Code.BAD_REQUEST, "/intent/meta: not a JSON object") from exc
         if not isinstance(meta, dict):
             raise DomainError(Code.BAD_REQUEST, "/intent/meta: must be a JSON object")
-        intent["meta"] = meta
-    return intent
+    return Intent(message.summary, meta)
 
 
 def _contact(contact: store.Contact) -> review_pb2.Contact:

@@ -17,7 +17,7 @@ from review_state.__main__ import SPEC
 from review_state.app import Env, Settings
 from review_state.clients import CategoryInfo, DiffResult, PoolSend, StackVersions, TokenCheck
 from review_state.domain.review import Review
-from review_state.domain.submission import Dial, Draft
+from review_state.domain.submission import Dial, Draft, Intent
 from review_state.providers import AtData, EmlProvider, OutcomeUnknown, Refused
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.diff.v1.diff_pb2 import DiffCommitted
@@ -43,7 +43,7 @@ OTHER_AGENT = Principal("org_1", "prj_1", ActorKind.AGENT, "agt_2")
 HUMAN = Principal("org_1", "prj_1", ActorKind.HUMAN, "key_h")
 REVIEWER = Principal("org_1", "prj_1", ActorKind.REVIEW_AGENT, "agt_r")
 ADMIN = Principal("org_1", "prj_1", ActorKind.ADMIN, "key_a")
-INTENT = {"summary": "Re-engage cold lead at Acme about Q3 pilot"}
+INTENT = Intent("Re-engage cold lead at Acme about Q3 pilot")
 DRAFT = Draft(
     to=["vp@acme.com"],
     cc=[],

@@ -11,7 +11,7 @@ from review_state import app, store
 from review_state.app import Env
 from review_state.bootstrap import settings_from_env
 from review_state.domain.review import Review
-from review_state.domain.submission import Dial, Draft, Policy, Route, route_for
+from review_state.domain.submission import Dial, Draft, Intent, Policy, Route, route_for
 from review_state.store.tables import contacts
 from reviewloop.errors import Code, DomainError
 from reviewloop.storage import utcnow
@@ -80,7 +80,7 @@ async def test_every_row_of_the_policy_table(
 @pytest.mark.parametrize("summary", ["short", "x" * 201, "        "])
 async def test_intent_summary_must_be_one_real_sentence(env: Env, summary: str) -> None:
     with pytest.raises(DomainError) as caught:
-        await _submit(env, Draft(**{**DRAFT.__dict__, "intent": {"summary": summary}}))
+        await _submit(env, Draft(**{**DRAFT.__dict__, "intent": Intent(summary)}))
     assert caught.value.code is Code.INTENT_REQUIRED and caught.value.violations[0].field == "/intent/summary"
 
 

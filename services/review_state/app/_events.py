@@ -156,7 +156,7 @@ def publish_humans_notified(uow: UnitOfWork, review: Review, turn_id: str) -> No
             category_id=review.category_id,
             turn_id=turn_id,
             subject=review.subject,
-            summary=str((review.intent or {}).get("summary") or ""),
+            summary=(review.intent.summary if review.intent else ""),
             to=review.to,
             cc=review.cc,
             bcc=review.bcc,
@@ -170,7 +170,7 @@ def publish_escalation(
 ) -> None:
     """An escalation, for the webhook endpoints that ask for ``escalated`` and, when its target has an
     address, its notification mail: both in the decision's unit, so a lost race tells no one."""
-    summary = str((review.intent or {}).get("summary") or "")
+    summary = review.intent.summary if review.intent else ""
     by = review.escalated_by or ""
     event = Escalated(
         review_id=review.id,

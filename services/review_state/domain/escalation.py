@@ -91,7 +91,7 @@ def overdue(review: Review, now: datetime) -> bool:
 
 def mail(review: Review, escalation: Escalation, by: str, feedback: str) -> tuple[str, str]:
     """The notification mail's subject and text (``by``: who escalated, as people read it)."""
-    summary = str((review.intent or {}).get("summary") or review.subject or review.id)
+    summary = (review.intent.summary if review.intent else "") or review.subject or review.id
     lines = [
         f"A draft was escalated to {'you' if escalation.kind == PERSON else escalation.name or 'your role'}"
         f" by {by}.",

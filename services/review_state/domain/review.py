@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from review_state.domain.machine import NUDGES, Actor, Reason, State, Verb
-from review_state.domain.submission import Attachment
+from review_state.domain.submission import Attachment, Intent
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Review:
     bcc: list[str]
     subject: str
     body_text: str
-    intent: dict[str, Any] | None
+    intent: Intent | None
     created_at: datetime
     updated_at: datetime
     body_html: str | None = None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from review_state.domain.review import Review
-from review_state.domain.submission import Attachment, Draft
+from review_state.domain.submission import Attachment, Draft, Intent
 
 T = TypeVar("T")
 
@@ -29,7 +29,7 @@ class Revision:
     reply_to: str | None = None
     headers: dict[str, str] | None = None
     attachments: tuple[Attachment, ...] | None = None
-    intent: dict[str, Any] | None = None
+    intent: Intent | None = None
     confidence: float | None = None
 
     def apply(self, review: Review) -> Draft:
@@ -49,7 +49,9 @@ class Revision:
 
     def fingerprint(self) -> dict[str, Any]:
         """The revision as plain JSON-able data, for idempotency hashes (attachments by digest)."""
-        body = {k: v for k, v in self.__dict__.items() if k != "attachments"}
+        body = {k: v for k, v in self.__dict__.items() if k not in ("attachments", "intent")}
+        if self.intent is not None:
+            body["intent"] = self.intent.as_json()
         if self.attachments is not None:
             body["attachments"] = [
                 [a.filename, a.content_type, hashlib.sha256(a.content).hexdigest()] for a in self.attachments

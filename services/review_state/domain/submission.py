@@ -96,13 +96,33 @@ class Attachment:
 
 
 @dataclass(frozen=True)
+class Intent:
+    """What the agent means the message to do: one sentence a reviewer reads first, and the free-form
+    facts (``meta``, a JSON object) it attached."""
+
+    summary: str
+    meta: Mapping[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The intent as the store and the idempotency hashes keep it (``meta`` only when given)."""
+        body: dict[str, Any] = {"summary": self.summary}
+        if self.meta is not None:
+            body["meta"] = dict(self.meta)
+        return body
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any] | None) -> Intent | None:
+        return None if value is None else cls(str(value.get("summary", "")), value.get("meta"))
+
+
+@dataclass(frozen=True)
 class Draft:
     to: Sequence[str]
     cc: Sequence[str]
     bcc: Sequence[str]
     subject: str
     body_text: str
-    intent: dict[str, Any] | None
+    intent: Intent | None
     body_html: str | None = None
     reply_to: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -121,7 +141,7 @@ class Draft:
             "bcc": list(self.bcc),
             "subject": self.subject,
             "body_text": self.body_text,
-            "intent": self.intent,
+            "intent": self.intent.as_json() if self.intent else None,
             "body_html": self.body_html,
             "reply_to": self.reply_to,
             "headers": dict(self.headers),
@@ -189,8 +209,8 @@ def validate_draft(draft: Draft) -> None:
         )
 
 
-def check_intent(intent: dict[str, Any]) -> None:
-    summary = str(intent.get("summary", "")).strip()
+def check_intent(intent: Intent) -> None:
+    summary = intent.summary.strip()
     if not INTENT_SUMMARY_MIN <= len(summary) <= INTENT_SUMMARY_MAX:
         raise invalid(
             "/intent/summary",
@@ -200,9 +220,7 @@ def check_intent(intent: dict[str, Any]) -> None:
         )
 
 
-def require_intent(
-    intent: dict[str, Any] | None, policy: str = "require_review", source: str = "floor"
-) -> None:
+def require_intent(intent: Intent | None, policy: str = "require_review", source: str = "floor") -> None:
     """Where the resolved mode is review, every message carries an intent whose summary is one sentence.
     The ``policy`` hint says which policy asked for it and where that policy came from."""
     if intent is None:
@@ -286,9 +304,7 @@ class Asked:
             raise invalid("/inbox", f"{self.inbox!r} is not an email address")
 
 
-def route_for(
-    policy: Policy, intent: dict[str, Any] | None, source: str = FLOOR_SOURCE, mode: str = ""
-) -> Route:
+def route_for(policy: Policy, intent: Intent | None, source: str = FLOOR_SOURCE, mode: str = "") -> Route:
     """The policy table, refined by the mode the agent asked for (the SDK's ``mode``). The policy wins:
     ``review`` always queues (and, being review, needs an intent); ``direct`` is honoured only under
     ``allow_direct``, the one policy that sends without review, and elsewhere reads as no mode at all (a

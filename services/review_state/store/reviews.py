@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state.domain.machine import PENDING, State
 from review_state.domain.review import AttachmentFacts, Review, RevisionContent, Turn
-from review_state.domain.submission import HUMANS_NOTIFIED, Attachment
+from review_state.domain.submission import HUMANS_NOTIFIED, Attachment, Intent
 from review_state.store.attempts import FINISH, Attempt
 from review_state.store.tables import (
     delivery_attempts,
@@ -55,6 +55,7 @@ def _from_row(row: Any) -> Review:
     values["state"] = State(m["state"])
     values["attachments"] = _attachments_from_json(m["attachments"] or [])
     values["headers"] = dict(m["headers"] or {})
+    values["intent"] = Intent.from_json(m["intent"])
     return Review(**values)
 
 
@@ -67,6 +68,8 @@ def _to_row(review: Review, names: Iterable[str] = Review.__dataclass_fields__) 
             value = value.value
         elif name == "attachments":
             value = _attachments_to_json(value)
+        elif name == "intent":
+            value = value.as_json() if value is not None else None
         elif name in _COLUMN:
             value = list(value)
         row[_COLUMN.get(name, name)] = value
