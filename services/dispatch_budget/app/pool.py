@@ -89,7 +89,9 @@ async def consume_pool_send(
                         if not await store.take_pool_unit(conn, pool, day, budget):
                             raise _OverBudget()
                         used = await store.pool_used(conn, pool, day)
-                        return PoolSend(True, prior.receipt_id, pool, used, budget, ReceiptStatus.CONSUMED.value)
+                        return PoolSend(
+                            True, prior.receipt_id, pool, used, budget, ReceiptStatus.CONSUMED.value
+                        )
                     # A concurrent release spent it first: answer from what that one committed.
                     prior = await store.pool_receipt_of(conn, project, review_id)
                     assert prior is not None
