@@ -225,7 +225,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
     ) -> budget_pb2.AppendJournalEventsResponse:
         events = [json_value(raw, f"/events/{index}") for index, raw in enumerate(request.events_json)]
         result = await app.append_journal_events(
-            self.db, Principal.from_proto(request.principal), request.run_id, events
+            self.db, Principal.from_proto(request.principal), request.run_id, events, request.events_json
         )
         return budget_pb2.AppendJournalEventsResponse(
             appended=result.appended,
@@ -258,7 +258,7 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             limit=request.limit,
         )
         return budget_pb2.ReadJournalEventsResponse(
-            lines=page.lines, last_offset=page.last_offset, more=page.more
+            lines=page.lines, last_offset=page.last_offset, more=page.more, reencoded_offsets=page.reencoded
         )
 
     async def RegisterRunner(

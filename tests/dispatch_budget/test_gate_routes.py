@@ -329,16 +329,30 @@ async def test_a_journal_reads_back_as_the_json_lines_it_was_written_as_paged(ap
     assert page.headers["content-type"].startswith("application/x-ndjson")
     assert page.headers["x-next-after"] == "3"
     lines = page.content.splitlines(keepends=True)
-    assert [orjson.loads(line) for line in lines[:2]] == [legacy, future]
-    assert lines[2] == chain[0] + b"\n"  # a 1.2.0 record is exactly the producer's canonical line
+    # Byte for byte as appended: the producer's key order (not sorted), its text, its chain.
+    assert lines[:2] == [orjson.dumps(legacy) + b"\n", orjson.dumps(future) + b"\n"]
+    assert lines[2] == chain[0] + b"\n" and "x-reencoded" not in page.headers
+    # A bare event the service composes into the envelope is the service's canonical line, and says so.
+    bare = {"type": "turn_completed", "session_id": "s", "turn_id": "t2", "payload": {"final": False}}
+    composed = await api.http.post("/v1/journals/run_j/events", json={"events": [bare]}, headers=g.reviewer)
+    assert composed.status_code == 201, composed.text
     rest = await api.http.get("/v1/journals/run_j/events", params={"after": 3}, headers=g.reviewer)
-    assert rest.content == chain[1] + b"\n" and "x-next-after" not in rest.headers
+    assert (
+        rest.content.splitlines(keepends=True)[0] == chain[1] + b"\n" and "x-next-after" not in rest.headers
+    )
+    assert rest.headers["x-reencoded"] == "5"
+    fifth = orjson.loads(rest.content.splitlines()[1])
+    assert rest.content.splitlines()[1] == orjson.dumps(fifth, option=orjson.OPT_SORT_KEYS)
     as_json = await api.http.get(
         "/v1/journals/run_j/events",
         params={"limit": 1},
         headers={**g.reviewer, "Accept": "application/json"},
     )
-    assert as_json.json() == {"events": [legacy], "next_after": 1}
+    assert as_json.json() == {"events": [legacy], "next_after": 1, "reencoded": []}
+    last = await api.http.get(
+        "/v1/journals/run_j/events", params={"after": 4}, headers={**g.reviewer, "Accept": "application/json"}
+    )
+    assert last.json() == {"events": [fifth], "next_after": None, "reencoded": [5]}
     # Another tenant reads an empty journal.
     stranger = await api.agent()
     assert (await api.http.get("/v1/journals/run_j/events", headers=stranger)).content == b""

@@ -71,6 +71,37 @@ async def test_the_corpus_through_the_gateway(api: Api) -> None:
         if evidence == "rejected":
             # evidence_rejected.ref still names offset 2: the tool_use the done gate refused.
             assert status["evidence_rejected"] == {"refs": [2], "reason": "not_evidence", "ref": 2}
+        # It reads back byte for byte: the producer's key order, spacing and text, nothing re-encoded.
+        back = await api.http.get(f"/v1/journals/{run}/events", headers=reviewer)
+        assert back.content == (CORPUS / name).read_bytes() and "x-reencoded" not in back.headers
+
+
+async def test_records_journaled_before_lines_were_kept_read_back_marked_reencoded(open_db: OpenDb) -> None:
+    """A row from before the ``verbatim`` column holds the service's canonical JSON (keys sorted): the
+    read-back cannot give the producer's bytes back, so it names the record as re-encoded."""
+    from dispatch_budget.domain.journal import canonical_line
+    from dispatch_budget.store.tables import journal_events, journal_heads
+
+    db = await open_db(SPEC)
+    written = records("v1_1_0.jsonl")
+    async with db.transaction() as uow:
+        await uow.conn.execute(journal_heads.insert().values(project_id="prj_1", run_id="att", last_offset=1))
+        await uow.conn.execute(
+            journal_events.insert().values(
+                project_id="prj_1",
+                run_id="att",
+                offset=1,
+                type=written[0]["type"],
+                record=canonical_line(written[0]),
+            )
+        )
+    await app.append_journal_events(db, RUNNER, "att", written[1:3], lines("v1_1_0.jsonl")[1:3])
+    page = await app.read_journal_lines(db, RUNNER, "att")
+    assert page.reencoded == [1]
+    assert page.lines == [
+        canonical_line(written[0]) + "\n",
+        *(line + "\n" for line in lines("v1_1_0.jsonl")[1:3]),
+    ]
 
 
 async def test_a_tampered_chain_is_refused_at_its_first_bad_offset_and_nothing_is_written(api: Api) -> None:

@@ -422,6 +422,9 @@ class JournalPage(Shape):
 
     events: list[dict[str, JsonValue]]
     next_after: int | None = None
+    # The offsets among ``events`` whose stored line is the service's canonical JSON (keys sorted), not
+    # the bytes appended: records journaled before lines were kept, and bare events the service composed.
+    reencoded: list[int] = []
 
 
 class JournalIn(Shape):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from dispatch_budget.domain.journal import (
     ephemeral,
     incoming_record,
     place_batch,
+    verbatim_lines,
 )
 
 
@@ -38,11 +40,12 @@ class Evidence:
 
 
 async def append_journal_events(
-    db: Database, principal: Principal, run_id: str, events: list[Any]
+    db: Database, principal: Principal, run_id: str, events: list[Any], lines: Sequence[str] = ()
 ) -> Appended:
     """Append a batch to the run's journal, all or nothing, keeping each record as the producer wrote
     it: its id is its offset (a gap or a differing overlap refuses, an identical re-send is skipped),
-    a 1.2.0 hash chain is verified, and ephemeral records are never journaled."""
+    a 1.2.0 hash chain is verified, and ephemeral records are never journaled. ``lines`` are the
+    events as appended (JSON texts, by batch index): a producer's record is stored as its own line."""
     check_reviewer_plane(principal, "Appending to an attempt journal")
     check_journal_batch(run_id, events)
     now = utcnow()
@@ -56,7 +59,9 @@ async def append_journal_events(
         tail = await store.journal_lines(uow.conn, project, run_id, [last]) if last else {}
         last_hash = tail.get(last, {}).get("hash")
         placed = place_batch(durable, last, stored, last_hash if isinstance(last_hash, str) else None)
-        await store.append_journal_events(uow.conn, project, run_id, placed.new)
+        await store.append_journal_events(
+            uow.conn, project, run_id, placed.new, verbatim_lines(placed, events, lines)
+        )
         return Appended(
             len(placed.new),
             len(records) - len(durable),
@@ -77,6 +82,7 @@ class JournalPage:
     lines: list[str]  # each record's stored line, newline-terminated
     last_offset: int
     more: bool
+    reencoded: list[int]  # offsets whose line is the service's canonical JSON, not the appended bytes
 
 
 MAX_READ = 1000
@@ -85,9 +91,10 @@ MAX_READ = 1000
 async def read_journal_lines(
     db: Database, principal: Principal, run_id: str, after: int = 0, limit: int = 0
 ) -> JournalPage:
-    """The run's journal read back after ``after``: each record exactly the line it was stored as (its
-    canonical JSON, which is the producer's own line for a 1.2.0 chain), in offset order, paged. An
-    unknown run reads as an empty journal (a tenant learns nothing of another's runs)."""
+    """The run's journal read back after ``after``, in offset order, paged: each record exactly the line
+    its producer appended, or, for a record journaled before lines were kept or a bare event the
+    service composed, its canonical JSON, named in ``reencoded``. An unknown run reads as an empty
+    journal (a tenant learns nothing of another's runs)."""
     if after < 0:
         raise invalid("/after", "an offset from 0")
     if limit < 0 or limit > MAX_READ:
@@ -96,7 +103,12 @@ async def read_journal_lines(
     async with db.engine.connect() as conn:
         rows = await store.journal_line_page(conn, principal.project_id, run_id, after, limit + 1)
     page = rows[:limit]
-    return JournalPage([line + "\n" for _, line in page], page[-1][0] if page else after, len(rows) > limit)
+    return JournalPage(
+        [line + "\n" for _, line, _ in page],
+        page[-1][0] if page else after,
+        len(rows) > limit,
+        [offset for offset, _, verbatim in page if not verbatim],
+    )
 
 
 async def get_evidence_status(db: Database, principal: Principal, run_id: str) -> Evidence:

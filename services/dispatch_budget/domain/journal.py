@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -127,6 +127,16 @@ def _has_float(value: Any) -> bool:
     return False
 
 
+def verbatim_lines(placed: Placed, events: Sequence[Any], lines: Sequence[str]) -> list[str | None]:
+    """For each placed record, the line its producer appended when the record is exactly what that
+    line says (a producer's record kept as written, its id given); None where the service composed or
+    completed the record (a bare event's envelope, an id it assigned), whose line is then canonical."""
+    return [
+        lines[i] if i < len(lines) and events[i] == record else None
+        for i, record in zip(placed.indices, placed.new, strict=True)
+    ]
+
+
 def canonical_line(record: Mapping[str, Any]) -> str:
     """Canonical JSON (spec 002 1.2.0): keys sorted by byte order at every depth (UTF-8 keeps code
     point order), no whitespace, text as UTF-8. What the journal stores for every record."""
@@ -204,6 +214,7 @@ class Placed:
 
     new: list[dict[str, Any]]
     already_journaled: int
+    indices: tuple[int, ...] = ()  # the batch index each record of ``new`` came from
 
 
 def _refuse(index: int, offset: int, why: str) -> DomainError:
@@ -228,6 +239,7 @@ def place_batch(
     ``last_hash`` is the journal's last record's ``hash`` (None: it has none). A 1.2.0 chain is
     verified on the way; the first bad offset refuses the whole batch."""
     new: list[dict[str, Any]] = []
+    indices: list[int] = []
     duplicates = 0
     expected = last_offset + 1
     prev_hash = last_hash
@@ -252,8 +264,9 @@ def place_batch(
             _verify_link(index, offset, record, prev_hash)
         prev_hash = record.get("hash") if isinstance(record.get("hash"), str) else None
         new.append(record)
+        indices.append(index)
         expected += 1
-    return Placed(new, duplicates)
+    return Placed(new, duplicates, tuple(indices))
 
 
 def _verify_link(index: int, offset: int, record: Mapping[str, Any], prev_hash: str | None) -> None:

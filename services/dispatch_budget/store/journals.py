@@ -37,10 +37,16 @@ async def lock_journal_head(conn: AsyncConnection, project_id: str, run_id: str)
 
 
 async def append_journal_events(
-    conn: AsyncConnection, project_id: str, run_id: str, records: list[dict[str, Any]]
+    conn: AsyncConnection,
+    project_id: str,
+    run_id: str,
+    records: list[dict[str, Any]],
+    lines: list[str | None] | None = None,
 ) -> None:
     """Append records (each with its ``id``, the next offsets) after the locked head and move the
-    head to the last of them. Each is stored as its canonical JSON line, never rewritten."""
+    head to the last of them. Each is stored as its producer's line where ``lines`` has it (byte for
+    byte), else as its canonical JSON line; never rewritten."""
+    lines = lines or [None] * len(records)
     if not records:
         return
     await conn.execute(
@@ -51,9 +57,10 @@ async def append_journal_events(
                 "run_id": run_id,
                 "offset": record["id"],
                 "type": str(record.get("type", ""))[:30],  # an index for the closing turn only
-                "record": canonical_line(record),
+                "record": canonical_line(record) if line is None else line,
+                "verbatim": line is not None,
             }
-            for record in records
+            for record, line in zip(records, lines, strict=True)
         ],
     )
     heads = journal_heads.c
@@ -98,18 +105,19 @@ async def journal_records(
 
 async def journal_line_page(
     conn: AsyncConnection, project_id: str, run_id: str, after: int, limit: int
-) -> list[tuple[int, str]]:
-    """(offset, stored line) of the records after ``after``, in order: the bytes as written."""
+) -> list[tuple[int, str, bool]]:
+    """(offset, stored line, whether it is the appended line verbatim) of the records after
+    ``after``, in order."""
     j = journal_events.c
     rows = (
         await conn.execute(
-            select(j.offset, j.record)
+            select(j.offset, j.record, j.verbatim)
             .where(j.project_id == project_id, j.run_id == run_id, j.offset > after)
             .order_by(j.offset)
             .limit(limit)
         )
     ).all()
-    return [(int(row.offset), str(row.record)) for row in rows]
+    return [(int(row.offset), str(row.record), bool(row.verbatim)) for row in rows]
 
 
 async def closing_turn(conn: AsyncConnection, project_id: str, run_id: str) -> JournalRecord | None:

@@ -264,4 +264,8 @@ journal_events = Table(
     Column("offset", BigInteger, primary_key=True),
     Column("type", String(30), nullable=False),
     Column("record", Text, nullable=False),
+    # True: ``record`` is the line its producer appended, byte for byte. Otherwise (null for records
+    # journaled before lines were kept, false for a bare event the service composed into the envelope)
+    # it is the service's canonical JSON of the record, and the read-back says it was re-encoded.
+    Column("verbatim", Boolean),
 )

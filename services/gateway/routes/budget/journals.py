@@ -95,10 +95,13 @@ async def get_evidence_status(run_id: str, principal: Caller, backend: Backend) 
     response_model=JournalPage,
     responses={
         200: {
-            "description": "The records after `after`, one JSON line each, exactly as journaled "
-            "(spec 002 encode_line); `Accept: application/json` answers them as a JournalPage. "
-            "`X-Next-After` names the offset the next page reads after, present only when more "
-            "records follow.",
+            "description": "The records after `after`, one JSON line each: the line its producer "
+            "appended, byte for byte, except for the offsets `X-Reencoded` lists (comma-separated; "
+            "present only when there are any), whose line is the service's canonical JSON, keys "
+            "sorted: records journaled before lines were kept, and bare events the service composed "
+            "into the envelope. `Accept: application/json` answers them as a JournalPage "
+            "(`reencoded`). `X-Next-After` names the offset the next page reads after, present only "
+            "when more records follow.",
             "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
         }
     },
@@ -112,20 +115,24 @@ async def read_journal_events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> Response:
     """The run's journal read back as JSON lines: every record as the producer wrote it (its
-    schema_version, unknown types, the 1.2.0 hash chain), in offset order, paged by offset."""
+    schema_version, unknown types, the 1.2.0 hash chain), in offset order, paged by offset; a
+    re-encoded one is named in ``X-Reencoded``."""
     reply = await backend.budget.ReadJournalEvents(
         budget_pb2.ReadJournalEventsRequest(
             principal=principal.to_proto(), run_id=run_id, after_offset=after, limit=limit
         ),
         timeout=backend.timeout_s,
     )
-    headers = {"X-Next-After": str(reply.last_offset)} if reply.more else None
+    headers = {"X-Next-After": str(reply.last_offset)} if reply.more else {}
+    if reply.reencoded_offsets:
+        headers["X-Reencoded"] = ",".join(str(offset) for offset in reply.reencoded_offsets)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and not any(kind in accept for kind in JSONL):
         return encoded(
             {
                 "events": [orjson.loads(line) for line in reply.lines],
                 "next_after": reply.last_offset if reply.more else None,
+                "reencoded": list(reply.reencoded_offsets),
             }
         )
     return Response("".join(reply.lines).encode(), media_type="application/x-ndjson", headers=headers)
