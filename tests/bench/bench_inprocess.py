@@ -1,14 +1,18 @@
-"""Is an in-process channel worth building for monolithic mode (issue 39)? One call between contexts, two ways.
+"""One call between contexts in monolithic mode (issue 39), three ways, in one process and one event loop.
 
-Both in one process and one event loop, as ``reviewloop up --target all`` runs the parts, 16 callers at once:
+As ``reviewloop up --target all`` runs the parts, 16 callers at once:
 
-- grpc.aio: a server and a channel over a Unix socket in the same process (what monolithic mode does now);
-- in-process: what a grpc-like callable would do instead, with no HTTP/2 and no gRPC C core: serialize the
-  request, deserialize it, await the servicer's method, serialize the answer, deserialize it.
+- grpc.aio: a server and a channel over a Unix socket in the same process (monolithic mode before the
+  in-process channel; ``REVIEWLOOP_INPROCESS=0`` still runs it so);
+- in-process channel: ``reviewloop.inproc`` as monolithic mode uses it, through a ``Peers`` with a
+  ``LocalServer``: serialized both ways, the same client interceptors (tracing) and the same
+  ``BoundaryInterceptor`` as the grpc.aio row's, the handler in a task of its own;
+- direct: the floor of a call, serialize the request, parse it, await the servicer, serialize and parse
+  the answer, with no interceptor and no task.
 
 The servicer is the health check's (a small message each way; a review's messages are larger, which adds
-the same protobuf work to both). CPU is the whole process's (every thread) per call, from getrusage, over
-``ROUNDS`` rounds of ``PER_ROUND`` calls; the row's note gives the medians' ratio.
+the same protobuf work to every row). CPU is the whole process's (every thread) per call, from
+getrusage, over ``ROUNDS`` rounds of ``PER_ROUND`` calls.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
+from reviewloop.inproc import LocalServer
+from reviewloop.service import BoundaryInterceptor, Peers
 
 CALLERS = 16
 ROUNDS = int(os.environ.get("BENCH_UNIT_ROUNDS", "7"))
@@ -52,42 +58,56 @@ async def _rounds(call: Callable[[], Awaitable[Any]]) -> list[float]:
     return samples
 
 
-async def _both() -> tuple[list[float], list[float]]:
+async def _three() -> tuple[list[float], list[float], list[float]]:
     servicer = health_aio.HealthServicer()
     await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     request = health_pb2.HealthCheckRequest(service="")
     with tempfile.TemporaryDirectory() as tmp:
         address = f"unix:{Path(tmp) / 'unit.sock'}"
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=[BoundaryInterceptor()])
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
         server.add_insecure_port(address)
         await server.start()
+        peers = Peers({"unit": address})
         try:
-            async with grpc.aio.insecure_channel(address) as channel:
-                stub: Any = health_pb2_grpc.HealthStub(channel)
-                await stub.Check(request)
-                over_grpc = await _rounds(lambda: stub.Check(request))
+            stub: Any = health_pb2_grpc.HealthStub(peers.channel("unit"))
+            await stub.Check(request)
+            over_grpc = await _rounds(lambda: stub.Check(request))
         finally:
+            await peers.close()
             await server.stop(None)
 
-    async def in_process() -> health_pb2.HealthCheckResponse:
+    local = LocalServer(BoundaryInterceptor())
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, local)  # type: ignore[arg-type]  # a server look-alike
+    peers = Peers({"unit": "unix:unused"}, local={"unit": local})
+    stub = health_pb2_grpc.HealthStub(peers.channel("unit"))
+    await stub.Check(request)
+    in_process = await _rounds(lambda: stub.Check(request))
+    await peers.close()
+
+    async def direct() -> health_pb2.HealthCheckResponse:
         received = health_pb2.HealthCheckRequest.FromString(request.SerializeToString())
         answer = await servicer.Check(received, None)  # type: ignore[arg-type]  # no context needed here
         return health_pb2.HealthCheckResponse.FromString(answer.SerializeToString())
 
-    return over_grpc, await _rounds(in_process)
+    return over_grpc, in_process, await _rounds(direct)
 
 
 async def run() -> list[tuple[str, list[float], str]]:
     started = time.monotonic()
-    over_grpc, in_process = await _both()
-    ratio = statistics.median(over_grpc) / statistics.median(in_process)
+    over_grpc, in_process, direct = await _three()
     elapsed = time.monotonic() - started
+    median = statistics.median
     return [
         ("one process: grpc.aio unary over a Unix socket, CPU a call", over_grpc, f"{CALLERS} callers"),
         (
-            "one process: in-process call (serialize, servicer, deserialize), CPU a call",
+            "one process: in-process channel (reviewloop.inproc), CPU a call",
             in_process,
-            f"grpc.aio costs {ratio:.0f}x ({elapsed:.0f} s)",
+            f"grpc.aio costs {median(over_grpc) / median(in_process):.1f}x this",
+        ),
+        (
+            "one process: direct call (serialize, servicer, deserialize), CPU a call",
+            direct,
+            f"the channel costs {median(in_process) / median(direct):.1f}x this ({elapsed:.0f} s)",
         ),
     ]

@@ -15,7 +15,12 @@ exactly one terminal nudge per review, as the agent lists them and as nudge's st
 ``sent``/``auto_sent``/``cancelled``/``failed`` review in review_state's store); every outbox row marked
 delivered is in its receiver's inbox. Prints the numbers; exits 1 on a failed check.
 
-    REVIEWLOOP_TEST_POSTGRES=postgresql://... python -m tests.chaos [--seconds 150] [--workers 4]
+With ``--target all`` the stack runs in monolithic mode (``reviewloop up --target all``: every part in one
+process, the contexts calling each other in process): every kill, random or of an in-flight Ingest's
+caller, takes the whole process down at once (sender and receiver of that Ingest alike), and the same
+checks say whether anything was lost or doubled across those restarts.
+
+    REVIEWLOOP_TEST_POSTGRES=postgresql://... python -m tests.chaos [--seconds 150] [--workers 4] [--target all]
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import asyncpg
 import httpx
 from aiosmtpd.controller import Controller
 from sqlalchemy.engine import make_url
-from stack.launcher import Stack, free_port
+from stack.launcher import MONOLITH, Stack, free_port
 from stack.topology import ALL
 
 from tests.conftest import ADMIN_TOKEN, PG_ENV, Databases, draft, start_stack
@@ -214,18 +219,34 @@ def dsn(stack: Stack, name: str) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-async def kill_and_restart(stack: Stack, name: str, rng: random.Random, lock: asyncio.Lock) -> bool:
-    """SIGKILL ``name`` (no shutdown hook runs), then start it again once it is serving."""
+def monolithic(stack: Stack) -> bool:
+    """Whether the stack is one process (``--target all``)."""
+    return MONOLITH in stack.procs
+
+
+def start_again(stack: Stack, name: str) -> None:
+    """Start process ``name`` (a part, or the monolith) again."""
+    if name == MONOLITH:
+        stack.start_monolith()
+    else:
+        stack.start(name)
+
+
+async def kill_and_restart(stack: Stack, name: str, rng: random.Random, lock: asyncio.Lock) -> str:
+    """SIGKILL the process running part ``name`` (no shutdown hook runs), then start it again once it is
+    serving; the name of the process killed ("" if it was not running). In monolithic mode that is the
+    one process of every part."""
     async with lock:
-        proc = stack.procs.get(name)
+        process = MONOLITH if monolithic(stack) else name
+        proc = stack.procs.get(process)
         if proc is None or proc.poll() is not None:
-            return False
+            return ""
         proc.kill()
         proc.wait()
         await asyncio.sleep(rng.uniform(0.0, 1.5))
-        stack.start(name)
-        await stack.wait_serving([name], 90)
-        return True
+        start_again(stack, process)
+        await stack.wait_serving(ALL if process == MONOLITH else [name], 180)
+        return process
 
 
 async def killer(
@@ -234,8 +255,8 @@ async def killer(
     while time.monotonic() < until:
         await asyncio.sleep(rng.uniform(2.0, 6.0))
         name = focus if focus and rng.random() < 0.5 else rng.choice(ALL)
-        if await kill_and_restart(stack, name, rng, lock):
-            kills[name] += 1
+        if killed := await kill_and_restart(stack, name, rng, lock):
+            kills[killed] += 1
 
 
 async def caller_killer(
@@ -263,16 +284,16 @@ async def caller_killer(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(run.answered.wait(), 5)
                     await asyncio.sleep(rng.uniform(0.0, 0.015))
-                    if await kill_and_restart(stack, "review_state", rng, lock):
-                        kills["review_state_after_an_answer"] += 1
+                    if killed := await kill_and_restart(stack, "review_state", rng, lock):
+                        kills[f"{killed}_after_an_answer"] += 1
                 continue
             caller, receiver = rng.choice(INGEST_EDGES[:1] * 3 + INGEST_EDGES[1:])  # mostly the nudges
             database = make_url(stack.env[f"REVIEWLOOP_{receiver.upper()}_DB"]).database
             give_up = time.monotonic() + 5
             while time.monotonic() < give_up:
                 if await watched[receiver].fetchval(_IN_UNIT, database):
-                    if await kill_and_restart(stack, caller, rng, lock):
-                        kills[f"{caller}_mid_ingest_to_{receiver}"] += 1
+                    if killed := await kill_and_restart(stack, caller, rng, lock):
+                        kills[f"{killed}_mid_ingest_to_{receiver}"] += 1
                     break
                 await asyncio.sleep(0.002)
     finally:
@@ -443,7 +464,14 @@ async def check(run: Run, sink: Sink) -> dict[str, Any]:
 
 
 async def main(
-    seconds: float, workers: int, quiet_s: float, seed: int, focus: str, callers: bool, caller_every_s: float
+    seconds: float,
+    workers: int,
+    quiet_s: float,
+    seed: int,
+    focus: str,
+    callers: bool,
+    caller_every_s: float,
+    target: str | None = None,
 ) -> int:
     if not os.environ.get(PG_ENV):
         print(f"{PG_ENV} must name a PostgreSQL server", file=sys.stderr)
@@ -467,6 +495,7 @@ async def main(
             "REVIEWLOOP_RECONCILE_SWEEP_S": "1",
         },
         wait_s=180,  # a loaded box starts six processes and migrates six stores slowly
+        target=target,
     )
     stats: Counter[str] = Counter()
     kills: Counter[str] = Counter()
@@ -488,10 +517,10 @@ async def main(
             ),
             *(run.worker(n, until) for n in range(workers)),
         )
-        for name in ALL:  # everything up for the quiet minute
+        for name in [MONOLITH] if monolithic(stack) else ALL:  # everything up for the quiet minute
             if name not in stack.procs or stack.procs[name].poll() is not None:
-                stack.start(name)
-        await stack.wait_serving(ALL, 90)
+                start_again(stack, name)
+        await stack.wait_serving(ALL, 180)
         await asyncio.sleep(quiet_s)
         stop.set()
         await on_call
@@ -504,6 +533,7 @@ async def main(
         imap.stop()
         await databases.drop_all()
     report = {
+        "target": target or "microservices",
         "seed": seed,
         "load_s": seconds,
         "quiet_s": quiet_s,
@@ -556,6 +586,12 @@ if __name__ == "__main__":
         default=7.0,
         help="mean seconds between kills of an in-flight Ingest's caller (default 7)",
     )
+    parser.add_argument(
+        "--target",
+        choices=("microservices", "all"),
+        default="microservices",
+        help="all: monolithic mode, every part in one process that each kill takes down whole",
+    )
     args = parser.parse_args()
     sys.exit(
         asyncio.run(
@@ -567,6 +603,7 @@ if __name__ == "__main__":
                 args.focus,
                 args.callers,
                 args.caller_kill_every,
+                None if args.target == "microservices" else args.target,
             )
         )
     )
