@@ -4,7 +4,8 @@
 worktree (its stubs generated there), starts its stack and this tree's side by side on PostgreSQL as
 ``bench_lifecycle`` does (each process holding ``BENCH_AB_POOL`` connections, 6, so both fit the server),
 and runs the lifecycle load on each in turn: A B, B A, A B... for ``BENCH_PAIRS`` pairs (4) of
-``BENCH_LOAD_S`` seconds. ``BENCH_AB_LOOP=submit`` runs the submit-only load instead.
+``BENCH_LOAD_S`` seconds. ``BENCH_AB_LOOP=submit`` runs the submit-only load instead;
+``BENCH_AB_TARGET=all`` runs both sides in monolithic mode (``reviewloop up --target all``).
 
 On this box two runs of the same code minutes apart differ by more than most single changes (the
 floor's own CPU per lifecycle moved 10% between consecutive runs): loads taken in alternation share
@@ -68,7 +69,7 @@ async def side(databases: Databases, data: Path, tree: Path | None) -> tuple[Sta
     env = {**lifecycle.STACK_ENV, "REVIEWLOOP_DB_POOL_SIZE": POOL}
     if tree is not None:  # its services and libs first; the bench's own code stays this tree's
         env["PYTHONPATH"] = os.pathsep.join([str(tree / "services"), str(tree / "libs"), str(REPO)])
-    stack = await start_stack(databases, "postgres", data, env)
+    stack = await start_stack(databases, "postgres", data, env, target=os.environ.get("BENCH_AB_TARGET"))
     try:
         return stack, await lifecycle.stack_target(data.name, stack)
     except BaseException:
