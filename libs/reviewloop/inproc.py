@@ -40,6 +40,7 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 STREAM_BUFFER = 64
 
 _EMPTY = grpc.aio.Metadata()
+_STOPPED = "the service stopped while it served the call"
 _CallDetails = namedtuple("_CallDetails", ("method", "invocation_metadata"))
 
 
@@ -310,7 +311,7 @@ class _Method:
             try:
                 # A cancelled caller cancels the task it awaits: the handler sees CancelledError.
                 async with asyncio.timeout_at(deadline):
-                    answer = await task
+                    answer = await _awaited(task, self.channel.target)
             except TimeoutError:
                 raise _error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
             if answer is None:
@@ -382,7 +383,27 @@ async def _serve_stream(
         pass
     except Exception:
         context.crashed(method)
+    except asyncio.CancelledError:
+        # Cancelled by its caller (who already set the status), or by the service stopping: the reader
+        # is told the stream ended either way, never left waiting.
+        if context.code is grpc.StatusCode.OK:
+            context.code, context.details = grpc.StatusCode.UNAVAILABLE, _STOPPED
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(None)
+        raise
     await queue.put(None)
+
+
+async def _awaited(task: asyncio.Task[Any], target: str) -> Any:
+    """``task``'s result; its cancellation by the service stopping is UNAVAILABLE, not the caller's own."""
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():  # the caller was cancelled, or its deadline
+            raise
+        raise _error(grpc.StatusCode.UNAVAILABLE, f"{target}: {_STOPPED}") from None
 
 
 class _Streaming:

@@ -259,3 +259,26 @@ async def test_a_stopped_service_answers_unavailable(tmp_path: Path, kind: str) 
         await ends.running.stop(grace=0)
         assert await get_diff(peers.channel("diff")) is grpc.StatusCode.UNAVAILABLE
         await peers.close()
+
+
+async def test_a_service_stopping_under_a_call_answers_its_callers_and_leaves_none_waiting(
+    tmp_path: Path, kind: str
+) -> None:
+    async with serving(kind, tmp_path) as ends:
+        peers = ends.peers()
+
+        async def unary() -> Any:
+            return await ends.wait(peers)(Message(service="unary"), timeout=30)
+
+        async def stream() -> list[int]:
+            return [answer.status async for answer in ends.count(peers)(Message(service="stream"))]
+
+        calls = [asyncio.create_task(unary()), asyncio.create_task(stream())]
+        await asyncio.wait_for(ends.slow.started.wait(), 5)
+        await asyncio.sleep(0.1)
+        await ends.running.stop(grace=0)
+        done = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 10)
+        await peers.close()
+    for outcome in done:
+        assert isinstance(outcome, grpc.aio.AioRpcError), outcome
+        assert outcome.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
