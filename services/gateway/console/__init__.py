@@ -21,7 +21,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from gateway.console import admin, dead_letters, dial_effect, review, sequence, sessions, throttle, web
+from gateway.console import (
+    admin,
+    dead_letters,
+    dial_effect,
+    review,
+    sequence,
+    sessions,
+    throttle,
+    undo,
+    web,
+)
 from gateway.console.html import SECURITY_HEADERS, error_box, h, page
 
 STATIC = Path(__file__).parent / "static"
@@ -40,6 +50,7 @@ def create_console(state: object) -> FastAPI:
     console.state = state  # type: ignore[assignment]
     console.mount("/static", StaticFiles(directory=STATIC), name="static")
     console.include_router(review.router)
+    console.include_router(undo.router)
     console.include_router(admin.router)
     console.include_router(dead_letters.router)
     console.include_router(dial_effect.router)

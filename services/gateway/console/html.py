@@ -46,6 +46,7 @@ KEYMAP = (
     Key("e", "edit", "Edit the draft inline"),
     Key("r", "reject", "Reject with feedback for the agent"),
     Key("x", "escalate", "Escalate"),
+    Key("z", "undo", "Undo the approve or edit you just made, before it is sent"),
     Key("?", "help", "Show or hide this help"),
 )
 _KEY_OF = {k.action: k.key for k in KEYMAP}
@@ -98,8 +99,10 @@ def page(
     status: int = 200,
     announce: str = "",
     extra_headers: dict[str, str] | None = None,
+    toast: str = "",
 ) -> HTMLResponse:
-    """A whole console page. ``announce`` is read out by the aria-live region once the page loads."""
+    """A whole console page. ``announce`` is read out by the aria-live region once the page loads;
+    ``toast``: a control beside it (the undo of a decision)."""
     nav = ""
     if session is not None:
         links = "".join(
@@ -135,6 +138,7 @@ def page(
 {body}
 </main>
 <div id="live" class="toast" role="status" aria-live="polite"></div>
+{toast}
 {_help_overlay() if session is not None else ""}
 </body>
 </html>"""

@@ -23,6 +23,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from gateway.console import escalation, presence, web
 from gateway.console.html import button, csrf_field, h, page, table, when
 from gateway.console.sessions import Session
+from gateway.console.undo import NOTES, undo_toast
 from gateway.console.warnings import hidden_html, unnamed_rule_snapshot, warnings
 from gateway.routes.reviews import _STATES
 from gateway.translate.reviews import as_review
@@ -290,7 +291,12 @@ async def queue(request: Request) -> Response:
 <p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>
 {await _auto_notified(request, session, names, category)}"""
     return page(
-        "Review queue", body, session=session, active="queue", announce=await _announcement(request, session)
+        "Review queue",
+        body,
+        session=session,
+        active="queue",
+        announce=await _announcement(request, session),
+        toast=await undo_toast(request, session),
     )
 
 
@@ -430,6 +436,8 @@ async def _announcement(request: Request, session: Session) -> str:
         return "Opened for review; you have it now."
     if done == "resolved":
         return "Delivery closed; the resolution is recorded."
+    if done in NOTES:
+        return NOTES[done]
     return ""
 
 
@@ -1023,6 +1031,7 @@ revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</co
         active="queue",
         status=status,
         announce=await _announcement(request, session),
+        toast=await undo_toast(request, session),
     )
 
 

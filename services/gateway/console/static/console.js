@@ -71,6 +71,7 @@
     edit: () => reveal("edit-panel", "input[name=subject]"),
     reject: () => reveal("reject-panel", "textarea[name=feedback]"),
     escalate: () => reveal("escalate-panel", "textarea[name=feedback]"),
+    undo: () => { const b = document.querySelector("#undo-toast button[data-action=undo]"); if (b) b.click(); },
     help: () => showHelp(help.hidden),
   };
 
@@ -141,7 +142,26 @@
   // Where the server asked for focus (the next draft after a decision, the first error), and what to say.
   const focus = document.querySelector("[data-autofocus]");
   if (focus) focus.focus();
-  announce(body.dataset.announce);
+
+  // The undo window of the decision that led here: the toast counts down, and is gone when it closes.
+  const undoToast = document.getElementById("undo-toast");
+  let said = body.dataset.announce;
+  if (undoToast) {
+    const until = new Date(undoToast.dataset.until).getTime();
+    const left = undoToast.querySelector(".undo-left");
+    const seconds = () => Math.max(0, Math.ceil((until - Date.now()) / 1000));
+    said = (said ? said + " " : "") + "Undo with the Undo button or z within " + seconds() + " seconds.";
+    const tick = setInterval(() => {
+      const s = seconds();
+      if (s > 0) { left.textContent = "in " + s + " s"; return; }
+      clearInterval(tick);
+      const hadFocus = undoToast.contains(document.activeElement);
+      undoToast.remove();
+      if (hadFocus) document.getElementById("main").focus();
+      announce("The undo window closed; it is being sent.");
+    }, 250);
+  }
+  announce(said);
 
   // The queue: new drafts wait behind an "N new" bar; drafts decided elsewhere grey out in place.
   const queue = document.querySelector("table[data-live]");

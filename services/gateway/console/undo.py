@@ -1,0 +1,83 @@
+"""The undo window in the console (issue 38): after an approve or edit, the toast offers Undo (a button,
+and the ``z`` key) while the release waits out its window, counting down; the undo is the same
+``UndoDecision`` call as ``POST /v1/reviews/{id}/undo``, and it lands back on the restored draft."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Request
+from reviewloop.errors import Code, DomainError
+from reviewloop.review.v1 import review_pb2
+from starlette.responses import RedirectResponse, Response
+
+from gateway.console import web
+from gateway.console.html import button, csrf_field, h
+from gateway.console.sessions import Session
+
+router = APIRouter()
+
+# What the page says after an undo (``?done=``), read out by the live region.
+NOTES = {
+    "undone": "Undone: the draft is back as it was before your decision, and nothing was sent.",
+    "undo_late": "Too late to undo: its undo window had closed and it went to delivery.",
+    "undo_refused": "Not undone: only the reviewer who released a draft may undo it, while its window is open.",
+}
+RELEASES = ("approve", "edit")
+
+
+async def undo_toast(request: Request, session: Session) -> str:
+    """The Undo control for the release that led to this page (``?done=approve|edit&prev=<id>``), while
+    its window is open; "" otherwise. One read of that review, only after a release."""
+    done, prev = request.query_params.get("done", ""), request.query_params.get("prev", "")
+    if done not in RELEASES or not prev:
+        return ""
+    try:
+        review = await web.call(
+            web.backend(request).review.GetReview,
+            review_pb2.GetReviewRequest(principal=session.principal.to_proto(), review_id=prev),
+            request,
+        )
+    except web.REFUSALS:
+        return ""
+    if not review.HasField("undo_until"):
+        return ""
+    until = review.undo_until.ToDatetime(tzinfo=UTC)
+    left = max(int((until - datetime.now(UTC)).total_seconds() + 0.999), 0)
+    if left == 0:
+        return ""
+    what = "approval" if done == "approve" else "edit"
+    return f"""
+<section id="undo-toast" class="toast undo" aria-label="Undo your {what}" data-until="{h(until.isoformat())}">
+<form method="post" action="/console/reviews/{h(prev)}/undo" class="inline">{csrf_field(session)}
+<input type="hidden" name="revision" value="{review.revision}">
+<input type="hidden" name="version" value="{review.version}">
+<input type="hidden" name="idem" value="{h(web.idempotency_key())}">
+<span>Sending <span class="undo-left">in {left} s</span>.</span>
+{button("undo", "Undo")}
+</form></section>"""
+
+
+@router.post("/reviews/{review_id}/undo")
+async def undo(request: Request, review_id: str) -> Response:
+    session, form = await web.writer(request)
+
+    async def refused(error: DomainError) -> Response:
+        done = "undo_late" if error.code in (Code.WRONG_STATE, Code.TERMINAL) else "undo_refused"
+        return RedirectResponse(f"/console/reviews/{review_id}?done={done}", status_code=303)
+
+    return await web.act(
+        lambda: web.call(
+            web.backend(request).review.UndoDecision,
+            review_pb2.UndoDecisionRequest(
+                principal=session.principal.to_proto(),
+                review_id=review_id,
+                revision=web.number(form, "revision"),
+                version=web.number(form, "version"),
+                idempotency_key=web.field(form, "idem"),
+            ),
+            request,
+        ),
+        RedirectResponse(f"/console/reviews/{review_id}?done=undone", status_code=303),
+        refused,
+    )
