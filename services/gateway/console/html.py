@@ -137,8 +137,7 @@ def page(
 <h1>{h(title)}</h1>
 {body}
 </main>
-<div id="live" class="toast" role="status" aria-live="polite"></div>
-{toast}
+<div class="toasts">{toast}<div id="live" class="toast" role="status" aria-live="polite"></div></div>
 {_help_overlay() if session is not None else ""}
 </body>
 </html>"""
