@@ -67,16 +67,20 @@ async def test_an_escalation_to_a_person_with_a_deadline_reaches_them(
     bob_key = await _key(api, pid, "human", "bob", "bob@example.com")
     bob = api.auth(bob_key["api_key"])
     carol = api.auth((await _key(api, pid, "human", "carol"))["api_key"])
-    async with receiving() as hook:
+    async with receiving() as hook, receiving() as agents:
         asked = await api.http.post(
             f"/v1/admin/projects/{pid}/webhooks",
             json={"url": hook.url, "reasons": ["escalated"]},
             headers=api.admin,
         )
         assert asked.status_code == 201, asked.text
-        rid = (await api.http.post("/v1/messages", json=draft(subject="pricing"), headers=agent)).json()[
-            "review_id"
-        ]
+        every = await api.http.post(
+            f"/v1/admin/projects/{pid}/webhooks", json={"url": agents.url}, headers=api.admin
+        )
+        assert every.status_code == 201, every.text
+        submitted = await api.http.post("/v1/messages", json=draft(subject="pricing"), headers=agent)
+        assert submitted.status_code == 202, submitted.text
+        rid = submitted.json()["review_id"]
         opened = (
             await api.http.post(f"/v1/reviews/{rid}/open", json={"revision": 1, "version": 1}, headers=alice)
         ).json()
@@ -108,6 +112,8 @@ async def test_an_escalation_to_a_person_with_a_deadline_reaches_them(
         assert overdue["items"] == []
 
         await hook.until(1)
+        await agents.until(1)  # the agent's redraft_requested: an endpoint of every nudge gets no escalated
+        assert [orjson.loads(b)["data"]["reason"] for _, b in agents.received] == ["redraft_requested"]
         headers, raw = hook.received[0]
         verify_webhook(asked.json()["secret"], headers, raw)
         event = orjson.loads(raw)
