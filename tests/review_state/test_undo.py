@@ -301,3 +301,24 @@ async def test_an_undone_approval_of_an_escalated_draft_leaves_it_escalated(env:
     fields = ("escalated_to", "escalated_to_name", "escalated_by", "escalated_at", "escalation_deadline")
     assert [getattr(undone, f) for f in fields] == [getattr(taken, f) for f in fields]
     assert (undone.state, undone.revision) == (taken.state, taken.revision)
+
+
+async def test_the_category_counts_a_release_once_its_window_closed_and_never_an_undone_one(env: Env) -> None:
+    _window(env, 30)
+    _, review = await app.submit(
+        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+    )
+    review = await app.open_review(env, HUMAN, review.id, review.revision, review.version)
+    approved = await _approve(env, HUMAN, review)
+    undone = await app.undo_decision(env, HUMAN, review.id, approved.revision, approved.version)
+    assert await outbox(env, "rules", "review_outcome") == []  # not at the decision, not at the undo
+    _window(env, 1.0)
+    await _approve(env, HUMAN, undone)
+    assert await outbox(env, "rules", "review_outcome") == []  # still in its window
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if (await app.read_review(env, HUMAN, review.id))[0].state is State.SENT:
+            break
+    await app.reconcile(env)
+    outcomes = await outbox(env, "rules", "review_outcome")
+    assert [(o["review_id"], o["outcome"]) for o in outcomes] == [(review.id, "clean_approval")]

@@ -33,6 +33,7 @@ from review_state.app._events import (
     SENT,
     UNKNOWN,
     Facts,
+    publish_outcome,
     publish_pool_settled,
 )
 from review_state.app._gates import contacts_allow
@@ -145,10 +146,7 @@ async def _work(
             owner, attempt = claim.owner, claim.attempt
         else:
             owner = uuid.uuid4().hex  # this claim
-            async with env.db.one_statement() as conn:
-                claimed = await store.claim_attempt(
-                    conn, review_id, owner, utcnow(), env.settings.delivery_lease
-                )
+            claimed = await claim_due(env, review_id, owner)
             if claimed is None:
                 return None
             attempt = claimed
@@ -157,6 +155,20 @@ async def _work(
     except Exception:  # the store or the provider failed oddly: the lease lapses, the sweep retries
         log.exception("delivery of %s stopped; the sweep picks it up when its lease lapses", review_id)
         return None
+
+
+async def claim_due(env: Env, review_id: str, owner: str) -> store.Attempt | None:
+    """Take the attempt for this worker unless a live one holds it. The first claim of a release that
+    waited out its undo window is where its decision stands for good: the category counts the review's
+    outcome then, in the claim's unit, once (an undone one never counts)."""
+    async with env.db.transaction() as uow:
+        claimed = await store.claim_attempt(uow.conn, review_id, owner, utcnow(), env.settings.delivery_lease)
+        if claimed is not None and claimed.release_at is not None and claimed.tries == 1:
+            review = await store.get_review_any(uow.conn, review_id)
+            assert review is not None  # an attempt's review is never deleted
+            turns = await store.list_turns(uow.conn, review_id)
+            publish_outcome(uow, review, decision_of(decisions_of(turns)))
+    return claimed
 
 
 @contextlib.asynccontextmanager

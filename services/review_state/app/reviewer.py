@@ -399,10 +399,12 @@ async def _apply_decision(
             _events.publish_escalation(
                 uow, after, turn.id, decision.escalation or Escalation(), decision.feedback
             )
-        if not short:  # the category counts the review's outcome once, when it is decided
+        release = release_at(now, env.settings.undo_window_s) if after.state is State.APPROVED else None
+        if not short and release is None:  # the category counts the review's outcome once, when decided
+            # (a release in its undo window: when it goes to delivery, ``delivery.claim_due``)
             _events.publish_outcome(uow, after, decision_of(decisions_of([*prior, turn])))
         if after.state is State.APPROVED:
-            if (release := release_at(now, env.settings.undo_window_s)) is not None:
+            if release is not None:
                 hold_release(uow, after, before, send, now, release)  # its undo window first
                 windows.append(release)
             else:
