@@ -128,6 +128,7 @@ SDK: dict[str, dict[str, Any]] = {
             "parent_message_id": STRING,
             "confidence": NUMBER,
             "headers": OBJECT,
+            "message_sha256": STRING,  # get_review's approval digest (issue 38)
             "attachments": array(OBJECT),
             "turns": array(ref("ReviewTurn")),
             "turn": ref("ReviewTurn"),  # post_review_chat answers the review and the turn it added

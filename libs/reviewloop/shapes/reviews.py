@@ -35,6 +35,9 @@ from reviewloop.shapes.escalation import EscalationTarget, ReviewEscalation
 # A composer's parent_revision is also the front_run_next nudge's int32 ``your_parent_revision`` (the
 # nudge a verb on a closed review leaves), so it is bounded there, far above any revision a review reaches.
 MAX_REVISION = INT32_MAX
+# The approval digest: hex sha256 of the exact MIME message an approval delivers, without its Date and
+# Message-ID fields (stamped when it goes out).
+MessageSha256 = Annotated[str, Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$")]
 
 
 class ReviewIntent(Shape):
@@ -266,6 +269,12 @@ class ReviewerDecisionRequest(Shape):
     body: str | None = Field(
         default=None, max_length=MAX_BODY_TEXT, description="the new body_text, for an edit"
     )
+    body_html: str | None = Field(
+        default=None,
+        max_length=MAX_BODY_TEXT,
+        description="for an edit of a draft with an HTML part: its new HTML, sanitized before it is kept; "
+        "omitted, the HTML part is regenerated from the edited body so the two parts never disagree",
+    )
     feedback: str = Field(default="", max_length=10_000)
     new_rule: NewRule | None = Field(default=None, description="human reviewers only")
     escalate_to: EscalationTarget | None = Field(
@@ -273,6 +282,17 @@ class ReviewerDecisionRequest(Shape):
     )
     escalation_deadline: AwareDatetime | None = Field(
         default=None, description="escalate only: by when the target should decide (in the future)"
+    )
+    message_sha256: MessageSha256 | None = Field(
+        default=None,
+        description="the approval digest of the message the decider saw (get_review's, or "
+        "preview_review_message's for an edit); an approve or edit whose message would hash otherwise is "
+        "refused 409 stale, with the digest it now has, and nothing is done",
+    )
+    override_held: bool = Field(
+        default=False,
+        description="human reviewers, approve only: approve a draft a rule holds (composed under older rules, "
+        "waiting for its agent to re-apply them) as it stands; the decision turn records the override",
     )
 
 
@@ -467,6 +487,40 @@ class Review(Shape):
     escalation: ReviewEscalation | None = Field(
         default=None,
         description="whom a reviewer escalated the draft to, and by when (absent: not escalated)",
+    )
+    message_sha256: str | None = Field(
+        default=None,
+        description="get_review and the decision context only: the approval digest of the exact message an "
+        "approval delivers now (a decision names it in message_sha256)",
+    )
+
+
+class MessagePreviewIn(Shape):
+    """A proposed edit to preview (as the decision's edit fields); all omitted: the review as it stands."""
+
+    subject: str | None = Field(default=None, max_length=998)
+    body: str | None = Field(default=None, max_length=MAX_BODY_TEXT, description="the new body_text")
+    body_html: str | None = Field(default=None, max_length=MAX_BODY_TEXT)
+
+
+class MessagePreview(Shape):
+    """``preview_review_message``: what an approval (or the edit proposed) would deliver, and its digest.
+
+    The exact MIME message, every part; nothing is written.
+    """
+
+    review_id: str
+    revision: int
+    version: int
+    message_sha256: str = Field(description="name it in the decision's message_sha256")
+    subject: str
+    body_text: str
+    body_html: str | None = Field(
+        default=None, description="the HTML part as delivered (sanitized or regenerated); absent: none"
+    )
+    html_regenerated: bool = Field(description="the edit's HTML part was regenerated from its text")
+    raw_mime: str = Field(
+        description="the wire bytes (CRLF); Date and Message-ID are placeholders, outside the digest"
     )
 
 

@@ -18,6 +18,8 @@ from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
     CancelIn,
     ForwardIn,
+    MessagePreview,
+    MessagePreviewIn,
     OpenIn,
     PostReviewChatRequest,
     ReplyIn,
@@ -47,6 +49,7 @@ from gateway.problems import refused_send
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.translate import Json, page, timestamp
 from gateway.translate.reviews import (
+    as_message_preview,
     as_review,
     as_review_chat_result,
     as_review_feedback,
@@ -216,11 +219,51 @@ async def _current(backend: Backends, principal: Principal, review_id: str) -> r
     )
 
 
+async def _preview(
+    backend: Backends, principal: Principal, review_id: str, edit: MessagePreviewIn | None = None
+) -> review_pb2.MessagePreview:
+    request = review_pb2.PreviewMessageRequest(principal=principal.to_proto(), review_id=review_id)
+    for name in ("subject", "body", "body_html"):
+        value = getattr(edit, name, None)
+        if value is not None:
+            setattr(request, name, value)
+    return await backend.review.PreviewMessage(request, timeout=backend.timeout_s)
+
+
+async def _reviewed(
+    backend: Backends, principal: Principal, review_id: str
+) -> tuple[review_pb2.Review, Json]:
+    """The review and its answer, with the approval digest of the message an approval delivers now (read
+    beside it: a decision names the digest, so a reader needs no third call before deciding)."""
+    review, preview = await asyncio.gather(
+        _current(backend, principal, review_id), _preview(backend, principal, review_id)
+    )
+    body = as_review(review)
+    body["message_sha256"] = preview.message_sha256
+    return review, body
+
+
 @router.get("/v1/reviews/{review_id}", operation_id="get_review", response_model=Review)
 async def get_review(
     review_id: str, principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)], backend: Backend
 ) -> OrjsonResponse:
-    return encoded(as_review(await _current(backend, principal, review_id)))
+    """The review, its thread, and ``message_sha256``: the approval digest a decision names."""
+    return encoded((await _reviewed(backend, principal, review_id))[1])
+
+
+@router.post(
+    "/v1/reviews/{review_id}/preview", operation_id="preview_review_message", response_model=MessagePreview
+)
+async def preview_review_message(
+    review_id: str,
+    body: MessagePreviewIn,
+    principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)],
+    backend: Backend,
+) -> OrjsonResponse:
+    """The exact message an approval delivers (every part, as MIME) and its approval digest; with a
+    proposed edit (``subject``, ``body``, ``body_html``), the message that edit would deliver. Nothing is
+    written: name the digest in ``decide_review``'s ``message_sha256``."""
+    return encoded(as_message_preview(review_id, await _preview(backend, principal, review_id, body)))
 
 
 @router.get("/v1/reviews/{review_id}/turns", operation_id="get_review_turns", response_model=ReviewTurnList)
@@ -261,8 +304,8 @@ async def get_review_decision_context(
     """What a reviewer weighs before deciding (the catalog's ``get_review_decision_context``): the review
     and its thread (one read), the review-agent rounds (hops) spent and allowed, the deadline, and whether
     a breaker forces the next decision to a human and why."""
-    review, (hops, max_hops) = await asyncio.gather(
-        _current(backend, principal, review_id), _round_budget(backend, principal, review_id)
+    (review, body), (hops, max_hops) = await asyncio.gather(
+        _reviewed(backend, principal, review_id), _round_budget(backend, principal, review_id)
     )
     hops_exhausted = max_hops is not None and hops >= max_hops
     # The deadline bounds a draft still awaiting its decision; a closed review has none left to force.
@@ -278,7 +321,6 @@ async def get_review_decision_context(
     reason = held or (
         MAX_HOPS_REACHED if hops_exhausted else REVIEW_DEADLINE_PASSED if deadline_passed else None
     )
-    body = as_review(review)
     context: Json = {
         "review_id": review.id,
         "review": body,
@@ -553,7 +595,9 @@ async def decide_review(
     http: Request,
     idempotency_key: IdempotencyKey = "",
 ) -> Any:
-    """approve | edit | reject | escalate with the (revision, version) CAS. A human key answers the
+    """approve | edit | reject | escalate with the (revision, version) CAS; ``message_sha256`` names the
+    message the decider saw (refused 409 stale when an approve or edit would deliver another), and a human's
+    ``override_held`` approves a draft a rule holds as it stands. A human key answers the
     review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``, a
     release's ``delivery_status`` beside it (``sent`` is true once it is ``delivered``)."""
     # ``version`` is the optional second CAS (the SDK's "defense in depth"); ``revision`` always guards.
@@ -567,7 +611,11 @@ async def decide_review(
         version=body.version or 0,
         feedback=body.feedback,
         idempotency_key=idempotency_key,
+        message_sha256=body.message_sha256 or "",
+        override_held=body.override_held,
     )
+    if body.body_html is not None:
+        request.body_html = body.body_html
     if body.subject is not None:
         request.subject = body.subject
     if body.body is not None:

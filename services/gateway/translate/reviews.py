@@ -44,6 +44,23 @@ def as_review_turn(turn: review_pb2.Turn) -> Json:
     return body
 
 
+def as_message_preview(review_id: str, preview: review_pb2.MessagePreview) -> Json:
+    """``MessagePreview``. The wire bytes are ASCII but for an SMTPUTF8 header (UTF-8)."""
+    body: Json = {
+        "review_id": review_id,
+        "revision": preview.revision,
+        "version": preview.version,
+        "message_sha256": preview.message_sha256,
+        "subject": preview.subject,
+        "body_text": preview.body_text,
+        "html_regenerated": preview.html_regenerated,
+        "raw_mime": preview.raw_mime.decode("utf-8", "replace"),
+    }
+    if preview.body_html:
+        body["body_html"] = preview.body_html
+    return body
+
+
 def as_review(review: review_pb2.Review) -> Json:
     """``Review``. ``intent`` is always present (``null`` when the draft has none); ``category_id`` is
     omitted when the draft has none (the SDK types it ``string``, never ``null``)."""
