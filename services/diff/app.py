@@ -25,6 +25,7 @@ from reviewloop.tenancy import Principal
 from diff import store
 from diff.domain.fields import MAX_FIELD_BYTES, MessageFields, input_sha256, oversize
 from diff.domain.message import compute
+from diff.domain.words import Segment, word_diff
 from diff.store import DiffKey, StoredDiff
 
 log = logging.getLogger(__name__)
@@ -163,3 +164,13 @@ async def store_committed(uow: UnitOfWork, event: DiffCommitted) -> None:
 
 # What the Ingest RPC subscribes to (``reviewloop.service.ingest``).
 SUBSCRIPTIONS: dict[str, Subscription[Any]] = {"diff_committed": Subscription(DiffCommitted, store_committed)}
+
+
+async def diff_words(before: str, after: str) -> list[Segment]:
+    """The word-level diff of two texts (nothing is stored); a large pair is diffed on a worker thread."""
+    for side, text in (("before", before), ("after", after)):
+        if len(text.encode()) > MAX_FIELD_BYTES:
+            raise invalid(f"/{side}", f"is over the {MAX_FIELD_BYTES} byte bound of a diffed text")
+    if len(before) + len(after) > OFFLOAD_BYTES:
+        return await asyncio.to_thread(word_diff, before, after)
+    return word_diff(before, after)

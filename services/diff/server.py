@@ -84,6 +84,17 @@ class DiffServicer(diff_pb2_grpc.DiffServiceServicer):
         """The stored diff under the key. Errors: NOT_FOUND ``not_found``, INVALID_ARGUMENT ``bad_request``."""
         return diff_to_proto(await app.get_diff(self.db, _key(request)))
 
+    async def DiffWords(
+        self,
+        request: diff_pb2.DiffWordsRequest,
+        context: grpc.aio.ServicerContext[diff_pb2.DiffWordsRequest, diff_pb2.WordDiff],
+    ) -> diff_pb2.WordDiff:
+        """The word-level diff of two texts. Errors: INVALID_ARGUMENT ``bad_request`` (over 2 MiB)."""
+        segments = await app.diff_words(request.before, request.after)
+        return diff_pb2.WordDiff(
+            segments=[diff_pb2.WordSegment(op=s.op, before=s.before, after=s.after) for s in segments]
+        )
+
     async def Ingest(
         self,
         request: common_pb2.IngestRequest,

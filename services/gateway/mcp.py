@@ -94,6 +94,7 @@ SERVICE_AUTHORITY: dict[str, frozenset[ActorKind]] = {
     "update_project_category": frozenset({ActorKind.ADMIN, ActorKind.AGENT}),
     "merge_categories": frozenset({ActorKind.ADMIN, ActorKind.AGENT}),
     "list_graduation_proposals_of_category": _ADMIN,
+    "get_dial_effect": frozenset({ActorKind.HUMAN, ActorKind.ADMIN}),
 }
 # The dispatch-budget surface (specs 001-003: runs, rounds, sessions, journals, the gate) serves review
 # harnesses: its tools are listed to the reviewer plane and admins. A composer's or a human's key still

@@ -19,6 +19,7 @@ from reviewloop.tenancy import Principal
 from rules import app
 from rules.domain import risk
 from rules.domain.graduation import Status
+from rules.domain.proposal import Change
 from rules.store import CategoryMergeRow
 
 # No RPC here reads its context: the boundary interceptor answers errors and the metadata.
@@ -216,6 +217,24 @@ class RulesServicer(rules_pb2_grpc.RulesServiceServicer):
         )
         saved = await app.save_rule(self.env, _principal(request), body)
         return rules_pb2.Rule() if saved is None else rule_to_proto(saved)
+
+    async def PreviewRule(
+        self, request: rules_pb2.PreviewRuleRequest, context: Context
+    ) -> rules_pb2.RulePreview:
+        body = app.RuleInput(
+            rule_text=request.rule_text,
+            scope=request.scope,
+            category_id=request.category_id,
+            rule_layer=request.rule_layer,
+            agent_id=request.agent_id,
+        )
+        changes = [Change(c.op, c.before, c.after) for c in request.changes]
+        preview = await app.preview_rule(self.env, _principal(request), body, changes)
+        return rules_pb2.RulePreview(
+            proposed_text=preview.proposed_text,
+            rule_text=preview.rule_text,
+            conflicts=[rules_pb2.RuleConflict(rule=rule_to_proto(v), kind=k) for v, k in preview.conflicts],
+        )
 
     async def GetRules(
         self, request: rules_pb2.GetRulesRequest, context: Context

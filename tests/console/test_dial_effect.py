@@ -106,12 +106,16 @@ async def test_admin_sees_what_a_stricter_dial_would_have_held_before_changing_i
     await expect(page.get_by_label("Minimum confidence (0 to 1)")).to_have_value("1.5")
     await axe_clean(page, "dial-effect-refused")
 
-    # The agent's what-if is the same command: the same figures.
+    # An API client's what-if is the same command: the same figures. The dial is human authority, so an
+    # agent key reads the dial in force (get_risk_dial) but asks no what-if.
     agent = capi.auth(p["agent"])
+    refused = await capi.http.get(f"/v1/categories/{category}/dial-effect", headers=agent)
+    assert refused.status_code == 403, refused.text
+    human = capi.auth(p["human"])
     answer = await capi.http.get(
         f"/v1/categories/{category}/dial-effect",
         params={"min_confidence": 0.85, "auto_send_cap_per_day": 1},
-        headers=agent,
+        headers=human,
     )
     assert answer.status_code == 200, answer.text
     body = answer.json()
@@ -122,8 +126,8 @@ async def test_admin_sees_what_a_stricter_dial_would_have_held_before_changing_i
     assert body["proposed"]["dial"]["min_confidence"] == 0.85
     assert (body["decided"], body["clean_streak"]) == (3, 2)
     refused = await capi.http.get(
-        f"/v1/categories/{category}/dial-effect", params={"canary_rate": 2}, headers=agent
+        f"/v1/categories/{category}/dial-effect", params={"canary_rate": 2}, headers=human
     )
     assert refused.status_code == 422, refused.text
-    missing = await capi.http.get("/v1/categories/cat_00000000000000000000000000/dial-effect", headers=agent)
+    missing = await capi.http.get("/v1/categories/cat_00000000000000000000000000/dial-effect", headers=human)
     assert missing.status_code == 404, missing.text

@@ -399,7 +399,7 @@ class RiskDial(Shape):
 
 
 class GateDial(Shape):
-    """The dial values the auto-send gates read (one side of ``get_dial_effect``)."""
+    """The values the auto-send gates read."""
 
     min_confidence: float
     first_contact_gate: bool
@@ -408,11 +408,7 @@ class GateDial(Shape):
 
 
 class DialOutcome(Shape):
-    """A category's last drafts replayed under one dial.
-
-    How many would have been auto-sent, and the holds by reason (``low_confidence``, ``first_contact``,
-    ``canary``, ``daily_cap``).
-    """
+    """The drafts auto-sent, and those held by reason, under one dial."""
 
     dial: GateDial
     auto_sent: int
@@ -420,12 +416,7 @@ class DialOutcome(Shape):
 
 
 class DialEffect(Shape):
-    """``get_dial_effect``: what a proposed change of a category's risk dial would have done.
-
-    Its last ``considered`` drafts replayed (had the category been graduated) under the dial in force and the
-    proposed one, and its graduation record over them: the human decisions, the clean approvals in a row
-    among the newest, and the share of decisions that were edits.
-    """
+    """``get_dial_effect``: the dial in force and a proposed one over the last drafts; the edit rate."""
 
     category_id: str
     considered: int

@@ -12,6 +12,7 @@ from pydantic import (
 from reviewloop.ids import id_pattern
 from reviewloop.shapes._base import (
     INT64_MAX,
+    MAX_BODY_TEXT,
     MAX_RULE_BODY,
     MAX_RULE_CHARS,
     SPACE,
@@ -236,3 +237,54 @@ class CompositionKey(Shape):
     """The signing key composition tokens are now issued under."""
 
     key_id: str
+
+
+# --- a rule before it is saved (issue 38) ---------------------------------------------------------------
+
+
+class RulePreviewIn(Shape):
+    """``preview_rule_from_edit``: an edit of the draft, and the rule (empty: the proposed one)."""
+
+    subject: str | None = Field(default=None, max_length=998)
+    body: str = Field(max_length=MAX_BODY_TEXT)
+    rule_text: str = Field(default="", max_length=MAX_RULE_BODY)
+    scope: Literal["house", "general", "category", "agent"] = "general"
+
+
+class WordChange(Shape):
+    """A changed run of words of the edit."""
+
+    field: Literal["subject", "body_text"]
+    op: Literal["replace", "insert", "delete"]
+    before: str
+    after: str
+
+
+class RuleConflict(Shape):
+    """A live rule of the same scope it may conflict with."""
+
+    kind: Literal["duplicate", "contradiction", "overlap"]
+    rule: Rule
+
+
+class ReachedDraft(Shape):
+    """A pending draft the rule would hold; ``summary`` is its intent's."""
+
+    review_id: str
+    summary: str
+    state: str
+    agent_id: str
+    category_id: str
+
+
+class RulePreview(Shape):
+    """``preview_rule_from_edit``: nothing is written."""
+
+    review_id: str
+    scope: Literal["house", "general", "category", "agent"]
+    changes: list[WordChange]
+    proposed_text: str
+    rule_text: str
+    conflicts: list[RuleConflict]
+    held_count: int
+    held: list[ReachedDraft]

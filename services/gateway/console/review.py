@@ -20,7 +20,7 @@ from reviewloop.rules.v1 import rules_pb2
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from gateway.console import escalation, presence, web
+from gateway.console import escalation, presence, rule_proposal, web
 from gateway.console.html import button, csrf_field, h, page, table, when
 from gateway.console.sessions import Session
 from gateway.console.undo import NOTES, undo_toast
@@ -1178,7 +1178,8 @@ def _edit_of(form: FormData) -> dict[str, str | None]:
     }
 
 
-_CARRIED = ("subject", "body", "body_html", "html_mode", "feedback", "rule_text", "rule_scope", "rule_agent")
+# The rule text and scope are the save-as-rule panel's own inputs in the same form (``rule_proposal``).
+_CARRIED = ("subject", "body", "body_html", "html_mode", "feedback", "rule_agent")
 
 
 @router.post("/reviews/{review_id}/edit-preview")
@@ -1197,6 +1198,7 @@ async def edit_preview(request: Request, review_id: str) -> Response:
         "body_html": review.get("body_html") or "",
     }
     after = {"subject": edited.subject, "body_text": edited.body_text, "body_html": edited.body_html}
+    rule_panel = await rule_proposal.section(request, session, review, form, _edit_of(form))
     found = warnings({**review, **after})
     regenerated = (
         "<p>The HTML part was regenerated from your text: the agent's markup (and anything it hid) is gone.</p>"
@@ -1234,6 +1236,7 @@ async def edit_preview(request: Request, review_id: str) -> Response:
 {regenerated}{_compare(before, after)}</section>
 <form method="post" action="/console/reviews/{h(review_id)}/decide" class="actions">{carried}
   <input type="hidden" name="message_sha256" value="{h(edited.message_sha256)}">
+  {rule_panel}
   <button type="submit" name="action" value="edit">Save edit and approve</button>
   <button type="submit" name="back" value="1" formaction="/console/reviews/{h(review_id)}/edit-preview">Change the edit</button>
 </form>

@@ -34,7 +34,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from reviewloop.errors import invalid
 
-from gateway.routes import events, push, reviews, rules, undo
+from gateway.routes import events, push, reviews, rule_preview, rules, undo
 from gateway.routes.budget import catalog, gate, journals, rounds
 from gateway.routes.console import outbox, pools, projects
 from gateway.routes.console import reviews as console_reviews
@@ -47,6 +47,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     events.router,
     push.router,
     rules.router,
+    rule_preview.router,
     console_rules.router,
     rounds.router,
     journals.router,

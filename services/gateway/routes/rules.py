@@ -512,16 +512,13 @@ async def get_dial_effect(
     category_id: str,
     principal: ProjectKey,
     backend: Backend,
-    last: Annotated[int, Query(ge=1, le=1000, description="how many of the category's last drafts")] = 200,
+    last: Annotated[int, Query(ge=1, le=1000)] = 200,
     min_confidence: Unit = None,
     first_contact_gate: bool | None = None,
     canary_rate: Unit = None,
     auto_send_cap_per_day: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
 ) -> Json:
-    """What a proposed risk dial (the fields given; the others keep their value in force) would have done
-    to the category's last drafts, had it been graduated: how many auto-sent and how many held (and why)
-    under it and under the dial in force, with the category's clean-approval streak and edit rate. A read:
-    setting the dial stays the console's (a human's)."""
+    """A proposed risk dial against the one in force, replayed over the category's last drafts (a read)."""
     request = review_pb2.GetDialEffectRequest(
         principal=principal.to_proto(), category_id=category_id, last=last
     )

@@ -1,14 +1,14 @@
 """``GetDialEffect``: what a proposed change of a category's risk dial would have done to its last drafts,
-against the dial in force, with the category's graduation record (``domain.dial_effect``). A read: the
-console's settings page and an agent's what-if ask the same question here."""
+against the dial in force, with the category's graduation record (``domain.dial_effect``). A read for
+whoever sets the dial (a human or admin key): the console's page and an API client ask it here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any
 
-from reviewloop.errors import invalid
-from reviewloop.tenancy import Principal
+from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.tenancy import ActorKind, Principal
 
 from review_state.app.env import Env
 from review_state.domain import dial_effect
@@ -48,6 +48,9 @@ async def get_dial_effect(
 ) -> DialEffect:
     """The category's last ``last`` drafts (0: the default) replayed under its dial in force and under
     the dial with ``proposed`` values (the fields not named keep their value in force)."""
+    if principal.actor_kind not in (ActorKind.HUMAN, ActorKind.ADMIN):
+        # The dial is human authority: its what-if is for whoever sets it (agents read it, get_risk_dial).
+        raise DomainError(Code.FORBIDDEN_SCOPE, "A dial's what-if takes a human or admin key.")
     if not category_id:
         raise invalid("/category_id", "name the category whose dial you would change")
     if not 0 <= last <= LAST_MAX:

@@ -38,6 +38,7 @@ from rules.app.graduation import (
 from rules.app.ingest import SUBSCRIPTIONS
 from rules.app.merge import Merge, category_audit, merge_categories
 from rules.app.pacing import get_pacing_settings, set_pacing_settings
+from rules.app.preview import RulePreview, preview_rule
 from rules.app.rules import (
     RuleInput,
     RuleView,
@@ -70,6 +71,7 @@ __all__ = [
     "Merge",
     "Proposal",
     "RuleInput",
+    "RulePreview",
     "RuleView",
     "Settings",
     "Snapshot",
@@ -90,6 +92,7 @@ __all__ = [
     "list_categories",
     "list_graduation_proposals",
     "merge_categories",
+    "preview_rule",
     "promote_rule",
     "propose_graduation",
     "reject_graduation_proposal",

@@ -43,6 +43,7 @@ from rules.domain.ladder import (
     status_moved_at,
     status_of,
 )
+from rules.domain.proposal import conflicts
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def visible_lineage(principal: Principal, revisions: list[RuleRev], lineage_id: 
     return revisions
 
 
-def _view(revisions: list[RuleRev], revision: RuleRev) -> RuleView:
+def view_of(revisions: list[RuleRev], revision: RuleRev) -> RuleView:
     current = in_force(revisions)
     status = status_of(revision, revisions[-1].rev, current.rev if current else None)
     return RuleView(revision, status, status_moved_at(revision, revisions))
@@ -151,29 +152,10 @@ def _emit_rule_changed(
 
 def duplicate_of(candidate: RuleRev, revisions: list[RuleRev]) -> RuleRev | None:
     """An active or proposed rule of another lineage with the same normalized text in the same scope."""
-    text = normalize(candidate.rule_text)
-    lineages: dict[str, list[RuleRev]] = {}
-    for revision in revisions:
-        lineages.setdefault(revision.lineage_id, []).append(revision)
-    for lineage_id, history in lineages.items():
-        if lineage_id == candidate.lineage_id:
-            continue
-        history.sort(key=lambda r: r.rev)
-        live = [r for r in (in_force(history), history[-1]) if r is not None and r.state is not State.RETIRED]
-        for other in live:
-            same_scope = (other.layer, other.project_id, other.agent_id, other.scope, other.category_id) == (
-                candidate.layer,
-                candidate.project_id,
-                candidate.agent_id,
-                candidate.scope,
-                candidate.category_id,
-            )
-            if same_scope and normalize(other.rule_text) == text:
-                return other
-    return None
+    return next((c.rule for c in conflicts(candidate, revisions) if c.kind == "duplicate"), None)
 
 
-def _draft(principal: Principal, body: RuleInput) -> Draft:
+def checked_draft(principal: Principal, body: RuleInput) -> Draft:
     """``body``'s fields, each checked; what depends on the lineage is ``next_revision``'s."""
     layer = parse_choice(Layer, body.rule_layer, "/rule_layer", Layer.PROJECT)
     if layer is Layer.ORG:
@@ -225,7 +207,7 @@ async def save_rule(env: Env, principal: Principal, body: RuleInput) -> RuleView
     """Create a lineage or revise one (``lineage_id`` + the ``expected_rev`` read). Agents write the
     project layer only; with the project's write_approval on, their rules are born ``proposed``.
     ``dry_run`` runs every check in a unit of work it rolls back, and answers None."""
-    draft = _draft(principal, body)
+    draft = checked_draft(principal, body)
 
     async def act(uow: UnitOfWork) -> str:
         return await _write(uow, principal, body, draft)
@@ -326,7 +308,7 @@ async def save_requested(uow: UnitOfWork, request: SaveRuleRequest) -> None:
     )
     try:
         async with uow.conn.begin_nested():
-            await _write(uow, principal, body, _draft(principal, body))
+            await _write(uow, principal, body, checked_draft(principal, body))
     except DomainError as error:
         log.warning("the new rule of review %s was not saved: %s", request.source_review_id, error)
 
@@ -354,7 +336,7 @@ async def _rule_by_id(env: Env, principal: Principal, rule_id: str) -> RuleView:
         history = await store.lineage(conn, principal.org_id, owner) if owner else []
     for revision in history:
         if revision.id == rule_id:
-            return _view(history, revision)
+            return view_of(history, revision)
     raise DomainError(Code.NOT_FOUND, f"No rule {rule_id} is visible to this key.")
 
 
@@ -571,7 +553,7 @@ async def rule_history(env: Env, principal: Principal, lineage_id: str) -> list[
         history = visible_lineage(
             principal, await store.lineage(conn, principal.org_id, lineage_id), lineage_id
         )
-    return [_view(history, r) for r in history]
+    return [view_of(history, r) for r in history]
 
 
 async def get_rule_settings(env: Env, principal: Principal) -> bool:
