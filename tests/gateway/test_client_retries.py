@@ -16,16 +16,17 @@ import httpx
 import orjson
 import pytest
 import uvicorn
-from reviewloop import client as client_module
 from reviewloop.client import (
     AsyncReviewloop,
     Call,
     Reviewloop,
     ReviewloopConnectionError,
     ReviewloopError,
+    transport,
 )
 from stack.launcher import free_port
 from starlette.types import Receive, Scope, Send
+from tenacity import wait_random_exponential
 
 
 def problem(status: int, code: str) -> dict[str, Any]:
@@ -119,7 +120,7 @@ def read() -> Call[dict[str, Any]]:
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """The production backoff, scaled down: the same jittered exponential shape, in tenths of a second."""
-    monkeypatch.setattr(client_module, "_backoff", client_module.wait_random_exponential(0.05, 0.4))
+    monkeypatch.setattr(transport, "_backoff", wait_random_exponential(0.05, 0.4))
 
 
 async def test_a_refused_connection_is_retried_until_the_server_is_up() -> None:
