@@ -345,8 +345,14 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             app.list_reviews(self.env, principal, filters, cursor=request.cursor, limit=request.limit),
             app.count_reviews(self.env, principal, filters),
         )
+        first = (
+            await app.first_contacts(self.env, principal, reviews) if request.with_first_contact else set()
+        )
         return review_pb2.ListReviewsResponse(
-            reviews=[review_to_proto(r) for r in reviews], next_cursor=next_cursor, total=total
+            reviews=[review_to_proto(r) for r in reviews],
+            next_cursor=next_cursor,
+            total=total,
+            first_contact_review_ids=[r.id for r in reviews if r.id in first],
         )
 
     async def GetThread(self, request: review_pb2.GetThreadRequest, context: Context) -> review_pb2.Thread:

@@ -20,7 +20,7 @@ from reviewloop.rules.v1 import rules_pb2
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from gateway.console import escalation, presence, rule_proposal, web
+from gateway.console import escalation, presence, queue_view, rule_proposal, web
 from gateway.console.html import button, csrf_field, h, page, table, when
 from gateway.console.sessions import Session
 from gateway.console.undo import NOTES, undo_toast
@@ -130,6 +130,7 @@ SPLITS = {
     "escalated": "Escalated",
     "held": "Held by a rule",
     "parked": "Parked sends",
+    "auto_sent": "Sent without review",
 }
 BATCH_MAX = 50
 CURRENT = ' aria-current="page"'
@@ -151,8 +152,8 @@ async def queue(request: Request) -> Response:
     split = request.query_params.get("split", "")
     split = split if split in SPLITS and state not in _STATES else ""
     states = [state] if state in _STATES else list(PENDING)
-    listing, escalated_reply, parked, mine_reply = await asyncio.gather(
-        _list(request, session, states, category),
+    listing, escalated_reply, parked, mine_reply, (auto_sent, auto_sent_count) = await asyncio.gather(
+        queue_view.listing(request, session, states, category),
         web.call(  # the escalated pending drafts: their ids (a split and a badge) and count
             web.backend(request).review.ListReviews,
             review_pb2.ListReviewsRequest(
@@ -175,8 +176,9 @@ async def queue(request: Request) -> Response:
             request,
         ),
         escalation.escalated_to_me(request, session, PENDING, category),
+        queue_view.sent_without_review(request, session, category, rows=split == "auto_sent"),
     )
-    listed = list(reversed(listing))
+    listed = listing.reviews
     escalated = {r.id for r in escalated_reply.reviews}
     names, open_by, held, who = await asyncio.gather(
         category_names(request, session),
@@ -194,6 +196,7 @@ async def queue(request: Request) -> Response:
     counts["parked"] = parked.total
     mine = {r.id for r in mine_reply.reviews}
     counts[escalation.SPLIT] = mine_reply.total
+    counts["auto_sent"] = auto_sent_count
     reviews = [r for r in listed if split in _split_of(r, held)] if split else listed
     if split == "escalated":
         reviews = [r for r in listed if r["id"] in escalated]
@@ -201,6 +204,8 @@ async def queue(request: Request) -> Response:
         reviews = [r for r in listed if r["id"] in mine]
     if split == "parked":
         reviews = [as_review(r) for r in reversed(parked.reviews)]
+    if split == "auto_sent":
+        reviews = auto_sent
     reviews = escalation.mine_first(reviews, mine)  # the escalated reviewer sees theirs first
     rows = []
     for review in reviews:
@@ -209,6 +214,7 @@ async def queue(request: Request) -> Response:
         if rid in held:
             badges += ' <span class="badge held" title="waiting for its agent to re-apply the rules">held by a rule</span>'
         badges += escalation.badge(review)
+        badges += queue_view.first_contact_badge(listing, rid)
         found = warnings(review)
         if found:
             badges += f' <span class="badge warn">{len(found)} warning{"" if len(found) == 1 else "s"}</span>'

@@ -39,6 +39,7 @@ from review_state.app.preview import Preview, preview_message
 from review_state.app.reads import (
     Feedback,
     count_reviews,
+    first_contacts,
     get_feedback,
     get_review,
     get_revisions,
@@ -78,6 +79,7 @@ __all__ = [
     "decide",
     "deliver",
     "delivery_status",
+    "first_contacts",
     "get_delivery",
     "get_dial_effect",
     "get_feedback",

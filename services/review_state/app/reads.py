@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,17 @@ async def list_reviews(
         )
     next_cursor = rows[limit - 1].id if len(rows) > limit else ""
     return rows[:limit], next_cursor
+
+
+async def first_contacts(env: Env, principal: Principal, reviews: Sequence[Review]) -> set[str]:
+    """The ids of ``reviews`` that would write to an address the project never mailed nor heard from
+    (the dial's first contact): one read for the whole page."""
+    recipients = {r.id: [a.lower() for a in (*r.to, *r.cc, *r.bcc)] for r in reviews}
+    async with env.db.single_statement.connect() as conn:
+        known = await store.contacted(
+            conn, principal.project_id, [a for addresses in recipients.values() for a in addresses]
+        )
+    return {rid for rid, addresses in recipients.items() if any(a not in known for a in addresses)}
 
 
 async def count_reviews(env: Env, principal: Principal, filters: ReviewFilter = EVERY_REVIEW) -> int:

@@ -153,6 +153,22 @@ async def sending_facts(
     )
 
 
+async def contacted(conn: AsyncConnection, project_id: str, addresses: Sequence[str]) -> set[str]:
+    """Which of ``addresses`` (lowercased) the project has mailed or heard from: one statement for a
+    whole page of drafts' recipients, so a listing's first-contact badges cost one read however long."""
+    lowered = sorted({a.lower() for a in addresses})
+    if not lowered:
+        return set()
+    rows = await conn.execute(
+        select(contacts.c.address).where(
+            contacts.c.project_id == project_id,
+            contacts.c.address.in_(lowered),
+            contacts.c.contacted_at.is_not(None),
+        )
+    )
+    return {r.address for r in rows}
+
+
 # Built once, as text: SQLAlchemy never caches a dialect's INSERT ... ON CONFLICT (it compiled this one
 # on every delivery). PostgreSQL and SQLite read the same upsert.
 _CONTACTED = text(

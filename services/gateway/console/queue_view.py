@@ -1,0 +1,68 @@
+"""The queue's triage facts (issue 38): its listing with the first-contact badge, and the split of mail
+sent without review. Each is one service call per page, however long the queue: first contact is one read
+of the project's contacts for the whole page (review_state)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from reviewloop.review.v1 import review_pb2
+
+from gateway.console import web
+from gateway.console.html import h
+from gateway.console.sessions import Session
+from gateway.routes.reviews import _STATES
+from gateway.translate.reviews import as_review
+
+LISTED = 200  # a page of the queue: the service's own bound on one listing
+
+
+@dataclass(frozen=True)
+class Listing:
+    reviews: list[dict[str, Any]]  # oldest first
+    first_contact: frozenset[str]  # ids of the drafts to a recipient the project never mailed nor heard from
+
+
+async def listing(request: Request, session: Session, states: list[str], category_id: str = "") -> Listing:
+    reply = await web.call(
+        web.backend(request).review.ListReviews,
+        review_pb2.ListReviewsRequest(
+            principal=session.principal.to_proto(),
+            states=[_STATES[s] for s in states],
+            category_id=category_id,
+            limit=LISTED,
+            with_first_contact=True,
+        ),
+        request,
+    )
+    return Listing(
+        reviews=[as_review(r) for r in reversed(reply.reviews)],
+        first_contact=frozenset(reply.first_contact_review_ids),
+    )
+
+
+async def sent_without_review(
+    request: Request, session: Session, category_id: str, *, rows: bool
+) -> tuple[list[dict[str, Any]], int]:
+    """The auto-sent drafts (no human reviewed them), oldest first when ``rows`` (the split is shown),
+    and how many there are."""
+    reply = await web.call(
+        web.backend(request).review.ListReviews,
+        review_pb2.ListReviewsRequest(
+            principal=session.principal.to_proto(),
+            states=[review_pb2.REVIEW_STATE_AUTO_SENT],
+            category_id=category_id,
+            limit=LISTED if rows else 1,
+        ),
+        request,
+    )
+    return ([as_review(r) for r in reversed(reply.reviews)] if rows else []), reply.total
+
+
+def first_contact_badge(listed: Listing, review_id: str) -> str:
+    if review_id not in listed.first_contact:
+        return ""
+    title = "a recipient this project has never written to nor heard from"
+    return f' <span class="badge first-contact" title="{h(title)}">first contact</span>'
