@@ -17,7 +17,7 @@ from reviewloop.errors import Code, DomainError
 from reviewloop.storage import utcnow
 from sqlalchemy import select
 
-from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, outbox, peers
+from tests.review_state.conftest import ADMIN, AGENT, DRAFT, HUMAN, outbox, peers, queued
 from tests.statements import statements
 
 NO_INTENT = Draft(**{**DRAFT.__dict__, "intent": None})
@@ -321,3 +321,20 @@ async def test_a_delivery_marks_only_the_recipients_it_contacts_first(env: Env) 
         rows = await conn.execute(select(contacts.c.address, contacts.c.contacted_at))
         contacted = {row.address for row in rows if row.contacted_at is not None}
     assert contacted == {a.lower() for a in [*NO_INTENT.to, "CTO@acme.com"]}
+
+
+async def test_first_contacts_of_a_page_are_one_read_whatever_its_length(env: Env) -> None:
+    """The queue's first-contact badge: a draft is one when any recipient (to, cc or bcc, any case) was
+    never mailed nor heard from; one statement answers it for a whole page."""
+    async with env.db.transaction() as uow:
+        await store.mark_contacted(uow.conn, AGENT.project_id, ["vp@acme.com"], utcnow())
+    known = await queued(env)
+    new = await queued(env, replace(DRAFT, to=["New@Acme.com"]))
+    mixed = await queued(env, replace(DRAFT, bcc=["cfo@acme.com"]))
+    shouted = await queued(env, replace(DRAFT, to=["VP@ACME.COM"]))
+    reviews, _ = await app.list_reviews(env, HUMAN, cursor="", limit=0)
+    with statements(env.db) as seen:
+        first = await app.first_contacts(env, HUMAN, reviews)
+    assert len(seen) == 1
+    assert first == {new.id, mixed.id}
+    assert known.id not in first and shouted.id not in first
