@@ -488,11 +488,9 @@ class Review(Shape):
         default=None,
         description="whom a reviewer escalated the draft to, and by when (absent: not escalated)",
     )
-    message_sha256: str | None = Field(
-        default=None,
-        description="get_review and the decision context only: the approval digest of the exact message an "
-        "approval delivers now (a decision names it in message_sha256)",
-    )
+    # get_review and the decision context only: the approval digest of the exact message an approval delivers
+    # now, which a decision names (described on the decision: an agent's tool list stays under 60 kB).
+    message_sha256: str | None = None
 
 
 class MessagePreviewIn(Shape):

@@ -257,7 +257,7 @@ async def get_review(
 async def preview_review_message(
     review_id: str,
     body: MessagePreviewIn,
-    principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)],
+    principal: Annotated[Principal, Depends(REVIEWER)],
     backend: Backend,
 ) -> OrjsonResponse:
     """The exact message an approval delivers (every part, as MIME) and its approval digest; with a
