@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from opentelemetry import propagate, trace
@@ -39,6 +39,7 @@ from opentelemetry.util.types import Attributes
 from reviewloop.common.v1 import common_pb2
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.files import private_dir
+from reviewloop.settings import Settings, Text, variable
 
 TRACES_FILE = "traces.jsonl"
 
@@ -164,6 +165,24 @@ _SAMPLERS = {
 }
 
 
+class TelemetrySettings(Settings):
+    """What a process's traces and logs read (every process: the services, the gateway, the launcher)."""
+
+    traces_sampler: Text = variable(
+        "OTEL_TRACES_SAMPLER",
+        None,
+        "Sample new traces: `parentbased_traceidratio` with a ratio, or `always_off`; every part follows its "
+        "parent's decision, over gRPC and the outbox alike (docs/operations.md, Traces). Unset: every trace",
+        unset="unset: every trace",
+    )
+    traces_sampler_arg: Text = variable("OTEL_TRACES_SAMPLER_ARG", None, "The ratio sampler's ratio (`0.1`)")
+    log_format: Literal["json", "text"] = variable(
+        "REVIEWLOOP_LOG_FORMAT",
+        "json",
+        "`json` (one JSON object per line, with trace, span and review ids; the gateway's access log too) or `text`",
+    )
+
+
 def sample_ratio(env: Mapping[str, str] = os.environ) -> float:
     """The share of new traces kept, from ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG``.
 
@@ -173,13 +192,14 @@ def sample_ratio(env: Mapping[str, str] = os.environ) -> float:
     Raises:
         ValueError: an unknown sampler, or a ratio outside 0..1.
     """
-    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or "parentbased_always_on"
+    read = TelemetrySettings.from_env(env)
+    name = (read.traces_sampler or "").strip().lower() or "parentbased_always_on"
     if name not in _SAMPLERS:
         raise ValueError(f"OTEL_TRACES_SAMPLER={name!r} is not one of {', '.join(sorted(_SAMPLERS))}")
     fixed = _SAMPLERS[name]
     if fixed is not None:
         return fixed
-    arg = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip() or "1.0"
+    arg = (read.traces_sampler_arg or "").strip() or "1.0"
     try:
         ratio = float(arg)
     except ValueError:
@@ -245,7 +265,7 @@ class JsonLogFormatter(logging.Formatter):
 def setup_logging(level: int = logging.INFO) -> None:
     """Log JSON lines to stderr (``REVIEWLOOP_LOG_FORMAT=text`` for the plain format)."""
     handler = logging.StreamHandler()
-    if os.environ.get("REVIEWLOOP_LOG_FORMAT", "json") == "json":
+    if TelemetrySettings.from_env().log_format == "json":
         handler.setFormatter(JsonLogFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))

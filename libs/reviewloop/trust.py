@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 
 from reviewloop.errors import Code, DomainError
+from reviewloop.settings import CommaList, ConfigError, Settings, Text, variable
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,35 @@ MAX_SKEW_S = 300
 # The name a server's certificate must carry to be reached over a Unix socket (``unix:`` addresses).
 UNIX_SERVER_NAME = "localhost"
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+class TrustSettings(Settings):
+    """How a process's gRPC calls authenticate (none: plain calls, for the loopback default)."""
+
+    service_auth_key: Text = variable(
+        "REVIEWLOOP_SERVICE_AUTH_KEY",
+        None,
+        "a shared secret (32+ characters): every service call is signed with it and a call without a valid signature is refused (`UNAUTHENTICATED`)",
+        unset="unset: calls are not authenticated (loopback)",
+    )
+    service_auth_key_previous: CommaList = variable(
+        "REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS",
+        (),
+        "keys (a comma list) a service still accepts while callers sign with `REVIEWLOOP_SERVICE_AUTH_KEY`: the overlap of a rolling rotation (operations.md)",
+        unset="unset: only the current key",
+    )
+    tls_ca: Text = variable(
+        "REVIEWLOOP_TLS_CA",
+        None,
+        "mTLS: the CA's PEM file (with the cert and key)",
+        unset="unset: plaintext gRPC",
+    )
+    tls_cert: Text = variable(
+        "REVIEWLOOP_TLS_CERT", None, "mTLS: this part's certificate, PEM", unset="unset: plaintext gRPC"
+    )
+    tls_key: Text = variable(
+        "REVIEWLOOP_TLS_KEY", None, "mTLS: this part's private key, PEM", unset="unset: plaintext gRPC"
+    )
 
 
 @dataclass(frozen=True)
@@ -56,11 +86,17 @@ class Trust:
     @classmethod
     def from_env(cls, caller: str, env: Mapping[str, str] = os.environ) -> Trust:
         """Read the settings of process ``caller``; a half-configured mTLS is refused at boot."""
-        from reviewloop.config import ConfigError
+        return cls.from_settings(caller, TrustSettings.from_env(env))
 
-        key = env.get("REVIEWLOOP_SERVICE_AUTH_KEY") or None
-        previous = [k.strip() for k in env.get("REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS", "").split(",")]
-        previous = [k for k in previous if k]
+    @classmethod
+    def from_settings(cls, caller: str, settings: TrustSettings) -> Trust:
+        """The trust of process ``caller`` as ``settings`` configure it, its TLS files read.
+
+        Raises:
+            ConfigError: A key too short, previous keys without a current one, a half-configured mTLS,
+                or a TLS file that cannot be read.
+        """
+        key, previous = settings.service_auth_key, settings.service_auth_key_previous
         if any(len(k) < 32 for k in (*([key] if key else []), *previous)):
             raise ConfigError(
                 "REVIEWLOOP_SERVICE_AUTH_KEY (and each of REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS) must be "
@@ -68,7 +104,7 @@ class Trust:
             )
         if previous and key is None:
             raise ConfigError("REVIEWLOOP_SERVICE_AUTH_KEY_PREVIOUS needs REVIEWLOOP_SERVICE_AUTH_KEY.")
-        paths = {name: env.get(f"REVIEWLOOP_TLS_{name}") or None for name in ("CA", "CERT", "KEY")}
+        paths = {"CA": settings.tls_ca, "CERT": settings.tls_cert, "KEY": settings.tls_key}
         if any(paths.values()) and not all(paths.values()):
             raise ConfigError(
                 "mTLS needs all of REVIEWLOOP_TLS_CA, REVIEWLOOP_TLS_CERT and REVIEWLOOP_TLS_KEY."

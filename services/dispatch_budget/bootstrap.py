@@ -12,6 +12,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from reviewloop import ssrf
+from reviewloop.config import ServiceSettings
+from reviewloop.settings import CommaList, Text, variable
+from reviewloop.settings import Settings as ProcessSettings
 
 from dispatch_budget.domain.gate import DEFAULT_ENDPOINT, GateConfig, GateKind
 from dispatch_budget.domain.lineage import DEFAULT_LEASE
@@ -52,29 +55,110 @@ class Env:
     gate: ClassifierGate
 
 
+class DispatchBudgetEnvironment(ServiceSettings):
+    """What the dispatch_budget process reads: spec 001's ``review.*`` settings (the deployment default of
+    every project's gate configuration, which an admin overrides per project), the review sessions'
+    lease and timeout sweep, and the shared-pool auto-send budgets."""
+
+    title = "dispatch_budget"
+
+    review_enabled: bool = variable(
+        REVIEW_PREFIX + "ENABLED", True, "Review runs gated at all (spec 001 `enabled`)"
+    )
+    review_turn_interval: int = variable(REVIEW_PREFIX + "TURN_INTERVAL", 10, "Turns between reviews", ge=0)
+    review_tool_call_threshold: int = variable(
+        REVIEW_PREFIX + "TOOL_CALL_THRESHOLD", 15, "Tool calls that make a review due", ge=0
+    )
+    review_cooldown_minutes: float = variable(
+        REVIEW_PREFIX + "COOLDOWN_MINUTES", 20.0, "The least time between two reviews of a session", ge=0
+    )
+    review_max_per_session: int = variable(
+        REVIEW_PREFIX + "MAX_PER_SESSION", 8, "Reviews a session may run", ge=0
+    )
+    review_gate: GateKind = variable(
+        REVIEW_PREFIX + "GATE",
+        GateKind.COUNTERS,
+        "the review-run gate of spec 001: `counters` or `classifier` (with `REVIEWLOOP_REVIEW_GATE_URL` and the key named by `REVIEWLOOP_REVIEW_GATE_API_KEY_ENV`); the deployment default of every `REVIEWLOOP_REVIEW_*` gate setting, which an admin overrides per project with `PUT /v1/review-rounds/gate-config` (never the endpoint's URL or key: a project picks an endpoint by name, `classifier_endpoint`)",
+    )
+    review_confident_no: float = variable(
+        REVIEW_PREFIX + "CONFIDENT_NO", 0.75, "The classifier's confidence that skips a review", ge=0, le=1
+    )
+    review_gate_cooldown_minutes: float = variable(
+        REVIEW_PREFIX + "GATE_COOLDOWN_MINUTES", 5.0, "The classifier's cooldown after it said no", ge=0
+    )
+    review_gate_timeout_ms: float = variable(
+        REVIEW_PREFIX + "GATE_TIMEOUT_MS", 2000.0, "One classifier call's deadline", gt=0
+    )
+    review_gate_url: str = variable(REVIEW_PREFIX + "GATE_URL", "", "The default classifier endpoint")
+    review_gate_endpoints: str = variable(
+        REVIEW_PREFIX + "GATE_ENDPOINTS",
+        "",
+        "other classifier endpoints a project may pick by name, `name=url` comma-separated (`default` is `REVIEWLOOP_REVIEW_GATE_URL`); each is held to the webhooks' SSRF rule at boot and on the addresses resolved at every call, and the deployment's classifier key goes only to these",
+        unset="none",
+    )
+    review_gate_api_key_env: str = variable(
+        REVIEW_PREFIX + "GATE_API_KEY_ENV",
+        "",
+        "The variable holding the classifier's key (never the key itself)",
+    )
+    review_gate_allowed_networks: CommaList = variable(
+        REVIEW_PREFIX + "GATE_ALLOWED_NETWORKS",
+        (),
+        "CIDRs the classifier endpoints may be in despite the SSRF rule (an on-premises classifier), comma-separated",
+        unset="none",
+    )
+    review_timeout_minutes: float = variable(
+        REVIEW_PREFIX + "TIMEOUT_MINUTES",
+        5.0,
+        "spec 001 `timeoutMinutes`: a review in flight longer is ended as timed out (its admitted attempt settles no-verdict) so the session's next due review can run",
+        gt=0,
+    )
+    review_lease_seconds: float = variable(
+        REVIEW_PREFIX + "LEASE_SECONDS",
+        DEFAULT_LEASE.total_seconds(),
+        "how long a busy WARM/COLD review session binding is held between heartbeats (`POST .../sessions/{id}/heartbeat`); a lapsed lease frees the lineage",
+        gt=0,
+    )
+    review_sweep_seconds: float = variable(
+        REVIEW_PREFIX + "SWEEP_SECONDS",
+        30.0,
+        "how often each dispatch_budget replica sweeps for reviews in flight past `timeoutMinutes` and ends them (their admitted attempts settle no-verdict `timed_out`) without waiting for the session's next call",
+        gt=0,
+    )
+    auto_send_pool_budget: str = variable(
+        "REVIEWLOOP_AUTO_SEND_POOL_BUDGET",
+        "",
+        "Auto-sends per sending domain per UTC day (unset: the default)",
+        unset="`2000`",
+    )
+    auto_send_pool_budgets: str = variable(
+        "REVIEWLOOP_AUTO_SEND_POOL_BUDGETS", "", "Per-domain budgets, domain=N comma-separated"
+    )
+
+
 def config_from_env(env: Mapping[str, str] | None = None) -> GateConfig:
     """``REVIEWLOOP_REVIEW_*`` settings; the API key is read from the variable ``..._GATE_API_KEY_ENV``
     names, so the key itself never sits in the service's own configuration."""
     env = os.environ if env is None else env
+    return _gate(DispatchBudgetEnvironment.from_env(env), env)
 
-    def num(name: str, default: float) -> float:
-        return float(env.get(REVIEW_PREFIX + name, default))
 
-    key_env = env.get(REVIEW_PREFIX + "GATE_API_KEY_ENV", "")
+def _gate(read: DispatchBudgetEnvironment, env: Mapping[str, str]) -> GateConfig:
+    key_env = read.review_gate_api_key_env
     return GateConfig(
-        enabled=env.get(REVIEW_PREFIX + "ENABLED", "true").lower() not in ("0", "false", "off"),
-        turn_interval=int(num("TURN_INTERVAL", 10)),
-        tool_call_threshold=int(num("TOOL_CALL_THRESHOLD", 15)),
-        cooldown=timedelta(minutes=num("COOLDOWN_MINUTES", 20)),
-        max_per_session=int(num("MAX_PER_SESSION", 8)),
-        gate=GateKind(env.get(REVIEW_PREFIX + "GATE", "counters")),
-        confident_no=num("CONFIDENT_NO", 0.75),
-        gate_cooldown=timedelta(minutes=num("GATE_COOLDOWN_MINUTES", 5)),
-        timeout_s=num("GATE_TIMEOUT_MS", 2000) / 1000,
-        classifier_url=env.get(REVIEW_PREFIX + "GATE_URL", ""),
-        classifier_endpoints=parse_endpoints(env.get(REVIEW_PREFIX + "GATE_ENDPOINTS", "")),
+        enabled=read.review_enabled,
+        turn_interval=read.review_turn_interval,
+        tool_call_threshold=read.review_tool_call_threshold,
+        cooldown=timedelta(minutes=read.review_cooldown_minutes),
+        max_per_session=read.review_max_per_session,
+        gate=read.review_gate,
+        confident_no=read.review_confident_no,
+        gate_cooldown=timedelta(minutes=read.review_gate_cooldown_minutes),
+        timeout_s=read.review_gate_timeout_ms / 1000,
+        classifier_url=read.review_gate_url,
+        classifier_endpoints=parse_endpoints(read.review_gate_endpoints),
         api_key=env.get(key_env, "") if key_env else "",
-        review_timeout=timedelta(minutes=num("TIMEOUT_MINUTES", 5)),
+        review_timeout=timedelta(minutes=read.review_timeout_minutes),
     )
 
 
@@ -93,18 +177,15 @@ def parse_endpoints(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """The service's settings (:class:`DispatchBudgetEnvironment`)."""
     env = os.environ if env is None else env
-    networks = env.get(REVIEW_PREFIX + "GATE_ALLOWED_NETWORKS", "").replace(",", " ").split()
-    lease_s = float(env.get(REVIEW_PREFIX + "LEASE_SECONDS", DEFAULT_LEASE.total_seconds()))
-    sweep_s = float(env.get(REVIEW_PREFIX + "SWEEP_SECONDS", Settings.sweep_interval_s))
+    read = DispatchBudgetEnvironment.from_env(env)
     return Settings(
-        gate=config_from_env(env),
-        lease=timedelta(seconds=lease_s),
-        sweep_interval_s=sweep_s,
-        classifier_allowed_networks=ssrf.parse_networks(networks),
-        pool_budgets=parse_budgets(
-            env.get("REVIEWLOOP_AUTO_SEND_POOL_BUDGET", ""), env.get("REVIEWLOOP_AUTO_SEND_POOL_BUDGETS", "")
-        ),
+        gate=_gate(read, env),
+        lease=timedelta(seconds=read.review_lease_seconds),
+        sweep_interval_s=read.review_sweep_seconds,
+        classifier_allowed_networks=ssrf.parse_networks(read.review_gate_allowed_networks),
+        pool_budgets=parse_budgets(read.auto_send_pool_budget, read.auto_send_pool_budgets),
     )
 
 
@@ -120,6 +201,17 @@ def bootstrap(db: Database, settings: Settings | None = None) -> Env:
     )
 
 
+class ReviewCliEnvironment(ProcessSettings):
+    """What the ``reviewloop review ...`` commands read."""
+
+    title = "The reviewloop review commands"
+
+    gateway: Text = variable(
+        "REVIEWLOOP_GATEWAY", None, "The gateway the commands talk to (http://host:port)"
+    )
+    api_key: str = variable("REVIEWLOOP_API_KEY", "", "The key they present")
+
+
 @dataclass(frozen=True)
 class ClientSettings:
     """What the CLI commands read: the gateway to talk to (None when unset) and the API key."""
@@ -129,5 +221,6 @@ class ClientSettings:
 
 
 def client_settings(env: Mapping[str, str] | None = None) -> ClientSettings:
-    env = os.environ if env is None else env
-    return ClientSettings(gateway=env.get("REVIEWLOOP_GATEWAY"), api_key=env.get("REVIEWLOOP_API_KEY", ""))
+    """The commands' settings (:class:`ReviewCliEnvironment`)."""
+    read = ReviewCliEnvironment.from_env(os.environ if env is None else env)
+    return ClientSettings(gateway=read.gateway, api_key=read.api_key)

@@ -1,4 +1,4 @@
-"""Gateway settings, read once from the environment."""
+"""Gateway settings, read once from the environment (``GatewayEnvironment``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from reviewloop.config import address, data_dir, db_pool_size, db_url, metrics_variable
+from reviewloop.config import ServiceSettings, address, data_dir, db_url, metrics_variable
 from reviewloop.files import generated_secret
+from reviewloop.settings import CommaList, Text, variable
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE
 
 GATEWAY = "gateway"
@@ -71,6 +73,69 @@ def rate_limit_env(name: str) -> str:
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 
 
+def _limit(name: str, what: str) -> Any:
+    return variable(RATE_LIMIT_SETTINGS[name], DEFAULT_RATE_LIMITS[name], f"{what}: limits' notation, or off")
+
+
+class GatewayEnvironment(ServiceSettings):
+    """What the gateway process reads, besides its placement and its peers' (``REVIEWLOOP_<PART>_ADDR``)."""
+
+    title = "Gateway"
+
+    admin_token: Text = variable(
+        ADMIN_TOKEN_ENV, None, "the bootstrap admin token", unset="generated into `.data/admin-token`"
+    )
+    max_body_bytes: int = variable(
+        "REVIEWLOOP_MAX_BODY_BYTES",
+        DEFAULT_MAX_BODY,
+        "the gateway refuses larger request bodies with `413`",
+        gt=0,
+    )
+    backend_timeout_s: float = variable(
+        "REVIEWLOOP_BACKEND_TIMEOUT_S", 10.0, "How long a call to a service may take", gt=0
+    )
+    key_cache_s: float = variable(
+        "REVIEWLOOP_GATEWAY_KEY_CACHE_S",
+        1.0,
+        "how long the gateway trusts a key it authenticated without reading its store; revoking through a gateway takes effect there at once, on other gateway replicas within this window (`0` = read every time)",
+        ge=0,
+    )
+    idempotency_lease_s: float = variable(
+        "REVIEWLOOP_GATEWAY_IDEMPOTENCY_LEASE_S",
+        30.0,
+        "a mutation the gateway dedupes itself (`x-idempotency: gateway`, e.g. the console's) holds its `Idempotency-Key` while it runs; a gateway that dies mid-request leaves the key held this long at most, then a retry with the same key runs it (once) instead of `409 still running`",
+        gt=0,
+    )
+    sse_heartbeat_s: float = variable(
+        "REVIEWLOOP_SSE_HEARTBEAT_S",
+        15.0,
+        "how often an idle `/v1/review-events/stream` sends a heartbeat comment",
+        gt=0,
+    )
+    streams_per_key: int = variable(
+        "REVIEWLOOP_STREAMS_PER_KEY", 5, "Open event streams per key on one gateway (0: no cap)", ge=0
+    )
+    streams_per_project: int = variable(
+        "REVIEWLOOP_STREAMS_PER_PROJECT",
+        50,
+        "Open event streams per project on one gateway (0: no cap)",
+        ge=0,
+    )
+    mcp_allowed_hosts: CommaList = variable(
+        "REVIEWLOOP_MCP_ALLOWED_HOSTS",
+        LOOPBACK_HOSTS,
+        "the `Host` names `/mcp` answers, comma-separated (`host:*` for any port); other hosts get `421` and foreign `Origin`s `403` (DNS-rebinding protection); `*` turns the check off",
+    )
+    rate_limit_submit_per_key: str = _limit("submit_per_key", "Sends, per key")
+    rate_limit_submit_per_project: str = _limit("submit_per_project", "Sends, per project")
+    rate_limit_wait_per_key: str = _limit("wait_per_key", "Event reads and waits, per key")
+    rate_limit_wait_per_project: str = _limit("wait_per_project", "Event reads and waits, per project")
+    rate_limit_ack_per_key: str = _limit("ack_per_key", "Acks, per key")
+    rate_limit_ack_per_project: str = _limit("ack_per_project", "Acks, per project")
+    rate_limit_rule_write_per_key: str = _limit("rule_write_per_key", "Rule writes, per key")
+    rate_limit_rule_write_per_project: str = _limit("rule_write_per_project", "Rule writes, per project")
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     db_url: str
@@ -102,30 +167,30 @@ class GatewaySettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
+        """Read the gateway's settings (``GatewayEnvironment``) and placement.
+
+        Raises:
+            ConfigError: A setting does not parse, or a part's address is unset.
+        """
+        read = GatewayEnvironment.from_env(env)
         host, _, port = address(GATEWAY, env).rpartition(":")
         return cls(
             db_url=db_url(GATEWAY, env),
             host=host,
             port=int(port),
-            data_dir=data_dir(env),
+            data_dir=read.data_dir,
             peers={name: address(name, env) for name in BACKENDS},
-            admin_token=load_admin_token(env),
-            max_body_bytes=int(env.get("REVIEWLOOP_MAX_BODY_BYTES", DEFAULT_MAX_BODY)),
-            backend_timeout_s=float(env.get("REVIEWLOOP_BACKEND_TIMEOUT_S", "10")),
-            otlp_endpoint=env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
-            key_cache_s=float(env.get("REVIEWLOOP_GATEWAY_KEY_CACHE_S", "1")),
-            idempotency_lease_s=float(env.get("REVIEWLOOP_GATEWAY_IDEMPOTENCY_LEASE_S", "30")),
-            sse_heartbeat_s=float(env.get("REVIEWLOOP_SSE_HEARTBEAT_S", "15")),
-            db_pool_size=db_pool_size(env),
+            admin_token=read.admin_token or load_admin_token(env),
+            max_body_bytes=read.max_body_bytes,
+            backend_timeout_s=read.backend_timeout_s,
+            otlp_endpoint=read.otlp_endpoint,
+            key_cache_s=read.key_cache_s,
+            idempotency_lease_s=read.idempotency_lease_s,
+            sse_heartbeat_s=read.sse_heartbeat_s,
+            db_pool_size=read.db_pool_size,
             metrics_listen=env.get(metrics_variable(GATEWAY)) or None,
-            streams_per_key=int(env.get("REVIEWLOOP_STREAMS_PER_KEY", "5")),
-            streams_per_project=int(env.get("REVIEWLOOP_STREAMS_PER_PROJECT", "50")),
-            rate_limits={
-                name: env.get(rate_limit_env(name), default) for name, default in DEFAULT_RATE_LIMITS.items()
-            },
-            mcp_allowed_hosts=tuple(
-                h.strip()
-                for h in env.get("REVIEWLOOP_MCP_ALLOWED_HOSTS", ",".join(LOOPBACK_HOSTS)).split(",")
-                if h.strip()
-            ),
+            streams_per_key=read.streams_per_key,
+            streams_per_project=read.streams_per_project,
+            rate_limits={name: getattr(read, f"rate_limit_{name}") for name in DEFAULT_RATE_LIMITS},
+            mcp_allowed_hosts=read.mcp_allowed_hosts,
         )

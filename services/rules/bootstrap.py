@@ -5,22 +5,43 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Annotated
 
-from reviewloop.config import deployment_secret
+from pydantic import BeforeValidator
+from reviewloop.config import ServiceSettings, deployment_secret
+from reviewloop.settings import Text, variable
 from reviewloop.storage import Database
 
 from rules.app.env import DEFAULT_TOKEN_TTL_S, Env, Settings
 
 
+class RulesEnvironment(ServiceSettings):
+    """What the rules process reads."""
+
+    title = "rules"
+
+    # An empty TTL is the default, as an unset one.
+    composition_token_ttl_s: Annotated[int, BeforeValidator(lambda v: v or DEFAULT_TOKEN_TTL_S)] = variable(
+        "REVIEWLOOP_COMPOSITION_TOKEN_TTL_S",
+        DEFAULT_TOKEN_TTL_S,
+        "lifetime of a `composition_token`",
+        gt=0,
+    )
+    composition_token_key: Text = variable(
+        "REVIEWLOOP_COMPOSITION_TOKEN_KEY",
+        None,
+        "the rules service's key every composition-token signing key is derived from (HMAC over the key id and a salt kept in the row: the store holds no key, so a copy of it mints no token; give every rules replica the same one; changing it invalidates the tokens out, which agents re-read). Keys stored in plain before it verify the tokens already out for one `..._TTL_S`, sign nothing, and are wiped",
+        unset="generated into `.data/composition-token-key`",
+    )
+
+
 def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
-    """The use cases' settings: ``REVIEWLOOP_COMPOSITION_TOKEN_TTL_S`` (seconds a composition token
-    stays valid; empty or unset is the default, 15 minutes) and ``REVIEWLOOP_COMPOSITION_TOKEN_KEY``
-    (the deployment secret signing keys are derived from; unset: generated into the data directory)."""
-    raw = environ.get("REVIEWLOOP_COMPOSITION_TOKEN_TTL_S", "")
+    """The use cases' settings (:class:`RulesEnvironment`)."""
+    read = RulesEnvironment.from_env(environ)
     return Settings(
-        token_ttl_s=int(raw) if raw.strip() else DEFAULT_TOKEN_TTL_S,
+        token_ttl_s=read.composition_token_ttl_s,
         # Signing keys are derived from this deployment secret, so the store alone mints nothing.
-        token_key=deployment_secret("REVIEWLOOP_COMPOSITION_TOKEN_KEY", "composition-token-key", environ),
+        token_key=deployment_secret(read.composition_token_key, "composition-token-key", read.data_dir),
     )
 
 
