@@ -12,6 +12,7 @@ wraps it all, so a refusal named in ``REFUSAL_NUDGES`` still leaves its nudge.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
 
 from reviewloop.errors import Code, DomainError
@@ -178,18 +179,20 @@ async def move(
     expected_version: int | None = None,
     facts: Facts = NO_FACTS,
     short_of_quorum: bool = False,
-    if_approved: dict[str, Any] | None = None,
+    changed: Review | None = None,
+    if_approved: Review | None = None,
     turn: Turn | None = None,
     last: bool = False,
     finishing: dict[str, Any] | None = None,
     not_stale: bool = False,
     override_held: bool = False,
-    **changes: Any,
 ) -> Edge:
     """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
     ``parent_revision`` None names no revision (chat, the platform's edges). An approval (or edit)
     ``short_of_quorum`` is legal where the table allows it, and leaves the draft where it is.
-    ``if_approved``: more columns, written by the same compare-and-set when the edge lands on approved.
+    ``changed``: ``review`` with what the move writes besides its state (``dataclasses.replace`` of it;
+    its ``updated_at`` stands where it moved it, else it is now). ``if_approved``: ``changed`` with
+    more, written instead when the edge lands on approved.
     ``turn`` (from ``turn``): the thread's entry for the move, written with the compare-and-set.
     ``last``: the unit reads nothing the move writes, so on PostgreSQL its compare-and-set is the unit's
     last statement, with its queued rows (``store.compare_and_set(lost=...)``); a lost race raises the
@@ -203,8 +206,9 @@ async def move(
     )
     if short_of_quorum:
         target = review.state
-    if if_approved and target is State.APPROVED:
-        changes = {**changes, **if_approved}
+    after = if_approved if if_approved is not None and target is State.APPROVED else changed or review
+    if after.updated_at == review.updated_at:
+        after = replace(after, updated_at=utcnow())
     # A stale draft is not released before its redraft; an approval that leaves pending takes its
     # stale row here, in the statement that checks it, instead of reading it again in ``settle``.
     leaving = verb is Verb.APPROVE and review.state in PENDING and target not in PENDING
@@ -234,11 +238,11 @@ async def move(
         written = await store.compare_and_set(
             uow,
             review,
+            replace(after, state=target),
             turn=turn,
             lost=stale if last else None,
             finishing=finishing,
             not_stale=checks_stale,
-            **{"updated_at": utcnow(), **changes, "state": target},
         )
     if written is None:
         await stale()
@@ -264,7 +268,6 @@ async def transition(
     key: str = "",
     fields: Mapping[str, Any] | None = None,
     turn: Turn | None = None,
-    **changes: Any,
 ) -> Edge:
     """Load the review and ``move`` it as the caller. With an Idempotency-Key (``once(...,
     checked=True)``), the load reads the key too: a retry of a request that ran raises
@@ -284,7 +287,6 @@ async def transition(
         expected_version=expected_version,
         facts=facts,
         turn=turn,
-        **changes,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from reviewloop.errors import Code, DomainError, FieldViolation, invalid
 from reviewloop.storage import UnitOfWork, utcnow
@@ -139,24 +140,27 @@ async def submit_revision(
                 _kernel.actor_of(principal, before),
                 parent_revision=parent_revision,
                 expected_version=expected_version,
-                revision=before.revision + 1,
-                to=list(draft.to),
-                cc=list(draft.cc),
-                bcc=list(draft.bcc),
-                subject=draft.subject,
-                body_text=draft.body_text,
-                body_html=draft.body_html,
-                reply_to=draft.reply_to,
-                headers=dict(draft.headers),
-                attachments=tuple(draft.attachments),
-                intent=draft.intent,
-                confidence=before.confidence if revision.confidence is None else revision.confidence,
-                rule_high_water=high_water,
-                # A redraft naming neither a token nor rules_version_seen names no rule snapshot.
-                rule_snapshot_unnamed=not composition_token and rules_version_seen is None,
-                recheck_completed_through_seq=_watermark(before, recheck_through_seq),
-                review_deadline=review_deadline(utcnow(), minutes),
-                gate_outcome=None if forced else before.gate_outcome,
+                changed=replace(
+                    before,
+                    revision=before.revision + 1,
+                    to=list(draft.to),
+                    cc=list(draft.cc),
+                    bcc=list(draft.bcc),
+                    subject=draft.subject,
+                    body_text=draft.body_text,
+                    body_html=draft.body_html,
+                    reply_to=draft.reply_to,
+                    headers=dict(draft.headers),
+                    attachments=tuple(draft.attachments),
+                    intent=draft.intent,
+                    confidence=before.confidence if revision.confidence is None else revision.confidence,
+                    rule_high_water=high_water,
+                    # A redraft naming neither a token nor rules_version_seen names no rule snapshot.
+                    rule_snapshot_unnamed=not composition_token and rules_version_seen is None,
+                    recheck_completed_through_seq=_watermark(before, recheck_through_seq),
+                    review_deadline=review_deadline(utcnow(), minutes),
+                    gate_outcome=None if forced else before.gate_outcome,
+                ),
                 turn=_kernel.turn(principal, "revision", ""),
             )
             return edge.after, ""
@@ -231,9 +235,12 @@ async def restamp(
                 _kernel.actor_of(principal, before),
                 parent_revision=parent_revision,
                 expected_version=expected_version,
-                rule_high_water=high_water,
-                rule_snapshot_unnamed=False,  # it named what it re-read
-                recheck_completed_through_seq=_watermark(before, recheck_through_seq),
+                changed=replace(
+                    before,
+                    rule_high_water=high_water,
+                    rule_snapshot_unnamed=False,  # it named what it re-read
+                    recheck_completed_through_seq=_watermark(before, recheck_through_seq),
+                ),
                 turn=_kernel.turn(principal, "restamp", ""),
             )
             return edge.after, ""

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from reviewloop.errors import Code, DomainError, invalid
@@ -67,7 +67,9 @@ async def start_delivery(
     send = send_columns(review, send_path)
     claim = await record_attempt(uow, review, send, now, lease)
     written = await store.compare_and_set(
-        uow, review, send_path=send_path, rfc_message_id=send["rfc_message_id"], updated_at=now
+        uow,
+        review,
+        replace(review, send_path=send_path, rfc_message_id=send["rfc_message_id"], updated_at=now),
     )
     assert written is not None  # the row was written or CAS-locked by this transaction
     return written[0], claim
@@ -297,9 +299,7 @@ async def _record_delivered(
                     ),
                     finishing=store.finish_params(review_id, "delivered", now, None, resolution),
                     last=True,
-                    message_id=attempt.message_id,
-                    sent_at=now,
-                    updated_at=now,
+                    changed=replace(review, message_id=attempt.message_id, sent_at=now, updated_at=now),
                 )
             ).after
             store.add_message(
@@ -353,7 +353,9 @@ async def _record_failure(env: Env, review_id: str, error: str, resolution: str 
             is None
         ):
             return review
-        edge = await _kernel.move(uow, review, Verb.DELIVERY_FAILED, Actor.SYSTEM, send_error=_scrub(error))
+        edge = await _kernel.move(
+            uow, review, Verb.DELIVERY_FAILED, Actor.SYSTEM, changed=replace(review, send_error=_scrub(error))
+        )
         if review.send_path in POOLED_PATHS:
             # The send never happened (refused before or at DATA, or given up before it): the shared
             # pool's unit comes back, in this unit of work, through the outbox.

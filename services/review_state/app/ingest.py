@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from reviewloop.common.v1 import common_pb2
@@ -52,7 +53,9 @@ async def _categories_merged(uow: UnitOfWork, merge: CategoriesMerged) -> None:
     )
     now = utcnow()
     for draft in drafts:
-        moved = await store.compare_and_set(uow, draft, category_id=merge.into_category_id, updated_at=now)
+        moved = await store.compare_and_set(
+            uow, draft, replace(draft, category_id=merge.into_category_id, updated_at=now)
+        )
         if moved is None:  # the rows are locked; a lost CAS means a writer got in: the relay redelivers
             raise DomainError(Code.STALE, f"review {draft.id} changed while its category merged")
         _events.publish(uow, moved[0], RULES_NUDGES["category"], _events.recheck_merged(merge))

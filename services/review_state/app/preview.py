@@ -33,9 +33,8 @@ def preview_of(review: Review, edit: Decision | None = None) -> Preview:
     delivery worker calls."""
     candidate, regenerated = review, False
     if edit is not None:
-        edited = edit.edited(review)
-        regenerated = edit.body_html is None and edited["body_html"] != review.body_html
-        candidate = replace(review, **edited)
+        candidate = edit.edited(review)
+        regenerated = edit.body_html is None and candidate.body_html != review.body_html
     stamped = replace(
         candidate,
         rfc_message_id=candidate.rfc_message_id or rfc_message_id(new_id("msg"), candidate.from_address),

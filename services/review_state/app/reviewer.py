@@ -32,7 +32,7 @@ from review_state.domain.decision import (
     Decision,
     changed,
     deadline_passed,
-    decision_changes,
+    decided,
     diffable,
 )
 from review_state.domain.escalation import Escalation
@@ -259,7 +259,7 @@ async def _settle_round(env: Env, principal: Principal, receipt: str, **outcome:
 
 async def _edit_diff(
     env: Env, principal: Principal, current: Review, decision: Decision
-) -> tuple[dict[str, Any], DiffResult]:
+) -> tuple[Review, DiffResult]:
     """The edit's new fields and its diff, computed (not stored) by the diff service: it is stored
     through the outbox only if the edit wins the compare-and-set."""
     edited = decision.edited(current)
@@ -269,7 +269,7 @@ async def _edit_diff(
         current.revision,
         current.revision + 1,
         diffable(current),
-        {**diffable(current), **edited},
+        diffable(edited),
     )
     return edited, diff
 
@@ -320,7 +320,7 @@ async def _apply_decision(
     review_id = current.id
     # A human approving a held draft as it stands, having confirmed it: recorded on the decision turn.
     override = decision.override_held and actor is Actor.HUMAN and verb is Verb.APPROVE and stale
-    edited: dict[str, Any] | None = None
+    edited: Review | None = None
     diff: DiffResult | None = None
     if verb is Verb.EDIT and hold is None:
         edited, diff = await _edit_diff(env, principal, current, decision)
@@ -361,6 +361,11 @@ async def _apply_decision(
             return await _hold(uow, principal, review_id, decision, "daily_cap")
         # The send's ids go in the decision's own compare-and-set when it approves (one CAS, not two).
         send = send_columns(before, "human_reviewed" if actor is Actor.HUMAN else "reviewer_approved")
+        to = replace(
+            decided(verb, before, edited, now, decision.escalation, principal.actor_id),
+            # Each review-agent round is a hop, counted here for the reader; dispatch_budget bounds them.
+            reviewer_hops=before.reviewer_hops + (actor is Actor.REVIEW_AGENT),
+        )
         edge = await _kernel.move(
             uow,
             before,
@@ -370,7 +375,8 @@ async def _apply_decision(
             expected_version=decision.version,
             facts=Facts(said=decision.feedback),
             short_of_quorum=short,
-            if_approved={k: send[k] for k in ("send_path", "rfc_message_id")},
+            changed=to,
+            if_approved=replace(to, send_path=send["send_path"], rfc_message_id=send["rfc_message_id"]),
             last=True,
             not_stale=not stale,
             override_held=override,
@@ -385,9 +391,6 @@ async def _apply_decision(
                 rule_ids=[rule.rule_id] if rule is not None else [],
                 turn_id=rule.source_turn_id if rule is not None else "",
             ),
-            **decision_changes(verb, before, edited, now, decision.escalation, principal.actor_id),
-            # Each review-agent round is a hop, counted here for the reader; dispatch_budget bounds them.
-            reviewer_hops=before.reviewer_hops + (actor is Actor.REVIEW_AGENT),
         )
         after, turn = edge.after, edge.turn
         assert turn is not None
@@ -458,7 +461,7 @@ async def _force_past_deadline(env: Env, review: Review) -> Review:
             Verb.HOLD,
             Actor.SYSTEM,
             facts=Facts(breaker=REVIEW_DEADLINE_PASSED),
-            gate_outcome=FORCED_PAST_DEADLINE,
+            changed=replace(review, gate_outcome=FORCED_PAST_DEADLINE),
             turn=_kernel.turn(system, "breaker", "The review deadline passed before a review agent decided."),
         )
     return edge.after
@@ -496,9 +499,12 @@ async def _hold(
         parent_revision=decision.revision,
         expected_version=decision.version,
         facts=Facts(breaker=breaker_name),
-        gate_outcome=f"held:{breaker_name}",
-        reviewer_hops=before.reviewer_hops + 1,
-        review_deadline=None,  # the draft is the human's now
+        changed=replace(
+            before,
+            gate_outcome=f"held:{breaker_name}",
+            reviewer_hops=before.reviewer_hops + 1,
+            review_deadline=None,  # the draft is the human's now
+        ),
         turn=_kernel.turn(principal, "breaker", decision.feedback, action=decision.action),
     )
     return edge.after, breaker_name

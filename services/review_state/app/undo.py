@@ -11,6 +11,7 @@ timer (``release_later``) only spares the release a wait for the next sweep.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -112,11 +113,12 @@ async def undo_decision(
         if kept is None:
             raise _released(current, actor)
         action = decider[1] if decider is not None else "approve"
-        back = restored(kept, actor)
-        with _kernel.span(current, back["state"], actor):
+        back = replace(current, updated_at=now, **restored(kept, actor))
+        with _kernel.span(current, back.state, actor):
             written = await store.compare_and_set(
                 uow,
                 current,
+                back,
                 turn=_kernel.turn(
                     principal,
                     UNDO,
@@ -124,8 +126,6 @@ async def undo_decision(
                     "and nothing was sent.",
                     action=action,
                 ),
-                updated_at=now,
-                **back,
             )
         if written is None:  # another writer between the read and the write: nothing is undone
             raise DomainError(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from reviewloop.errors import invalid
 
-from review_state.domain.escalation import CLEARED, Escalation
+from review_state.domain.escalation import Escalation, cleared
 from review_state.domain.html_part import html_of_text, sanitize_html
 from review_state.domain.machine import State, Verb
 from review_state.domain.review import Review
@@ -54,21 +54,22 @@ class Decision:
             raise invalid("/escalate_to", "only an escalation names a target and a deadline")
         return verb
 
-    def edited(self, current: Review) -> dict[str, Any]:
-        """An edit's subject and parts: the new ones where it names them, the current ones elsewhere.
-        Every part that is delivered is covered: the reviewer's HTML (sanitized) where it names one,
-        else, when the text changed, the HTML part regenerated from the new text."""
+    def edited(self, current: Review) -> Review:
+        """``current`` with an edit's subject and parts: the new ones where it names them, the current
+        ones elsewhere. Every part that is delivered is covered: the reviewer's HTML (sanitized) where it
+        names one, else, when the text changed, the HTML part regenerated from the new text."""
         body_text = current.body_text if self.body is None else self.body
         body_html = current.body_html
         if self.body_html is not None:
             body_html = sanitize_html(self.body_html) if self.body_html.strip() else None
         elif current.body_html and body_text != current.body_text:
             body_html = html_of_text(body_text)
-        return {
-            "subject": current.subject if self.subject is None else self.subject,
-            "body_text": body_text,
-            "body_html": body_html,
-        }
+        return replace(
+            current,
+            subject=current.subject if self.subject is None else self.subject,
+            body_text=body_text,
+            body_html=body_html,
+        )
 
 
 def diffable(review: Review) -> dict[str, Any]:
@@ -85,30 +86,27 @@ def diffable(review: Review) -> dict[str, Any]:
     }
 
 
-def decision_changes(
+def decided(
     verb: Verb,
     current: Review,
-    edited: dict[str, Any] | None,
+    edited: Review | None,
     now: datetime,
     escalation: Escalation | None = None,
     by: str = "",
-) -> dict[str, Any]:
-    """The columns a decision writes besides the state. An escalation stands (with its target, or none)
-    until a decision that settles the draft clears it."""
+) -> Review:
+    """``current`` (or ``edited``, an edit's new content) with what a decision writes besides the state.
+    An escalation stands (with its target, or none) until a decision that settles the draft clears it."""
     # A decision spends the review deadline: it hurries a review agent toward a first decision of the
     # current revision, and a redraft starts a new one.
-    changes: dict[str, Any] = {"decided_at": now, "review_deadline": None}
-    if verb is Verb.EDIT and edited is not None:
-        changes.update(edited)
+    base = edited if verb is Verb.EDIT and edited is not None else current
+    after = replace(base, decided_at=now, review_deadline=None)
     if verb in (Verb.EDIT, Verb.REJECT, Verb.ESCALATE):
         # A reviewer's move starts a new generation of the draft: a composer still naming the old
         # revision is stale, which is what lets exactly one of concurrent writers win.
-        changes["revision"] = current.revision + 1
+        after = replace(after, revision=current.revision + 1)
     if verb is Verb.ESCALATE:
-        changes.update((escalation or Escalation()).columns(by, now))
-    elif current.escalated_at is not None:
-        changes.update(CLEARED)
-    return changes
+        return (escalation or Escalation()).stands(after, by, now)
+    return cleared(after) if current.escalated_at is not None else after
 
 
 # Issue 19's breakers of the review-agent plane (``forced_by_breaker``).
@@ -135,10 +133,10 @@ def deadline_passed(review: Review, now: datetime) -> bool:
     )
 
 
-def changed(edited: dict[str, Any] | None, before: Review) -> bool:
+def changed(edited: Review | None, before: Review) -> bool:
     """Whether an edit actually changed the draft (an edit that changed nothing reads as approved)."""
     return edited is not None and (
-        edited["subject"] != before.subject
-        or edited["body_text"] != before.body_text
-        or edited.get("body_html", before.body_html) != before.body_html
+        edited.subject != before.subject
+        or edited.body_text != before.body_text
+        or edited.body_html != before.body_html
     )

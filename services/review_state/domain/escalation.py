@@ -3,9 +3,8 @@ an optional deadline; the target is told by mail (when it has an address) and by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 from reviewloop.errors import invalid
 
@@ -49,25 +48,33 @@ class Escalation:
             return None
         return self.target_id if self.kind == PERSON else ROLE_PREFIX + self.target_id
 
-    def columns(self, by: str, now: datetime) -> dict[str, Any]:
-        """The review's escalation columns once it stands."""
-        return {
-            "escalated_to": self.stored_target,
-            "escalated_to_name": self.name or (ROLES.get(self.target_id, "") if self.kind == ROLE else None),
-            "escalated_by": by,
-            "escalated_at": now,
-            "escalation_deadline": self.deadline,
-        }
+    def stands(self, review: Review, by: str, now: datetime) -> Review:
+        """``review`` with this escalation standing: its target, by whom, since when, by when."""
+        return replace(
+            review,
+            escalated_to=self.stored_target,
+            escalated_to_name=self.name or (ROLES.get(self.target_id, "") if self.kind == ROLE else None),
+            escalated_by=by,
+            escalated_at=now,
+            escalation_deadline=self.deadline,
+        )
 
 
-# A decision that settles the draft ends its escalation (approve, edit, reject); a redraft keeps it.
-CLEARED: dict[str, Any] = {
-    "escalated_to": None,
-    "escalated_to_name": None,
-    "escalated_by": None,
-    "escalated_at": None,
-    "escalation_deadline": None,
-}
+def cleared(review: Review) -> Review:
+    """``review`` with no escalation: a decision that settles the draft ends it (approve, edit, reject);
+    a redraft keeps it."""
+    return replace(
+        review,
+        escalated_to=None,
+        escalated_to_name=None,
+        escalated_by=None,
+        escalated_at=None,
+        escalation_deadline=None,
+    )
+
+
+# The review's fields an escalation writes (``Escalation.stands``) and ``cleared`` empties.
+FIELDS = ("escalated_to", "escalated_to_name", "escalated_by", "escalated_at", "escalation_deadline")
 
 
 def target_of(stored: str | None) -> tuple[str, str]:

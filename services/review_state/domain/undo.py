@@ -14,11 +14,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from review_state.domain.escalation import CLEARED
+from review_state.domain import escalation
 from review_state.domain.machine import Actor, State, undo_target
 from review_state.domain.review import Review
 
-# The columns a decision writes (``decision_changes`` and the release's send ids) that an undo puts back.
+# The columns a decision writes (``decision.decided`` and the release's send ids) that an undo puts back.
 RESTORED = (
     "state",
     "revision",
@@ -29,7 +29,7 @@ RESTORED = (
     "review_deadline",
     "send_path",
     "rfc_message_id",
-    *CLEARED,  # an approval settles an escalation; its undo puts it back
+    *escalation.FIELDS,  # an approval settles an escalation; its undo puts it back
 )
 _TIMES = frozenset({"decided_at", "review_deadline", "escalated_at", "escalation_deadline"})
 

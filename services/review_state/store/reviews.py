@@ -59,6 +59,9 @@ def _from_row(row: Any) -> Review:
     return Review(**values)
 
 
+_FIELDS = tuple(Review.__dataclass_fields__)  # every field of a review is a column of its row
+
+
 def _to_row(review: Review, names: Iterable[str] = Review.__dataclass_fields__) -> dict[str, Any]:
     """``review``'s columns (only those of the fields ``names``) as the table stores them."""
     row: dict[str, Any] = {}
@@ -316,14 +319,15 @@ _CAS_NOT_STALE = _CAS.where(_NOT_STALE)
 async def compare_and_set(
     uow: UnitOfWork,
     current: Review,
+    changed: Review,
     *,
     turn: Turn | None = None,
     lost: Callable[[], Awaitable[NoReturn]] | None = None,
     finishing: dict[str, Any] | None = None,
     not_stale: bool = False,
-    **changes: Any,
 ) -> tuple[Review, Turn | None] | None:
-    """Write ``changes`` only if the row is still at ``current.version``; the row count decides. With
+    """Write ``changed`` (``current`` with its changes, ``dataclasses.replace`` of it: a misspelt field
+    is a type error) only if the row is still at ``current.version``; the row count decides. With
     ``turn``, append it to the review's thread (at the next seq, the review's new revision) only if the
     row was written: on PostgreSQL in the same statement. With ``finishing`` (``finish_params``), close
     the review's in-flight delivery attempt too: the write is lost if it was closed already. With
@@ -335,9 +339,9 @@ async def compare_and_set(
 
     Returns the new review and the turn, or None when another writer got there first.
     """
-    updated = replace(current, version=current.version + 1, **changes)
+    updated = replace(changed, version=current.version + 1)
     # Only what changed: the version CAS already guarantees nobody else wrote the row since.
-    names = [n for n in ("version", *changes) if getattr(updated, n) != getattr(current, n)]
+    names = [n for n in _FIELDS if getattr(updated, n) != getattr(current, n)]
     values = _to_row(updated, names)
     guard = {"cas_id": current.id, "cas_version": current.version}
     if turn is not None:
