@@ -9,7 +9,6 @@ payload has the key.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from google.protobuf.message import Message
 from reviewloop.budget.v1 import budget_pb2
@@ -32,7 +31,7 @@ from review_state.domain import escalation as escalations
 from review_state.domain.feedback import outcome_for_rules
 from review_state.domain.machine import Reason, State, Verb
 from review_state.domain.pacing import StaleDraft
-from review_state.domain.review import Edge, Review
+from review_state.domain.review import Edge, Facts, Review
 
 N = NudgeRequested
 NUDGE = "nudge"  # the outbox destination, and the event type, that the nudge service turns into nudges
@@ -54,21 +53,6 @@ HUMANS_NOTIFIED = "humans_notified"  # to nudge, for the webhooks that ask for i
 ESCALATED = "escalated"  # to nudge, likewise: an escalation's target and deadline
 MAIL = "mail"  # review_state's own mail provider delivers these (``app.notify``)
 ESCALATION_MAIL = "escalation_mail"
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What an edge's nudge says beyond the review before and after the edge."""
-
-    said: str = ""  # the turn's text: a human's comment, a decision's feedback
-    turn_id: str = ""
-    cancelled_by: str = ""  # the caller's actor kind
-    decision: str = ""  # how the reviewers' decisions read (``feedback.decision_of``), on `sent`
-    breaker: str = ""  # the circuit breaker that held a review agent's release
-    approvers: tuple[str, ...] = ()  # whose approval released the final revision, on `sent`
-
-
-NO_FACTS = Facts()
 
 
 def publish(uow: UnitOfWork, review: Review, reason: Reason, payload: Message) -> None:

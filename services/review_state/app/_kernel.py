@@ -25,7 +25,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from review_state import store
 from review_state.app import _events, pacing
-from review_state.app._events import NO_FACTS, Facts
 from review_state.domain.machine import (
     CLOSED,
     PENDING,
@@ -38,7 +37,7 @@ from review_state.domain.machine import (
     check_transition,
     parked,
 )
-from review_state.domain.review import Edge, Review, Turn
+from review_state.domain.review import Edge, Move, Review, Turn
 
 T = TypeVar("T")
 # A mutation's unit of work: the review as it now is, and the id of what it created ("" for none).
@@ -170,51 +169,28 @@ async def once(
 
 
 async def move(
-    uow: UnitOfWork,
-    review: Review,
-    verb: Verb,
-    actor: Actor,
-    *,
-    parent_revision: int | None = None,
-    expected_version: int | None = None,
-    facts: Facts = NO_FACTS,
-    short_of_quorum: bool = False,
-    changed: Review | None = None,
-    if_approved: Review | None = None,
-    turn: Turn | None = None,
-    last: bool = False,
-    finishing: dict[str, Any] | None = None,
-    not_stale: bool = False,
-    override_held: bool = False,
+    uow: UnitOfWork, review: Review, actor: Actor, step: Move, cas: store.Cas = store.PLAIN
 ) -> Edge:
-    """Check the table, compare-and-set, and queue the nudge the edge emits. Raises the spec's 409s.
-    ``parent_revision`` None names no revision (chat, the platform's edges). An approval (or edit)
-    ``short_of_quorum`` is legal where the table allows it, and leaves the draft where it is.
-    ``changed``: ``review`` with what the move writes besides its state (``dataclasses.replace`` of it;
-    its ``updated_at`` stands where it moved it, else it is now). ``if_approved``: ``changed`` with
-    more, written instead when the edge lands on approved.
-    ``turn`` (from ``turn``): the thread's entry for the move, written with the compare-and-set.
-    ``last``: the unit reads nothing the move writes, so on PostgreSQL its compare-and-set is the unit's
-    last statement, with its queued rows (``store.compare_and_set(lost=...)``); a lost race raises the
-    same 409 when the unit ends. ``finishing``: the delivery attempt it closes (``store.finish_params``);
-    the move is a 409 stale if it was closed already. ``not_stale``: the caller read the draft as not
-    held stale, so an approval's compare-and-set checks it still is not, instead of a statement of its
-    own taking the draft's stale row (``pacing.hold``). ``override_held``: a human approves a draft a
-    rule holds as it stands (the human wins): no born_stale refusal, its stale row is released."""
+    """Check ``step`` against the table, compare-and-set it, and queue the nudge the edge emits. Raises
+    the spec's 409s. ``cas``: how the store writes it (``store.Cas``). Its ``not_stale`` says the
+    caller read the draft as not held stale, so an approval's compare-and-set checks it still is not,
+    instead of a statement of its own taking the draft's stale row (``pacing.hold``)."""
+    verb = step.verb
     target = check_transition(
-        review, verb, actor, parent_revision=parent_revision, expected_version=expected_version
+        review, verb, actor, parent_revision=step.parent_revision, expected_version=step.expected_version
     )
-    if short_of_quorum:
+    if step.short_of_quorum:
         target = review.state
-    after = if_approved if if_approved is not None and target is State.APPROVED else changed or review
+    approved = step.if_approved is not None and target is State.APPROVED
+    after = (step.if_approved if approved else step.changed) or review
     if after.updated_at == review.updated_at:
         after = replace(after, updated_at=utcnow())
     # A stale draft is not released before its redraft; an approval that leaves pending takes its
     # stale row here, in the statement that checks it, instead of reading it again in ``settle``.
     leaving = verb is Verb.APPROVE and review.state in PENDING and target not in PENDING
-    checks_stale = not_stale and leaving and not override_held  # the CAS refuses a draft held since
+    checks_stale = cas.not_stale and leaving and not step.override_held  # the CAS refuses a draft held since
     released = None
-    if verb is Verb.APPROVE and override_held:
+    if verb is Verb.APPROVE and step.override_held:
         released = await pacing.overridden(uow.conn, review.id, leaving=leaving)
     elif verb is Verb.APPROVE and not checks_stale:
         released = await pacing.hold(uow.conn, review, leaving=leaving)
@@ -239,16 +215,15 @@ async def move(
             uow,
             review,
             replace(after, state=target),
-            turn=turn,
-            lost=stale if last else None,
-            finishing=finishing,
-            not_stale=checks_stale,
+            turn=step.turn,
+            cas=replace(cas, not_stale=checks_stale),
+            lost=stale,
         )
     if written is None:
         await stale()
     updated, written_turn = written
     edge = Edge(review, updated, verb, actor, written_turn)
-    _events.publish_edge(uow, edge, facts)
+    _events.publish_edge(uow, edge, step.facts)
     if leaving:
         await pacing.free(uow, released)
     else:
@@ -260,14 +235,10 @@ async def transition(
     uow: UnitOfWork,
     principal: Principal,
     review_id: str,
-    verb: Verb,
-    parent_revision: int | None,
+    step: Move,
     *,
-    expected_version: int | None = None,
-    facts: Facts = NO_FACTS,
     key: str = "",
     fields: Mapping[str, Any] | None = None,
-    turn: Turn | None = None,
 ) -> Edge:
     """Load the review and ``move`` it as the caller. With an Idempotency-Key (``once(...,
     checked=True)``), the load reads the key too: a retry of a request that ran raises
@@ -278,16 +249,7 @@ async def transition(
             raise idempotency.Replayed((review, result_id))
     else:
         review = await load(uow.conn, principal, review_id)
-    return await move(
-        uow,
-        review,
-        verb,
-        actor_of(principal, review),
-        parent_revision=parent_revision,
-        expected_version=expected_version,
-        facts=facts,
-        turn=turn,
-    )
+    return await move(uow, review, actor_of(principal, review), step)
 
 
 async def _keyed(

@@ -11,12 +11,11 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
 from review_state.app import _kernel
-from review_state.app._events import Facts
 from review_state.app._gates import born_stale, check_token, contacts_allow, deadline_minutes
 from review_state.app.env import Env
 from review_state.domain.decision import FORCED_PAST_DEADLINE, review_deadline
 from review_state.domain.machine import Verb
-from review_state.domain.review import Review, Turn
+from review_state.domain.review import Facts, Move, Review, Turn
 from review_state.domain.revision import Revision
 from review_state.domain.submission import CHAT_MAX, check_intent, validate_draft
 
@@ -35,9 +34,7 @@ async def cancel(
             uow,
             principal,
             review_id,
-            Verb.CANCEL,
-            parent_revision,
-            facts=facts,
+            Move(Verb.CANCEL, parent_revision=parent_revision, facts=facts),
             key=idempotency_key,
             fields=fields,
         )
@@ -136,32 +133,34 @@ async def submit_revision(
             edge = await _kernel.move(
                 uow,
                 before,
-                Verb.SUBMIT_REVISION,
                 _kernel.actor_of(principal, before),
-                parent_revision=parent_revision,
-                expected_version=expected_version,
-                changed=replace(
-                    before,
-                    revision=before.revision + 1,
-                    to=list(draft.to),
-                    cc=list(draft.cc),
-                    bcc=list(draft.bcc),
-                    subject=draft.subject,
-                    body_text=draft.body_text,
-                    body_html=draft.body_html,
-                    reply_to=draft.reply_to,
-                    headers=dict(draft.headers),
-                    attachments=tuple(draft.attachments),
-                    intent=draft.intent,
-                    confidence=before.confidence if revision.confidence is None else revision.confidence,
-                    rule_high_water=high_water,
-                    # A redraft naming neither a token nor rules_version_seen names no rule snapshot.
-                    rule_snapshot_unnamed=not composition_token and rules_version_seen is None,
-                    recheck_completed_through_seq=_watermark(before, recheck_through_seq),
-                    review_deadline=review_deadline(utcnow(), minutes),
-                    gate_outcome=None if forced else before.gate_outcome,
+                Move(
+                    Verb.SUBMIT_REVISION,
+                    parent_revision=parent_revision,
+                    expected_version=expected_version,
+                    changed=replace(
+                        before,
+                        revision=before.revision + 1,
+                        to=list(draft.to),
+                        cc=list(draft.cc),
+                        bcc=list(draft.bcc),
+                        subject=draft.subject,
+                        body_text=draft.body_text,
+                        body_html=draft.body_html,
+                        reply_to=draft.reply_to,
+                        headers=dict(draft.headers),
+                        attachments=tuple(draft.attachments),
+                        intent=draft.intent,
+                        confidence=before.confidence if revision.confidence is None else revision.confidence,
+                        rule_high_water=high_water,
+                        # A redraft naming neither a token nor rules_version_seen names no rule snapshot.
+                        rule_snapshot_unnamed=not composition_token and rules_version_seen is None,
+                        recheck_completed_through_seq=_watermark(before, recheck_through_seq),
+                        review_deadline=review_deadline(utcnow(), minutes),
+                        gate_outcome=None if forced else before.gate_outcome,
+                    ),
+                    turn=_kernel.turn(principal, "revision", ""),
                 ),
-                turn=_kernel.turn(principal, "revision", ""),
             )
             return edge.after, ""
 
@@ -231,17 +230,19 @@ async def restamp(
             edge = await _kernel.move(
                 uow,
                 before,
-                Verb.RESTAMP,
                 _kernel.actor_of(principal, before),
-                parent_revision=parent_revision,
-                expected_version=expected_version,
-                changed=replace(
-                    before,
-                    rule_high_water=high_water,
-                    rule_snapshot_unnamed=False,  # it named what it re-read
-                    recheck_completed_through_seq=_watermark(before, recheck_through_seq),
+                Move(
+                    Verb.RESTAMP,
+                    parent_revision=parent_revision,
+                    expected_version=expected_version,
+                    changed=replace(
+                        before,
+                        rule_high_water=high_water,
+                        rule_snapshot_unnamed=False,  # it named what it re-read
+                        recheck_completed_through_seq=_watermark(before, recheck_through_seq),
+                    ),
+                    turn=_kernel.turn(principal, "restamp", ""),
                 ),
-                turn=_kernel.turn(principal, "restamp", ""),
             )
             return edge.after, ""
 
@@ -318,12 +319,9 @@ async def post_chat(
             uow,
             principal,
             review_id,
-            Verb.POST_CHAT,
-            None,
-            facts=Facts(said=text, turn_id=turn.id),
+            Move(Verb.POST_CHAT, parent_revision=None, facts=Facts(said=text, turn_id=turn.id), turn=turn),
             key=idempotency_key,
             fields=fields,
-            turn=turn,
         )
         return edge.after, turn.id
 

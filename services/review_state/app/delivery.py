@@ -32,7 +32,6 @@ from review_state.app._events import (
     POOLED_PATHS,
     SENT,
     UNKNOWN,
-    Facts,
     publish_outcome,
     publish_pool_settled,
 )
@@ -41,7 +40,7 @@ from review_state.app.env import Env
 from review_state.domain.feedback import approvers, decision_of, decisions_of
 from review_state.domain.machine import Actor, State, Verb
 from review_state.domain.mime import message_of, rfc_message_id
-from review_state.domain.review import Review
+from review_state.domain.review import Facts, Move, Review
 from review_state.providers import NotSent, OutcomeUnknown, Refused
 
 log = logging.getLogger(__name__)
@@ -291,15 +290,19 @@ async def _record_delivered(
                 await _kernel.move(
                     uow,
                     review,
-                    verb,
                     Actor.SYSTEM,
-                    facts=Facts(
-                        decision=decision_of(decisions_of(turns)),
-                        approvers=tuple(approvers(turns, review.revision)),
+                    Move(
+                        verb,
+                        facts=Facts(
+                            decision=decision_of(decisions_of(turns)),
+                            approvers=tuple(approvers(turns, review.revision)),
+                        ),
+                        changed=replace(review, message_id=attempt.message_id, sent_at=now, updated_at=now),
                     ),
-                    finishing=store.finish_params(review_id, "delivered", now, None, resolution),
-                    last=True,
-                    changed=replace(review, message_id=attempt.message_id, sent_at=now, updated_at=now),
+                    store.Cas(
+                        finishing=store.finish_params(review_id, "delivered", now, None, resolution),
+                        last=True,
+                    ),
                 )
             ).after
             store.add_message(
@@ -354,7 +357,10 @@ async def _record_failure(env: Env, review_id: str, error: str, resolution: str 
         ):
             return review
         edge = await _kernel.move(
-            uow, review, Verb.DELIVERY_FAILED, Actor.SYSTEM, changed=replace(review, send_error=_scrub(error))
+            uow,
+            review,
+            Actor.SYSTEM,
+            Move(Verb.DELIVERY_FAILED, changed=replace(review, send_error=_scrub(error))),
         )
         if review.send_path in POOLED_PATHS:
             # The send never happened (refused before or at DATA, or given up before it): the shared

@@ -17,7 +17,6 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
 from review_state.app import _events, _kernel
-from review_state.app._events import Facts
 from review_state.app._gates import refund_uncommitted, reviewer_breaker, spend_cap
 from review_state.app.delivery import Claim, deliver, record_attempt, send_columns
 from review_state.app.env import Env
@@ -29,16 +28,18 @@ from review_state.domain.decision import (
     POOL_BUDGET,
     QUORUM_REQUIRED,
     REVIEW_DEADLINE_PASSED,
+    Ballot,
     Decision,
     changed,
     deadline_passed,
-    decided,
+    decision_move,
     diffable,
+    turn_body,
 )
 from review_state.domain.escalation import Escalation
 from review_state.domain.feedback import approvers, decision_of, decisions_of, panel
 from review_state.domain.machine import Actor, State, Verb
-from review_state.domain.review import Review, Turn
+from review_state.domain.review import Facts, Move, Review, Turn
 from review_state.domain.submission import Dial
 from review_state.domain.undo import release_at
 
@@ -67,6 +68,19 @@ class Quorum:
 
 
 @dataclass(frozen=True)
+class Gates:
+    """What a decision's checks before its unit found: the breaker that holds a review agent's release
+    (None: none), the daily auto-send cap its unit spends (None: none), the category's quorum, and
+    whether the precheck read the draft as held stale (when it did not, the decision's
+    compare-and-set checks it still is not)."""
+
+    hold: str | None = None
+    cap: int | None = None
+    quorum: Quorum = Quorum()
+    stale: bool = True
+
+
+@dataclass(frozen=True)
 class ReviewerResult:
     kind: str  # sent | sent_to_human | queued | failed
     review: Review
@@ -92,12 +106,14 @@ async def open_review(
             edge = await _kernel.move(
                 uow,
                 current,
-                Verb.OPEN,
                 _kernel.actor_of(principal, current),
-                parent_revision=revision,
-                expected_version=version,
-                turn=_kernel.turn(principal, "opened", ""),
-                last=True,
+                Move(
+                    Verb.OPEN,
+                    parent_revision=revision,
+                    expected_version=version,
+                    turn=_kernel.turn(principal, "opened", ""),
+                ),
+                store.Cas(last=True),
             )
             return edge.after, ""
 
@@ -209,8 +225,9 @@ async def _decide(
         spent = await env.peers.consume_pool_send(principal, current.from_address, review_id)
         pooled, hold = spent.allowed, None if spent.allowed else POOL_BUDGET
     try:
+        gates = Gates(hold, cap, quorum, stale)
         review, held_by = await _apply_decision(
-            env, principal, current, decision, verb, actor, hold, fields, idempotency_key, cap, quorum, stale
+            env, principal, current, decision, actor, gates, fields, idempotency_key
         )
     except BaseException as error:
         if pooled:
@@ -303,20 +320,15 @@ async def _apply_decision(
     principal: Principal,
     current: Review,
     decision: Decision,
-    verb: Verb,
     actor: Actor,
-    hold: str | None,
+    gates: Gates,
     fields: dict[str, Any],
     idempotency_key: str,
-    cap: int | None = None,
-    quorum: Quorum | None = None,
-    stale: bool = True,
 ) -> tuple[Review, str]:
     """The decision's unit of work: the review as it now is, and the breaker that held a review
     agent's release ("" for none). Under a quorum, an approval (or edit) short of it is counted and
-    the draft stays open; the one that completes it releases the draft. ``stale``: the precheck read
-    the draft as held stale (when it did not, the decision's compare-and-set checks it still is not)."""
-    quorum = quorum or Quorum()
+    the draft stays open; the one that completes it releases the draft."""
+    verb, hold, cap, quorum, stale = decision.verb(), gates.hold, gates.cap, gates.quorum, gates.stale
     review_id = current.id
     # A human approving a held draft as it stands, having confirmed it: recorded on the decision turn.
     override = decision.override_held and actor is Actor.HUMAN and verb is Verb.APPROVE and stale
@@ -338,20 +350,10 @@ async def _apply_decision(
         # The precheck's read, not a second one: the compare-and-set on its version refuses the
         # decision (409 stale) if another writer moved the review since.
         before = current
-        prior: list[Turn] = []
-        short = False
-        counting = quorum.approvals > 1 and verb in (Verb.APPROVE, Verb.EDIT)
-        if counting or (quorum.panel and actor is Actor.HUMAN):
-            # Counted in the unit whose compare-and-set on the version writes the decision: two
-            # deciders racing for the last slot (or panel seat) cannot both see it free.
-            prior = await store.list_turns(uow.conn, review_id)
-        if quorum.panel and actor is Actor.HUMAN:
-            _check_panel(panel(prior), principal.actor_id, quorum.panel)
-        if counting:
-            standing = approvers(prior, before.revision, review_agent_counts=quorum.review_agent_counts)
-            if verb is Verb.APPROVE and principal.actor_id in standing:
-                return before, ""  # the same approver twice counts once
-            short = (1 if verb is Verb.EDIT else len(standing) + 1) < quorum.approvals
+        counted = await _count(uow, principal, before, verb, actor, quorum)
+        if counted is None:
+            return before, ""  # the same approver twice counts once
+        prior, short = counted
         if (
             cap is not None
             and not short
@@ -361,29 +363,15 @@ async def _apply_decision(
             return await _hold(uow, principal, review_id, decision, "daily_cap")
         # The send's ids go in the decision's own compare-and-set when it approves (one CAS, not two).
         send = send_columns(before, "human_reviewed" if actor is Actor.HUMAN else "reviewer_approved")
-        to = replace(
-            decided(verb, before, edited, now, decision.escalation, principal.actor_id),
-            # Each review-agent round is a hop, counted here for the reader; dispatch_budget bounds them.
-            reviewer_hops=before.reviewer_hops + (actor is Actor.REVIEW_AGENT),
-        )
-        edge = await _kernel.move(
-            uow,
+        ballot = Ballot(short, override, hop=actor is Actor.REVIEW_AGENT)
+        step = decision_move(
+            decision,
             before,
-            verb,
-            _kernel.actor_of(principal, before),
-            parent_revision=decision.revision,
-            expected_version=decision.version,
-            facts=Facts(said=decision.feedback),
-            short_of_quorum=short,
-            changed=to,
-            if_approved=replace(to, send_path=send["send_path"], rfc_message_id=send["rfc_message_id"]),
-            last=True,
-            not_stale=not stale,
-            override_held=override,
-            turn=_kernel.turn(
+            edited,
+            _kernel.turn(
                 principal,
                 "decision",
-                _override_note(decision.feedback) if override else decision.feedback,
+                turn_body(decision, ballot),
                 action=decision.action,
                 changed=changed(edited, before),
                 diff_json=orjson.loads(diff.diff_json) if diff is not None and diff.diff_json else None,
@@ -391,7 +379,13 @@ async def _apply_decision(
                 rule_ids=[rule.rule_id] if rule is not None else [],
                 turn_id=rule.source_turn_id if rule is not None else "",
             ),
+            send,
+            now,
+            principal.actor_id,
+            ballot,
         )
+        cas = store.Cas(last=True, not_stale=not stale)
+        edge = await _kernel.move(uow, before, _kernel.actor_of(principal, before), step, cas)
         after, turn = edge.after, edge.turn
         assert turn is not None
         if diff is not None:
@@ -426,12 +420,26 @@ async def _apply_decision(
     return await deliver(env, review, None if replayed or not claims else claims[-1]), held_by
 
 
-OVERRIDE_NOTE = "Approved as it stands, overriding the rule hold (its agent had not re-applied the rules)."
-
-
-def _override_note(feedback: str) -> str:
-    """The decision turn's body for a human's override of a rule hold, with what the human said."""
-    return f"{OVERRIDE_NOTE} {feedback}".strip()
+async def _count(
+    uow: UnitOfWork, principal: Principal, before: Review, verb: Verb, actor: Actor, quorum: Quorum
+) -> tuple[list[Turn], bool] | None:
+    """The thread's turns a quorum or a panel counts (none when neither does) and whether an approval
+    (or edit) is short of its quorum; None for an approver approving twice (it counts once). Counted in
+    the unit whose compare-and-set on the version writes the decision: two deciders racing for the last
+    slot (or panel seat) cannot both see it free."""
+    counting = quorum.approvals > 1 and verb in (Verb.APPROVE, Verb.EDIT)
+    seated = bool(quorum.panel) and actor is Actor.HUMAN
+    if not (counting or seated):
+        return [], False
+    prior = await store.list_turns(uow.conn, before.id)
+    if seated:
+        _check_panel(panel(prior), principal.actor_id, quorum.panel)
+    if not counting:
+        return prior, False
+    standing = approvers(prior, before.revision, review_agent_counts=quorum.review_agent_counts)
+    if verb is Verb.APPROVE and principal.actor_id in standing:
+        return None
+    return prior, (1 if verb is Verb.EDIT else len(standing) + 1) < quorum.approvals
 
 
 def _check_panel(members: list[str], actor_id: str, size: int) -> None:
@@ -458,11 +466,15 @@ async def _force_past_deadline(env: Env, review: Review) -> Review:
         edge = await _kernel.move(
             uow,
             review,
-            Verb.HOLD,
             Actor.SYSTEM,
-            facts=Facts(breaker=REVIEW_DEADLINE_PASSED),
-            changed=replace(review, gate_outcome=FORCED_PAST_DEADLINE),
-            turn=_kernel.turn(system, "breaker", "The review deadline passed before a review agent decided."),
+            Move(
+                Verb.HOLD,
+                facts=Facts(breaker=REVIEW_DEADLINE_PASSED),
+                changed=replace(review, gate_outcome=FORCED_PAST_DEADLINE),
+                turn=_kernel.turn(
+                    system, "breaker", "The review deadline passed before a review agent decided."
+                ),
+            ),
         )
     return edge.after
 
@@ -494,17 +506,19 @@ async def _hold(
     edge = await _kernel.move(
         uow,
         before,
-        Verb.HOLD,
         Actor.SYSTEM,
-        parent_revision=decision.revision,
-        expected_version=decision.version,
-        facts=Facts(breaker=breaker_name),
-        changed=replace(
-            before,
-            gate_outcome=f"held:{breaker_name}",
-            reviewer_hops=before.reviewer_hops + 1,
-            review_deadline=None,  # the draft is the human's now
+        Move(
+            Verb.HOLD,
+            parent_revision=decision.revision,
+            expected_version=decision.version,
+            facts=Facts(breaker=breaker_name),
+            changed=replace(
+                before,
+                gate_outcome=f"held:{breaker_name}",
+                reviewer_hops=before.reviewer_hops + 1,
+                review_deadline=None,  # the draft is the human's now
+            ),
+            turn=_kernel.turn(principal, "breaker", decision.feedback, action=decision.action),
         ),
-        turn=_kernel.turn(principal, "breaker", decision.feedback, action=decision.action),
     )
     return edge.after, breaker_name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,7 +12,7 @@ from reviewloop.errors import invalid
 from review_state.domain.escalation import Escalation, cleared
 from review_state.domain.html_part import html_of_text, sanitize_html
 from review_state.domain.machine import State, Verb
-from review_state.domain.review import Review
+from review_state.domain.review import Facts, Move, Review, Turn
 from review_state.domain.submission import CHAT_MAX, MAX_SUBJECT
 
 VERBS = {"approve": Verb.APPROVE, "edit": Verb.EDIT, "reject": Verb.REJECT, "escalate": Verb.ESCALATE}
@@ -107,6 +108,56 @@ def decided(
     if verb is Verb.ESCALATE:
         return (escalation or Escalation()).stands(after, by, now)
     return cleared(after) if current.escalated_at is not None else after
+
+
+@dataclass(frozen=True)
+class Ballot:
+    """How a decision counts where it is written: short of its category's quorum (counted, the draft
+    stays where it is), a human's override of a rule hold, a review agent's round (a hop)."""
+
+    short: bool = False
+    override: bool = False
+    hop: bool = False
+
+
+OVERRIDE_NOTE = "Approved as it stands, overriding the rule hold (its agent had not re-applied the rules)."
+
+
+def turn_body(decision: Decision, ballot: Ballot) -> str:
+    """The decision turn's body: what the decider said, after the note of an override of a rule hold."""
+    return f"{OVERRIDE_NOTE} {decision.feedback}".strip() if ballot.override else decision.feedback
+
+
+def decision_move(
+    decision: Decision,
+    before: Review,
+    edited: Review | None,
+    turn: Turn,
+    send: Mapping[str, str],
+    now: datetime,
+    by: str,
+    ballot: Ballot,
+) -> Move:
+    """The move a decision asks for: its verb on the (revision, version) the decider read, what it
+    writes (``decided``; with ``send``'s ids when it lands on approved, in the same compare-and-set),
+    its turn, and what its nudge says."""
+    verb = decision.verb()
+    # Each review-agent round is a hop, counted here for the reader; dispatch_budget bounds them.
+    to = replace(
+        decided(verb, before, edited, now, decision.escalation, by),
+        reviewer_hops=before.reviewer_hops + ballot.hop,
+    )
+    return Move(
+        verb,
+        parent_revision=decision.revision,
+        expected_version=decision.version,
+        changed=to,
+        if_approved=replace(to, send_path=send["send_path"], rfc_message_id=send["rfc_message_id"]),
+        turn=turn,
+        facts=Facts(said=decision.feedback),
+        short_of_quorum=ballot.short,
+        override_held=ballot.override,
+    )
 
 
 # Issue 19's breakers of the review-agent plane (``forced_by_breaker``).

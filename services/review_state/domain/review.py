@@ -138,6 +138,44 @@ class Turn:
 
 
 @dataclass(frozen=True)
+class Facts:
+    """What an edge's nudge says beyond the review before and after the edge."""
+
+    said: str = ""  # the turn's text: a human's comment, a decision's feedback
+    turn_id: str = ""
+    cancelled_by: str = ""  # the caller's actor kind
+    decision: str = ""  # how the reviewers' decisions read (``feedback.decision_of``), on `sent`
+    breaker: str = ""  # the circuit breaker that held a review agent's release
+    approvers: tuple[str, ...] = ()  # whose approval released the final revision, on `sent`
+
+
+NO_FACTS = Facts()
+
+
+@dataclass(frozen=True)
+class Move:
+    """A move of the transition table as a use case asks for it; the kernel checks it against the table
+    and writes it (``_kernel.move``)."""
+
+    verb: Verb
+    parent_revision: int | None = None  # None names no revision (chat, the platform's edges)
+    expected_version: int | None = None  # None: the revision guards alone
+    # The review with what the move writes besides its state (``dataclasses.replace`` of it, so a
+    # misspelt field is a type error); None writes nothing else. Its ``updated_at`` stands where it
+    # moved it, else it is the move's time.
+    changed: Review | None = None
+    if_approved: Review | None = None  # written instead of ``changed`` when the move lands on approved
+    turn: Turn | None = None  # the thread's entry, written with the compare-and-set
+    facts: Facts = NO_FACTS  # what its nudge says
+    # An approval (or edit) short of its quorum is legal where the table allows it, and leaves the
+    # draft where it is.
+    short_of_quorum: bool = False
+    # A human approves a draft a rule holds as it stands (the human wins): no born_stale refusal, its
+    # stale row is released.
+    override_held: bool = False
+
+
+@dataclass(frozen=True)
 class Edge:
     """One move of the transition table, taken: the review before and after it, and the turn it wrote."""
 

@@ -46,6 +46,8 @@ from review_state.store.messages import (
     thread_context,
 )
 from review_state.store.reviews import (
+    PLAIN,
+    Cas,
     ReviewFilter,
     add_review,
     add_turn,
@@ -70,8 +72,10 @@ from review_state.store.tables import idempotency_keys, metadata
 __all__ = [
     "DATA",
     "PARKED",
+    "PLAIN",
     "QUEUED",
     "Attempt",
+    "Cas",
     "Contact",
     "Message",
     "Remembered",

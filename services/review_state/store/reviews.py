@@ -316,29 +316,43 @@ _NOT_STALE = ~select(stale_drafts.c.review_id).where(stale_drafts.c.review_id ==
 _CAS_NOT_STALE = _CAS.where(_NOT_STALE)
 
 
+@dataclass(frozen=True)
+class Cas:
+    """How a compare-and-set is written, beyond the row's version: what else it is conditional on, and
+    whether it may be its unit's last statement (the PostgreSQL fast path)."""
+
+    # The unit reads nothing the write changes, so on PostgreSQL it is the unit's last statement
+    # (``UnitOfWork.last``: the unit's queued rows go with it, and only if it takes the row; unless that
+    # fast path is off); a lost race raises ``lost`` when the unit ends, and the turn has no seq yet.
+    last: bool = False
+    # Close the review's in-flight delivery attempt too (``finish_params``): the write is lost if it
+    # was closed already.
+    finishing: dict[str, Any] | None = None
+    not_stale: bool = False  # the write is lost if the draft is held stale (a ``stale_drafts`` row)
+
+
+PLAIN = Cas()
+
+
 async def compare_and_set(
     uow: UnitOfWork,
     current: Review,
     changed: Review,
     *,
     turn: Turn | None = None,
+    cas: Cas = PLAIN,
     lost: Callable[[], Awaitable[NoReturn]] | None = None,
-    finishing: dict[str, Any] | None = None,
-    not_stale: bool = False,
 ) -> tuple[Review, Turn | None] | None:
     """Write ``changed`` (``current`` with its changes, ``dataclasses.replace`` of it: a misspelt field
     is a type error) only if the row is still at ``current.version``; the row count decides. With
     ``turn``, append it to the review's thread (at the next seq, the review's new revision) only if the
-    row was written: on PostgreSQL in the same statement. With ``finishing`` (``finish_params``), close
-    the review's in-flight delivery attempt too: the write is lost if it was closed already. With
-    ``not_stale``, it is lost if the draft is held stale (a ``stale_drafts`` row names it).
-
-    With ``lost``, on PostgreSQL the write is the unit's last statement (unless that fast path is off) (``UnitOfWork.last``: its queued
-    rows go with it, and only if it takes the row) and ``lost`` raises when the unit ends if another writer
-    got there first; the returned turn has no seq yet. Otherwise (and on SQLite) it is written now.
+    row was written: on PostgreSQL in the same statement. ``cas``: what else the write is conditional
+    on, and whether it is the unit's last statement (then ``lost`` raises a lost race); otherwise (and
+    on SQLite) it is written now.
 
     Returns the new review and the turn, or None when another writer got there first.
     """
+    finishing, not_stale = cas.finishing, cas.not_stale
     updated = replace(changed, version=current.version + 1)
     # Only what changed: the version CAS already guarantees nobody else wrote the row since.
     names = [n for n in _FIELDS if getattr(updated, n) != getattr(current, n)]
@@ -348,9 +362,9 @@ async def compare_and_set(
         turn = replace(turn, review_id=current.id, revision=updated.revision)
     turn_values = {f"turn_{name}": getattr(turn, name) for name in _TURN_FIELDS} if turn is not None else {}
     sets = {f"set_{name}": value for name, value in values.items()}  # ``_cas``'s names for ``values``
-    if lost is not None and uow.takes_last:
-        statement, cas = _cas(tuple(values), turn is not None, finishing is not None, not_stale)
-        uow.last(statement, cas, {**sets, **guard, **turn_values, **(finishing or {})}, lost)
+    if cas.last and lost is not None and uow.takes_last:
+        statement, cte = _cas(tuple(values), turn is not None, finishing is not None, not_stale)
+        uow.last(statement, cte, {**sets, **guard, **turn_values, **(finishing or {})}, lost)
     elif finishing is not None and (await uow.conn.execute(FINISH, finishing)).first() is None:
         return None
     elif turn is not None and uow.conn.dialect.name == "postgresql":
