@@ -158,6 +158,8 @@ _STRINGS = {
     ' "before": "a\\n", "after": "b\\n", "before_start": 1, "after_start": 1}]}',
     "Nudge.payload_json": '{"state": "sent", "message_id": "msg_1"}',
     "Delivery.status": "send_needs_reconciliation",
+    "EscalationTarget.kind": "person",
+    "EscalationTarget.id": "key_01J9Z3W6Q2X8V5T4R3P2N1M0KA",
 }
 
 

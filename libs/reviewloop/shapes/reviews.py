@@ -41,10 +41,7 @@ MessageSha256 = Annotated[str, Field(min_length=64, max_length=64, pattern=r"^[0
 
 
 class ReviewIntent(Shape):
-    """The agent's one-sentence summary for the human reviewer.
-
-    Required whenever the resolved mode is ``review``. Keep ``summary`` to one sentence (8-200 characters).
-    """
+    """One sentence (8-200 characters) for the reviewer; required when the resolved mode is review."""
 
     summary: str = Field(max_length=2000, examples=["Re-engage cold lead at Acme about Q3 pilot"])
     meta: Annotated[dict[str, JsonValue], Storable] | None = None
@@ -84,8 +81,7 @@ class _Composed(Shape):
     composition_token: str | None = Field(default=None, max_length=4096)
     mode: ReviewModeName | None = Field(
         default=None,
-        description="review: queue for a reviewer; direct: send without review where the resolved policy "
-        "allows it (allow_direct); elsewhere the policy wins and effective_mode says so",
+        description="review: queue it; direct: send unreviewed where the policy allows (see effective_mode)",
     )
     inbox: Address | None = Field(
         default=None,

@@ -68,7 +68,8 @@ HUMAN = require(ActorKind.HUMAN, ActorKind.ADMIN)
 REVIEWER = require(ActorKind.HUMAN, ActorKind.ADMIN, ActorKind.REVIEW_AGENT)
 # A page of reviews starts after the review its cursor names ("" the first page).
 REVIEW_CURSOR = f"^({id_pattern('rr')})?$"
-ESCALATED_TO = f"^(me|role:(human|admin)|{id_pattern('key')})$"
+# "" is the default (no filter), so the published pattern takes it too.
+ESCALATED_TO = f"^(|me|role:(human|admin)|{id_pattern('key')})$"
 
 
 async def _submit(
