@@ -4,233 +4,41 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import UTC
 from typing import TYPE_CHECKING, Any, Literal
 
 import grpc
 import orjson
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
-from reviewloop.protoconv import enum_name, optional_scalars, required_enum, stamp, to_enum
+from reviewloop.protoconv import enum_name, required_enum, stamp
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from reviewloop.service import Registration
-from reviewloop.storage import utcnow
 from reviewloop.tenancy import Principal
 
-from review_state import app, store
-from review_state.app import Decision, Env, Revision
+from review_state import app
+from review_state.app import Env, Revision
 from review_state.app.dial_effect import GATE_FIELDS
 from review_state.domain import dial_effect
-from review_state.domain.escalation import Escalation, mine, target_of
-from review_state.domain.feedback import approvers
-from review_state.domain.machine import CLOSED, State
-from review_state.domain.review import Review, Turn
-from review_state.domain.submission import Asked, Attachment, Dial, Draft, Intent
+from review_state.domain.escalation import mine
+from review_state.domain.machine import State
+from review_state.domain.review import Review
+from review_state.domain.submission import Asked, Dial, Draft
+from review_state.messages import (
+    KIND_PREFIX,
+    STATE_PREFIX,
+    attachments_from_proto,
+    contact_to_proto,
+    decision_from_proto,
+    intent_from_proto,
+    optional_field,
+    review_to_proto,
+    state_to_proto,
+    turn_to_proto,
+    with_undo_until,
+)
 
 if TYPE_CHECKING:
     Context = grpc.aio.ServicerContext[Any, Any]
-
-_KIND, _STATE = "MESSAGE_KIND_", "REVIEW_STATE_"
-
-
-# The Review's `optional` scalars: set exactly when the record has a value.
-OPTIONAL_SCALARS = optional_scalars(review_pb2.Review.DESCRIPTOR)
-
-
-def _state_to_proto(state: State) -> review_pb2.ReviewState.ValueType:
-    return review_pb2.ReviewState.ValueType(to_enum(review_pb2.ReviewState, _STATE, state.value))
-
-
-def turn_to_proto(turn: Turn) -> review_pb2.Turn:
-    return review_pb2.Turn(
-        id=turn.id,
-        seq=turn.seq,
-        turn_type=turn.turn_type,
-        actor_kind=turn.actor_kind,
-        actor_id=turn.actor_id,
-        body=turn.body,
-        revision=turn.revision,
-        action=turn.action,
-        diff_json=orjson.dumps(turn.diff_json).decode() if turn.diff_json is not None else "",
-        created_at=stamp(turn.created_at),
-    )
-
-
-def delivery_to_proto(attempt: store.Attempt) -> review_pb2.Delivery:
-    end = attempt.finished_at or utcnow()
-    message = review_pb2.Delivery(
-        status=app.delivery_status(attempt),
-        tries=attempt.tries,
-        started_at=stamp(attempt.started_at),
-        age_s=round(max((end - attempt.started_at).total_seconds(), 0.0), 3),
-        error=attempt.error or "",
-        resolution=attempt.resolution or "",
-    )
-    if attempt.parked_at is not None and attempt.status == "in_flight":
-        message.parked_at.CopyFrom(stamp(attempt.parked_at))
-    return message
-
-
-def review_to_proto(
-    review: Review, turns: Sequence[Turn] = (), attempt: store.Attempt | None = None
-) -> review_pb2.Review:
-    message = review_pb2.Review(
-        id=review.id,
-        org_id=review.org_id,
-        project_id=review.project_id,
-        agent_id=review.agent_id,
-        category_id=review.category_id,
-        kind=review_pb2.MessageKind.ValueType(to_enum(review_pb2.MessageKind, _KIND, review.kind)),
-        state=_state_to_proto(review.state),
-        revision=review.revision,
-        version=review.version,
-        closed=review.state in CLOSED,
-        to=review.to,
-        cc=review.cc,
-        bcc=review.bcc,
-        subject=review.subject,
-        body_text=review.body_text,
-        created_at=stamp(review.created_at),
-        updated_at=stamp(review.updated_at),
-        headers=review.headers,
-        attachments=[_attachment_to_proto(a) for a in review.attachments],
-        from_address=review.from_address,
-        rule_high_water=review.rule_high_water,
-        rule_snapshot_unnamed=review.rule_snapshot_unnamed,
-        recheck_completed_through_seq=review.recheck_completed_through_seq,
-        turns=[turn_to_proto(t) for t in turns],
-        approvers=approvers(turns, review.revision),
-        mode=review.mode or "",
-    )
-    if review.intent is not None:
-        message.intent.summary = review.intent.summary
-        if review.intent.meta is not None:
-            message.intent.meta_json = orjson.dumps(review.intent.meta).decode()
-    for name in OPTIONAL_SCALARS:
-        value = getattr(review, name)
-        if value is not None:
-            setattr(message, name, value)
-    if review.message_id is None:
-        message.ClearField("rfc_message_id")  # only a delivered message has one worth reading
-    for name in ("decided_at", "sent_at", "review_deadline"):
-        value = getattr(review, name)
-        if value is not None:
-            getattr(message, name).CopyFrom(stamp(value))
-    if attempt is not None:
-        message.delivery.CopyFrom(delivery_to_proto(attempt))
-        with_undo_until(message, attempt)
-    if review.escalated_at is not None:
-        message.escalation.CopyFrom(escalation_to_proto(review))
-    return message
-
-
-def with_undo_until(message: review_pb2.Review, attempt: store.Attempt | None) -> review_pb2.Review:
-    """``undo_until`` on ``message`` while its release waits out its undo window."""
-    until = attempt.undo_until(utcnow()) if attempt is not None else None
-    if until is not None:
-        message.undo_until.CopyFrom(stamp(until))
-    return message
-
-
-def _attachment_to_proto(attachment: Attachment) -> review_pb2.Attachment:
-    return review_pb2.Attachment(
-        filename=attachment.filename, content_type=attachment.content_type, content=attachment.content
-    )
-
-
-def _attachments(items: Sequence[review_pb2.Attachment]) -> tuple[Attachment, ...]:
-    return tuple(Attachment(a.filename, a.content_type, a.content) for a in items)
-
-
-def _intent(message: review_pb2.Intent, has: bool) -> Intent | None:
-    if not has:
-        return None
-    meta = None
-    if message.meta_json:
-        try:
-            meta = orjson.loads(message.meta_json)
-        except orjson.JSONDecodeError as exc:
-            raise DomainError(Code.BAD_REQUEST, "/intent/meta: not a JSON object") from exc
-        if not isinstance(meta, dict):
-            raise DomainError(Code.BAD_REQUEST, "/intent/meta: must be a JSON object")
-    return Intent(message.summary, meta)
-
-
-def _contact(contact: store.Contact) -> review_pb2.Contact:
-    message = review_pb2.Contact(
-        address=contact.address,
-        blocked=contact.blocked,
-        suppressed=contact.suppressed,
-        blocked_by=contact.blocked_by,
-        suppressed_by=contact.suppressed_by,
-    )
-    if contact.blocked_at is not None:
-        message.blocked_at.CopyFrom(stamp(contact.blocked_at))
-    if contact.suppressed_at is not None:
-        message.suppressed_at.CopyFrom(stamp(contact.suppressed_at))
-    return message
-
-
-def _optional(message: Any, name: str) -> Any:
-    return getattr(message, name) if message.HasField(name) else None
-
-
-def _decision(request: review_pb2.DecideRequest) -> Decision:
-    new_rule = None
-    if request.HasField("new_rule"):
-        new_rule = {
-            "rule_text": request.new_rule.rule_text,
-            "scope": request.new_rule.scope,
-            "category_id": request.new_rule.category_id,
-            "rule_layer": request.new_rule.rule_layer,
-            "scope_agent_id": request.new_rule.scope_agent_id,
-        }
-    return Decision(
-        action=request.action,
-        revision=request.revision,
-        version=request.version,
-        subject=_optional(request, "subject"),
-        body=_optional(request, "body"),
-        feedback=request.feedback,
-        new_rule=new_rule,
-        body_html=_optional(request, "body_html"),
-        message_sha256=request.message_sha256,
-        override_held=request.override_held,
-        escalation=_escalation(request),
-    )
-
-
-def _escalation(request: review_pb2.DecideRequest) -> Escalation | None:
-    """An escalation's target and deadline; None when the request names neither."""
-    if not request.HasField("escalate_to") and not request.HasField("escalation_deadline"):
-        return None
-    target = request.escalate_to
-    return Escalation(
-        kind=target.kind,
-        target_id=target.id,
-        name=target.name,
-        deadline=request.escalation_deadline.ToDatetime(UTC)
-        if request.HasField("escalation_deadline")
-        else None,
-        notify=tuple(request.notify_addresses),
-        review_url=request.review_url,
-        by_name=request.decider_name,
-    )
-
-
-def escalation_to_proto(review: Review) -> review_pb2.Escalation:
-    assert review.escalated_at is not None
-    message = review_pb2.Escalation(
-        escalated_at=stamp(review.escalated_at), escalated_by=review.escalated_by or ""
-    )
-    kind, target_id = target_of(review.escalated_to)
-    if kind:
-        message.target.CopyFrom(
-            review_pb2.EscalationTarget(kind=kind, id=target_id, name=review.escalated_to_name or "")
-        )
-    if review.escalation_deadline is not None:
-        message.deadline.CopyFrom(stamp(review.escalation_deadline))
-    return message
 
 
 class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
@@ -238,7 +46,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         self.env = env
 
     async def Submit(self, request: review_pb2.SubmitRequest, context: Context) -> review_pb2.SubmitResponse:
-        kind = enum_name(review_pb2.MessageKind, _KIND, request.kind)
+        kind = enum_name(review_pb2.MessageKind, KIND_PREFIX, request.kind)
         if not kind:
             raise DomainError(Code.BAD_REQUEST, "kind must be send, reply or forward.")
         draft = Draft(
@@ -247,11 +55,11 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             bcc=list(request.bcc),
             subject=request.subject,
             body_text=request.body_text,
-            intent=_intent(request.intent, request.HasField("intent")),
-            body_html=_optional(request, "body_html"),
-            reply_to=_optional(request, "reply_to"),
+            intent=intent_from_proto(request.intent, request.HasField("intent")),
+            body_html=optional_field(request, "body_html"),
+            reply_to=optional_field(request, "reply_to"),
             headers=dict(request.headers),
-            attachments=_attachments(request.attachments),
+            attachments=attachments_from_proto(request.attachments),
         )
         status, review = await app.submit(
             self.env,
@@ -261,7 +69,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             category_id=request.category_id,
             idempotency_key=request.idempotency_key,
             parent_message_id=request.parent_message_id,
-            confidence=_optional(request, "confidence"),
+            confidence=optional_field(request, "confidence"),
             composition_token=request.composition_token,
             asked=Asked(
                 mode=request.mode,
@@ -324,7 +132,9 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     ) -> review_pb2.ListReviewsResponse:
         principal = Principal.from_proto(request.principal)
         filters = app.ReviewFilter(
-            states=tuple(required_enum(review_pb2.ReviewState, _STATE, s, "/states") for s in request.states),
+            states=tuple(
+                required_enum(review_pb2.ReviewState, STATE_PREFIX, s, "/states") for s in request.states
+            ),
             agent_id=request.agent_id,
             category_id=request.category_id,
             humans_notified=request.humans_notified,
@@ -370,9 +180,9 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             self.env,
             Principal.from_proto(request.principal),
             request.review_id,
-            _optional(request, "subject"),
-            _optional(request, "body"),
-            _optional(request, "body_html"),
+            optional_field(request, "subject"),
+            optional_field(request, "body"),
+            optional_field(request, "body_html"),
         )
         review = preview.review
         return review_pb2.MessagePreview(
@@ -404,7 +214,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
                     else "stale"
                     if stale.nudged_at is None
                     else "in_flight",
-                    state=_state_to_proto(review.state),
+                    state=state_to_proto(review.state),
                     rule_high_water=review.rule_high_water,
                     required_high_water=stale.required_high_water if stale is not None else 0,
                     rule_snapshot_unnamed=review.rule_snapshot_unnamed,
@@ -424,7 +234,9 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
     async def GetDialEffect(
         self, request: review_pb2.GetDialEffectRequest, context: Context
     ) -> review_pb2.DialEffect:
-        proposed = {name: value for name in GATE_FIELDS if (value := _optional(request, name)) is not None}
+        proposed = {
+            name: value for name in GATE_FIELDS if (value := optional_field(request, name)) is not None
+        }
         found = await app.get_dial_effect(
             self.env, Principal.from_proto(request.principal), request.category_id, proposed, request.last
         )
@@ -463,17 +275,19 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             return list(getattr(request, name).addresses) if request.HasField(name) else None
 
         revision = Revision(
-            subject=_optional(request, "subject"),
-            body_text=_optional(request, "body_text"),
-            body_html=_optional(request, "body_html"),
+            subject=optional_field(request, "subject"),
+            body_text=optional_field(request, "body_text"),
+            body_html=optional_field(request, "body_html"),
             to=addresses("to"),
             cc=addresses("cc"),
             bcc=addresses("bcc"),
-            reply_to=_optional(request, "reply_to"),
+            reply_to=optional_field(request, "reply_to"),
             headers=dict(request.headers.values) if request.HasField("headers") else None,
-            attachments=_attachments(request.attachments.items) if request.HasField("attachments") else None,
-            intent=_intent(request.intent, request.HasField("intent")),
-            confidence=_optional(request, "confidence"),
+            attachments=attachments_from_proto(request.attachments.items)
+            if request.HasField("attachments")
+            else None,
+            intent=intent_from_proto(request.intent, request.HasField("intent")),
+            confidence=optional_field(request, "confidence"),
         )
         review = await app.submit_revision(
             self.env,
@@ -482,9 +296,9 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             request.parent_revision,
             revision,
             composition_token=request.composition_token,
-            expected_version=_optional(request, "expected_version"),
-            rules_version_seen=_optional(request, "rules_version_seen"),
-            recheck_through_seq=_optional(request, "recheck_through_seq"),
+            expected_version=optional_field(request, "expected_version"),
+            rules_version_seen=optional_field(request, "rules_version_seen"),
+            recheck_through_seq=optional_field(request, "recheck_through_seq"),
             idempotency_key=request.idempotency_key,
         )
         return review_to_proto(review)
@@ -496,10 +310,10 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             request.review_id,
             request.parent_revision,
             composition_token=request.composition_token,
-            expected_version=_optional(request, "expected_version"),
-            against_version=_optional(request, "against_version"),
-            house_style_version=_optional(request, "house_style_version"),
-            recheck_through_seq=_optional(request, "recheck_through_seq"),
+            expected_version=optional_field(request, "expected_version"),
+            against_version=optional_field(request, "against_version"),
+            house_style_version=optional_field(request, "house_style_version"),
+            recheck_through_seq=optional_field(request, "recheck_through_seq"),
             idempotency_key=request.idempotency_key,
         )
         return review_to_proto(review)
@@ -532,7 +346,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             self.env,
             Principal.from_proto(request.principal),
             request.review_id,
-            _decision(request),
+            decision_from_proto(request),
             request.idempotency_key,
         )
         return await self._released(request.principal, review)
@@ -567,7 +381,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             self.env,
             Principal.from_proto(request.principal),
             request.review_id,
-            _decision(request),
+            decision_from_proto(request),
             request.idempotency_key,
         )
         review = result.review
@@ -578,7 +392,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             message_id=review.message_id or "",
             thread_id=review.thread_ref or "",
             review=review_pb2.ReviewSummary(
-                id=review.id, state=_state_to_proto(review.state), revision=review.revision
+                id=review.id, state=state_to_proto(review.state), revision=review.revision
             ),
             forced_by_breaker=result.forced_by_breaker,
             full_review=review_to_proto(review),
@@ -664,7 +478,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
 
     async def AddBlock(self, request: review_pb2.ContactRequest, context: Context) -> review_pb2.Contact:
         contact = await app.add_block(self.env, Principal.from_proto(request.principal), request.address)
-        return _contact(contact)
+        return contact_to_proto(contact)
 
     async def AddSuppression(
         self, request: review_pb2.ContactRequest, context: Context
@@ -672,17 +486,17 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         contact = await app.add_suppression(
             self.env, Principal.from_proto(request.principal), request.address
         )
-        return _contact(contact)
+        return contact_to_proto(contact)
 
     async def ListContacts(
         self, request: review_pb2.ListContactsRequest, context: Context
     ) -> review_pb2.ListContactsResponse:
         contacts = await app.list_contacts(self.env, Principal.from_proto(request.principal))
-        return review_pb2.ListContactsResponse(contacts=[_contact(c) for c in contacts])
+        return review_pb2.ListContactsResponse(contacts=[contact_to_proto(c) for c in contacts])
 
     async def RemoveBlock(self, request: review_pb2.ContactRequest, context: Context) -> review_pb2.Contact:
         contact = await app.remove_block(self.env, Principal.from_proto(request.principal), request.address)
-        return _contact(contact)
+        return contact_to_proto(contact)
 
     async def RemoveSuppression(
         self, request: review_pb2.ContactRequest, context: Context
@@ -690,7 +504,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         contact = await app.remove_suppression(
             self.env, Principal.from_proto(request.principal), request.address
         )
-        return _contact(contact)
+        return contact_to_proto(contact)
 
     async def Ingest(self, request: common_pb2.IngestRequest, context: Context) -> common_pb2.IngestResponse:
         accepted, duplicates = await app.ingest(self.env, request.events)
