@@ -32,6 +32,7 @@ from reviewloop.shapes import (
     _base,
     budget,
     categories,
+    composing,
     escalation,
     events,
     mail,
@@ -149,6 +150,18 @@ from reviewloop.shapes.categories import (
     ScanBacklogStatus,
     UpdateCategoryRequest,
 )
+from reviewloop.shapes.composing import (
+    AttachmentIn,
+    CancelIn,
+    ForwardIn,
+    PostReviewChatRequest,
+    ReplyIn,
+    RestampReviewRequest,
+    ReviewIntent,
+    SendIn,
+    SubmitRevisionRequest,
+    ThreadReplyIn,
+)
 from reviewloop.shapes.escalation import EscalationTarget, ReviewEscalation
 from reviewloop.shapes.events import (
     AckReviewEventEntry,
@@ -194,19 +207,13 @@ from reviewloop.shapes.push import (
 )
 from reviewloop.shapes.reviews import (
     Attachment,
-    AttachmentIn,
-    CancelIn,
     DeliveryResolutionIn,
     DiffHunk,
     DiffJson,
-    ForwardIn,
     MessagePreview,
     MessagePreviewIn,
     NewRule,
     OpenIn,
-    PostReviewChatRequest,
-    ReplyIn,
-    RestampReviewRequest,
     Review,
     ReviewChatResult,
     ReviewDecisionContext,
@@ -217,16 +224,12 @@ from reviewloop.shapes.reviews import (
     ReviewerDecisionReview,
     ReviewFeedback,
     ReviewFeedbackComment,
-    ReviewIntent,
     ReviewList,
     ReviewPolicy,
     ReviewTurn,
     ReviewTurnList,
-    SendIn,
     SentMessage,
     SubmitForReviewResult,
-    SubmitRevisionRequest,
-    ThreadReplyIn,
     UndoDecisionIn,
 )
 from reviewloop.shapes.rules import (
@@ -270,7 +273,19 @@ def _declared(module: ModuleType) -> tuple[type[BaseModel], ...]:
 # Every shape, in the order the planes declare them.
 SHAPES: tuple[type[BaseModel], ...] = tuple(
     model
-    for module in (_base, reviews, escalation, mail, events, rules, categories, budget, operations, push)
+    for module in (
+        _base,
+        composing,
+        reviews,
+        escalation,
+        mail,
+        events,
+        rules,
+        categories,
+        budget,
+        operations,
+        push,
+    )
     for model in _declared(module)
 )
 
