@@ -25,18 +25,34 @@ class Listing:
     first_contact: frozenset[str]  # ids of the drafts to a recipient the project never mailed nor heard from
 
 
-async def listing(request: Request, session: Session, states: list[str], category_id: str = "") -> Listing:
-    reply = await web.call(
+async def list_reviews(
+    request: Request,
+    session: Session,
+    states: list[str],
+    category_id: str = "",
+    *,
+    limit: int = LISTED,
+    humans_notified: bool = False,
+    with_first_contact: bool = False,
+) -> review_pb2.ListReviewsResponse:
+    """The console's one ListReviews request (newest first, as the service answers)."""
+    reply: review_pb2.ListReviewsResponse = await web.call(
         web.backend(request).review.ListReviews,
         review_pb2.ListReviewsRequest(
             principal=session.principal.to_proto(),
             states=[_STATES[s] for s in states],
             category_id=category_id,
-            limit=LISTED,
-            with_first_contact=True,
+            limit=limit,
+            humans_notified=humans_notified,
+            with_first_contact=with_first_contact,
         ),
         request,
     )
+    return reply
+
+
+async def listing(request: Request, session: Session, states: list[str], category_id: str = "") -> Listing:
+    reply = await list_reviews(request, session, states, category_id, with_first_contact=True)
     return Listing(
         reviews=[as_review(r) for r in reversed(reply.reviews)],
         first_contact=frozenset(reply.first_contact_review_ids),
@@ -48,16 +64,7 @@ async def sent_without_review(
 ) -> tuple[list[dict[str, Any]], int]:
     """The auto-sent drafts (no human reviewed them), oldest first when ``rows`` (the split is shown),
     and how many there are."""
-    reply = await web.call(
-        web.backend(request).review.ListReviews,
-        review_pb2.ListReviewsRequest(
-            principal=session.principal.to_proto(),
-            states=[review_pb2.REVIEW_STATE_AUTO_SENT],
-            category_id=category_id,
-            limit=LISTED if rows else 1,
-        ),
-        request,
-    )
+    reply = await list_reviews(request, session, ["auto_sent"], category_id, limit=LISTED if rows else 1)
     return ([as_review(r) for r in reversed(reply.reviews)] if rows else []), reply.total
 
 

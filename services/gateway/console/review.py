@@ -45,16 +45,8 @@ async def _list(
     humans_notified: bool = False,
     limit: int = 200,
 ) -> list[dict[str, Any]]:
-    reply = await web.call(
-        web.backend(request).review.ListReviews,
-        review_pb2.ListReviewsRequest(
-            principal=session.principal.to_proto(),
-            states=[_STATES[s] for s in states],
-            category_id=category_id,
-            limit=limit,
-            humans_notified=humans_notified,
-        ),
-        request,
+    reply = await queue_view.list_reviews(
+        request, session, states, category_id, limit=limit, humans_notified=humans_notified
     )
     return [as_review(r) for r in reply.reviews]
 
