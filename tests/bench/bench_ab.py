@@ -2,7 +2,7 @@
 
 ``make bench BENCH=bench_ab BENCH_AGAINST=<git revision>`` checks the revision out into a temporary
 worktree (its stubs generated there), starts its stack and this tree's side by side on PostgreSQL as
-``bench_lifecycle`` does (each process holding ``BENCH_AB_POOL`` connections, 6, so both fit the server),
+``bench_lifecycle`` does (each store's pool holding ``BENCH_POOL`` connections, 6, so both fit the server),
 and runs the lifecycle load on each in turn: A B, B A, A B... for ``BENCH_PAIRS`` pairs (4) of
 ``BENCH_LOAD_S`` seconds. ``BENCH_AB_LOOP=submit`` runs the submit-only load instead;
 ``BENCH_AB_TARGET=all`` runs both sides in monolithic mode (``reviewloop up --target all``).
@@ -33,7 +33,6 @@ from tests.conftest import PG_ENV, Databases, start_stack
 
 REPO = Path(__file__).resolve().parents[2]
 PAIRS = int(os.environ.get("BENCH_PAIRS", "4"))
-POOL = os.environ.get("BENCH_AB_POOL", "6")
 
 
 @contextlib.contextmanager
@@ -66,7 +65,7 @@ def worktree(revision: str, into: Path) -> Iterator[Path]:
 
 async def side(databases: Databases, data: Path, tree: Path | None) -> tuple[Stack, lifecycle.Target]:
     """A stack of ``tree``'s services (this tree's when None) and its load target."""
-    env = {**lifecycle.STACK_ENV, "REVIEWLOOP_DB_POOL_SIZE": POOL}
+    env = dict(lifecycle.STACK_ENV)
     if tree is not None:  # its services and libs first; the bench's own code stays this tree's
         env["PYTHONPATH"] = os.pathsep.join([str(tree / "services"), str(tree / "libs"), str(REPO)])
     stack = await start_stack(databases, "postgres", data, env, target=os.environ.get("BENCH_AB_TARGET"))

@@ -420,7 +420,14 @@ async def measure(target: Target, admin: asyncpg.Connection, profile: str | None
 
 
 # The stack as the bench runs it: the relay's poll as ``make run`` has it, and no span per statement.
-STACK_ENV = {"REVIEWLOOP_RELAY_POLL_S": "0.5", "REVIEWLOOP_TRACE_SQL": "0"}
+# Each store's pool holds at most BENCH_POOL connections (6): the two stacks' twelve stores and the floor's
+# 20 then fit PostgreSQL's default max_connections of 100, which at 20 a store they overran (a 500 from the
+# monolith's rules: TooManyConnectionsError). Six is more than a store uses at 16 agents on two cores.
+STACK_ENV = {
+    "REVIEWLOOP_RELAY_POLL_S": "0.5",
+    "REVIEWLOOP_TRACE_SQL": "0",
+    "REVIEWLOOP_DB_POOL_SIZE": os.environ.get("BENCH_POOL", "6"),
+}
 
 
 async def stack_target(name: str, stack: Stack) -> Target:
