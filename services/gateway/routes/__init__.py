@@ -16,13 +16,13 @@ Route table, prefix -> module (spec):
                                                           -> budget.catalog       (003)
     /v1/sessions, /v1/gate-decisions                      -> budget.gate          (001)
     /v1/admin/projects/{id}/{review-policy,blocks,suppressions,inbound}
-                                                          -> console.reviews      (000)
+                                                          -> admin.reviews        (000)
     /v1/admin/{orgs/{id}/rules,rules,categories,composition-keys}
     /v1/admin/projects/{id}/{categories,graduation-proposals,risk-dial,rule-settings}
-                                                          -> console.rules        (000)
-    /v1/admin/projects, /v1/admin/api-keys                -> console.projects     (gateway store)
-    /v1/admin/projects/{id}/dead-letters                  -> console.outbox       (every service; issue 13)
-    /v1/admin/send-pools                                  -> console.pools        (the shared-pool governor)
+                                                          -> admin.rules          (000)
+    /v1/admin/projects, /v1/admin/api-keys                -> admin.projects       (gateway store)
+    /v1/admin/projects/{id}/dead-letters                  -> admin.outbox         (every service; issue 13)
+    /v1/admin/send-pools                                  -> admin.pools          (the shared-pool governor)
 
 ``/healthz``, ``/openapi.yaml``, ``/v1/contract-manifest`` and ``/mcp`` are the ASGI app's own
 (``gateway.asgi``). ``ROUTERS`` is the order the app includes them in, which is the order of the paths in
@@ -35,20 +35,20 @@ from fastapi import APIRouter, Request
 from reviewloop.errors import invalid
 
 from gateway.routes import events, push, reviews, rule_preview, rules, undo
+from gateway.routes.admin import outbox, pools, projects
+from gateway.routes.admin import reviews as admin_reviews
+from gateway.routes.admin import rules as admin_rules
 from gateway.routes.budget import catalog, gate, journals, rounds
-from gateway.routes.console import outbox, pools, projects
-from gateway.routes.console import reviews as console_reviews
-from gateway.routes.console import rules as console_rules
 
 ROUTERS: tuple[APIRouter, ...] = (
     reviews.router,
     undo.router,
-    console_reviews.router,
+    admin_reviews.router,
     events.router,
     push.router,
     rules.router,
     rule_preview.router,
-    console_rules.router,
+    admin_rules.router,
     rounds.router,
     journals.router,
     catalog.router,

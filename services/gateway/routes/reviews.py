@@ -1,5 +1,5 @@
 """The review routes of spec 000: the composer's plane and the reviewer planes. Each route's operation_id is
-the spec's verb. (The console's review policy, contacts and inbound mail are in ``routes/console/reviews``.)"""
+the spec's verb. (The console's review policy, contacts and inbound mail are in ``routes/admin/reviews``.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The rules routes of the agent plane: get_rules, save_rule, categories, graduation and the risk dial. (Their
-console verbs are in ``routes/console/rules``.)"""
+console verbs are in ``routes/admin/rules``.)"""
 
 from __future__ import annotations
 
