@@ -1,16 +1,19 @@
 """Escalation goes somewhere, in the browser (issue 38): reviewer A escalates a draft to B with a
 deadline from the review page's picker; B signs in and finds it first in the queue, under "Escalated to
-me" with its count, with the deadline shown; B's address got the mail through the SMTP relay."""
+me" with its count, with the deadline shown; B's address got the mail through the SMTP relay. An
+escalation past its deadline is in the queue's "Overdue" split, counted."""
 
 from __future__ import annotations
 
 import asyncio
 import email
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from email.policy import default
 from typing import Any
 
 from playwright.async_api import expect
+from reviewloop.storage import make_engine
+from sqlalchemy import text
 
 from tests.conftest import Api
 from tests.console.conftest import Relay
@@ -82,3 +85,54 @@ async def test_a_escalates_to_b_with_a_deadline_and_b_sees_it_first(
     assert mail["Subject"].startswith("Escalated to you: ")
     text = mail.get_body(("plain",)).get_content()  # type: ignore[union-attr]
     assert "Subject: pricing exception" in text and f"/console/reviews/{rid}" in text
+
+
+async def _deadline_passes(api: Api, review_id: str) -> None:
+    """The clock passing the escalation's deadline, without a wait: review_state's stored one moves back."""
+    engine = make_engine(api.stack.env["REVIEWLOOP_REVIEW_STATE_DB"])
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE reviews SET escalation_deadline = :past WHERE id = :id"),
+                {"past": datetime.now(UTC) - timedelta(hours=2), "id": review_id},
+            )
+    finally:
+        await engine.dispose()
+
+
+async def test_an_escalation_past_its_deadline_is_in_the_overdue_split(capi: Api, new_page: Any) -> None:
+    p = await _project(capi)
+    human = capi.auth(p["human"])
+    late, due, plain = [await submit(capi, p["agent"], subject=s) for s in ("late", "due tomorrow", "plain")]
+    for rid in (late, due):
+        opened = await capi.http.post(
+            f"/v1/reviews/{rid}/open", json={"revision": 1, "version": 1}, headers=human
+        )
+        assert opened.status_code == 200, opened.text
+        escalated = await capi.http.post(
+            f"/v1/reviews/{rid}/decision",
+            json={
+                "action": "escalate",
+                "revision": 1,
+                "version": opened.json()["version"],
+                "feedback": "legal",
+                "escalation_deadline": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+            },
+            headers=human,
+        )
+        assert escalated.status_code == 200, escalated.text
+    await _deadline_passes(capi, late)
+
+    page = await new_page()
+    await sign_in(page, p["human"])
+    split = page.locator('[data-split="overdue"]')
+    await expect(split).to_have_text("Overdue (1)")
+    await expect(page.locator('[data-split="escalated"]')).to_have_text("Escalated (2)")
+    await expect(page.locator(f"#row-{late} td.deadline")).to_have_text("2 h ago overdue")
+    await expect(page.locator(f"#row-{due} td.deadline .badge.overdue")).to_have_count(0)
+    await split.click()
+    await expect(page.locator('.splits [aria-current="page"]')).to_have_text("Overdue (1)")
+    await expect(page.locator("tr.row")).to_have_count(1)
+    await expect(page.locator(f"#row-{late}")).to_be_visible()
+    await expect(page.locator(f"#row-{plain}")).to_have_count(0)
+    await axe_clean(page, "queue-overdue")

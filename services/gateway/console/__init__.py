@@ -2,11 +2,12 @@
 graduate (issue 16). It is a sub-application of the gateway sharing its state (store, backends,
 settings), so every action goes through the same gRPC calls, authority and idempotency as the JSON routes.
 
-Modules: ``sessions`` (sign-in, cookies, CSRF), ``web`` (what every page shares), ``html`` (the page frame
-and the one keymap), ``review`` (queue, live events, review page and its actions, delivery resolution),
-``presence`` (who has a draft open), ``admin`` (rules, categories, settings, budgets), ``dead_letters``
-(events a receiver refused for good), ``sequence`` (a run's review sequence, through the shared picker),
-``warnings`` (what rendered mail hides), ``static/`` (one CSS, one JS file).
+Modules: ``sessions`` (sign-in, cookies, CSRF), ``web`` (what every page shares), ``html`` (the
+templates' environment, the page frame and the one keymap; the markup is in ``templates/``), ``review``
+(queue, live events, review page and its actions, delivery resolution), ``presence`` (who has a draft
+open), ``admin`` (rules, categories, settings, budgets), ``dead_letters`` (events a receiver refused for
+good), ``sequence`` (a run's review sequence, through the shared picker), ``warnings`` (what rendered mail
+hides), ``static/`` (one CSS, one JS file).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from gateway.console import (
     undo,
     web,
 )
-from gateway.console.html import SECURITY_HEADERS, error_box, h, page
+from gateway.console.html import SECURITY_HEADERS, page, render
 
 STATIC = Path(__file__).parent / "static"
 
@@ -73,7 +74,7 @@ def create_console(state: object) -> FastAPI:
             )
         return page(
             "Something stopped",
-            error_box(str(exc.detail)) + '<p><a href="/console/queue">Back to the queue</a></p>',
+            render("error.html", message=str(exc.detail), not_found=False, back=""),
             status=exc.status_code,
             extra_headers=dict(exc.headers or {}),
         )
@@ -127,16 +128,7 @@ def create_console(state: object) -> FastAPI:
 
 
 def _sign_in_page(next_url: str, error: str = "", status: int = 200) -> Response:
-    body = f"""
-{error_box(error) if error else ""}
-<form method="post" action="/console/sign-in">
-  <input type="hidden" name="next" value="{h(next_url)}">
-  <label for="key">Human or admin API key</label>
-  <input type="password" id="key" name="key" size="60" autocomplete="off" required{" data-autofocus" if True else ""}>
-  <p><button type="submit">Sign in</button></p>
-</form>
-<p>The key is exchanged for a session and never kept in this browser. Agent keys cannot sign in.</p>"""
-    return page("Sign in", body, status=status)
+    return page("Sign in", render("sign_in.html", next_url=next_url, error=error), status=status)
 
 
 async def _error_page(request: Request, error: DomainError) -> Response:
@@ -147,17 +139,12 @@ async def _error_page(request: Request, error: DomainError) -> Response:
     except Exception:  # the refusal is what the reader needs; a session lookup failing must not hide it
         session = None
     status = http_status(error.code)
-    hint = "" if error.code is not Code.NOT_FOUND else "<p>It may belong to another project.</p>"
     referer = urlsplit(request.headers.get("referer", ""))
     came_from = web.safe_next(referer.path + (f"?{referer.query}" if referer.query else ""))
-    back = (
-        f'<p><a href="{h(came_from)}">Back to the page you came from</a></p>'
-        if request.method == "POST" and came_from != "/console/queue"
-        else ""
-    )
+    back = came_from if request.method == "POST" and came_from != "/console/queue" else ""
     return page(
         "Something stopped",
-        error_box(error.detail) + hint + back + '<p><a href="/console/queue">Back to the queue</a></p>',
+        render("error.html", message=error.detail, not_found=error.code is Code.NOT_FOUND, back=back),
         session=session,
         status=status,
     )

@@ -9,8 +9,8 @@ from reviewloop.common.v1 import outbox_pb2
 from starlette.responses import Response
 
 from gateway.console import web
-from gateway.console.admin import _admin, _admin_write, _done, _form, _notice
-from gateway.console.html import h, page, table
+from gateway.console.admin import _admin, _admin_write, _done
+from gateway.console.html import page, render
 from gateway.translate.outbox import as_dead_letter
 
 router = APIRouter()
@@ -23,25 +23,13 @@ async def dead_letters_page(request: Request) -> Response:
     letters = [
         as_dead_letter(x) for x in await web.backend(request).dead_letters(session.principal.to_proto())
     ]
-    rows = []
-    for letter in letters:
-        action = f"{PATH}/{letter['event_id']}"
-        discard = (
-            f'<label for="why-{h(letter["event_id"])}">Reason</label>'
-            f'<input type="text" id="why-{h(letter["event_id"])}" name="reason" required maxlength="500">'
-        )
-        rows.append(
-            f'<tr data-event="{h(letter["event_id"])}"><td>{h(letter["dead_at"])}</td>'
-            f"<td>{h(letter['source'])} → {h(letter['destination'])}</td><td>{h(letter['type'])}</td>"
-            f"<td>{h(letter['aggregate_id'])}</td><td>{h(letter['reason'])}</td><td>{letter['attempts']}</td>"
-            f"<td>{_form(session, f'{action}/retry', '', 'Retry')}"
-            f"{_form(session, f'{action}/discard', discard, 'Discard')}</td></tr>"
-        )
-    head = ["Dead since", "From → refused by", "Event", "About", "Reason", "Tries", "Actions"]
-    body = f"""{_notice(request)}
-<p>Events a receiving service refused for good (a body it cannot parse, a state it can never take). They
-hold nothing back; fix the cause, then retry (delivered once) or discard with a reason.</p>
-{table("Dead letters, newest first", head, rows, empty="No dead letters.")}"""
+    body = render(
+        "dead_letters.html",
+        session=session,
+        letters=letters,
+        path=PATH,
+        done=request.query_params.get("done", ""),
+    )
     return page("Dead letters", body, session=session, active="dead-letters")
 
 

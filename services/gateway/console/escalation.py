@@ -51,22 +51,10 @@ def _target(found: dict[str, Any]) -> str:
     return str(target.get("name") or target["id"]) if target else ""
 
 
-def badge(review: dict[str, Any]) -> str:
-    """The queue's badge of an escalated draft: to whom ("escalated" alone when it names no one)."""
+def target(review: dict[str, Any]) -> str | None:
+    """Whom a draft was escalated to ("" when it names no one); None when it is not escalated."""
     found = review.get("escalation")
-    if not found:
-        return ""
-    to = _target(found)
-    return f' <span class="badge escalated">{h(f"escalated to {to}" if to else "escalated")}</span>'
-
-
-def deadline_cell(review: dict[str, Any]) -> str:
-    """The queue's Deadline cell: when the escalation is due, and "overdue" once it has passed."""
-    found = review.get("escalation") or {}
-    if not found.get("deadline"):
-        return '<td class="deadline">—</td>'
-    late = ' <span class="badge overdue">overdue</span>' if found.get("overdue") else ""
-    return f'<td class="deadline">{when(found["deadline"])}{late}</td>'
+    return _target(found) if found else None
 
 
 def panel(review: dict[str, Any], who: web.Actors) -> str:

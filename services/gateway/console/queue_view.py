@@ -11,7 +11,6 @@ from fastapi import Request
 from reviewloop.review.v1 import review_pb2
 
 from gateway.console import web
-from gateway.console.html import h
 from gateway.console.sessions import Session
 from gateway.routes.reviews import _STATES
 from gateway.translate.reviews import as_review
@@ -34,6 +33,9 @@ async def list_reviews(
     limit: int = LISTED,
     humans_notified: bool = False,
     with_first_contact: bool = False,
+    escalated: bool = False,
+    overdue: bool = False,
+    parked: bool = False,
 ) -> review_pb2.ListReviewsResponse:
     """The console's one ListReviews request (newest first, as the service answers)."""
     reply: review_pb2.ListReviewsResponse = await web.call(
@@ -45,6 +47,9 @@ async def list_reviews(
             limit=limit,
             humans_notified=humans_notified,
             with_first_contact=with_first_contact,
+            escalated=escalated,
+            overdue=overdue,
+            parked=parked,
         ),
         request,
     )
@@ -66,10 +71,3 @@ async def sent_without_review(
     and how many there are."""
     reply = await list_reviews(request, session, ["auto_sent"], category_id, limit=LISTED if rows else 1)
     return ([as_review(r) for r in reversed(reply.reviews)] if rows else []), reply.total
-
-
-def first_contact_badge(listed: Listing, review_id: str) -> str:
-    if review_id not in listed.first_contact:
-        return ""
-    title = "a recipient this project has never written to nor heard from"
-    return f' <span class="badge first-contact" title="{h(title)}">first contact</span>'

@@ -21,7 +21,7 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from gateway.console import escalation, presence, queue_view, rule_proposal, web
-from gateway.console.html import button, csrf_field, h, page, table, when
+from gateway.console.html import button, csrf_field, h, page, render, table, when
 from gateway.console.sessions import Session
 from gateway.console.undo import NOTES, undo_toast
 from gateway.console.warnings import hidden_html, unnamed_rule_snapshot, warnings
@@ -111,6 +111,10 @@ def _summary(review: dict[str, Any]) -> str:
     return str(intent.get("summary") or review["subject"] or review["id"])
 
 
+def _recipients(review: dict[str, Any]) -> str:
+    return ", ".join([*review["to"], *review["cc"], *review["bcc"]])
+
+
 # --- the queue ------------------------------------------------------------------------------------
 
 
@@ -120,6 +124,7 @@ SPLITS = {
     "needs_review": "Needs review",
     "in_review": "Being reviewed",
     "escalated": "Escalated",
+    "overdue": "Overdue",
     "held": "Held by a rule",
     "parked": "Parked sends",
     "auto_sent": "Sent without review",
@@ -144,39 +149,34 @@ async def queue(request: Request) -> Response:
     split = request.query_params.get("split", "")
     split = split if split in SPLITS and state not in _STATES else ""
     states = [state] if state in _STATES else list(PENDING)
-    listing, escalated_reply, parked, mine_reply, (auto_sent, auto_sent_count) = await asyncio.gather(
+    (
+        listing,
+        escalated_reply,
+        overdue_reply,
+        parked,
+        mine_reply,
+        (auto_sent, auto_sent_count),
+    ) = await asyncio.gather(
         queue_view.listing(request, session, states, category),
-        web.call(  # the escalated pending drafts: their ids (a split and a badge) and count
-            web.backend(request).review.ListReviews,
-            review_pb2.ListReviewsRequest(
-                principal=session.principal.to_proto(),
-                states=[_STATES[s] for s in PENDING],
-                category_id=category,
-                escalated=True,
-                limit=200,
-            ),
-            request,
-        ),
-        web.call(  # the parked sends: their count, and the split's rows when it is the one shown
-            web.backend(request).review.ListReviews,
-            review_pb2.ListReviewsRequest(
-                principal=session.principal.to_proto(),
-                category_id=category,
-                parked=True,
-                limit=200 if split == "parked" else 1,
-            ),
-            request,
+        # the escalated pending drafts, and those past their escalation deadline: their ids (a split
+        # and a badge) and counts
+        queue_view.list_reviews(request, session, list(PENDING), category, escalated=True),
+        queue_view.list_reviews(request, session, list(PENDING), category, overdue=True),
+        queue_view.list_reviews(  # the parked sends: their count, and the split's rows when it is shown
+            request, session, [], category, parked=True, limit=queue_view.LISTED if split == "parked" else 1
         ),
         escalation.escalated_to_me(request, session, PENDING, category),
         queue_view.sent_without_review(request, session, category, rows=split == "auto_sent"),
     )
     listed = listing.reviews
     escalated = {r.id for r in escalated_reply.reviews}
-    names, open_by, held, who = await asyncio.gather(
+    overdue = {r.id for r in overdue_reply.reviews}
+    names, open_by, held, who, auto_notified = await asyncio.gather(
         category_names(request, session),
         presence.by_review(request, session),
         held_by_rule(request, session, {r.get("category_id") or "" for r in listed if r["state"] in PENDING}),
         web.actors(request, session),
+        _list(request, session, [], category, humans_notified=True, limit=AUTO_NOTIFIED_SHOWN),
     )
     counts = {name: 0 for name in SPLITS}
     for review in listed:
@@ -188,106 +188,85 @@ async def queue(request: Request) -> Response:
     counts["parked"] = parked.total
     mine = {r.id for r in mine_reply.reviews}
     counts[escalation.SPLIT] = mine_reply.total
+    counts["overdue"] = overdue_reply.total
     counts["auto_sent"] = auto_sent_count
     reviews = [r for r in listed if split in _split_of(r, held)] if split else listed
     if split == "escalated":
         reviews = [r for r in listed if r["id"] in escalated]
     if split == escalation.SPLIT:
         reviews = [r for r in listed if r["id"] in mine]
+    if split == "overdue":
+        reviews = [r for r in listed if r["id"] in overdue]
     if split == "parked":
         reviews = [as_review(r) for r in reversed(parked.reviews)]
     if split == "auto_sent":
         reviews = auto_sent
     reviews = escalation.mine_first(reviews, mine)  # the escalated reviewer sees theirs first
-    rows = []
-    for review in reviews:
-        rid = review["id"]
-        badges = ""
-        if rid in held:
-            badges += ' <span class="badge held" title="waiting for its agent to re-apply the rules">held by a rule</span>'
-        badges += escalation.badge(review)
-        badges += queue_view.first_contact_badge(listing, rid)
-        found = warnings(review)
-        if found:
-            badges += f' <span class="badge warn">{len(found)} warning{"" if len(found) == 1 else "s"}</span>'
-        pick = ""
-        if review["state"] in PENDING:
-            pick = (
-                f'<input type="checkbox" form="batch" name="pick" id="pick-{h(rid)}" '
-                f'value="{h(rid)}:{review["revision"]}:{review["version"]}" '
-                f'aria-label="Select {h(_summary(review))}">'
-            )
-        recipients = ", ".join([*review["to"], *review["cc"], *review["bcc"]])
-        rows.append(
-            f'<tr class="row" id="row-{h(rid)}"><td>{pick}</td>'
-            f'<td><a class="summary" href="/console/reviews/{h(rid)}">{h(_summary(review))}</a></td>'
-            f'<td class="agent">{h(who.name(review.get("agent_id") or ""))}</td>'
-            f"<td>{h(names.get(review.get('category_id') or '', review.get('category_id') or '—'))}</td>"
-            f"<td>{h(review['kind'])}</td>"
-            f"<td>{h(recipients)}</td><td>{when(review['created_at'])}</td>{escalation.deadline_cell(review)}"
-            f'<td class="state">{h(review["state"])}{badges}</td>'
-            f'<td class="open-by">{h(", ".join(open_by.get(rid, [])))}</td></tr>'
-        )
-    tabs = "".join(
-        f'<a href="/console/queue?{urlencode({"split": name, "category": category})}"'
-        f'{CURRENT if name == split and state not in _STATES else ""} data-split="{h(name or "all")}">'
-        f"{h(label)} ({counts.get(name, 0)})</a>"
-        for name, label in SPLITS.items()
-    )
-    state_options = "".join(
-        f'<option value="{h(s)}"{" selected" if s == state else ""}>{h(s or "pending (default)")}</option>'
-        for s in ["", *_STATES]
-    )
-    category_options = "".join(
-        f'<option value="{h(c)}"{" selected" if c == category else ""}>{h(names.get(c, c) or "any")}</option>'
-        for c in ["", *sorted(names, key=names.__getitem__)]
-    )
+
+    def category_of(review: dict[str, Any]) -> str:
+        category_id = str(review.get("category_id") or "")
+        return str(names.get(category_id, category_id or "—"))
+
+    rows = [
+        {
+            "id": review["id"],
+            "revision": review["revision"],
+            "version": review["version"],
+            "pickable": review["state"] in PENDING,
+            "summary": _summary(review),
+            "agent": who.name(review.get("agent_id") or ""),
+            "category": category_of(review),
+            "kind": review["kind"],
+            "recipients": _recipients(review),
+            "created_at": review["created_at"],
+            "deadline": (review.get("escalation") or {}).get("deadline", ""),
+            "overdue": bool((review.get("escalation") or {}).get("overdue")),
+            "state": review["state"],
+            "held": review["id"] in held,
+            "escalated": escalation.target(review),
+            "first_contact": review["id"] in listing.first_contact,
+            "warnings": len(warnings(review)),
+            "open_by": ", ".join(open_by.get(review["id"], [])),
+        }
+        for review in reviews
+    ]
     since = max(
         (r["updated_at"] for r in listed), default=datetime.now(UTC).isoformat().replace("+00:00", "Z")
     )
-    live = "/console/events?" + urlencode({"since": since, "state": state, "category": category})
-    batch = ""
-    if any(r["state"] in PENDING for r in reviews):
-        batch = f"""<form method="post" action="/console/batch" id="batch" class="actions">{csrf_field(session)}
-  <fieldset><legend>Decide the selected drafts</legend>
-  <label class="check"><input type="radio" id="batch-approve" name="action" value="approve" checked> Approve</label>
-  <label class="check"><input type="radio" id="batch-reject" name="action" value="reject"> Reject</label>
-  <label for="batch-reason">Reason for a reject (the agent of each draft gets it verbatim)</label>
-  <textarea id="batch-reason" name="feedback"></textarea>
-  <p><button type="submit">Decide selected</button>
-  <span class="hint">Each draft is decided on its own, on the version shown here. A draft with warnings or held by a rule is not approved in a batch: open it.</span></p>
-  </fieldset></form>"""
-    body = f"""
-<nav aria-label="Queue splits" class="actions splits">{tabs}</nav>
-<form method="get" action="/console/queue" class="filters">
-  <label for="f-state">State</label><select id="f-state" name="state">{state_options}</select>
-  <label for="f-category">Category</label><select id="f-category" name="category">{category_options}</select>
-  <p><button type="submit">Filter</button></p>
-</form>
-<button type="button" id="new-bar" class="new-bar" hidden data-reload>0 new</button>
-{
-        table(
-            f"{len(reviews)} draft{'' if len(reviews) == 1 else 's'}, oldest first",
-            [
-                "Select",
-                "Intent",
-                "Agent",
-                "Category",
-                "Kind",
-                "Recipients",
-                "Age",
-                "Deadline",
-                "State",
-                "Open by",
-            ],
-            rows,
-            empty=_nothing_listed(state if state in _STATES else "", names.get(category, category)),
-            live=live,
-        )
-    }
-{batch}
-<p class="hint">Press <kbd>j</kbd>/<kbd>k</kbd> to move, <kbd>o</kbd> to open, <kbd>?</kbd> for every shortcut.</p>
-{await _auto_notified(request, session, names, category)}"""
+    body = render(
+        "queue.html",
+        session=session,
+        splits=[
+            {
+                "name": name,
+                "label": label,
+                "count": counts.get(name, 0),
+                "query": urlencode({"split": name, "category": category}),
+                "current": name == split and state not in _STATES,
+            }
+            for name, label in SPLITS.items()
+        ],
+        states=["", *_STATES],
+        state=state,
+        categories=[(c, names.get(c, c)) for c in ["", *sorted(names, key=names.__getitem__)]],
+        category=category,
+        rows=rows,
+        empty=_nothing_listed(state if state in _STATES else "", names.get(category, category)),
+        live="/console/events?" + urlencode({"since": since, "state": state, "category": category}),
+        batch=any(r["state"] in PENDING for r in reviews),
+        auto_notified=[
+            {
+                "id": r["id"],
+                "summary": _summary(r),
+                "category": category_of(r),
+                "recipients": _recipients(r),
+                "created_at": r["created_at"],
+                "state": r["state"],
+            }
+            for r in auto_notified
+        ],
+        auto_notified_shown=AUTO_NOTIFIED_SHOWN,
+    )
     return page(
         "Review queue",
         body,
@@ -323,11 +302,13 @@ async def batch(request: Request) -> Response:
         )
         for pick in picks:
             lines.append(await _batch_one(request, session, pick, action, reason, pending, held))
-    items = "".join(f"<li>{h(line)}</li>" for line in lines)
-    body = f"""<p class="lede">Each selected draft was decided on its own.</p>
-<ul id="batch-results">{items}</ul>
-<p><a href="/console/queue">Back to the queue</a></p>"""
-    return page("Batch decision", body, session=session, active="queue", announce=f"{len(lines)} results")
+    return page(
+        "Batch decision",
+        render("batch.html", lines=lines),
+        session=session,
+        active="queue",
+        announce=f"{len(lines)} results",
+    )
 
 
 async def _batch_one(
@@ -392,32 +373,6 @@ def _nothing_listed(state: str, category: str) -> str:
 
 
 AUTO_NOTIFIED_SHOWN = 20
-
-
-async def _auto_notified(request: Request, session: Session, names: dict[str, str], category: str) -> str:
-    """The mail that went out without review in an ``auto_notify`` category, newest first: the line that
-    tells the project's humans (an ``auto_silent`` one tells nobody)."""
-    sent = await _list(request, session, [], category, humans_notified=True, limit=AUTO_NOTIFIED_SHOWN)
-    rows = [
-        f'<tr class="auto-row" id="auto-{h(r["id"])}">'
-        f'<td><a href="/console/reviews/{h(r["id"])}">{h(_summary(r))}</a></td>'
-        f"<td>{h(names.get(r.get('category_id') or '', r.get('category_id') or '—'))}</td>"
-        f"<td>{h(', '.join([*r['to'], *r['cc'], *r['bcc']]))}</td><td>{when(r['created_at'])}</td>"
-        f'<td class="state">{h(r["state"])}</td></tr>'
-        for r in sent
-    ]
-    return (
-        '<section id="auto-sent-section" aria-labelledby="auto-sent">'
-        '<h2 id="auto-sent">Sent without review (auto_notify)</h2>'
-        + table(
-            f"The latest auto-sent messages, newest first (at most {AUTO_NOTIFIED_SHOWN} when loaded)",
-            ["Intent", "Category", "Recipients", "Sent", "State"],
-            rows,
-            empty="Nothing was auto-sent in an auto_notify category.",
-            fed=True,  # the queue's event stream adds each new one at the top
-        )
-        + "</section>"
-    )
 
 
 async def _announcement(request: Request, session: Session) -> str:
@@ -493,7 +448,7 @@ async def events(request: Request) -> Response:
                     category_id = review.get("category_id") or ""
                     data["humans_notified"] = {
                         "category": (names or {}).get(category_id, category_id or "—"),
-                        "recipients": ", ".join([*review["to"], *review["cc"], *review["bcc"]]),
+                        "recipients": _recipients(review),
                     }
                 yield f"id: {review['updated_at']}\nevent: review\ndata: {json.dumps(data)}\n\n".encode()
             try:
