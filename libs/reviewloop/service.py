@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mappi
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, NoReturn, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -36,7 +36,7 @@ from reviewloop import metrics, reflection, telemetry
 from reviewloop.common.v1 import common_pb2, outbox_pb2, outbox_pb2_grpc
 from reviewloop.config import ConfigError, ServiceConfig
 from reviewloop.contract import CONTRACT_VERSION
-from reviewloop.errors import DomainError, invalid
+from reviewloop.errors import Code, DomainError, invalid
 from reviewloop.inproc import MAX_MESSAGE_BYTES, InProcessChannel, LocalServer
 from reviewloop.outbox_admin import OutboxAdmin
 from reviewloop.rpc_errors import grpc_code, to_status
@@ -46,6 +46,7 @@ from reviewloop.storage.engine import pool_probe
 from reviewloop.storage.inbox import Subscription, ingest_each
 from reviewloop.storage.migrations import migrate
 from reviewloop.storage.outbox import Deliver, Relay, ingest_method, outbox_probe
+from reviewloop.storage.unavailable import store_unavailable
 from reviewloop.trust import Trust, require_caller
 
 log = logging.getLogger(__name__)
@@ -210,12 +211,18 @@ async def _fail(context: grpc.aio.ServicerContext[Any, Any], error: DomainError)
     )
 
 
-async def _crash(context: grpc.aio.ServicerContext[Any, Any], behavior: Any) -> None:
+async def _crash(context: grpc.aio.ServicerContext[Any, Any], behavior: Any) -> NoReturn:
     log.exception("unhandled error in %s", behavior)
     telemetry.mark_error("internal")
     await context.abort(
         grpc.StatusCode.INTERNAL, "The service failed to handle the request.", VERSION_METADATA
     )
+
+
+def _not_answering(behavior: Any, exc: Exception) -> DomainError:
+    """The store did not answer (``storage.unavailable``): the caller may retry, so ``unavailable``."""
+    log.warning("store not answering in %s: %s: %s", behavior, type(exc).__name__, exc)
+    return DomainError(Code.UNAVAILABLE, "The service's store is not answering; retry shortly.")
 
 
 def _annotate(message: Any) -> None:
@@ -272,9 +279,13 @@ def _wrap_unary(
                 raise
             except grpc.aio.AbortError:
                 raise
-            except Exception:
-                outcome.status, outcome.code = grpc.StatusCode.INTERNAL, "internal"
-                await _crash(context, behavior)
+            except Exception as exc:
+                if not store_unavailable(exc):
+                    outcome.status, outcome.code = grpc.StatusCode.INTERNAL, "internal"
+                    await _crash(context, behavior)
+                away = _not_answering(behavior, exc)
+                outcome.failed(away)
+                await _fail(context, away)
             finally:
                 outcome.record()
 
@@ -303,9 +314,13 @@ def _wrap_stream(
                 raise
             except grpc.aio.AbortError:
                 raise
-            except Exception:
-                outcome.status, outcome.code = grpc.StatusCode.INTERNAL, "internal"
-                await _crash(context, behavior)
+            except Exception as exc:
+                if not store_unavailable(exc):
+                    outcome.status, outcome.code = grpc.StatusCode.INTERNAL, "internal"
+                    await _crash(context, behavior)
+                away = _not_answering(behavior, exc)
+                outcome.failed(away)
+                await _fail(context, away)
             finally:
                 outcome.record()
 

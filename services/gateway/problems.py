@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from reviewloop.errors import Code, DomainError, FieldViolation, status_of, title
 from reviewloop.rpc_errors import from_rpc_error
+from reviewloop.storage.unavailable import store_unavailable
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import Match, compile_path
@@ -263,6 +264,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
+        if store_unavailable(exc):  # the gateway's own store (keys, limits, sessions): retry, not a bug
+            log.warning("store not answering on %s %s: %s", request.method, request.url.path, exc)
+            return problem_response(
+                DomainError(Code.UNAVAILABLE, "The gateway's store is not answering; retry shortly."), request
+            )
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return problem_response(
             DomainError(Code.INTERNAL, "The server failed to handle the request."), request
