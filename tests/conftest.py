@@ -17,7 +17,7 @@ from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.migrations import migrate
 from sqlalchemy.engine import make_url
-from stack.launcher import ALL, Stack, free_port
+from stack.launcher import ALL, MONOLITH, Stack, free_port
 from stack.topology import GATEWAY, SERVICES
 
 # CI replays the same examples on every run, so a landing never hangs on a lucky draw; local runs
@@ -111,8 +111,36 @@ async def open_db(
 
 
 # REVIEWLOOP_TEST_TARGET=all runs the stacks of the tests in monolithic mode (``reviewloop up --target
-# all``); a test that stops or restarts one part needs microservices mode (the default).
+# all``); a test that stops or restarts one part needs microservices mode (the default) and says so with
+# ``@pytest.mark.microservices_only("why")``.
 TARGET_ENV = "REVIEWLOOP_TEST_TARGET"
+
+
+def stack_target() -> str:
+    return os.environ.get(TARGET_ENV, "microservices")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "microservices_only(reason): stops or kills one part alone, which monolithic mode cannot "
+        f"(skipped under {TARGET_ENV}=all)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if stack_target() != "all":
+        return
+    for item in items:
+        marker = item.get_closest_marker("microservices_only")
+        if marker is not None:
+            reason = marker.args[0] if marker.args else "needs one part alone"
+            item.add_marker(pytest.mark.skip(reason=f"microservices only: {reason}"))
+
+
+def part_log(stack: Stack, name: str) -> Path:
+    """The log ``name``'s lines go to: its own, or in monolithic mode the one process's."""
+    return stack.log_path(MONOLITH if MONOLITH in stack.procs else name)
 
 
 async def start_stack(
@@ -127,7 +155,7 @@ async def start_stack(
 ) -> Stack:
     """Every part on ``backend``, each its own process, or all in one (``target`` "all")."""
     stack = Stack(await stack_env(databases, backend, data_dir, extra_env))
-    if (target or os.environ.get(TARGET_ENV, "microservices")) == "all":
+    if (target or stack_target()) == "all":
         stack.start_monolith()
     else:
         for name in ALL:

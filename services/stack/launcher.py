@@ -128,6 +128,7 @@ class Stack:
             )
 
     def start(self, name: str) -> None:
+        self._one_part(name)
         private_dir(self.log_path(name).parent)  # the data dir and its logs are the service user's alone
         with open(os.open(self.log_path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
             self.procs[name] = subprocess.Popen(
@@ -147,6 +148,11 @@ class Stack:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+
+    def _one_part(self, name: str) -> None:
+        """A part of a monolith does not start or stop alone: refused, where it would pass unnoticed."""
+        if MONOLITH in self.procs and name != MONOLITH:
+            raise LaunchError(f"{name} runs inside the monolith here: stop or start {MONOLITH} as a whole")
 
     def dead(self) -> list[str]:
         return [name for name, proc in self.procs.items() if proc.poll() is not None]
@@ -192,6 +198,7 @@ class Stack:
             return False
 
     def stop(self, name: str, timeout_s: float = 10.0) -> None:
+        self._one_part(name)
         proc = self.procs.pop(name, None)
         if proc is None or proc.poll() is not None:
             return

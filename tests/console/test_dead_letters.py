@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from playwright.async_api import expect
 from stack.launcher import Stack
 
@@ -14,6 +15,7 @@ from tests.e2e.helpers import events_until
 from tests.e2e.test_dead_letters import broken_nudge, gauge_until
 
 
+@pytest.mark.microservices_only("swaps nudge alone for a broken one, then back")
 async def test_admin_retries_a_dead_letter_from_the_console(
     capi: Api, console_stack: Stack, new_page: Any
 ) -> None:

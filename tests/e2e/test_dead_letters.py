@@ -98,6 +98,7 @@ async def dead_letter_gauge(stack: Stack) -> float:
     )
 
 
+@pytest.mark.microservices_only("swaps nudge alone for a broken one, then back")
 async def test_a_refused_event_is_a_dead_letter_the_admin_retries_once_fixed(own_stack: Stack) -> None:
     api = Api(own_stack)
     project = await api.project()

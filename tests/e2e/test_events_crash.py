@@ -72,6 +72,9 @@ async def all_events(api: Api, headers: dict[str, str]) -> list[dict[str, Any]]:
             return events
 
 
+@pytest.mark.microservices_only(
+    "SIGKILLs nudge alone while a relay streams to it (make chaos --target all kills the monolith)"
+)
 async def test_sigkill_while_the_relay_delivers_loses_and_doubles_nothing(
     own_stack: Stack, producer: Database
 ) -> None:
@@ -122,6 +125,7 @@ async def test_sigkill_while_the_relay_delivers_loses_and_doubles_nothing(
     assert Counter(e["id"] for e in events).most_common(1)[0][1] == 1
 
 
+@pytest.mark.microservices_only("SIGKILLs nudge alone while review_state's relay streams to it")
 async def test_sigkill_while_review_states_relay_delivers_loses_and_doubles_nothing(own_stack: Stack) -> None:
     api = Api(own_stack)
     agent = await api.agent()

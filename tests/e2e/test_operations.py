@@ -16,7 +16,7 @@ from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from stack.launcher import Stack
 from stack.topology import SERVICES
 
-from tests.conftest import Api, Databases, _pg_server, draft, start_stack
+from tests.conftest import Api, Databases, _pg_server, draft, part_log, start_stack
 from tests.e2e.helpers import events_until
 
 
@@ -148,7 +148,7 @@ async def test_logs_are_json_lines_with_trace_and_review_ids_and_an_access_log(
     def access_lines() -> list[dict[str, Any]]:
         lines = [
             json.loads(line)
-            for line in stack.log_path("gateway").read_text().splitlines()
+            for line in part_log(stack, "gateway").read_text().splitlines()
             if line.startswith("{")
         ]
         return [

@@ -25,6 +25,7 @@ async def own_stack(databases: Databases, backend: str, tmp_path: Path) -> Async
     running.stop_all()
 
 
+@pytest.mark.microservices_only("stops nudge alone while review_state writes")
 async def test_nudges_written_while_nudge_is_down_arrive_once_in_order(own_stack: Stack) -> None:
     api = Api(own_stack)
     agent = await api.agent()

@@ -124,6 +124,7 @@ async def test_an_approval_undone_in_the_window_sends_nothing_and_one_left_alone
     assert [e["reason"] for e in await events_until(api, agent, 2, timeout_s=1.0)] == ["sent"]
 
 
+@pytest.mark.microservices_only("restarts review_state alone inside the window")
 async def test_a_restart_inside_the_window_still_delivers_after_it_once(
     undo_stack: tuple[Stack, Relay],
 ) -> None:
