@@ -1,4 +1,4 @@
-"""The spans of gRPC calls, only inside a sampled trace.
+"""The spans of gRPC calls, only inside a trace (sampled, or recorded in case it fails).
 
 One CLIENT span per call made and one SERVER span per call served, and the W3C ``traceparent`` on
 every call, so a review's trace stays whole across hops. OpenTelemetry's own gRPC instrumentation built both spans (and their attribute sets) on every call,
@@ -14,7 +14,17 @@ from typing import Any
 
 import grpc
 from opentelemetry import context, propagate, trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
+
+from reviewloop.telemetry import IDLE
 
 STATUS_CODE = "rpc.grpc.status_code"
 _tracer = trace.get_tracer("reviewloop.rpc")
@@ -26,12 +36,14 @@ def _attributes(method: str) -> dict[str, Any]:
 
 
 def _unsampled_root() -> Any:
-    """A context naming a fresh trace that is not sampled.
+    """A context naming a fresh trace that is not sampled, and idle (``telemetry.IDLE``).
 
     A call made outside any trace (an idle relay or sweep polling) tells its server so, and the server
-    records nothing either.
+    records nothing either (a request's unsampled trace it records, in case it fails).
     """
-    span_context = SpanContext(random.getrandbits(128), random.getrandbits(64), False, TraceFlags(0))
+    span_context = SpanContext(
+        random.getrandbits(128), random.getrandbits(64), False, TraceFlags(0), TraceState([IDLE])
+    )
     return trace.set_span_in_context(NonRecordingSpan(span_context))
 
 
@@ -104,13 +116,14 @@ class _TraceStream(_ClientTracing, grpc.aio.UnaryStreamClientInterceptor):
 def served(method: str, metadata: Any) -> Iterator[trace.Span]:
     """The SERVER span of a call served, current while it runs, continuing the caller's trace.
 
-    A caller outside a sampled trace gets none: its unsampled context is made current, so nothing the
-    call does starts a trace of its own. A call without a ``traceparent`` (a client that is not a
-    reviewloop service) starts one as any request does.
+    An idle caller (outside any trace) gets none: its unsampled context is made current, so nothing the
+    call does starts a trace of its own. A caller's unsampled trace gets a recorded span, exported only
+    if the trace fails here (``telemetry.KeepErrors``). A call without a ``traceparent`` (a client that
+    is not a reviewloop service) starts one as any request does.
     """
     parent = propagate.extract({key: value for key, value in metadata or () if isinstance(value, str)})
     caller = trace.get_current_span(parent).get_span_context()
-    if caller.is_valid and not caller.trace_flags.sampled:
+    if caller.is_valid and caller.trace_state.get(IDLE[0]) == IDLE[1]:
         token = context.attach(parent)
         try:
             yield trace.get_current_span(parent)

@@ -6,6 +6,10 @@ to ``<data dir>/traces.jsonl``, which ``reviewloop traces`` reads back as a time
 A trace starts only where work starts: a request (a SERVER span) or a span reviewloop opens itself
 (an outbox delivery, a sweep that found something). A store statement or a peer call made outside any
 span (an idle relay or sweep polling) is not sampled, so an idle stack exports nothing.
+
+A trace the ratio does not sample is still recorded, not exported: each process holds its spans
+(``KeepErrors``) and exports them only if one of them ends in an error, so the trace that failed is never
+the one dropped.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import contextvars
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -33,7 +39,7 @@ from opentelemetry.sdk.trace.sampling import (
     SamplingResult,
     TraceIdRatioBased,
 )
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import Attributes
 
 from reviewloop.common.v1 import common_pb2
@@ -114,10 +120,17 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+# The tracestate entry of a call made outside any trace (an idle relay or sweep polling its peer): its
+# server records nothing, where a request's unsampled trace is recorded in case it fails (``KeepErrors``).
+IDLE = ("reviewloop", "idle")
+
+
 class WorkRoots(Sampler):
     """Sample a root span only if it starts work, and then at ``ratio`` (by trace id).
 
     Never a CLIENT span (a store statement, a peer call) without a parent: an idle relay or sweep's poll.
+    A root the ratio leaves out is recorded (``RECORD_ONLY``), for ``KeepErrors`` to export if it fails.
+    The ratio reads the trace id alone, so every process makes the same decision for a trace.
     """
 
     def __init__(self, ratio: float = 1.0) -> None:
@@ -141,16 +154,52 @@ class WorkRoots(Sampler):
             # A span that carries other traces' work (the relay's batch, linked to each row's trace) is kept
             # when one of them was, and dropped with them: the outbox hop follows their sampled flags.
             keep = any(link.context.trace_flags.sampled for link in links)
-            return SamplingResult(Decision.RECORD_AND_SAMPLE if keep else Decision.DROP, attributes)
+            return SamplingResult(Decision.RECORD_AND_SAMPLE if keep else Decision.RECORD_ONLY, attributes)
         sampler = ALWAYS_ON if self.ratio >= 1.0 else self._ratio
-        return sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+        result = sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+        if result.decision is Decision.DROP:
+            return SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
+        return result
 
     def get_description(self) -> str:
         """The sampler's name in diagnostics."""
         return f"WorkRoots{{{self.ratio}}}"
 
 
-SAMPLER = ParentBased(root=WorkRoots())
+class UnsampledParent(Sampler):
+    """Record a child of an unsampled trace (not export it) unless that trace is an idle poll's.
+
+    An idle poll's: a remote parent whose tracestate says ``IDLE``, or a local parent recorded nothing.
+    """
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        """``RECORD_ONLY`` under a request's unsampled trace, ``DROP`` under an idle poll."""
+        parent = trace.get_current_span(parent_context)
+        ctx = parent.get_span_context()
+        idle = ctx.trace_state.get(IDLE[0]) == IDLE[1] if ctx.is_remote else not parent.is_recording()
+        decision = Decision.DROP if idle else Decision.RECORD_ONLY
+        return SamplingResult(decision, attributes if not idle else None, ctx.trace_state)
+
+    def get_description(self) -> str:
+        """The sampler's name in diagnostics."""
+        return "UnsampledParent"
+
+
+def _parent_based(root: Sampler) -> Sampler:
+    unsampled = UnsampledParent()
+    return ParentBased(root=root, remote_parent_not_sampled=unsampled, local_parent_not_sampled=unsampled)
+
+
+SAMPLER = _parent_based(WorkRoots())
 
 # OTEL_TRACES_SAMPLER values and the ratio of new traces each keeps. Every one follows the parent's
 # decision (the traceparent's sampled flag, carried by gRPC metadata and by each outbox event), so a
@@ -211,7 +260,115 @@ def sample_ratio(env: Mapping[str, str] = os.environ) -> float:
 
 def sampler(env: Mapping[str, str] = os.environ) -> Sampler:
     """The process's sampler: the parent's decision, else ``WorkRoots`` at ``sample_ratio(env)``."""
-    return ParentBased(root=WorkRoots(sample_ratio(env)))
+    return _parent_based(WorkRoots(sample_ratio(env)))
+
+
+class _Held:
+    __slots__ = ("failed", "open", "since", "spans")
+
+    def __init__(self, since: float) -> None:
+        self.since, self.failed, self.open, self.spans = since, False, 0, list[ReadableSpan]()
+
+
+class KeepErrors(SpanProcessor):
+    """Pass sampled spans on to ``export``; hold a recorded, unsampled trace's until it fails or ends.
+
+    A span of an unsampled trace that ends with an ERROR status sends on every span of that trace this
+    process holds, and every later one until the trace's local roots end; when the last open one ends
+    with no error, they are dropped (a local root: no parent, or a remote one; in monolithic mode a
+    request's trace has one per part it crossed, nested). Bounded: at most ``max_traces`` traces (the oldest goes first), ``max_spans`` spans
+    each, and a trace held past ``max_age_s`` (a root that never ended) is let go; ``clock`` is injected so
+    a test decides what time it is.
+    """
+
+    def __init__(
+        self,
+        export: SpanProcessor,
+        max_traces: int = 1024,
+        max_spans: int = 512,
+        max_age_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.export = export
+        self.max_traces, self.max_spans, self.max_age_s, self.clock = max_traces, max_spans, max_age_s, clock
+        self.held: OrderedDict[int, _Held] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Count an unsampled trace's local root open; pass the start on to the exporting processor."""
+        ctx = span.context
+        if ctx is not None and not ctx.trace_flags.sampled and _local_root(span):
+            with self._lock:
+                self._entry(ctx.trace_id).open += 1
+        self.export.on_start(span, parent_context)
+
+    def _entry(self, trace_id: int) -> _Held:
+        """The trace's holding, made if new; those past ``max_age_s`` or over ``max_traces`` let go first."""
+        now = self.clock()
+        while self.held and next(iter(self.held.values())).since + self.max_age_s < now:
+            self.held.popitem(last=False)
+        held = self.held.get(trace_id)
+        if held is None:
+            if len(self.held) >= self.max_traces:
+                self.held.popitem(last=False)
+            held = self.held[trace_id] = _Held(now)
+        return held
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Send ``span`` on, hold it, or drop its trace's held spans (see the class)."""
+        ctx = span.context
+        if ctx is None or ctx.trace_flags.sampled:
+            self.export.on_end(span)
+            return
+        with self._lock:
+            held = self._entry(ctx.trace_id)
+            send = []
+            if span.status.status_code is StatusCode.ERROR and not held.failed:
+                held.failed, send, held.spans = True, held.spans, []
+            if held.failed:
+                send.append(span)
+            elif len(held.spans) < self.max_spans:
+                held.spans.append(span)
+            if _local_root(span):
+                held.open -= 1
+                if held.open <= 0:  # this process's part of the trace is over
+                    del self.held[ctx.trace_id]
+        for kept in send:
+            self.export.on_end(_sampled(kept))
+
+    def shutdown(self) -> None:
+        """Shut the exporting processor down."""
+        self.export.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush what was sent on (held spans wait for their trace)."""
+        return self.export.force_flush(timeout_millis)
+
+
+def _local_root(span: ReadableSpan) -> bool:
+    return span.parent is None or span.parent.is_remote
+
+
+def _sampled(span: ReadableSpan) -> ReadableSpan:
+    """``span`` as a sampled one: an exporting processor passes only those (a kept trace is sampled now)."""
+    ctx = span.context
+    assert ctx is not None
+    return ReadableSpan(
+        name=span.name,
+        context=SpanContext(
+            ctx.trace_id, ctx.span_id, ctx.is_remote, TraceFlags(TraceFlags.SAMPLED), ctx.trace_state
+        ),
+        parent=span.parent,
+        resource=span.resource,
+        attributes=span.attributes,
+        events=span.events,
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
 
 
 def setup(service: str, data_dir: Path, otlp_endpoint: str | None) -> TracerProvider:
@@ -227,7 +384,7 @@ def setup(service: str, data_dir: Path, otlp_endpoint: str | None) -> TracerProv
         exporter = OTLPSpanExporter(endpoint=otlp_endpoint)
     else:
         exporter = JsonLinesExporter(data_dir / TRACES_FILE)
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
+    provider.add_span_processor(KeepErrors(BatchSpanProcessor(exporter, schedule_delay_millis=200)))
     from reviewloop.metrics import TransitionCounter
 
     provider.add_span_processor(TransitionCounter())

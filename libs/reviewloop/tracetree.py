@@ -65,7 +65,8 @@ def sampling_notice(env: Mapping[str, str]) -> str | None:
     """What to say when traces are sampled (``OTEL_TRACES_SAMPLER``): a review's timeline may miss requests.
 
     Each agent request starts its own trace and is kept or dropped whole at the sampling ratio, so a
-    review's timeline shows only its sampled requests; an unsampled one left no span to show.
+    review's timeline shows only its sampled requests, and the unsampled ones that failed (each process
+    that saw the error kept its spans of the trace); an unsampled request that succeeded left no span.
     """
     from reviewloop.telemetry import sample_ratio
 
@@ -76,10 +77,13 @@ def sampling_notice(env: Mapping[str, str]) -> str | None:
     if ratio >= 1.0:
         return None
     if ratio == 0.0:
-        return "traces are not sampled (OTEL_TRACES_SAMPLER keeps none): nothing was recorded"
+        return (
+            "traces are not sampled (OTEL_TRACES_SAMPLER keeps none): only a request that failed left "
+            "its spans, where it failed"
+        )
     return (
         f"traces are sampled: {ratio:.0%} of requests are kept (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG); "
-        "a request of this review that was not sampled is missing here, whole"
+        "a request of this review that was not sampled is missing here, unless it failed"
     )
 
 

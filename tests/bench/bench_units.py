@@ -13,7 +13,9 @@ the serving process, and of the PostgreSQL backends for a statement) and its cal
   the same statement as a service runs it, on a store of ``make_engine``: a SQLAlchemy connection in
   autocommit checked out of the pool and back per statement, the statement run on the driver below
   SQLAlchemy's execution layer (``reviewloop.storage.driver``);
-- a span: started with three attributes, ended, and exported as the services do (batched, as JSON lines).
+- a span: started with three attributes, ended, and exported as the services do (batched, as JSON lines);
+  and a span of a trace the ratio does not sample, as the services record it (held by ``KeepErrors``
+  until its trace ends, then dropped) beside what it cost when such a span was not recorded at all.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Sampler
 from opentelemetry.util.types import Attributes
 from reviewloop.storage import Database, make_engine
-from reviewloop.telemetry import SAMPLER, JsonLinesExporter
+from reviewloop.telemetry import SAMPLER, JsonLinesExporter, KeepErrors, sampler
 from sqlalchemy import Text, bindparam, cast, func, select
 from stack.launcher import free_port
 
@@ -174,11 +177,10 @@ async def _sqlalchemy() -> list[float]:
     return caller
 
 
-def _spans(directory: str) -> list[float]:
-    provider = TracerProvider(resource=Resource.create({"service.name": "bench"}), sampler=SAMPLER)
-    provider.add_span_processor(
-        BatchSpanProcessor(JsonLinesExporter(Path(directory) / "traces.jsonl"), schedule_delay_millis=200)
-    )
+def _spans(directory: str, sampled_by: Sampler) -> list[float]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench"}), sampler=sampled_by)
+    exporter = JsonLinesExporter(Path(directory) / "traces.jsonl")
+    provider.add_span_processor(KeepErrors(BatchSpanProcessor(exporter, schedule_delay_millis=200)))
     tracer = provider.get_tracer("bench")
     attributes: Attributes = {
         "rpc.method": "Submit",
@@ -202,7 +204,9 @@ async def run() -> list[tuple[str, list[float], str]]:
     backend, driver = await _statement()
     through_sqlalchemy = await _sqlalchemy()
     with tempfile.TemporaryDirectory() as directory:
-        spans = _spans(directory)
+        spans = _spans(directory, SAMPLER)
+        recorded = _spans(directory, sampler({"OTEL_TRACES_SAMPLER": "always_off"}))
+        dropped = _spans(directory, ALWAYS_OFF)
     per = f"CPU a unit, {CALLERS} callers"
     return [
         ("unit: HTTP request, uvicorn + FastAPI server", http, per),
@@ -212,4 +216,6 @@ async def run() -> list[tuple[str, list[float], str]]:
         ("unit: PostgreSQL statement, asyncpg caller", driver, per),
         ("unit: PostgreSQL statement, SQLAlchemy caller", through_sqlalchemy, f"{per}; checkout + execute"),
         ("unit: span, started, ended and exported", spans, "CPU a span"),
+        ("unit: span, unsampled: recorded, held, dropped", recorded, "CPU a span"),
+        ("unit: span, unsampled and not recorded", dropped, "CPU a span"),
     ]

@@ -7,12 +7,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from reviewloop.tracetree import read_spans
 from stack.launcher import Stack
 
-from tests.conftest import Api, draft
+from tests.conftest import Api, Databases, draft, start_stack
 from tests.e2e.helpers import events_until
 
 
@@ -185,3 +188,63 @@ async def test_an_idle_poll_records_no_span(api: Api, stack: Stack) -> None:
     assert roots, "the stack has recorded its requests"
     orphans = [(s["service"], s["name"]) for s in roots if s["kind"] == "CLIENT"]
     assert orphans == []
+
+
+UNSAMPLED = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"}
+
+
+@pytest.fixture
+async def unsampled_stack(databases: Databases, backend: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """A stack that samples no trace (ratio 0), so only a request that fails leaves spans."""
+    running = await start_stack(databases, backend, tmp_path, UNSAMPLED)
+    yield running
+    running.stop_all()
+
+
+async def test_an_unsampled_request_that_fails_keeps_its_error_spans_and_one_that_succeeds_leaves_none(
+    unsampled_stack: Stack,
+) -> None:
+    api = Api(unsampled_stack)
+    try:
+        agent = await api.agent()
+        quiet = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+        failing = (await api.http.post("/v1/messages", json=draft(), headers=agent)).json()["review_id"]
+        stale = await api.http.post(
+            f"/v1/reviews/{failing}/cancel", json={"parent_revision": 7}, headers=agent
+        )
+        assert stale.status_code == 409, stale.text
+    finally:
+        await api.http.aclose()
+
+    path = unsampled_stack.data_dir / "traces.jsonl"
+
+    def failed_parts() -> set[str]:
+        """The parts that exported an ERROR span of the refused cancel (each flushes on its own schedule)."""
+        return {
+            s["service"]
+            for s in read_spans(path)
+            if s["status"] == "ERROR" and s["attributes"].get("reviewloop.review_id") == failing
+        }
+
+    deadline = time.monotonic() + 15
+    while True:
+        if failed_parts() == {"gateway", "review_state"} or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.3)
+    assert failed_parts() == {"gateway", "review_state"}
+    spans = list(read_spans(path))
+    failed_trace = {s["trace_id"] for s in spans if s["status"] == "ERROR"}
+    assert len(failed_trace) == 1
+    # The refused cancel's whole tree in both parts (its statements too), and nothing of the submits,
+    # which each part handled and exported before it.
+    assert {s["trace_id"] for s in spans} == failed_trace
+    assert any("db.statement" in s["attributes"] for s in spans if s["service"] == "review_state")
+    assert not [s for s in spans if s["attributes"].get("reviewloop.review_id") == quiet]
+
+    code, lines = await _traces(unsampled_stack, quiet, **UNSAMPLED)
+    assert code == 1
+    assert lines[0].startswith(f"no trace or review {quiet}")
+    assert "not sampled" in lines[1] and "failed" in lines[1], lines
+    code, lines = await _traces(unsampled_stack, failing, **UNSAMPLED)
+    assert code == 0 and "gateway: POST /v1/reviews/{review_id}/cancel" in "\n".join(lines), lines
+    assert "not sampled" in lines[-1], lines
