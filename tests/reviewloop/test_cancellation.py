@@ -97,20 +97,16 @@ async def test_a_one_statement_write_cancelled_at_any_round_trip_is_all_or_nothi
 
 
 async def test_a_unit_of_queued_rows_only_cancelled_at_any_round_trip_is_all_or_nothing(
-    dbs: tuple[Database, Database], request: pytest.FixtureRequest
+    dbs: tuple[Database, Database],
 ) -> None:
     """``Database.transaction`` whose only statement is its queued rows (autocommit on PostgreSQL), then a
-    read on a single-statement connection."""
+    read on a single-statement connection.
+
+    On SQLAlchemy's own aiosqlite adapter (``plain``) the retry once met "database is locked": the unit
+    cancelled after its BEGIN IMMEDIATE had its connection closed without a rollback, and the close
+    waited on a statement an earlier duplicate's IntegrityError left unfinalized (``RollbackOnClose``).
+    """
     db, seen = dbs
-    if db.is_sqlite and "plain" in request.node.name:
-        # Known (issue 34, open): on SQLAlchemy's own aiosqlite adapter (REVIEWLOOP_SLOW_PATHS naming
-        # sqlite_one_crossing), a unit cancelled at its BEGIN IMMEDIATE's cursor close is invalidated and
-        # its sqlite3 connection closed, but the closed connection lingers (sqlite3_close_v2 waits for a
-        # statement still referenced from the cancelled task's traceback cycle) holding the write lock
-        # until the cycle collector runs: the retry's BEGIN IMMEDIATE meets "database is locked" (a
-        # gc.collect() after the cancellation makes it pass). The default one-crossing adapter
-        # (storage/sqlite.py) passes.
-        request.applymarker(pytest.mark.xfail(reason="cancelled unit leaves the file locked", strict=False))
 
     async def attempt() -> Attempt[str]:
         rows = [outbox_row("nudge", new_id("rr"), "nudge", Int32Value(value=n)) for n in range(2)]

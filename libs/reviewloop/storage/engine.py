@@ -70,7 +70,8 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> 
         private_file(private_dir(Path(parsed.database).parent) / Path(parsed.database).name)
     if parsed.drivername == "sqlite+aiosqlite" and fastpaths.SQLITE_ONE_CROSSING in fast:
         parsed = parsed.set(drivername=sqlite.DRIVER)  # the same driver, one thread crossing a statement
-    engine = create_async_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
+    connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "factory": sqlite.RollbackOnClose}
+    engine = create_async_engine(parsed, connect_args=connect_args, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -5,10 +5,13 @@ execute, fetch, close); on two shared cores each crossing costs a wake-up on bot
 submit spent a quarter of its time there. This adapter runs the whole statement in one crossing and is
 otherwise SQLAlchemy's aiosqlite dialect unchanged (``make_engine`` selects it for ``sqlite+aiosqlite``
 URLs). It reaches aiosqlite's ``_execute`` and ``_conn``, which is why aiosqlite is pinned below 0.23.
+
+Every SQLite connection, on this adapter or SQLAlchemy's own, is a ``RollbackOnClose``.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +25,27 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
 )
 
 DRIVER = "sqlite+reviewloop_aiosqlite"
+
+
+class RollbackOnClose(sqlite3.Connection):
+    """A sqlite3 connection that rolls back its open transaction when it is closed (``factory=``).
+
+    A unit cancelled inside its transaction (a caller gone, issue 34) has its connection invalidated
+    and closed. sqlite3 (3.11) closes with ``sqlite3_close_v2`` and no rollback: while any statement
+    of the connection is not finalized the close is deferred, and the open transaction keeps the
+    file's write lock. SQLAlchemy's aiosqlite adapter leaves such a statement behind whenever a
+    statement fails (an IntegrityError: it closes the cursor only on cancellation), referenced from
+    the error's traceback cycle until the cycle collector runs, so a retry met "database is locked".
+    Runs on aiosqlite's thread, on a graceful close and a forced one alike.
+    """
+
+    def close(self) -> None:
+        """Roll back an open transaction, then close."""
+        try:
+            if self.in_transaction:
+                self.rollback()
+        finally:
+            super().close()
 
 
 class _Cursor(AsyncAdapt_aiosqlite_cursor):
