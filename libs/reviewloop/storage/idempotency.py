@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
@@ -109,13 +110,20 @@ def is_replay(stored_hash: str | None, fields_hash: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Request:
+    """A keyed request's identity: who asked, with which Idempotency-Key, and its body."""
+
+    project_id: str  # the caller's project; keys are scoped to it and to ``actor_id``
+    actor_id: str  # the caller
+    key: str  # the Idempotency-Key; empty runs the mutation with no memory
+    fields: Mapping[str, Any]  # the request, hashed to tell a retry from a different request
+
+
 async def once(
     db: Database,
     table: Table,
-    project_id: str,
-    actor_id: str,
-    key: str,
-    fields: Mapping[str, Any],
+    request: Request,
     act: Callable[[UnitOfWork], Awaitable[T]],
     record: Callable[[T], Mapping[str, Any]],
     replay: Callable[[AsyncConnection, Row[Any]], Awaitable[T]],
@@ -127,10 +135,7 @@ async def once(
     Args:
         db: the store the key and the mutation share.
         table: the store's ``idempotency_table``.
-        project_id: the caller's project; keys are scoped to it and to ``actor_id``.
-        actor_id: the caller.
-        key: the Idempotency-Key; empty runs ``act`` with no memory.
-        fields: the request, hashed to tell a retry from a different request.
+        request: who asked, the key, and the body.
         act: the mutation; its result is remembered through ``record``.
         record: the extra columns that remember ``act``'s result.
         replay: rebuilds the result from the remembered row, in the replaying transaction.
@@ -147,30 +152,21 @@ async def once(
         DomainError: ``idempotency_conflict`` for the key with another body; ``conflict`` when a
             concurrent twin holds the key twice in a row.
     """
-    if not key:
+    if not request.key:
         async with db.transaction() as uow:
             return await act(uow), False
-    fields_hash = request_hash(fields)
+    fields_hash = request_hash(request.fields)
+    who = (request.project_id, request.actor_id, request.key)
     for attempt in range(2):  # a concurrent twin may win the key's insert; the second pass then reads it
         read = not checked or attempt > 0
         try:
             async with db.transaction() as uow:
                 if read:
-                    row = await seen(uow.conn, table, project_id, actor_id, key, fields_hash)
+                    row = await seen(uow.conn, table, *who, fields_hash)
                     if row is not None:
                         return await replay(uow.conn, row), True
                 result = await act(uow)
-                uow.insert(  # written with the unit's last rows; a twin's key fails them all
-                    table,
-                    {
-                        "project_id": project_id,
-                        "actor_id": actor_id,
-                        "key": key,
-                        "request_hash": fields_hash,
-                        "created_at": utcnow(),
-                        **record(result),
-                    },
-                )
+                uow.insert(table, _remembered(request, fields_hash, record(result)))
                 return result, False
         except Replayed as replayed:
             return replayed.result, True
@@ -179,9 +175,21 @@ async def once(
         except DomainError as refusal:
             if read:
                 raise
-            async with db.single_statement.connect() as conn:
-                row = await seen(conn, table, project_id, actor_id, key, fields_hash)
+            async with db.single_statement.connect() as conn:  # the refusal may be a twin's doing
+                row = await seen(conn, table, *who, fields_hash)
                 if row is None:
                     raise refusal from None
                 return await replay(conn, row), True
     raise DomainError(Code.CONFLICT, "A concurrent request with this Idempotency-Key is in flight; retry.")
+
+
+def _remembered(request: Request, fields_hash: str, result: Mapping[str, Any]) -> dict[str, Any]:
+    """The key's row: written with the unit's last rows, so a twin's key fails them all."""
+    return {
+        "project_id": request.project_id,
+        "actor_id": request.actor_id,
+        "key": request.key,
+        "request_hash": fields_hash,
+        "created_at": utcnow(),
+        **result,
+    }

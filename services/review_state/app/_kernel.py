@@ -153,10 +153,7 @@ async def once(
     (review, result_id), was_replayed = await idempotency.once(
         db,
         store.idempotency_keys,
-        principal.project_id,
-        principal.actor_id,
-        key,
-        fields,
+        idempotency.Request(principal.project_id, principal.actor_id, key, fields),
         act,
         lambda result: {"review_id": result[0].id, "result_id": result[1]},
         replay,

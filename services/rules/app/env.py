@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reviewloop.storage import Database, UnitOfWork
-from reviewloop.storage.idempotency import once
+from reviewloop.storage.idempotency import Request, once
 from reviewloop.tenancy import Principal
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -56,10 +56,7 @@ async def idempotent(
     result_id, _ = await once(
         env.db,
         store.idempotency_keys,
-        principal.project_id,
-        principal.actor_id,
-        key,
-        fields,
+        Request(principal.project_id, principal.actor_id, key, fields),
         act,
         lambda result_id: {"result_id": result_id},
         replay,
