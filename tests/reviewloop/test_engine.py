@@ -122,6 +122,37 @@ async def test_opening_a_file_another_process_is_writing_waits_for_wal(tmp_path:
         other.close()
 
 
+async def test_a_sqlite_connection_closed_inside_its_transaction_leaves_the_file_unlocked(
+    tmp_path: Path,
+) -> None:
+    """A unit cancelled inside its transaction has its connection invalidated (closed). sqlite3 closes
+    without a rollback and defers the close while one of the connection's statements is unfinalized, as
+    SQLAlchemy's aiosqlite adapter leaves one after a failed statement: before ``RollbackOnClose`` the
+    file stayed locked until the cycle collector ran, and the retry met "database is locked" (issue 34)."""
+    path = tmp_path / "closed.db"
+    engine = make_engine(f"sqlite+aiosqlite:///{path}")
+    try:
+        async with engine.connect() as conn:
+            await conn.exec_driver_sql("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+            await conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+            await conn.commit()
+            driver: Any = (await conn.get_raw_connection()).driver_connection
+            failed = await driver.cursor()  # referenced to the end, as the error's traceback held it
+            with pytest.raises(sqlite3.IntegrityError):
+                await failed.execute("INSERT INTO t VALUES (1)")  # its statement stays unfinalized
+            await driver.execute("BEGIN IMMEDIATE")
+            await conn.invalidate()
+        retry = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            retry.execute("BEGIN IMMEDIATE")  # "database is locked" while the closed one holds it
+            retry.execute("INSERT INTO t VALUES (2)")
+            retry.execute("COMMIT")
+        finally:
+            retry.close()
+    finally:
+        await engine.dispose()
+
+
 async def test_queued_rows_are_written_together_in_order_or_not_at_all(open_db: OpenDb) -> None:
     """``UnitOfWork.insert``: rows queued across tables (a child before its parent) land when the unit
     ends, a table's rows in the order queued; one refused row (an event id taken) leaves none of them."""
