@@ -30,8 +30,9 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
+from reviewloop.boundary import BoundaryInterceptor
 from reviewloop.inproc import LocalServer
-from reviewloop.service import BoundaryInterceptor, Peers
+from reviewloop.service import Peers
 
 CALLERS = 16
 ROUNDS = int(os.environ.get("BENCH_UNIT_ROUNDS", "7"))

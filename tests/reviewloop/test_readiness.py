@@ -29,7 +29,7 @@ async def test_a_dead_relay_turns_the_service_not_ready_and_a_restarted_one_read
         metrics_listen=metrics,
     )
     running = await start(RULES, config)
-    watcher = asyncio.create_task(running.watch_readiness(["reviewloop.rules.v1.RulesService"], every_s=0.05))
+    watcher = asyncio.create_task(running.watch_readiness(every_s=0.05))
     try:
         async with grpc.aio.insecure_channel(listen) as channel, httpx.AsyncClient() as http:
             health = health_pb2_grpc.HealthStub(channel)  # type: ignore[attr-defined]
