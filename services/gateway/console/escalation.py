@@ -5,7 +5,6 @@ fills the same request."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +15,6 @@ from starlette.datastructures import FormData
 
 from gateway import escalation
 from gateway.console import web
-from gateway.console.html import h, when
 from gateway.console.sessions import Session
 from gateway.routes.reviews import _STATES
 
@@ -57,40 +55,20 @@ def target(review: dict[str, Any]) -> str | None:
     return _target(found) if found else None
 
 
-def panel(review: dict[str, Any], who: web.Actors) -> str:
-    """On the review page: whom the draft was escalated to, by whom, and by when."""
-    found = review.get("escalation")
-    if not found:
-        return ""
-    to = _target(found) or "any reviewer"
-    due = f", due {when(found['deadline'])}" if found.get("deadline") else ""
-    late = ' <strong class="badge overdue">overdue</strong>' if found.get("overdue") else ""
-    return (
-        f'<p id="escalation" role="note">Escalated to <strong>{h(to)}</strong> by '
-        f"{h(who.name(found.get('escalated_by') or ''))} {when(found['escalated_at'])}{due}{late}.</p>"
-    )
-
-
-async def picker(request: Request, session: Session, typed: Callable[..., str]) -> str:
-    """The escalate form's target (the project's people, then its roles) and its deadline."""
-    chosen = typed("escalate_to")
+async def targets(request: Request, session: Session) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The escalate form's choices, (value, label) by group: the project's people, then its roles."""
     people = await escalation.people(request, session.principal.project_id)
-
-    def option(value: str, label: str) -> str:
-        return f'<option value="{h(value)}"{" selected" if value == chosen else ""}>{h(label)}</option>'
-
-    persons = "".join(
-        option(f"person:{k.key_id}", f"{k.name or k.key_id} ({k.actor_kind})")
-        for k in people
-        if k.key_id != session.key_id
-    )
-    roles = "".join(option(f"role:{role}", f"all {name}") for role, name in escalation.ROLES.items())
-    return f"""<label for="escalate-to">Escalate to</label>
-  <select id="escalate-to" name="escalate_to">{option("", "Any reviewer (back to the queue)")}
-  <optgroup label="People">{persons}</optgroup><optgroup label="Roles">{roles}</optgroup></select>
-  <label for="escalate-deadline">Deadline (optional, your local time)</label>
-  <input type="datetime-local" id="escalate-deadline" name="deadline" value="{h(typed("deadline"))}">
-  <input type="hidden" name="deadline_utc" value="">"""
+    return [
+        (
+            "People",
+            [
+                (f"person:{k.key_id}", f"{k.name or k.key_id} ({k.actor_kind})")
+                for k in people
+                if k.key_id != session.key_id
+            ],
+        ),
+        ("Roles", [(f"role:{role}", f"all {name}") for role, name in escalation.ROLES.items()]),
+    ]
 
 
 def _deadline(form: FormData) -> datetime | None:

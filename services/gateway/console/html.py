@@ -14,6 +14,7 @@ import jinja2
 from markupsafe import Markup
 from starlette.responses import HTMLResponse
 
+from gateway.console import web
 from gateway.console.sessions import Session
 
 # No remote loads anywhere: a draft's HTML part renders in a sandboxed srcdoc frame, which inherits this.
@@ -119,6 +120,7 @@ ENV.globals.update(
     keymap_json=json.dumps({k.key: k.action for k in KEYMAP}),  # console.js's keys -> actions
     nav=NAV,
     parse_moment=parse_moment,
+    fresh_key=web.idempotency_key,  # each action form's own idempotency key
 )
 
 

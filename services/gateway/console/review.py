@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
+from markupsafe import Markup
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
@@ -21,7 +22,7 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from gateway.console import escalation, presence, queue_view, rule_proposal, web
-from gateway.console.html import button, csrf_field, h, page, render, table, when
+from gateway.console.html import page, render
 from gateway.console.sessions import Session
 from gateway.console.undo import NOTES, undo_toast
 from gateway.console.warnings import hidden_html, unnamed_rule_snapshot, warnings
@@ -85,25 +86,6 @@ async def held_by_rule(
     return {
         d.review_id: d for reply in replies for d in reply.drafts if d.required_high_water > d.rule_high_water
     }
-
-
-def _nudged(draft: review_pb2.PacedDraft) -> str:
-    """When the held draft's agent was nudged to re-apply the rules."""
-    if draft.HasField("nudged_at"):
-        stamp = draft.nudged_at.ToDatetime(tzinfo=UTC).isoformat().replace("+00:00", "Z")
-        return f"its agent was nudged {when(stamp)}"
-    return "its agent is not nudged yet (the backlog pacing nudges a few at a time)"
-
-
-def _held_panel(draft: review_pb2.PacedDraft) -> str:
-    rule = f" (the rule: “{h(draft.rule_text)}”)" if draft.rule_text else ""
-    return (
-        '<section id="held" class="warnings" aria-labelledby="held-h"><h2 id="held-h">Held by a rule</h2>'
-        f"<p>A rule saved after this draft was written holds it{rule}: it is waiting for its agent to "
-        f"re-apply the rules (composed under rule high-water {draft.rule_high_water}, needs "
-        f"{draft.required_high_water}); {_nudged(draft)}. You can still approve it as it stands: the "
-        "decision records that you overrode the hold.</p></section>"
-    )
 
 
 def _summary(review: dict[str, Any]) -> str:
@@ -480,50 +462,47 @@ async def _get(request: Request, session: Session, review_id: str) -> dict[str, 
     return {**as_review(reply), "approvers": list(reply.approvers)}
 
 
-async def _quorum(request: Request, session: Session, review: dict[str, Any]) -> str:
+async def _quorum(request: Request, session: Session, review: dict[str, Any]) -> dict[str, Any] | None:
     """Where a pending draft of a category with a quorum stands: "2 of 3 approvals (panel of 4)" and who
     gave them, by key name where the project has one. Only approvals of the current revision count (an
     edit starts the count again)."""
     category = review.get("category_id")
     if not category or review["state"] not in PENDING:
-        return ""
+        return None
     dial = await web.call(
         web.backend(request).rules.GetRiskDial,
         rules_pb2.GetRiskDialRequest(principal=session.principal.to_proto(), category_id=category),
         request,
     )
     values = next((c.effective for c in dial.categories if c.category_id == category), dial.account)
-    needed = values.quorum_approvals
-    if needed <= 1:
-        return ""
-    given = review["approvers"]
+    if values.quorum_approvals <= 1:
+        return None
     names = await web.actors(request, session)
-    who = f": approved by {', '.join(names.name(a) for a in given)}" if given else ""
-    panel = f" (panel of {values.quorum_panel})" if values.quorum_panel else ""
-    mine = " You approved this revision." if session.principal.actor_id in given else ""
-    return (
-        f'<p id="quorum" role="status"><strong>{len(given)} of {needed} approvals{panel}</strong> of revision '
-        f"{review['revision']}{h(who)}.{mine} Approvals of an earlier revision no longer count.</p>"
-    )
+    return {
+        "given": [names.name(a) for a in review["approvers"]],
+        "needed": values.quorum_approvals,
+        "panel": values.quorum_panel,
+        "mine": session.principal.actor_id in review["approvers"],
+    }
 
 
-def _diff(hunks: list[dict[str, Any]]) -> str:
+Lines = list[tuple[str, str]]  # a diff's lines, each (css class, text): "diff-del", "diff-add" or ""
+
+
+def _diff(hunks: list[dict[str, Any]]) -> Lines:
     """A per-field diff marked with - and + in text (never colour alone)."""
     out = []
     for hunk in hunks:
-        lines = [f"@@ {hunk['field']} ({hunk['op']})"]
+        out.append(f"@@ {hunk['field']} ({hunk['op']})")
         for sign, value in (("-", hunk.get("before")), ("+", hunk.get("after"))):
             if value in (None, "", []):
                 continue
             text = "\n".join(value) if isinstance(value, list) else str(value)
-            lines += [f"{sign} {line}" for line in text.splitlines() or [""]]
-        out.append("\n".join(lines))
-    rendered = []
-    for line in "\n".join(out).splitlines():
-        css = "diff-del" if line.startswith("- ") else "diff-add" if line.startswith("+ ") else ""
-        rendered.append(f'<span class="{css}">{h(line)}</span>' if css else h(line))
-    return "<pre class='diff'>" + "\n".join(rendered) + "</pre>"
+            out += [f"{sign} {line}" for line in text.splitlines() or [""]]
+    return [(_MARKS.get(line[:2], ""), line) for line in "\n".join(out).splitlines()]
 
+
+_MARKS = {"- ": "diff-del", "+ ": "diff-add"}
 
 # The HTML part's own frame: inline styles and <style> render as a mail client renders them; nothing
 # remote loads, no script runs (the frame is sandboxed without allow-scripts, and so is this document).
@@ -550,42 +529,8 @@ async def _preview(
     return preview
 
 
-def _frame(src: str, title: str, *, name: str = "") -> str:
-    named = f' name="{h(name)}"' if name else ""
-    return (
-        f'<iframe class="html-part" sandbox{named} title="{h(title)}" src="{h(src)}" '
-        'referrerpolicy="no-referrer"></iframe>'
-    )
-
-
-def _hidden_view(body_html: str) -> str:
-    """What the HTML part hides from its reader, in a labelled view of its own beside the render."""
-    found = hidden_html(body_html)
-    items = "".join(
-        f'<li><span class="why">{h(item.reason)}</span>: <q>{h(item.text)}</q></li>' for item in found
-    )
-    listing = f"<ul>{items}</ul>" if found else "<p>Nothing in the HTML part is hidden from its reader.</p>"
-    return (
-        '<section class="hidden-view" aria-labelledby="hidden-view">'
-        '<h4 id="hidden-view">Hidden content (sent, but not shown by mail clients)</h4>'
-        f"{listing}</section>"
-    )
-
-
-def _exact(preview: review_pb2.MessagePreview) -> str:
-    """The approval digest and the raw MIME, one click away."""
-    raw = preview.raw_mime.decode("utf-8", "replace")
-    return (
-        f'<p class="digest">Message sha256 <code id="message-sha256">{h(preview.message_sha256)}</code> '
-        '<span class="hint">(the whole MIME message: headers, every part, attachments; Date and '
-        "Message-ID are stamped when it goes out). Your approval names it; the server refuses if the "
-        "message it would send hashes otherwise.</span></p>"
-        '<details id="raw-mime"><summary>Raw MIME (the exact bytes)</summary>'
-        f'<pre class="raw" tabindex="0" aria-label="Raw MIME">{h(raw)}</pre></details>'
-    )
-
-
-def _delivery(review: dict[str, Any], preview: review_pb2.MessagePreview) -> str:
+def _headers(review: dict[str, Any]) -> list[tuple[str, str]]:
+    """The delivered headers, each value as Python writes it (control characters spelled out)."""
     rows = [
         ("From", review.get("from_address") or "(the project's sender)"),
         ("To", ", ".join(review["to"])),
@@ -595,67 +540,37 @@ def _delivery(review: dict[str, Any], preview: review_pb2.MessagePreview) -> str
         ("Subject", review["subject"]),
         *sorted((review.get("headers") or {}).items()),
     ]
-    meta = "".join(f"<dt>{h(k)}</dt><dd><code>{h(repr(v)[1:-1])}</code></dd>" for k, v in rows if v)
-    parts = f"<h3>Text part</h3><pre>{h(review['body_text'])}</pre>"
-    if review.get("body_html"):
-        parts += (
-            '<h3>HTML part</h3><div class="html-views">'
-            '<div><h4 id="html-render">As a mail client shows it</h4>'
-            + _frame(f"/console/reviews/{review['id']}/html-part", "HTML part as a mail client shows it")
-            + "</div>"
-            + _hidden_view(review["body_html"])
-            + "</div>"
-        )
-    attachments = []
-    for item in review.get("attachments") or []:
-        content = base64.b64decode(item.get("content_base64") or "")
-        attachments.append(
-            f"<tr><td>{h(item['filename'])}</td><td>{h(item['content_type'])}</td><td>{item['size']} bytes</td>"
-            f"<td><code>{hashlib.sha256(content).hexdigest()}</code></td></tr>"
-        )
-    parts += table("Attachments", ["File", "Type", "Size", "sha256"], attachments, empty="No attachments.")
-    heading = "What will be delivered" if review["state"] in (*PENDING, "approved") else "The message"
-    return (
-        f'<section aria-labelledby="bytes"><h2 id="bytes">{heading}</h2><dl class="meta">{meta}</dl>'
-        f"{_exact(preview)}{parts}</section>"
-    )
+    return [(k, repr(v)[1:-1]) for k, v in rows if v]
+
+
+def _attachments(review: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            **item,
+            "sha256": hashlib.sha256(base64.b64decode(item.get("content_base64") or "")).hexdigest(),
+        }
+        for item in review.get("attachments") or []
+    ]
 
 
 OUTCOMES = {"delivered": "Mark delivered", "failed": "Mark failed"}
 
 
-def _delivery_status(review: dict[str, Any], session: Session) -> str:
+def _delivery(review: dict[str, Any]) -> dict[str, Any] | None:
     """Where the send stands (status, tries, when it parked and for how long, the last error, who closed
     it by hand); an admin may close a parked send by evidence the platform cannot see, with a reason."""
     delivery = review.get("delivery")
     if not delivery:
-        return ""
-    rows = [  # (label, markup)
-        ("Status", h(delivery["status"])),
-        ("Tries", h(delivery["tries"])),
-        ("Released", when(delivery.get("started_at") or "")),
-        ("Parked at", when(delivery.get("parked_at") or "")),
-        ("Age", h(_duration(delivery.get("age_s") or 0.0))),
-        ("Error", h(delivery.get("error") or "")),
-        ("Resolution", h(delivery.get("resolution") or "")),
-    ]
-    meta = "".join(f"<dt>{h(k)}</dt><dd>{v}</dd>" for k, v in rows if v)
-    resolve = ""
-    if delivery["status"] == "send_needs_reconciliation":
-        resolve = "<p>The relay may or may not have taken this message: nothing is resent. " + (
-            f"""Check the relay's log or the Sent folder, then close it.</p>
-<form method="post" action="/console/reviews/{h(review["id"])}/delivery-resolution" class="actions">{_hidden(review, session)}
-  <label for="resolution-reason">Reason (the evidence; kept with the review)</label>
-  <input type="text" id="resolution-reason" name="reason" size="60" required>
-  {"".join(f'<button type="submit" name="outcome" value="{o}">{h(label)}</button>' for o, label in OUTCOMES.items())}
-</form>"""
-            if session.is_admin
-            else "An admin closes it once the relay's log or the Sent folder shows what happened.</p>"
-        )
-    return (
-        f'<section aria-labelledby="delivery"><h2 id="delivery">Delivery</h2>'
-        f'<dl class="meta" id="delivery-status">{meta}</dl>{resolve}</section>'
-    )
+        return None
+    return {
+        "status": delivery["status"],
+        "tries": delivery["tries"],
+        "started_at": delivery.get("started_at") or "",
+        "parked_at": delivery.get("parked_at") or "",
+        "age": _duration(delivery.get("age_s") or 0.0),
+        "error": delivery.get("error") or "",
+        "resolution": delivery.get("resolution") or "",
+    }
 
 
 def _duration(seconds: float) -> str:
@@ -665,18 +580,18 @@ def _duration(seconds: float) -> str:
     return f"{int(seconds)} s"
 
 
-def _thread(review: dict[str, Any], who: web.Actors) -> str:
-    items = []
-    for turn in review.get("turns") or []:
-        what = turn["turn_type"] + (f" ({turn['action']})" if turn.get("action") else "")
-        diff = _diff(turn["diff_json"]["hunks"]) if turn.get("diff_json") else ""
-        text = f"<pre>{h(turn['body'])}</pre>" if turn["body"] else ""
-        items.append(
-            f'<li><strong>{h(what)}</strong> by <span class="actor">'
-            f"{h(who.name(turn.get('actor_id', ''), turn['actor_kind']))}</span>, revision {turn['revision']}, "
-            f"{when(turn['created_at'])}{text}{diff}</li>"
-        )
-    return "<ol class='thread'>" + "".join(items) + "</ol>" if items else "<p>No turns yet.</p>"
+def _turns(review: dict[str, Any], who: web.Actors) -> list[dict[str, Any]]:
+    return [
+        {
+            "what": turn["turn_type"] + (f" ({turn['action']})" if turn.get("action") else ""),
+            "by": who.name(turn.get("actor_id", ""), turn["actor_kind"]),
+            "revision": turn["revision"],
+            "created_at": turn["created_at"],
+            "body": turn["body"],
+            "diff": _diff(turn["diff_json"]["hunks"]) if turn.get("diff_json") else [],
+        }
+        for turn in review.get("turns") or []
+    ]
 
 
 async def _revisions(request: Request, session: Session, review_id: str) -> dict[int, dict[str, str]]:
@@ -702,22 +617,20 @@ async def _revisions(request: Request, session: Session, review_id: str) -> dict
     }
 
 
-def _compare(before: dict[str, str], after: dict[str, str]) -> str:
-    """A per-field diff of two revisions, each changed line marked - or + in text (never colour alone)."""
-    out, same = [], []
+def _compare(before: dict[str, str], after: dict[str, str]) -> dict[str, Any]:
+    """A per-field diff of two revisions, each changed line marked - or + in text (never colour alone),
+    and the names of the fields that did not change."""
+    lines: Lines = []
+    same = []
     for name in before:
         if before[name] == after[name]:
             same.append(name)
             continue
-        out.append(f"@@ {name}")
+        lines.append(("", f"@@ {name}"))
         for line in difflib.ndiff(before[name].splitlines(), after[name].splitlines()):
             if not line.startswith("? "):  # ndiff's intraline hints: the -/+ lines already say it
-                css = {"- ": "diff-del", "+ ": "diff-add"}.get(line[:2], "")
-                out.append(f'<span class="{css}">{h(line)}</span>' if css else h(line))
-    unchanged = f"<p>Unchanged: {h(', '.join(same))}.</p>" if same else ""
-    return (
-        "<pre class='diff'>" + "\n".join(out) + "</pre>" if out else "<p>No field differs.</p>"
-    ) + unchanged
+                lines.append((_MARKS.get(line[:2], ""), line))
+    return {"lines": lines, "same": same}
 
 
 def _pick(request: Request, name: str, default: int, known: list[int]) -> int:
@@ -725,32 +638,14 @@ def _pick(request: Request, name: str, default: int, known: list[int]) -> int:
     return int(raw) if raw.isdigit() and int(raw) in known else default
 
 
-def _history(request: Request, review: dict[str, Any], revisions: dict[int, dict[str, str]]) -> str:
+def _history(request: Request, revisions: dict[int, dict[str, str]]) -> dict[str, Any] | None:
     """Any two kept revisions side by side (default: the previous one against the current one)."""
-    current = f"<p>Current: revision {review['revision']}, version {review['version']}.</p>"
     known = sorted(revisions)
     if len(known) < 2:
-        return current + "<p>Only one revision is kept: nothing to compare.</p>"
+        return None
     a = _pick(request, "rev_a", known[-2], known)
     b = _pick(request, "rev_b", known[-1], known)
-
-    def select(name: str, label: str, chosen: int) -> str:
-        options = "".join(
-            f'<option value="{n}"{" selected" if n == chosen else ""}>revision {n}</option>' for n in known
-        )
-        return f'<label for="{name}">{label}</label><select id="{name}" name="{name}">{options}</select>'
-
-    form = (
-        f'<form method="get" action="/console/reviews/{h(review["id"])}#history" class="actions">'
-        f"{select('rev_a', 'From (-)', a)}{select('rev_b', 'To (+)', b)}"
-        f'<button type="submit" id="compare">Compare</button></form>'
-    )
-    return (
-        current
-        + form
-        + f"<p>Revision {a} (-) against revision {b} (+):</p>"
-        + _compare(revisions[a], revisions[b])
-    )
+    return {"known": known, "a": a, "b": b, "compare": _compare(revisions[a], revisions[b])}
 
 
 REACHED = [*PENDING, "rejected"]  # the drafts a rule saved now reaches
@@ -769,69 +664,66 @@ def _reach(review: dict[str, Any], pending: list[dict[str, Any]]) -> dict[str, i
 
 
 def _rule_scopes(
-    review: dict[str, Any], session: Session, category_name: str, reach: dict[str, int], picked: str
-) -> str:
+    review: dict[str, Any], session: Session, category_name: str, reach: dict[str, int]
+) -> list[dict[str, str]]:
     """The save-as-rule scope choice: house style (the org's; an admin's only, shown to a reviewer as
     unavailable rather than hidden), this project, this category, this agent."""
     choices = [
-        (
-            "house",
-            f"house style: every project of the org (reaches {reach['house']} pending drafts here)",
-            "" if session.is_admin else "only an admin sets house style; save it for this project instead",
-        ),
-        ("general", f"general: every draft of this project (reaches {reach['general']} pending drafts)", ""),
+        {
+            "value": "house",
+            "label": f"house style: every project of the org (reaches {reach['house']} pending drafts here)",
+            "unavailable": ""
+            if session.is_admin
+            else "only an admin sets house style; save it for this project instead",
+        },
+        {
+            "value": "general",
+            "label": f"general: every draft of this project (reaches {reach['general']} pending drafts)",
+            "unavailable": "",
+        },
     ]
     if review.get("category_id"):
-        choices.append(
-            ("category", f"category {category_name} (reaches {reach['category']} pending drafts)", "")
-        )
+        label = f"category {category_name} (reaches {reach['category']} pending drafts)"
+        choices.append({"value": "category", "label": label, "unavailable": ""})
     if review.get("agent_id"):
-        choices.append(
-            ("agent", f"this agent, {review['agent_id']}, only (reaches {reach['agent']} pending drafts)", "")
-        )
-    out = []
-    for value, label, unavailable in choices:
-        checked = " checked" if value == picked and not unavailable else ""
-        disabled = f' disabled aria-describedby="rule-scope-{value}-why"' if unavailable else ""
-        why = (
-            f' <span class="hint" id="rule-scope-{value}-why">({h(unavailable)})</span>'
-            if unavailable
-            else ""
-        )
-        out.append(
-            f'<label class="check"><input type="radio" name="rule_scope" value="{value}"'
-            f' id="rule-scope-{value}"{checked}{disabled}> {h(label)}{why}</label>'
-        )
-    return "\n    ".join(out)
+        label = f"this agent, {review['agent_id']}, only (reaches {reach['agent']} pending drafts)"
+        choices.append({"value": "agent", "label": label, "unavailable": ""})
+    return choices
 
 
-def _html_choice(review: dict[str, Any], mode: str, body_html: str) -> str:
-    """An edit covers every part that is delivered: for a draft with an HTML part, the reviewer either
-    regenerates it from the edited text (the default) or edits the HTML itself (sanitized on save)."""
-    if not review.get("body_html"):
-        return ""
-    regenerate = " checked" if mode != "edit" else ""
-    own = " checked" if mode == "edit" else ""
-    return f"""<fieldset id="edit-html-part"><legend>HTML part (what most mail clients show)</legend>
-    <label class="check"><input type="radio" name="html_mode" value="regenerate" id="html-mode-regenerate"{regenerate}>
-      Regenerate the HTML part from the text above (drops the agent's markup and anything it hid)</label>
-    <label class="check"><input type="radio" name="html_mode" value="edit" id="html-mode-edit"{own}>
-      Edit the HTML part (sanitized: no scripts, remote images or hiding styles)</label>
-    <label for="edit-html">HTML part</label>
-    <textarea id="edit-html" name="body_html" rows="8">{h(body_html)}</textarea>
-  </fieldset>"""
-
-
-def _hidden(review: dict[str, Any], session: Session) -> str:
-    """What every action form names: the session's CSRF token, the revision and version the page showed,
-    the last turn it showed, and an idempotency key of its own (a form posted twice acts once)."""
+def _form_state(review: dict[str, Any]) -> dict[str, int]:
+    """The revision and version an action form names, and the last turn the page showed."""
     seen = max((t["seq"] for t in review.get("turns") or []), default=0)
-    return (
-        f'{csrf_field(session)}<input type="hidden" name="revision" value="{review["revision"]}">'
-        f'<input type="hidden" name="version" value="{review["version"]}">'
-        f'<input type="hidden" name="seen_seq" value="{seen}">'
-        f'<input type="hidden" name="idem" value="{web.idempotency_key()}">'
-    )
+    return {"revision": review["revision"], "version": review["version"], "seen_seq": seen}
+
+
+def _escalation(review: dict[str, Any], who: web.Actors) -> dict[str, Any] | None:
+    """Whom the draft was escalated to, by whom, and by when."""
+    found = review.get("escalation")
+    if not found:
+        return None
+    return {
+        "to": escalation.target(review) or "any reviewer",
+        "by": who.name(found.get("escalated_by") or ""),
+        "at": found["escalated_at"],
+        "deadline": found.get("deadline") or "",
+        "overdue": bool(found.get("overdue")),
+    }
+
+
+def _hold(draft: review_pb2.PacedDraft | None) -> dict[str, Any] | None:
+    """What holds the draft (a rule saved after it was written) and when its agent was nudged."""
+    if draft is None:
+        return None
+    nudged = ""
+    if draft.HasField("nudged_at"):
+        nudged = draft.nudged_at.ToDatetime(tzinfo=UTC).isoformat().replace("+00:00", "Z")
+    return {
+        "rule_text": draft.rule_text,
+        "rule_high_water": draft.rule_high_water,
+        "required_high_water": draft.required_high_water,
+        "nudged_at": nudged,
+    }
 
 
 async def render_review(
@@ -840,143 +732,58 @@ async def render_review(
     review: dict[str, Any],
     *,
     typed: FormData | None = None,
-    notice: str = "",
+    refusal: dict[str, Any] | None = None,
     status: int = 200,
 ) -> Response:
     rid = review["id"]
     preview, who = await asyncio.gather(_preview(request, session, rid), web.actors(request, session))
-    typed_value = (
-        (lambda name, default="": web.field(typed, name, default))
-        if typed
-        else (lambda name, default="": default)
-    )
     # One listing serves previous/next and the rule's reach (not the pending queue twice).
     reached = await _list(request, session, REACHED)
     ids = [r["id"] for r in reversed(reached) if r["state"] in PENDING]
+    at = ids.index(rid) if rid in ids else None
     names = await category_names(request, session)
     category_name = names.get(review.get("category_id") or "", review.get("category_id") or "no category")
-    nav = []
-    if rid in ids:
-        at = ids.index(rid)
-        if at > 0:
-            nav.append(
-                f'<a data-previous href="/console/reviews/{h(ids[at - 1])}">Previous draft <kbd aria-hidden="true">k</kbd></a>'
-            )
-        if at + 1 < len(ids):
-            nav.append(
-                f'<a data-next href="/console/reviews/{h(ids[at + 1])}">Next draft <kbd aria-hidden="true">j</kbd></a>'
-            )
     others = await presence.touch(request, session, rid)
-    present = (
-        f'<p id="presence" role="status" data-presence="/console/reviews/{h(rid)}/presence" '
-        f'data-every="{presence.REFRESH_S}" data-csrf="{h(session.csrf)}">{h(presence.others_text(others))}</p>'
-    )
-    found = warnings(review)
-    warning_panel = (
-        '<section class="warnings" aria-labelledby="warn"><h2 id="warn">Warnings: what the rendered mail hides</h2><ul>'
-        + "".join(f"<li>{h(w)}</li>" for w in found)
-        + "</ul></section>"
-        if found
-        else '<section aria-labelledby="warn"><h2 id="warn">Warnings</h2><p>No invisible characters, hidden text, look-alike domains or added recipients.</p></section>'
-    )
-    # How the draft was composed: without a rule snapshot, nothing says its agent read the rules (issue 34).
-    warning_panel += "".join(
-        f'<p id="rule-snapshot" role="note">{h(note)}</p>' for note in unnamed_rule_snapshot(review)
-    )
-    actions = ""
     state = review["state"]
     hold = None
     if state in PENDING:
         hold = (await held_by_rule(request, session, {review.get("category_id") or ""})).get(rid)
-    if hold is not None:
-        warning_panel = _held_panel(hold) + warning_panel
-    approve = f"""{button("approve", "Approve", name="action", value="approve")}
-  <span class="hint">Approves message sha256 <code>{h(preview.message_sha256[:16])}…</code> exactly as shown below.</span>"""
-    if hold is not None:
-        approve = f"""<p><input type="checkbox" id="override-held" name="override_held" value="yes" required>
-  <label for="override-held">I approve this draft as it stands, without its agent re-applying the rules</label></p>
-  {button("approve", "Approve as it stands", name="action", value="approve")}
-  <span class="hint">Approves message sha256 <code>{h(preview.message_sha256[:16])}…</code> exactly as shown below, overriding the hold.</span>"""
-    if state == "needs_review":
-        actions = f"""<form method="post" action="/console/reviews/{h(rid)}/open" class="actions">{_hidden(review, session)}
-{button("open", "Open for review")}<span>Pick this draft up before you decide.</span></form>"""
-    elif state in ("in_review", "chatting"):
-        scopes = _rule_scopes(
-            review,
-            session,
-            category_name,
-            _reach(review, reached),
-            typed_value("rule_scope", "general"),
-        )
-        actions = f"""
-<form method="post" action="/console/reviews/{h(rid)}/decide" class="actions">{_hidden(review, session)}
-  <input type="hidden" name="message_sha256" value="{h(preview.message_sha256)}">
-  {approve}
-</form>
-<details id="edit-panel"{" open" if typed_value("action") == "edit" else ""}><summary>Edit inline (a new version) <kbd aria-hidden="true">e</kbd></summary>
-<form method="post" action="/console/reviews/{h(rid)}/edit-preview">{_hidden(review, session)}
-  <label for="edit-subject">Subject</label>
-  <input type="text" id="edit-subject" name="subject" size="80" value="{h(typed_value("subject", review["subject"]))}">
-  <label for="edit-body">Body</label>
-  <textarea id="edit-body" name="body">{h(typed_value("body", review["body_text"]))}</textarea>
-  {_html_choice(review, typed_value("html_mode", "regenerate"), typed_value("body_html", review.get("body_html") or ""))}
-  <label for="edit-feedback">Note for the agent (optional)</label>
-  <textarea id="edit-feedback" name="feedback">{h(typed_value("feedback"))}</textarea>
-  <fieldset><legend>Save as rule</legend>
-    <p>Before (what the agent wrote):</p><pre>{h(review["body_text"])}</pre>
-    <p>After: your edit above.</p>
-    <label for="rule-text">Rule the agent applies next time (leave empty to save no rule)</label>
-    <textarea id="rule-text" name="rule_text">{h(typed_value("rule_text"))}</textarea>
-    <p id="rule-scope-label">Who the rule applies to:</p>
-    <div role="radiogroup" aria-labelledby="rule-scope-label">
-    {scopes}
-    </div>
-    <p id="rule-holds" class="hint">Saving the rule holds the other pending drafts in its reach: they wait for their agent to re-apply the rules (the queue marks them "held by a rule"), and a reviewer can still approve one as it stands, which its decision records.</p>
-    <input type="hidden" name="rule_agent" value="{h(review.get("agent_id") or "")}">
-  </fieldset>
-  <p>{button("preview-edit", "Preview edit", name="action", value="edit")}
-  <span class="hint">Shows the exact message your edit sends, every part, before you approve it.</span></p>
-</form></details>
-<details id="reject-panel"{" open" if typed_value("action") == "reject" else ""}><summary>Reject with feedback <kbd aria-hidden="true">r</kbd></summary>
-<form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
-  <label for="reject-feedback">Feedback (the agent gets it verbatim)</label>
-  <textarea id="reject-feedback" name="feedback" required>{h(typed_value("feedback") if typed_value("action") == "reject" else "")}</textarea>
-  <p>{button("reject-submit", "Reject", name="action", value="reject")}</p>
-</form></details>
-<details id="escalate-panel"{" open" if typed_value("action") == "escalate" else ""}><summary>Escalate <kbd aria-hidden="true">x</kbd></summary>
-<form method="post" action="/console/reviews/{h(rid)}/decide">{_hidden(review, session)}
-  <label for="escalate-feedback">Why (optional)</label>
-  <textarea id="escalate-feedback" name="feedback">{h(typed_value("feedback") if typed_value("action") == "escalate" else "")}</textarea>
-  {await escalation.picker(request, session, typed_value)}
-  <p>{button("escalate-submit", "Escalate", name="action", value="escalate")}</p>
-</form></details>"""
-    else:
-        actions = f"<p>This draft is {h(state)}: nothing to decide.</p>"
-    chat = ""
-    if state in ("in_review", "chatting", "needs_review"):
-        chat = f"""<form method="post" action="/console/reviews/{h(rid)}/chat">{_hidden(review, session)}
-  <label for="chat-text">Comment to the agent</label><textarea id="chat-text" name="text" required>{h(typed_value("text"))}</textarea>
-  <p><button type="submit">Send comment</button></p></form>"""
     intent = review.get("intent") or {}
-    revisions = await _revisions(request, session, rid)
-    body = f"""
-<p class="lede">{h(review["kind"])} · {h(category_name)} · state <strong>{h(state)}</strong> ·
-revision {review["revision"]}, version {review["version"]} · <code>{h(rid)}</code></p>
-<nav aria-label="Drafts" class="actions"><a href="/console/queue">Queue</a>{"".join(nav)}</nav>
-{present}
-{escalation.panel(review, who)}
-{notice}
-{warning_panel}
-<section aria-labelledby="act"><h2 id="act">Decide</h2>{await _quorum(request, session, review)}{actions}</section>
-{_delivery_status(review, session)}
-<div class="grid">
-{_delivery(review, preview)}
-<div>
-<section aria-labelledby="intent"><h2 id="intent">Intent</h2><p>{h(intent.get("summary") or "(none)")}</p>
-<pre>{h(json.dumps(intent.get("meta") or {}, indent=2, ensure_ascii=False))}</pre></section>
-<section aria-labelledby="history"><h2 id="history">Revision history</h2>{_history(request, review, revisions)}</section>
-<section aria-labelledby="thread"><h2 id="thread">Thread and chat</h2>{_thread(review, who)}{chat}</section>
-</div></div>"""
+    body = render(
+        "review.html",
+        session=session,
+        review=review,
+        body_html=review.get("body_html") or "",
+        typed=lambda name, default="": web.field(typed, name, default) if typed else default,
+        category_name=category_name,
+        previous=ids[at - 1] if at else "",
+        next=ids[at + 1] if at is not None and at + 1 < len(ids) else "",
+        presence=presence.others_text(others),
+        presence_every=presence.REFRESH_S,
+        escalation=_escalation(review, who),
+        refusal=refusal,
+        hold=_hold(hold),
+        warnings=warnings(review),
+        snapshot_notes=unnamed_rule_snapshot(review),
+        quorum=await _quorum(request, session, review),
+        form_state=_form_state(review),
+        sha256=preview.message_sha256,
+        raw_mime=preview.raw_mime.decode("utf-8", "replace"),
+        scopes=_rule_scopes(review, session, category_name, _reach(review, reached))
+        if state in ("in_review", "chatting")
+        else [],
+        escalate_to=await escalation.targets(request, session) if state in ("in_review", "chatting") else [],
+        delivery=_delivery(review),
+        outcomes=OUTCOMES,
+        deliverable=state in (*PENDING, "approved"),
+        headers=_headers(review),
+        hidden=hidden_html(review["body_html"]) if review.get("body_html") else [],
+        attachments=_attachments(review),
+        intent_summary=intent.get("summary") or "",
+        intent_meta=json.dumps(intent.get("meta") or {}, indent=2, ensure_ascii=False),
+        history=_history(request, await _revisions(request, session, rid)),
+        turns=_turns(review, who),
+    )
     return page(
         _summary(review),
         body,
@@ -1010,11 +817,12 @@ async def _refused(
     seen = int(web.field(form, "seen_seq", "0") or 0)
     since = [t for t in review.get("turns") or [] if t["seq"] > seen]
     who = await web.actors(request, session)
-    changes = "".join(
-        f"<li>{h(t['turn_type'])}{' (' + h(t['action']) + ')' if t.get('action') else ''} by "
-        f"{h(who.name(t.get('actor_id', ''), t['actor_kind']))}</li>"
+    changes = [
+        t["turn_type"]
+        + (f" ({t['action']})" if t.get("action") else "")
+        + f" by {who.name(t.get('actor_id', ''), t['actor_kind'])}"
         for t in since
-    )
+    ]
     shown = f"revision {web.field(form, 'revision')}, version {web.field(form, 'version')}"
     now = f"revision {review['revision']}, version {review['version']}, state {review['state']}"
     stale = error.code in (Code.STALE, Code.WRONG_STATE, Code.TERMINAL, Code.CONFLICT)
@@ -1025,14 +833,13 @@ async def _refused(
     )
     if ("reason", "message_changed") in error.hints:
         headline = f"Refused: {error.detail}"
-    notice = (
-        f'<div class="error" role="alert" data-autofocus tabindex="-1"><p>{h(headline)}</p>'
-        + (f"<p>What changed since:</p><ul>{changes}</ul>" if changes else "")
-        + ("<p>What you typed is kept below.</p>" if stale else "")
-        + "</div>"
-    )
     return await render_review(
-        request, session, review, typed=form, notice=notice, status=409 if stale else 422
+        request,
+        session,
+        review,
+        typed=form,
+        refusal={"headline": headline, "changes": changes, "stale": stale},
+        status=409 if stale else 422,
     )
 
 
@@ -1152,49 +959,24 @@ async def edit_preview(request: Request, review_id: str) -> Response:
     }
     after = {"subject": edited.subject, "body_text": edited.body_text, "body_html": edited.body_html}
     rule_panel = await rule_proposal.section(request, session, review, form, _edit_of(form))
-    found = warnings({**review, **after})
-    regenerated = (
-        "<p>The HTML part was regenerated from your text: the agent's markup (and anything it hid) is gone.</p>"
-        if edited.html_regenerated
-        else ""
+    body = render(
+        "edit_preview.html",
+        session=session,
+        review=review,
+        warnings=warnings({**review, **after}),
+        regenerated=edited.html_regenerated,
+        compare=_compare(before, after),
+        carried=[
+            (name, web.field(form, name))
+            for name in (*_CARRIED, "revision", "version", "seen_seq", "idem", "csrf")
+        ],
+        sha256=edited.message_sha256,
+        rule_panel=Markup(rule_panel),  # rule_proposal's own markup
+        raw_mime=edited.raw_mime.decode("utf-8", "replace"),
+        body_text=edited.body_text,
+        body_html=edited.body_html,
+        hidden=hidden_html(edited.body_html) if edited.body_html else [],
     )
-    frame = ""
-    if edited.body_html:
-        frame = (
-            '<h3>HTML part</h3><div class="html-views"><div><h4 id="html-render">As a mail client shows it</h4>'
-            + _frame("about:blank", "Edited HTML part as a mail client shows it", name="edited-html")
-            + f'<form method="post" action="/console/reviews/{h(review_id)}/html-part" target="edited-html" '
-            f"data-frame-post hidden>{csrf_field(session)}"
-            f'<input type="hidden" name="body_html" value="{h(edited.body_html)}"></form></div>'
-            + _hidden_view(edited.body_html)
-            + "</div>"
-        )
-    carried = "".join(
-        f'<input type="hidden" name="{name}" value="{h(web.field(form, name))}">' for name in _CARRIED
-    ) + "".join(
-        f'<input type="hidden" name="{name}" value="{h(web.field(form, name))}">'
-        for name in ("revision", "version", "seen_seq", "idem", "csrf")
-    )
-    warning_list = (
-        '<section class="warnings" aria-labelledby="warn"><h2 id="warn">Warnings: what the edited mail hides</h2><ul>'
-        + "".join(f"<li>{h(w)}</li>" for w in found)
-        + "</ul></section>"
-        if found
-        else '<section aria-labelledby="warn"><h2 id="warn">Warnings</h2><p>None for the edited message.</p></section>'
-    )
-    body = f"""
-<p class="lede">Your edit of <code>{h(review_id)}</code> (revision {review["revision"]}, version {review["version"]}): nothing is saved until you approve it.</p>
-{warning_list}
-<section aria-labelledby="edit-diff"><h2 id="edit-diff">Every part, before (-) and after your edit (+)</h2>
-{regenerated}{_compare(before, after)}</section>
-<form method="post" action="/console/reviews/{h(review_id)}/decide" class="actions">{carried}
-  <input type="hidden" name="message_sha256" value="{h(edited.message_sha256)}">
-  {rule_panel}
-  <button type="submit" name="action" value="edit">Save edit and approve</button>
-  <button type="submit" name="back" value="1" formaction="/console/reviews/{h(review_id)}/edit-preview">Change the edit</button>
-</form>
-<section aria-labelledby="bytes"><h2 id="bytes">What will be delivered</h2>
-{_exact(edited)}<h3>Text part</h3><pre>{h(edited.body_text)}</pre>{frame}</section>"""
     return page(f"Review your edit: {_summary(review)}", body, session=session, active="queue")
 
 
