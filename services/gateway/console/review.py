@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
-from markupsafe import Markup
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
@@ -971,7 +970,7 @@ async def edit_preview(request: Request, review_id: str) -> Response:
             for name in (*_CARRIED, "revision", "version", "seen_seq", "idem", "csrf")
         ],
         sha256=edited.message_sha256,
-        rule_panel=Markup(rule_panel),  # rule_proposal's own markup
+        rule_panel=rule_panel,
         raw_mime=edited.raw_mime.decode("utf-8", "replace"),
         body_text=edited.body_text,
         body_html=edited.body_html,
