@@ -12,7 +12,7 @@ from reviewloop.errors import Code, DomainError, http_status
 from starlette.responses import Response
 
 from gateway.console import web
-from gateway.console.html import h, page, table
+from gateway.console.html import page, render
 from gateway.console.sessions import Session
 from gateway.routes.rules import get_dial_effect
 
@@ -85,35 +85,14 @@ def _proposed(request: Request) -> dict[str, Any]:
     return out
 
 
-def _outcome(effect: dict[str, Any], side: str) -> str:
+def _outcome(effect: dict[str, Any], side: str) -> dict[str, Any]:
     outcome = effect[side]
-    held = sum(outcome["held"].values())
-    why = "; ".join(f"{n} {HOLDS.get(k, k)}" for k, n in outcome["held"].items())
-    return (
-        f"<tr><th scope='row'>{'Proposed dial' if side == 'proposed' else 'Dial in force'}</th>"
-        f"<td>{outcome['auto_sent']}</td><td>{held}{f' ({h(why)})' if why else ''}</td></tr>"
-    )
-
-
-def _inputs(shown: dict[str, Any]) -> str:
-    out = []
-    for name, (label, why) in _LABELS.items():
-        value = shown[name]
-        if name == "first_contact_gate":
-            options = "".join(
-                f'<option value="{v}"{" selected" if (v == "true") == (value in (True, "true")) else ""}>{"yes" if v == "true" else "no"}</option>'
-                for v in ("true", "false")
-            )
-            field = f'<select id="what-if-{name}" name="{name}" aria-describedby="what-if-{name}-why">{options}</select>'
-        else:
-            field = (
-                f'<input type="text" inputmode="decimal" id="what-if-{name}" name="{name}" value="{h(value)}" '
-                f'aria-describedby="what-if-{name}-why">'
-            )
-        out.append(
-            f'<label for="what-if-{name}">{h(label)}</label>{field}<span class="hint" id="what-if-{name}-why">{h(why)}</span>'
-        )
-    return "".join(out)
+    return {
+        "dial": "Proposed dial" if side == "proposed" else "Dial in force",
+        "auto_sent": outcome["auto_sent"],
+        "held": sum(outcome["held"].values()),
+        "why": "; ".join(f"{n} {HOLDS.get(k, k)}" for k, n in outcome["held"].items()),
+    }
 
 
 @router.get("/categories/{category_id}/dial-effect")
@@ -134,28 +113,19 @@ async def dial_effect_page(request: Request, category_id: str) -> Response:
             **effect["current"]["dial"],
             **{k: v for k, v in request.query_params.items() if k in _LABELS},
         }
-    last = request.query_params.get("last", "") or "200"
-    refusal = (
-        f'<div class="error" role="alert" data-autofocus tabindex="-1"><p>Refused: {h(error.detail)}</p>'
-        "<p>The figures below are for the dial in force; correct the value and show the effect again.</p></div>"
-        if error is not None
-        else ""
+    body = render(
+        "dial_effect.html",
+        refused=error.detail if error is not None else "",
+        category_id=category_id,
+        inputs=[
+            {"name": name, "label": label, "why": why, "value": shown[name]}
+            for name, (label, why) in _LABELS.items()
+        ],
+        last=request.query_params.get("last", "") or "200",
+        considered=effect["considered"],
+        outcomes=[_outcome(effect, "current"), _outcome(effect, "proposed")],
+        record=record_line(effect),
     )
-    body = f"""{refusal}
-<p class="lede">What a change of this category's risk dial would have done to its last drafts, had the
-category been graduated: each draft replayed through the auto-send gates under the dial in force and under
-the values below. Nothing is saved here; the dial is set on the <a href="/console/settings">Settings</a> page.</p>
-<form method="get" action="/console/categories/{h(category_id)}/dial-effect" class="dial-what-if">
-  {_inputs(shown)}
-  <label for="what-if-last">How many of the last drafts</label>
-  <input type="text" inputmode="numeric" id="what-if-last" name="last" value="{h(last)}">
-  <p><button type="submit" id="what-if-show">Show the effect</button></p>
-</form>
-<section aria-labelledby="effect-h" id="dial-effect"><h2 id="effect-h">Of the last {effect["considered"]} drafts</h2>
-{table("Auto-sent and held under each dial", ["Dial", "Would have been auto-sent", "Would have been held for a human"], [_outcome(effect, "current"), _outcome(effect, "proposed")], empty="No drafts in this category yet.")}
-</section>
-<section aria-labelledby="record-h" id="graduation-record"><h2 id="record-h">Graduation record</h2>
-<p>{h(record_line(effect))}.</p></section>"""
     return page(
         "Risk dial: what if",
         body,
