@@ -10,6 +10,7 @@ import grpc
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from reviewloop.errors import Code, DomainError, FieldViolation, status_of, title
 from reviewloop.rpc_errors import from_rpc_error
 from reviewloop.storage.unavailable import store_unavailable
@@ -148,7 +149,8 @@ def _pointer(loc: tuple[Any, ...]) -> str:
     return "/" + "/".join(parts)
 
 
-def validation_error(exc: RequestValidationError) -> DomainError:
+def validation_error(exc: RequestValidationError | ValidationError) -> DomainError:
+    """A body (or a console form read as the same shape) with bad fields: 422 naming each field."""
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
         return DomainError(Code.BAD_REQUEST, "The request body is not valid JSON; send a JSON object.")

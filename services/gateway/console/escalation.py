@@ -1,7 +1,7 @@
 """Escalation in the console (issue 38): the escalate form's picker of the project's people and roles and
 its deadline, the queue's "Escalated to me" split (first in the queue, counted), and how a draft shows
-whom it was escalated to and by when. The decision itself is the REST route's: ``gateway.escalation``
-fills the same request."""
+whom it was escalated to and by when. The decision itself is the REST route's command
+(``gateway.commands.reviews.decide``)."""
 
 from __future__ import annotations
 
@@ -83,9 +83,9 @@ def _deadline(form: FormData) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
-async def fill(request: Request, session: Session, message: review_pb2.DecideRequest, form: FormData) -> None:
-    """An escalate form's target and deadline on its decision request (as the REST route fills it)."""
+def chosen_target(form: FormData) -> dict[str, Any]:
+    """An escalate form's target and deadline, as the decision's shape names them (the command fills the
+    request as the REST route's does)."""
     kind, _, target_id = web.field(form, "escalate_to").partition(":")
-    await escalation.fill(
-        request, session.principal, message, kind=kind, target_id=target_id, deadline=_deadline(form)
-    )
+    chosen = {"kind": kind, "id": target_id} if kind or target_id else None
+    return {"escalate_to": chosen, "escalation_deadline": _deadline(form)}

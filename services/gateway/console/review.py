@@ -17,9 +17,11 @@ from fastapi import APIRouter, Request
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
+from reviewloop.shapes import DeliveryResolutionIn, OpenIn, PostReviewChatRequest, ReviewerDecisionRequest
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
+from gateway.commands import reviews as commands
 from gateway.console import escalation, presence, queue_view, rule_proposal, web
 from gateway.console.html import page, render
 from gateway.console.sessions import Session
@@ -318,30 +320,20 @@ async def _batch_one(
         if rid in held:
             return f"{name}: not approved: a rule holds it. Open it to approve it as it stands."
     revision, version = int(revision_s), int(version_s)
-    backend = web.backend(request).review
+    backend, principal = web.backend(request), session.principal
     try:
         if review["state"] == "needs_review":  # picked up first, on the version the queue showed
-            opened = await web.call(
-                backend.Open,
-                review_pb2.OpenRequest(
-                    principal=session.principal.to_proto(), review_id=rid, revision=revision, version=version
-                ),
-                request,
-            )
+            seen_at = web.shaped(OpenIn, revision=revision, version=version)
+            opened = await commands.open_review(backend, principal, rid, seen_at, web.idempotency_key())
             revision, version = opened.revision, opened.version
-        await web.call(
-            backend.Decide,
-            review_pb2.DecideRequest(
-                principal=session.principal.to_proto(),
-                review_id=rid,
-                action=action,
-                revision=revision,
-                version=version,
-                feedback=reason if action == "reject" else "",
-                idempotency_key=web.idempotency_key(),
-            ),
-            request,
+        decision = web.shaped(
+            ReviewerDecisionRequest,
+            action=action,
+            revision=revision,
+            version=version,
+            feedback=reason if action == "reject" else "",
         )
+        await commands.decide(request, backend, principal, rid, decision, web.idempotency_key())
     except web.REFUSALS as exc:
         return f"{name}: not {PAST[action].lower()}: {web.as_domain(exc).detail}"
     return f"{name}: {PAST[action].lower()}."
@@ -854,16 +846,12 @@ async def _after_decision(request: Request, session: Session, review_id: str, do
 async def open_review(request: Request, review_id: str) -> Response:
     session, form = await web.writer(request)
     return await web.act(
-        lambda: web.call(
-            web.backend(request).review.Open,
-            review_pb2.OpenRequest(
-                principal=session.principal.to_proto(),
-                review_id=review_id,
-                revision=web.number(form, "revision"),
-                version=web.number(form, "version"),
-                idempotency_key=web.field(form, "idem"),
-            ),
-            request,
+        lambda: commands.open_review(
+            web.backend(request),
+            session.principal,
+            review_id,
+            web.seen_at(form, OpenIn),
+            web.field(form, "idem"),
         ),
         RedirectResponse(f"/console/reviews/{review_id}?done=open", status_code=303),
         _refusal(request, session, review_id, form),
@@ -876,10 +864,14 @@ async def decide(request: Request, review_id: str) -> Response:
     action = web.field(form, "action")
 
     async def work() -> Any:
-        message = _decision(session, form, review_id)
-        if action == "escalate":
-            await escalation.fill(request, session, message, form)
-        return await web.call(web.backend(request).review.Decide, message, request)
+        return await commands.decide(
+            request,
+            web.backend(request),
+            session.principal,
+            review_id,
+            _decision(form),
+            web.field(form, "idem"),
+        )
 
     return await web.act(
         work,
@@ -888,42 +880,39 @@ async def decide(request: Request, review_id: str) -> Response:
     )
 
 
-def _decision(session: Session, form: FormData, review_id: str) -> review_pb2.DecideRequest:
+def _decision(form: FormData) -> ReviewerDecisionRequest:
+    """The decide form as the decision's shape (the REST body)."""
     action = web.field(form, "action")
     if action not in PAST:
         raise DomainError(Code.BAD_REQUEST, "Pick an action.")
-    message = review_pb2.DecideRequest(
-        principal=session.principal.to_proto(),
-        review_id=review_id,
-        action=action,
-        revision=web.number(form, "revision"),
-        version=web.number(form, "version"),
-        feedback=web.field(form, "feedback"),
-        idempotency_key=web.field(form, "idem"),
-    )
+    fields: dict[str, Any] = {
+        "action": action,
+        "revision": web.number(form, "revision"),
+        "version": web.number(form, "version"),
+        "feedback": web.field(form, "feedback"),
+    }
     if action in ("approve", "edit"):
-        message.message_sha256 = web.field(form, "message_sha256")
+        fields["message_sha256"] = web.field(form, "message_sha256") or None
     if action == "approve":
-        message.override_held = web.field(form, "override_held") == "yes"
+        fields["override_held"] = web.field(form, "override_held") == "yes"
+    if action == "escalate":
+        fields.update(escalation.chosen_target(form))
     if action == "edit":
         edit = _edit_of(form)
-        message.subject = edit["subject"] or ""
-        message.body = edit["body"] or ""
-        if edit["body_html"] is not None:
-            message.body_html = edit["body_html"]
+        fields.update(subject=edit["subject"] or "", body=edit["body"] or "", body_html=edit["body_html"])
         rule_text = web.field(form, "rule_text").strip()
         if rule_text:
-            message.new_rule.rule_text = rule_text
             # review_state scopes a category rule to the review's own category, and checks that a
             # per-agent rule names the review's own agent, in the decision's unit; the rules context
             # refuses house style to anyone but an admin.
             scope = web.field(form, "rule_scope")
-            message.new_rule.scope = "category" if scope == "category" else "general"
-            if scope == "house":
-                message.new_rule.rule_layer = "org"
-            elif scope == "agent":
-                message.new_rule.scope_agent_id = web.field(form, "rule_agent")
-    return message
+            fields["new_rule"] = {
+                "rule_text": rule_text,
+                "scope": "category" if scope == "category" else "general",
+                "rule_layer": "org" if scope == "house" else "project",
+                "scope_agent_id": web.field(form, "rule_agent") if scope == "agent" else None,
+            }
+    return web.shaped(ReviewerDecisionRequest, **fields)
 
 
 def _edit_of(form: FormData) -> dict[str, str | None]:
@@ -1011,16 +1000,14 @@ def _frame_document(body_html: str) -> Response:
 @router.post("/reviews/{review_id}/chat")
 async def chat(request: Request, review_id: str) -> Response:
     session, form = await web.writer(request)
+    text = web.field(form, "text")
     return await web.act(
-        lambda: web.call(
-            web.backend(request).review.PostChat,
-            review_pb2.PostChatRequest(
-                principal=session.principal.to_proto(),
-                review_id=review_id,
-                text=web.field(form, "text"),
-                idempotency_key=web.field(form, "idem"),
-            ),
-            request,
+        lambda: commands.post_chat(
+            web.backend(request),
+            session.principal,
+            review_id,
+            web.shaped(PostReviewChatRequest, text=text),
+            web.field(form, "idem"),
         ),
         RedirectResponse(f"/console/reviews/{review_id}", status_code=303),
         _refusal(request, session, review_id, form),
@@ -1039,13 +1026,8 @@ async def resolve_delivery(request: Request, review_id: str) -> Response:
             raise DomainError(
                 Code.BAD_REQUEST, "Pick delivered or failed and give the reason (the evidence)."
             )
-        await web.call(
-            web.backend(request).review.ResolveDelivery,
-            review_pb2.ResolveDeliveryRequest(
-                principal=session.principal.to_proto(), review_id=review_id, outcome=outcome, reason=reason
-            ),
-            request,
-        )
+        evidence = web.shaped(DeliveryResolutionIn, outcome=outcome, reason=reason)
+        await commands.resolve_delivery(web.backend(request), session.principal, review_id, evidence)
 
     return await web.act(
         resolve,

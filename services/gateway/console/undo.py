@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Request
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2
+from reviewloop.shapes import UndoDecisionIn
 from starlette.responses import RedirectResponse, Response
 
+from gateway.commands import reviews as commands
 from gateway.console import web
 from gateway.console.html import button, csrf_field, h
 from gateway.console.sessions import Session
@@ -67,16 +69,12 @@ async def undo(request: Request, review_id: str) -> Response:
         return RedirectResponse(f"/console/reviews/{review_id}?done={done}", status_code=303)
 
     return await web.act(
-        lambda: web.call(
-            web.backend(request).review.UndoDecision,
-            review_pb2.UndoDecisionRequest(
-                principal=session.principal.to_proto(),
-                review_id=review_id,
-                revision=web.number(form, "revision"),
-                version=web.number(form, "version"),
-                idempotency_key=web.field(form, "idem"),
-            ),
-            request,
+        lambda: commands.undo_decision(
+            web.backend(request),
+            session.principal,
+            review_id,
+            web.seen_at(form, UndoDecisionIn),
+            web.field(form, "idem"),
         ),
         RedirectResponse(f"/console/reviews/{review_id}?done=undone", status_code=303),
         refused,

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import grpc
 from fastapi import Request
+from pydantic import ValidationError
 from reviewloop.errors import Code, DomainError
 from starlette.datastructures import FormData
 from starlette.responses import Response
@@ -16,9 +17,10 @@ from starlette.responses import Response
 from gateway import store
 from gateway.backends import Backends
 from gateway.console.sessions import Session, check_csrf, current
-from gateway.problems import backend_error
+from gateway.problems import backend_error, validation_error
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 class SignInRequired(Exception):
@@ -93,6 +95,20 @@ def as_domain(error: Exception) -> DomainError:
     if isinstance(error, grpc.aio.AioRpcError):
         return backend_error(error)
     raise error
+
+
+def shaped(shape: Callable[..., S], **fields: Any) -> S:
+    """A form as its verb's shape (the REST body the command takes): a field the shape refuses is the
+    route's 422, naming the field."""
+    try:
+        return shape(**fields)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+def seen_at(form: FormData, shape: Callable[..., S]) -> S:
+    """The (revision, version) a form names, as its verb's shape (open, undo)."""
+    return shaped(shape, revision=number(form, "revision"), version=number(form, "version"))
 
 
 async def call(rpc: Any, message: Any, request: Request) -> Any:

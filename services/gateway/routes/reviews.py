@@ -41,9 +41,9 @@ from reviewloop.shapes import (
 )
 from reviewloop.tenancy import ActorKind, Principal
 
-from gateway import escalation
 from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, require
 from gateway.backends import Backends, backends
+from gateway.commands import reviews as commands
 from gateway.headers import IdempotencyKey
 from gateway.problems import refused_send
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
@@ -522,15 +522,7 @@ async def post_review_chat(
     idempotency_key: IdempotencyKey = "",
 ) -> OrjsonResponse:
     """An agent question or a human comment; idempotent on the Idempotency-Key header."""
-    reply = await backend.review.PostChat(
-        review_pb2.PostChatRequest(
-            principal=principal.to_proto(),
-            review_id=review_id,
-            text=body.text,
-            idempotency_key=idempotency_key,
-        ),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.post_chat(backend, principal, review_id, body, idempotency_key)
     return encoded(as_review_chat_result(reply))
 
 
@@ -570,16 +562,7 @@ async def open_review(
     idempotency_key: IdempotencyKey = "",
 ) -> OrjsonResponse:
     """A human picks a draft up (needs_review -> in_review)."""
-    reply = await backend.review.Open(
-        review_pb2.OpenRequest(
-            principal=principal.to_proto(),
-            review_id=review_id,
-            revision=body.revision,
-            version=body.version,
-            idempotency_key=idempotency_key,
-        ),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.open_review(backend, principal, review_id, body, idempotency_key)
     return encoded(as_review(reply))
 
 
@@ -601,43 +584,7 @@ async def decide_review(
     ``override_held`` approves a draft a rule holds as it stands. A human key answers the
     review; a review_agent key answers the spec's reviewer result ``{kind: sent | sent_to_human}``, a
     release's ``delivery_status`` beside it (``sent`` is true once it is ``delivered``)."""
-    # ``version`` is the optional second CAS (the SDK's "defense in depth"); ``revision`` always guards.
-    # Omitted, it travels as 0 ("not named"): review_state compares the version it reads, and a keyed
-    # retry of the same body is the same request (its fingerprint is what the client sent).
-    request = review_pb2.DecideRequest(
-        principal=principal.to_proto(),
-        review_id=review_id,
-        action=body.action,
-        revision=body.revision,
-        version=body.version or 0,
-        feedback=body.feedback,
-        idempotency_key=idempotency_key,
-        message_sha256=body.message_sha256 or "",
-        override_held=body.override_held,
-    )
-    if body.body_html is not None:
-        request.body_html = body.body_html
-    if body.subject is not None:
-        request.subject = body.subject
-    if body.body is not None:
-        request.body = body.body
-    if body.escalate_to is not None or body.escalation_deadline is not None or body.action == "escalate":
-        target = body.escalate_to
-        await escalation.fill(
-            http,
-            principal,
-            request,
-            kind=target.kind if target else "",
-            target_id=target.id if target else "",
-            deadline=body.escalation_deadline,
-        )
-    if body.new_rule is not None:
-        request.new_rule.rule_text = body.new_rule.rule_text
-        request.new_rule.scope = body.new_rule.scope
-        request.new_rule.category_id = body.new_rule.category_id or ""
-        request.new_rule.rule_layer = body.new_rule.rule_layer
-        request.new_rule.scope_agent_id = body.new_rule.scope_agent_id or ""
-    if principal.actor_kind is not ActorKind.REVIEW_AGENT:
-        return encoded(as_review(await backend.review.Decide(request, timeout=backend.timeout_s)))
-    result = await backend.review.ReviewerDecide(request, timeout=backend.timeout_s)
-    return as_reviewer_decision_result(result)
+    reply = await commands.decide(http, backend, principal, review_id, body, idempotency_key)
+    if isinstance(reply, review_pb2.ReviewerDecision):
+        return as_reviewer_decision_result(reply)
+    return encoded(as_review(reply))

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import Review, UndoDecisionIn
 from reviewloop.tenancy import Principal
 
+from gateway.commands import reviews as commands
 from gateway.headers import IdempotencyKey
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.routes.reviews import REVIEWER, Backend
@@ -30,14 +30,5 @@ async def undo_decision(
     """Undo your approve or edit before it goes out (while the review's ``undo_until`` is ahead): the draft
     is back as your decision found it, nothing is delivered, and an ``undo`` turn names you. ``409
     wrong_state`` (reason ``already_released``) once the window closed; only the decider may undo."""
-    reply = await backend.review.UndoDecision(
-        review_pb2.UndoDecisionRequest(
-            principal=principal.to_proto(),
-            review_id=review_id,
-            revision=body.revision,
-            version=body.version,
-            idempotency_key=idempotency_key,
-        ),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.undo_decision(backend, principal, review_id, body, idempotency_key)
     return encoded(as_review(reply))

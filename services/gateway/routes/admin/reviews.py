@@ -23,6 +23,7 @@ from reviewloop.shapes import (
 
 from gateway.auth import Caller, console_principal, org_principal, require_admin
 from gateway.backends import Backends, backends
+from gateway.commands import reviews as commands
 from gateway.responses import ShapedRoute
 from gateway.translate import Json
 from gateway.translate.reviews import as_contact, as_inbound_message, as_review, as_review_policy
@@ -212,10 +213,5 @@ async def resolve_delivery(
     """Close a parked delivery (``send_needs_reconciliation``) by evidence the platform cannot see:
     mark it delivered or failed, with the reason. Never a resend; ``409 wrong_state`` unless parked."""
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.review.ResolveDelivery(
-        review_pb2.ResolveDeliveryRequest(
-            principal=principal.to_proto(), review_id=review_id, outcome=body.outcome, reason=body.reason
-        ),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.resolve_delivery(backend, principal, review_id, body)
     return as_review(reply)
