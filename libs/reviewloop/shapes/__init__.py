@@ -205,6 +205,7 @@ from reviewloop.shapes.push import (
     WebhookList,
     WebhookSecret,
 )
+from reviewloop.shapes.queries import ReviewListQuery
 from reviewloop.shapes.reviews import (
     Attachment,
     DeliveryResolutionIn,
@@ -431,6 +432,7 @@ __all__ = [
     "ReviewIn",
     "ReviewIntent",
     "ReviewList",
+    "ReviewListQuery",
     "ReviewMode",
     "ReviewModeName",
     "ReviewPolicy",

@@ -1,16 +1,18 @@
-"""The reviewer verbs (spec 000): open, decide, undo, chat, and an admin's delivery resolution."""
+"""The reviewer verbs (spec 000): list, open, decide, undo, chat, and an admin's delivery resolution."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
 from fastapi import Request
+from reviewloop.errors import invalid
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
     DeliveryResolutionIn,
     OpenIn,
     PostReviewChatRequest,
     ReviewerDecisionRequest,
+    ReviewListQuery,
     UndoDecisionIn,
 )
 from reviewloop.tenancy import ActorKind, Principal
@@ -32,6 +34,49 @@ def _at(
         version=body.version,
         idempotency_key=idempotency_key,
     )
+
+
+STATES = {
+    review_pb2.ReviewState.Name(v).removeprefix("REVIEW_STATE_").lower(): v
+    for v in review_pb2.ReviewState.values()
+    if v
+}
+
+
+async def list_reviews(
+    backend: Backends,
+    principal: Principal,
+    query: ReviewListQuery,
+    *,
+    parked: bool = False,
+    with_first_contact: bool = False,
+) -> review_pb2.ListReviewsResponse:
+    """The reviews the query's filters keep, newest first; the console also asks for the parked sends and
+    which drafts go to a first contact, which the REST route does not offer."""
+    states = [name for value in query.state for name in value.split(",") if name]
+    unknown = [s for s in states if s not in STATES]
+    if unknown:
+        raise invalid("/state", f"unknown state {unknown[0]!r}; one of {', '.join(STATES)}")
+    agent_id = query.agent_id
+    if query.composer:
+        agent_id = principal.actor_id if query.composer == "me" else query.composer
+    request = review_pb2.ListReviewsRequest(
+        principal=principal.to_proto(),
+        states=[STATES[s] for s in states],
+        agent_id=agent_id,
+        category_id=query.category_id,
+        cursor=query.cursor or query.page_token,
+        limit=query.limit,
+        humans_notified=query.humans_notified,
+        inbox=query.inbox,
+        thread_id=query.thread_id,
+        escalated=query.escalated,
+        escalated_to=[query.escalated_to] if query.escalated_to else [],
+        overdue=query.overdue,
+        parked=parked,
+        with_first_contact=with_first_contact,
+    )
+    return await backend.review.ListReviews(request, timeout=backend.timeout_s)
 
 
 async def open_review(

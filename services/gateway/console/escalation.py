@@ -14,9 +14,8 @@ from reviewloop.review.v1 import review_pb2
 from starlette.datastructures import FormData
 
 from gateway import escalation
-from gateway.console import web
+from gateway.console import queue_view, web
 from gateway.console.sessions import Session
-from gateway.routes.reviews import _STATES
 
 SPLIT, LABEL = "mine", "Escalated to me"
 
@@ -25,18 +24,7 @@ async def escalated_to_me(
     request: Request, session: Session, states: tuple[str, ...], category_id: str
 ) -> review_pb2.ListReviewsResponse:
     """The pending drafts escalated to the signed-in key or its role: their ids and count."""
-    reply: review_pb2.ListReviewsResponse = await web.call(
-        web.backend(request).review.ListReviews,
-        review_pb2.ListReviewsRequest(
-            principal=session.principal.to_proto(),
-            states=[_STATES[s] for s in states],
-            category_id=category_id,
-            escalated_to=["me"],
-            limit=200,
-        ),
-        request,
-    )
-    return reply
+    return await queue_view.list_reviews(request, session, list(states), category_id, escalated_to="me")
 
 
 def mine_first(reviews: list[dict[str, Any]], mine: set[str]) -> list[dict[str, Any]]:

@@ -9,10 +9,11 @@ from typing import Any
 
 from fastapi import Request
 from reviewloop.review.v1 import review_pb2
+from reviewloop.shapes import ReviewListQuery
 
+from gateway.commands import reviews as commands
 from gateway.console import web
 from gateway.console.sessions import Session
-from gateway.routes.reviews import _STATES
 from gateway.translate.reviews import as_review
 
 LISTED = 200  # a page of the queue: the service's own bound on one listing
@@ -32,28 +33,27 @@ async def list_reviews(
     *,
     limit: int = LISTED,
     humans_notified: bool = False,
-    with_first_contact: bool = False,
     escalated: bool = False,
+    escalated_to: str = "",
     overdue: bool = False,
     parked: bool = False,
+    with_first_contact: bool = False,
 ) -> review_pb2.ListReviewsResponse:
-    """The console's one ListReviews request (newest first, as the service answers)."""
-    reply: review_pb2.ListReviewsResponse = await web.call(
-        web.backend(request).review.ListReviews,
-        review_pb2.ListReviewsRequest(
-            principal=session.principal.to_proto(),
-            states=[_STATES[s] for s in states],
-            category_id=category_id,
-            limit=limit,
-            humans_notified=humans_notified,
-            with_first_contact=with_first_contact,
-            escalated=escalated,
-            overdue=overdue,
-            parked=parked,
-        ),
-        request,
+    """The console's listings: the REST route's ``list_reviews`` command (newest first, as the service
+    answers), with the console's own parked and first-contact asks."""
+    query = web.shaped(
+        ReviewListQuery,
+        state=states,
+        category_id=category_id,
+        limit=limit,
+        humans_notified=humans_notified,
+        escalated=escalated,
+        escalated_to=escalated_to,
+        overdue=overdue,
     )
-    return reply
+    return await commands.list_reviews(
+        web.backend(request), session.principal, query, parked=parked, with_first_contact=with_first_contact
+    )
 
 
 async def listing(request: Request, session: Session, states: list[str], category_id: str = "") -> Listing:

@@ -22,12 +22,12 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from gateway.commands import reviews as commands
+from gateway.commands.reviews import STATES as _STATES
 from gateway.console import escalation, presence, queue_view, rule_proposal, web
 from gateway.console.html import page, render
 from gateway.console.sessions import Session
 from gateway.console.undo import NOTES, undo_toast
 from gateway.console.warnings import hidden_html, unnamed_rule_snapshot, warnings
-from gateway.routes.reviews import _STATES
 from gateway.translate.reviews import as_review
 
 router = APIRouter()

@@ -9,10 +9,8 @@ from typing import Annotated, Any
 
 import grpc
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import StringConstraints
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import invalid
-from reviewloop.ids import id_pattern
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
@@ -31,6 +29,7 @@ from reviewloop.shapes import (
     ReviewerDecisionResult,
     ReviewFeedback,
     ReviewList,
+    ReviewListQuery,
     ReviewPolicy,
     ReviewTurnList,
     SendIn,
@@ -66,10 +65,6 @@ router = APIRouter(tags=["reviews"], route_class=ShapedRoute)
 Backend = Annotated[Backends, Depends(backends)]
 HUMAN = require(ActorKind.HUMAN, ActorKind.ADMIN)
 REVIEWER = require(ActorKind.HUMAN, ActorKind.ADMIN, ActorKind.REVIEW_AGENT)
-# A page of reviews starts after the review its cursor names ("" the first page).
-REVIEW_CURSOR = f"^({id_pattern('rr')})?$"
-# "" is the default (no filter), so the published pattern takes it too.
-ESCALATED_TO = f"^(|me|role:(human|admin)|{id_pattern('key')})$"
 
 
 async def _submit(
@@ -338,74 +333,14 @@ async def get_review_decision_context(
     return encoded(context)
 
 
-_STATES = {
-    review_pb2.ReviewState.Name(v).removeprefix("REVIEW_STATE_").lower(): v
-    for v in review_pb2.ReviewState.values()
-    if v
-}
-_STATE = "|".join(sorted(_STATES, key=len, reverse=True))
-# One state, or the SDK's comma-joined several (empty parts are skipped).
-StateFilter = Annotated[str, StringConstraints(max_length=200, pattern=f"^,*(({_STATE})(,+({_STATE}))*)?,*$")]
-
-
 @router.get("/v1/reviews", operation_id="list_reviews", response_model=ReviewList)
 async def list_reviews(
     principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)],
     backend: Backend,
-    state: Annotated[list[StateFilter], Query()] = [],  # noqa: B006 - FastAPI reads the default, never mutates it
-    agent_id: Annotated[str, Query(max_length=40)] = "",
-    composer: Annotated[
-        str,
-        Query(
-            max_length=40, description="`me`: the caller's own drafts (the SDK's filter); else an agent id"
-        ),
-    ] = "",
-    category_id: Annotated[str, Query(max_length=40)] = "",
-    cursor: Annotated[str, Query(max_length=64, pattern=REVIEW_CURSOR)] = "",
-    page_token: Annotated[
-        str,
-        Query(alias="page", max_length=64, pattern=REVIEW_CURSOR, description="the SDK's name for `cursor`"),
-    ] = "",
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    humans_notified: Annotated[bool, Query()] = False,
-    inbox: Annotated[str, Query(max_length=320, description="only the reviews sent from this inbox")] = "",
-    thread_id: Annotated[str, Query(max_length=40, description="only the replies in this thread")] = "",
-    escalated: Annotated[bool, Query(description="only the drafts a reviewer escalated")] = False,
-    escalated_to: Annotated[
-        str,
-        Query(
-            max_length=40,
-            pattern=ESCALATED_TO,
-            description="only the drafts escalated to `me` (the caller's key or its role), a person's key id "
-            "or `role:human` | `role:admin`",
-        ),
-    ] = "",
-    overdue: Annotated[bool, Query(description="only the escalated drafts past their deadline")] = False,
+    query: Annotated[ReviewListQuery, Query()],
 ) -> OrjsonResponse:
     """Repeated ``state=`` (the spec) and comma-joined ``state=a,b`` (the SDK) both filter."""
-    state = [name for value in state for name in value.split(",") if name]
-    if composer:
-        agent_id = principal.actor_id if composer == "me" else composer
-    unknown = [s for s in state if s not in _STATES]
-    if unknown:
-        raise invalid("/state", f"unknown state {unknown[0]!r}; one of {', '.join(_STATES)}")
-    reply = await backend.review.ListReviews(
-        review_pb2.ListReviewsRequest(
-            principal=principal.to_proto(),
-            states=[_STATES[s] for s in state],
-            agent_id=agent_id,
-            category_id=category_id,
-            cursor=cursor or page_token,
-            limit=limit,
-            humans_notified=humans_notified,
-            inbox=inbox,
-            thread_id=thread_id,
-            escalated=escalated,
-            escalated_to=[escalated_to] if escalated_to else [],
-            overdue=overdue,
-        ),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.list_reviews(backend, principal, query)
     return encoded(page([as_review(r) for r in reply.reviews], reply.next_cursor, reply.total))
 
 

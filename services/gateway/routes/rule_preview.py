@@ -18,8 +18,8 @@ from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
+from gateway.commands.reviews import STATES
 from gateway.responses import ShapedRoute
-from gateway.routes.reviews import _STATES
 from gateway.translate import Json
 from gateway.translate.reviews import as_review
 from gateway.translate.rules import as_rule
@@ -83,7 +83,7 @@ async def preview_rule(backend: Backends, principal: Principal, review_id: str, 
         backend.review.ListReviews(
             review_pb2.ListReviewsRequest(
                 principal=proto,
-                states=[_STATES[s] for s in HELD_STATES],
+                states=[STATES[s] for s in HELD_STATES],
                 category_id=place.get("category_id", ""),
                 agent_id=place.get("agent_id", ""),
                 limit=HELD_LISTED,
