@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request
+from markupsafe import Markup
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import UndoDecisionIn
@@ -14,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 
 from gateway.commands import reviews as commands
 from gateway.console import web
-from gateway.console.html import button, csrf_field, h
+from gateway.console.html import render
 from gateway.console.sessions import Session
 
 router = APIRouter()
@@ -28,12 +29,12 @@ NOTES = {
 RELEASES = ("approve", "edit")
 
 
-async def undo_toast(request: Request, session: Session) -> str:
+async def undo_toast(request: Request, session: Session) -> Markup:
     """The Undo control for the release that led to this page (``?done=approve|edit&prev=<id>``), while
-    its window is open; "" otherwise. One read of that review, only after a release."""
+    its window is open; empty otherwise. One read of that review, only after a release."""
     done, prev = request.query_params.get("done", ""), request.query_params.get("prev", "")
     if done not in RELEASES or not prev:
-        return ""
+        return Markup()
     try:
         review = await web.call(
             web.backend(request).review.GetReview,
@@ -41,23 +42,23 @@ async def undo_toast(request: Request, session: Session) -> str:
             request,
         )
     except web.REFUSALS:
-        return ""
+        return Markup()
     if not review.HasField("undo_until"):
-        return ""
+        return Markup()
     until = review.undo_until.ToDatetime(tzinfo=UTC)
     left = max(int((until - datetime.now(UTC)).total_seconds() + 0.999), 0)
     if left == 0:
-        return ""
-    what = "approval" if done == "approve" else "edit"
-    return f"""
-<section id="undo-toast" class="toast undo" aria-label="Undo your {what}" data-until="{h(until.isoformat())}">
-<form method="post" action="/console/reviews/{h(prev)}/undo" class="inline">{csrf_field(session)}
-<input type="hidden" name="revision" value="{review.revision}">
-<input type="hidden" name="version" value="{review.version}">
-<input type="hidden" name="idem" value="{h(web.idempotency_key())}">
-<span>Sending <span class="undo-left">in {left} s</span>.</span>
-{button("undo", "Undo")}
-</form></section>"""
+        return Markup()
+    return render(
+        "undo_toast.html",
+        session=session,
+        what="approval" if done == "approve" else "edit",
+        until=until.isoformat(),
+        review_id=prev,
+        revision=review.revision,
+        version=review.version,
+        left=left,
+    )
 
 
 @router.post("/reviews/{review_id}/undo")
