@@ -199,13 +199,7 @@ class GrpcCollaborators:
 
     async def stack_high_water(self, principal: Principal, category_id: str) -> int:
         """The rule high-water of the stack a draft of ``category_id`` is composed under now."""
-        reply = await _call(
-            "rules",
-            "the rule stack",
-            self.rules.GetRules,
-            rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
-        )
-        return int(reply.rule_high_water)
+        return (await self.stack_versions(principal, category_id)).rule_high_water
 
     async def stack_versions(self, principal: Principal, category_id: str) -> StackVersions:
         """The house-style and category rules-versions and the high-water of ``category_id``'s stack."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from reviewloop.records import from_row, to_columns
 from reviewloop.review_dispatch.selection import ReviewMode, RunnerSpec
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -53,48 +54,12 @@ async def save_review_config(
 
 
 def _session(row: Any) -> ReviewSession:
-    return ReviewSession(
-        session_id=row.session_id,
-        repository=row.repository,
-        pr_number=row.pr_number,
-        review_id=row.review_id,
-        runner=row.runner,
-        model=row.model,
-        effort=row.effort,
-        mode=ReviewMode(row.mode),
-        base_sha=row.base_sha,
-        range_base=row.range_base,
-        range_head=row.range_head,
-        last_reviewed_head=row.last_reviewed_head,
-        busy=row.busy,
-        created_at=row.created_at,
-        lease_id=row.lease_id or "",
-        lease_expires_at=row.lease_expires_at,
-    )
+    return from_row(ReviewSession, row, mode=ReviewMode(row.mode), lease_id=row.lease_id or "")
 
 
 async def add_review_session(conn: AsyncConnection, project_id: str, session: ReviewSession) -> None:
-    await conn.execute(
-        review_sessions.insert().values(
-            session_id=session.session_id,
-            project_id=project_id,
-            repository=session.repository,
-            pr_number=session.pr_number,
-            review_id=session.review_id,
-            runner=session.runner,
-            model=session.model,
-            effort=session.effort,
-            mode=session.mode.value,
-            base_sha=session.base_sha,
-            range_base=session.range_base,
-            range_head=session.range_head,
-            last_reviewed_head=session.last_reviewed_head,
-            busy=session.busy,
-            created_at=session.created_at,
-            lease_id=session.lease_id,
-            lease_expires_at=session.lease_expires_at,
-        )
-    )
+    columns = to_columns(session, project_id=project_id, mode=session.mode.value)
+    await conn.execute(review_sessions.insert().values(columns))
 
 
 async def lock_lineage_head(conn: AsyncConnection, project_id: str, review_id: str) -> ReviewSession | None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from reviewloop.records import from_row, to_columns
 from reviewloop.storage.schema import insert_new
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -16,20 +17,8 @@ from dispatch_budget.store.tables import agent_sessions, gate_configs, gate_deci
 
 async def lock_agent_session(conn: AsyncConnection, project_id: str, session_id: str) -> SessionState:
     """The session's counters (fresh ones for a new session), locked until the transaction ends."""
-    await insert_new(
-        conn,
-        agent_sessions,
-        {
-            "project_id": project_id,
-            "session_id": session_id,
-            "turns": 0,
-            "tools": 0,
-            "turn_index": 0,
-            "reviews": 0,
-            "in_flight": False,
-            "enabled": True,
-        },
-    )
+    fresh = to_columns(SessionState(), project_id=project_id, session_id=session_id)
+    await insert_new(conn, agent_sessions, fresh)
     a = agent_sessions.c
     row = (
         await conn.execute(
@@ -38,18 +27,7 @@ async def lock_agent_session(conn: AsyncConnection, project_id: str, session_id:
             .with_for_update()
         )
     ).one()
-    return SessionState(
-        turns=row.turns,
-        tools=row.tools,
-        turn_index=row.turn_index,
-        reviews=row.reviews,
-        in_flight=row.in_flight,
-        enabled=row.enabled,
-        last_review_at=row.last_review_at,
-        last_gate_call_at=row.last_gate_call_at,
-        in_flight_since=row.in_flight_since,
-        in_flight_receipt=row.in_flight_receipt,
-    )
+    return from_row(SessionState, row)
 
 
 async def save_agent_session(
@@ -59,7 +37,7 @@ async def save_agent_session(
     await conn.execute(
         update(agent_sessions)
         .where(a.project_id == project_id, a.session_id == session_id)
-        .values(**asdict(state))
+        .values(to_columns(state))
     )
 
 

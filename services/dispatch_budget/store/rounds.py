@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from reviewloop.records import from_row, to_columns
 from reviewloop.review_dispatch.selection import ReviewMode
 from reviewloop.storage.schema import insert_new
-from sqlalchemy import Integer, func, select, update
+from sqlalchemy import ColumnElement, Integer, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.budget import AttemptKind, RunStatus, Trigger
@@ -173,47 +174,32 @@ async def last_failures(conn: AsyncConnection, project_id: str, key: str, count:
 
 
 def _receipt(row: Any) -> Receipt:
-    return Receipt(
-        receipt_id=row.receipt_id,
-        run_id=row.run_id,
-        scope_key=row.scope_key,
-        attempt_key=row.attempt_key,
+    return from_row(
+        Receipt,
+        row,
         kind=AttemptKind(row.kind),
         trigger=Trigger(row.trigger),
-        head_sha=row.head_sha,
         selection=dict(row.selection),
-        admitted_at=row.admitted_at,
-        round=row.round,
         outcome=Outcome(row.outcome) if row.outcome is not None else None,
-        reason=row.reason,
-        verdict=row.verdict,
-        settled_at=row.settled_at,
         admitted_by=row.admitted_by or "",
         review_session_id=row.review_session_id or "",
-        evidence=row.evidence,
-        reviewed_head=row.reviewed_head,
         journal_run_id=row.journal_run_id or "",
-        diff_scope=row.diff_scope,
     )
 
 
 async def admission(conn: AsyncConnection, project_id: str, receipt_id: str) -> Receipt | None:
-    adm = admissions.c
-    row = (
-        await conn.execute(
-            select(admissions).where(adm.project_id == project_id, adm.receipt_id == receipt_id)
-        )
-    ).first()
-    return _receipt(row) if row is not None else None
+    return await _admission_where(conn, project_id, admissions.c.receipt_id == receipt_id)
 
 
 async def admission_for_attempt(conn: AsyncConnection, project_id: str, attempt_key: str) -> Receipt | None:
-    adm = admissions.c
-    row = (
-        await conn.execute(
-            select(admissions).where(adm.project_id == project_id, adm.attempt_key == attempt_key)
-        )
-    ).first()
+    return await _admission_where(conn, project_id, admissions.c.attempt_key == attempt_key)
+
+
+async def _admission_where(
+    conn: AsyncConnection, project_id: str, condition: ColumnElement[bool]
+) -> Receipt | None:
+    query = select(admissions).where(admissions.c.project_id == project_id, condition)
+    row = (await conn.execute(query)).first()
     return _receipt(row) if row is not None else None
 
 
@@ -284,18 +270,12 @@ async def gate_attempts(
         )
     ).all()
     return [
-        Attempt(
-            receipt_id=row.receipt_id,
+        from_row(
+            Attempt,
+            row,
             kind=AttemptKind(row.kind),
-            head_sha=row.head_sha,
-            outcome=row.outcome,
-            verdict=row.verdict,
-            reason=row.reason,
-            evidence=row.evidence,
-            reviewed_head=row.reviewed_head,
             review_session_id=row.review_session_id or "",
             journal_run_id=row.journal_run_id or "",
-            diff_scope=row.diff_scope,
         )
         for row in rows
     ]
@@ -307,18 +287,8 @@ async def gate_attempts(
 async def record_launch_refusal(
     conn: AsyncConnection, project_id: str, scope_key: str, refusal: LaunchRefusal
 ) -> None:
-    await conn.execute(
-        launch_refusals.insert().values(
-            project_id=project_id,
-            scope_key=scope_key,
-            run_id=refusal.run_id,
-            attempt_key=refusal.attempt_key,
-            trigger=refusal.trigger.value,
-            no_verdict=refusal.no_verdict,
-            reason=refusal.reason,
-            refused_at=refusal.refused_at,
-        )
-    )
+    columns = to_columns(refusal, project_id=project_id, scope_key=scope_key, trigger=refusal.trigger.value)
+    await conn.execute(launch_refusals.insert().values(columns))
 
 
 async def latest_launch_refusal(conn: AsyncConnection, project_id: str, key: str) -> LaunchRefusal | None:
@@ -332,14 +302,7 @@ async def latest_launch_refusal(conn: AsyncConnection, project_id: str, key: str
     ).first()
     if row is None:
         return None
-    return LaunchRefusal(
-        run_id=row.run_id,
-        attempt_key=row.attempt_key,
-        trigger=Trigger(row.trigger),
-        no_verdict=row.no_verdict,
-        reason=row.reason,
-        refused_at=row.refused_at,
-    )
+    return from_row(LaunchRefusal, row, trigger=Trigger(row.trigger))
 
 
 # --- extension receipts ---
