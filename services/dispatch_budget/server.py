@@ -19,6 +19,9 @@ from reviewloop.tenancy import Principal
 from dispatch_budget import app
 from dispatch_budget.bootstrap import Env
 from dispatch_budget.domain.budget import AttemptKind, ExtensionInput, RunStatus, Trigger
+from dispatch_budget.domain.gate import GateRecord
+from dispatch_budget.domain.lineage import BindRequest
+from dispatch_budget.domain.rounds import AdmissionRequest, RunSnapshot
 from dispatch_budget.messages import (
     ATTEMPT_KIND,
     RUN_STATUS,
@@ -127,19 +130,18 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
         status = None
         if request.status:
             status = RunStatus(required_enum(*RUN_STATUS, request.status, "/status"))
-        run = await app.record_run(
-            self.db,
-            Principal.from_proto(request.principal),
-            run_id=request.run_id,
-            repository=request.repository,
-            pr_number=request.pr_number,
-            head_sha=request.head_sha,
-            status=status,
-            modes=modes_from_proto(
+        snapshot = RunSnapshot(
+            request.run_id,
+            request.repository,
+            request.pr_number,
+            request.head_sha,
+            status,
+            modes_from_proto(
                 request.review_mode, request.pr_work_review_mode, request.repeat_review_context_mode
             ),
-            review_sequence=[selection_to_dict(row) for row in request.review_sequence],
+            tuple(selection_to_dict(row) for row in request.review_sequence),
         )
+        run = await app.record_run(self.db, Principal.from_proto(request.principal), snapshot)
         return run_to_proto(run)
 
     async def GetRun(self, request: budget_pb2.GetRunRequest, context: Context) -> budget_pb2.Run:
@@ -150,22 +152,18 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
     async def AdmitReviewRound(
         self, request: budget_pb2.AdmitReviewRoundRequest, context: Context
     ) -> budget_pb2.AdmitReviewRoundResponse:
-        principal = Principal.from_proto(request.principal)
-        kind = AttemptKind(required_enum(*ATTEMPT_KIND, request.kind, "/kind"))
-        trigger = Trigger(required_enum(*TRIGGER, request.trigger, "/trigger"))
-        admission = await app.admit_review_round(
-            self.db,
-            principal,
-            run_id=request.run_id,
-            attempt_key=request.attempt_key,
-            kind=kind,
-            trigger=trigger,
-            head_sha=request.head_sha,
-            selection=selection_to_dict(request.selection) if request.HasField("selection") else {},
-            receipt_id=request.receipt_id,
-            session_id=request.session_id,
-            review_session_id=request.review_session_id,
+        attempt = AdmissionRequest(
+            request.run_id,
+            request.attempt_key,
+            AttemptKind(required_enum(*ATTEMPT_KIND, request.kind, "/kind")),
+            Trigger(required_enum(*TRIGGER, request.trigger, "/trigger")),
+            request.head_sha,
+            selection_to_dict(request.selection) if request.HasField("selection") else {},
+            request.receipt_id,
+            request.session_id,
+            request.review_session_id,
         )
+        admission = await app.admit_review_round(self.db, Principal.from_proto(request.principal), attempt)
         return budget_pb2.AdmitReviewRoundResponse(
             receipt=receipt_to_proto(admission.receipt),
             reattached=admission.reattached,
@@ -326,17 +324,20 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
     async def BindReviewSession(
         self, request: budget_pb2.BindReviewSessionRequest, context: Context
     ) -> budget_pb2.ReviewSessionBinding:
+        bind = BindRequest(
+            request.repository,
+            request.pr_number,
+            request.base_sha,
+            request.head_sha,
+            request.review_id,
+            request.new_review_id,
+        )
         binding = await app.bind_review_session(
             self.db,
             Principal.from_proto(request.principal),
-            repository=request.repository,
-            pr_number=request.pr_number,
-            selection=selection_to_dict(request.selection),
-            base_sha=request.base_sha,
-            head_sha=request.head_sha,
-            review_id=request.review_id,
-            new_review_id=request.new_review_id,
-            lease=self.lease,
+            bind,
+            selection_to_dict(request.selection),
+            self.lease,
         )
         return binding_to_proto(binding)
 
@@ -396,14 +397,12 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             tool_calls=request.tool_calls,
             digest=digest_from_proto(request.digest),
         )
-        reply = budget_pb2.RecordTurnResponse(
+        return budget_pb2.RecordTurnResponse(
             counters=counters_to_proto(request.session_id, result.counters),
             counted=result.counted,
             not_due_reason=result.not_due_reason or "",
+            decision=_decision(result.decision),
         )
-        if result.decision is not None:
-            reply.decision.CopyFrom(decision_to_proto(result.decision))
-        return reply
 
     async def DecideReview(
         self, request: budget_pb2.DecideReviewRequest, context: Context
@@ -416,13 +415,11 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             review_now=request.now,
             digest=digest_from_proto(request.digest),
         )
-        reply = budget_pb2.DecideReviewResponse(
+        return budget_pb2.DecideReviewResponse(
             counters=counters_to_proto(request.session_id, result.counters),
             not_due_reason=result.not_due_reason or "",
+            decision=_decision(result.decision),
         )
-        if result.decision is not None:
-            reply.decision.CopyFrom(decision_to_proto(result.decision))
-        return reply
 
     async def SetReviewEnabled(
         self, request: budget_pb2.SetReviewEnabledRequest, context: Context
@@ -478,3 +475,8 @@ def _pool_receipt(result: app.PoolSend) -> budget_pb2.PoolSendReceipt:
         budget_per_day=result.budget_per_day,
         status=result.status,
     )
+
+
+def _decision(record: GateRecord | None) -> budget_pb2.GateDecision | None:
+    """The turn's review decision, when one was made (unset otherwise)."""
+    return decision_to_proto(record) if record is not None else None

@@ -147,17 +147,21 @@ async def test_settling_from_the_journal_follows_the_evidence(
 ) -> None:
     db = await open_db(SPEC)
     await app.record_run(
-        db, RUNNER, run_id="run_1", repository="acme/api", pr_number=0, head_sha=HEAD, status=None
+        db,
+        RUNNER,
+        app.RunSnapshot(run_id="run_1", repository="acme/api", pr_number=0, head_sha=HEAD, status=None),
     )
     admitted = await app.admit_review_round(
         db,
         RUNNER,
-        run_id="run_1",
-        attempt_key="k1",
-        kind=AttemptKind.INITIAL,
-        trigger=Trigger.OPERATOR_REQUEST,
-        head_sha=HEAD,
-        selection={},
+        app.AdmissionRequest(
+            run_id="run_1",
+            attempt_key="k1",
+            kind=AttemptKind.INITIAL,
+            trigger=Trigger.OPERATOR_REQUEST,
+            head_sha=HEAD,
+            selection={},
+        ),
     )
     await app.append_journal_events(db, RUNNER, "att_1", turn({"final": True, **final}))
     receipt, budget = await app.settle_attempt(
@@ -169,16 +173,20 @@ async def test_settling_from_the_journal_follows_the_evidence(
 
 async def test_an_attempt_without_a_closing_turn_settles_as_missing_result(open_db: OpenDb) -> None:
     db = await open_db(SPEC)
-    await app.record_run(db, RUNNER, run_id="run_1", repository="", pr_number=0, head_sha=HEAD, status=None)
+    await app.record_run(
+        db, RUNNER, app.RunSnapshot(run_id="run_1", repository="", pr_number=0, head_sha=HEAD, status=None)
+    )
     admitted = await app.admit_review_round(
         db,
         RUNNER,
-        run_id="run_1",
-        attempt_key="k1",
-        kind=AttemptKind.INITIAL,
-        trigger=Trigger.OPERATOR_REQUEST,
-        head_sha=HEAD,
-        selection={},
+        app.AdmissionRequest(
+            run_id="run_1",
+            attempt_key="k1",
+            kind=AttemptKind.INITIAL,
+            trigger=Trigger.OPERATOR_REQUEST,
+            head_sha=HEAD,
+            selection={},
+        ),
     )
     receipt, _ = await app.settle_attempt(
         db, RUNNER, receipt_id=admitted.receipt.receipt_id, journal_run_id="none"

@@ -31,11 +31,9 @@ async def _run(db: Database, run_id: str = "run_1", pr: int = 0, **kw: Any) -> a
     return await app.record_run(
         db,
         REVIEWER if status in (None, RunStatus.ACTIVE) else ADMIN,
-        run_id=run_id,
-        repository="acme/api",
-        pr_number=pr,
-        head_sha=kw.pop("head", HEAD),
-        status=status,
+        app.RunSnapshot(
+            run_id=run_id, repository="acme/api", pr_number=pr, head_sha=kw.pop("head", HEAD), status=status
+        ),
     )
 
 
@@ -45,13 +43,15 @@ async def _admit(
     return await app.admit_review_round(
         db,
         REVIEWER,
-        run_id=run_id,
-        attempt_key=key,
-        kind=kw.pop("kind", AttemptKind.INITIAL),
-        trigger=trigger,
-        head_sha=kw.pop("head", HEAD),
-        selection=SELECTION,
-        **kw,
+        app.AdmissionRequest(
+            run_id=run_id,
+            attempt_key=key,
+            kind=kw.pop("kind", AttemptKind.INITIAL),
+            trigger=trigger,
+            head_sha=kw.pop("head", HEAD),
+            selection=SELECTION,
+            **kw,
+        ),
     )
 
 
@@ -414,7 +414,11 @@ async def test_run_status_takes_an_admin_or_the_owning_service_and_settlements_t
         for who in (REVIEWER, AGENT):
             error = await _refused(
                 app.record_run(
-                    db, who, run_id="run_1", repository="acme/api", pr_number=0, head_sha=HEAD, status=status
+                    db,
+                    who,
+                    app.RunSnapshot(
+                        run_id="run_1", repository="acme/api", pr_number=0, head_sha=HEAD, status=status
+                    ),
                 )
             )
             assert error.code is Code.FORBIDDEN_SCOPE
@@ -430,10 +434,8 @@ async def test_run_status_takes_an_admin_or_the_owning_service_and_settlements_t
     failed = await app.record_run(
         db,
         service,
-        run_id="run_1",
-        repository="acme/api",
-        pr_number=0,
-        head_sha=HEAD,
-        status=RunStatus.FAILED,
+        app.RunSnapshot(
+            run_id="run_1", repository="acme/api", pr_number=0, head_sha=HEAD, status=RunStatus.FAILED
+        ),
     )
     assert failed.status is RunStatus.FAILED

@@ -236,16 +236,20 @@ async def test_the_stored_project_configuration_is_the_default_everywhere(open_d
     resolve = partial(app.resolve_mode, db, REVIEWER, run_id="", given=app.RunModes(), project_default=None)
     assert await resolve(explicit=None, project_config=None) == (W, "project")
     assert await resolve(explicit=C, project_config=None) == (C, "explicit")  # explicit COLD beats it
-    await app.record_run(db, REVIEWER, run_id="r1", repository="", pr_number=0, head_sha=H1, status=None)
+    await app.record_run(
+        db, REVIEWER, app.RunSnapshot(run_id="r1", repository="", pr_number=0, head_sha=H1, status=None)
+    )
     admitted = await app.admit_review_round(
         db,
         REVIEWER,
-        run_id="r1",
-        attempt_key="a1",
-        kind=AttemptKind.INITIAL,
-        trigger=Trigger.OPERATOR_REQUEST,
-        head_sha=H1,
-        selection={"runner": "codex"},
+        app.AdmissionRequest(
+            run_id="r1",
+            attempt_key="a1",
+            kind=AttemptKind.INITIAL,
+            trigger=Trigger.OPERATOR_REQUEST,
+            head_sha=H1,
+            selection={"runner": "codex"},
+        ),
     )
     assert admitted.receipt.selection["mode"] == "warm"
 
@@ -274,16 +278,11 @@ async def test_only_admins_register_runners_and_the_catalog_is_per_project(open_
     }
 
 
-async def _bind(db: Database, selection: dict[str, str], head: str, **kw: Any) -> app.Binding:
+async def _bind(
+    db: Database, selection: dict[str, str], head: str, pr: int = 5, **lineage: str
+) -> app.Binding:
     return await app.bind_review_session(
-        db,
-        REVIEWER,
-        repository="acme/api",
-        pr_number=kw.pop("pr", 5),
-        selection=selection,
-        base_sha=BASE,
-        head_sha=head,
-        **kw,
+        db, REVIEWER, app.BindRequest("acme/api", pr, BASE, head, **lineage), selection
     )
 
 
@@ -355,22 +354,28 @@ async def test_eligibility_and_budget_do_not_depend_on_runner_choice(open_db: Op
     same = await app.validate_review_sequence(db, REVIEWER, [{"runner": "codex", "mode": "cold"}] * 3)
     assert len(same[0]) == 3
     await app.record_run(
-        db, REVIEWER, run_id="r1", repository="acme/api", pr_number=1, head_sha=H1, status=None
+        db,
+        REVIEWER,
+        app.RunSnapshot(run_id="r1", repository="acme/api", pr_number=1, head_sha=H1, status=None),
     )
     await app.record_run(
-        db, REVIEWER, run_id="r2", repository="acme/api", pr_number=2, head_sha=H1, status=None
+        db,
+        REVIEWER,
+        app.RunSnapshot(run_id="r2", repository="acme/api", pr_number=2, head_sha=H1, status=None),
     )
     for i in range(5):
         for run_id, runner in (("r1", "codex"), ("r2", ["codex", "claude"][i % 2])):
             await app.admit_review_round(
                 db,
                 REVIEWER,
-                run_id=run_id,
-                attempt_key=f"{run_id}-{i}",
-                kind=AttemptKind.INITIAL,
-                trigger=Trigger.OPERATOR_REQUEST,
-                head_sha=H1,
-                selection={"runner": runner},
+                app.AdmissionRequest(
+                    run_id=run_id,
+                    attempt_key=f"{run_id}-{i}",
+                    kind=AttemptKind.INITIAL,
+                    trigger=Trigger.OPERATOR_REQUEST,
+                    head_sha=H1,
+                    selection={"runner": runner},
+                ),
             )
     budgets = [(await app.get_round_budget(db, REVIEWER, r)).budget.label for r in ("r1", "r2")]
     assert budgets == ["5/5", "5/5"]

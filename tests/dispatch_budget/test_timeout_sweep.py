@@ -65,17 +65,21 @@ async def _in_flight_with_receipt(env: Env, session_id: str = "s1", name_session
     assert claimed.decision is not None and claimed.decision.decision == "review"
     assert claimed.counters.in_flight
     run = f"{session_id}-run"
-    await app.record_run(env.db, REVIEWER, run_id=run, repository="", pr_number=0, head_sha=HEAD, status=None)
+    await app.record_run(
+        env.db, REVIEWER, app.RunSnapshot(run_id=run, repository="", pr_number=0, head_sha=HEAD, status=None)
+    )
     admitted = await app.admit_review_round(
         env.db,
         REVIEWER,
-        run_id=run,
-        attempt_key=f"{session_id}:1",
-        kind=AttemptKind.INITIAL,
-        trigger=Trigger.OPERATOR_REQUEST,
-        head_sha=HEAD,
-        selection={},
-        session_id=session_id if name_session else "",
+        app.AdmissionRequest(
+            run_id=run,
+            attempt_key=f"{session_id}:1",
+            kind=AttemptKind.INITIAL,
+            trigger=Trigger.OPERATOR_REQUEST,
+            head_sha=HEAD,
+            selection={},
+            session_id=session_id if name_session else "",
+        ),
     )
     return admitted.receipt.receipt_id
 

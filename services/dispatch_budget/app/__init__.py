@@ -63,8 +63,9 @@ from dispatch_budget.app.rounds import (
     record_run,
     settle_attempt,
 )
-from dispatch_budget.domain.lineage import Binding
+from dispatch_budget.domain.lineage import Binding, BindRequest
 from dispatch_budget.domain.rounds import (
+    AdmissionRequest,
     Budget,
     ExtensionReceipt,
     LaunchRefusal,
@@ -73,13 +74,16 @@ from dispatch_budget.domain.rounds import (
     Receipt,
     Run,
     RunModes,
+    RunSnapshot,
 )
 
 __all__ = [
     "OUTCOMES",
     "Admission",
+    "AdmissionRequest",
     "Appended",
     "AutoSend",
+    "BindRequest",
     "Binding",
     "Budget",
     "Evidence",
@@ -92,6 +96,7 @@ __all__ = [
     "Receipt",
     "Run",
     "RunModes",
+    "RunSnapshot",
     "TurnResult",
     "admit_review_round",
     "append_journal_events",

@@ -27,8 +27,8 @@ from dispatch_budget.app.authority import check_reviewer_plane
 from dispatch_budget.domain.lineage import (
     DEFAULT_LEASE,
     Binding,
+    BindRequest,
     ReviewSession,
-    check_binding_request,
     check_lease,
     check_lineage_id,
     check_reviewed_head,
@@ -114,52 +114,40 @@ async def resolve_mode(
 async def bind_review_session(
     db: Database,
     principal: Principal,
-    *,
-    repository: str,
-    pr_number: int,
+    request: BindRequest,
     selection: Any,
-    base_sha: str,
-    head_sha: str,
-    review_id: str = "",
-    new_review_id: str = "",
     lease: timedelta = DEFAULT_LEASE,
 ) -> Binding:
     """COLD: a fresh session over the full base..head. WARM: the lineage's verified previous session
     over lastReviewedHead..head, or a visible refusal (missing, foreign, busy, incompatible)."""
     check_reviewer_plane(principal, "Binding a review session")
-    check_binding_request(repository, pr_number, base_sha, head_sha)
+    request.check()
     project = principal.project_id
     async with db.transaction() as uow:
         conn = uow.conn
         catalog = await store.runner_catalog(conn, project)
         chosen = validate_selection(selection, catalog)
         if chosen.mode is ReviewMode.COLD:
-            lineage = new_review_id or new_id("rvl")
+            lineage = request.new_review_id or new_id("rvl")
             check_lineage_id(lineage)
             session = cold_session(
                 new_id("rvs"),
                 lineage,
                 chosen,
-                repository=repository,
-                pr_number=pr_number,
-                base_sha=base_sha,
-                head_sha=head_sha,
+                request,
                 created_at=utcnow(),
                 lease_id=new_id("lse"),
                 lease=lease,
             )
             await store.add_review_session(conn, project, session)
             return Binding.of(session, fresh=True)
-        if not review_id:
+        if not request.review_id:
             raise refuse_warm("no review lineage was named (review_id) to continue")
         session = warm_continuation(
-            await store.lock_lineage_head(conn, project, review_id),
+            await store.lock_lineage_head(conn, project, request.review_id),
             chosen,
             catalog[chosen.runner],
-            review_id=review_id,
-            repository=repository,
-            pr_number=pr_number,
-            head_sha=head_sha,
+            request,
             now=utcnow(),
             lease_id=new_id("lse"),
             lease=lease,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from reviewloop.errors import Code, DomainError
@@ -30,7 +30,6 @@ from dispatch_budget.app.authority import (
 )
 from dispatch_budget.domain.budget import (
     MAX_REVIEW_ROUNDS,
-    AttemptKind,
     ExtensionInput,
     NoVerdictReason,
     ReviewRoundBudget,
@@ -41,6 +40,7 @@ from dispatch_budget.domain.budget import (
 )
 from dispatch_budget.domain.qualifying import rows_of, tally
 from dispatch_budget.domain.rounds import (
+    AdmissionRequest,
     Budget,
     ExtensionReceipt,
     LaunchRefusal,
@@ -49,11 +49,9 @@ from dispatch_budget.domain.rounds import (
     ReadyGate,
     Receipt,
     Run,
-    RunModes,
+    RunSnapshot,
     Settlement,
-    check_attempt,
     check_grant,
-    check_run_snapshot,
     grant_receipt,
     journal_settlement,
     next_run,
@@ -71,23 +69,13 @@ class Admission:
     budget: Budget
 
 
-async def record_run(
-    db: Database,
-    principal: Principal,
-    *,
-    run_id: str,
-    repository: str,
-    pr_number: int,
-    head_sha: str,
-    status: RunStatus | None,
-    modes: RunModes | None = None,
-    review_sequence: list[Any] | None = None,
-) -> Run:
+async def record_run(db: Database, principal: Principal, snapshot: RunSnapshot) -> Run:
     """Store a run's snapshot. A run that gains a verified repository/PR identity joins the shared PR
     scope, bringing its admissions and grants; the PR scope's limit is the larger of the two. Unset
     review-mode rungs keep what the run had. The caller owns a run it creates; a service key changes
     the status only of its own runs."""
-    check_run_snapshot(run_id, repository, pr_number, head_sha)
+    snapshot.check()
+    status = snapshot.status
     if principal.actor_kind not in RUN_OWNERS:
         check_reviewer_plane(principal, "Recording a review run")
     if status not in (None, RunStatus.ACTIVE):
@@ -95,24 +83,14 @@ async def record_run(
     project = principal.project_id
     async with db.transaction() as uow:
         conn = uow.conn
-        prior = await store.get_run(conn, project, run_id)
+        prior = await store.get_run(conn, project, snapshot.run_id)
         if prior is not None and status not in (None, RunStatus.ACTIVE):
-            check_owns_run(principal, f"Marking a run {status}", run_id, prior.owner)
-        rows: tuple[dict[str, str], ...] = ()
-        if review_sequence:
+            check_owns_run(principal, f"Marking a run {status}", snapshot.run_id, prior.owner)
+        if snapshot.review_sequence:
             catalog = await store.runner_catalog(conn, project)
-            rows = tuple(s.to_json() for s in validate_sequence(review_sequence, catalog))
-        run = next_run(
-            prior,
-            run_id=run_id,
-            repository=repository,
-            pr_number=pr_number,
-            head_sha=head_sha,
-            status=status,
-            modes=modes,
-            review_sequence=rows,
-            owner=principal_ref(principal),
-        )
+            rows = tuple(s.to_json() for s in validate_sequence(list(snapshot.review_sequence), catalog))
+            snapshot = replace(snapshot, review_sequence=rows)
+        run = next_run(prior, snapshot, owner=principal_ref(principal))
         if prior is None:
             await store.add_run(conn, project, run, utcnow())
         else:
@@ -140,26 +118,14 @@ async def _budget(conn: AsyncConnection, project: str, key: str, limit: int) -> 
     )
 
 
-async def admit_review_round(
-    db: Database,
-    principal: Principal,
-    *,
-    run_id: str,
-    attempt_key: str,
-    kind: AttemptKind,
-    trigger: Trigger,
-    head_sha: str,
-    selection: dict[str, str],
-    receipt_id: str = "",
-    session_id: str = "",
-    review_session_id: str = "",
-) -> Admission:
+async def admit_review_round(db: Database, principal: Principal, request: AdmissionRequest) -> Admission:
     """Persist an admission receipt before the runner starts, or refuse before anything is consumed.
     A reattach (same attempt key, or a copied history's receipt id) reuses its receipt and settlement.
     Naming the spec 001 ``session_id`` ties the attempt to that session's review in flight, so its
     timeout settles it; ``review_session_id`` names the reviewer session it runs in."""
     check_reviewer_plane(principal, "Admitting a reviewer round")
-    check_attempt(attempt_key, receipt_id, head_sha)
+    request.check()
+    run_id, receipt_id, attempt_key = request.run_id, request.receipt_id, request.attempt_key
     project = principal.project_id
     async with db.transaction() as uow:
         conn = uow.conn
@@ -181,6 +147,7 @@ async def admit_review_round(
             raise DomainError(Code.NOT_FOUND, f"No admission receipt {receipt_id} is visible to this key.")
         if run.closed:
             raise DomainError(Code.WRONG_STATE, f"Run {run_id} is {run.status}; it admits no reviewer.")
+        selection = request.selection
         if selection and not selection.get("mode"):
             # Admission uses resolveReviewMode's precedence: the run's stored rungs, the project's
             # configured default, then COLD.
@@ -189,25 +156,25 @@ async def admit_review_round(
             selection = {**selection, "mode": mode.value}
         # The check needs only the counts; the grant and the last refusal are for the answer below.
         budget = ReviewRoundBudget(*await store.scope_counts(conn, project, run.scope_key), limit)
-        refusal = await _refusal(conn, project, run, attempt_key, trigger, budget)
+        refusal = await _refusal(conn, project, run, attempt_key, request.trigger, budget)
         if refusal is None:
             receipt = Receipt(
                 receipt_id=new_id("rcpt"),
                 run_id=run_id,
                 scope_key=run.scope_key,
                 attempt_key=attempt_key,
-                kind=kind,
-                trigger=trigger,
-                head_sha=head_sha or run.head_sha,
+                kind=request.kind,
+                trigger=request.trigger,
+                head_sha=request.head_sha or run.head_sha,
                 selection=selection,
                 admitted_at=utcnow(),
                 round=budget.used + 1,
                 admitted_by=principal_ref(principal),
-                review_session_id=review_session_id,
+                review_session_id=request.review_session_id,
             )
             await store.add_admission(conn, project, receipt)
-            if session_id:
-                await store.link_in_flight_receipt(conn, project, session_id, receipt.receipt_id)
+            if request.session_id:
+                await store.link_in_flight_receipt(conn, project, request.session_id, receipt.receipt_id)
             return Admission(receipt, False, await _budget(conn, project, run.scope_key, limit))
     raise refusal  # recorded, and committed with the transaction above
 

@@ -49,6 +49,26 @@ class ReviewSession:
 
 
 @dataclass(frozen=True)
+class BindRequest:
+    """A BindReviewSession request: the PR and the range base..head to bind a reviewer session to,
+    the lineage a WARM review continues (``review_id``) or a COLD one names (``new_review_id``)."""
+
+    repository: str
+    pr_number: int
+    base_sha: str
+    head_sha: str
+    review_id: str = ""
+    new_review_id: str = ""
+
+    def check(self) -> None:
+        if not self.repository or self.pr_number < 1:
+            raise invalid("/repository", "a review session binds to a repository/PR")
+        for pointer, sha in (("/base_sha", self.base_sha), ("/head_sha", self.head_sha)):
+            if not FULL_SHA.match(sha):
+                raise invalid(pointer, "must be a full commit SHA")
+
+
+@dataclass(frozen=True)
 class Binding:
     review_id: str
     session_id: str
@@ -77,14 +97,6 @@ class Binding:
         )
 
 
-def check_binding_request(repository: str, pr_number: int, base_sha: str, head_sha: str) -> None:
-    if not repository or pr_number < 1:
-        raise invalid("/repository", "a review session binds to a repository/PR")
-    for pointer, sha in (("/base_sha", base_sha), ("/head_sha", head_sha)):
-        if not FULL_SHA.match(sha):
-            raise invalid(pointer, "must be a full commit SHA")
-
-
 def check_lineage_id(review_id: str) -> None:
     if len(review_id) > MAX_LINEAGE_ID:
         raise invalid("/new_review_id", "at most 80 characters")
@@ -103,11 +115,8 @@ def cold_session(
     session_id: str,
     review_id: str,
     chosen: ReviewSelection,
+    request: BindRequest,
     *,
-    repository: str,
-    pr_number: int,
-    base_sha: str,
-    head_sha: str,
     created_at: datetime,
     lease_id: str = "",
     lease: timedelta = DEFAULT_LEASE,
@@ -115,16 +124,16 @@ def cold_session(
     """A fresh session over the full base..head, busy (leased) with its first review."""
     return ReviewSession(
         session_id=session_id,
-        repository=repository,
-        pr_number=pr_number,
+        repository=request.repository,
+        pr_number=request.pr_number,
         review_id=review_id,
         runner=chosen.runner,
         model=chosen.model,
         effort=chosen.effort,
         mode=chosen.mode,
-        base_sha=base_sha,
-        range_base=base_sha,
-        range_head=head_sha,
+        base_sha=request.base_sha,
+        range_base=request.base_sha,
+        range_head=request.head_sha,
         last_reviewed_head=None,
         busy=True,
         created_at=created_at,
@@ -137,11 +146,8 @@ def warm_continuation(
     previous: ReviewSession | None,
     chosen: ReviewSelection,
     runner: RunnerSpec,
+    request: BindRequest,
     *,
-    review_id: str,
-    repository: str,
-    pr_number: int,
-    head_sha: str,
     now: datetime,
     lease_id: str = "",
     lease: timedelta = DEFAULT_LEASE,
@@ -149,9 +155,10 @@ def warm_continuation(
     """The lineage's previous session, rebound to review lastReviewedHead..head with the chosen model
     and effort; refused when it is missing, foreign, busy under a live lease, unverified or
     incompatible. An expired lease (a crashed reviewer) makes the lineage available again."""
+    review_id = request.review_id
     if previous is None:
         raise refuse_warm(f"lineage {review_id} has no previous review session")
-    if (previous.repository, previous.pr_number) != (repository, pr_number):
+    if (previous.repository, previous.pr_number) != (request.repository, request.pr_number):
         raise refuse_warm(f"lineage {review_id} belongs to another repository/PR")
     if previous.held(now):
         assert previous.lease_expires_at is not None
@@ -176,7 +183,7 @@ def warm_continuation(
         effort=chosen.effort,
         mode=ReviewMode.WARM,
         range_base=previous.last_reviewed_head,
-        range_head=head_sha,
+        range_head=request.head_sha,
         busy=True,
         lease_id=lease_id,
         lease_expires_at=now + lease,

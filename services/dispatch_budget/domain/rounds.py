@@ -85,33 +85,38 @@ def run_not_found(run_id: str) -> DomainError:
     return DomainError(Code.NOT_FOUND, f"No run {run_id} is visible to this key; record it first.")
 
 
-def check_run_snapshot(run_id: str, repository: str, pr_number: int, head_sha: str) -> None:
-    if not run_id or len(run_id) > MAX_RUN_ID:
-        raise invalid("/run_id", "a run id of 1 to 80 characters is required")
-    if pr_number < 0:
-        raise invalid("/pr_number", "must be a positive PR number, or 0 before a PR exists")
-    if pr_number and not repository:
-        raise invalid("/repository", "a PR identity needs its repository")
-    if head_sha and not FULL_SHA.match(head_sha):
-        raise invalid("/head_sha", "must be a full commit SHA (40 or 64 lowercase hex)")
+@dataclass(frozen=True)
+class RunSnapshot:
+    """A RecordRun request: the run as its caller sees it now. What it leaves unset ("", 0, None, no
+    rows) keeps what the run had."""
+
+    run_id: str
+    repository: str = ""
+    pr_number: int = 0
+    head_sha: str = ""
+    status: RunStatus | None = None
+    modes: RunModes | None = None
+    # The reviewSequence rows: as given to the use case, validated rows once it checked them.
+    review_sequence: tuple[Any, ...] = ()
+
+    def check(self) -> None:
+        if not self.run_id or len(self.run_id) > MAX_RUN_ID:
+            raise invalid("/run_id", "a run id of 1 to 80 characters is required")
+        if self.pr_number < 0:
+            raise invalid("/pr_number", "must be a positive PR number, or 0 before a PR exists")
+        if self.pr_number and not self.repository:
+            raise invalid("/repository", "a PR identity needs its repository")
+        if self.head_sha and not FULL_SHA.match(self.head_sha):
+            raise invalid("/head_sha", "must be a full commit SHA (40 or 64 lowercase hex)")
 
 
-def next_run(
-    prior: Run | None,
-    *,
-    run_id: str,
-    repository: str,
-    pr_number: int,
-    head_sha: str,
-    status: RunStatus | None,
-    modes: RunModes | None,
-    review_sequence: tuple[dict[str, str], ...] = (),
-    owner: str = "",
-) -> Run:
+def next_run(prior: Run | None, snapshot: RunSnapshot, owner: str = "") -> Run:
     """The run after a snapshot: what the snapshot leaves unset keeps what the run had. A verified
     repository/PR identity is never rebound, and a published or archived run never becomes active.
     ``owner`` (the caller) owns a new run; a stored run keeps its owner."""
-    stored = (prior.modes if prior is not None else RunModes()).merged(modes or RunModes())
+    run_id, repository, pr_number = snapshot.run_id, snapshot.repository, snapshot.pr_number
+    head_sha, status = snapshot.head_sha, snapshot.status
+    stored = (prior.modes if prior is not None else RunModes()).merged(snapshot.modes or RunModes())
     if prior is not None:
         if prior.pr_number and pr_number and (prior.pr_number, prior.repository) != (pr_number, repository):
             raise DomainError(Code.CONFLICT, f"Run {run_id} is already bound to {prior.scope_key}.")
@@ -130,7 +135,7 @@ def next_run(
         status or RunStatus.ACTIVE,
         scope_key(run_id, repository, pr_number),
         stored,
-        review_sequence or (prior.review_sequence if prior is not None else ()),
+        snapshot.review_sequence or (prior.review_sequence if prior is not None else ()),
         prior.owner if prior is not None else owner,
     )
 
@@ -185,13 +190,29 @@ class Receipt:
     diff_scope: dict[str, Any] | None = None
 
 
-def check_attempt(attempt_key: str, receipt_id: str, head_sha: str) -> None:
-    if not receipt_id and not attempt_key:
-        raise invalid("/attempt_key", "name the attempt (run, engine generation, sequence row)")
-    if len(attempt_key) > MAX_ATTEMPT_KEY:
-        raise invalid("/attempt_key", "at most 200 characters")
-    if head_sha and not FULL_SHA.match(head_sha):
-        raise invalid("/head_sha", "must be the full reviewed head SHA")
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """An AdmitReviewRound request: the attempt to admit on a run, or the receipt it reattaches to."""
+
+    run_id: str
+    attempt_key: str
+    kind: AttemptKind
+    trigger: Trigger
+    head_sha: str
+    selection: dict[str, str]
+    receipt_id: str = ""
+    # The spec 001 agent session whose review in flight the attempt is (its timeout settles it).
+    session_id: str = ""
+    # The reviewer session the attempt runs in.
+    review_session_id: str = ""
+
+    def check(self) -> None:
+        if not self.receipt_id and not self.attempt_key:
+            raise invalid("/attempt_key", "name the attempt (run, engine generation, sequence row)")
+        if len(self.attempt_key) > MAX_ATTEMPT_KEY:
+            raise invalid("/attempt_key", "at most 200 characters")
+        if self.head_sha and not FULL_SHA.match(self.head_sha):
+            raise invalid("/head_sha", "must be the full reviewed head SHA")
 
 
 def reported_settlement(
