@@ -139,6 +139,73 @@ async def _counts(conn: AsyncConnection, org_id: str, merged_id: str, into_id: s
     return moved, retired
 
 
+def _checked_rationale(category_id: str, into_category_id: str, rationale: str) -> str:
+    if not into_category_id:
+        raise invalid("/into_category_id", "name the category that stays (cat_...)")
+    if into_category_id == category_id:
+        raise invalid("/into_category_id", "must be another category than the one merged away")
+    rationale = rationale.strip()
+    if not rationale or len(rationale.encode()) > MAX_RATIONALE_BYTES:
+        raise invalid(
+            "/rationale", f"say why both describe the same purpose (1 to {MAX_RATIONALE_BYTES} bytes)"
+        )
+    return rationale
+
+
+def _check_mergeable(merged: CategoryRow, into: CategoryRow) -> None:
+    """Neither side merged elsewhere already, and a shared category goes only into a shared one."""
+    for row in (merged, into):
+        if row.merged_into:
+            raise DomainError(
+                Code.CONFLICT,
+                f"Category {row.id} was already merged into {row.merged_into}; re-read both and merge "
+                "into where it went.",
+                hints=(("merged_into", row.merged_into),),
+            )
+    if merged.scope == "org_shared" and into.scope != "org_shared":
+        raise invalid(
+            "/into_category_id",
+            "an org_shared category merges only into another org_shared one: its drafts and rules span "
+            "every project of the org",
+        )
+
+
+async def _record_merge(
+    uow: UnitOfWork, principal: Principal, merged: CategoryRow, into: CategoryRow, rationale: str
+) -> None:
+    """The merge's audit row, and the news of it: review_state moves the drafts, agents hear it."""
+    moved, retired = await _counts(uow.conn, principal.org_id, merged.id, into.id)
+    await store.add_category_merge(
+        uow.conn,
+        store.CategoryMergeRow(
+            id=new_id("cmg"),
+            org_id=principal.org_id,
+            project_id=principal.project_id,
+            category_id=merged.id,
+            into_category_id=into.id,
+            rationale=rationale,
+            actor_kind=principal.actor_kind.value,
+            actor_id=principal.actor_id,
+            rules_moved=moved,
+            rules_retired=retired,
+            created_at=utcnow(),
+        ),
+    )
+    uow.emit(
+        REVIEW_STATE,
+        principal.org_id,  # the aggregate of rule_changed: the drafts move after the rules did
+        "categories_merged",
+        CategoriesMerged(
+            org_id=principal.org_id,
+            project_id="" if merged.scope == "org_shared" else merged.project_id,
+            category_id=merged.id,
+            into_category_id=into.id,
+            state=into.state.value,
+        ),
+    )
+    broadcast_category_moved(uow, merged, "merged", state=into.state.value, into=into.id)
+
+
 async def merge_categories(
     env: Env,
     principal: Principal,
@@ -150,15 +217,7 @@ async def merge_categories(
     """Merge ``category_id`` into ``into_category_id``. A repeat of a merge already done answers it
     again; either side already merged elsewhere is ``conflict`` naming where it went."""
     require(principal, (ActorKind.ADMIN, ActorKind.AGENT), "Merging categories")
-    if not into_category_id:
-        raise invalid("/into_category_id", "name the category that stays (cat_...)")
-    if into_category_id == category_id:
-        raise invalid("/into_category_id", "must be another category than the one merged away")
-    rationale = rationale.strip()
-    if not rationale or len(rationale.encode()) > MAX_RATIONALE_BYTES:
-        raise invalid(
-            "/rationale", f"say why both describe the same purpose (1 to {MAX_RATIONALE_BYTES} bytes)"
-        )
+    rationale = _checked_rationale(category_id, into_category_id, rationale)
 
     async def act(uow: UnitOfWork) -> str:
         # The org's write lock first: two merges of one pair (either way round) read each other's result,
@@ -168,55 +227,13 @@ async def merge_categories(
         into = await load_category(uow.conn, principal, into_category_id)
         if merged.merged_into == into.id:
             return merged.id  # done already: answer it again
-        for row in (merged, into):
-            if row.merged_into:
-                raise DomainError(
-                    Code.CONFLICT,
-                    f"Category {row.id} was already merged into {row.merged_into}; re-read both and merge "
-                    "into where it went.",
-                    hints=(("merged_into", row.merged_into),),
-                )
-        if merged.scope == "org_shared" and into.scope != "org_shared":
-            raise invalid(
-                "/into_category_id",
-                "an org_shared category merges only into another org_shared one: its drafts and rules span "
-                "every project of the org",
-            )
+        _check_mergeable(merged, into)
         if principal.actor_kind is ActorKind.AGENT:
             await _check_agent_may(uow.conn, principal, merged, into)
         await _move_rules(uow, principal, merged, into, high_water)
         if not await store.compare_and_set_category(uow.conn, merged, merged_into=into.id):
             raise DomainError(Code.STALE, "The category changed at the same moment; re-read it and retry.")
-        moved, retired = await _counts(uow.conn, principal.org_id, merged.id, into.id)
-        await store.add_category_merge(
-            uow.conn,
-            store.CategoryMergeRow(
-                id=new_id("cmg"),
-                org_id=principal.org_id,
-                project_id=principal.project_id,
-                category_id=merged.id,
-                into_category_id=into.id,
-                rationale=rationale,
-                actor_kind=principal.actor_kind.value,
-                actor_id=principal.actor_id,
-                rules_moved=moved,
-                rules_retired=retired,
-                created_at=utcnow(),
-            ),
-        )
-        uow.emit(
-            REVIEW_STATE,
-            principal.org_id,  # the aggregate of rule_changed: the drafts move after the rules did
-            "categories_merged",
-            CategoriesMerged(
-                org_id=principal.org_id,
-                project_id="" if merged.scope == "org_shared" else merged.project_id,
-                category_id=merged.id,
-                into_category_id=into.id,
-                state=into.state.value,
-            ),
-        )
-        broadcast_category_moved(uow, merged, "merged", state=into.state.value, into=into.id)
+        await _record_merge(uow, principal, merged, into, rationale)
         return merged.id
 
     fields = {"verb": "merge_categories", "category_id": category_id, "into": into_category_id}

@@ -134,8 +134,17 @@ async def get_rules(
         views = [RuleView(r, r.state.value) for r in effective_stack(revisions, **ladder)]
     if scope_filter:
         views = [v for v in views if v.rule.scope is scope_filter]
+    snapshot = _versions(views, revisions, ladder)
+    if browsing or key is None:
+        return snapshot
+    return _signed(snapshot, key, env.settings.token_ttl_s, ladder)
+
+
+def _versions(views: list[RuleView], revisions: list[RuleRev], ladder: dict[str, str]) -> Snapshot:
+    """The stack's views with its house-style and category rules-versions and its high-water."""
+    category_id = ladder["category_id"]
     moved = [r for r in revisions if r.high_water]
-    snapshot = Snapshot(
+    return Snapshot(
         rules=views,
         house_style_version=sum(1 for r in moved if r.layer is Layer.ORG),
         category_rules_version=sum(
@@ -147,18 +156,12 @@ async def get_rules(
         ),
         rule_high_water=_scope_high_water(revisions, **ladder),
     )
-    if browsing or key is None:
-        return snapshot
-    expires = int(time.time()) + env.settings.token_ttl_s
-    claims = tokens.Claims(
-        key_id=key[0],
-        org_id=principal.org_id,
-        project_id=principal.project_id,
-        agent_id=agent,
-        category_id=category_id,
-        high_water=snapshot.rule_high_water,
-        expires_at=expires,
-    )
+
+
+def _signed(snapshot: Snapshot, key: tuple[str, bytes], ttl_s: int, ladder: dict[str, str]) -> Snapshot:
+    """The snapshot with a composition token bound to its ladder and high-water."""
+    expires = int(time.time()) + ttl_s
+    claims = tokens.Claims(key_id=key[0], high_water=snapshot.rule_high_water, expires_at=expires, **ladder)
     return replace(
         snapshot,
         composition_token=tokens.sign(claims, key[1]),
