@@ -19,7 +19,7 @@ from reviewloop.tenancy import Principal
 from dispatch_budget import app
 from dispatch_budget.bootstrap import Env
 from dispatch_budget.domain.budget import AttemptKind, ExtensionInput, RunStatus, Trigger
-from dispatch_budget.domain.gate import GateRecord
+from dispatch_budget.domain.gate import GateRecord, Turn
 from dispatch_budget.domain.lineage import BindRequest
 from dispatch_budget.domain.rounds import AdmissionRequest, RunSnapshot
 from dispatch_budget.messages import (
@@ -390,12 +390,9 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             self.db,
             self.gate,
             Principal.from_proto(request.principal),
-            session_id=request.session_id,
-            origin=request.origin,
-            depth=request.depth,
-            status=status,
-            tool_calls=request.tool_calls,
-            digest=digest_from_proto(request.digest),
+            request.session_id,
+            Turn(request.origin, request.depth, status, request.tool_calls),
+            digest_from_proto(request.digest),
         )
         return budget_pb2.RecordTurnResponse(
             counters=counters_to_proto(request.session_id, result.counters),

@@ -60,12 +60,14 @@ async def turn(db: Database, gate: ClassifierGate, session: str = "s1", **kw: An
         db,
         gate,
         AGENT,
-        session_id=session,
-        origin=kw.pop("origin", "user"),
-        depth=kw.pop("depth", 0),
-        status=kw.pop("status", "completed"),
-        tool_calls=kw.pop("tool_calls", 0),
-        digest=DIGEST,
+        session,
+        app.Turn(
+            kw.pop("origin", "user"),
+            kw.pop("depth", 0),
+            kw.pop("status", "completed"),
+            kw.pop("tool_calls", 0),
+        ),
+        DIGEST,
     )
 
 

@@ -50,12 +50,9 @@ async def _turn(env: Env, session_id: str = "s1") -> app.TurnResult:
         env.db,
         env.gate,
         AGENT,
-        session_id=session_id,
-        origin="",
-        depth=0,
-        status="completed",
-        tool_calls=0,
-        digest={},
+        session_id,
+        app.Turn(origin="", depth=0, status="completed", tool_calls=0),
+        {},
     )
 
 

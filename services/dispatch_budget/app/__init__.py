@@ -63,6 +63,7 @@ from dispatch_budget.app.rounds import (
     record_run,
     settle_attempt,
 )
+from dispatch_budget.domain.gate import Turn
 from dispatch_budget.domain.lineage import Binding, BindRequest
 from dispatch_budget.domain.rounds import (
     AdmissionRequest,
@@ -97,6 +98,7 @@ __all__ = [
     "Run",
     "RunModes",
     "RunSnapshot",
+    "Turn",
     "TurnResult",
     "admit_review_round",
     "append_journal_events",

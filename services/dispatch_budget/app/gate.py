@@ -22,14 +22,13 @@ from dispatch_budget.domain.gate import (
     GateConfig,
     GateRecord,
     SessionState,
+    Turn,
     after_decision,
     after_review,
     after_turn,
     build_digest,
     check_gate_overrides,
     check_session_id,
-    check_turn,
-    counts,
     decided_without_the_gate,
     not_due_reason,
     overdue,
@@ -52,24 +51,21 @@ async def record_turn(
     db: Database,
     gate: ClassifierGate,
     principal: Principal,
-    *,
     session_id: str,
-    origin: str,
-    depth: int,
-    status: str,
-    tool_calls: int,
+    turn: Turn,
     digest: dict[str, Any],
 ) -> TurnResult:
     """Count one turn; when the counters are due, ask the gate and log the decision."""
-    check_turn(session_id, tool_calls, depth)
+    check_session_id(session_id)
+    turn.check()
     project = principal.project_id
     async with db.transaction() as uow:
         config = gate.for_project(await store.gate_overrides(uow.conn, project))
         state = await _lock_live_session(uow.conn, config, project, session_id)
-        if not counts(origin, depth, status):
+        if not turn.counts:
             await store.save_agent_session(uow.conn, project, session_id, state)
             return TurnResult(state, False, None, "not_counted")
-        state = after_turn(state, tool_calls)
+        state = after_turn(state, turn)
         claimed, why_not = await _claim(uow.conn, config, project, session_id, state, review_now=False)
         if why_not is not None:
             return TurnResult(state, True, None, why_not)

@@ -83,9 +83,23 @@ class SessionState:
     in_flight_receipt: str | None = None  # the admission receipt of the review in flight, if one was admitted
 
 
-def counts(origin: str, depth: int, status: str) -> bool:
-    """Only completed turns of top-level agents count; subagents and aborted turns never do."""
-    return origin != "subagent" and depth == 0 and status == "completed"
+@dataclass(frozen=True)
+class Turn:
+    """One turn of an agent session, as the session's hook reports it."""
+
+    origin: str  # "subagent" for a subagent's turn
+    depth: int
+    status: str  # completed | aborted | failed
+    tool_calls: int
+
+    @property
+    def counts(self) -> bool:
+        """Only completed turns of top-level agents count; subagents and aborted turns never do."""
+        return self.origin != "subagent" and self.depth == 0 and self.status == "completed"
+
+    def check(self) -> None:
+        if self.tool_calls < 0 or self.depth < 0:
+            raise invalid("/tool_calls", "counts are never negative")
 
 
 def check_session_id(session_id: str) -> None:
@@ -93,15 +107,9 @@ def check_session_id(session_id: str) -> None:
         raise invalid("/session_id", "a session id of 1 to 80 characters is required")
 
 
-def check_turn(session_id: str, tool_calls: int, depth: int) -> None:
-    check_session_id(session_id)
-    if tool_calls < 0 or depth < 0:
-        raise invalid("/tool_calls", "counts are never negative")
-
-
-def after_turn(state: SessionState, tool_calls: int) -> SessionState:
+def after_turn(state: SessionState, turn: Turn) -> SessionState:
     return replace(
-        state, turns=state.turns + 1, tools=state.tools + tool_calls, turn_index=state.turn_index + 1
+        state, turns=state.turns + 1, tools=state.tools + turn.tool_calls, turn_index=state.turn_index + 1
     )
 
 

@@ -189,21 +189,7 @@ def tally(
     """The rows filled by qualifying reviews of ``head`` (a maximum matching of rows to distinct
     sessions), the rows that remain, and every attempt of ``head`` the gate refused and why."""
     refused: list[Refused] = []
-    # session -> its candidate attempts, first admitted first
-    candidates: dict[str, list[Attempt]] = {}
-    journals: set[str] = set()
-    for attempt in attempts:
-        if attempt.head_sha != head and (attempt.reviewed_head or attempt.head_sha) != head:
-            continue  # an older head's review: not this gate's business
-        why = _why_not(attempt, head, sessions, repository, pr_number)
-        if why is None and attempt.journal_run_id:
-            if attempt.journal_run_id in journals:
-                why = f"journal {attempt.journal_run_id} already settled another review"
-            journals.add(attempt.journal_run_id)
-        if why is not None:
-            refused.append(Refused(attempt.receipt_id, why))
-            continue
-        candidates.setdefault(attempt.review_session_id, []).append(attempt)
+    candidates = _candidates(head, attempts, sessions, repository, pr_number, refused)
 
     def options(session_id: str) -> list[tuple[Row, Attempt]]:
         session = sessions[session_id]
@@ -250,6 +236,33 @@ def tally(
     )
     remaining = tuple(row for row in rows if row.index not in row_owner)
     return Tally(len(filled), len(rows), tuple(rows), filled, remaining, tuple(refused))
+
+
+def _candidates(
+    head: str,
+    attempts: Sequence[Attempt],
+    sessions: Mapping[str, SessionFacts],
+    repository: str,
+    pr_number: int,
+    refused: list[Refused],
+) -> dict[str, list[Attempt]]:
+    """Each session's attempts of ``head`` that may count, first admitted first; the others go to
+    ``refused`` with why."""
+    candidates: dict[str, list[Attempt]] = {}
+    journals: set[str] = set()
+    for attempt in attempts:
+        if attempt.head_sha != head and (attempt.reviewed_head or attempt.head_sha) != head:
+            continue  # an older head's review: not this gate's business
+        why = _why_not(attempt, head, sessions, repository, pr_number)
+        if why is None and attempt.journal_run_id:
+            if attempt.journal_run_id in journals:
+                why = f"journal {attempt.journal_run_id} already settled another review"
+            journals.add(attempt.journal_run_id)
+        if why is not None:
+            refused.append(Refused(attempt.receipt_id, why))
+            continue
+        candidates.setdefault(attempt.review_session_id, []).append(attempt)
+    return candidates
 
 
 def _no_row(attempt: Attempt, session: SessionFacts, rows: Sequence[Row]) -> str:
