@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.lineage import ReviewSession
 from dispatch_budget.domain.qualifying import SessionFacts
+from dispatch_budget.store.documents import project_document, save_project_document
 from dispatch_budget.store.tables import review_configs, review_sessions, runners
 
 # --- runners ---
@@ -36,18 +37,13 @@ async def save_runner(conn: AsyncConnection, project_id: str, spec: RunnerSpec) 
 
 async def review_config(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
     """The configuration document an admin stored; empty when none was."""
-    row = (
-        await conn.execute(select(review_configs.c.config).where(review_configs.c.project_id == project_id))
-    ).first()
-    return dict(row.config) if row else {}
+    return await project_document(conn, review_configs, project_id)
 
 
 async def save_review_config(
     conn: AsyncConnection, project_id: str, config: dict[str, Any], at: datetime
 ) -> None:
-    c = review_configs.c
-    await conn.execute(review_configs.delete().where(c.project_id == project_id))
-    await conn.execute(review_configs.insert().values(project_id=project_id, config=config, updated_at=at))
+    await save_project_document(conn, review_configs, project_id, config, at)
 
 
 # --- review sessions ---

@@ -12,6 +12,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.gate import GateRecord, SessionState
+from dispatch_budget.store.documents import project_document, save_project_document
 from dispatch_budget.store.tables import agent_sessions, gate_configs, gate_decisions
 
 
@@ -65,21 +66,13 @@ async def gate_decision_page(
 
 async def gate_overrides(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
     """The project's gate settings an admin stored; empty: the environment's defaults throughout."""
-    row = (
-        await conn.execute(select(gate_configs.c.config).where(gate_configs.c.project_id == project_id))
-    ).first()
-    return dict(row.config) if row is not None else {}
+    return await project_document(conn, gate_configs, project_id)
 
 
 async def set_gate_overrides(
     conn: AsyncConnection, project_id: str, overrides: dict[str, Any], at: datetime
 ) -> None:
-    await insert_new(conn, gate_configs, {"project_id": project_id, "config": {}, "updated_at": at})
-    await conn.execute(
-        update(gate_configs)
-        .where(gate_configs.c.project_id == project_id)
-        .values(config=overrides, updated_at=at)
-    )
+    await save_project_document(conn, gate_configs, project_id, overrides, at)
 
 
 async def link_in_flight_receipt(

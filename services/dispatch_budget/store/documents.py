@@ -1,0 +1,27 @@
+"""A project's configuration document (its review configuration, its gate overrides): one JSON row per
+project, written whole."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from reviewloop.storage.schema import insert_new
+from sqlalchemy import Table, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+async def project_document(conn: AsyncConnection, table: Table, project_id: str) -> dict[str, Any]:
+    """The document an admin stored; empty when none was."""
+    row = (await conn.execute(select(table.c.config).where(table.c.project_id == project_id))).first()
+    return dict(row.config) if row is not None else {}
+
+
+async def save_project_document(
+    conn: AsyncConnection, table: Table, project_id: str, document: dict[str, Any], at: datetime
+) -> None:
+    """Replace the project's document (an upsert: a concurrent first write does not fail)."""
+    await insert_new(conn, table, {"project_id": project_id, "config": {}, "updated_at": at})
+    await conn.execute(
+        update(table).where(table.c.project_id == project_id).values(config=document, updated_at=at)
+    )
