@@ -189,12 +189,13 @@ async def test_the_project_configuration_supplies_the_default_mode(open_db: Open
 
 async def test_a_stored_run_supplies_its_rungs_to_the_resolver_and_to_admission(open_db: OpenDb) -> None:
     db = await open_db(SPEC)
-    run = partial(
-        app.record_run, db, REVIEWER, run_id="r1", repository="", pr_number=0, head_sha=H1, status=None
-    )
-    await run(modes=app.RunModes(pr_work=W))
+
+    def run(modes: app.RunModes) -> Awaitable[app.Run]:
+        return app.record_run(db, REVIEWER, app.RunSnapshot("r1", head_sha=H1, modes=modes))
+
+    await run(app.RunModes(pr_work=W))
     # A later snapshot that names no mode keeps the stored rung; one that names a rung adds it.
-    stored = await run(modes=app.RunModes(repeat_context=C))
+    stored = await run(app.RunModes(repeat_context=C))
     assert stored.modes == app.RunModes(None, W, C)
     resolve = partial(app.resolve_mode, db, REVIEWER, project_default=None, project_config=None)
     assert await resolve(run_id="r1", explicit=None, given=app.RunModes()) == (W, "pr_work")
@@ -203,19 +204,17 @@ async def test_a_stored_run_supplies_its_rungs_to_the_resolver_and_to_admission(
     with pytest.raises(DomainError) as missing:
         await resolve(run_id="nope", explicit=None, given=app.RunModes())
     assert missing.value.code is Code.NOT_FOUND
+
     # Admission fills a selection's missing mode by the same precedence; an explicit mode stands.
-    admit = partial(
-        app.admit_review_round,
-        db,
-        REVIEWER,
-        run_id="r1",
-        kind=AttemptKind.INITIAL,
-        trigger=Trigger.OPERATOR_REQUEST,
-        head_sha=H1,
-    )
-    implied = await admit(attempt_key="a1", selection={"runner": "codex"})
+    def admit(attempt_key: str, selection: dict[str, str]) -> Awaitable[app.Admission]:
+        attempt = app.AdmissionRequest(
+            "r1", attempt_key, AttemptKind.INITIAL, Trigger.OPERATOR_REQUEST, H1, selection
+        )
+        return app.admit_review_round(db, REVIEWER, attempt)
+
+    implied = await admit("a1", {"runner": "codex"})
     assert implied.receipt.selection["mode"] == "warm"
-    chosen = await admit(attempt_key="a2", selection={"runner": "codex", "mode": "cold"})
+    chosen = await admit("a2", {"runner": "codex", "mode": "cold"})
     assert chosen.receipt.selection["mode"] == "cold"
 
 
