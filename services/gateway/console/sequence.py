@@ -10,19 +10,20 @@ is ``RecordRun``, the call behind ``PUT /v1/review-rounds/runs/{run_id}``; the r
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import Code, DomainError, http_status
-from reviewloop.review_dispatch.picker import Choice, Draft, PickerContext, ReviewDispatchViewModel, RowView
+from reviewloop.review_dispatch.picker import Draft, PickerContext, ReviewDispatchViewModel, RowView
 from reviewloop.review_dispatch.selection import RunnerSpec
 from reviewloop.shapes import SelectionIn
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from gateway.console import web
-from gateway.console.html import csrf_field, error_box, h, page
+from gateway.console.html import page, render
 from gateway.console.sessions import Session
 from gateway.translate import Json
 from gateway.translate.budget import as_review_run, as_runner, selection
@@ -82,61 +83,19 @@ def _apply(model: ReviewDispatchViewModel, op: str) -> ReviewDispatchViewModel:
 # --- rendering ---
 
 
-def _select(row: int, dimension: str, label: str, choices: tuple[Choice, ...], described: str) -> str:
-    options = "".join(
-        f'<option value="{h(c.value)}"{" selected" if c.selected else ""}>{h(c.label)}</option>'
-        for c in choices
-    )
-    return (
-        f'<div class="picker-field"><label for="r{row}-{dimension}">{h(label)}</label>'
-        f'<select id="r{row}-{dimension}" name="r{row}-{dimension}"{described}>{options}</select></div>'
-    )
-
-
-def _row(view: RowView, rows: int) -> str:
+def _row(view: RowView) -> dict[str, Any]:
+    """A picker row and, per dimension, what its control is described by: a wrong dimension points at
+    the row's problems, effort at its note when there is one; a form control (not the mode's group) is
+    marked invalid too."""
     i = view.number - 1
-    error_id = f"r{i}-errors"
-    note_id = f"r{i}-effort-note"
-
-    def described(dimension: str, control: bool = True) -> str:
-        """A wrong dimension points at the row's problems, effort at its note when there is one; a
-        form control (not the mode's group) is marked invalid too."""
-        ids = [error_id] if dimension in view.errors or "row" in view.errors else []
+    described = {}
+    for dimension in ("runner", "model", "effort", "mode"):
+        ids = [f"r{i}-errors"] if dimension in view.errors or "row" in view.errors else []
         if dimension == "effort" and view.effort_note:
-            ids.append(note_id)
-        invalid = ' aria-invalid="true"' if control and ids and ids[0] == error_id else ""
-        return f' aria-describedby="{" ".join(ids)}"{invalid}' if ids else ""
-
-    modes = "".join(
-        f'<label class="check"><input type="radio" name="r{i}-mode" value="{h(c.value)}"'
-        f"{' checked' if c.selected else ''}> {h(c.label)}</label>"
-        for c in view.modes
-    )
-    moves = []
-    if i > 0:
-        moves.append(f'<button type="submit" name="op" value="up:{i}">Move row {view.number} up</button>')
-    if i < rows - 1:
-        moves.append(f'<button type="submit" name="op" value="down:{i}">Move row {view.number} down</button>')
-    moves.append(f'<button type="submit" name="op" value="remove:{i}">Remove row {view.number}</button>')
-    note = f'<p class="picker-note" id="{note_id}">{h(view.effort_note)}</p>' if view.effort_note else ""
-    listed = "".join(f"<li>{h(dimension)}: {h(message)}</li>" for dimension, message in view.errors.items())
-    problems = (
-        f'<div class="error" id="{error_id}" role="alert"><p>Row {view.number} cannot be saved:</p>'
-        f"<ul>{listed}</ul></div>"
-        if view.errors
-        else ""
-    )
-    return f"""<fieldset class="picker-row" data-row="{view.number}"{' data-invalid="true"' if view.errors else ""}>
-<legend>{h(view.title)}</legend>
-<div class="picker-fields">
-{_select(i, "runner", "Runner", view.runners, described("runner"))}
-{_select(i, "model", "Model", view.models, described("model"))}
-{_select(i, "effort", "Effort", view.efforts, described("effort"))}
-<fieldset class="picker-mode"{described("mode", control=False)}><legend>Mode</legend>{modes}</fieldset>
-</div>
-{note}{problems}
-<div class="actions">{"".join(moves)}</div>
-</fieldset>"""
+            ids.append(f"r{i}-effort-note")
+        invalid = dimension != "mode" and bool(ids) and ids[0] == f"r{i}-errors"
+        described[dimension] = {"ids": " ".join(ids), "invalid": invalid}
+    return {"i": i, "view": view, "described": described}
 
 
 def _view(
@@ -148,48 +107,34 @@ def _view(
     refused: DomainError | None = None,
     status: int = 200,
 ) -> Response:
-    run_id = run["run_id"]
-    views = model.views()
-    sequence_errors = [m for p, m in model.errors().items() if p == "/sequence"]
-    done = request.query_params.get("done", "")
-    notice = f'<p class="notice" role="status">{h(done.replace("_", " "))}.</p>' if done else ""
-    refusal = (
-        f'<div class="error" role="alert" data-autofocus tabindex="-1"><p>Refused: {h(refused.detail)}</p>'
-        "<p>Nothing was saved; the rows are as you left them.</p></div>"
-        if refused
-        else ""
-    )
-    whole = "".join(error_box(m) for m in sequence_errors)
-    rows = "".join(_row(v, len(views)) for v in views)
     stored = run.get("review_sequence")
-    saved = (
-        f"{len(stored)} row(s) saved" if stored else "none saved: the project review configuration decides"
+    body = render(
+        "sequence.html",
+        session=session,
+        path=PATH,
+        done=request.query_params.get("done", ""),
+        error="",
+        refused=refused.detail if refused else "",
+        run_id=run["run_id"],
+        saved=f"{len(stored)} row(s) saved"
+        if stored
+        else "none saved: the project review configuration decides",
+        sequence_errors=[m for p, m in model.errors().items() if p == "/sequence"],
+        rows=[_row(v) for v in model.views()],
     )
-    body = f"""{notice}{refusal}
-<form method="get" action="{PATH}">
-  <label for="run">Run id</label><input type="text" id="run" name="run_id" value="{h(run_id)}">
-  <p><button type="submit">Open the run's review sequence</button></p></form>
-<h2>Run {h(run_id)}</h2>
-<p>Each row is one qualifying review publication requires; row 1 also selects the pipeline review and
-its rechecks. Effort sits beside model; "runner default" picks the default it names. Every row is WARM
-(continue its review lineage) or COLD (a fresh session over the whole diff). Stored sequence: {h(saved)}.</p>
-<form method="post" action="{PATH}/{h(run_id)}" class="picker">{csrf_field(session)}
-<input type="hidden" name="rows" value="{len(views)}">
-{whole}{rows}
-<div class="actions">
-<button type="submit" name="op" value="add">Add a row</button>
-<button type="submit" name="op" value="check">Check the rows</button>
-<button type="submit" name="op" value="save">Save the sequence</button>
-</div>
-</form>"""
     return page("Review sequence", body, session=session, active="sequence", status=status)
 
 
 def _lookup(session: Session, error: DomainError | None = None) -> Response:
-    body = f"""{error_box(error.detail) if error else ""}
-<form method="get" action="{PATH}">
-  <label for="run">Run id</label><input type="text" id="run" name="run_id" required>
-  <p><button type="submit">Open the run's review sequence</button></p></form>"""
+    body = render(
+        "sequence.html",
+        session=session,
+        path=PATH,
+        done="",
+        error=error.detail if error else "",
+        refused="",
+        run_id="",
+    )
     return page(
         "Review sequence",
         body,
