@@ -91,8 +91,6 @@ def create_console(state: object) -> FastAPI:
     async def sign_in_form(request: Request) -> Response:
         return _sign_in_page(web.safe_next(request.query_params.get("next")))
 
-    attempts = throttle.SignInThrottle()
-
     @console.post("/sign-in")
     async def sign_in(request: Request) -> Response:
         if throttle.cross_site(request):
@@ -106,7 +104,8 @@ def create_console(state: object) -> FastAPI:
         target = web.safe_next(web.field(form, "next"))
         response = RedirectResponse(target, status_code=303)
         try:
-            attempts.attempt(request.client.host if request.client else "", web.field(form, "key"))
+            attempts = throttle.SignInThrottle(request.app.state.db)
+            await attempts.attempt(request.client.host if request.client else "", web.field(form, "key"))
             await sessions.sign_in(request, response, web.field(form, "key"))
         except DomainError as error:
             page_ = _sign_in_page(target, error.detail, status=http_status(error.code))

@@ -3,8 +3,9 @@
 A sign-in POST from another site (its ``Sec-Fetch-Site``, or failing that its ``Origin``) is refused
 before any key is looked at: a forged form must not set session cookies in a reviewer's browser.
 Attempts are limited per client address and per key prefix (the first characters of what was pasted,
-so one key cannot be hammered from many addresses), over a moving window in this gateway process
-(``limits``); a refusal answers ``429`` with ``Retry-After``. Each gateway replica keeps its own window.
+so one key cannot be hammered from many addresses), over a fixed window counted in the gateway's store
+through the agent plane's ``limits`` storage (``ratelimits.StoreStorage``), so every gateway replica
+counts the same window; a refusal answers ``429`` with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ import time
 from urllib.parse import urlsplit
 
 from fastapi import Request
-from limits import parse, storage, strategies
+from limits import parse
+from limits.aio.strategies import FixedWindowRateLimiter
 from reviewloop.errors import Code, DomainError
+from reviewloop.storage import Database
+
+from gateway.ratelimits import StoreStorage
 
 PER_ADDRESS = "30/minute"
 PER_KEY_PREFIX = "10/minute"
@@ -36,20 +41,22 @@ def cross_site(request: Request) -> bool:
 
 
 class SignInThrottle:
-    """The moving windows of sign-in attempts, per address and per key prefix."""
+    """The windows of sign-in attempts, per address and per key prefix, in the gateway's store."""
 
-    def __init__(self, per_address: str = PER_ADDRESS, per_key_prefix: str = PER_KEY_PREFIX) -> None:
-        self._limiter = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+    def __init__(
+        self, db: Database, per_address: str = PER_ADDRESS, per_key_prefix: str = PER_KEY_PREFIX
+    ) -> None:
+        self._limiter = FixedWindowRateLimiter(StoreStorage(db))
         self._limits = (("address", parse(per_address)), ("key", parse(per_key_prefix)))
 
-    def attempt(self, address: str, key: str) -> None:
+    async def attempt(self, address: str, key: str) -> None:
         """Count one attempt; ``DomainError(rate_limited)`` with its ``retry_after`` (nothing counted) when
         either window is full."""
         ids = {"address": address or "unknown", "key": key.strip()[:KEY_PREFIX_CHARS]}
         for what, limit in self._limits:
-            if not self._limiter.test(limit, "console-sign-in", what, ids[what]):
-                reset, _ = self._limiter.get_window_stats(limit, "console-sign-in", what, ids[what])
-                wait = max(1, math.ceil(reset - time.time()))
+            if not await self._limiter.test(limit, "console-sign-in", what, ids[what]):
+                stats = await self._limiter.get_window_stats(limit, "console-sign-in", what, ids[what])
+                wait = max(1, math.ceil(stats.reset_time - time.time()))
                 whom = "this address" if what == "address" else "this key"
                 raise DomainError(
                     Code.RATE_LIMITED,
@@ -57,4 +64,4 @@ class SignInThrottle:
                     hints=(("retry_after", str(wait)),),  # the problem's Retry-After, as every 429's
                 )
         for what, limit in self._limits:
-            self._limiter.hit(limit, "console-sign-in", what, ids[what])
+            await self._limiter.hit(limit, "console-sign-in", what, ids[what])
