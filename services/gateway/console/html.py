@@ -31,7 +31,7 @@ SECURITY_HEADERS = {
 
 
 def h(value: object) -> str:
-    """Escape ``value`` for HTML text and attribute values (the modules not yet rendered by templates)."""
+    """Escape ``value`` for HTML text and attribute values (admin.py's pages, not yet templates)."""
     return html.escape("" if value is None else str(value), quote=True)
 
 
@@ -155,12 +155,8 @@ def page(
     return HTMLResponse(document, status_code=status, headers=headers)
 
 
-# The macros as Python calls, for the modules that still assemble HTML in Python.
+# The macros as Python calls, for admin.py, which still assembles its pages' HTML in Python.
 _MACROS = ENV.get_template("macros.html").module
-
-
-def button(action: str, label: str, *, name: str = "", value: str = "", kind: str = "submit") -> str:
-    return str(_MACROS.button(action, label, name=name, value=value, kind=kind))  # type: ignore[attr-defined]
 
 
 def csrf_field(session: Session) -> str:
@@ -188,10 +184,6 @@ def table(
             caller=lambda: Markup("".join(rows)),
         )
     )
-
-
-def when(iso: str) -> str:
-    return str(_MACROS.when(iso))  # type: ignore[attr-defined]
 
 
 def error_box(message: str) -> str:
