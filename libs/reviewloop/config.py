@@ -1,21 +1,26 @@
 """Configuration of a service process, read once from the environment (``reviewloop.settings``).
 
-Every service reads ``REVIEWLOOP_<SERVICE>_DB`` (its store) and ``REVIEWLOOP_<SERVICE>_ADDR`` (where it
-listens, and where its peers find it). An unset store is SQLite under the data directory. Addresses have
-no default here: the product's composition root (``stack``) knows the parts and fills them in. The
-settings every service shares are :class:`ServiceSettings`; a service's own subclass it.
+The settings every service shares are :class:`ServiceSettings`; a service's own subclass it. Its
+placement is read in the same object (``ServiceSettings.placed``): ``REVIEWLOOP_<PART>_ADDR`` (where a
+part listens, and where its peers find it), ``REVIEWLOOP_<PART>_DB`` (its store; unset, SQLite under the
+data directory) and ``REVIEWLOOP_<PART>_METRICS_ADDR``. Addresses have no default here: the product's
+composition root (``stack``) knows the parts and fills them in.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar, Self
+
+# create_model is banned for JSON shapes (reviewloop.shapes); here it makes settings fields named after parts.
+from pydantic import create_model, field_validator  # noqa: TID251
 
 from reviewloop.files import generated_secret
-from reviewloop.settings import ConfigError, Settings, Switch, Text, variable
+from reviewloop.settings import CommaList, ConfigError, Settings, Switch, Text, variable
+from reviewloop.storage import fastpaths
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE
 from reviewloop.telemetry import TelemetrySettings
 from reviewloop.trust import Trust, TrustSettings
@@ -63,11 +68,72 @@ class ServiceSettings(TrustSettings, TelemetrySettings, DataSettings):
         "PostgreSQL connections one process may hold; each is kept once opened (a statement beyond them waits for one), so size the server's `max_connections` for every process and replica",
         ge=1,
     )
+    slow_paths: CommaList = variable(
+        fastpaths.ENV,
+        (),
+        f"storage fast paths to turn off, comma-separated ({', '.join(fastpaths.NAMES)}), or `all`: each then takes its plain path (docs/performance.md)",
+        unset="none: every fast path on",
+    )
+    # The parts whose placement these settings read (``placed``): none for the class a module declares.
+    parts: ClassVar[tuple[str, ...]] = ()
 
+    @field_validator("slow_paths")
+    @classmethod
+    def _known_paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        fastpaths.enabled({fastpaths.ENV: ",".join(value)})  # an unknown name is a ValueError
+        return value
 
-def data_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """Where SQLite files, logs, traces and the generated admin token live (``REVIEWLOOP_DATA_DIR``)."""
-    return DataSettings.from_env(env).data_dir
+    @classmethod
+    def placed(cls, *parts: str) -> type[Self]:
+        """These settings with the placement of ``parts`` as fields.
+
+        Each part's ``REVIEWLOOP_<PART>_ADDR``, ``_DB`` and ``_METRICS_ADDR``: the variables are named after
+        the parts, so these fields are made per process.
+        """
+        parts = tuple(dict.fromkeys(parts))
+        fields: dict[str, Any] = {}
+        for part in parts:
+            for name, what in (
+                (address_variable(part), f"where {part} listens"),
+                (db_variable(part), f"the store of {part}"),
+                (metrics_variable(part), f"where {part} serves /metrics"),
+            ):
+                fields[_field(name)] = (Text, variable(name, None, what))
+        placed = create_model(f"{cls.__name__}[{','.join(parts)}]", __base__=cls, **fields)
+        placed.parts = parts
+        return placed
+
+    def address(self, part: str) -> str:
+        """Where ``part`` (one of the placed ``parts``) listens: ``host:port`` or ``unix:path``.
+
+        Raises:
+            ConfigError: its ``REVIEWLOOP_<PART>_ADDR`` is unset.
+        """
+        value: str | None = getattr(self, _field(address_variable(part)), None)
+        if not value:
+            raise ConfigError(
+                f"{address_variable(part)} is not set: start reviewloop with `reviewloop up` or "
+                f"`reviewloop serve {part}`, which place every part, or set it to host:port."
+            )
+        return value
+
+    def db_url(self, part: str) -> str:
+        """The store of ``part``: its ``REVIEWLOOP_<PART>_DB``, else SQLite under the data directory.
+
+        A ``postgresql://`` URL is rewritten to the asyncpg driver.
+        """
+        url: str | None = getattr(self, _field(db_variable(part)), None)
+        if not url:
+            return f"sqlite+aiosqlite:///{self.data_dir / f'{part}.db'}"
+        for plain in ("postgresql://", "postgres://"):
+            if url.startswith(plain):
+                return "postgresql+asyncpg://" + url[len(plain) :]
+        return url
+
+    def metrics_address(self, part: str) -> str | None:
+        """Where ``part`` serves ``/metrics``, ``/livez`` and ``/readyz`` (None: no such endpoint)."""
+        value: str | None = getattr(self, _field(metrics_variable(part)), None)
+        return value
 
 
 def deployment_secret(value: str | None, filename: str, data: Path) -> bytes:
@@ -89,29 +155,9 @@ def deployment_secret(value: str | None, filename: str, data: Path) -> bytes:
     return generated_secret(data / filename, lambda: secrets.token_urlsafe(32)).encode()
 
 
-def db_pool_size(env: Mapping[str, str] = os.environ) -> int:
-    """PostgreSQL connections one process may hold, all kept once opened (``REVIEWLOOP_DB_POOL_SIZE``).
-
-    Raises:
-        ConfigError: not a whole number of at least 1.
-    """
-    return ServiceSettings.from_env(env).db_pool_size
-
-
 def db_variable(name: str) -> str:
     """The environment variable that names the store of part ``name``."""
     return f"REVIEWLOOP_{name.upper()}_DB"
-
-
-def db_url(service: str, env: Mapping[str, str] = os.environ) -> str:
-    """The service's DSN; ``postgresql://`` is rewritten to the asyncpg driver."""
-    url = env.get(db_variable(service))
-    if not url:
-        return f"sqlite+aiosqlite:///{data_dir(env) / f'{service}.db'}"
-    for plain in ("postgresql://", "postgres://"):
-        if url.startswith(plain):
-            return "postgresql+asyncpg://" + url[len(plain) :]
-    return url
 
 
 def address_variable(name: str) -> str:
@@ -124,61 +170,54 @@ def metrics_variable(name: str) -> str:
     return f"REVIEWLOOP_{name.upper()}_METRICS_ADDR"
 
 
-def address(name: str, env: Mapping[str, str] = os.environ) -> str:
-    """Where part ``name`` listens (``host:port``).
-
-    Raises:
-        ConfigError: the variable is unset.
-    """
-    value = env.get(address_variable(name))
-    if not value:
-        raise ConfigError(
-            f"{address_variable(name)} is not set: start reviewloop with `reviewloop up` or "
-            f"`reviewloop serve {name}`, which place every part, or set it to host:port."
-        )
-    return value
+def _field(variable: str) -> str:
+    return variable.lower()
 
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """What one service process needs to boot."""
+    """What one service process boots with: its placement and trust, and the settings it read once."""
 
     service: str
     db_url: str
     listen: str
-    data_dir: Path
     peers: Mapping[str, str]
-    otlp_endpoint: str | None
-    relay_poll_s: float = 0.5
-    outbox_retention_s: float = 7 * 24 * 3600
+    # The process's whole settings object (the service's own subclass), which its bootstrap wires from.
+    settings: ServiceSettings = field(default_factory=ServiceSettings)
     # Where /metrics, /livez and /readyz answer (host:port); None serves no such endpoint.
     metrics_listen: str | None = None
     # How calls to and from this service authenticate (none on the loopback default).
     trust: Trust = field(default_factory=Trust)
-    trace_sql: Switch = False
-    db_pool_size: int = DEFAULT_POOL_SIZE
 
     @classmethod
-    def from_env(
-        cls, service: str, peers: Iterable[str] = (), env: Mapping[str, str] = os.environ
+    def of(cls, service: str, peers: Iterable[str], settings: ServiceSettings) -> ServiceConfig:
+        """The configuration of ``service``, which calls ``peers``, from its placed ``settings``.
+
+        Raises:
+            ConfigError: A part's address is unset, or the trust settings are incomplete.
+        """
+        return cls(
+            service=service,
+            db_url=settings.db_url(service),
+            listen=settings.address(service),
+            peers={name: settings.address(name) for name in peers},
+            settings=settings,
+            metrics_listen=settings.metrics_address(service),
+            trust=Trust.from_settings(service, settings),
+        )
+
+    @classmethod
+    def read(
+        cls,
+        service: str,
+        peers: Iterable[str],
+        env: Mapping[str, str],
+        settings: type[ServiceSettings] = ServiceSettings,
     ) -> ServiceConfig:
-        """Read the configuration of ``service``, which calls ``peers``.
+        """Read ``settings`` (the service's own class) with the placement of ``service`` and ``peers``, once.
 
         Raises:
             ConfigError: A setting does not parse, or a part's address is unset.
         """
-        settings = ServiceSettings.from_env(env)
-        return cls(
-            service=service,
-            db_url=db_url(service, env),
-            listen=address(service, env),
-            data_dir=settings.data_dir,
-            peers={name: address(name, env) for name in peers},
-            otlp_endpoint=settings.otlp_endpoint,
-            relay_poll_s=settings.relay_poll_s,
-            outbox_retention_s=settings.outbox_retention_s,
-            metrics_listen=env.get(metrics_variable(service)) or None,
-            trust=Trust.from_settings(service, settings),
-            trace_sql=settings.trace_sql,
-            db_pool_size=settings.db_pool_size,
-        )
+        peers = tuple(peers)
+        return cls.of(service, peers, settings.placed(service, *peers).from_env(env))

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, NoReturn, TypeVar, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -29,7 +30,7 @@ from sqlalchemy import MetaData, text
 from reviewloop import metrics, reflection, telemetry
 from reviewloop.boundary import HEALTH_SERVICE, BoundaryInterceptor
 from reviewloop.common.v1 import common_pb2, outbox_pb2, outbox_pb2_grpc
-from reviewloop.config import ConfigError, ServiceConfig
+from reviewloop.config import ConfigError, ServiceConfig, ServiceSettings
 from reviewloop.contract import CONTRACT_VERSION
 from reviewloop.inproc import MAX_MESSAGE_BYTES, InProcessChannel, LocalServer
 from reviewloop.outbox_admin import OutboxAdmin
@@ -120,15 +121,18 @@ def _no_servicers(env: Any) -> Sequence[Registration]:
 class ServiceSpec(Generic[E]):
     """What makes a service itself: its store's schema and migrations, its servicers, its subscribers.
 
-    ``bootstrap`` is the service's composition root: it builds the one ``Env`` of the process (settings
-    read from the environment, the store, peers, adapters), which the servicers and the background jobs
-    then share.
+    ``bootstrap`` is the service's composition root: it builds the one ``Env`` of the process from the
+    store, the peers and the process's settings (an instance of ``settings``, read once at boot), which the
+    servicers and the background jobs then share.
     """
 
     name: str
     metadata: MetaData
     migrations_dir: Path
-    bootstrap: Callable[[Database, Peers], E] | None = None
+    # The process's settings: ServiceSettings, or the service's own subclass of it.
+    settings: type[ServiceSettings] = ServiceSettings
+    # (store, peers, settings) -> Env; the settings are an instance of ``settings`` (typed there).
+    bootstrap: Callable[[Database, Peers, Any], E] | None = None
     servicers: Callable[[E], Sequence[Registration]] = _no_servicers
     # The services this one calls (its relay's destinations are added to them).
     peers: Sequence[str] = ()
@@ -258,7 +262,7 @@ async def start(
     """
     db = _store(config)
     peers = Peers(config.peers, config.trust, local)
-    env: Any = spec.bootstrap(db, peers) if spec.bootstrap else db
+    env: Any = spec.bootstrap(db, peers, config.settings) if spec.bootstrap else db
     serving = _servers(spec, config.trust, env, db, in_process=local is not None)
     await serving.set_health(NOT_SERVING)
     await _bind(spec, config, serving, db)
@@ -282,8 +286,8 @@ async def start(
 
 
 def _store(config: ServiceConfig) -> Database:
-    engine = make_engine(config.db_url, pool_size=config.db_pool_size)
-    if config.trace_sql:
+    engine = make_engine(config.db_url, pool_size=config.settings.db_pool_size)
+    if config.settings.trace_sql:
         # A span per statement and per pool checkout (13 of a lifecycle's 49 spans), on demand only. The
         # pool gauge is read on a scrape (pool_probe), not counted here on every checkout and checkin.
         SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine, meter_provider=NoOpMeterProvider())
@@ -358,8 +362,8 @@ def _relay(
             **{dest: ingest_method(peers.channel(dest), name) for dest, name in spec.subscribers.items()},
             **(spec.local_subscribers(env) if spec.local_subscribers else {}),
         },
-        poll_interval_s=config.relay_poll_s,
-        retention=timedelta(seconds=config.outbox_retention_s),
+        poll_interval_s=config.settings.relay_poll_s,
+        retention=timedelta(seconds=config.settings.outbox_retention_s),
     )
     relay.start()
     return relay
@@ -394,10 +398,13 @@ def settle_heap() -> None:
 
 
 def main(spec: ServiceSpec[Any]) -> None:
-    """Process entry point: run ``spec`` until SIGTERM or SIGINT, then stop gracefully."""
+    """Process entry point: read the settings once, run ``spec`` until SIGTERM or SIGINT, stop gracefully."""
     telemetry.setup_logging()
-    config = ServiceConfig.from_env(spec.name, spec.all_peers())
-    provider = telemetry.setup(spec.name, config.data_dir, config.otlp_endpoint)
+    try:
+        config = ServiceConfig.read(spec.name, spec.all_peers(), os.environ, spec.settings)
+    except ConfigError as exc:
+        _exit(exc)
+    provider = telemetry.setup(spec.name, config.settings.data_dir, config.settings.otlp_endpoint)
     metrics.setup(spec.name)
 
     async def run() -> None:
@@ -414,10 +421,14 @@ def main(spec: ServiceSpec[Any]) -> None:
     try:
         _run_loop(run())
     except (PortTakenError, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _exit(exc)
     finally:
         provider.shutdown()
+
+
+def _exit(error: Exception) -> NoReturn:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _run_loop(coro: Any) -> None:

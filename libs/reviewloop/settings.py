@@ -8,7 +8,6 @@ parse stops the process at boot with a :class:`ConfigError` naming the variable.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from enum import Enum
 from typing import Annotated, Any, ClassVar, Self
@@ -92,8 +91,8 @@ class Settings(BaseSettings):
         return (init_settings,)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> Self:
-        """Read the settings from ``env``.
+    def from_env(cls, env: Mapping[str, str]) -> Self:
+        """Read the settings from ``env`` (the process's ``os.environ`` at its composition root, once).
 
         Raises:
             ConfigError: A variable's value does not parse; the message names each such variable.

@@ -422,7 +422,7 @@ class JsonLogFormatter(logging.Formatter):
 def setup_logging(level: int = logging.INFO) -> None:
     """Log JSON lines to stderr (``REVIEWLOOP_LOG_FORMAT=text`` for the plain format)."""
     handler = logging.StreamHandler()
-    if TelemetrySettings.from_env().log_format == "json":
+    if TelemetrySettings.from_env(os.environ).log_format == "json":
         handler.setFormatter(JsonLogFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))

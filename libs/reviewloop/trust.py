@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,7 +83,7 @@ class Trust:
     previous_keys: tuple[bytes, ...] = ()
 
     @classmethod
-    def from_env(cls, caller: str, env: Mapping[str, str] = os.environ) -> Trust:
+    def from_env(cls, caller: str, env: Mapping[str, str]) -> Trust:
         """Read the settings of process ``caller``; a half-configured mTLS is refused at boot."""
         return cls.from_settings(caller, TrustSettings.from_env(env))
 

@@ -12,7 +12,7 @@ SPEC = ServiceSpec(
     name="diff",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
-    bootstrap=lambda db, _peers: bootstrap(db),
+    bootstrap=lambda db, _peers, _settings: bootstrap(db),
     servicers=servicers,
 )
 

@@ -11,7 +11,7 @@ from reviewloop.storage import utcnow
 from sqlalchemy import func, select
 
 from dispatch_budget import app, store
-from dispatch_budget.bootstrap import Env, bootstrap
+from dispatch_budget.bootstrap import DispatchBudgetEnvironment, Env, bootstrap, settings_from
 from dispatch_budget.domain.autosend import utc_day
 from dispatch_budget.server import registrations
 from dispatch_budget.store import metadata, tables
@@ -72,7 +72,8 @@ SPEC = ServiceSpec(
     name="dispatch_budget",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
-    bootstrap=lambda db, _peers: bootstrap(db),
+    settings=DispatchBudgetEnvironment,
+    bootstrap=lambda db, _peers, read: bootstrap(db, settings_from(read)),
     servicers=registrations,
     background=background,
     probes=probes,

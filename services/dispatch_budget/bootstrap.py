@@ -1,7 +1,8 @@
-"""The composition root: the one place that reads the environment and wires the service.
+"""The composition root: the process's settings (``DispatchBudgetEnvironment``, read once at boot) wired
+into the service.
 
-``bootstrap(db)`` builds the ``Env`` the servicer and its use cases run with; ``client_settings()``
-is what the ``reviewloop review ...`` commands read."""
+``bootstrap(db, settings_from(read))`` builds the ``Env`` the servicer and its use cases run with;
+``client_settings()`` is what the ``reviewloop review ...`` commands read."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
+from pydantic import PrivateAttr
 from reviewloop import ssrf
 from reviewloop.config import ServiceSettings
 from reviewloop.settings import CommaList, Text, variable
@@ -134,17 +136,26 @@ class DispatchBudgetEnvironment(ServiceSettings):
     auto_send_pool_budgets: str = variable(
         "REVIEWLOOP_AUTO_SEND_POOL_BUDGETS", "", "Per-domain budgets, domain=N comma-separated"
     )
+    # The classifier's key, from the variable ``..._GATE_API_KEY_ENV`` names (read with the rest, in
+    # ``from_env``), so the key itself never sits in the service's own configuration.
+    _gate_api_key: str = PrivateAttr("")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Self:
+        """Read the settings from ``env``, and the classifier's key from the variable they name."""
+        read = super().from_env(env)
+        if read.review_gate_api_key_env:
+            read._gate_api_key = env.get(read.review_gate_api_key_env, "")
+        return read
 
 
-def config_from_env(env: Mapping[str, str] | None = None) -> GateConfig:
-    """``REVIEWLOOP_REVIEW_*`` settings; the API key is read from the variable ``..._GATE_API_KEY_ENV``
-    names, so the key itself never sits in the service's own configuration."""
-    env = os.environ if env is None else env
-    return _gate(DispatchBudgetEnvironment.from_env(env), env)
+def config_from_env(env: Mapping[str, str]) -> GateConfig:
+    """The gate's deployment default, ``REVIEWLOOP_REVIEW_*``, read from ``env`` (tests)."""
+    return gate_config(DispatchBudgetEnvironment.from_env(env))
 
 
-def _gate(read: DispatchBudgetEnvironment, env: Mapping[str, str]) -> GateConfig:
-    key_env = read.review_gate_api_key_env
+def gate_config(read: DispatchBudgetEnvironment) -> GateConfig:
+    """Spec 001's ``review.*`` settings: every project's gate configuration unless an admin sets its own."""
     return GateConfig(
         enabled=read.review_enabled,
         turn_interval=read.review_turn_interval,
@@ -157,7 +168,7 @@ def _gate(read: DispatchBudgetEnvironment, env: Mapping[str, str]) -> GateConfig
         timeout_s=read.review_gate_timeout_ms / 1000,
         classifier_url=read.review_gate_url,
         classifier_endpoints=parse_endpoints(read.review_gate_endpoints),
-        api_key=env.get(key_env, "") if key_env else "",
+        api_key=read._gate_api_key,
         review_timeout=timedelta(minutes=read.review_timeout_minutes),
     )
 
@@ -176,12 +187,10 @@ def parse_endpoints(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(endpoints)
 
 
-def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
-    """The service's settings (:class:`DispatchBudgetEnvironment`)."""
-    env = os.environ if env is None else env
-    read = DispatchBudgetEnvironment.from_env(env)
+def settings_from(read: DispatchBudgetEnvironment) -> Settings:
+    """The service's settings."""
     return Settings(
-        gate=_gate(read, env),
+        gate=gate_config(read),
         lease=timedelta(seconds=read.review_lease_seconds),
         sweep_interval_s=read.review_sweep_seconds,
         classifier_allowed_networks=ssrf.parse_networks(read.review_gate_allowed_networks),
@@ -189,11 +198,10 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> Settings:
     )
 
 
-def bootstrap(db: Database, settings: Settings | None = None) -> Env:
-    """The service's wiring; the defaults are production's (settings from the environment)."""
+def bootstrap(db: Database, settings: Settings) -> Env:
+    """The service's wiring."""
     from dispatch_budget.classifier import ClassifierGate
 
-    settings = settings or settings_from_env()
     return Env(
         settings=settings,
         db=db,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Generator, Mapping
 from pathlib import Path
@@ -101,7 +102,7 @@ def server(
 
 def main() -> None:
     telemetry.setup_logging()
-    settings = GatewaySettings.from_env()
+    settings = GatewaySettings.from_env(os.environ)
     provider = telemetry.setup("gateway", settings.data_dir, settings.otlp_endpoint)
     metrics.setup("gateway")
     try:

@@ -24,7 +24,6 @@ from reviewloop.service import Peers
 from reviewloop.shapes import ContractManifest, Health, component_schemas
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.migrations import migrate
-from reviewloop.trust import Trust
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -260,7 +259,7 @@ def create_app(settings: GatewaySettings, local: Mapping[str, LocalServer] | Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(make_engine(settings.db_url, pool_size=settings.db_pool_size))
         await migrate(db.engine, MIGRATIONS, metadata)
-        peers = Peers(settings.peers, Trust.from_env("gateway"), local)
+        peers = Peers(settings.peers, settings.trust, local)
         app.state.db = db
         app.state.backends = Backends(peers, settings.backend_timeout_s)
         app.state.rate_limits = ratelimits.RateLimits(db, settings.rate_limits)

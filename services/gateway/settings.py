@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reviewloop.config import ServiceSettings, address, data_dir, db_url, metrics_variable
+from reviewloop.config import ServiceSettings
 from reviewloop.files import generated_secret
 from reviewloop.settings import CommaList, Text, variable
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE
+from reviewloop.trust import Trust
 
 GATEWAY = "gateway"
 # The services the gateway fronts (its peers).
@@ -22,20 +22,20 @@ ADMIN_TOKEN_ENV = "REVIEWLOOP_ADMIN_TOKEN"
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 
 
-def admin_token_path(env: Mapping[str, str] = os.environ) -> Path:
-    return data_dir(env) / "admin-token"
+def admin_token_path(data: Path) -> Path:
+    return data / "admin-token"
 
 
-def admin_token_source(env: Mapping[str, str] = os.environ) -> str:
+def admin_token_source(token: str | None, data: Path) -> str:
     """Where the bootstrap admin token comes from, for ``reviewloop up`` to print."""
-    return f"${ADMIN_TOKEN_ENV}" if env.get(ADMIN_TOKEN_ENV) else str(admin_token_path(env))
+    return f"${ADMIN_TOKEN_ENV}" if token else str(admin_token_path(data))
 
 
-def load_admin_token(env: Mapping[str, str] = os.environ) -> str:
+def load_admin_token(token: str | None, data: Path) -> str:
     """``REVIEWLOOP_ADMIN_TOKEN``, or the one in ``.data/admin-token``, generated (mode 0600) when absent."""
-    if env.get(ADMIN_TOKEN_ENV):
-        return env[ADMIN_TOKEN_ENV]
-    return generated_secret(admin_token_path(env), lambda: "rladm_" + secrets.token_urlsafe(32))
+    if token:
+        return token
+    return generated_secret(admin_token_path(data), lambda: "rladm_" + secrets.token_urlsafe(32))
 
 
 # The agent plane's limits, per key and per project, per verb class (gateway.ratelimits.LIMITED):
@@ -164,23 +164,25 @@ class GatewaySettings:
     streams_per_project: int = 50
     # The agent plane's rate limits (``limits`` notation, "off" for none); see gateway.ratelimits.
     rate_limits: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_RATE_LIMITS))
+    # How the gateway's calls to the services authenticate (none on the loopback default).
+    trust: Trust = field(default_factory=Trust)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> GatewaySettings:
-        """Read the gateway's settings (``GatewayEnvironment``) and placement.
+    def from_env(cls, env: Mapping[str, str]) -> GatewaySettings:
+        """Read the gateway's settings (``GatewayEnvironment``) and placement, once.
 
         Raises:
             ConfigError: A setting does not parse, or a part's address is unset.
         """
-        read = GatewayEnvironment.from_env(env)
-        host, _, port = address(GATEWAY, env).rpartition(":")
+        read = GatewayEnvironment.placed(GATEWAY, *BACKENDS).from_env(env)
+        host, _, port = read.address(GATEWAY).rpartition(":")
         return cls(
-            db_url=db_url(GATEWAY, env),
+            db_url=read.db_url(GATEWAY),
             host=host,
             port=int(port),
             data_dir=read.data_dir,
-            peers={name: address(name, env) for name in BACKENDS},
-            admin_token=read.admin_token or load_admin_token(env),
+            peers={name: read.address(name) for name in BACKENDS},
+            admin_token=load_admin_token(read.admin_token, read.data_dir),
             max_body_bytes=read.max_body_bytes,
             backend_timeout_s=read.backend_timeout_s,
             otlp_endpoint=read.otlp_endpoint,
@@ -188,9 +190,10 @@ class GatewaySettings:
             idempotency_lease_s=read.idempotency_lease_s,
             sse_heartbeat_s=read.sse_heartbeat_s,
             db_pool_size=read.db_pool_size,
-            metrics_listen=env.get(metrics_variable(GATEWAY)) or None,
+            metrics_listen=read.metrics_address(GATEWAY),
             streams_per_key=read.streams_per_key,
             streams_per_project=read.streams_per_project,
             rate_limits={name: getattr(read, f"rate_limit_{name}") for name in DEFAULT_RATE_LIMITS},
             mcp_allowed_hosts=read.mcp_allowed_hosts,
+            trust=Trust.from_settings(GATEWAY, read),
         )

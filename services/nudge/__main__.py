@@ -1,4 +1,4 @@
-"""Boot: ``python -m nudge``. ``nudge.bootstrap`` reads the environment and wires the ``Env``; this adds
+"""Boot: ``python -m nudge``. ``nudge.bootstrap`` wires the ``Env`` from the settings; this adds
 the background jobs and the probes: the PostgreSQL listener that wakes long-polls for nudges any replica
 commits, the retention sweep, and the webhook sender's delivery loop."""
 
@@ -14,7 +14,7 @@ from reviewloop.storage.outbox import as_utc
 from sqlalchemy import func, select
 
 from nudge import app, server, store, wakeup
-from nudge.bootstrap import bootstrap
+from nudge.bootstrap import NudgeEnvironment, bootstrap
 from nudge.store import metadata
 
 
@@ -58,7 +58,8 @@ SPEC = ServiceSpec(
     name="nudge",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
-    bootstrap=lambda db, _peers: bootstrap(db),
+    settings=NudgeEnvironment,
+    bootstrap=lambda db, _peers, read: bootstrap(db, read),
     servicers=server.servicers,
     background=background,
     probes=probes,

@@ -1,12 +1,10 @@
-"""The composition root: the one place that reads nudge's environment (``NudgeEnvironment``) and wires
-the ``Env`` its servicer and background jobs share.
+"""The composition root: nudge's settings (``NudgeEnvironment``, read once at boot) wired into the ``Env``
+its servicer and background jobs share.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Mapping
 from datetime import timedelta
 
 from reviewloop.config import ConfigError, ServiceSettings, deployment_secret
@@ -82,9 +80,8 @@ class NudgeEnvironment(ServiceSettings):
     )
 
 
-def settings_from(environ: Mapping[str, str]) -> Settings:
+def settings_from(read: NudgeEnvironment) -> Settings:
     """The use cases' settings, webhooks apart (:func:`webhook_settings`)."""
-    read = NudgeEnvironment.from_env(environ)
     return Settings(
         retention=timedelta(seconds=read.nudge_retention_s),
         compact_every_s=read.nudge_compact_every_s,
@@ -93,9 +90,8 @@ def settings_from(environ: Mapping[str, str]) -> Settings:
     )
 
 
-def webhook_settings(environ: Mapping[str, str]) -> webhooks.WebhookSettings:
+def webhook_settings(read: NudgeEnvironment) -> webhooks.WebhookSettings:
     """The webhook sender's settings; its key is the deployment secret ``REVIEWLOOP_WEBHOOK_KEY``."""
-    read = NudgeEnvironment.from_env(environ)
     return webhooks.WebhookSettings(
         key=deployment_secret(read.webhook_key, "webhook-key", read.data_dir),
         allowed_networks=_networks("REVIEWLOOP_WEBHOOK_ALLOWED_NETWORKS", read.webhook_allowed_networks),
@@ -115,7 +111,6 @@ def _networks(variable: str, values: tuple[str, ...]) -> tuple[IpNetwork, ...]:
         raise ConfigError(f"{variable}: {exc}") from None
 
 
-def bootstrap(db: Database, environ: Mapping[str, str] = os.environ) -> Env:
-    """The production wiring of one process."""
-    settings = dataclasses.replace(settings_from(environ), webhooks=webhook_settings(environ))
-    return Env(db, settings)
+def bootstrap(db: Database, read: NudgeEnvironment) -> Env:
+    """The production wiring of one process, with its settings ``read``."""
+    return Env(db, dataclasses.replace(settings_from(read), webhooks=webhook_settings(read)))

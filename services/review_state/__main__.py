@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from review_state import app, store
 from review_state.app import Env, pacing
 from review_state.app.notify import mail_subscribers
-from review_state.bootstrap import build_env
+from review_state.bootstrap import ReviewStateEnvironment, build_env
 from review_state.server import registrations
 from review_state.store import metadata, tables
 
@@ -80,6 +80,7 @@ SPEC = ServiceSpec(
     name="review_state",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
+    settings=ReviewStateEnvironment,
     bootstrap=build_env,
     servicers=registrations,
     peers=("rules", "diff", "dispatch_budget"),

@@ -1,9 +1,8 @@
-"""The composition root: the one place that reads review_state's environment and wires the ``Env``
-its servicers and its reconciliation sweep share."""
+"""The composition root: review_state's settings (``ReviewStateEnvironment``, read once at boot) wired into
+the ``Env`` its servicers and its reconciliation sweep share."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Mapping
 from datetime import timedelta
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 from pydantic import BeforeValidator
-from reviewloop.config import ConfigError, ServiceSettings, data_dir
+from reviewloop.config import ConfigError, ServiceSettings
 from reviewloop.files import private_dir
 from reviewloop.service import Peers
 from reviewloop.settings import Text, variable
@@ -88,9 +87,8 @@ class ReviewStateEnvironment(ServiceSettings):
     )
 
 
-def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
-    """The use cases' settings (:class:`ReviewStateEnvironment`)."""
-    read = ReviewStateEnvironment.from_env(environ)
+def settings_from(read: ReviewStateEnvironment) -> Settings:
+    """The use cases' settings."""
     return Settings(
         from_address=read.from_address,
         outbound_quota_per_day=read.outbound_quota_per_day,
@@ -103,14 +101,18 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
     )
 
 
-def provider_from_env(data: Path, environ: Mapping[str, str] = os.environ) -> Provider:
+def settings_from_env(environ: Mapping[str, str]) -> Settings:
+    """The use cases' settings, read from ``environ`` (tests)."""
+    return settings_from(ReviewStateEnvironment.from_env(environ))
+
+
+def provider_from(read: ReviewStateEnvironment) -> Provider:
     """The SMTP relay ``REVIEWLOOP_SMTP_URL`` names, else the ``.eml`` outbox under the data dir.
 
     Both write under ``<data dir>/outbox`` (the ``.eml`` files, or the SMTP journal that reconciliation
     reads), so a directory this process cannot write is refused at boot, not at the first approval.
     """
-    read = ReviewStateEnvironment.from_env(environ)
-    outbox = data / "outbox"
+    outbox = read.data_dir / "outbox"
     _require_writable(outbox, smtp=read.smtp_url is not None)
     if read.smtp_url:
         # Its Sent folder (REVIEWLOOP_IMAP_URL) is the evidence for a send the relay could not confirm.
@@ -132,11 +134,6 @@ def _require_writable(directory: Path, *, smtp: bool) -> None:
         ) from exc
 
 
-def build_env(db: Database, peers: Peers, environ: Mapping[str, str] = os.environ) -> Env:
-    """The production wiring: peers over gRPC, the provider and the settings from the environment."""
-    return Env(
-        db,
-        GrpcCollaborators(peers),
-        provider_from_env(data_dir(environ), environ),
-        settings_from_env(environ),
-    )
+def build_env(db: Database, peers: Peers, read: ReviewStateEnvironment) -> Env:
+    """The production wiring: peers over gRPC, the provider and the use cases' settings from ``read``."""
+    return Env(db, GrpcCollaborators(peers), provider_from(read), settings_from(read))

@@ -9,7 +9,7 @@ from reviewloop.service import Job, ServiceSpec, main
 
 from rules import server
 from rules.app import Env, ensure_token_key
-from rules.bootstrap import bootstrap
+from rules.bootstrap import RulesEnvironment, bootstrap
 from rules.store import metadata
 
 
@@ -23,7 +23,8 @@ SPEC = ServiceSpec(
     name="rules",
     metadata=metadata,
     migrations_dir=Path(__file__).parent / "migrations",
-    bootstrap=lambda db, _peers: bootstrap(db),
+    settings=RulesEnvironment,
+    bootstrap=lambda db, _peers, read: bootstrap(db, read),
     servicers=server.servicers,
     subscribers={
         "review_state": review_pb2.DESCRIPTOR.services_by_name["ReviewStateService"].full_name,

@@ -1,9 +1,8 @@
-"""The composition root: the one place that reads the environment and builds the ``Env`` that the
-servicers and use cases take."""
+"""The composition root: the process's settings (``RulesEnvironment``, read once at boot) wired into the
+``Env`` that the servicers and use cases take."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Annotated
 
@@ -35,9 +34,8 @@ class RulesEnvironment(ServiceSettings):
     )
 
 
-def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
-    """The use cases' settings (:class:`RulesEnvironment`)."""
-    read = RulesEnvironment.from_env(environ)
+def settings_from(read: RulesEnvironment) -> Settings:
+    """The use cases' settings."""
     return Settings(
         token_ttl_s=read.composition_token_ttl_s,
         # Signing keys are derived from this deployment secret, so the store alone mints nothing.
@@ -45,6 +43,11 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> Settings:
     )
 
 
-def bootstrap(db: Database, environ: Mapping[str, str] = os.environ) -> Env:
-    """The service's ``Env`` over the store ``db``."""
-    return Env(db=db, settings=settings_from_env(environ))
+def settings_from_env(environ: Mapping[str, str]) -> Settings:
+    """The use cases' settings, read from ``environ`` (tests)."""
+    return settings_from(RulesEnvironment.from_env(environ))
+
+
+def bootstrap(db: Database, read: RulesEnvironment) -> Env:
+    """The service's ``Env`` over the store ``db``, with the process's settings ``read``."""
+    return Env(db=db, settings=settings_from(read))

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from dispatch_budget import cli as budget_cli
-from reviewloop.config import ConfigError, data_dir
+from reviewloop.config import ConfigError, DataSettings, ServiceSettings
 from reviewloop.contract import CONTRACT_VERSION
 
 from stack.launcher import LaunchError, Stack
-from stack.topology import ALL, GATEWAY, SERVICES, address, colocated, with_defaults
+from stack.topology import ALL, GATEWAY, SERVICES, colocated, with_defaults
 
 
 def _spec(part: str) -> Any:
@@ -74,7 +74,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         except LaunchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        _banner(stack, "microservices: every part its own process", data_dir() / "logs")
+        _banner(stack, "microservices: every part its own process", stack.data_dir / "logs")
         while not stop.is_set():
             dead = stack.dead()
             if dead:
@@ -96,13 +96,13 @@ def _banner(stack: Stack, mode: str, logs: Path) -> None:
     from gateway.settings import admin_token_source
 
     print(
-        f"reviewloop is up: gateway http://{address(GATEWAY)}   ops http://{stack.ops_address(GATEWAY)}",
+        f"reviewloop is up: gateway http://{stack.address(GATEWAY)}   ops http://{stack.ops_address(GATEWAY)}",
         flush=True,
     )
     print(f"  mode: {mode}", flush=True)
     for name in SERVICES:
         ops = f"http://{stack.ops_address(name)}"
-        print(f"  {name:<16} grpc {address(name):<22} ops {ops:<28} SERVING", flush=True)
+        print(f"  {name:<16} grpc {stack.address(name):<22} ops {ops:<28} SERVING", flush=True)
     if stack.trust.key is not None:
         print(
             "  between the parts: signed service tokens (REVIEWLOOP_SERVICE_AUTH_KEY); unsigned calls "
@@ -114,8 +114,8 @@ def _banner(stack: Stack, mode: str, logs: Path) -> None:
             "  between the parts: mutual TLS (REVIEWLOOP_TLS_*); plaintext callers are refused",
             flush=True,
         )
-    print(f"  admin token: {admin_token_source()}", flush=True)
-    print(f"  logs: {logs}   traces: {data_dir() / 'traces.jsonl'}", flush=True)
+    print(f"  admin token: {admin_token_source(stack.settings.admin_token, stack.data_dir)}", flush=True)
+    print(f"  logs: {logs}   traces: {stack.data_dir / 'traces.jsonl'}", flush=True)
     print("Ctrl-C stops everything.", flush=True)
 
 
@@ -126,9 +126,9 @@ def _up_monolith(stack: Stack) -> int:
 
     from stack.monolith import NAME, Monolith, log_to
 
-    logs = data_dir() / "logs" / f"{NAME}.log"
+    logs = stack.data_dir / "logs" / f"{NAME}.log"
     log_to(logs)
-    provider = telemetry.setup(NAME, data_dir(), os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None)
+    provider = telemetry.setup(NAME, stack.data_dir, stack.settings.otlp_endpoint)
     metrics.setup(NAME)
 
     async def run() -> int:
@@ -167,7 +167,7 @@ def cmd_traces(args: argparse.Namespace) -> int:
     if notice := otlp_notice(os.environ):
         print(notice)
         return 2
-    status = print_trace(data_dir() / "traces.jsonl", args.id)
+    status = print_trace(DataSettings.from_env(os.environ).data_dir / "traces.jsonl", args.id)
     if notice := sampling_notice(os.environ):
         print(notice)
     return status
@@ -175,14 +175,14 @@ def cmd_traces(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Upgrade one part's store and exit (a Kubernetes migration Job; replicas take turns by lock)."""
-    from reviewloop.config import db_url
     from reviewloop.storage import make_engine
     from reviewloop.storage.migrations import migrate
 
     spec = _spec(args.service)
+    url = ServiceSettings.placed(spec.name).from_env(os.environ).db_url(spec.name)
 
     async def run() -> None:
-        engine = make_engine(db_url(spec.name))
+        engine = make_engine(url)
         try:
             await migrate(engine, spec.migrations_dir, spec.metadata)
         finally:
@@ -196,7 +196,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_dead_letters(args: argparse.Namespace) -> int:
     """List (or retry, or discard) the dead letters in every part's store, across projects: the deployment
     operator's view, which needs no running stack and sees rows that name no project too."""
-    from reviewloop.config import db_url
     from reviewloop.storage import Database, make_engine
     from reviewloop.storage.outbox import dead_letters, discard_dead_letter, retry_dead_letter
 
@@ -205,11 +204,12 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
         return 2
     os.environ.update(with_defaults())
     project = args.project or None
+    settings = ServiceSettings.placed(*ALL).from_env(os.environ)
 
     async def run() -> int:
         found = 0
         for part in args.service or ALL:
-            db = Database(make_engine(db_url(part)))
+            db = Database(make_engine(settings.db_url(part)))
             try:
                 if args.retry or args.discard:
                     done = (

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import grpc
 import httpx
+from gateway.settings import GatewayEnvironment
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from reviewloop.config import address, data_dir
 from reviewloop.files import private_dir
 from reviewloop.trust import Trust
 
-from stack.topology import ALL, GATEWAY, is_unix, ops_address, with_defaults
+from stack.topology import ALL, GATEWAY, is_unix, with_defaults
 
 # The process of monolithic mode among ``Stack.procs``.
 MONOLITH = "reviewloop"
@@ -100,21 +100,25 @@ class Stack:
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = with_defaults(os.environ if env is None else env)
-        self.data_dir = data_dir(self.env)
+        # Read once, with every part's placement. The gateway's settings are the widest (every service's
+        # and its own): a bad value anywhere is refused here (ConfigError), before any start.
+        self.settings = GatewayEnvironment.placed(*ALL).from_env(self.env)
+        self.data_dir = self.settings.data_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         # The parts' own credentials: under mTLS (REVIEWLOOP_TLS_*) the health checks need a client
         # certificate like any caller. A half-configured mTLS is refused here (ConfigError), before any start.
-        self.trust = Trust.from_env("stack", self.env)
+        self.trust = Trust.from_settings("stack", self.settings)
 
     def address(self, name: str) -> str:
-        return address(name, self.env)
+        return self.settings.address(name)
 
     def log_path(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"
 
     def ops_address(self, name: str) -> str:
-        """Where ``name`` serves ``/metrics``, ``/livez`` and ``/readyz``."""
-        return ops_address(name, self.env)
+        """Where ``name`` serves ``/metrics``, ``/livez`` and ``/readyz``: a service on its ops port; the
+        gateway on its own ``REVIEWLOOP_GATEWAY_METRICS_ADDR`` if set, else on its public port."""
+        return self.settings.metrics_address(name) or self.address(name)
 
     def check_ports(self, names: Iterable[str] = ALL) -> None:
         wanted = [(n, self.address(n)) for n in names]

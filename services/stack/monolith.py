@@ -73,7 +73,7 @@ class Monolith:
         try:
             for name in SERVICES:
                 spec = _spec(name)
-                config = ServiceConfig.from_env(name, spec.all_peers(), self.env)
+                config = ServiceConfig.read(name, spec.all_peers(), self.env, spec.settings)
                 # The server, relay and jobs start in a context naming the part: their spans say whose they are.
                 part = contextvars.copy_context()
                 part.run(telemetry.current_part.set, name)

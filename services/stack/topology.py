@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from reviewloop.config import address_variable, data_dir, metrics_variable
+from reviewloop.config import DataSettings, address_variable, metrics_variable
 
 SERVICES = ("review_state", "rules", "diff", "nudge", "dispatch_budget")
 GATEWAY = "gateway"
@@ -46,19 +46,6 @@ def with_defaults(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return filled
 
 
-def address(name: str, env: Mapping[str, str] = os.environ) -> str:
-    """Where part ``name`` listens, the default included."""
-    return with_defaults(env)[address_variable(name)]
-
-
-def ops_address(name: str, env: Mapping[str, str] = os.environ) -> str:
-    """Where part ``name`` serves ``/metrics``, ``/livez`` and ``/readyz``: a service on its ops port; the
-    gateway on its own ``REVIEWLOOP_GATEWAY_METRICS_ADDR`` if set, else on its public port."""
-    if name == GATEWAY:
-        return env.get(metrics_variable(GATEWAY)) or address(GATEWAY, env)
-    return with_defaults(env)[metrics_variable(name)]
-
-
 # AF_UNIX paths hold 108 bytes with the terminating NUL on Linux (104 on macOS).
 _UNIX_PATH_MAX = 100
 
@@ -69,7 +56,7 @@ def socket_dir(env: Mapping[str, str] = os.environ) -> Path:
     A data directory too deep for a socket's path (``_UNIX_PATH_MAX``) gets a fresh private directory
     under the temp dir instead.
     """
-    where = data_dir(env).resolve() / "sockets"
+    where = DataSettings.from_env(env).data_dir.resolve() / "sockets"
     if len(str(where / "dispatch_budget.sock")) > _UNIX_PATH_MAX:
         private = Path(tempfile.mkdtemp(prefix="reviewloop-"))  # mode 0700
         # Removed when the process that made it (``reviewloop up``) exits, after its parts stopped.

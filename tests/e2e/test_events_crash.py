@@ -16,7 +16,6 @@ from typing import Any
 
 import grpc
 import pytest
-from reviewloop.config import db_url
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.service import CHANNEL_OPTIONS
 from reviewloop.storage import Database, make_engine, new_metadata
@@ -144,7 +143,7 @@ async def test_sigkill_while_review_states_relay_delivers_loses_and_doubles_noth
     own_stack.procs["nudge"].kill()  # the relay is mid-stream: some nudges stored, the rest in flight
     own_stack.procs["nudge"].wait()
     await producing
-    review_state = Database(make_engine(db_url("review_state", own_stack.env)))
+    review_state = Database(make_engine(own_stack.settings.db_url("review_state")))
     try:
         assert await undelivered(review_state) > 0  # the receiver died with nudges still in flight
     finally:

@@ -4,6 +4,7 @@ guarantee, collapse, payload validation, visibility, acks, paging and compaction
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -15,6 +16,7 @@ import sqlalchemy
 from google.protobuf.message import Message
 from nudge import app, store
 from nudge.__main__ import SPEC
+from nudge.bootstrap import NudgeEnvironment
 from reviewloop.errors import Code, DomainError
 from reviewloop.service import Peers, ServiceSpec
 from reviewloop.storage import Database
@@ -267,7 +269,10 @@ async def test_the_service_sweep_compacts_acked_nudges(
     await app.ingest(db, [event("rr_u", "rejected"), event("rr_v", "rejected")])
     await app.ack(db, AGENT, [("rr_u", 1)])
     assert SPEC.background is not None and SPEC.bootstrap is not None
-    jobs = [asyncio.create_task(job()) for job in SPEC.background(SPEC.bootstrap(db, Peers({})))]
+    jobs = [
+        asyncio.create_task(job())
+        for job in SPEC.background(SPEC.bootstrap(db, Peers({}), NudgeEnvironment.from_env(os.environ)))
+    ]
     try:
         deadline = time.monotonic() + 10
         while await stored(db, "rr_u") and time.monotonic() < deadline:  # noqa: ASYNC110 - the sweep's task

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from nudge import app, wakeup
 from nudge.__main__ import SPEC
 from nudge.app import webhooks
-from nudge.bootstrap import webhook_settings
+from nudge.bootstrap import NudgeEnvironment, webhook_settings
 from nudge.domain.webhooks import backoff_s, sign
 from reviewloop import ssrf
 from reviewloop.client import WebhookVerificationError, verify_webhook
@@ -562,16 +562,20 @@ async def test_a_huge_answer_is_read_no_further_than_its_prefix(open_db: OpenDb,
 
 def test_the_sender_settings_keep_an_attempt_inside_its_claim() -> None:
     read = webhook_settings(
-        {
-            "REVIEWLOOP_WEBHOOK_KEY": "k",
-            "REVIEWLOOP_WEBHOOK_TIMEOUT_S": "2.5",
-            "REVIEWLOOP_WEBHOOK_MAX_IN_FLIGHT": "4",
-            "REVIEWLOOP_WEBHOOK_ANSWER_PREFIX_BYTES": "64",
-        }
+        NudgeEnvironment.from_env(
+            {
+                "REVIEWLOOP_WEBHOOK_KEY": "k",
+                "REVIEWLOOP_WEBHOOK_TIMEOUT_S": "2.5",
+                "REVIEWLOOP_WEBHOOK_MAX_IN_FLIGHT": "4",
+                "REVIEWLOOP_WEBHOOK_ANSWER_PREFIX_BYTES": "64",
+            }
+        )
     )
     assert (read.timeout_s, read.max_in_flight, read.answer_prefix_bytes) == (2.5, 4, 64)
     with pytest.raises(ValueError, match="timeout"):
-        webhook_settings({"REVIEWLOOP_WEBHOOK_KEY": "k", "REVIEWLOOP_WEBHOOK_TIMEOUT_S": "45"})
+        webhook_settings(
+            NudgeEnvironment.from_env({"REVIEWLOOP_WEBHOOK_KEY": "k", "REVIEWLOOP_WEBHOOK_TIMEOUT_S": "45"})
+        )
     with pytest.raises(ValueError, match="timeout"):
         webhooks.WebhookSettings(timeout_s=30.0, lease_s=60.0)
     with pytest.raises(ValueError, match="in flight"):

@@ -120,9 +120,7 @@ async def serving(kind: str, tmp_path: Path, trust: Trust | None = None) -> Asyn
         service="diff",
         db_url=f"sqlite+aiosqlite:///{tmp_path / 'diff.db'}",
         listen=listen,
-        data_dir=tmp_path,
         peers={},
-        otlp_endpoint=None,
         trust=trust or Trust(),
     )
     local: dict[str, LocalServer] = {}

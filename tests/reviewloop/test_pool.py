@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from review_state.__main__ import SPEC
-from reviewloop.config import ConfigError, db_pool_size
+from reviewloop.config import ConfigError, ServiceSettings
 from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, make_engine
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE, POOL_GAUGE, pool_probe
@@ -83,8 +83,8 @@ async def test_a_load_above_the_pool_size_queues_on_the_connections_it_keeps(
 
 
 def test_the_pool_size_is_a_whole_number_of_at_least_one() -> None:
-    assert db_pool_size({}) == DEFAULT_POOL_SIZE
-    assert db_pool_size({"REVIEWLOOP_DB_POOL_SIZE": "5"}) == 5
+    assert ServiceSettings.from_env({}).db_pool_size == DEFAULT_POOL_SIZE
+    assert ServiceSettings.from_env({"REVIEWLOOP_DB_POOL_SIZE": "5"}).db_pool_size == 5
     for wrong in ("0", "-1", "ten", ""):
         with pytest.raises(ConfigError, match="REVIEWLOOP_DB_POOL_SIZE"):
-            db_pool_size({"REVIEWLOOP_DB_POOL_SIZE": wrong})
+            ServiceSettings.from_env({"REVIEWLOOP_DB_POOL_SIZE": wrong})

@@ -23,9 +23,8 @@ async def test_a_dead_relay_turns_the_service_not_ready_and_a_restarted_one_read
         service="rules",
         db_url=f"sqlite+aiosqlite:///{tmp_path / 'rules.db'}",
         listen=listen,
-        data_dir=tmp_path,
         peers={"review_state": f"127.0.0.1:{free_port()}", "nudge": f"127.0.0.1:{free_port()}"},
-        otlp_endpoint=None,
+        settings=RULES.settings.from_env({"REVIEWLOOP_DATA_DIR": str(tmp_path)}),
         metrics_listen=metrics,
     )
     running = await start(RULES, config)

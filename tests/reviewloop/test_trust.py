@@ -33,9 +33,7 @@ async def diff_service(tmp_path: Path, trust: Trust) -> AsyncIterator[tuple[Runn
         service="diff",
         db_url=f"sqlite+aiosqlite:///{tmp_path / 'diff.db'}",
         listen=listen,
-        data_dir=tmp_path,
         peers={},
-        otlp_endpoint=None,
         trust=trust,
     )
     running = await start(DIFF, config)

@@ -31,7 +31,7 @@ def test_every_service_gets_an_ops_port_of_its_own_by_default() -> None:
     assert len(set(ops)) == len(SERVICES) and not set(ops) & set(grpc)
     placed = with_defaults({metrics_variable("nudge"): "0.0.0.0:9464"})
     assert placed[metrics_variable("nudge")] == "0.0.0.0:9464"  # a set address is kept
-    assert topology.ops_address(GATEWAY, filled) == filled[address_variable(GATEWAY)]
+    assert Stack(filled).ops_address(GATEWAY) == filled[address_variable(GATEWAY)]
 
 
 @pytest.fixture
