@@ -1,13 +1,14 @@
 """Admin page "Dead letters": the project's events a receiver refused for good, across every service, with
 the reason; retry one once its cause is fixed (it goes back to its relay) or discard it with a reason.
-The same ``OutboxAdminService`` calls as ``/v1/admin/projects/{id}/dead-letters``."""
+The same commands as ``/v1/admin/projects/{id}/dead-letters`` (``gateway.commands.outbox``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from reviewloop.common.v1 import outbox_pb2
+from reviewloop.shapes import DiscardIn
 from starlette.responses import Response
 
+from gateway.commands import outbox as commands
 from gateway.console import web
 from gateway.console.admin import _admin, _admin_write, _done
 from gateway.console.html import page, render
@@ -36,18 +37,13 @@ async def dead_letters_page(request: Request) -> Response:
 @router.post("/dead-letters/{event_id}/retry")
 async def retry(request: Request, event_id: str) -> Response:
     session, _ = await _admin_write(request)
-    await web.backend(request).retry_dead_letter(
-        outbox_pb2.RetryDeadLetterRequest(principal=session.principal.to_proto(), event_id=event_id)
-    )
+    await commands.retry_dead_letter(web.backend(request), session.principal, event_id)
     return _done(PATH, "dead_letter_retried")
 
 
 @router.post("/dead-letters/{event_id}/discard")
 async def discard(request: Request, event_id: str) -> Response:
     session, form = await _admin_write(request)
-    await web.backend(request).discard_dead_letter(
-        outbox_pb2.DiscardDeadLetterRequest(
-            principal=session.principal.to_proto(), event_id=event_id, reason=web.field(form, "reason")
-        )
-    )
+    reason = web.shaped(DiscardIn, reason=web.field(form, "reason"))
+    await commands.discard_dead_letter(web.backend(request), session.principal, event_id, reason)
     return _done(PATH, "dead_letter_discarded")

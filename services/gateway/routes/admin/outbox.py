@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from reviewloop.common.v1 import outbox_pb2
 from reviewloop.shapes import DeadLetter, DeadLetterList, DiscardIn
 
 from gateway.auth import Caller, console_principal, require_admin
 from gateway.backends import Backends, backends
+from gateway.commands import outbox as commands
 from gateway.responses import ShapedRoute
 from gateway.translate import Json
 from gateway.translate.outbox import as_dead_letter
@@ -44,8 +44,7 @@ async def retry_dead_letter(
     """Hand a dead letter back to its service's relay once its cause is fixed: it is delivered as if new
     (the receiver deduplicates, so it is never taken twice). Answers the letter as it was."""
     principal = await console_principal(caller, request, project_id)
-    asked = outbox_pb2.RetryDeadLetterRequest(principal=principal.to_proto(), event_id=event_id)
-    return as_dead_letter(await backend.retry_dead_letter(asked))
+    return as_dead_letter(await commands.retry_dead_letter(backend, principal, event_id))
 
 
 @router.post(
@@ -58,7 +57,4 @@ async def discard_dead_letter(
 ) -> Json:
     """Give up on a dead letter: it is never delivered, and kept with the reason until pruned."""
     principal = await console_principal(caller, request, project_id)
-    asked = outbox_pb2.DiscardDeadLetterRequest(
-        principal=principal.to_proto(), event_id=event_id, reason=body.reason
-    )
-    return as_dead_letter(await backend.discard_dead_letter(asked))
+    return as_dead_letter(await commands.discard_dead_letter(backend, principal, event_id, body))
