@@ -5,7 +5,7 @@ from")."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
 from reviewloop.errors import Code, DomainError, FieldViolation, invalid
 from reviewloop.ids import new_id
@@ -27,21 +27,20 @@ from review_state.app._gates import (
 from review_state.app.delivery import Claim, deliver, start_delivery
 from review_state.app.env import Env
 from review_state.clients import PoolSend
-from review_state.domain.decision import review_deadline
-from review_state.domain.machine import State
 from review_state.domain.review import Review, Turn
 from review_state.domain.submission import (
     HUMANS_NOTIFIED,
     Asked,
     Draft,
     Route,
+    Threading,
     check_reply_context,
     materialize,
-    notifies_humans,
     resolve_policy,
     route_for,
     validate_draft,
 )
+from review_state.domain.submitted import Composed, released, submitted
 
 
 async def submit(
@@ -61,165 +60,223 @@ async def submit(
 
     Order (spec 000): shape, then the reply's thread (one that moved since the agent read it is
     ``409 reply_context_changed``), then blocks / suppression / quota, then the intent gate; nothing is
-    stored for a refusal. Returns (status, review): ``queued_for_review`` or ``sent``."""
-    if principal.actor_kind is not ActorKind.AGENT:
-        raise DomainError(Code.FORBIDDEN_SCOPE, "Only an agent key composes outbound messages.")
-    if confidence is not None and not 0.0 <= confidence <= 1.0:
-        raise invalid("/confidence", "must be between 0 and 1")
-    asked = asked or Asked()
-    asked.validate()
-    fields = {
-        "verb": "submit",
-        "kind": kind,
-        "parent": parent_message_id,
-        "draft": draft.fingerprint(),
-        "category_id": category_id,
-        "confidence": confidence,
-        "token": composition_token,
-        # Keys stored before a field of ``Asked`` was added still match: a default is left out.
-        **({"asked": _asked_fields(asked)} if asked != Asked() else {}),
-    }
-    # The replay check and the contacts' facts share one connection (a pool checkout costs more than
-    # either read); a replay or a refused draft reads nothing more. A keyed send knows its recipients
-    # before any read (its draft's own): its key and their facts are one statement.
+    stored for a refusal. Returns (status, review): ``queued_for_review`` or ``sent``. Its phases, in
+    order: ``_precheck`` (the key's replay and the draft's own checks), ``_gates`` (the peer calls),
+    one unit of work (``_Unit``: the review ``domain.submitted`` makes), then its delivery."""
+    request = _Request(
+        kind, draft, category_id, idempotency_key, parent_message_id, confidence, composition_token, asked
+    )
+    request.check(principal)
+    fields = request.fields()
+    checked = await _precheck(env, principal, request, fields)
+    if isinstance(checked, Review):  # a retry of a submit that ran: the review as it now is
+        review = await deliver(env, checked)
+        return _status(review), review
+    unit = await _gates(env, principal, request, checked)
+    review_id = unit.composed.review_id
+    try:
+        review, _, replayed = await _kernel.once(
+            env.db, principal, idempotency_key, fields, unit, checked=True
+        )
+    except BaseException:
+        if unit.pooled:
+            await refund_uncommitted(env, principal, review_id)
+        raise
+    if unit.pooled and review.id != review_id:  # an Idempotency-Key twin committed first: ours never will
+        await refund_uncommitted(env, principal, review_id)
+    # A replay drives a delivery its first call left unfinished, claiming it as any worker does.
+    review = await deliver(env, review, None if replayed or not unit.claims else unit.claims[-1])
+    return _status(review), review
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A submit as its agent sent it."""
+
+    kind: str
+    draft: Draft
+    category_id: str
+    key: str  # the Idempotency-Key
+    parent_message_id: str
+    confidence: float | None
+    token: str  # the composition token
+    asked: Asked | None
+
+    def check(self, principal: Principal) -> None:
+        if principal.actor_kind is not ActorKind.AGENT:
+            raise DomainError(Code.FORBIDDEN_SCOPE, "Only an agent key composes outbound messages.")
+        if self.confidence is not None and not 0.0 <= self.confidence <= 1.0:
+            raise invalid("/confidence", "must be between 0 and 1")
+        self.wants.validate()
+
+    @property
+    def wants(self) -> Asked:
+        return self.asked or Asked()
+
+    def fields(self) -> dict[str, object]:
+        """What the Idempotency-Key's request hash is taken over."""
+        return {
+            "verb": "submit",
+            "kind": self.kind,
+            "parent": self.parent_message_id,
+            "draft": self.draft.fingerprint(),
+            "category_id": self.category_id,
+            "confidence": self.confidence,
+            "token": self.token,
+            # Keys stored before a field of ``Asked`` was added still match: a default is left out.
+            **({"asked": _asked_fields(self.wants)} if self.wants != Asked() else {}),
+        }
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """What the precheck found of a submit that has not run: the materialized draft, how it threads,
+    the message it answers, its From address and its recipients' facts."""
+
+    draft: Draft
+    threading: Threading
+    parent: store.Message | None
+    from_address: str
+    facts: store.SendingFacts
+
+
+async def _precheck(
+    env: Env, principal: Principal, request: _Request, fields: dict[str, object]
+) -> Review | _Checked:
+    """The Idempotency-Key's replay (the review it made), else the draft materialized and checked.
+    The replay check and the contacts' facts share one connection (a pool checkout costs more than
+    either read); a replay or a refused draft reads nothing more. A keyed send knows its recipients
+    before any read (its draft's own): its key and their facts are one statement."""
+    kind, asked = request.kind, request.wants
     async with env.db.single_statement.connect() as conn:
         facts = None
-        if kind == "send" and idempotency_key:
-            key = (principal.actor_id, idempotency_key)
-            facts = await sending_facts(conn, principal.project_id, draft.recipients, principal.org_id, key)
+        if kind == "send" and request.key:
+            key = (principal.actor_id, request.key)
+            facts = await sending_facts(
+                conn, principal.project_id, request.draft.recipients, principal.org_id, key
+            )
             replay = await _kernel.replay_of(conn, principal, facts.remembered, fields)
         else:
-            replay = await _kernel.replayed(conn, principal, idempotency_key, fields)
-        if replay is None:
-            parent = await _parent(env, principal, kind, parent_message_id, asked)
-            from_address = asked.inbox or _from_address(env, parent)
-            draft, threading = materialize(
-                kind,
-                draft,
-                parent.as_parent() if parent else None,
-                reply_all=asked.reply_all,
-                inbox=from_address,
-            )
-            validate_draft(draft)
-            if facts is None:
-                facts = await sending_facts(conn, principal.project_id, draft.recipients, principal.org_id)
-    if replay is not None:
-        review = await deliver(env, replay[0])
-        return _status(review), review
-    assert facts is not None  # read with the key, or once the draft was checked
-    check_contacts(env, facts)
-    policy, source = resolve_policy(facts.policy, facts.account_policy)
-    route = route_for(policy, draft.intent, source, asked.mode)
-    if not composition_token and facts.require_composition_token:
-        raise token_required(kind)
+            replay = await _kernel.replayed(conn, principal, request.key, fields)
+        if replay is not None:
+            return replay[0]
+        parent = await _parent(env, principal, kind, request.parent_message_id, asked)
+        from_address = asked.inbox or _from_address(env, parent)
+        draft, threading = materialize(
+            kind,
+            request.draft,
+            parent.as_parent() if parent else None,
+            reply_all=asked.reply_all,
+            inbox=from_address,
+        )
+        validate_draft(draft)
+        if facts is None:
+            facts = await sending_facts(conn, principal.project_id, draft.recipients, principal.org_id)
+    return _Checked(draft, threading, parent, from_address, facts)
+
+
+async def _gates(env: Env, principal: Principal, request: _Request, checked: _Checked) -> _Unit:
+    """The peer calls: the contacts' and the policy's verdicts, the rule snapshot, the review agent's
+    deadline, the auto-send gate and the shared sending pool. Returns the unit of work they allow."""
+    check_contacts(env, checked.facts)
+    policy, source = resolve_policy(checked.facts.policy, checked.facts.account_policy)
+    route = route_for(policy, checked.draft.intent, source, request.wants.mode)
+    if not request.token and checked.facts.require_composition_token:
+        raise token_required(request.kind)
     generation = env.stacks.generation
     high_water = (
-        check_token(env, principal, composition_token, category_id)
-        if composition_token
-        else _stack_high_water(env, principal, category_id)
+        check_token(env, principal, request.token, request.category_id)
+        if request.token
+        else _stack_high_water(env, principal, request.category_id)
     )
     rule_high_water, minutes = await asyncio.gather(
-        high_water, deadline_minutes(env, principal, "" if route is Route.DIRECT else category_id)
+        high_water, deadline_minutes(env, principal, "" if route is Route.DIRECT else request.category_id)
     )
     review_id = new_id("rr")
     hold: str | None = None
     rung, cap = "", 0
     if route is Route.AUTO_CANDIDATE:
         hold, rung, cap = await auto_send_gate(
-            env, principal, review_id, category_id, confidence, facts.first_contact
+            env, principal, review_id, request.category_id, request.confidence, checked.facts.first_contact
         )
     # The shared-pool governor: a release no human reviewed spends a unit of its From domain's
     # deployment-wide budget before its unit of work; a held or uncommitted release gives it back.
     pooled = False
-    if route is Route.DIRECT or (route is Route.AUTO_CANDIDATE and hold is None):
-        spent = await env.peers.consume_pool_send(principal, from_address, review_id)
+    if released(route, hold):
+        spent = await env.peers.consume_pool_send(principal, checked.from_address, review_id)
         if spent.allowed:
             pooled = True
         elif route is Route.DIRECT:
             raise pool_spent(spent)
         else:
             hold = "pool_budget"  # queued for a human, as every other gate holds
+    composed = Composed(
+        review_id=review_id,
+        org_id=principal.org_id,
+        project_id=principal.project_id,
+        agent_id=principal.actor_id,
+        category_id=request.category_id,
+        kind=request.kind,
+        draft=checked.draft,
+        threading=checked.threading,
+        from_address=checked.from_address,
+        parent_id=checked.parent.id if checked.parent else None,
+        confidence=request.confidence,
+        token_named=bool(request.token),
+        mode=request.wants.mode,
+        route=route,
+        hold=hold,
+        rung=rung,
+        deadline_minutes=minutes,
+    )
+    return _Unit(env, principal, request, composed, cap, pooled, generation, rule_high_water)
 
-    async def act(uow: UnitOfWork) -> tuple[Review, str]:
-        nonlocal rule_high_water, generation
-        if kind == "reply" and threading.thread_ref and not asked.second_reply:
+
+@dataclass
+class _Unit:
+    """A submit's unit of work: it writes the review ``domain.submitted`` makes, and records the
+    delivery of a release. Run again on a retry of the unit, it keeps what the earlier run read."""
+
+    env: Env
+    principal: Principal
+    request: _Request
+    composed: Composed
+    cap: int  # the daily auto-send cap an auto-send spends in the unit
+    pooled: bool  # it spent a unit of the shared sending pool
+    generation: int  # of the rule stacks its high-water was read at
+    rule_high_water: int
+    claims: list[Claim] = field(default_factory=list)  # the lease of the attempt each run recorded
+
+    async def __call__(self, uow: UnitOfWork) -> tuple[Review, str]:
+        env, principal, request, composed = self.env, self.principal, self.request, self.composed
+        thread_ref = composed.threading.thread_ref
+        if request.kind == "reply" and thread_ref and not request.wants.second_reply:
             # Read in the unit that writes the reply, writers of the thread serialized (store.pending_reply).
-            await _no_reply_pending(uow, principal, threading.thread_ref)
-        if not composition_token and generation != env.stacks.generation:
-            generation = env.stacks.generation  # a rule moved since the stack was read: read it again
-            rule_high_water = await _stack_high_water(env, principal, category_id)
+            await _no_reply_pending(uow, principal, thread_ref)
+        if not request.token and self.generation != env.stacks.generation:
+            self.generation = env.stacks.generation  # a rule moved since the stack was read: read it again
+            self.rule_high_water = await _stack_high_water(env, principal, request.category_id)
         now = utcnow()
-        held = hold
+        held = composed.hold
         if (
-            route is Route.AUTO_CANDIDATE
+            composed.route is Route.AUTO_CANDIDATE
             and held is None
-            and not await spend_cap(uow, principal.project_id, category_id, cap)
+            and not await spend_cap(uow, principal.project_id, request.category_id, self.cap)
         ):
             held = "daily_cap"  # spent in this unit: a twin or a failed insert spends nothing
-        released = route is Route.DIRECT or (route is Route.AUTO_CANDIDATE and held is None)
-        review = Review(
-            id=review_id,
-            org_id=principal.org_id,
-            project_id=principal.project_id,
-            agent_id=principal.actor_id,
-            category_id=category_id,
-            kind=kind,
-            state=State.APPROVED if released else State.NEEDS_REVIEW,
-            revision=1,
-            version=1,
-            to=list(draft.to),
-            cc=list(draft.cc),
-            bcc=list(draft.bcc),
-            subject=draft.subject,
-            body_text=draft.body_text,
-            intent=draft.intent,
-            created_at=now,
-            updated_at=now,
-            body_html=draft.body_html,
-            reply_to=draft.reply_to,
-            headers=dict(draft.headers),
-            attachments=tuple(draft.attachments),
-            from_address=from_address,
-            confidence=confidence,
-            rule_high_water=rule_high_water,
-            # Without a token the draft named no rule snapshot: the high-water above is the stack's now
-            # (a rule saved after it still leaves it stale), not rules its agent read.
-            rule_snapshot_unnamed=not composition_token,
-            parent_message_id=parent.id if parent else None,
-            in_reply_to=threading.in_reply_to,
-            references_hdr=threading.references,
-            thread_ref=threading.thread_ref,
-            gate_outcome=(f"held:{held}" if held else "") if route is Route.AUTO_CANDIDATE else None,
-            review_deadline=None if released else review_deadline(now, minutes),
-            mode=asked.mode or None,
-        )
+        new = submitted(composed, now, held, self.rule_high_water)
+        review = new.review
         store.add_review(uow, review)
-        if released:
+        if new.send_path is not None:
             await uow.flush()  # the release writes the review's turn and delivery against its row
-        if pooled and not released:  # held by the daily cap in this unit: the unit comes back with it
+        elif self.pooled:  # held by the daily cap in this unit: the unit comes back with it
             publish_pool_settled(uow, review, NOT_SENT)
-        if released and route is Route.AUTO_CANDIDATE and notifies_humans(rung):
+        if new.notify_humans:
             await _notify_humans(uow, review)
-        if released:
-            path = "agent_direct" if route is Route.DIRECT else "graduated_auto"
-            review, claim = await start_delivery(uow, review, path, now, env.settings.delivery_lease)
-            claims.append(claim)
+        if new.send_path is not None:
+            review, claim = await start_delivery(uow, review, new.send_path, now, env.settings.delivery_lease)
+            self.claims.append(claim)
         return review, ""
-
-    claims: list[Claim] = []  # the lease of the attempt this call's release recorded, by run
-    try:
-        review, _, replayed = await _kernel.once(
-            env.db, principal, idempotency_key, fields, act, checked=True
-        )
-    except BaseException:
-        if pooled:
-            await refund_uncommitted(env, principal, review_id)
-        raise
-    if pooled and review.id != review_id:  # an Idempotency-Key twin committed first: ours never will
-        await refund_uncommitted(env, principal, review_id)
-    # A replay drives a delivery its first call left unfinished, claiming it as any worker does.
-    review = await deliver(env, review, None if replayed or not claims else claims[-1])
-    return _status(review), review
 
 
 def pool_spent(spent: PoolSend) -> DomainError:
