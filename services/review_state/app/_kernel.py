@@ -12,8 +12,8 @@ wraps it all, so a refusal named in ``REFUSAL_NUDGES`` still leaves its nudge.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
-from typing import Any, NoReturn, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Generic, NoReturn, TypeVar
 
 from reviewloop.errors import Code, DomainError
 from reviewloop.ids import new_id
@@ -40,6 +40,7 @@ from review_state.domain.machine import (
 from review_state.domain.review import Edge, Move, Review, Turn
 
 T = TypeVar("T")
+G = TypeVar("G")  # what a mutation's peer calls found
 # A mutation's unit of work: the review as it now is, and the id of what it created ("" for none).
 Act = Callable[[UnitOfWork], Awaitable[tuple[Review, str]]]
 
@@ -291,6 +292,59 @@ async def precheck(
         expected_version=expected_version,
     )
     return review, None, stale
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a mutation of one review names: its verb on the (revision, version) its caller read, and
+    its Idempotency-Key with the request the key is for."""
+
+    verb: Verb
+    review_id: str
+    parent_revision: int
+    expected_version: int | None
+    key: str
+    fields: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Phases(Generic[G]):
+    """A mutation's steps between its precheck and its unit of work: ``peers``, the remote calls, given
+    the review as the precheck read it; ``step``, the domain's pure function that makes the move from the
+    review as the unit reads it and what the peers found."""
+
+    peers: Callable[[Review], Awaitable[G]]
+    step: Callable[[Review, G], Move]
+
+
+async def mutate(db: Database, principal: Principal, request: Request, phases: Phases[G]) -> Review:
+    """A mutation of one review, its phases in order: ``precheck`` (the table's verdict and the key's
+    replay, before any peer is called), ``phases.peers``, then one unit of work (``once``) that reads
+    the review again and writes ``phases.step``'s move; ``guard`` leaves a refusal's nudge."""
+
+    async def run() -> Review:
+        current, replayed, _ = await precheck(
+            db,
+            principal,
+            request.review_id,
+            request.verb,
+            request.parent_revision,
+            request.expected_version,
+            key=request.key,
+            fields=request.fields,
+        )
+        if replayed is not None:
+            return current
+        found = await phases.peers(current)
+
+        async def act(uow: UnitOfWork) -> tuple[Review, str]:
+            before = await load(uow.conn, principal, request.review_id)
+            edge = await move(uow, before, actor_of(principal, before), phases.step(before, found))
+            return edge.after, ""
+
+        return (await once(db, principal, request.key, request.fields, act, checked=True))[0]
+
+    return await guard(db, principal, request.review_id, request.parent_revision, run)
 
 
 def turn(principal: Principal, turn_type: str, body: str, *, turn_id: str = "", **extra: Any) -> Turn:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
 from reviewloop.errors import Code, DomainError, FieldViolation, invalid
 from reviewloop.storage import UnitOfWork, utcnow
@@ -13,10 +12,9 @@ from review_state import store
 from review_state.app import _kernel
 from review_state.app._gates import born_stale, check_token, contacts_allow, deadline_minutes
 from review_state.app.env import Env
-from review_state.domain.decision import FORCED_PAST_DEADLINE, review_deadline
 from review_state.domain.machine import Verb
 from review_state.domain.review import Facts, Move, Review, Turn
-from review_state.domain.revision import Revision
+from review_state.domain.revision import Redraft, Restamp, Revision, redraft_move, restamp_move
 from review_state.domain.submission import CHAT_MAX, check_intent, validate_draft
 
 CHAT_RETRIES = 3  # chat is not a CAS verb: a lost race is retried, not reported
@@ -99,20 +97,11 @@ async def submit_revision(
         "rules_version_seen": rules_version_seen,
         "recheck_through_seq": recheck_through_seq,
     }
+    request = _kernel.Request(
+        Verb.SUBMIT_REVISION, review_id, parent_revision, expected_version, idempotency_key, fields
+    )
 
-    async def run() -> Review:
-        current, replayed, _ = await _kernel.precheck(
-            env.db,
-            principal,
-            review_id,
-            Verb.SUBMIT_REVISION,
-            parent_revision,
-            expected_version,
-            key=idempotency_key,
-            fields=fields,
-        )
-        if replayed is not None:
-            return current
+    async def peers(current: Review) -> Redraft:
         draft = revision.apply(current)
         validate_draft(draft)
         if revision.intent is not None:
@@ -124,49 +113,22 @@ async def submit_revision(
             _composed_under(env, principal, current, composition_token, rules_version_seen),
             deadline_minutes(env, principal, current.category_id),
         )
+        named = bool(composition_token) or rules_version_seen is not None
+        return Redraft(
+            parent_revision,
+            expected_version,
+            draft,
+            revision.confidence,
+            high_water,
+            named,
+            recheck_through_seq,
+            minutes,
+        )
 
-        async def act(uow: UnitOfWork) -> tuple[Review, str]:
-            before = await _kernel.load(uow.conn, principal, review_id)
-            # The new revision gets a review agent's full window from now (a deadline that forced
-            # the old revision to a human is spent with it).
-            forced = before.gate_outcome == FORCED_PAST_DEADLINE
-            edge = await _kernel.move(
-                uow,
-                before,
-                _kernel.actor_of(principal, before),
-                Move(
-                    Verb.SUBMIT_REVISION,
-                    parent_revision=parent_revision,
-                    expected_version=expected_version,
-                    changed=replace(
-                        before,
-                        revision=before.revision + 1,
-                        to=list(draft.to),
-                        cc=list(draft.cc),
-                        bcc=list(draft.bcc),
-                        subject=draft.subject,
-                        body_text=draft.body_text,
-                        body_html=draft.body_html,
-                        reply_to=draft.reply_to,
-                        headers=dict(draft.headers),
-                        attachments=tuple(draft.attachments),
-                        intent=draft.intent,
-                        confidence=before.confidence if revision.confidence is None else revision.confidence,
-                        rule_high_water=high_water,
-                        # A redraft naming neither a token nor rules_version_seen names no rule snapshot.
-                        rule_snapshot_unnamed=not composition_token and rules_version_seen is None,
-                        recheck_completed_through_seq=_watermark(before, recheck_through_seq),
-                        review_deadline=review_deadline(utcnow(), minutes),
-                        gate_outcome=None if forced else before.gate_outcome,
-                    ),
-                    turn=_kernel.turn(principal, "revision", ""),
-                ),
-            )
-            return edge.after, ""
+    def step(before: Review, redraft: Redraft) -> Move:
+        return redraft_move(before, redraft, utcnow(), _kernel.turn(principal, "revision", ""))
 
-        return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
-
-    return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
+    return await _kernel.mutate(env.db, principal, request, _kernel.Phases(peers, step))
 
 
 async def restamp(
@@ -205,50 +167,22 @@ async def restamp(
         "house_style_version": house_style_version,
         "recheck_through_seq": recheck_through_seq,
     }
+    request = _kernel.Request(
+        Verb.RESTAMP, review_id, parent_revision, expected_version, idempotency_key, fields
+    )
 
-    async def run() -> Review:
-        current, replayed, _ = await _kernel.precheck(
-            env.db,
-            principal,
-            review_id,
-            Verb.RESTAMP,
-            parent_revision,
-            expected_version,
-            key=idempotency_key,
-            fields=fields,
-        )
-        if replayed is not None:
-            return current
+    async def peers(current: Review) -> Restamp:
         if composition_token:
             high_water = await check_token(env, principal, composition_token, current.category_id)
         else:
             assert against_version is not None  # a restamp names one or the other
             high_water = await _reread(env, principal, current, against_version, house_style_version)
+        return Restamp(parent_revision, expected_version, high_water, recheck_through_seq)
 
-        async def act(uow: UnitOfWork) -> tuple[Review, str]:
-            before = await _kernel.load(uow.conn, principal, review_id)
-            edge = await _kernel.move(
-                uow,
-                before,
-                _kernel.actor_of(principal, before),
-                Move(
-                    Verb.RESTAMP,
-                    parent_revision=parent_revision,
-                    expected_version=expected_version,
-                    changed=replace(
-                        before,
-                        rule_high_water=high_water,
-                        rule_snapshot_unnamed=False,  # it named what it re-read
-                        recheck_completed_through_seq=_watermark(before, recheck_through_seq),
-                    ),
-                    turn=_kernel.turn(principal, "restamp", ""),
-                ),
-            )
-            return edge.after, ""
+    def step(before: Review, restamped: Restamp) -> Move:
+        return restamp_move(before, restamped, _kernel.turn(principal, "restamp", ""))
 
-        return (await _kernel.once(env.db, principal, idempotency_key, fields, act, checked=True))[0]
-
-    return await _kernel.guard(env.db, principal, review_id, parent_revision, run)
+    return await _kernel.mutate(env.db, principal, request, _kernel.Phases(peers, step))
 
 
 RESTAMP_SNAPSHOT = ("/composition_token", "/against_version")
@@ -272,11 +206,6 @@ def _names_no_snapshot() -> DomainError:
 def _check_recheck_seq(seq: int | None) -> None:
     if seq is not None and seq < 1:
         raise invalid("/recheck_through_seq", "must be a nudge seq of the review (1 or more)")
-
-
-def _watermark(review: Review, recheck_through_seq: int | None) -> int:
-    """The recheck watermark after a recheck through ``recheck_through_seq``: it never moves backwards."""
-    return max(review.recheck_completed_through_seq, recheck_through_seq or 0)
 
 
 async def _reread(

@@ -73,6 +73,11 @@ class Review:
         """Everyone the message goes to: the envelope, Bcc included."""
         return [*self.to, *self.cc, *self.bcc]
 
+    def rechecked_through(self, seq: int | None) -> int:
+        """The recheck watermark after its agent rechecked the draft through nudge ``seq`` (None: it
+        named none): it never moves backwards."""
+        return max(self.recheck_completed_through_seq, seq or 0)
+
 
 @dataclass(frozen=True)
 class AttachmentFacts:

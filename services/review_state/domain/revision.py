@@ -1,12 +1,16 @@
-"""A composer's redraft (``submit_revision``): what it replaces, and how a retry recognises it."""
+"""A composer's redraft (``submit_revision``): what it replaces, and how a retry recognises it; and the
+moves of the composer's two verbs that keep a draft under review, a redraft and a restamp."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, TypeVar
 
-from review_state.domain.review import Review
+from review_state.domain.decision import FORCED_PAST_DEADLINE, review_deadline
+from review_state.domain.machine import Verb
+from review_state.domain.review import Move, Review, Turn
 from review_state.domain.submission import Attachment, Draft, Intent
 
 T = TypeVar("T")
@@ -57,3 +61,80 @@ class Revision:
                 [a.filename, a.content_type, hashlib.sha256(a.content).hexdigest()] for a in self.attachments
             ]
         return body
+
+
+@dataclass(frozen=True)
+class Redraft:
+    """What a redraft's checks found: the (revision, version) its composer read, the new draft, and the
+    rule high-water it was composed under (``snapshot_named``: it named a token or ``rules_version_seen``)."""
+
+    parent_revision: int
+    expected_version: int | None
+    draft: Draft
+    confidence: float | None
+    rule_high_water: int
+    snapshot_named: bool
+    recheck_through_seq: int | None
+    deadline_minutes: int  # a review agent's time to decide the new revision (0: no deadline)
+
+
+def redraft_move(before: Review, redraft: Redraft, now: datetime, turn: Turn) -> Move:
+    """A redraft: the next revision with the new draft, back to needs_review."""
+    draft = redraft.draft
+    # The new revision gets a review agent's full window from now (a deadline that forced the old
+    # revision to a human is spent with it).
+    forced = before.gate_outcome == FORCED_PAST_DEADLINE
+    return Move(
+        Verb.SUBMIT_REVISION,
+        parent_revision=redraft.parent_revision,
+        expected_version=redraft.expected_version,
+        changed=replace(
+            before,
+            revision=before.revision + 1,
+            to=list(draft.to),
+            cc=list(draft.cc),
+            bcc=list(draft.bcc),
+            subject=draft.subject,
+            body_text=draft.body_text,
+            body_html=draft.body_html,
+            reply_to=draft.reply_to,
+            headers=dict(draft.headers),
+            attachments=tuple(draft.attachments),
+            intent=draft.intent,
+            confidence=_pick(redraft.confidence, before.confidence),
+            rule_high_water=redraft.rule_high_water,
+            # A redraft naming neither a token nor rules_version_seen names no rule snapshot.
+            rule_snapshot_unnamed=not redraft.snapshot_named,
+            recheck_completed_through_seq=before.rechecked_through(redraft.recheck_through_seq),
+            review_deadline=review_deadline(now, redraft.deadline_minutes),
+            gate_outcome=None if forced else before.gate_outcome,
+        ),
+        turn=turn,
+    )
+
+
+@dataclass(frozen=True)
+class Restamp:
+    """What a restamp's checks found: the (revision, version) its composer read, and the rule
+    high-water of the rules it re-read."""
+
+    parent_revision: int
+    expected_version: int | None
+    rule_high_water: int
+    recheck_through_seq: int | None
+
+
+def restamp_move(before: Review, restamp: Restamp, turn: Turn) -> Move:
+    """A restamp: no new revision, the rule high-water its composer re-read, and the recheck watermark."""
+    return Move(
+        Verb.RESTAMP,
+        parent_revision=restamp.parent_revision,
+        expected_version=restamp.expected_version,
+        changed=replace(
+            before,
+            rule_high_water=restamp.rule_high_water,
+            rule_snapshot_unnamed=False,  # it named what it re-read
+            recheck_completed_through_seq=before.rechecked_through(restamp.recheck_through_seq),
+        ),
+        turn=turn,
+    )
