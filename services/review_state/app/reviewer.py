@@ -4,7 +4,7 @@ the round budget dispatch_budget admits, and its circuit breakers may return the
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +39,7 @@ from review_state.domain.decision import (
 from review_state.domain.escalation import Escalation
 from review_state.domain.feedback import approvers, decision_of, decisions_of, panel
 from review_state.domain.machine import Actor, State, Verb
-from review_state.domain.review import Facts, Move, Review, Turn
+from review_state.domain.review import Edge, Facts, Move, Review, Turn
 from review_state.domain.submission import Dial
 from review_state.domain.undo import release_at
 
@@ -162,6 +162,8 @@ def _reviewer_kind(review: Review, forced: str) -> str:
 async def _decide(
     env: Env, principal: Principal, review_id: str, decision: Decision, idempotency_key: str, actor: Actor
 ) -> tuple[Review, str]:
+    """A decision's phases: the precheck (the table's verdict and the key's replay), the decider's own
+    checks, the peer calls that admit it (``_admit``), then its unit of work (``_apply_decision``)."""
     verb = decision.verb()
     if decision.escalation is not None:
         decision.escalation.check(utcnow())
@@ -191,14 +193,53 @@ async def _decide(
     decision = replace(decision, version=decision.version or current.version)
     if actor is Actor.HUMAN:
         check_seen(current, decision, verb)
+    if actor is Actor.REVIEW_AGENT and deadline_passed(current, utcnow()):
+        # Too late for a review agent: the draft is the human's, whatever it decided; no round is spent.
+        return await _force_past_deadline(env, current), REVIEW_DEADLINE_PASSED
+    admitted = await _admit(env, principal, current, decision, actor, stale)
+    try:
+        review, held_by = await _apply_decision(
+            env, principal, current, decision, actor, admitted.gates, fields, idempotency_key
+        )
+    except BaseException as error:
+        if admitted.pooled:
+            await refund_uncommitted(env, principal, review_id)
+        if isinstance(error, DomainError) and admitted.receipt is not None and http_status(error.code) == 409:
+            # A concurrent writer won after admission: the round ends without a verdict. Any other
+            # failure (a peer down) leaves the receipt open, so retrying this decision reattaches to it.
+            await _settle_round(env, principal, admitted.receipt, no_verdict_reason="superseded")
+        raise
+    if (
+        admitted.pooled and review.send_path != "reviewer_approved"
+    ):  # held in its unit (the daily cap, a quorum)
+        await refund_uncommitted(env, principal, review_id)
+    if admitted.receipt is not None:
+        verdict = "pass" if verb is Verb.APPROVE else "issues"
+        await _settle_round(env, principal, admitted.receipt, verdict=verdict)
+    return review, held_by
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """What a decision's peer calls found: its ``Gates``, the receipt of a review agent's admitted
+    round (None: not one), and whether its release spent a unit of the shared sending pool."""
+
+    gates: Gates
+    receipt: str | None = None
+    pooled: bool = False
+
+
+async def _admit(
+    env: Env, principal: Principal, current: Review, decision: Decision, actor: Actor, stale: bool
+) -> _Admitted:
+    """The peer calls before a decision's unit: a human's category quorum (the panel bounds every human
+    verb); a review agent's round, its breakers and the shared sending pool its release spends."""
+    verb = decision.verb()
     hold: str | None = None
     receipt: str | None = None
     cap: int | None = None  # the daily auto-send cap a review agent's release spends in its unit
     quorum = Quorum()
-    if actor is Actor.REVIEW_AGENT and deadline_passed(current, utcnow()):
-        # Too late for a review agent: the draft is the human's, whatever it decided; no round is spent.
-        return await _force_past_deadline(env, current), REVIEW_DEADLINE_PASSED
-    if actor is Actor.HUMAN and current.category_id:  # every human verb: the panel bounds them all
+    if actor is Actor.HUMAN and current.category_id:
         quorum = Quorum.of(await env.peers.get_dial(principal, current.category_id))
     if actor is Actor.REVIEW_AGENT:
         # Every review-agent round is admitted by dispatch_budget before it acts; a spent budget is
@@ -206,8 +247,8 @@ async def _decide(
         try:
             receipt = await env.peers.admit_reviewer_round(
                 principal,
-                review_id,
-                f"{review_id}:{decision.revision}:{decision.version}",
+                current.id,
+                f"{current.id}:{decision.revision}:{decision.version}",
                 first_round=current.reviewer_hops == 0,
             )
         except DomainError as error:
@@ -222,26 +263,9 @@ async def _decide(
     pooled = False
     if receipt is not None and verb in (Verb.APPROVE, Verb.EDIT) and hold is None:
         # A review agent's release is one no human reviewed: it spends the From domain's shared pool.
-        spent = await env.peers.consume_pool_send(principal, current.from_address, review_id)
+        spent = await env.peers.consume_pool_send(principal, current.from_address, current.id)
         pooled, hold = spent.allowed, None if spent.allowed else POOL_BUDGET
-    try:
-        gates = Gates(hold, cap, quorum, stale)
-        review, held_by = await _apply_decision(
-            env, principal, current, decision, actor, gates, fields, idempotency_key
-        )
-    except BaseException as error:
-        if pooled:
-            await refund_uncommitted(env, principal, review_id)
-        if isinstance(error, DomainError) and receipt is not None and http_status(error.code) == 409:
-            # A concurrent writer won after admission: the round ends without a verdict. Any other
-            # failure (a peer down) leaves the receipt open, so retrying this decision reattaches to it.
-            await _settle_round(env, principal, receipt, no_verdict_reason="superseded")
-        raise
-    if pooled and review.send_path != "reviewer_approved":  # held in its unit (the daily cap, a quorum)
-        await refund_uncommitted(env, principal, review_id)
-    if receipt is not None:
-        await _settle_round(env, principal, receipt, verdict="pass" if verb is Verb.APPROVE else "issues")
-    return review, held_by
+    return _Admitted(Gates(hold, cap, quorum, stale), receipt, pooled)
 
 
 async def _counted(env: Env, principal: Principal, review_id: str, decision: Decision) -> Review | None:
@@ -325,99 +349,122 @@ async def _apply_decision(
     fields: dict[str, Any],
     idempotency_key: str,
 ) -> tuple[Review, str]:
-    """The decision's unit of work: the review as it now is, and the breaker that held a review
-    agent's release ("" for none). Under a quorum, an approval (or edit) short of it is counted and
-    the draft stays open; the one that completes it releases the draft."""
-    verb, hold, cap, quorum, stale = decision.verb(), gates.hold, gates.cap, gates.quorum, gates.stale
-    review_id = current.id
-    # A human approving a held draft as it stands, having confirmed it: recorded on the decision turn.
-    override = decision.override_held and actor is Actor.HUMAN and verb is Verb.APPROVE and stale
+    """The decision's last peer calls (an edit's diff, a new rule's check), its unit of work
+    (``_DecisionUnit``), then its release: to delivery, or after its undo window. Returns the review as
+    it now is, and the breaker that held a review agent's release ("" for none)."""
     edited: Review | None = None
     diff: DiffResult | None = None
-    if verb is Verb.EDIT and hold is None:
+    if decision.verb() is Verb.EDIT and gates.hold is None:
         edited, diff = await _edit_diff(env, principal, current, decision)
     rule: SaveRuleRequest | None = None
-    if decision.new_rule and hold is None:
+    if decision.new_rule and gates.hold is None:
         # Checked now (a bad rule is the decision's 400), saved by the rules context only once the
         # decision commits: it travels in the decision's outbox, so a lost race leaves no rule.
         rule = _rule_request(principal, current, decision.new_rule)
         await env.peers.check_rule(principal, rule)
+    unit = _DecisionUnit(env, principal, current, decision, actor, gates, edited, diff, rule)
+    review, held_by, replayed = await _kernel.once(
+        env.db, principal, idempotency_key, fields, unit, checked=True
+    )
+    if unit.windows and not replayed:  # nothing to wait for: it goes to delivery once its window closes
+        release_later(env, review.id, unit.windows[-1])
+        return review, held_by
+    # A replay drives a delivery left unfinished, claiming it as any worker does.
+    return await deliver(env, review, None if replayed or not unit.claims else unit.claims[-1]), held_by
 
-    async def act(uow: UnitOfWork) -> tuple[Review, str]:
+
+@dataclass
+class _DecisionUnit:
+    """A decision's unit of work. Under a quorum, an approval (or edit) short of it is counted and the
+    draft stays open; the one that completes it releases the draft."""
+
+    env: Env
+    principal: Principal
+    current: Review  # the precheck's read: its version is the compare-and-set's
+    decision: Decision
+    actor: Actor
+    gates: Gates
+    edited: Review | None  # an edit's new content
+    diff: DiffResult | None
+    rule: SaveRuleRequest | None  # the new rule the decision teaches
+    claims: list[Claim] = field(default_factory=list)  # the lease of the attempt each run recorded
+    windows: list[datetime] = field(default_factory=list)  # or when a release waits out its undo window
+
+    async def __call__(self, uow: UnitOfWork) -> tuple[Review, str]:
+        principal, decision, gates = self.principal, self.decision, self.gates
+        verb = decision.verb()
         now = utcnow()
-        if hold is not None:
-            return await _hold(uow, principal, review_id, decision, hold)
+        if gates.hold is not None:
+            return await _hold(uow, principal, self.current.id, decision, gates.hold)
         # The precheck's read, not a second one: the compare-and-set on its version refuses the
         # decision (409 stale) if another writer moved the review since.
-        before = current
-        counted = await _count(uow, principal, before, verb, actor, quorum)
+        before = self.current
+        counted = await _count(uow, principal, before, verb, self.actor, gates.quorum)
         if counted is None:
             return before, ""  # the same approver twice counts once
         prior, short = counted
         if (
-            cap is not None
+            gates.cap is not None
             and not short
-            and not await spend_cap(uow, before.project_id, before.category_id, cap)
+            and not await spend_cap(uow, before.project_id, before.category_id, gates.cap)
         ):
             # The daily cap is spent in this unit: a release that does not commit spends nothing.
-            return await _hold(uow, principal, review_id, decision, "daily_cap")
+            return await _hold(uow, principal, before.id, decision, "daily_cap")
         # The send's ids go in the decision's own compare-and-set when it approves (one CAS, not two).
-        send = send_columns(before, "human_reviewed" if actor is Actor.HUMAN else "reviewer_approved")
-        ballot = Ballot(short, override, hop=actor is Actor.REVIEW_AGENT)
-        step = decision_move(
-            decision,
-            before,
-            edited,
-            _kernel.turn(
-                principal,
-                "decision",
-                turn_body(decision, ballot),
-                action=decision.action,
-                changed=changed(edited, before),
-                diff_json=orjson.loads(diff.diff_json) if diff is not None and diff.diff_json else None,
-                diff_unified=diff.diff_unified if diff is not None else None,
-                rule_ids=[rule.rule_id] if rule is not None else [],
-                turn_id=rule.source_turn_id if rule is not None else "",
-            ),
-            send,
-            now,
-            principal.actor_id,
-            ballot,
+        send = send_columns(before, "human_reviewed" if self.actor is Actor.HUMAN else "reviewer_approved")
+        # A human approving a held draft as it stands, having confirmed it: recorded on the decision turn.
+        override = (
+            decision.override_held and self.actor is Actor.HUMAN and verb is Verb.APPROVE and gates.stale
         )
-        cas = store.Cas(last=True, not_stale=not stale)
+        ballot = Ballot(short, override, hop=self.actor is Actor.REVIEW_AGENT)
+        step = decision_move(
+            decision, before, self.edited, self._turn(before, ballot), send, now, principal.actor_id, ballot
+        )
+        cas = store.Cas(last=True, not_stale=not gates.stale)
         edge = await _kernel.move(uow, before, _kernel.actor_of(principal, before), step, cas)
-        after, turn = edge.after, edge.turn
-        assert turn is not None
-        if diff is not None:
-            _events.publish_diff(uow, principal, before, diff)
-        if rule is not None:
-            _events.request_rule(uow, after, rule)
-        if verb is Verb.ESCALATE:
-            _events.publish_escalation(
-                uow, after, turn.id, decision.escalation or Escalation(), decision.feedback
-            )
-        release = release_at(now, env.settings.undo_window_s) if after.state is State.APPROVED else None
-        if not short and release is None:  # the category counts the review's outcome once, when decided
-            # (a release in its undo window: when it goes to delivery, ``delivery.claim_due``)
-            _events.publish_outcome(uow, after, decision_of(decisions_of([*prior, turn])))
-        if after.state is State.APPROVED:
-            if release is not None:
-                hold_release(uow, after, before, send, now, release)  # its undo window first
-                windows.append(release)
-            else:
-                claims.append(await record_attempt(uow, after, send, now, env.settings.delivery_lease))
-        return after, ""
+        release = (
+            release_at(now, self.env.settings.undo_window_s) if edge.after.state is State.APPROVED else None
+        )
+        # The category counts the review's outcome once, when decided (a release in its undo window:
+        # when it goes to delivery, ``delivery.claim_due``).
+        self._publish(uow, edge, prior, counted=not short and release is None)
+        if release is not None:
+            hold_release(uow, edge.after, before, send, now, release)  # its undo window first
+            self.windows.append(release)
+        elif edge.after.state is State.APPROVED:
+            lease = self.env.settings.delivery_lease
+            self.claims.append(await record_attempt(uow, edge.after, send, now, lease))
+        return edge.after, ""
 
-    claims: list[Claim] = []  # the lease of the attempt this call's release recorded, by run
-    windows: list[datetime] = []  # or when it goes to delivery, when it waits out its undo window
-    review, held_by, replayed = await _kernel.once(
-        env.db, principal, idempotency_key, fields, act, checked=True
-    )
-    if windows and not replayed:  # nothing to wait for: it goes to delivery once its window closes
-        release_later(env, review.id, windows[-1])
-        return review, held_by
-    # A replay drives a delivery left unfinished, claiming it as any worker does.
-    return await deliver(env, review, None if replayed or not claims else claims[-1]), held_by
+    def _turn(self, before: Review, ballot: Ballot) -> Turn:
+        """The decision's turn: what the decider said, the edit's diff, the rule it teaches."""
+        decision, diff, rule = self.decision, self.diff, self.rule
+        return _kernel.turn(
+            self.principal,
+            "decision",
+            turn_body(decision, ballot),
+            action=decision.action,
+            changed=changed(self.edited, before),
+            diff_json=orjson.loads(diff.diff_json) if diff is not None and diff.diff_json else None,
+            diff_unified=diff.diff_unified if diff is not None else None,
+            rule_ids=[rule.rule_id] if rule is not None else [],
+            turn_id=rule.source_turn_id if rule is not None else "",
+        )
+
+    def _publish(self, uow: UnitOfWork, edge: Edge, prior: list[Turn], *, counted: bool) -> None:
+        """The events a decision sends beyond its edge's nudge: the edit's diff, the rule it teaches, an
+        escalation, and (``counted``) the outcome its category counts."""
+        before, after, turn = edge.before, edge.after, edge.turn
+        assert turn is not None
+        if self.diff is not None:
+            _events.publish_diff(uow, self.principal, before, self.diff)
+        if self.rule is not None:
+            _events.request_rule(uow, after, self.rule)
+        if edge.verb is Verb.ESCALATE:
+            escalation = self.decision.escalation or Escalation()
+            _events.publish_escalation(uow, after, turn.id, escalation, self.decision.feedback)
+        if counted:
+            _events.publish_outcome(uow, after, decision_of(decisions_of([*prior, turn])))
 
 
 async def _count(
