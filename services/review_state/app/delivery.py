@@ -37,16 +37,13 @@ from review_state.app._events import (
 )
 from review_state.app._gates import contacts_allow
 from review_state.app.env import Env
-from review_state.domain.feedback import approvers, decision_of, decisions_of
+from review_state.domain.feedback import decision_of, decisions_of, delivered_move
 from review_state.domain.machine import Actor, State, Verb
 from review_state.domain.mime import message_of, rfc_message_id
-from review_state.domain.review import Facts, Move, Review
+from review_state.domain.review import Move, Review
 from review_state.providers import NotSent, OutcomeUnknown, Refused
 
 log = logging.getLogger(__name__)
-
-# A release by a reviewer ends `sent`; a direct or graduated one `auto_sent`.
-_REVIEWED = ("human_reviewed", "reviewer_approved")
 
 
 @dataclass(frozen=True)
@@ -283,48 +280,15 @@ async def _record_delivered(
     if attempt is None or attempt.status != "in_flight":
         return review
     now = utcnow()
+    step = delivered_move(review, turns, attempt.send_path, attempt.message_id, now)
+    finishing = store.finish_params(review_id, "delivered", now, None, resolution)
     try:
         async with env.db.transaction() as uow:
-            verb = Verb.DELIVERED if attempt.send_path in _REVIEWED else Verb.AUTO_DELIVERED
-            sent = (
-                await _kernel.move(
-                    uow,
-                    review,
-                    Actor.SYSTEM,
-                    Move(
-                        verb,
-                        facts=Facts(
-                            decision=decision_of(decisions_of(turns)),
-                            approvers=tuple(approvers(turns, review.revision)),
-                        ),
-                        changed=replace(review, message_id=attempt.message_id, sent_at=now, updated_at=now),
-                    ),
-                    store.Cas(
-                        finishing=store.finish_params(review_id, "delivered", now, None, resolution),
-                        last=True,
-                    ),
-                )
-            ).after
-            store.add_message(
-                uow,
-                store.Message(
-                    id=attempt.message_id,
-                    org_id=sent.org_id,
-                    project_id=sent.project_id,
-                    direction="outbound",
-                    rfc_message_id=attempt.rfc_message_id,
-                    references_hdr=sent.references_hdr or "",
-                    thread_ref=sent.thread_ref or new_id("thread"),
-                    from_address=sent.from_address,
-                    to=[*sent.to],
-                    cc=[*sent.cc],
-                    subject=sent.subject,
-                    body_text=sent.body_text,
-                    headers=dict(sent.headers),
-                    created_at=now,
-                    review_id=sent.id,
-                ),
+            edge = await _kernel.move(
+                uow, review, Actor.SYSTEM, step, store.Cas(finishing=finishing, last=True)
             )
+            sent = edge.after
+            store.add_message(uow, _sent_message(sent, attempt, now))
             await store.mark_contacted(
                 uow.conn, sent.project_id, sent.recipients if uncontacted is None else uncontacted, now
             )
@@ -338,6 +302,27 @@ async def _record_delivered(
         assert closed is not None
         return closed
     return sent
+
+
+def _sent_message(sent: Review, attempt: store.Attempt, now: datetime) -> store.Message:
+    """The outbound message a delivered review leaves in its thread."""
+    return store.Message(
+        id=attempt.message_id,
+        org_id=sent.org_id,
+        project_id=sent.project_id,
+        direction="outbound",
+        rfc_message_id=attempt.rfc_message_id,
+        references_hdr=sent.references_hdr or "",
+        thread_ref=sent.thread_ref or new_id("thread"),
+        from_address=sent.from_address,
+        to=[*sent.to],
+        cc=[*sent.cc],
+        subject=sent.subject,
+        body_text=sent.body_text,
+        headers=dict(sent.headers),
+        created_at=now,
+        review_id=sent.id,
+    )
 
 
 def _scrub(error: str) -> str:

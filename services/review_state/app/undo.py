@@ -25,12 +25,16 @@ from review_state.app._events import NOT_SENT, POOLED_PATHS, publish_pool_settle
 from review_state.app.delivery import start_worker
 from review_state.app.env import Env
 from review_state.domain.feedback import UNDO, in_force
-from review_state.domain.machine import CLOSED, Actor, State, allowed_actions
 from review_state.domain.review import Review
-from review_state.domain.undo import restored, snapshot
-
-# The releases a reviewer decided; a direct or graduated one has no decider to undo it.
-_REVIEWED = ("human_reviewed", "reviewer_approved")
+from review_state.domain.undo import (
+    already_released,
+    check_undoable,
+    check_undoer,
+    facts,
+    restored,
+    snapshot,
+    undo_note,
+)
 
 
 def hold_release(
@@ -86,50 +90,20 @@ async def undo_decision(
         now = utcnow()
         current = await _kernel.load(uow.conn, principal, review_id)
         actor = _kernel.actor_of(principal, current)
-        if current.state in CLOSED or (
-            current.state is State.APPROVED and current.send_path not in _REVIEWED
-        ):
-            raise _released(current, actor)
-        if current.state is not State.APPROVED:
-            raise DomainError(
-                Code.WRONG_STATE,
-                f"Nothing to undo: the review is {current.state}, not a release waiting out its undo window.",
-                **_facts(current, actor),
-            )
+        check_undoable(current, actor)
         decider = _decider(await store.list_turns(uow.conn, review_id))
-        if decider is not None and decider[0] != principal.actor_id:
-            raise DomainError(
-                Code.FORBIDDEN_SCOPE,
-                f"Only the reviewer who released this draft ({decider[0]}) may undo the release.",
-            )
-        if (revision, version) != (current.revision, current.version):
-            raise DomainError(
-                Code.STALE,
-                f"You named revision {revision}, version {version}, but the release is at revision "
-                f"{current.revision}, version {current.version}. Re-read it.",
-                **_facts(current, actor),
-            )
+        check_undoer(current, actor, principal.actor_id, decider[0] if decider else None, (revision, version))
         kept = await store.withdraw(uow.conn, review_id, now)
         if kept is None:
-            raise _released(current, actor)
+            raise already_released(current, actor)
         action = decider[1] if decider is not None else "approve"
         back = replace(current, updated_at=now, **restored(kept, actor))
         with _kernel.span(current, back.state, actor):
-            written = await store.compare_and_set(
-                uow,
-                current,
-                back,
-                turn=_kernel.turn(
-                    principal,
-                    UNDO,
-                    f"Undid the {action} before it went out: the draft is back as the decision found it, "
-                    "and nothing was sent.",
-                    action=action,
-                ),
-            )
+            turn = _kernel.turn(principal, UNDO, undo_note(action), action=action)
+            written = await store.compare_and_set(uow, current, back, turn=turn)
         if written is None:  # another writer between the read and the write: nothing is undone
             raise DomainError(
-                Code.STALE, "The review changed at the same moment; re-read it.", **_facts(current, actor)
+                Code.STALE, "The review changed at the same moment; re-read it.", **facts(current, actor)
             )
         if current.send_path in POOLED_PATHS:  # a review agent's release spent a pool unit: it comes back
             publish_pool_settled(uow, current, NOT_SENT)
@@ -144,22 +118,3 @@ def _decider(turns: list[Any]) -> tuple[str, str] | None:
     """Who released the draft, and with which action: the last decision that stands."""
     decisions = [t for t in in_force(turns) if t.turn_type == "decision"]
     return (decisions[-1].actor_id, decisions[-1].action) if decisions else None
-
-
-def _facts(review: Review, actor: Actor) -> dict[str, Any]:
-    return {
-        "state": review.state,
-        "revision": review.revision,
-        "version": review.version,
-        "allowed_actions": allowed_actions(review.state, actor),
-    }
-
-
-def _released(review: Review, actor: Actor) -> DomainError:
-    return DomainError(
-        Code.WRONG_STATE,
-        f"Too late to undo: the release has already been released to delivery (the review is {review.state}). "
-        "Its undo window closed.",
-        hints=(("reason", "already_released"),),
-        **_facts(review, actor),
-    )

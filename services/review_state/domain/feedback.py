@@ -4,9 +4,11 @@ alike, so the two can never disagree (spec 000)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
-from review_state.domain.review import Turn
+from review_state.domain.machine import Verb
+from review_state.domain.review import Facts, Move, Review, Turn
 
 APPROVING = ("approve", "edit")  # an edit is its author's approval of the revision it wrote
 
@@ -83,3 +85,23 @@ def panel(turns: Sequence[Turn]) -> list[str]:
 def outcome_for_rules(decision: str) -> str | None:
     """The review outcome the rules context counts per category: approval, drift, rejection."""
     return {"approved": "clean_approval", "edited": "drift", "rejected": "rejection"}.get(decision)
+
+
+# The releases a reviewer decided; a direct or graduated one has no decider (nor undo).
+REVIEWED = ("human_reviewed", "reviewer_approved")
+
+
+def delivered_move(
+    review: Review, turns: Sequence[Turn], send_path: str, message_id: str, now: datetime
+) -> Move:
+    """The platform's move once the provider accepted the release of ``review`` (sent by ``send_path`` as
+    ``message_id``): a reviewed release is ``sent``, a direct or graduated one ``auto_sent``; its nudge
+    says how the decisions read and whose approval released the final revision."""
+    return Move(
+        Verb.DELIVERED if send_path in REVIEWED else Verb.AUTO_DELIVERED,
+        facts=Facts(
+            decision=decision_of(decisions_of(turns)),
+            approvers=tuple(approvers(turns, review.revision)),
+        ),
+        changed=replace(review, message_id=message_id, sent_at=now, updated_at=now),
+    )

@@ -14,8 +14,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from reviewloop.errors import Code, DomainError
+
 from review_state.domain import escalation
-from review_state.domain.machine import Actor, State, undo_target
+from review_state.domain.feedback import REVIEWED
+from review_state.domain.machine import CLOSED, Actor, State, allowed_actions, undo_target
 from review_state.domain.review import Review
 
 # The columns a decision writes (``decision.decided`` and the release's send ids) that an undo puts back.
@@ -72,3 +75,63 @@ def restored(kept: dict[str, Any], actor: Actor) -> dict[str, Any]:
         raise ValueError(f"an approval by the {actor} does not leave from {values['state']}")
     values["state"] = state
     return values
+
+
+def check_undoable(review: Review, actor: Actor) -> None:
+    """``wrong_state`` unless ``review`` is a reviewer's release still going: ``already_released`` once
+    it is closed, or a release no reviewer decided."""
+    if review.state in CLOSED or (review.state is State.APPROVED and review.send_path not in REVIEWED):
+        raise already_released(review, actor)
+    if review.state is not State.APPROVED:
+        raise DomainError(
+            Code.WRONG_STATE,
+            f"Nothing to undo: the review is {review.state}, not a release waiting out its undo window.",
+            **facts(review, actor),
+        )
+
+
+def check_undoer(
+    review: Review, actor: Actor, actor_id: str, decider: str | None, named: tuple[int, int]
+) -> None:
+    """Only the reviewer who released the draft (``decider``; None: unknown, anyone) undoes it, on the
+    (revision, version) ``named`` it read."""
+    if decider is not None and decider != actor_id:
+        raise DomainError(
+            Code.FORBIDDEN_SCOPE,
+            f"Only the reviewer who released this draft ({decider}) may undo the release.",
+        )
+    if named != (review.revision, review.version):
+        raise DomainError(
+            Code.STALE,
+            f"You named revision {named[0]}, version {named[1]}, but the release is at revision "
+            f"{review.revision}, version {review.version}. Re-read it.",
+            **facts(review, actor),
+        )
+
+
+def undo_note(action: str) -> str:
+    """The ``undo`` turn's body."""
+    return (
+        f"Undid the {action} before it went out: the draft is back as the decision found it, "
+        "and nothing was sent."
+    )
+
+
+def facts(review: Review, actor: Actor) -> dict[str, Any]:
+    """Where the review stands, for a refusal's problem."""
+    return {
+        "state": review.state,
+        "revision": review.revision,
+        "version": review.version,
+        "allowed_actions": allowed_actions(review.state, actor),
+    }
+
+
+def already_released(review: Review, actor: Actor) -> DomainError:
+    return DomainError(
+        Code.WRONG_STATE,
+        f"Too late to undo: the release has already been released to delivery (the review is {review.state}). "
+        "Its undo window closed.",
+        hints=(("reason", "already_released"),),
+        **facts(review, actor),
+    )
