@@ -303,12 +303,12 @@ def test_the_delivered_bytes_are_the_stdlib_smtp_policys(
         date=datetime(2026, 12, 5, 12, 0, tzinfo=UTC),
     )
     try:
-        ours: bytes | Exception = mime.build_message(**fields)
+        ours: bytes | Exception = mime.build_message(mime.Outgoing(**fields))
     except Exception as error:  # the stdlib must refuse the same input the same way
         ours = error
     with patch.object(mime, "_POLICY", SMTP), patch.object(mime, "_plain_bytes", lambda *_: None):
         try:
-            theirs: bytes | Exception = mime.build_message(**fields)
+            theirs: bytes | Exception = mime.build_message(mime.Outgoing(**fields))
         except Exception as error:
             theirs = error
     if isinstance(ours, Exception):
@@ -336,7 +336,7 @@ def test_a_plain_message_is_written_without_the_email_package() -> None:
         date=datetime(2026, 12, 5, 12, 0, tzinfo=UTC),
     )
     with patch.object(mime, "EmailMessage", side_effect=AssertionError("the email package was used")):
-        plain = mime.build_message(**fields)
+        plain = mime.build_message(mime.Outgoing(**fields))
         assert plain.endswith(b"\r\n\r\nLet me know your thoughts.\r\n")
         with pytest.raises(AssertionError):
-            mime.build_message(**{**fields, "body_html": "<p>Hi</p>"})
+            mime.build_message(mime.Outgoing(**{**fields, "body_html": "<p>Hi</p>"}))

@@ -15,7 +15,7 @@ from reviewloop.storage.outbox import Deliver, Undelivered
 
 from review_state.app._events import MAIL
 from review_state.app.env import Env
-from review_state.domain.mime import build_message
+from review_state.domain.mime import Outgoing, build_message
 from review_state.providers import NotSent, OutcomeUnknown, Refused
 
 log = logging.getLogger(__name__)
@@ -35,19 +35,21 @@ async def send_mail(env: Env, mail: EscalationMail) -> None:
     (the relay tries again later, in order); a refusal is a dead letter an admin sees; a send whose outcome
     is unknown is not sent twice (a missed notification is a nuisance, a doubled one too)."""
     raw = build_message(
-        from_address=env.settings.from_address,
-        to=list(mail.to),
-        cc=[],
-        subject=mail.subject,
-        body_text=mail.body_text,
-        body_html=None,
-        reply_to=None,
-        headers={"Auto-Submitted": "auto-generated"},
-        attachments=(),
-        rfc_message_id=mail.rfc_message_id,
-        in_reply_to=None,
-        references=None,
-        date=utcnow(),
+        Outgoing(
+            from_address=env.settings.from_address,
+            to=list(mail.to),
+            cc=[],
+            subject=mail.subject,
+            body_text=mail.body_text,
+            body_html=None,
+            reply_to=None,
+            headers={"Auto-Submitted": "auto-generated"},
+            attachments=(),
+            rfc_message_id=mail.rfc_message_id,
+            in_reply_to=None,
+            references=None,
+            date=utcnow(),
+        )
     )
 
     async def at_data() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage
@@ -46,100 +47,86 @@ def rfc_message_id(message_id: str, from_address: str) -> str:
     return f"<{message_id}@{domain}>"
 
 
+@dataclass(frozen=True)
+class Outgoing:
+    """The fields one delivered message is built from."""
+
+    from_address: str
+    to: Sequence[str]
+    cc: Sequence[str]
+    subject: str
+    body_text: str
+    body_html: str | None
+    reply_to: str | None
+    headers: Mapping[str, str]
+    attachments: Sequence[Attachment]
+    rfc_message_id: str
+    in_reply_to: str | None
+    references: str | None
+    date: datetime
+
+
 def message_of(review: Review, date: datetime) -> bytes:
     """The approved review as the bytes the provider delivers."""
     return build_message(
-        from_address=review.from_address,
-        to=review.to,
-        cc=review.cc,
-        subject=review.subject,
-        body_text=review.body_text,
-        body_html=review.body_html,
-        reply_to=review.reply_to,
-        headers=review.headers,
-        attachments=review.attachments,
-        rfc_message_id=review.rfc_message_id or "",
-        in_reply_to=review.in_reply_to,
-        references=review.references_hdr,
-        date=date,
+        Outgoing(
+            from_address=review.from_address,
+            to=review.to,
+            cc=review.cc,
+            subject=review.subject,
+            body_text=review.body_text,
+            body_html=review.body_html,
+            reply_to=review.reply_to,
+            headers=review.headers,
+            attachments=review.attachments,
+            rfc_message_id=review.rfc_message_id or "",
+            in_reply_to=review.in_reply_to,
+            references=review.references_hdr,
+            date=date,
+        )
     )
 
 
-def build_message(
-    *,
-    from_address: str,
-    to: Sequence[str],
-    cc: Sequence[str],
-    subject: str,
-    body_text: str,
-    body_html: str | None,
-    reply_to: str | None,
-    headers: Mapping[str, str],
-    attachments: Sequence[Attachment],
-    rfc_message_id: str,
-    in_reply_to: str | None,
-    references: str | None,
-    date: datetime,
-) -> bytes:
+def build_message(out: Outgoing) -> bytes:
     """The message as wire bytes (CRLF). Bcc recipients ride the envelope only, never a header."""
-    if not (body_html or attachments) and (
-        plain := _plain_bytes(
-            from_address,
-            to,
-            cc,
-            subject,
-            body_text,
-            reply_to,
-            headers,
-            rfc_message_id,
-            in_reply_to,
-            references,
-            date,
-        )
-    ):
+    if not (out.body_html or out.attachments) and (plain := _plain_bytes(out)):
         return plain
     message = EmailMessage(policy=_POLICY)
-    message["From"] = from_address
-    message["To"] = ", ".join(to)
-    if cc:
-        message["Cc"] = ", ".join(cc)
-    message["Subject"] = subject
-    message["Date"] = format_datetime(date)
-    message["Message-ID"] = rfc_message_id
-    if reply_to:
-        message["Reply-To"] = reply_to
-    if in_reply_to:
-        message["In-Reply-To"] = in_reply_to
-    if references:
-        message["References"] = references
-    for name, value in sorted(headers.items()):
+    message["From"] = out.from_address
+    message["To"] = ", ".join(out.to)
+    if out.cc:
+        message["Cc"] = ", ".join(out.cc)
+    message["Subject"] = out.subject
+    message["Date"] = format_datetime(out.date)
+    message["Message-ID"] = out.rfc_message_id
+    if out.reply_to:
+        message["Reply-To"] = out.reply_to
+    if out.in_reply_to:
+        message["In-Reply-To"] = out.in_reply_to
+    if out.references:
+        message["References"] = out.references
+    for name, value in sorted(out.headers.items()):
         message[name] = value
-    message.set_content(body_text)
-    if body_html:
-        message.add_alternative(body_html, subtype="html")
-    for attachment in attachments:
+    message.set_content(out.body_text)
+    if out.body_html:
+        message.add_alternative(out.body_html, subtype="html")
+    for attachment in out.attachments:
         maintype, _, subtype = attachment.content_type.partition("/")
         message.add_attachment(
             attachment.content, maintype=maintype, subtype=subtype, filename=attachment.filename
         )
-    _fix_boundaries(message, subject, body_text, body_html, attachments)
+    _fix_boundaries(message, out)
     return message.as_bytes()
 
 
-def _fix_boundaries(
-    message: EmailMessage,
-    subject: str,
-    body_text: str,
-    body_html: str | None,
-    attachments: Sequence[Attachment],
-) -> None:
+def _fix_boundaries(message: EmailMessage, out: Outgoing) -> None:
     """Multipart boundaries derived from the content, where the email package draws random ones: the
     same reviewed fields are the same bytes, so the digest a human approved is the digest delivered.
     A boundary derived from the content cannot be planted in it (it would change the content)."""
     seed = hashlib.sha256()
-    for value in (subject, body_text, body_html or ""):
+    for value in (out.subject, out.body_text, out.body_html or ""):
         seed.update(value.encode("utf-8", "surrogatepass") + b"\0")
-    for attachment in attachments:
+    for attachment in out.attachments:
         seed.update(attachment.filename.encode("utf-8", "surrogatepass") + b"\0" + attachment.content)
     digest = seed.hexdigest()
     for index, part in enumerate(message.walk()):
@@ -177,38 +164,29 @@ _TEXT_PART = (
 )
 
 
-def _plain_bytes(
-    from_address: str,
-    to: Sequence[str],
-    cc: Sequence[str],
-    subject: str,
-    body_text: str,
-    reply_to: str | None,
-    headers: Mapping[str, str],
-    rfc_message_id: str,
-    in_reply_to: str | None,
-    references: str | None,
-    date: datetime,
-) -> bytes | None:
+def _plain_bytes(out: Outgoing) -> bytes | None:
     """``build_message``'s bytes for a plain text message, without the email package; None for any
     other message."""
+    to, cc, reply_to = out.to, out.cc, out.reply_to
     if not to:
         return None
-    if not all(_ADDRESS.fullmatch(a) for a in (from_address, *to, *cc, *([reply_to] if reply_to else []))):
+    if not all(
+        _ADDRESS.fullmatch(a) for a in (out.from_address, *to, *cc, *([reply_to] if reply_to else []))
+    ):
         return None
-    if any(not _NAME.fullmatch(name) or name.lower() in _HEADERS.registry for name in headers):
+    if any(not _NAME.fullmatch(name) or name.lower() in _HEADERS.registry for name in out.headers):
         return None  # a header the registry parses (or a name it would refuse) is the policy's
     fields = [
-        ("From", from_address),
+        ("From", out.from_address),
         ("To", ", ".join(to)),
         ("Cc", ", ".join(cc)),
-        ("Subject", subject),
-        ("Date", format_datetime(date)),
-        ("Message-ID", rfc_message_id),
+        ("Subject", out.subject),
+        ("Date", format_datetime(out.date)),
+        ("Message-ID", out.rfc_message_id),
         ("Reply-To", reply_to or ""),
-        ("In-Reply-To", in_reply_to or ""),
-        ("References", references or ""),
-        *sorted(headers.items()),
+        ("In-Reply-To", out.in_reply_to or ""),
+        ("References", out.references or ""),
+        *sorted(out.headers.items()),
     ]
     lines = []
     for name, value in fields:
@@ -217,9 +195,9 @@ def _plain_bytes(
         if len(name) + 2 + len(value) > _LINE_MAX or "=?" in value or not _WORDS.fullmatch(value):
             return None
         lines.append(f"{name}: {value}\r\n")
-    if not body_text.isascii():
+    if not out.body_text.isascii():
         return None
-    body = body_text.encode("ascii").splitlines()  # as the policy splits it: on CR, LF and CRLF
+    body = out.body_text.encode("ascii").splitlines()  # as the policy splits it: on CR, LF and CRLF
     if any(len(line) > _LINE_MAX for line in body):
         return None
     return "".join(lines).encode("ascii") + _TEXT_PART + b"\r\n".join(body) + b"\r\n"
