@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Generic, NoReturn, TypeVar
 
 from reviewloop.errors import Code, DomainError
@@ -193,21 +194,7 @@ async def move(
     elif verb is Verb.APPROVE and not checks_stale:
         released = await pacing.hold(uow.conn, review, leaving=leaving)
 
-    async def stale() -> NoReturn:
-        # Another writer committed between our read and our write: report the row as it now is.
-        now = await store.get_review(uow.conn, review.project_id, review.id) or review
-        if checks_stale and now.version == review.version:  # no writer: the draft was held stale since
-            await pacing.hold(uow.conn, review, leaving=False)  # its 409 born_stale, if it holds it
-        raise DomainError(
-            Code.STALE,
-            f"Another writer changed the review at the same moment (it is now revision {now.revision}, "
-            f"version {now.version}); re-read it, re-apply your change on top, and retry.",
-            state=now.state,
-            revision=now.revision,
-            version=now.version,
-            allowed_actions=allowed_actions(now.state, actor),
-        )
-
+    stale = partial(_lost, uow, review, actor, checks_stale=checks_stale)
     with span(review, target, actor):
         written = await store.compare_and_set(
             uow,
@@ -227,6 +214,24 @@ async def move(
     else:
         await pacing.settle(uow, edge)
     return edge
+
+
+async def _lost(uow: UnitOfWork, review: Review, actor: Actor, *, checks_stale: bool) -> NoReturn:
+    """``409 stale``: another writer committed between our read and our write; it reports the row as
+    it now is. With no writer (``checks_stale``: the version did not move), the draft was held stale
+    since: its 409 is ``born_stale``, if it holds it."""
+    now = await store.get_review(uow.conn, review.project_id, review.id) or review
+    if checks_stale and now.version == review.version:
+        await pacing.hold(uow.conn, review, leaving=False)
+    raise DomainError(
+        Code.STALE,
+        f"Another writer changed the review at the same moment (it is now revision {now.revision}, "
+        f"version {now.version}); re-read it, re-apply your change on top, and retry.",
+        state=now.state,
+        revision=now.revision,
+        version=now.version,
+        allowed_actions=allowed_actions(now.state, actor),
+    )
 
 
 async def transition(

@@ -202,14 +202,7 @@ def check_transition(
     if parent_revision is None:
         parent_revision = revision
     if state in TERMINAL:
-        raise DomainError(
-            Code.TERMINAL,
-            f"The review is already {state}; nothing will mutate it. Read it, and drain the "
-            "front_run_next event that reports what happened.",
-            state=state,
-            allowed_actions=allowed_actions(state, actor),
-            sent_message_id=review.message_id,
-        )
+        raise _terminal(review, actor)
     target = next_state(state, verb, actor)
     if state is S.APPROVED and target is None:
         # Spec 000: from `approved`, "nothing: it is being delivered". A send merely in flight is a
@@ -248,6 +241,17 @@ def check_transition(
             allowed_actions=allowed_actions(state, actor),
         )
     return target
+
+
+def _terminal(review: Position, actor: Actor) -> DomainError:
+    return DomainError(
+        Code.TERMINAL,
+        f"The review is already {review.state}; nothing will mutate it. Read it, and drain the "
+        "front_run_next event that reports what happened.",
+        state=review.state,
+        allowed_actions=allowed_actions(review.state, actor),
+        sent_message_id=review.message_id,
+    )
 
 
 def parked(error: DomainError) -> DomainError:
