@@ -40,6 +40,8 @@ from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
+from gateway.commands import rules as commands
+from gateway.commands.rules import RuleAction
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.translate import Json, page
 from gateway.translate.rules import (
@@ -206,28 +208,6 @@ async def get_rule_audit(lineage_id: str, principal: ProjectKey, backend: Backen
     return encoded(as_rule_audit(reply))
 
 
-async def _lineage_verb(
-    verb: str,
-    lineage_id: str,
-    body: RevIn,
-    principal: Principal,
-    backend: Backends,
-    idempotency_key: str,
-    to_layer: str = "",
-) -> Json:
-    reply = await getattr(backend.rules, verb)(
-        rules_pb2.RuleActionRequest(
-            principal=principal.to_proto(),
-            lineage_id=lineage_id,
-            expected_rev=body.rev,
-            idempotency_key=idempotency_key,
-            to_layer=to_layer,
-        ),
-        timeout=backend.timeout_s,
-    )
-    return as_rule(reply)
-
-
 @router.post("/v1/rules/{lineage_id}/retire", operation_id="retire_project_rule", response_model=Rule)
 async def retire_project_rule(
     lineage_id: str,
@@ -238,7 +218,11 @@ async def retire_project_rule(
 ) -> Json:
     """Retire a project rule (the catalog's ``retire_rule``), naming the rev you read (a stale rev is a
     409). Org house style, and every retire under staged approval, are the console's (403)."""
-    return await _lineage_verb("RetireRule", lineage_id, body, principal, backend, idempotency_key)
+    return as_rule(
+        await commands.lineage_verb(
+            backend, principal, RuleAction("RetireRule", lineage_id, body.rev, idempotency_key)
+        )
+    )
 
 
 @router.post("/v1/rules/{lineage_id}/undo", operation_id="undo_rule_change", response_model=Rule)
@@ -251,7 +235,11 @@ async def undo_rule_change(
 ) -> Json:
     """Restore the revision of a project rule in force before its last change (a new revision; undoing
     a creation retires the rule), naming the rev you read. Same authority as ``retire_rule``."""
-    return await _lineage_verb("UndoRule", lineage_id, body, principal, backend, idempotency_key)
+    return as_rule(
+        await commands.lineage_verb(
+            backend, principal, RuleAction("UndoRule", lineage_id, body.rev, idempotency_key)
+        )
+    )
 
 
 @router.post("/v1/rules/{lineage_id}/promote", operation_id="promote_rule", response_model=Rule)
@@ -267,7 +255,11 @@ async def promote_rule(
     an active project rule becomes org house style (``project -> org``; console authority, an admin key:
     any other key is 403 ``forbidden_scope``)."""
     layer = "" if body.to_layer == "project" else body.to_layer
-    return await _lineage_verb("PromoteRule", lineage_id, body, principal, backend, idempotency_key, layer)
+    return as_rule(
+        await commands.lineage_verb(
+            backend, principal, RuleAction("PromoteRule", lineage_id, body.rev, idempotency_key, layer)
+        )
+    )
 
 
 @router.get("/v1/categories", operation_id="list_categories", response_model=CategoryList)

@@ -34,6 +34,8 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from gateway.auth import Caller, admin_actor_id, check_org, console_principal, org_principal, require_admin
 from gateway.backends import Backends, backends
+from gateway.commands import rules as commands
+from gateway.commands.rules import RuleAction
 from gateway.responses import ShapedRoute
 from gateway.routes.rules import IdempotencyKey, save_request
 from gateway.translate import Json
@@ -100,35 +102,15 @@ async def save_house_style_rule(
     return as_rule(reply)
 
 
-async def _lineage_verb(
-    verb: str,
-    lineage_id: str,
-    body: RevIn,
-    caller: Caller,
-    request: Request,
-    backend: Backends,
-    idempotency_key: str = "",
-    to_layer: str = "",
-) -> Json:
-    principal = await _owner_principal(caller, request, backend, lineage_id=lineage_id)
-    call = getattr(backend.rules, verb)
-    reply = await call(
-        rules_pb2.RuleActionRequest(
-            principal=principal.to_proto(),
-            lineage_id=lineage_id,
-            expected_rev=body.rev,
-            idempotency_key=idempotency_key,
-            to_layer=to_layer,
-        ),
-        timeout=backend.timeout_s,
-    )
-    return as_rule(reply)
+async def _lineage_verb(action: RuleAction, caller: Caller, request: Request, backend: Backends) -> Json:
+    principal = await _owner_principal(caller, request, backend, lineage_id=action.lineage_id)
+    return as_rule(await commands.lineage_verb(backend, principal, action))
 
 
 @router.post("/v1/admin/rules/{lineage_id}/undo", operation_id="undo_rule", response_model=Rule)
 async def undo_rule(lineage_id: str, body: RevIn, caller: Admin, request: Request, backend: Backend) -> Json:
     """Restore the revision in force before the last change (a new revision)."""
-    return await _lineage_verb("UndoRule", lineage_id, body, caller, request, backend)
+    return await _lineage_verb(RuleAction("UndoRule", lineage_id, body.rev), caller, request, backend)
 
 
 @router.post("/v1/admin/rules/{lineage_id}/promote", operation_id="admin_promote_rule", response_model=Rule)
@@ -144,7 +126,7 @@ async def admin_promote_rule(
     style (every project of the org inherits it). Audited as a revision of its lineage."""
     layer = "" if body.to_layer == "project" else body.to_layer
     return await _lineage_verb(
-        "PromoteRule", lineage_id, body, caller, request, backend, idempotency_key, layer
+        RuleAction("PromoteRule", lineage_id, body.rev, idempotency_key, layer), caller, request, backend
     )
 
 
@@ -153,21 +135,21 @@ async def approve_rule(
     lineage_id: str, body: RevIn, caller: Admin, request: Request, backend: Backend
 ) -> Json:
     """Accept a proposed (staged) revision into the effective stack."""
-    return await _lineage_verb("ApproveRule", lineage_id, body, caller, request, backend)
+    return await _lineage_verb(RuleAction("ApproveRule", lineage_id, body.rev), caller, request, backend)
 
 
 @router.post("/v1/admin/rules/{lineage_id}/reject", operation_id="reject_rule", response_model=Rule)
 async def reject_rule(
     lineage_id: str, body: RevIn, caller: Admin, request: Request, backend: Backend
 ) -> Json:
-    return await _lineage_verb("RejectRule", lineage_id, body, caller, request, backend)
+    return await _lineage_verb(RuleAction("RejectRule", lineage_id, body.rev), caller, request, backend)
 
 
 @router.post("/v1/admin/rules/{lineage_id}/retire", operation_id="retire_rule", response_model=Rule)
 async def retire_rule(
     lineage_id: str, body: RevIn, caller: Admin, request: Request, backend: Backend
 ) -> Json:
-    return await _lineage_verb("RetireRule", lineage_id, body, caller, request, backend)
+    return await _lineage_verb(RuleAction("RetireRule", lineage_id, body.rev), caller, request, backend)
 
 
 # --- categories and graduation -------------------------------------------------------------------
