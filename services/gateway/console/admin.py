@@ -23,7 +23,7 @@ from starlette.responses import RedirectResponse, Response
 
 from gateway import store
 from gateway.console import dial_effect, web
-from gateway.console.html import csrf_field, error_box, h, page, table
+from gateway.console.html import csrf_field, h, page, render, table
 from gateway.console.sessions import Session
 from gateway.translate.budget import as_round_budget
 from gateway.translate.reviews import as_contact
@@ -112,37 +112,15 @@ async def _categories(request: Request, session: Session) -> list[dict[str, Any]
 # --- rules ----------------------------------------------------------------------------------------
 
 
-def _rule_rows(
-    session: Session,
-    rules: list[dict[str, Any]],
-    history: dict[str, list[dict[str, Any]]],
-    who: web.Actors,
-) -> list[str]:
-    rows = []
-    for rule in rules:
-        revisions = "".join(
-            f"<li>rev {r['rev']} {h(r['action'])} by "
-            f"{h(who.name(r.get('changed_by_id') or '', r['changed_by_kind']))} at {h(r['created_at'])}: "
-            f"{h(r['rule_text'])}</li>"
-            for r in history.get(rule["lineage_id"], [])
-        )
-        lineage = f"/console/rules/{rule['lineage_id']}"
-        rev = f'<input type="hidden" name="rev" value="{rule["rev"]}">'
-        if rule["status"] == "proposed":
-            verbs = _form(session, lineage + "/approve", rev, "Approve") + _form(
-                session, lineage + "/reject", rev, "Reject"
-            )
-        else:
-            verbs = _form(session, lineage + "/undo", rev, "Undo last change") + _form(
-                session, lineage + "/retire", rev, "Retire"
-            )
-        rows.append(
-            f"<tr><td>{h(rule['rule_layer'])}</td><td>{h(rule['scope'])}</td><td>{h(rule.get('category_id') or '—')}</td>"
-            f"<td>{h(rule.get('agent_id') or 'every agent')}</td><td>{h(rule['kind'])} / {rule['priority']}</td>"
-            f"<td>{h(rule['rule_text'])}<details><summary>History</summary><ul>{revisions}</ul></details></td>"
-            f"<td>rev {rule['rev']} · {h(rule['status'])}</td><td>{verbs}</td></tr>"
-        )
-    return rows
+def _rule_view(rule: dict[str, Any], history: list[dict[str, Any]], who: web.Actors) -> dict[str, Any]:
+    """A rule as its row shows it: its revisions (who made each) and the verbs its status allows."""
+    verbs = (
+        [("approve", "Approve"), ("reject", "Reject")]
+        if rule["status"] == "proposed"
+        else [("undo", "Undo last change"), ("retire", "Retire")]
+    )
+    revisions = [{**r, "by": who.name(r.get("changed_by_id") or "", r["changed_by_kind"])} for r in history]
+    return {**rule, "history": revisions, "verbs": verbs}
 
 
 @router.get("/rules")
@@ -177,22 +155,17 @@ async def _rules_view(
         )
         history[rule["lineage_id"]] = [as_rule_revision(r) for r in reply.revisions]
     who = await web.actors(request, session)
-    options = "".join(
-        f'<option value="{h(c["id"])}"{" selected" if c["id"] == category else ""}>{h(c["name"])}</option>'
-        for c in categories
+    body = render(
+        "rules.html",
+        session=session,
+        done=request.query_params.get("done", ""),
+        error=error,
+        categories=[(c["id"], c["name"]) for c in categories],
+        category=category,
+        agent=agent,
+        rules=[_rule_view(r, history[r["lineage_id"]], who) for r in rules],
+        waiting=[_rule_view(r, history[r["lineage_id"]], who) for r in waiting],
     )
-    head = ["Layer", "Scope", "Category", "Agent", "Kind / priority", "Rule", "Revision", "Actions"]
-    body = f"""{_notice(request)}{_refused(error)}
-<form method="get" action="/console/rules">
-  <label for="r-category">Category</label>
-  <select id="r-category" name="category"><option value="">general only</option>{options}</select>
-  <label for="r-agent">Agent id (its per-agent rules)</label>
-  <input type="text" id="r-agent" name="agent" value="{h(agent)}">
-  <p><button type="submit">Show the ladder</button></p>
-</form>
-{table("Effective ladder, in the order a draft applies it", head, _rule_rows(session, rules, history, who), empty="No rules in force.")}
-<h2>Proposed rules waiting for a human</h2>
-{table("Proposed rules", head, _rule_rows(session, waiting, history, who), empty="No proposed rules.")}"""
     return page("Rules", body, session=session, active="rules", status=_status(error))
 
 
@@ -886,8 +859,7 @@ async def _budgets_view(
     request: Request, session: Session, *, form: FormData | None = None, error: DomainError | None = None
 ) -> Response:
     run_id = (web.field(form, "run_id") if form else request.query_params.get("run_id", "")).strip()
-    typed = web.typed(form, "extend")
-    found = ""
+    budget, lookup_error = None, ""
     if run_id:
         try:
             budget = as_round_budget(
@@ -898,35 +870,17 @@ async def _budgets_view(
                 )
             )
         except web.REFUSALS as exc:
-            found = error_box(web.as_domain(exc).detail)
-        else:
-            extension = budget.get("extension")
-            receipt = (
-                f"<p>Extension {h(extension['receipt_id'])}: {extension['prior_limit']} → {extension['new_limit']} "
-                f"at head {h(extension['approved_head'])} by {h(extension['origin']['actor_id'])} "
-                f"({h(extension['granted_at'])}): {h(extension['scope_brief'])}</p>"
-                if extension
-                else "<p>No extension granted.</p>"
-            )
-            found = f"""<h2>Run {h(run_id)}</h2>
-<dl class="meta"><dt>Rounds</dt><dd>{budget["used"]}/{budget["limit"]}{" (exhausted)" if budget["exhausted"] else ""}</dd>
-<dt>No-verdict</dt><dd>{budget["no_verdict"]}/{budget["no_verdict_limit"]}</dd>
-<dt>Admissions</dt><dd>{budget["admissions"]}</dd><dt>Scope</dt><dd>{h(budget["scope_key"])}</dd></dl>
-{receipt}
-<h3>Grant an extension</h3>
-<form method="post" action="/console/budgets/extend">{csrf_field(session)}{_form_id("extend")}
-  <input type="hidden" name="run_id" value="{h(run_id)}">
-  <input type="hidden" name="expected_prior_limit" value="{budget["limit"]}">
-  <input type="hidden" name="idem" value="{web.idempotency_key()}">
-  <label for="b-head">Approved head (commit sha)</label><input type="text" id="b-head" name="head_sha" required value="{h(typed("head_sha", ""))}">
-  <label for="b-limit">New limit</label><input type="number" id="b-limit" name="new_limit" value="{h(typed("new_limit", str(budget["limit"] + 1)))}" required>
-  <label for="b-brief">Scope brief</label><input type="text" id="b-brief" name="scope_brief" size="60" required value="{h(typed("scope_brief", ""))}">
-  <p><button type="submit">Grant extension</button></p></form>"""
-    body = f"""{_notice(request)}{_refused(error)}
-<form method="get" action="/console/budgets">
-  <label for="run">Run id</label><input type="text" id="run" name="run_id" value="{h(run_id)}">
-  <p><button type="submit">Show the review-round budget</button></p></form>
-{found}"""
+            lookup_error = web.as_domain(exc).detail
+    body = render(
+        "budgets.html",
+        session=session,
+        done=request.query_params.get("done", ""),
+        error=error,
+        run_id=run_id,
+        budget=budget,
+        lookup_error=lookup_error,
+        typed=web.typed(form, "extend"),
+    )
     return page("Budgets", body, session=session, active="budgets", status=_status(error))
 
 
