@@ -227,120 +227,83 @@ async def _categories_view(
                 request,
             ),
         )
-        base = f"/console/categories/{category['id']}"
-        verbs = ""
-        if status.get("next_state") and not status["never_graduate"]:
-            verbs += _form(
-                session,
-                base + "/graduate",
-                f'<input type="hidden" name="to_state" value="{h(status["next_state"])}">',
-                f"Graduate {category['name']} to {status['next_state']}",
-            )
-        for lower in RUNGS[: RUNGS.index(status["state"])] if status["state"] in RUNGS else []:
-            verbs += _form(
-                session,
-                base + "/graduate",
-                f'<input type="hidden" name="to_state" value="{h(lower)}"><input type="hidden" name="verb" value="demote">',
-                f"Demote {category['name']} to {lower}",
-            )
-        lock = "false" if status["never_graduate"] else "true"
-        verbs += _form(
-            session,
-            base + "/never-graduate",
-            f'<input type="hidden" name="never_graduate" value="{lock}">',
-            ("Allow graduation of " if status["never_graduate"] else "Never graduate ") + category["name"],
-        )
-        verbs += await _merge_form(request, session, category, names, pacing["pending"], form)
-        gate = "met" if status["maturity_gate_met"] else "not met"
-        record = dial_effect.record_line(await dial_effect.dial_effect(request, session, category["id"]))
-        verbs += f'<a href="{h(base)}/dial-effect">What a dial change would do to {h(category["name"])}</a>'
         rows.append(
-            f'<tr id="category-{h(category["id"])}"><td>{h(category["name"])}<br><code>{h(category["id"])}</code></td>'
-            f"<td>{h(status['state'])}</td>"
-            f"<td>approvals {status['clean_approval_count']}/{status['graduate_min_approvals']} "
-            f"({'met' if status['approvals_met'] else 'not met'}); age {status['age_hours']:.1f} h/"
-            f"{status['graduate_min_age_hours']:.0f} h ({'met' if status['age_met'] else 'not met'}); "
-            f"maturity gate {gate}; drift {status['drift_count']}/{status['drift_demote_after']}; {h(record)}</td>"
-            f'<td class="pacing">{_pacing_cell(pacing)}</td>'
-            f"<td>{'yes' if status['never_graduate'] else 'no'}</td><td>{verbs}</td></tr>"
+            {
+                **category,
+                "status": status,
+                "pacing": pacing,
+                "verbs": _category_verbs(category["name"], status),
+                "merge": await _merge(request, session, str(category["id"]), names, form),
+                "record": dial_effect.record_line(
+                    await dial_effect.dial_effect(request, session, category["id"])
+                ),
+            }
         )
     proposals = await web.call(
         backend.rules.ListGraduationProposals,
         rules_pb2.ListGraduationProposalsRequest(principal=principal),
         request,
     )
-    proposal_rows = [
-        _proposal_row(session, p, names.get(p["category_id"], str(p["category_id"])), form)
+    waiting = [
+        {
+            **p,
+            "name": names.get(p["category_id"], str(p["category_id"])),
+            "reason": web.typed(form, f"reject-{p['id']}")("reason", ""),
+        }
         for p in (as_graduation_proposal(x) for x in proposals.proposals)
     ]
-    new = web.typed(form, "new-category")
-    head = ["Category", "Rung", "Maturity gate", "Backlog pacing", "Never graduate", "Actions"]
-    body = f"""{_notice(request)}{_refused(error)}
-{table("Categories and their graduation status", head, rows, empty="No categories yet.")}
-<h2>Graduation proposals waiting for a human</h2>
-{table("Proposals, newest first", ["Category", "Move", "Proposed by", "Maturity gate", "Actions"], proposal_rows, empty="No proposals.")}
-<h2>New category</h2>
-<form method="post" action="/console/categories">{csrf_field(session)}{_form_id("new-category")}
-  <input type="hidden" name="idem" value="{web.idempotency_key()}">
-  <label for="c-name">Name</label><input type="text" id="c-name" name="name" required value="{h(new("name", ""))}">
-  <label for="c-description">Description</label><input type="text" id="c-description" name="description" size="60" value="{h(new("description", ""))}">
-  <p><button type="submit">Create category</button></p>
-</form>"""
+    body = render(
+        "categories.html",
+        session=session,
+        done=request.query_params.get("done", ""),
+        error=error,
+        categories=rows,
+        proposals=waiting,
+        new=web.typed(form, "new-category"),
+    )
     return page("Categories", body, session=session, active="categories", status=_status(error))
 
 
-def _pacing_cell(pacing: dict[str, Any]) -> str:
-    """The category's backlog pacing as ``GET /v1/categories/{id}/pacing`` answers it: what is pending,
-    what is stale against which rule high-water, what is nudged in the look-ahead window, what is next."""
-    nxt = ", ".join(pacing["next_review_ids"]) or "nothing"
-    return (
-        f"{pacing['queued']} pending; {pacing['stale']} stale against rule high-water "
-        f"{pacing['rule_high_water']}; {pacing['redrafting']} in the window (nudged, of "
-        f"{pacing['lookahead_window']}); next: <code>{h(nxt)}</code>"
+def _category_verbs(name: str, status: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]], str]]:
+    """A category's one-button forms (path under the category, hidden fields, label): graduate to the
+    next rung, demote to each lower one, and the graduation lock."""
+    verbs = []
+    if status.get("next_state") and not status["never_graduate"]:
+        nxt = status["next_state"]
+        verbs.append(("/graduate", [("to_state", nxt)], f"Graduate {name} to {nxt}"))
+    for lower in RUNGS[: RUNGS.index(status["state"])] if status["state"] in RUNGS else []:
+        verbs.append(("/graduate", [("to_state", lower), ("verb", "demote")], f"Demote {name} to {lower}"))
+    locked = status["never_graduate"]
+    verbs.append(
+        (
+            "/never-graduate",
+            [("never_graduate", "false" if locked else "true")],
+            ("Allow graduation of " if locked else "Never graduate ") + name,
+        )
     )
+    return verbs
 
 
-async def _merge_form(
-    request: Request,
-    session: Session,
-    category: dict[str, Any],
-    names: dict[str, str],
-    pending: int,
-    form: FormData | None,
-) -> str:
-    """ "Merge into…": the other categories to merge into, the rationale, and what moves (the category's
-    own live rules and its pending drafts, each nudged to recheck its category)."""
-    cid = str(category["id"])
+async def _merge(
+    request: Request, session: Session, cid: str, names: dict[str, str], form: FormData | None
+) -> dict[str, Any] | None:
+    """What "Merge into…" offers: the other categories (by name), what was typed, and how many of the
+    category's own live rules move; None when there is no other category."""
     others = {i: n for i, n in names.items() if i != cid}
     if not others:
-        return ""
+        return None
     rules = await web.call(
         web.backend(request).rules.GetRules,
         rules_pb2.GetRulesRequest(principal=session.principal.to_proto(), category_id=cid),
         request,
     )
-    own = sum(1 for r in rules.rules if r.scope == "category" and r.category_id == cid)
     typed = web.typed(form, f"merge-{cid}")
-    into = typed("into_category_id", "")
-    options = "".join(
-        f'<option value="{h(i)}"{" selected" if i == into else ""}>{h(n)}</option>'
-        for i, n in sorted(others.items(), key=lambda x: x[1])
-    )
-    ident = f"merge-{h(cid)}"
-    return (
-        f"<details{' open' if into else ''}><summary>Merge {h(category['name'])} into…</summary>"
-        f'<form method="post" action="/console/categories/{h(cid)}/merge">{csrf_field(session)}{_form_id(f"merge-{cid}")}'
-        f'<input type="hidden" name="idem" value="{web.idempotency_key()}">'
-        f'<label for="{ident}-into">Category that stays</label>'
-        f'<select id="{ident}-into" name="into_category_id" required><option value="">pick one</option>{options}</select>'
-        f'<label for="{ident}-why">Rationale (why both describe the same purpose)</label>'
-        f'<textarea id="{ident}-why" name="rationale" rows="2" cols="40" required maxlength="2000">'
-        f"{h(typed('rationale', ''))}</textarea>"
-        f'<p class="confirm">Moves {own} category rule{"" if own == 1 else "s"} and {pending} pending '
-        f"draft{'' if pending == 1 else 's'} (each nudged to recheck its category); {h(category['name'])} "
-        "is retired.</p>"
-        f'<p><button type="submit">Merge {h(category["name"])}</button></p></form></details>'
-    )
+    return {
+        "others": sorted(others.items(), key=lambda x: x[1]),
+        "into": typed("into_category_id", ""),
+        "rationale": typed("rationale", ""),
+        "own": sum(1 for r in rules.rules if r.scope == "category" and r.category_id == cid),
+    }
 
 
 @router.post("/categories/{category_id}/merge")
@@ -369,31 +332,6 @@ async def _merged(reply: rules_pb2.MergeCategoriesResponse) -> Response:
         "/console/categories",
         f"{merged['merged']['name']} merged into {merged['into']['name']}: {merged['rules_moved']} rules "
         f"moved, {merged['rules_retired']} retired as twins; its pending drafts moved and were nudged",
-    )
-
-
-def _proposal_row(session: Session, proposal: dict[str, Any], name: str, form: FormData | None) -> str:
-    """A waiting proposal: approve (graduate the category to it) or reject with the reason the agent
-    reads verbatim (the category stays on its rung)."""
-    pid, to_state = proposal["id"], proposal["to_state"]
-    gate = "met" if proposal["graduation"]["maturity_gate_met"] else "not met"
-    approve = _form(
-        session,
-        f"/console/categories/{proposal['category_id']}/graduate",
-        f'<input type="hidden" name="to_state" value="{h(to_state)}">',
-        f"Approve: graduate {name} to {to_state}",
-    )
-    reason = web.typed(form, f"reject-{pid}")("reason", "")
-    reject = (
-        f'<details{" open" if reason else ""}><summary>Reject…</summary><form method="post" action="/console/categories/proposals/{h(pid)}/reject">'
-        f'{csrf_field(session)}{_form_id(f"reject-{pid}")}<label for="reason-{h(pid)}">Reason (the agent reads it verbatim)</label>'
-        f'<textarea id="reason-{h(pid)}" name="reason" rows="2" cols="40" required maxlength="2000">{h(reason)}</textarea>'
-        f'<p><button type="submit">Reject the proposal for {h(name)}</button></p></form></details>'
-    )
-    return (
-        f'<tr id="proposal-{h(pid)}"><td>{h(name)}</td><td>{h(proposal["from_state"])} → {h(to_state)}</td>'
-        f"<td>{h(proposal['proposed_by'])}: {h(proposal['note'])}<br><small>{h(proposal['created_at'])}</small></td>"
-        f"<td>{gate}</td><td>{approve}{reject}</td></tr>"
     )
 
 
