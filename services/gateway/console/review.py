@@ -17,7 +17,13 @@ from fastapi import APIRouter, Request
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
-from reviewloop.shapes import DeliveryResolutionIn, OpenIn, PostReviewChatRequest, ReviewerDecisionRequest
+from reviewloop.shapes import (
+    DeliveryResolutionIn,
+    OpenIn,
+    PostReviewChatRequest,
+    ReviewerDecisionRequest,
+    UndoDecisionIn,
+)
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
@@ -26,7 +32,7 @@ from gateway.commands.reviews import STATES as _STATES
 from gateway.console import escalation, presence, queue_view, rule_proposal, web
 from gateway.console.html import page, render
 from gateway.console.sessions import Session
-from gateway.console.undo import NOTES, undo_toast
+from gateway.console.undo import NOTES, Window, my_window, open_window, undo_toast
 from gateway.console.warnings import hidden_html, unnamed_rule_snapshot, warnings
 from gateway.translate.reviews import as_review
 
@@ -269,13 +275,13 @@ async def batch(request: Request) -> Response:
     action = web.field(form, "action")
     reason = web.field(form, "feedback").strip()
     picks = [str(v) for v in form.getlist("pick")][:BATCH_MAX]
-    lines: list[str] = []
+    lines: list[tuple[str, Window | None]] = []
     if action not in ("approve", "reject"):
-        lines.append("Nothing was done: pick approve or reject.")
+        lines.append(("Nothing was done: pick approve or reject.", None))
     elif action == "reject" and not reason:
-        lines.append("Nothing was done: a reject needs a reason, which the agent of each draft gets.")
+        lines.append(("Nothing was done: a reject needs a reason, which the agent of each draft gets.", None))
     elif not picks:
-        lines.append("Nothing was done: select at least one draft.")
+        lines.append(("Nothing was done: select at least one draft.", None))
     else:
         pending = {r["id"]: r for r in await _list(request, session, list(PENDING))}
         held = await held_by_rule(
@@ -285,13 +291,53 @@ async def batch(request: Request) -> Response:
         )
         for pick in picks:
             lines.append(await _batch_one(request, session, pick, action, reason, pending, held))
+    return _batch_page(session, lines)
+
+
+def _batch_page(session: Session, lines: list[tuple[str, Window | None]]) -> Response:
+    """A batch's result lines, each approval with its own Undo while its window is open."""
     return page(
         "Batch decision",
-        render("batch.html", lines=lines),
+        render(
+            "batch.html",
+            session=session,
+            lines=lines,
+            last=max((w.until for _, w in lines if w), default=None),
+        ),
         session=session,
         active="queue",
         announce=f"{len(lines)} results",
     )
+
+
+@router.post("/batch/undo")
+async def batch_undo(request: Request) -> Response:
+    """Undo one line of a batch (``undo=<id:revision:version>``) or every line still open (``undo=all``),
+    each its own ``UndoDecision`` and result line; the lines not undone keep their Undo."""
+    session, form = await web.writer(request)
+    chosen = web.field(form, "undo")
+    backend, principal = web.backend(request), session.principal
+    lines: list[tuple[str, Window | None]] = []
+    for pick in [str(v) for v in form.getlist("open")][:BATCH_MAX]:
+        rid, _, seen = pick.partition(":")
+        revision_s, _, version_s = seen.partition(":")
+        if not revision_s.isdigit() or not version_s.isdigit():
+            continue
+        try:
+            if chosen not in ("all", pick):
+                kept = await web.call(
+                    backend.review.GetReview,
+                    review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=rid),
+                    request,
+                )
+                lines.append((f"“{_summary(as_review(kept))}” ({rid}): approved.", open_window(kept)))
+                continue
+            seen_at = web.shaped(UndoDecisionIn, revision=int(revision_s), version=int(version_s))
+            undone = await commands.undo_decision(backend, principal, rid, seen_at, web.idempotency_key())
+            lines.append((f"“{_summary(as_review(undone))}” ({rid}): undone; nothing was sent.", None))
+        except web.REFUSALS as exc:
+            lines.append((f"{rid}: not undone: {web.as_domain(exc).detail}", None))
+    return _batch_page(session, lines)
 
 
 async def _batch_one(
@@ -302,23 +348,25 @@ async def _batch_one(
     reason: str,
     pending: Mapping[str, dict[str, Any]],
     held: Mapping[str, Any],
-) -> str:
-    """One draft of a batch: its own compare-and-set on what the queue showed, and its result line."""
+) -> tuple[str, Window | None]:
+    """One draft of a batch: its own compare-and-set on what the queue showed, and its result line (with
+    the approval's undo window, while open)."""
     rid, _, seen = pick.partition(":")
     revision_s, _, version_s = seen.partition(":")
     review = pending.get(rid)
     if review is None or not revision_s.isdigit() or not version_s.isdigit():
-        return f"{rid}: not decided: it is no longer pending."
+        return f"{rid}: not decided: it is no longer pending.", None
     name = f"“{_summary(review)}” ({rid})"
     if action == "approve":
         found = warnings(review)
         if found:
             return (
                 f"{name}: not approved: it has {len(found)} warning{'' if len(found) == 1 else 's'} a batch "
-                "does not show. Open it to read them and decide."
+                "does not show. Open it to read them and decide.",
+                None,
             )
         if rid in held:
-            return f"{name}: not approved: a rule holds it. Open it to approve it as it stands."
+            return f"{name}: not approved: a rule holds it. Open it to approve it as it stands.", None
     revision, version = int(revision_s), int(version_s)
     backend, principal = web.backend(request), session.principal
     try:
@@ -333,10 +381,11 @@ async def _batch_one(
             version=version,
             feedback=reason if action == "reject" else "",
         )
-        await commands.decide(request, backend, principal, rid, decision, web.idempotency_key())
+        decided = await commands.decide(request, backend, principal, rid, decision, web.idempotency_key())
     except web.REFUSALS as exc:
-        return f"{name}: not {PAST[action].lower()}: {web.as_domain(exc).detail}"
-    return f"{name}: {PAST[action].lower()}."
+        return f"{name}: not {PAST[action].lower()}: {web.as_domain(exc).detail}", None
+    window = open_window(decided) if isinstance(decided, review_pb2.Review) else None
+    return f"{name}: {PAST[action].lower()}.", window
 
 
 def _nothing_listed(state: str, category: str) -> str:
@@ -774,6 +823,7 @@ async def render_review(
         intent_meta=json.dumps(intent.get("meta") or {}, indent=2, ensure_ascii=False),
         history=_history(request, await _revisions(request, session, rid)),
         turns=_turns(review, who),
+        undo=my_window(review, session.principal.actor_id),
     )
     return page(
         _summary(review),

@@ -4,7 +4,10 @@ and the ``z`` key) while the release waits out its window, counting down; the un
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import APIRouter, Request
 from markupsafe import Markup
@@ -29,6 +32,47 @@ NOTES = {
 RELEASES = ("approve", "edit")
 
 
+@dataclass(frozen=True)
+class Window:
+    """A release's open undo window: the (revision, version) the undo names, and when it closes."""
+
+    review_id: str
+    revision: int
+    version: int
+    until: datetime
+
+    @property
+    def left(self) -> int:
+        """Whole seconds left (rounded up, as the countdown shows them)."""
+        return max(int((self.until - datetime.now(UTC)).total_seconds() + 0.999), 0)
+
+    @property
+    def pick(self) -> str:
+        """The window as one form value (``id:revision:version``), as the batch names its drafts."""
+        return f"{self.review_id}:{self.revision}:{self.version}"
+
+
+def open_window(review: review_pb2.Review) -> Window | None:
+    """The review's undo window, if it is still open."""
+    if not review.HasField("undo_until"):
+        return None
+    w = Window(review.id, review.revision, review.version, review.undo_until.ToDatetime(tzinfo=UTC))
+    return w if w.left else None
+
+
+def my_window(review: Mapping[str, Any], actor_id: str) -> Window | None:
+    """The open undo window of a release this viewer made (only its decider may undo it), for the review
+    page: a reviewer who navigated back can still undo."""
+    until = review.get("undo_until")
+    releases = [
+        t for t in review.get("turns", []) if t["turn_type"] == "decision" and t.get("action") in RELEASES
+    ]
+    if not until or not releases or releases[-1].get("actor_id") != actor_id:
+        return None
+    w = Window(review["id"], review["revision"], review["version"], datetime.fromisoformat(until))
+    return w if w.left else None
+
+
 async def undo_toast(request: Request, session: Session) -> Markup:
     """The Undo control for the release that led to this page (``?done=approve|edit&prev=<id>``), while
     its window is open; empty otherwise. One read of that review, only after a release."""
@@ -43,22 +87,11 @@ async def undo_toast(request: Request, session: Session) -> Markup:
         )
     except web.REFUSALS:
         return Markup()
-    if not review.HasField("undo_until"):
+    window = open_window(review)
+    if window is None:
         return Markup()
-    until = review.undo_until.ToDatetime(tzinfo=UTC)
-    left = max(int((until - datetime.now(UTC)).total_seconds() + 0.999), 0)
-    if left == 0:
-        return Markup()
-    return render(
-        "undo_toast.html",
-        session=session,
-        what="approval" if done == "approve" else "edit",
-        until=until.isoformat(),
-        review_id=prev,
-        revision=review.revision,
-        version=review.version,
-        left=left,
-    )
+    what = "approval" if done == "approve" else "edit"
+    return render("undo_toast.html", session=session, what=what, w=window)
 
 
 @router.post("/reviews/{review_id}/undo")

@@ -143,20 +143,23 @@
   const focus = document.querySelector("[data-autofocus]");
   if (focus) focus.focus();
 
-  // The undo window of the decision that led here: the toast counts down, and is gone when it closes.
+  // Undo windows (the toast of the decision that led here, the review page's, a batch's lines): each
+  // counts down, and its control is gone when it closes.
   const undoToast = document.getElementById("undo-toast");
   let said = body.dataset.announce;
   if (undoToast) {
-    const until = new Date(undoToast.dataset.until).getTime();
-    const left = undoToast.querySelector(".undo-left");
-    const seconds = () => Math.max(0, Math.ceil((until - Date.now()) / 1000));
-    said = (said ? said + " " : "") + "Undo with the Undo button or z within " + seconds() + " seconds.";
+    const left = Math.max(0, Math.ceil((new Date(undoToast.dataset.until).getTime() - Date.now()) / 1000));
+    said = (said ? said + " " : "") + "Undo with the Undo button or z within " + left + " seconds.";
+  }
+  for (const windowed of document.querySelectorAll("[data-until]")) {
+    const until = new Date(windowed.dataset.until).getTime();
+    const left = windowed.querySelector(".undo-left");
     const tick = setInterval(() => {
-      const s = seconds();
-      if (s > 0) { left.textContent = "in " + s + " s"; return; }
+      const s = Math.max(0, Math.ceil((until - Date.now()) / 1000));
+      if (s > 0) { if (left) left.textContent = s; return; }
       clearInterval(tick);
-      const hadFocus = undoToast.contains(document.activeElement);
-      undoToast.remove();
+      const hadFocus = windowed.contains(document.activeElement);
+      windowed.remove();
       if (hadFocus) document.getElementById("main").focus();
       announce("The undo window closed; it is being sent.");
     }, 250);
