@@ -118,6 +118,9 @@ async def test_a_batch_approve_offers_an_undo_per_line_and_undo_all(
     for n in (0, 1):
         await expect(results.nth(n)).to_contain_text(f"({rids[n + 1]}): undone; nothing was sent.")
     await expect(page.get_by_role("button", name=UNDO_LEFT)).to_have_count(0)
+    # The form posted again with nothing left open says so (no empty page, nothing changed).
+    await page.evaluate("document.querySelector('form[action=\"/console/batch/undo\"]').requestSubmit()")
+    await expect(results).to_have_text(["Nothing was undone: no line of the batch was still open."])
     for n, rid in enumerate(rids):  # each as the batch's decision found it: opened, its first revision
         after = await review(capi, p["human"], rid)
         assert (after["state"], after["revision"], after["subject"]) == ("in_review", 1, f"batch {n}")

@@ -337,7 +337,7 @@ async def batch_undo(request: Request) -> Response:
             lines.append((f"“{_summary(as_review(undone))}” ({rid}): undone; nothing was sent.", None))
         except web.REFUSALS as exc:
             lines.append((f"{rid}: not undone: {web.as_domain(exc).detail}", None))
-    return _batch_page(session, lines)
+    return _batch_page(session, lines or [("Nothing was undone: no line of the batch was still open.", None)])
 
 
 async def _batch_one(
