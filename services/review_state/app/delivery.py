@@ -87,16 +87,7 @@ async def record_attempt(
     """The attempt of a review whose approving compare-and-set already wrote ``send``'s columns,
     claimed for this process's worker (``deliver(..., claim)`` once the unit of work committed)."""
     owner = uuid.uuid4().hex
-    attempt = store.start_attempt(
-        uow,
-        approved,
-        send["message_id"],
-        send["rfc_message_id"],
-        send["send_path"],
-        now,
-        owner,
-        now + lease,
-    )
+    attempt = store.start_attempt(uow, approved, send, now, owner, now + lease)
     return Claim(owner, attempt, now + lease)
 
 

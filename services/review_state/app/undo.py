@@ -42,17 +42,7 @@ def hold_release(
 ) -> None:
     """Record, in the decision's unit of work, the attempt of a release that waits out its undo window:
     claimed by nobody, due at ``release``, keeping what the decision found (``before``) for an undo."""
-    store.start_attempt(
-        uow,
-        approved,
-        send["message_id"],
-        send["rfc_message_id"],
-        send["send_path"],
-        now,
-        None,
-        release,
-        snapshot(before),
-    )
+    store.start_attempt(uow, approved, send, now, None, release, snapshot(before))
 
 
 def release_later(env: Env, review_id: str, release: datetime) -> None:

@@ -7,6 +7,7 @@ once its lease lapses.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,24 +26,23 @@ QUEUED, DATA, PARKED = "queued", "data", "parked"
 def start_attempt(
     uow: UnitOfWork,
     review: Review,
-    message_id: str,
-    rfc_message_id: str,
-    send_path: str,
+    send: Mapping[str, str],
     now: datetime,
     owner: str | None,
     until: datetime,
     restore: dict[str, Any] | None = None,
 ) -> Attempt:
-    """Queue the attempt already claimed by ``owner`` until ``until`` (its first try counted): the
-    worker that releases it needs no claim of its own, and a dead one's lease lapses as any other.
+    """Queue the attempt of ``send`` (the ids and path the release wrote on the review's row), already
+    claimed by ``owner`` until ``until`` (its first try counted): the worker that releases it needs no
+    claim of its own, and a dead one's lease lapses as any other.
     ``owner`` None: a release waiting out its undo window, claimed by nobody, due at ``until``, with
     what its decision found (``restore``) for an undo before then."""
     attempt = Attempt(
         review_id=review.id,
         project_id=review.project_id,
-        message_id=message_id,
-        rfc_message_id=rfc_message_id,
-        send_path=send_path,
+        message_id=send["message_id"],
+        rfc_message_id=send["rfc_message_id"],
+        send_path=send["send_path"],
         status="in_flight",
         stage=QUEUED,
         tries=0 if owner is None else 1,
