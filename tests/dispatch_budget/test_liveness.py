@@ -71,6 +71,12 @@ async def test_a_review_in_flight_past_timeout_minutes_ends_and_the_next_due_rev
     assert put.json()["overrides"]["timeout_minutes"] == 0
     second = await _turn(api, agent)
     assert second.get("not_due_reason") is None and second["decision"]["decision"] == "review", second
+    # Back to 5 minutes at once: at 0 the new review is overdue too, and the timeout sweep (every 30 s, in
+    # every replica) could end it before the late finish below (seen once on PostgreSQL under load).
+    put = await api.http.put(
+        "/v1/review-rounds/gate-config", json={**config, "timeout_minutes": 5}, headers=admin
+    )
+    assert put.status_code == 200, put.text
     # Its admitted attempt settled no-verdict timed_out: no round spent.
     budget = await api.http.get("/v1/review-rounds/budget", params={"run_id": "s1-run"}, headers=agent)
     assert (budget.json()["used"], budget.json()["no_verdict"]) == (0, 1), budget.text
