@@ -23,7 +23,7 @@ from starlette.responses import RedirectResponse, Response
 
 from gateway import store
 from gateway.console import dial_effect, web
-from gateway.console.html import csrf_field, h, page, render, table
+from gateway.console.html import page, render
 from gateway.console.sessions import Session
 from gateway.translate.budget import as_round_budget
 from gateway.translate.reviews import as_contact
@@ -55,13 +55,6 @@ async def _admin_write(request: Request) -> tuple[Session, FormData]:
     return session, form
 
 
-def _form(session: Session, action: str, inner: str, label: str) -> str:
-    return (
-        f'<form method="post" action="{h(action)}" class="inline-form">{csrf_field(session)}{inner}'
-        f'<button type="submit">{h(label)}</button></form>'
-    )
-
-
 def _done(path: str, message: str) -> Response:
     return RedirectResponse(f"{path}?{urlencode({'done': message})}", status_code=303)
 
@@ -77,27 +70,8 @@ def _again(
     return lambda error: view(request, session, form=form, error=error)
 
 
-def _refused(error: DomainError | None) -> str:
-    if error is None:
-        return ""
-    return (
-        f'<div class="error" role="alert" data-autofocus tabindex="-1"><p>Refused: {h(error.detail)}</p>'
-        "<p>Nothing was changed; what you typed is kept in its form.</p></div>"
-    )
-
-
 def _status(error: DomainError | None) -> int:
     return 200 if error is None else http_status(error.code)
-
-
-def _form_id(name: str) -> str:
-    """Names the form a post came from, so a refusal puts what was typed back into that form only."""
-    return f'<input type="hidden" name="form" value="{h(name)}">'
-
-
-def _notice(request: Request) -> str:
-    done = request.query_params.get("done", "")
-    return f'<p class="notice" role="status">{h(done.replace("_", " "))}.</p>' if done else ""
 
 
 async def _categories(request: Request, session: Session) -> list[dict[str, Any]]:
@@ -417,30 +391,19 @@ def _shown(value: object) -> str:
     return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _dial_inputs(prefix: str, values: dict[str, Any], blank: str, form: FormData | None) -> str:
-    """One input per dial field, with the value the page showed (so a save sends only what changed), or
-    what the admin typed when this very form was refused."""
+def _dial_fields(prefix: str, values: dict[str, Any], form: FormData | None) -> list[dict[str, Any]]:
+    """The dial's fields as a form shows them: the value the page showed (so a save sends only what
+    changed), or what the admin typed when this very form was refused; a bool field is a select."""
     typed = web.typed(form, prefix)
-    out = [_form_id(prefix)]
-    for name in RISK_DIAL_FIELDS:
-        shown = _shown(values.get(name))
-        value = typed(name, shown)
-        ident = f"{prefix}-{name}"
-        was = f'<input type="hidden" name="was_{h(name)}" value="{h(shown)}">'
-        if isinstance(getattr(rules_pb2.RiskValues(), name), bool):
-            opts = "".join(
-                f'<option value="{v}"{" selected" if value == v else ""}>{v or blank}</option>'
-                for v in ("", "true", "false")
-            )
-            out.append(
-                f'<label for="{ident}">{h(name)}</label><select id="{ident}" name="{h(name)}">{opts}</select>{was}'
-            )
-        else:
-            out.append(
-                f'<label for="{ident}">{h(name)}</label><input type="text" inputmode="decimal" id="{ident}" '
-                f'name="{h(name)}" value="{h(value)}" placeholder="{h(blank)}">{was}'
-            )
-    return "".join(out)
+    return [
+        {
+            "name": name,
+            "shown": _shown(values.get(name)),
+            "value": typed(name, _shown(values.get(name))),
+            "boolean": isinstance(getattr(rules_pb2.RiskValues(), name), bool),
+        }
+        for name in RISK_DIAL_FIELDS
+    ]
 
 
 def _dial_values(form: FormData, *, changed_only: bool) -> tuple[rules_pb2.RiskValues, list[str]]:
@@ -465,25 +428,15 @@ def _dial_values(form: FormData, *, changed_only: bool) -> tuple[rules_pb2.RiskV
 PACING_FIELDS = ("lookahead_window", "rework_batch_max", "nudge_min_interval_ms")
 
 
-async def _pacing_section(request: Request, session: Session, form: FormData | None) -> str:
-    """Backlog pacing (the risk dial's family): how a new rule's stale drafts are nudged to the agent."""
+async def _pacing(request: Request, session: Session, form: FormData | None) -> list[tuple[str, str]]:
+    """Backlog pacing's fields and the values they show."""
     reply = await web.call(
         web.backend(request).rules.GetPacingSettings,
         rules_pb2.GetPacingSettingsRequest(principal=session.principal.to_proto()),
         request,
     )
     typed = web.typed(form, "pacing")
-    inputs = "".join(
-        f'<label for="pacing-{n}">{h(n)}</label><input type="text" inputmode="numeric" id="pacing-{n}" '
-        f'name="{n}" value="{h(typed(n, str(getattr(reply.values, n))))}" placeholder="default">'
-        for n in PACING_FIELDS
-    )
-    return f"""<h2>Backlog pacing</h2>
-<p>A new rule's stale drafts are nudged to the agent <code>lookahead_window</code> per category at a time, each
-suggesting at most <code>rework_batch_max</code>, refills <code>nudge_min_interval_ms</code> apart (blank = default).</p>
-<form method="post" action="/console/settings/pacing">{csrf_field(session)}{_form_id("pacing")}
-{inputs}
-<p><button type="submit">Save pacing</button></p></form>"""
+    return [(n, typed(n, str(getattr(reply.values, n)))) for n in PACING_FIELDS]
 
 
 def _pacing_request(session: Session, form: FormData) -> rules_pb2.SetPacingSettingsRequest:
@@ -523,29 +476,20 @@ POLICY_LAYERS = {
 }
 
 
-def _policy_section(session: Session, policy: review_pb2.ReviewPolicy, form: FormData | None) -> str:
-    """The org's account default beside the project's override, and which of them (or the
-    require_review floor) is in force."""
+def _policy_layers(policy: review_pb2.ReviewPolicy, form: FormData | None) -> list[dict[str, Any]]:
+    """The org's account default beside the project's override, each with its choices ("not set" only
+    while the layer holds nothing)."""
     held = {"account": policy.account_default, "project": policy.project_override}
-    forms = []
-    for layer, label in POLICY_LAYERS.items():
-        picked = web.typed(form, f"policy-{layer}")("policy", held[layer])
-        options = "".join(
-            f'<option value="{p}"{" selected" if p == picked else ""}>{p or "not set"}</option>'
-            for p in ("", *POLICIES)
-            if p or not held[layer]  # "not set" only while the layer holds nothing
-        )
-        forms.append(
-            f'<form method="post" action="/console/settings/review-policy">{csrf_field(session)}'
-            f'{_form_id(f"policy-{layer}")}<input type="hidden" name="layer" value="{layer}">'
-            f'<label for="policy-{layer}">{h(label)}: <strong>{h(held[layer] or "not set")}</strong></label>'
-            f'<select id="policy-{layer}" name="policy">{options}</select>'
-            f"<p><button type='submit'>Save {h(label.split(' (')[0].lower())}</button></p></form>"
-        )
-    return f"""<h2>Review policy</h2>
-<p id="policy-in-force">In force: <strong>{h(policy.policy)}</strong> (from {h(policy.source)}).
-The project's override wins, then the account default, then the <code>require_review</code> floor.</p>
-{"".join(forms)}"""
+    return [
+        {
+            "layer": layer,
+            "label": label,
+            "held": held[layer],
+            "picked": web.typed(form, f"policy-{layer}")("policy", held[layer]),
+            "options": [(p, p or "not set") for p in ("", *POLICIES) if p or not held[layer]],
+        }
+        for layer, label in POLICY_LAYERS.items()
+    ]
 
 
 async def _settings(
@@ -566,79 +510,45 @@ async def _settings(
     )
     categories = await _categories(request, session)
     overrides = {c["category_id"]: c for c in dial["categories"]}
-    dial_rows = [
-        "<tr><th scope='row'>account</th>"
-        + "".join(f"<td>{h(_shown(dial['account'].get(n)) or 'default')}</td>" for n in RISK_DIAL_FIELDS)
-        + "</tr>"
-    ]
-    for c in dial["categories"]:
-        cells = "".join(
-            f"<td>{h(_shown(c['effective'].get(n)))}{' (override)' if c.get(n) is not None else ' (inherited)'}</td>"
-            for n in RISK_DIAL_FIELDS
-        )
-        dial_rows.append(f"<tr><th scope='row'>{h(c['category_id'])}</th>{cells}</tr>")
-    category_forms = "".join(
-        f"<details{' open' if form is not None and web.field(form, 'form') == 'dial-' + c['id'] else ''}>"
-        f"<summary>Overrides for {h(c['name'])}</summary>"
-        f"<form method='post' action='/console/settings/risk-dial'>{csrf_field(session)}"
-        f"<input type='hidden' name='category_id' value='{h(c['id'])}'>"
-        f"{_dial_inputs('dial-' + c['id'], overrides.get(c['id'], {}), 'inherit', form)}"
-        f"<p><button type='submit'>Save overrides for {h(c['name'])}</button></p></form></details>"
-        for c in categories
-    )
     async with request.app.state.db.engine.connect() as conn:
         keys = await store.project_keys(conn, session.principal.project_id)
-    key_rows = [
-        f"<tr><td><code>{h(k.key_id)}</code></td><td>{h(k.actor_kind)}</td><td>{h(k.name)}</td>"
-        f"<td>{h(k.created_at)}</td><td>"
-        + (
-            "revoked"
-            if k.revoked_at
-            else _form(session, f"/console/settings/api-keys/{k.key_id}/revoke", "", f"Revoke {k.key_id}")
-        )
-        + "</td></tr>"
-        for k in keys
-    ]
     listed = await web.call(
         backend.review.ListContacts, review_pb2.ListContactsRequest(principal=principal), request
     )
-    contact_rows = [_contact_row(session, as_contact(c)) for c in listed.contacts]
-    contact = web.typed(form, "contacts")("address", "")
-    key = web.typed(form, "key")
-    kinds = "".join(
-        f'<option value="{k}"{" selected" if k == key("actor_kind", "") else ""}>{k}</option>'
-        for k in ("human", "agent", "review_agent", "admin")
+    body = render(
+        "settings.html",
+        session=session,
+        done=request.query_params.get("done", ""),
+        error=error,
+        issued=issued,
+        dial_head=["Scope", *RISK_DIAL_FIELDS],
+        dial_account=[_shown(dial["account"].get(n)) for n in RISK_DIAL_FIELDS],
+        dial_overrides=[
+            {
+                "id": c["category_id"],
+                "cells": [(_shown(c["effective"].get(n)), c.get(n) is not None) for n in RISK_DIAL_FIELDS],
+            }
+            for c in dial["categories"]
+        ],
+        account_fields=_dial_fields("dial-account", dial["account"], form),
+        category_forms=[
+            {
+                "id": c["id"],
+                "name": c["name"],
+                "open": form is not None and web.field(form, "form") == f"dial-{c['id']}",
+                "fields": _dial_fields(f"dial-{c['id']}", overrides.get(c["id"], {}), form),
+            }
+            for c in categories
+        ],
+        pacing=await _pacing(request, session, form),
+        policy=policy,
+        policy_layers=_policy_layers(policy, form),
+        contacts=[as_contact(c) for c in listed.contacts],
+        contact=web.typed(form, "contacts")("address", ""),
+        keys=keys,
+        key=web.typed(form, "key"),
+        key_kinds=[(k, k) for k in ("human", "agent", "review_agent", "admin")],
     )
-    shown_once = (
-        f'<div class="notice" role="status" data-autofocus tabindex="-1"><p>New key (shown once, copy it now):</p>'
-        f'<p class="secret">{h(issued)}</p></div>'
-        if issued
-        else ""
-    )
-    body = f"""{_notice(request)}{_refused(error)}{shown_once}
-<h2>Risk dial</h2>
-{table("Values in force: the account's, and each category's effective value", ["Scope", *RISK_DIAL_FIELDS], dial_rows)}
-<details open><summary>Account values (blank = built-in default)</summary>
-<form method="post" action="/console/settings/risk-dial">{csrf_field(session)}
-{_dial_inputs("dial-account", dial["account"], "default", form)}
-<p><button type="submit">Save account values</button></p></form></details>
-{category_forms}
-{await _pacing_section(request, session, form)}
-{_policy_section(session, policy, form)}
-<h2>Blocks and suppressions</h2>
-{table("Blocked and suppressed recipients", ["Address", "Blocked", "Suppressed", "Actions"], contact_rows, empty="No recipient is blocked or suppressed.")}
-<form method="post" action="/console/settings/contacts">{csrf_field(session)}{_form_id("contacts")}
-  <label for="contact">Address</label><input type="text" id="contact" name="address" required value="{h(contact)}">
-  <p><button type="submit" name="list" value="block">Block</button>
-  <button type="submit" name="list" value="suppress">Suppress</button></p></form>
-<h2>API keys</h2>
-{table("Keys of this project", ["Key", "Kind", "Name", "Created", ""], key_rows)}
-<form method="post" action="/console/settings/api-keys">{csrf_field(session)}{_form_id("key")}
-  <label for="key-kind">Kind</label><select id="key-kind" name="actor_kind">{kinds}</select>
-  <label for="key-name">Name</label><input type="text" id="key-name" name="name" value="{h(key("name", ""))}">
-  <label for="key-email">Email (optional: where its person is told of drafts escalated to them)</label>
-  <input type="email" id="key-email" name="email" value="{h(key("email", ""))}">
-  <p><button type="submit">Issue key</button></p></form>"""
     return page("Settings", body, session=session, active="settings", status=_status(error))
 
 
@@ -683,26 +593,6 @@ async def set_review_policy(request: Request) -> Response:
         _done("/console/settings", "account_default_saved" if account else "review_policy_saved"),
         _again(_settings, request, session, form),
     )
-
-
-def _contact_row(session: Session, contact: dict[str, Any]) -> str:
-    """A listed recipient: each flag with since when and by whom, and a form to lift it."""
-    address = contact["address"]
-    cells, verbs = [], ""
-    for flag, lift in (("blocked", "Unblock"), ("suppressed", "Unsuppress")):
-        if not contact[flag]:
-            cells.append("<td>no</td>")
-            continue
-        by = contact.get(f"{flag}_by") or "unknown"
-        cells.append(f"<td>since {h(contact.get(f'{flag}_at') or '?')} by <code>{h(by)}</code></td>")
-        verbs += _form(
-            session,
-            "/console/settings/contacts/remove",
-            f'<input type="hidden" name="address" value="{h(address)}">'
-            f'<input type="hidden" name="list" value="{flag}">',
-            f"{lift} {address}",
-        )
-    return f"<tr><td>{h(address)}</td>{''.join(cells)}<td>{verbs}</td></tr>"
 
 
 @router.post("/settings/contacts/remove")

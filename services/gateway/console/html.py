@@ -3,9 +3,7 @@ the one declared keymap (handlers, button hints and the ``?`` overlay all read i
 
 from __future__ import annotations
 
-import html
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,11 +26,6 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
-
-
-def h(value: object) -> str:
-    """Escape ``value`` for HTML text and attribute values (admin.py's pages, not yet templates)."""
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 @dataclass(frozen=True)
@@ -131,60 +124,25 @@ def render(template: str, **context: Any) -> Markup:
 
 def page(
     title: str,
-    body: str,
+    body: Markup,
     *,
     session: Session | None = None,
     active: str = "",
     status: int = 200,
     announce: str = "",
     extra_headers: dict[str, str] | None = None,
-    toast: str = "",
+    toast: Markup | None = None,
 ) -> HTMLResponse:
     """A whole console page: ``body`` in the frame (base.html). ``announce`` is read out by the aria-live
     region once the page loads; ``toast``: a control beside it (the undo of a decision). ``body`` and
-    ``toast`` are markup (a rendered template, or a module's own escaped HTML until it has templates)."""
+    ``toast`` are rendered templates (``render``)."""
     document = ENV.get_template("base.html").render(
         title=title,
-        body=Markup(body),
+        body=body,
         session=session,
         active=active,
         announce=announce,
-        toast=Markup(toast),
+        toast=toast or "",
     )
     headers = {**SECURITY_HEADERS, **(extra_headers or {})}
     return HTMLResponse(document, status_code=status, headers=headers)
-
-
-# The macros as Python calls, for admin.py, which still assembles its pages' HTML in Python.
-_MACROS = ENV.get_template("macros.html").module
-
-
-def csrf_field(session: Session) -> str:
-    return str(_MACROS.csrf_field(session))  # type: ignore[attr-defined]
-
-
-def table(
-    caption: str,
-    head: Iterable[str],
-    rows: Iterable[str],
-    *,
-    empty: str = "Nothing here.",
-    live: str = "",
-    fed: bool = False,
-) -> str:
-    rows = list(rows)
-    return str(
-        _MACROS.table(  # type: ignore[attr-defined]
-            caption,
-            list(head),
-            len(rows),
-            empty=empty,
-            live=live,
-            fed=fed,
-            caller=lambda: Markup("".join(rows)),
-        )
-    )
-
-
-def error_box(message: str) -> str:
-    return str(_MACROS.error_box(message))  # type: ignore[attr-defined]
