@@ -22,6 +22,7 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from gateway import store
+from gateway.commands.rules import LineageVerb, RuleAction, lineage_verb
 from gateway.console import dial_effect, web
 from gateway.console.html import page, render
 from gateway.console.sessions import Session
@@ -143,24 +144,23 @@ async def _rules_view(
     return page("Rules", body, session=session, active="rules", status=_status(error))
 
 
+_RULE_VERBS: dict[str, LineageVerb] = {
+    "undo": "UndoRule",
+    "approve": "ApproveRule",
+    "reject": "RejectRule",
+    "retire": "RetireRule",
+}
+
+
 @router.post("/rules/{lineage_id}/{verb}")
 async def rule_verb(request: Request, lineage_id: str, verb: str) -> Response:
     session, form = await _admin_write(request)
-    rpc = {"undo": "UndoRule", "approve": "ApproveRule", "reject": "RejectRule", "retire": "RetireRule"}.get(
-        verb
-    )
+    rpc = _RULE_VERBS.get(verb)
     if rpc is None:
         raise DomainError(Code.NOT_FOUND, f"No rule verb {verb}.")
+    action = RuleAction(rpc, lineage_id, web.number(form, "rev"))
     return await web.act(
-        lambda: web.call(
-            getattr(web.backend(request).rules, rpc),
-            rules_pb2.RuleActionRequest(
-                principal=session.principal.to_proto(),
-                lineage_id=lineage_id,
-                expected_rev=web.number(form, "rev"),
-            ),
-            request,
-        ),
+        lambda: lineage_verb(web.backend(request), session.principal, action),
         _done("/console/rules", f"rule_{verb}_done"),
         _again(_rules_view, request, session, form),
     )
