@@ -304,9 +304,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
         return review_to_proto(review)
 
     async def Restamp(self, request: review_pb2.RestampRequest, context: Context) -> review_pb2.Review:
-        review = await app.restamp(
-            self.env,
-            Principal.from_proto(request.principal),
+        asked = app.RestampRequest(
             request.review_id,
             request.parent_revision,
             composition_token=request.composition_token,
@@ -316,6 +314,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             recheck_through_seq=optional_field(request, "recheck_through_seq"),
             idempotency_key=request.idempotency_key,
         )
+        review = await app.restamp(self.env, Principal.from_proto(request.principal), asked)
         return review_to_proto(review)
 
     async def PostChat(

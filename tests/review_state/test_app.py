@@ -188,7 +188,7 @@ async def test_attachments_omitted_keep_and_empty_clear(env: Env) -> None:
 async def test_restamp_records_the_new_high_water_without_a_new_revision(env: Env) -> None:
     review = await queued(env)
     peers(env).token_high_water = 9
-    restamped = await app.restamp(env, AGENT, review.id, 1, composition_token="tok")
+    restamped = await app.restamp(env, AGENT, app.RestampRequest(review.id, 1, composition_token="tok"))
     assert (restamped.revision, restamped.version, restamped.rule_high_water) == (1, 2, 9)
 
 

@@ -31,7 +31,9 @@ VERBS: dict[str, Call] = {
         env, AGENT, r.id, r.revision, Revision(body_text="v2")
     ),
     "post_review_chat": lambda env, r: app.post_chat(env, AGENT, r.id, "ROI or case study first?"),
-    "restamp_review": lambda env, r: app.restamp(env, AGENT, r.id, r.revision, composition_token="tok"),
+    "restamp_review": lambda env, r: app.restamp(
+        env, AGENT, app.RestampRequest(r.id, r.revision, composition_token="tok")
+    ),
     "cancel_review": lambda env, r: app.cancel(env, AGENT, r.id, r.revision, ""),
 }
 EXPECTED_CODE = {
@@ -122,7 +124,7 @@ async def test_born_stale_fails_closed_a_redraft_without_a_token_after_the_stack
     with pytest.raises(DomainError):
         await app.submit_revision(env, AGENT, review.id, 3, Revision(body_text="v4"))
     fake.token_high_water = 8  # the honest path when nothing needed to change
-    restamped = await app.restamp(env, AGENT, review.id, 3, composition_token="t")
+    restamped = await app.restamp(env, AGENT, app.RestampRequest(review.id, 3, composition_token="t"))
     assert restamped.rule_high_water == 8
     assert (await app.submit_revision(env, AGENT, review.id, 3, Revision(body_text="v4"))).revision == 4
 
@@ -145,15 +147,27 @@ async def test_the_sdks_rules_version_seen_and_restamp_versions_are_checked_like
         (4, None, Code.BAD_REQUEST),
     ):
         with pytest.raises(DomainError) as refused:
-            await app.restamp(env, AGENT, review.id, 1, against_version=against, house_style_version=house)
+            await app.restamp(
+                env,
+                AGENT,
+                app.RestampRequest(review.id, 1, against_version=against, house_style_version=house),
+            )
         assert refused.value.code is code
     with pytest.raises(DomainError) as wrong_row:
-        await app.restamp(env, AGENT, review.id, 1, expected_version=review.version + 1, against_version=3)
+        await app.restamp(
+            env,
+            AGENT,
+            app.RestampRequest(review.id, 1, expected_version=review.version + 1, against_version=3),
+        )
     assert wrong_row.value.code is Code.STALE
     current = (await app.get_review(env, AGENT, review.id))[0]
     assert (current.revision, current.version, current.rule_high_water) == (1, review.version, 5)  # untouched
     restamped = await app.restamp(
-        env, AGENT, review.id, 1, expected_version=review.version, against_version=3, house_style_version=1
+        env,
+        AGENT,
+        app.RestampRequest(
+            review.id, 1, expected_version=review.version, against_version=3, house_style_version=1
+        ),
     )
     assert (restamped.revision, restamped.rule_high_water) == (1, 7)
     redrafted = await app.submit_revision(
@@ -176,25 +190,35 @@ async def test_a_restamps_recheck_watermark_rises_under_the_rules_in_force_and_n
     fake.stack_high_water_now, fake.category_rules_version_now = 7, 3  # a category rule moved
     # Naming no rules re-read: refused whole, naming the fields that say which rules were re-read.
     with pytest.raises(DomainError) as unnamed:
-        await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=2)
+        await app.restamp(env, AGENT, app.RestampRequest(review.id, 1, recheck_through_seq=2))
     assert unnamed.value.code is Code.BAD_REQUEST
     assert [v.field for v in unnamed.value.violations] == ["/composition_token", "/against_version"]
     # Naming older rules: the draft is behind the rules in force, so the recheck is refused whole.
     with pytest.raises(DomainError) as behind:
-        await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=2, against_version=2)
+        await app.restamp(
+            env, AGENT, app.RestampRequest(review.id, 1, recheck_through_seq=2, against_version=2)
+        )
     assert behind.value.code is Code.BORN_STALE
     with pytest.raises(DomainError) as zero:
-        await app.restamp(env, AGENT, review.id, 1, recheck_through_seq=0, against_version=3)
+        await app.restamp(
+            env, AGENT, app.RestampRequest(review.id, 1, recheck_through_seq=0, against_version=3)
+        )
     assert zero.value.violations[0].field == "/recheck_through_seq"
     untouched = (await app.get_review(env, AGENT, review.id))[0]
     assert (untouched.version, untouched.recheck_completed_through_seq) == (review.version, 0)
 
-    stamped = await app.restamp(env, AGENT, review.id, 1, against_version=3, recheck_through_seq=4)
+    stamped = await app.restamp(
+        env, AGENT, app.RestampRequest(review.id, 1, against_version=3, recheck_through_seq=4)
+    )
     assert (stamped.rule_high_water, stamped.recheck_completed_through_seq) == (7, 4)
     # A lower seq (an older nudge handled late) never moves the watermark back.
-    again = await app.restamp(env, AGENT, review.id, 1, against_version=3, recheck_through_seq=2)
+    again = await app.restamp(
+        env, AGENT, app.RestampRequest(review.id, 1, against_version=3, recheck_through_seq=2)
+    )
     assert again.recheck_completed_through_seq == 4
-    later = await app.restamp(env, AGENT, review.id, 1, against_version=3, recheck_through_seq=6)
+    later = await app.restamp(
+        env, AGENT, app.RestampRequest(review.id, 1, against_version=3, recheck_through_seq=6)
+    )
     assert later.recheck_completed_through_seq == 6
     redrafted = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"))
     assert redrafted.recheck_completed_through_seq == 6  # the row keeps it across revisions

@@ -47,7 +47,9 @@ async def _do(env: Env, actor: str, verb: str, with_rule: bool, seen: Review, n:
                 env, AGENT, seen.id, rev, Revision(body_text=f"redraft {n}")
             )
         if verb == "restamp_review":
-            return verb, await app.restamp(env, AGENT, seen.id, rev, composition_token="tok")
+            return verb, await app.restamp(
+                env, AGENT, app.RestampRequest(seen.id, rev, composition_token="tok")
+            )
         if verb == "cancel_review":
             return verb, await app.cancel(env, AGENT, seen.id, rev, "")
         return verb, (await app.post_chat(env, AGENT, seen.id, f"question {n}"))[0]

@@ -150,7 +150,7 @@ async def test_a_born_stale_redraft_is_re_nudged_with_the_refusal(env: Env) -> N
     review = await queued(env)
     peers(env).token_status = "stale"
     with pytest.raises(DomainError) as caught:
-        await app.restamp(env, AGENT, review.id, 1, composition_token="tok")
+        await app.restamp(env, AGENT, app.RestampRequest(review.id, 1, composition_token="tok"))
     assert (await _last(env, review.id, "rule_changed"))["payload"] == {
         "born_stale": True,
         "revision": 1,

@@ -59,7 +59,7 @@ async def test_a_general_rule_nudges_a_look_ahead_window_per_category_with_sibli
     assert by_id[ids[1]]["rule"] == {"id": "rule_1", "rule_text": "Be concrete."}
 
     # A restamp against the new rules opens the slot, in its own unit of work: the last draft is nudged.
-    await app.restamp(env, AGENT, ids[2], 1, composition_token="tok")
+    await app.restamp(env, AGENT, app.RestampRequest(ids[2], 1, composition_token="tok"))
     assert _propagated(await outbox(env))[len(nudges) :] == [ids[4]]
     state = await app.pacing_state(env, AGENT, "cat_a")
     assert [(r.id, s is None) for r, s in state.drafts] == [
@@ -82,7 +82,7 @@ async def test_a_stale_draft_is_held_from_release_until_restamped(env: Env) -> N
     assert [(e["review_id"], e["payload"].get("born_stale")) for e in renudged] == [(held, True)]
 
     env.peers.token_high_water = 7  # type: ignore[attr-defined]
-    await app.restamp(env, AGENT, restamped, 1, composition_token="tok")
+    await app.restamp(env, AGENT, app.RestampRequest(restamped, 1, composition_token="tok"))
     opened = await app.open_review(env, HUMAN, restamped, 1, 2)
     approved = await app.decide(env, HUMAN, restamped, app.Decision("approve", 1, opened.version))
     assert approved.state.value in ("approved", "sent")
@@ -104,7 +104,7 @@ async def test_the_minimum_interval_defers_a_refill_to_the_sweep(env: Env) -> No
     first = [e for e in await outbox(env) if e["reason"] == "propagate_general_rule"]
     assert [e["review_id"] for e in first] == [ids[0]]
     assert first[0]["payload"]["suggested_batch"] == 2  # bounded by rework_batch_max
-    await app.restamp(env, AGENT, ids[0], 1, composition_token="tok")
+    await app.restamp(env, AGENT, app.RestampRequest(ids[0], 1, composition_token="tok"))
     assert await pacing.sweep(env) == 0  # the interval has not passed: nothing more yet
     assert _propagated(await outbox(env)) == [ids[0]]
     env.peers.pacing = {**env.peers.pacing, "nudge_min_interval_ms": 0}  # type: ignore[attr-defined]

@@ -58,7 +58,7 @@ async def test_concurrent_restamps_and_cancels_keep_the_window_and_reach_every_d
         return flight, nudged
 
     async def restamp(review_id: str) -> None:
-        await app.restamp(env, AGENT, review_id, 1, composition_token="tok")
+        await app.restamp(env, AGENT, app.RestampRequest(review_id, 1, composition_token="tok"))
         reached.add(review_id)
 
     async def cancel(review_id: str) -> None:

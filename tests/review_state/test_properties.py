@@ -49,7 +49,7 @@ async def _do(env: Env, actor: Actor, verb: str, review: Any, fresh: bool) -> An
     if verb == "post_review_chat":
         return (await app.post_chat(env, principal, review.id, "a chat line"))[0]
     if verb == "restamp_review":
-        return await app.restamp(env, principal, review.id, rev, composition_token="tok")
+        return await app.restamp(env, principal, app.RestampRequest(review.id, rev, composition_token="tok"))
     if verb == "cancel_review":
         return await app.cancel(env, principal, review.id, rev, "")
     if verb == "open_review":

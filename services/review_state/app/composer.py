@@ -14,7 +14,14 @@ from review_state.app._gates import born_stale, check_token, contacts_allow, dea
 from review_state.app.env import Env
 from review_state.domain.machine import Verb
 from review_state.domain.review import Facts, Move, Review, Turn
-from review_state.domain.revision import Redraft, Restamp, Revision, redraft_move, restamp_move
+from review_state.domain.revision import (
+    Redraft,
+    Restamp,
+    RestampRequest,
+    Revision,
+    redraft_move,
+    restamp_move,
+)
 from review_state.domain.submission import CHAT_MAX, check_intent, validate_draft
 
 CHAT_RETRIES = 3  # chat is not a CAS verb: a lost race is retried, not reported
@@ -131,19 +138,7 @@ async def submit_revision(
     return await _kernel.mutate(env.db, principal, request, _kernel.Phases(peers, step))
 
 
-async def restamp(
-    env: Env,
-    principal: Principal,
-    review_id: str,
-    parent_revision: int,
-    *,
-    composition_token: str = "",
-    expected_version: int | None = None,
-    against_version: int | None = None,
-    house_style_version: int | None = None,
-    recheck_through_seq: int | None = None,
-    idempotency_key: str = "",
-) -> Review:
+async def restamp(env: Env, principal: Principal, asked: RestampRequest) -> Review:
     """The honest "I re-read the rules and nothing needed to change": no new revision; records the rule
     high-water the agent re-read (its token's, or the stack's when the SDK's ``against_version`` and
     ``house_style_version`` name the versions in force) so the draft stops counting as born stale. A
@@ -154,30 +149,37 @@ async def restamp(
     through that seq. It raises the review's ``recheck_completed_through_seq`` (never lowers it), and only
     under the rules in force: a draft left behind them is ``409 born_stale``, nothing recorded. That the
     seq is one the review has is the caller's check (the nudge service numbers them)."""
-    _check_recheck_seq(recheck_through_seq)
-    if not composition_token and against_version is None:
+    _check_recheck_seq(asked.recheck_through_seq)
+    if not asked.composition_token and asked.against_version is None:
         raise _names_no_snapshot()
     fields = {
         "verb": "restamp",
-        "review_id": review_id,
-        "parent_revision": parent_revision,
-        "token": composition_token,
-        "expected_version": expected_version,
-        "against_version": against_version,
-        "house_style_version": house_style_version,
-        "recheck_through_seq": recheck_through_seq,
+        "review_id": asked.review_id,
+        "parent_revision": asked.parent_revision,
+        "token": asked.composition_token,
+        "expected_version": asked.expected_version,
+        "against_version": asked.against_version,
+        "house_style_version": asked.house_style_version,
+        "recheck_through_seq": asked.recheck_through_seq,
     }
     request = _kernel.Request(
-        Verb.RESTAMP, review_id, parent_revision, expected_version, idempotency_key, fields
+        Verb.RESTAMP,
+        asked.review_id,
+        asked.parent_revision,
+        asked.expected_version,
+        asked.idempotency_key,
+        fields,
     )
 
     async def peers(current: Review) -> Restamp:
-        if composition_token:
-            high_water = await check_token(env, principal, composition_token, current.category_id)
+        if asked.composition_token:
+            high_water = await check_token(env, principal, asked.composition_token, current.category_id)
         else:
-            assert against_version is not None  # a restamp names one or the other
-            high_water = await _reread(env, principal, current, against_version, house_style_version)
-        return Restamp(parent_revision, expected_version, high_water, recheck_through_seq)
+            assert asked.against_version is not None  # a restamp names one or the other
+            high_water = await _reread(
+                env, principal, current, asked.against_version, asked.house_style_version
+            )
+        return Restamp(asked.parent_revision, asked.expected_version, high_water, asked.recheck_through_seq)
 
     def step(before: Review, restamped: Restamp) -> Move:
         return restamp_move(before, restamped, _kernel.turn(principal, "restamp", ""))

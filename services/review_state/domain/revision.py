@@ -114,6 +114,22 @@ def redraft_move(before: Review, redraft: Redraft, now: datetime, turn: Turn) ->
 
 
 @dataclass(frozen=True)
+class RestampRequest:
+    """A restamp as its agent sent it (``restamp_review``): the review and the (revision, version) it
+    read, the rule snapshot it re-read (a composition token, or ``against_version`` and
+    ``house_style_version``), the nudges it re-checked through, and its Idempotency-Key."""
+
+    review_id: str
+    parent_revision: int
+    composition_token: str = ""
+    expected_version: int | None = None
+    against_version: int | None = None
+    house_style_version: int | None = None
+    recheck_through_seq: int | None = None
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True)
 class Restamp:
     """What a restamp's checks found: the (revision, version) its composer read, and the rule
     high-water of the rules it re-read."""
