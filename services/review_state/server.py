@@ -289,9 +289,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             intent=intent_from_proto(request.intent, request.HasField("intent")),
             confidence=optional_field(request, "confidence"),
         )
-        review = await app.submit_revision(
-            self.env,
-            Principal.from_proto(request.principal),
+        asked = app.SubmitRevisionRequest(
             request.review_id,
             request.parent_revision,
             revision,
@@ -301,6 +299,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             recheck_through_seq=optional_field(request, "recheck_through_seq"),
             idempotency_key=request.idempotency_key,
         )
+        review = await app.submit_revision(self.env, Principal.from_proto(request.principal), asked)
         return review_to_proto(review)
 
     async def Restamp(self, request: review_pb2.RestampRequest, context: Context) -> review_pb2.Review:

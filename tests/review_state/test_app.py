@@ -141,7 +141,9 @@ async def test_reject_then_redraft_then_approve(env: Env) -> None:
         env, HUMAN, review.id, Decision("reject", review.revision, review.version, feedback="too soft")
     )
     assert rejected.state.value == "rejected" and rejected.revision == 2
-    redrafted = await app.submit_revision(env, AGENT, review.id, 2, Revision(body_text="Thursday 2pm?"))
+    redrafted = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 2, Revision(body_text="Thursday 2pm?"))
+    )
     assert (redrafted.state.value, redrafted.revision) == ("needs_review", 3)
     got = await reasons(env, review.id)
     assert got == ["rejected"]
@@ -179,9 +181,13 @@ async def test_attachments_omitted_keep_and_empty_clear(env: Env) -> None:
 
     draft = Draft(**{**DRAFT.__dict__, "attachments": (Attachment("roi.pdf", "application/pdf", b"%PDF"),)})
     review = await queued(env, draft)
-    kept = await app.submit_revision(env, AGENT, review.id, 1, Revision(subject="New"))
+    kept = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(subject="New"))
+    )
     assert [a.filename for a in kept.attachments] == ["roi.pdf"]
-    cleared = await app.submit_revision(env, AGENT, review.id, 2, Revision(attachments=()))
+    cleared = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 2, Revision(attachments=()))
+    )
     assert cleared.attachments == ()
 
 

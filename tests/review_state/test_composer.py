@@ -28,7 +28,7 @@ COMPOSER_TABLE = {
 Call = Callable[[Env, Any], Awaitable[Any]]
 VERBS: dict[str, Call] = {
     "submit_revision": lambda env, r: app.submit_revision(
-        env, AGENT, r.id, r.revision, Revision(body_text="v2")
+        env, AGENT, app.SubmitRevisionRequest(r.id, r.revision, Revision(body_text="v2"))
     ),
     "post_review_chat": lambda env, r: app.post_chat(env, AGENT, r.id, "ROI or case study first?"),
     "restamp_review": lambda env, r: app.restamp(
@@ -76,7 +76,9 @@ async def test_every_composer_verb_row(env: Env, state: str, verb: str) -> None:
 async def test_stale_carries_recovery_facts_and_mutates_nothing(env: Env) -> None:
     review = await queued(env)
     with pytest.raises(DomainError) as caught:
-        await app.submit_revision(env, AGENT, review.id, 7, Revision(body_text="x"))
+        await app.submit_revision(
+            env, AGENT, app.SubmitRevisionRequest(review.id, 7, Revision(body_text="x"))
+        )
     error = caught.value
     assert (error.code, error.state, error.revision, error.version) == (Code.STALE, "needs_review", 1, 1)
     assert "submit_revision" in error.allowed_actions
@@ -88,7 +90,11 @@ async def test_born_stale_refuses_without_mutation_and_renudges(env: Env) -> Non
     fake = peers(env)
     fake.token_status, fake.token_high_water, fake.current_high_water = "stale", 4, 6
     with pytest.raises(DomainError) as caught:
-        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="x"), composition_token="tok")
+        await app.submit_revision(
+            env,
+            AGENT,
+            app.SubmitRevisionRequest(review.id, 1, Revision(body_text="x"), composition_token="tok"),
+        )
     error = caught.value
     assert error.code is Code.BORN_STALE and (error.revision, error.version) == (1, 1)
     assert "restamp_review" in error.allowed_actions and "get_rules" in error.detail
@@ -96,7 +102,11 @@ async def test_born_stale_refuses_without_mutation_and_renudges(env: Env) -> Non
     assert await reasons(env, review.id) == ["rule_changed"]
     fake.token_status = "expired"
     with pytest.raises(DomainError) as expired:
-        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="x"), composition_token="tok")
+        await app.submit_revision(
+            env,
+            AGENT,
+            app.SubmitRevisionRequest(review.id, 1, Revision(body_text="x"), composition_token="tok"),
+        )
     assert expired.value.code is Code.BAD_REQUEST and "get_rules" in expired.value.detail
 
 
@@ -105,11 +115,15 @@ async def test_born_stale_fails_closed_a_redraft_without_a_token_after_the_stack
     fake.stack_high_water_now = 5
     review = await queued(env)  # no token: composed under the stack as it stands (high-water 5)
     assert review.rule_high_water == 5
-    same = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"))
+    same = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(body_text="v2"))
+    )
     assert (same.revision, same.rule_high_water) == (2, 5)  # nothing moved: a tokenless redraft passes
     fake.stack_high_water_now = 7  # a rule of the draft's stack changed
     with pytest.raises(DomainError) as caught:
-        await app.submit_revision(env, AGENT, review.id, 2, Revision(body_text="v3"))
+        await app.submit_revision(
+            env, AGENT, app.SubmitRevisionRequest(review.id, 2, Revision(body_text="v3"))
+        )
     error = caught.value
     assert error.code is Code.BORN_STALE and (error.revision, error.version) == (2, same.version)
     assert "restamp_review" in error.allowed_actions and "get_rules" in error.detail
@@ -117,16 +131,22 @@ async def test_born_stale_fails_closed_a_redraft_without_a_token_after_the_stack
     assert await reasons(env, review.id) == ["rule_changed"]  # re-nudged, exactly like a stale token
     fake.token_high_water = 7  # a fresh token passes and records its high-water
     fresh = await app.submit_revision(
-        env, AGENT, review.id, 2, Revision(body_text="v3"), composition_token="t"
+        env, AGENT, app.SubmitRevisionRequest(review.id, 2, Revision(body_text="v3"), composition_token="t")
     )
     assert (fresh.revision, fresh.rule_high_water) == (3, 7)
     fake.stack_high_water_now = 8
     with pytest.raises(DomainError):
-        await app.submit_revision(env, AGENT, review.id, 3, Revision(body_text="v4"))
+        await app.submit_revision(
+            env, AGENT, app.SubmitRevisionRequest(review.id, 3, Revision(body_text="v4"))
+        )
     fake.token_high_water = 8  # the honest path when nothing needed to change
     restamped = await app.restamp(env, AGENT, app.RestampRequest(review.id, 3, composition_token="t"))
     assert restamped.rule_high_water == 8
-    assert (await app.submit_revision(env, AGENT, review.id, 3, Revision(body_text="v4"))).revision == 4
+    assert (
+        await app.submit_revision(
+            env, AGENT, app.SubmitRevisionRequest(review.id, 3, Revision(body_text="v4"))
+        )
+    ).revision == 4
 
 
 async def test_the_sdks_rules_version_seen_and_restamp_versions_are_checked_like_a_token(env: Env) -> None:
@@ -135,11 +155,19 @@ async def test_the_sdks_rules_version_seen_and_restamp_versions_are_checked_like
     review = await queued(env)
     fake.stack_high_water_now, fake.category_rules_version_now = 7, 3  # a category rule moved
     with pytest.raises(DomainError) as seen_old:
-        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"), rules_version_seen=5)
+        await app.submit_revision(
+            env,
+            AGENT,
+            app.SubmitRevisionRequest(review.id, 1, Revision(body_text="v2"), rules_version_seen=5),
+        )
     assert seen_old.value.code is Code.BORN_STALE
     assert await reasons(env, review.id) == ["rule_changed"]  # re-nudged, exactly like a stale token
     with pytest.raises(DomainError) as seen_ahead:
-        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"), rules_version_seen=8)
+        await app.submit_revision(
+            env,
+            AGENT,
+            app.SubmitRevisionRequest(review.id, 1, Revision(body_text="v2"), rules_version_seen=8),
+        )
     assert seen_ahead.value.violations[0].field == "/rules_version_seen"
     for against, house, code in (
         (2, None, Code.BORN_STALE),
@@ -173,11 +201,9 @@ async def test_the_sdks_rules_version_seen_and_restamp_versions_are_checked_like
     redrafted = await app.submit_revision(
         env,
         AGENT,
-        review.id,
-        1,
-        Revision(body_text="v2"),
-        expected_version=restamped.version,
-        rules_version_seen=7,
+        app.SubmitRevisionRequest(
+            review.id, 1, Revision(body_text="v2"), expected_version=restamped.version, rules_version_seen=7
+        ),
     )
     assert (redrafted.revision, redrafted.rule_high_water) == (2, 7)
 
@@ -220,10 +246,12 @@ async def test_a_restamps_recheck_watermark_rises_under_the_rules_in_force_and_n
         env, AGENT, app.RestampRequest(review.id, 1, against_version=3, recheck_through_seq=6)
     )
     assert later.recheck_completed_through_seq == 6
-    redrafted = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2"))
+    redrafted = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(body_text="v2"))
+    )
     assert redrafted.recheck_completed_through_seq == 6  # the row keeps it across revisions
     handled = await app.submit_revision(
-        env, AGENT, review.id, 2, Revision(body_text="v3"), recheck_through_seq=9
+        env, AGENT, app.SubmitRevisionRequest(review.id, 2, Revision(body_text="v3"), recheck_through_seq=9)
     )
     assert handled.recheck_completed_through_seq == 9  # a redraft records the recheck it handled, too
 
@@ -237,11 +265,17 @@ async def test_a_stale_token_on_a_new_message_is_born_stale_and_queues_nothing(e
 
 async def test_idempotency_conflict_on_every_mutation(env: Env) -> None:
     review = await queued(env)
-    first = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="a"), idempotency_key="k")
-    replay = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="a"), idempotency_key="k")
+    first = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(body_text="a"), idempotency_key="k")
+    )
+    replay = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(body_text="a"), idempotency_key="k")
+    )
     assert replay.revision == first.revision == 2  # the retry did not redraft twice
     with pytest.raises(DomainError) as caught:
-        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="b"), idempotency_key="k")
+        await app.submit_revision(
+            env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(body_text="b"), idempotency_key="k")
+        )
     assert caught.value.code is Code.IDEMPOTENCY_CONFLICT
 
 

@@ -23,7 +23,9 @@ async def test_twenty_concurrent_decisions_and_redrafts_exactly_one_wins(env: En
 
     async def redraft(i: int) -> object:
         return await app.submit_revision(
-            env, AGENT, review.id, review.revision, Revision(body_text=f"redraft {i}")
+            env,
+            AGENT,
+            app.SubmitRevisionRequest(review.id, review.revision, Revision(body_text=f"redraft {i}")),
         )
 
     calls = [decide(i) for i in range(10)] + [redraft(i) for i in range(10)]

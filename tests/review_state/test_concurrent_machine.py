@@ -44,7 +44,7 @@ async def _do(env: Env, actor: str, verb: str, with_rule: bool, seen: Review, n:
     if actor == "composer":
         if verb == "submit_revision":
             return verb, await app.submit_revision(
-                env, AGENT, seen.id, rev, Revision(body_text=f"redraft {n}")
+                env, AGENT, app.SubmitRevisionRequest(seen.id, rev, Revision(body_text=f"redraft {n}"))
             )
         if verb == "restamp_review":
             return verb, await app.restamp(

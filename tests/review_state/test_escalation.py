@@ -99,7 +99,7 @@ async def test_escalated_to_me_is_the_persons_key_or_its_role_and_overdue_is_pas
 async def test_a_redraft_keeps_the_escalation_and_a_decision_that_settles_the_draft_ends_it(env: Env) -> None:
     escalated = await _escalated(env, BOB)
     redrafted = await app.submit_revision(
-        env, AGENT, escalated.id, escalated.revision, Revision(body_text="v2")
+        env, AGENT, app.SubmitRevisionRequest(escalated.id, escalated.revision, Revision(body_text="v2"))
     )
     assert redrafted.escalated_to == "key_bob"
     bob = HUMAN.__class__(HUMAN.org_id, HUMAN.project_id, HUMAN.actor_kind, "key_bob")

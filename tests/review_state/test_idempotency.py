@@ -68,7 +68,7 @@ async def test_a_redraft_whose_twin_committed_first_gets_the_twins_revision(
 
     async def redraft() -> Any:
         return await app.submit_revision(
-            env, AGENT, review.id, 1, Revision(body_text="b"), idempotency_key="k"
+            env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(body_text="b"), idempotency_key="k")
         )
 
     twin = twin_in_the_gap(monkeypatch, composer_app, "contacts_allow", redraft)
@@ -94,9 +94,13 @@ async def test_an_approve_whose_twin_committed_first_is_answered_and_sends_once(
 
 async def test_a_refusal_with_no_twin_is_still_the_refusal(env: Env) -> None:
     review = await queued(env)
-    await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="b"), idempotency_key="k1")
+    await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(body_text="b"), idempotency_key="k1")
+    )
     with pytest.raises(DomainError) as caught:  # revision 1 is gone, and no twin holds "k2"
-        await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="c"), idempotency_key="k2")
+        await app.submit_revision(
+            env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(body_text="c"), idempotency_key="k2")
+        )
     assert caught.value.code.value in ("stale", "wrong_state")
 
 

@@ -44,7 +44,7 @@ async def _do(env: Env, actor: Actor, verb: str, review: Any, fresh: bool) -> An
     ver = review.version if fresh else review.version + 7
     if verb == "submit_revision":
         return await app.submit_revision(
-            env, principal, review.id, rev, Revision(body_text=f"draft at {rev}")
+            env, principal, app.SubmitRevisionRequest(review.id, rev, Revision(body_text=f"draft at {rev}"))
         )
     if verb == "post_review_chat":
         return (await app.post_chat(env, principal, review.id, "a chat line"))[0]

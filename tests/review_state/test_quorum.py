@@ -185,7 +185,9 @@ async def test_a_redraft_gives_the_review_agent_a_full_window_from_the_redraft(e
     rejected = await app.reviewer_decide(env, REVIEWER, review.id, Decision("reject", 1, 1))
     assert rejected.review.review_deadline is None  # decided in time: nothing left to force
     assert await app.sweep_review_deadlines(env, utcnow() + timedelta(hours=1)) == []
-    redrafted = await app.submit_revision(env, AGENT, review.id, 2, Revision(body_text="Thursday 2pm?"))
+    redrafted = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 2, Revision(body_text="Thursday 2pm?"))
+    )
     assert redrafted.review_deadline is not None
     assert timedelta(minutes=29) < redrafted.review_deadline - utcnow() <= timedelta(minutes=30)
     # The redraft's window, though a review agent decided an earlier revision.
@@ -194,7 +196,9 @@ async def test_a_redraft_gives_the_review_agent_a_full_window_from_the_redraft(e
     forced, _ = await app.get_review(env, HUMAN, review.id)
     assert forced.gate_outcome == "held:review_deadline_passed"
     # A redraft of the forced draft opens a new window for the review agent, who may decide again.
-    again = await app.submit_revision(env, AGENT, review.id, 3, Revision(body_text="Friday 10am?"))
+    again = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 3, Revision(body_text="Friday 10am?"))
+    )
     assert (again.gate_outcome, again.state.value) == (None, "needs_review")
     assert await app.sweep_review_deadlines(env, utcnow() + timedelta(minutes=15)) == []
     sent = await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 4, again.version))

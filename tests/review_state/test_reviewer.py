@@ -122,11 +122,11 @@ async def test_rounds_refused_by_the_no_verdict_cap_say_so(env: Env) -> None:
     fake = peers(env)
     review = await _confident(env)
     await app.reviewer_decide(env, REVIEWER, review.id, Decision("escalate", 1, 1))  # later rounds re-review
-    await app.submit_revision(env, AGENT, review.id, 2, Revision(body_text="v3"))
+    await app.submit_revision(env, AGENT, app.SubmitRevisionRequest(review.id, 2, Revision(body_text="v3")))
     for _ in range(fake.no_verdict_limit):  # each round is overtaken by a redraft after admission
         current, _ = await app.get_review(env, HUMAN, review.id)
         fake.on_admit = lambda rev=current.revision: app.submit_revision(
-            env, AGENT, review.id, rev, Revision(body_text=f"v{rev + 1}")
+            env, AGENT, app.SubmitRevisionRequest(review.id, rev, Revision(body_text=f"v{rev + 1}"))
         )
         with pytest.raises(DomainError) as stale:
             await app.reviewer_decide(

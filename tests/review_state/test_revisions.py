@@ -27,7 +27,11 @@ async def test_each_revision_keeps_its_content(env: Env) -> None:
     review = await queued(env)
     pdf = Attachment("deck.pdf", "application/pdf", b"%PDF-1.7 deck")
     second = await app.submit_revision(
-        env, AGENT, review.id, 1, Revision(body_text="v2 body", cc=["cfo@example.com"], attachments=(pdf,))
+        env,
+        AGENT,
+        app.SubmitRevisionRequest(
+            review.id, 1, Revision(body_text="v2 body", cc=["cfo@example.com"], attachments=(pdf,))
+        ),
     )
     opened = await app.open_review(env, HUMAN, review.id, second.revision, second.version)
     third = await app.decide(
@@ -54,7 +58,9 @@ async def test_each_revision_keeps_its_content(env: Env) -> None:
 async def test_a_refused_redraft_keeps_no_revision(env: Env) -> None:
     review = await queued(env)
     with pytest.raises(DomainError):
-        await app.submit_revision(env, AGENT, review.id, 7, Revision(body_text="stale"))
+        await app.submit_revision(
+            env, AGENT, app.SubmitRevisionRequest(review.id, 7, Revision(body_text="stale"))
+        )
     assert [r.revision for r in await app.get_revisions(env, AGENT, review.id)] == [1]
 
 
@@ -68,7 +74,9 @@ async def test_another_tenant_reads_no_revisions(env: Env) -> None:
 async def test_the_migration_backfills_the_current_revision(env: Env) -> None:
     """A review from before revisions were kept gets its current revision's content on upgrade."""
     review = await queued(env)
-    review = await app.submit_revision(env, AGENT, review.id, 1, Revision(body_text="v2 body"))
+    review = await app.submit_revision(
+        env, AGENT, app.SubmitRevisionRequest(review.id, 1, Revision(body_text="v2 body"))
+    )
     cfg = _config(SPEC.migrations_dir, SPEC.metadata)
 
     def to(target: str) -> Any:

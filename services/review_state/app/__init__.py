@@ -57,7 +57,7 @@ from review_state.app.reviewer import (
 from review_state.app.submission import submit
 from review_state.app.undo import undo_decision
 from review_state.domain.decision import Decision
-from review_state.domain.revision import RestampRequest, Revision
+from review_state.domain.revision import RestampRequest, Revision, SubmitRevisionRequest
 from review_state.store import ReviewFilter
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "ReviewerResult",
     "Revision",
     "Settings",
+    "SubmitRevisionRequest",
     "add_block",
     "add_suppression",
     "cancel",

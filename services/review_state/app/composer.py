@@ -18,7 +18,7 @@ from review_state.domain.revision import (
     Redraft,
     Restamp,
     RestampRequest,
-    Revision,
+    SubmitRevisionRequest,
     redraft_move,
     restamp_move,
 )
@@ -76,59 +76,52 @@ async def _composed_under(
     return rules_version_seen if high_water is None else high_water
 
 
-async def submit_revision(
-    env: Env,
-    principal: Principal,
-    review_id: str,
-    parent_revision: int,
-    revision: Revision,
-    *,
-    composition_token: str = "",
-    expected_version: int | None = None,
-    rules_version_seen: int | None = None,
-    recheck_through_seq: int | None = None,
-    idempotency_key: str = "",
-) -> Review:
+async def submit_revision(env: Env, principal: Principal, asked: SubmitRevisionRequest) -> Review:
     """A redraft from needs_review, chatting or rejected: bumps ``revision`` and returns to needs_review.
     ``expected_version`` (the SDK's ``version``) is a second compare-and-set, on the row's version.
     ``recheck_through_seq`` raises the recheck watermark as a restamp's does (a redraft is always composed
     under the rules in force, or refused)."""
-    _check_recheck_seq(recheck_through_seq)
+    _check_recheck_seq(asked.recheck_through_seq)
     fields = {
         "verb": "submit_revision",
-        "review_id": review_id,
-        "parent_revision": parent_revision,
-        "revision": revision.fingerprint(),
-        "token": composition_token,
-        "expected_version": expected_version,
-        "rules_version_seen": rules_version_seen,
-        "recheck_through_seq": recheck_through_seq,
+        "review_id": asked.review_id,
+        "parent_revision": asked.parent_revision,
+        "revision": asked.revision.fingerprint(),
+        "token": asked.composition_token,
+        "expected_version": asked.expected_version,
+        "rules_version_seen": asked.rules_version_seen,
+        "recheck_through_seq": asked.recheck_through_seq,
     }
     request = _kernel.Request(
-        Verb.SUBMIT_REVISION, review_id, parent_revision, expected_version, idempotency_key, fields
+        Verb.SUBMIT_REVISION,
+        asked.review_id,
+        asked.parent_revision,
+        asked.expected_version,
+        asked.idempotency_key,
+        fields,
     )
 
     async def peers(current: Review) -> Redraft:
-        draft = revision.apply(current)
+        draft = asked.revision.apply(current)
         validate_draft(draft)
-        if revision.intent is not None:
-            check_intent(revision.intent)
-        if revision.confidence is not None and not 0.0 <= revision.confidence <= 1.0:
+        if asked.revision.intent is not None:
+            check_intent(asked.revision.intent)
+        if asked.revision.confidence is not None and not 0.0 <= asked.revision.confidence <= 1.0:
             raise invalid("/confidence", "must be between 0 and 1")
         await contacts_allow(env, principal.project_id, draft.recipients)
         high_water, minutes = await asyncio.gather(
-            _composed_under(env, principal, current, composition_token, rules_version_seen),
+            _composed_under(env, principal, current, asked.composition_token, asked.rules_version_seen),
             deadline_minutes(env, principal, current.category_id),
         )
-        named = bool(composition_token) or rules_version_seen is not None
+        named = bool(asked.composition_token) or asked.rules_version_seen is not None
         return Redraft(
-            parent_revision,
-            expected_version,
+            asked.parent_revision,
+            asked.expected_version,
             draft,
-            revision.confidence,
+            asked.revision.confidence,
             high_water,
             named,
-            recheck_through_seq,
+            asked.recheck_through_seq,
             minutes,
         )
 

@@ -64,6 +64,22 @@ class Revision:
 
 
 @dataclass(frozen=True)
+class SubmitRevisionRequest:
+    """A redraft as its agent sent it (``submit_revision``): the review and the (revision, version) it
+    read, the new content, the rule snapshot it was composed under (a composition token or
+    ``rules_version_seen``), the nudges it re-checked through, and its Idempotency-Key."""
+
+    review_id: str
+    parent_revision: int
+    revision: Revision
+    composition_token: str = ""
+    expected_version: int | None = None
+    rules_version_seen: int | None = None
+    recheck_through_seq: int | None = None
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True)
 class Redraft:
     """What a redraft's checks found: the (revision, version) its composer read, the new draft, and the
     rule high-water it was composed under (``snapshot_named``: it named a token or ``rules_version_seen``)."""
