@@ -61,9 +61,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             headers=dict(request.headers),
             attachments=attachments_from_proto(request.attachments),
         )
-        status, review = await app.submit(
-            self.env,
-            Principal.from_proto(request.principal),
+        asked = app.SubmitRequest(
             kind=kind,
             draft=draft,
             category_id=request.category_id,
@@ -81,6 +79,7 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
                 second_reply=request.second_reply,
             ),
         )
+        status, review = await app.submit(self.env, Principal.from_proto(request.principal), asked)
         message_id = review.message_id or ""
         if status == "sent" and not message_id:  # released, its delivery outlasting the wait: still named
             attempt = await app.get_delivery(self.env, Principal.from_proto(request.principal), review.id)

@@ -273,7 +273,7 @@ async def reasons(env: Env, review_id: str) -> list[str]:
 
 async def queued(env: Env, draft: Draft = DRAFT, **kwargs: Any) -> Review:
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=draft, category_id="", idempotency_key="", **kwargs
+        env, AGENT, app.SubmitRequest(kind="send", draft=draft, category_id="", idempotency_key="", **kwargs)
     )
     return review
 
@@ -290,10 +290,12 @@ async def reach(env: Env, state: str) -> Review:
         _, review = await app.submit(
             env,
             AGENT,
-            kind="send",
-            draft=Draft(**{**DRAFT.__dict__, "intent": None}),
-            category_id="",
-            idempotency_key="",
+            app.SubmitRequest(
+                kind="send",
+                draft=Draft(**{**DRAFT.__dict__, "intent": None}),
+                category_id="",
+                idempotency_key="",
+            ),
         )
         await app.set_policy(env, ADMIN, "require_review")
         return review

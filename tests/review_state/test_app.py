@@ -44,7 +44,9 @@ async def test_concurrent_cancels_commit_once_and_emit_one_terminal_nudge(env: E
 async def test_a_refused_submit_writes_nothing(env: Env) -> None:
     for draft in (Draft(**{**DRAFT.__dict__, "intent": None}), Draft(**{**DRAFT.__dict__, "to": []})):
         try:
-            await app.submit(env, AGENT, kind="send", draft=draft, category_id="", idempotency_key="k")
+            await app.submit(
+                env, AGENT, app.SubmitRequest(kind="send", draft=draft, category_id="", idempotency_key="k")
+            )
         except DomainError:
             pass
         else:
@@ -120,7 +122,7 @@ async def test_outcomes_go_to_rules_per_category(env: Env) -> None:
     outcomes = []
     for action, body in (("approve", None), ("edit", "Changed."), ("edit", None), ("reject", None)):
         _, review = await app.submit(
-            env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key=""
+            env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="")
         )
         review = await app.open_review(env, HUMAN, review.id, review.revision, review.version)
         subject = "Q3 pilot" if action == "edit" and body is None else None

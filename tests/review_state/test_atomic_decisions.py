@@ -85,7 +85,9 @@ async def test_an_edit_that_loses_the_race_leaves_no_diff_and_the_next_edit_goes
 ) -> None:
     env, diff_db = diff_env
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     # The review agent's edit is admitted, then a human opens the draft before the edit's CAS.
     peers(env).on_admit = lambda: app.open_review(env, HUMAN, review.id, 1, 1)
@@ -109,7 +111,9 @@ async def test_concurrent_edits_of_one_revision_store_only_the_winners_diff(
     diff_env: tuple[Env, Database],
 ) -> None:
     env, diff_db = diff_env
-    _, review = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="")
+    _, review = await app.submit(
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="")
+    )
     opened = await app.open_review(env, HUMAN, review.id, 1, 1)
     texts = [f"Edit number {i}." for i in range(4)]
     results = await asyncio.gather(
@@ -131,7 +135,7 @@ async def test_a_new_rule_on_a_categorized_review_is_general_and_goes_out_only_w
     env: Env,
 ) -> None:
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key=""
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="")
     )
     opened = await app.open_review(env, HUMAN, review.id, 1, 1)
     rule = {"rule_text": "Always propose a concrete time."}
@@ -148,7 +152,9 @@ async def test_a_new_rule_on_a_categorized_review_is_general_and_goes_out_only_w
     assert requested["source_review_id"] == review.id
     assert (await app.get_feedback(env, AGENT, review.id)).new_rules == [requested["rule_id"]]
     category_rule = {"rule_text": "Name the pilot's start date.", "scope": "category"}
-    _, other = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="")
+    _, other = await app.submit(
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="")
+    )
     await app.open_review(env, HUMAN, other.id, 1, 1)
     await app.decide(env, HUMAN, other.id, Decision("reject", 1, 2, new_rule=category_rule))
     last = [e["rule_requested"] for e in await outbox(env, "rules") if "rule_requested" in e][-1]
@@ -156,7 +162,9 @@ async def test_a_new_rule_on_a_categorized_review_is_general_and_goes_out_only_w
 
 
 async def test_a_rule_the_rules_context_refuses_refuses_the_decision_and_writes_nothing(env: Env) -> None:
-    _, review = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="")
+    _, review = await app.submit(
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="")
+    )
     await app.open_review(env, HUMAN, review.id, 1, 1)
     peers(env).rule_refusal = DomainError(Code.BAD_REQUEST, "the rule text looks like a credential")
     with pytest.raises(DomainError) as refused:

@@ -48,7 +48,9 @@ async def test_a_submit_cancelled_at_any_round_trip_creates_one_review(env: Env,
         key = uuid.uuid4().hex
 
         async def call() -> tuple[str, Review]:
-            return await app.submit(env, AGENT, kind="send", draft=draft, category_id="", idempotency_key=key)
+            return await app.submit(
+                env, AGENT, app.SubmitRequest(kind="send", draft=draft, category_id="", idempotency_key=key)
+            )
 
         async def verify(answer: tuple[str, Review]) -> None:
             _, review = answer

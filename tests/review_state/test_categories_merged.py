@@ -17,7 +17,7 @@ HIGH_WATER = 9
 
 async def _submit(env: Env, category_id: str) -> str:
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id=category_id, idempotency_key=""
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id=category_id, idempotency_key="")
     )
     return review.id
 

@@ -121,7 +121,9 @@ async def test_concurrent_human_reviewer_and_composer_verbs_on_one_review(
     fake = peers(env)
     fake.round_limit = 10**6
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     committed: list[tuple[str, str, Review]] = []
     composer_chased = False  # the composer hit a 409 terminal

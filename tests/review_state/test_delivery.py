@@ -387,7 +387,11 @@ async def test_the_reviewer_plane_answers_what_happened_to_the_delivery(env: Env
         ("ok", "sent", "sent"),
     ):
         _, review = await app.submit(
-            env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+            env,
+            AGENT,
+            app.SubmitRequest(
+                kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+            ),
         )
         provider(env).mode = mode
         result = await app.reviewer_decide(
@@ -421,12 +425,12 @@ async def test_submit_answers_only_the_contracts_statuses_whatever_the_delivery_
     for mode, state in (("ok", "auto_sent"), ("refuse", "failed"), ("unknown", "approved")):
         provider(env).mode = mode
         status, review = await app.submit(
-            env, AGENT, kind="send", draft=direct, category_id="", idempotency_key=""
+            env, AGENT, app.SubmitRequest(kind="send", draft=direct, category_id="", idempotency_key="")
         )
         assert (status, review.state.value) == ("sent", state)  # released; the state says how far
     provider(env).mode = "ok"
     status, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key=""
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="")
     )
     assert (status, review.state.value) == ("queued_for_review", "needs_review")
 

@@ -42,7 +42,7 @@ def test_every_reason_is_a_payload_of_nudge_requested() -> None:
 
 async def test_a_nudge_is_stamped_with_the_reviews_tenancy_and_category(env: Env) -> None:
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key=""
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="")
     )
     await app.cancel(env, AGENT, review.id, 1, "")
     nudge = await _last(env, review.id, "cancelled")
@@ -160,7 +160,7 @@ async def test_a_born_stale_redraft_is_re_nudged_with_the_refusal(env: Env) -> N
 
 async def test_a_category_rule_and_a_graduation_carry_what_rules_sent(env: Env) -> None:
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_a", idempotency_key=""
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_a", idempotency_key="")
     )
     rule = {"id": "rule_2", "lineage_id": "rln_2", "rev": 2, "rule_text": "Be brief.", "status": "active"}
     changed = {
@@ -199,7 +199,7 @@ async def test_a_category_rule_and_a_graduation_carry_what_rules_sent(env: Env) 
 async def test_a_decided_review_tells_rules_its_outcome(env: Env) -> None:
     await app.set_policy(env, ADMIN, "require_review")
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key=""
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="")
     )
     review = await app.open_review(env, HUMAN, review.id, 1, 1)
     await app.decide(env, HUMAN, review.id, Decision("reject", 1, review.version, feedback="no"))

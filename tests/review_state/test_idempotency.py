@@ -53,7 +53,9 @@ async def test_a_submit_whose_twin_committed_first_is_that_review(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def submit() -> Any:
-        return await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="k")
+        return await app.submit(
+            env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="k")
+        )
 
     twin = twin_in_the_gap(monkeypatch, submission_app, "sending_facts", submit)
     status, review = await submit()  # its insert of the key meets the twin's: rolled back, replayed
@@ -173,10 +175,12 @@ async def test_a_keyed_submit_reads_its_key_and_its_recipients_on_one_connection
     event.listen(pool, "checkout", count)
     try:
         _, review = await app.submit(
-            env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="s"
+            env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="s")
         )
         assert len(checkouts) == 2
-        _, again = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="s")
+        _, again = await app.submit(
+            env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="s")
+        )
         assert again.id == review.id and len(checkouts) == 3
     finally:
         event.remove(pool, "checkout", count)
@@ -187,16 +191,20 @@ async def test_a_keyed_send_reads_its_key_and_its_recipients_facts_in_one_statem
     is answered from that read (and the review it names); another body under the key is refused."""
     with statements(env.db) as seen:
         _, review = await app.submit(
-            env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="f"
+            env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="f")
         )
     reads = [s.sql for s in seen if s.sql.startswith("SELECT")]
     assert len(reads) == 1 and "idempotency_keys" in reads[0] and "contacts" in reads[0], reads
     with statements(env.db) as seen:
-        _, again = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="f")
+        _, again = await app.submit(
+            env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="f")
+        )
     assert again.id == review.id and len(seen) == 2, [s.sql for s in seen]
     other = Draft(**{**DRAFT.__dict__, "subject": "another"})
     with pytest.raises(DomainError) as caught:
-        await app.submit(env, AGENT, kind="send", draft=other, category_id="", idempotency_key="f")
+        await app.submit(
+            env, AGENT, app.SubmitRequest(kind="send", draft=other, category_id="", idempotency_key="f")
+        )
     assert caught.value.code is Code.IDEMPOTENCY_CONFLICT
     assert await count_reviews(env) == 1
 
@@ -208,7 +216,7 @@ async def test_a_keyed_submit_writes_its_review_revision_and_key_in_one_statemen
     review, first revision and key), a row at a time on SQLite; its retry finds them all."""
     with statements(env.db) as seen:
         _, review = await app.submit(
-            env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="w"
+            env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="w")
         )
     writes = [s.sql for s in seen if not s.sql.startswith(("SELECT", "COMMIT"))]
     if env.db.is_sqlite:
@@ -222,5 +230,7 @@ async def test_a_keyed_submit_writes_its_review_revision_and_key_in_one_statemen
         assert all(
             f"INSERT INTO {t} " in writes[0] for t in ("reviews", "review_revisions", "idempotency_keys")
         )
-    _, again = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="w")
+    _, again = await app.submit(
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="w")
+    )
     assert again.id == review.id and await count_reviews(env) == 1

@@ -22,7 +22,7 @@ def _event(type_: str, payload: dict[str, object], event_id: str) -> common_pb2.
 
 async def _submit(env: Env, category_id: str) -> str:
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id=category_id, idempotency_key=""
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id=category_id, idempotency_key="")
     )
     return review.id
 

@@ -80,7 +80,11 @@ async def test_a_reply_is_materialized_from_the_inbound_message_and_threads(env:
     parent = await _inbound(env)
     draft = Draft(to=[], cc=[], bcc=[], subject="", body_text="Happy to: Thursday 2pm?", intent=INTENT)
     status, review = await app.submit(
-        env, AGENT, kind="reply", draft=draft, category_id="", idempotency_key="", parent_message_id=parent.id
+        env,
+        AGENT,
+        app.SubmitRequest(
+            kind="reply", draft=draft, category_id="", idempotency_key="", parent_message_id=parent.id
+        ),
     )
     assert (status, review.kind, review.subject, review.to) == (
         "queued_for_review",
@@ -119,11 +123,9 @@ async def test_a_forward_quotes_its_parent_carries_no_in_reply_to_and_an_edit_is
     _, review = await app.submit(
         env,
         AGENT,
-        kind="forward",
-        draft=draft,
-        category_id="",
-        idempotency_key="",
-        parent_message_id=parent.id,
+        app.SubmitRequest(
+            kind="forward", draft=draft, category_id="", idempotency_key="", parent_message_id=parent.id
+        ),
     )
     assert review.subject == "Fwd: Re: Q3 pilot"
     assert review.body_text.startswith(
@@ -149,11 +151,9 @@ async def test_a_reply_needs_a_known_parent(env: Env) -> None:
         await app.submit(
             env,
             AGENT,
-            kind="reply",
-            draft=draft,
-            category_id="",
-            idempotency_key="",
-            parent_message_id="msg_nope",
+            app.SubmitRequest(
+                kind="reply", draft=draft, category_id="", idempotency_key="", parent_message_id="msg_nope"
+            ),
         )
     assert caught.value.code is Code.NOT_FOUND
 
@@ -191,17 +191,21 @@ async def test_a_reply_to_our_own_sent_message_goes_to_its_recipients_not_to_us(
         intent=None,
         reply_to="team@us.example",  # ours too
     )
-    _, sent = await app.submit(env, AGENT, kind="send", draft=first, category_id="", idempotency_key="")
+    _, sent = await app.submit(
+        env, AGENT, app.SubmitRequest(kind="send", draft=first, category_id="", idempotency_key="")
+    )
     assert sent.state.value == "auto_sent" and sent.message_id
     follow_up = Draft(to=[], cc=[], bcc=[], subject="", body_text="Any thoughts?", intent=None)
     _, review = await app.submit(
         env,
         AGENT,
-        kind="reply",
-        draft=follow_up,
-        category_id="",
-        idempotency_key="",
-        parent_message_id=sent.message_id,
+        app.SubmitRequest(
+            kind="reply",
+            draft=follow_up,
+            category_id="",
+            idempotency_key="",
+            parent_message_id=sent.message_id,
+        ),
     )
     assert (review.to, review.cc, review.from_address) == (
         ["vp@acme.com"],
@@ -219,7 +223,11 @@ async def test_a_reply_to_inbound_mail_goes_to_its_reply_to_else_its_from(
     parent = await _inbound(env, **headers)
     draft = Draft(to=[], cc=[], bcc=[], subject="", body_text="Sure.", intent=INTENT)
     _, review = await app.submit(
-        env, AGENT, kind="reply", draft=draft, category_id="", idempotency_key="", parent_message_id=parent.id
+        env,
+        AGENT,
+        app.SubmitRequest(
+            kind="reply", draft=draft, category_id="", idempotency_key="", parent_message_id=parent.id
+        ),
     )
     assert review.to == [to] and review.cc == []
 

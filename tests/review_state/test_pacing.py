@@ -42,7 +42,7 @@ async def test_concurrent_restamps_and_cancels_keep_the_window_and_reach_every_d
     ids = []
     for _ in range(DRAFTS):
         _, review = await app.submit(
-            env, AGENT, kind="send", draft=DRAFT, category_id=category, idempotency_key=""
+            env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id=category, idempotency_key="")
         )
         ids.append(review.id)
     before = set(await _propagated(env))

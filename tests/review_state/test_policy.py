@@ -27,11 +27,13 @@ async def _submit(env: Env, draft: Draft = DRAFT, **kwargs: object) -> tuple[str
     return await app.submit(
         env,
         AGENT,
-        kind="send",
-        draft=draft,
-        category_id=str(kwargs.pop("category_id", "")),
-        idempotency_key="",
-        **kwargs,
+        app.SubmitRequest(
+            kind="send",
+            draft=draft,
+            category_id=str(kwargs.pop("category_id", "")),
+            idempotency_key="",
+            **kwargs,
+        ),
     )  # type: ignore[arg-type]
 
 
@@ -172,11 +174,9 @@ async def test_the_daily_cap_is_spent_with_the_review_row_so_twins_and_failed_in
             await app.submit(
                 env,
                 AGENT,
-                kind="send",
-                draft=DRAFT,
-                category_id="cat_1",
-                idempotency_key="k1",
-                confidence=0.9,
+                app.SubmitRequest(
+                    kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="k1", confidence=0.9
+                ),
             )
         )[1]
 

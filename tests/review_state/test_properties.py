@@ -77,7 +77,9 @@ async def test_random_verb_sequences_by_random_actors(
     env: Env, steps: list[tuple[Actor, str, bool, str]]
 ) -> None:
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="", confidence=0.9),
     )
     for actor, verb, fresh, mode in steps:
         provider(env).mode = mode

@@ -30,7 +30,11 @@ def _dial(**review_settings: int | bool) -> Dial:
 
 async def _opened(env: Env, category_id: str = "cat_1") -> Review:
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id=category_id, idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(
+            kind="send", draft=DRAFT, category_id=category_id, idempotency_key="", confidence=0.9
+        ),
     )
     return await app.open_review(env, HUMAN, review.id, review.revision, review.version)
 
@@ -93,14 +97,18 @@ async def test_two_approvals_racing_for_the_last_slot_release_once(env: Env) -> 
 async def test_a_review_agent_counts_toward_a_quorum_only_where_the_dial_says(env: Env) -> None:
     peers(env).dial = _dial(quorum_approvals=2)
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     held = await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
     assert (held.kind, held.forced_by_breaker) == ("sent_to_human", "quorum_required")
 
     peers(env).dial = _dial(quorum_approvals=2, quorum_review_agent=True)
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     counted = await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
     assert (counted.kind, counted.forced_by_breaker, counted.review.state.value) == (
@@ -134,7 +142,9 @@ async def test_a_full_panel_refuses_another_humans_verb(env: Env) -> None:
 async def test_the_review_deadline_sweep_forces_a_draft_once_across_two_replicas(env: Env) -> None:
     peers(env).dial = _dial(review_deadline_minutes=30)
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     assert review.review_deadline is not None
     assert timedelta(minutes=29) < review.review_deadline - review.created_at <= timedelta(minutes=30)
@@ -170,7 +180,9 @@ async def test_the_review_deadline_sweep_forces_a_draft_once_across_two_replicas
 async def test_a_review_agent_that_decides_in_time_is_not_forced(env: Env) -> None:
     peers(env).dial = _dial(review_deadline_minutes=30)
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     result = await app.reviewer_decide(env, REVIEWER, review.id, Decision("escalate", 1, 1))
     assert result.review.state.value == "needs_review"
@@ -180,7 +192,9 @@ async def test_a_review_agent_that_decides_in_time_is_not_forced(env: Env) -> No
 async def test_a_redraft_gives_the_review_agent_a_full_window_from_the_redraft(env: Env) -> None:
     peers(env).dial = _dial(review_deadline_minutes=30)
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     rejected = await app.reviewer_decide(env, REVIEWER, review.id, Decision("reject", 1, 1))
     assert rejected.review.review_deadline is None  # decided in time: nothing left to force

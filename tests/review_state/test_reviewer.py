@@ -31,7 +31,9 @@ from tests.statements import statements
 
 async def _confident(env: Env) -> Review:
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     return review
 
@@ -68,7 +70,11 @@ async def test_a_breaker_returns_the_draft_to_the_human_queue_and_names_itself(
     fake = peers(env)
     fake.dial = Dial(dial.min_confidence, dial.first_contact_gate, dial.canary_rate, cap)
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=confidence
+        env,
+        AGENT,
+        app.SubmitRequest(
+            kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=confidence
+        ),
     )
     result = await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
     assert (result.kind, result.forced_by_breaker) == ("sent_to_human", breaker)

@@ -29,7 +29,7 @@ async def test_each_outcome_of_a_pooled_release_settles_its_receipt_in_its_own_u
     for mode in ("ok", "refuse", "unknown"):
         provider(env).mode = mode
         _, review = await app.submit(
-            env, AGENT, kind="send", draft=DIRECT, category_id="", idempotency_key=""
+            env, AGENT, app.SubmitRequest(kind="send", draft=DIRECT, category_id="", idempotency_key="")
         )
         outcomes[mode] = review.id
     assert await _settled(env) == [
@@ -39,7 +39,9 @@ async def test_each_outcome_of_a_pooled_release_settles_its_receipt_in_its_own_u
     ]
     provider(env).mode = "ok"
     # A human-reviewed send never spends the pool.
-    _, queued = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="")
+    _, queued = await app.submit(
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="")
+    )
     assert queued.id not in {r for held in peers(env).pool_receipts.values() for r in held}
 
 
@@ -47,15 +49,21 @@ async def test_over_the_pool_a_direct_send_is_refused_and_an_auto_send_is_held(e
     fake = peers(env)
     fake.pool_budget = 1
     await app.set_policy(env, ADMIN, "allow_direct")
-    await app.submit(env, AGENT, kind="send", draft=DIRECT, category_id="", idempotency_key="")
+    await app.submit(
+        env, AGENT, app.SubmitRequest(kind="send", draft=DIRECT, category_id="", idempotency_key="")
+    )
     with pytest.raises(DomainError) as caught:
-        await app.submit(env, AGENT, kind="send", draft=DIRECT, category_id="", idempotency_key="")
+        await app.submit(
+            env, AGENT, app.SubmitRequest(kind="send", draft=DIRECT, category_id="", idempotency_key="")
+        )
     assert caught.value.code is Code.QUOTA_EXCEEDED
     assert dict(caught.value.hints)["send_pool_budget"] == "1/1"
     await app.set_policy(env, ADMIN, "auto_send_graduated")
     fake.category_state = "auto_notify"
     _, held = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", confidence=0.9, idempotency_key=""
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", confidence=0.9, idempotency_key=""),
     )
     assert (held.state.value, held.gate_outcome) == ("needs_review", "held:pool_budget")
 
@@ -65,8 +73,8 @@ async def test_a_release_the_daily_cap_holds_gives_its_pool_unit_back_in_the_sam
     fake = peers(env)
     fake.category_state, fake.dial = "auto_notify", Dial(0.7, False, 0.0, 1)
     kwargs = {"category_id": "cat_1", "confidence": 0.9, "idempotency_key": ""}
-    _, sent = await app.submit(env, AGENT, kind="send", draft=DRAFT, **kwargs)  # type: ignore[arg-type]
-    _, held = await app.submit(env, AGENT, kind="send", draft=DRAFT, **kwargs)  # type: ignore[arg-type]
+    _, sent = await app.submit(env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, **kwargs))  # type: ignore[arg-type]
+    _, held = await app.submit(env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, **kwargs))  # type: ignore[arg-type]
     assert (held.state.value, held.gate_outcome) == ("needs_review", "held:daily_cap")
     assert await _settled(env) == [
         (sent.id, "POOL_SEND_OUTCOME_SENT"),
@@ -78,7 +86,9 @@ async def test_a_review_agents_release_spends_the_pool_and_a_held_one_spends_it_
     fake = peers(env)
     fake.pool_budget = 0
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     held = await app.reviewer_decide(env, REVIEWER, review.id, Decision("approve", 1, 1))
     assert (held.kind, held.forced_by_breaker) == ("sent_to_human", "pool_budget")

@@ -247,11 +247,7 @@ async def test_an_undone_approval_counts_toward_no_quorum(env: Env) -> None:
     _, review = await app.submit(
         env,
         AGENT,
-        kind="send",
-        draft=DRAFT,
-        category_id="cat_1",
-        idempotency_key="",
-        confidence=0.9,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     review = await app.open_review(env, HUMAN, review.id, review.revision, review.version)
     first = await _approve(env, HUMAN, review)
@@ -270,7 +266,9 @@ async def test_an_undone_approval_counts_toward_no_quorum(env: Env) -> None:
 async def test_a_review_agents_release_is_undone_by_it_and_its_pool_unit_comes_back(env: Env) -> None:
     _window(env, 30)
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     result = await app.reviewer_decide(
         env, REVIEWER, review.id, Decision("approve", review.revision, review.version)
@@ -306,7 +304,9 @@ async def test_an_undone_approval_of_an_escalated_draft_leaves_it_escalated(env:
 async def test_the_category_counts_a_release_once_its_window_closed_and_never_an_undone_one(env: Env) -> None:
     _window(env, 30)
     _, review = await app.submit(
-        env, AGENT, kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9
+        env,
+        AGENT,
+        app.SubmitRequest(kind="send", draft=DRAFT, category_id="cat_1", idempotency_key="", confidence=0.9),
     )
     review = await app.open_review(env, HUMAN, review.id, review.revision, review.version)
     approved = await _approve(env, HUMAN, review)

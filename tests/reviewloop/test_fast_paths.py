@@ -104,7 +104,9 @@ async def _decided(
         real(self, *args)
 
     monkeypatch.setattr(UnitOfWork, "last", counted)
-    _, review = await app.submit(env, AGENT, kind="send", draft=DRAFT, category_id="", idempotency_key="")
+    _, review = await app.submit(
+        env, AGENT, app.SubmitRequest(kind="send", draft=DRAFT, category_id="", idempotency_key="")
+    )
     review = await app.open_review(env, HUMAN, review.id, review.revision, review.version)
     review = await app.decide(env, HUMAN, review.id, app.Decision("approve", review.revision, review.version))
     lasts.append(calls)

@@ -54,7 +54,7 @@ from review_state.app.reviewer import (
     reviewer_decide,
     sweep_review_deadlines,
 )
-from review_state.app.submission import submit
+from review_state.app.submission import SubmitRequest, submit
 from review_state.app.undo import undo_decision
 from review_state.domain.decision import Decision
 from review_state.domain.revision import RestampRequest, Revision, SubmitRevisionRequest
@@ -73,6 +73,7 @@ __all__ = [
     "ReviewerResult",
     "Revision",
     "Settings",
+    "SubmitRequest",
     "SubmitRevisionRequest",
     "add_block",
     "add_suppression",

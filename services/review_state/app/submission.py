@@ -43,19 +43,7 @@ from review_state.domain.submission import (
 from review_state.domain.submitted import Composed, released, submitted
 
 
-async def submit(
-    env: Env,
-    principal: Principal,
-    *,
-    kind: str,
-    draft: Draft,
-    category_id: str,
-    idempotency_key: str,
-    parent_message_id: str = "",
-    confidence: float | None = None,
-    composition_token: str = "",
-    asked: Asked | None = None,
-) -> tuple[str, Review]:
+async def submit(env: Env, principal: Principal, request: SubmitRequest) -> tuple[str, Review]:
     """Create a review for a send, reply or forward; the resolved review policy decides what happens.
 
     Order (spec 000): shape, then the reply's thread (one that moved since the agent read it is
@@ -63,9 +51,6 @@ async def submit(
     stored for a refusal. Returns (status, review): ``queued_for_review`` or ``sent``. Its phases, in
     order: ``_precheck`` (the key's replay and the draft's own checks), ``_gates`` (the peer calls),
     one unit of work (``_Unit``: the review ``domain.submitted`` makes), then its delivery."""
-    request = _Request(
-        kind, draft, category_id, idempotency_key, parent_message_id, confidence, composition_token, asked
-    )
     request.check(principal)
     fields = request.fields()
     checked = await _precheck(env, principal, request, fields)
@@ -76,7 +61,7 @@ async def submit(
     review_id = unit.composed.review_id
     try:
         review, _, replayed = await _kernel.once(
-            env.db, principal, idempotency_key, fields, unit, checked=True
+            env.db, principal, request.idempotency_key, fields, unit, checked=True
         )
     except BaseException:
         if unit.pooled:
@@ -90,17 +75,18 @@ async def submit(
 
 
 @dataclass(frozen=True)
-class _Request:
-    """A submit as its agent sent it."""
+class SubmitRequest:
+    """A send, reply or forward as its agent sent it (``submit``): the draft, what it answers, and what
+    it asks beyond the draft (``Asked``), with its Idempotency-Key and composition token."""
 
     kind: str
     draft: Draft
     category_id: str
-    key: str  # the Idempotency-Key
-    parent_message_id: str
-    confidence: float | None
-    token: str  # the composition token
-    asked: Asked | None
+    idempotency_key: str
+    parent_message_id: str = ""
+    confidence: float | None = None
+    composition_token: str = ""
+    asked: Asked | None = None
 
     def check(self, principal: Principal) -> None:
         if principal.actor_kind is not ActorKind.AGENT:
@@ -122,7 +108,7 @@ class _Request:
             "draft": self.draft.fingerprint(),
             "category_id": self.category_id,
             "confidence": self.confidence,
-            "token": self.token,
+            "token": self.composition_token,
             # Keys stored before a field of ``Asked`` was added still match: a default is left out.
             **({"asked": _asked_fields(self.wants)} if self.wants != Asked() else {}),
         }
@@ -141,7 +127,7 @@ class _Checked:
 
 
 async def _precheck(
-    env: Env, principal: Principal, request: _Request, fields: dict[str, object]
+    env: Env, principal: Principal, request: SubmitRequest, fields: dict[str, object]
 ) -> Review | _Checked:
     """The Idempotency-Key's replay (the review it made), else the draft materialized and checked.
     The replay check and the contacts' facts share one connection (a pool checkout costs more than
@@ -150,14 +136,14 @@ async def _precheck(
     kind, asked = request.kind, request.wants
     async with env.db.single_statement.connect() as conn:
         facts = None
-        if kind == "send" and request.key:
-            key = (principal.actor_id, request.key)
+        if kind == "send" and request.idempotency_key:
+            key = (principal.actor_id, request.idempotency_key)
             facts = await sending_facts(
                 conn, principal.project_id, request.draft.recipients, principal.org_id, key
             )
             replay = await _kernel.replay_of(conn, principal, facts.remembered, fields)
         else:
-            replay = await _kernel.replayed(conn, principal, request.key, fields)
+            replay = await _kernel.replayed(conn, principal, request.idempotency_key, fields)
         if replay is not None:
             return replay[0]
         parent = await _parent(env, principal, kind, request.parent_message_id, asked)
@@ -175,18 +161,18 @@ async def _precheck(
     return _Checked(draft, threading, parent, from_address, facts)
 
 
-async def _gates(env: Env, principal: Principal, request: _Request, checked: _Checked) -> _Unit:
+async def _gates(env: Env, principal: Principal, request: SubmitRequest, checked: _Checked) -> _Unit:
     """The peer calls: the contacts' and the policy's verdicts, the rule snapshot, the review agent's
     deadline, the auto-send gate and the shared sending pool. Returns the unit of work they allow."""
     check_contacts(env, checked.facts)
     policy, source = resolve_policy(checked.facts.policy, checked.facts.account_policy)
     route = route_for(policy, checked.draft.intent, source, request.wants.mode)
-    if not request.token and checked.facts.require_composition_token:
+    if not request.composition_token and checked.facts.require_composition_token:
         raise token_required(request.kind)
     generation = env.stacks.generation
     high_water = (
-        check_token(env, principal, request.token, request.category_id)
-        if request.token
+        check_token(env, principal, request.composition_token, request.category_id)
+        if request.composition_token
         else _stack_high_water(env, principal, request.category_id)
     )
     rule_high_water, minutes = await asyncio.gather(
@@ -222,7 +208,7 @@ async def _gates(env: Env, principal: Principal, request: _Request, checked: _Ch
         from_address=checked.from_address,
         parent_id=checked.parent.id if checked.parent else None,
         confidence=request.confidence,
-        token_named=bool(request.token),
+        token_named=bool(request.composition_token),
         mode=request.wants.mode,
         route=route,
         hold=hold,
@@ -239,7 +225,7 @@ class _Unit:
 
     env: Env
     principal: Principal
-    request: _Request
+    request: SubmitRequest
     composed: Composed
     cap: int  # the daily auto-send cap an auto-send spends in the unit
     pooled: bool  # it spent a unit of the shared sending pool
@@ -253,7 +239,7 @@ class _Unit:
         if request.kind == "reply" and thread_ref and not request.wants.second_reply:
             # Read in the unit that writes the reply, writers of the thread serialized (store.pending_reply).
             await _no_reply_pending(uow, principal, thread_ref)
-        if not request.token and self.generation != env.stacks.generation:
+        if not request.composition_token and self.generation != env.stacks.generation:
             self.generation = env.stacks.generation  # a rule moved since the stack was read: read it again
             self.rule_high_water = await _stack_high_water(env, principal, request.category_id)
         now = utcnow()
