@@ -80,7 +80,7 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
     pass
 
 
-async def _fail(context: grpc.aio.ServicerContext[Any, Any], error: DomainError) -> None:
+async def _fail(context: grpc.aio.ServicerContext[Any, Any], error: DomainError) -> NoReturn:
     # gRPC's instrumentation leaves a client error (NOT_FOUND, ABORTED...) UNSET; an SRE filters on ERROR.
     telemetry.mark_error(error.code.value, error.detail)
     status = rpc_status.to_status(to_status(error))
@@ -89,18 +89,24 @@ async def _fail(context: grpc.aio.ServicerContext[Any, Any], error: DomainError)
     )
 
 
-async def _crash(context: grpc.aio.ServicerContext[Any, Any], behavior: Any) -> NoReturn:
+async def _unexpected(
+    context: grpc.aio.ServicerContext[Any, Any], behavior: Any, outcome: _Outcome, exc: Exception
+) -> NoReturn:
+    """Answer anything but a DomainError: a store that did not answer is ``unavailable`` (retryable).
+
+    Anything else is a bare INTERNAL, with no traceback sent to the caller.
+    """
+    if store_unavailable(exc):
+        log.warning("store not answering in %s: %s: %s", behavior, type(exc).__name__, exc)
+        away = DomainError(Code.UNAVAILABLE, "The service's store is not answering; retry shortly.")
+        outcome.failed(away)
+        await _fail(context, away)
     log.exception("unhandled error in %s", behavior)
+    outcome.status, outcome.code = grpc.StatusCode.INTERNAL, "internal"
     telemetry.mark_error("internal")
     await context.abort(
         grpc.StatusCode.INTERNAL, "The service failed to handle the request.", VERSION_METADATA
     )
-
-
-def _not_answering(behavior: Any, exc: Exception) -> DomainError:
-    """The store did not answer (``storage.unavailable``): the caller may retry, so ``unavailable``."""
-    log.warning("store not answering in %s: %s: %s", behavior, type(exc).__name__, exc)
-    return DomainError(Code.UNAVAILABLE, "The service's store is not answering; retry shortly.")
 
 
 def _annotate(message: Any) -> None:
@@ -158,12 +164,7 @@ def _wrap_unary(
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:
-                if not store_unavailable(exc):
-                    outcome.status, outcome.code = grpc.StatusCode.INTERNAL, "internal"
-                    await _crash(context, behavior)
-                away = _not_answering(behavior, exc)
-                outcome.failed(away)
-                await _fail(context, away)
+                await _unexpected(context, behavior, outcome, exc)
             finally:
                 outcome.record()
 
@@ -193,12 +194,7 @@ def _wrap_stream(
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:
-                if not store_unavailable(exc):
-                    outcome.status, outcome.code = grpc.StatusCode.INTERNAL, "internal"
-                    await _crash(context, behavior)
-                away = _not_answering(behavior, exc)
-                outcome.failed(away)
-                await _fail(context, away)
+                await _unexpected(context, behavior, outcome, exc)
             finally:
                 outcome.record()
 
