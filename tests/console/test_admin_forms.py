@@ -145,3 +145,32 @@ async def test_a_stale_rule_action_is_refused_on_the_rules_page(capi: Api, new_p
     await expect(page.get_by_role("heading", name="Rules", exact=True)).to_be_visible()
     await expect(page.get_by_text("No rules in force.")).to_be_visible()
     await axe_clean(page, "rules-refused")
+
+
+async def test_the_graduation_lock_is_set_and_lifted_from_the_categories_page(
+    capi: Api, new_page: Any
+) -> None:
+    """The lock goes through the same update_category command as PATCH /v1/admin/categories/{id}."""
+    p = await _project(capi)
+    agent = capi.auth(p["agent"])
+    renewals = await _category(capi, p["project_id"], "renewals")
+    page = await new_page()
+    await sign_in(page, p["admin"], "/console/categories")
+    row = page.locator(f"#category-{renewals}")
+    await row.get_by_role("button", name="Never graduate renewals").click()
+    await expect(
+        page.locator(f"#category-{renewals}").get_by_role("button", name="Allow graduation of renewals")
+    ).to_be_visible()
+    status = (await capi.http.get(f"/v1/categories/{renewals}/graduation", headers=agent)).json()
+    assert status["never_graduate"] is True, status
+    await axe_clean(page, "categories-graduation-lock")
+    await (
+        page.locator(f"#category-{renewals}")
+        .get_by_role("button", name="Allow graduation of renewals")
+        .click()
+    )
+    await expect(
+        page.locator(f"#category-{renewals}").get_by_role("button", name="Never graduate renewals")
+    ).to_be_visible()
+    status = (await capi.http.get(f"/v1/categories/{renewals}/graduation", headers=agent)).json()
+    assert status["never_graduate"] is False, status

@@ -1,6 +1,6 @@
-"""The verbs on a rule's lineage (retire, undo, promote, approve, reject), naming the rev the caller read (a
-stale one is 409): one command each, asked by the agent plane's routes, the admin routes and the console's
-rules page alike."""
+"""The rules service's verbs asked from more than one place (the agent plane's routes, the admin routes and
+the console's pages): the verbs on a rule's lineage (retire, undo, promote, approve, reject), naming the
+rev the caller read (a stale one is 409), and a category's update."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from reviewloop.rules.v1 import rules_pb2
+from reviewloop.shapes import UpdateCategoryRequest
 from reviewloop.tenancy import Principal
 
 from gateway.backends import Backends
@@ -36,4 +37,19 @@ async def lineage_verb(backend: Backends, principal: Principal, action: RuleActi
         to_layer=action.to_layer,
     )
     reply: rules_pb2.Rule = await getattr(backend.rules, action.verb)(asked, timeout=backend.timeout_s)
+    return reply
+
+
+async def update_category(
+    backend: Backends, principal: Principal, category_id: str, body: UpdateCategoryRequest
+) -> rules_pb2.Category:
+    """Rename, redescribe or lock a category; a field left out is untouched."""
+    patch = rules_pb2.UpdateCategoryRequest(principal=principal.to_proto(), category_id=category_id)
+    if body.name is not None:
+        patch.name = body.name
+    if body.description is not None:
+        patch.description = body.description
+    if body.never_graduate is not None:
+        patch.never_graduate = body.never_graduate
+    reply: rules_pb2.Category = await backend.rules.UpdateCategory(patch, timeout=backend.timeout_s)
     return reply

@@ -15,14 +15,14 @@ from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError, http_status
 from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
-from reviewloop.shapes import RISK_DIAL_FIELDS
+from reviewloop.shapes import RISK_DIAL_FIELDS, UpdateCategoryRequest
 from reviewloop.shapes.operations import EMAIL
 from reviewloop.tenancy import ActorKind
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from gateway import store
-from gateway.commands.rules import LineageVerb, RuleAction, lineage_verb
+from gateway.commands.rules import LineageVerb, RuleAction, lineage_verb, update_category
 from gateway.console import dial_effect, web
 from gateway.console.html import page, render
 from gateway.console.sessions import Session
@@ -370,14 +370,11 @@ async def graduate(request: Request, category_id: str) -> Response:
 async def never_graduate(request: Request, category_id: str) -> Response:
     session, form = await _admin_write(request)
     return await web.act(
-        lambda: web.call(
-            web.backend(request).rules.UpdateCategory,
-            rules_pb2.UpdateCategoryRequest(
-                principal=session.principal.to_proto(),
-                category_id=category_id,
-                never_graduate=web.field(form, "never_graduate") == "true",
-            ),
-            request,
+        lambda: update_category(
+            web.backend(request),
+            session.principal,
+            category_id,
+            UpdateCategoryRequest(never_graduate=web.field(form, "never_graduate") == "true"),
         ),
         _done("/console/categories", "graduation_lock_saved"),
         _again(_categories_view, request, session, form),

@@ -190,14 +190,7 @@ async def update_category(
 ) -> Json:
     """Rename, redescribe, or set the never_graduate lock (ids never change)."""
     principal = await _owner_principal(caller, request, backend, category_id=category_id)
-    patch = rules_pb2.UpdateCategoryRequest(principal=principal.to_proto(), category_id=category_id)
-    if body.name is not None:
-        patch.name = body.name
-    if body.description is not None:
-        patch.description = body.description
-    if body.never_graduate is not None:
-        patch.never_graduate = body.never_graduate
-    return as_category(await backend.rules.UpdateCategory(patch, timeout=backend.timeout_s))
+    return as_category(await commands.update_category(backend, principal, category_id, body))
 
 
 @router.post(
