@@ -14,7 +14,7 @@ import pytest
 from gateway.settings import DEFAULT_RATE_LIMITS, rate_limit_env
 from hypothesis import settings
 from reviewloop.service import ServiceSpec
-from reviewloop.storage import Database, make_engine
+from reviewloop.storage import Database, fastpaths, make_engine
 from reviewloop.storage.migrations import migrate
 from sqlalchemy.engine import make_url
 from stack.launcher import ALL, MONOLITH, Stack, free_port
@@ -99,8 +99,9 @@ async def open_db(
     """Opens a fresh, migrated store for a service spec on the parametrized backend."""
     opened: list[Database] = []
 
-    async def open_(spec: ServiceSpec) -> Database:
-        db = Database(make_engine(await databases.url(backend, spec.name)))
+    async def open_(spec: ServiceSpec, fast_paths: frozenset[str] = fastpaths.ALL) -> Database:
+        url = await databases.url(backend, spec.name)
+        db = Database(make_engine(url, fast_paths=fast_paths), fast_paths)
         await migrate(db.engine, spec.migrations_dir, spec.metadata)
         opened.append(db)
         return db

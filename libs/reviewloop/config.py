@@ -80,8 +80,13 @@ class ServiceSettings(TrustSettings, TelemetrySettings, DataSettings):
     @field_validator("slow_paths")
     @classmethod
     def _known_paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        fastpaths.enabled({fastpaths.ENV: ",".join(value)})  # an unknown name is a ValueError
+        fastpaths.enabled(value)  # an unknown name is a ValueError
         return value
+
+    @property
+    def fast_paths(self) -> frozenset[str]:
+        """The storage fast paths this process takes: every one ``slow_paths`` does not turn off."""
+        return fastpaths.enabled(self.slow_paths)
 
     @classmethod
     def placed(cls, *parts: str) -> type[Self]:

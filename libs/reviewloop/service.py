@@ -286,13 +286,14 @@ async def start(
 
 
 def _store(config: ServiceConfig) -> Database:
-    engine = make_engine(config.db_url, pool_size=config.settings.db_pool_size)
+    fast_paths = config.settings.fast_paths
+    engine = make_engine(config.db_url, pool_size=config.settings.db_pool_size, fast_paths=fast_paths)
     if config.settings.trace_sql:
         # A span per statement and per pool checkout (13 of a lifecycle's 49 spans), on demand only. The
         # pool gauge is read on a scrape (pool_probe), not counted here on every checkout and checkin.
         SQLAlchemyInstrumentor().instrument(engine=engine.sync_engine, meter_provider=NoOpMeterProvider())
         driver.traced(engine)
-    return Database(engine)
+    return Database(engine, fast_paths)
 
 
 def _servers(spec: ServiceSpec[Any], trust: Trust, env: Any, db: Database, *, in_process: bool) -> Serving:

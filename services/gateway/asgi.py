@@ -257,7 +257,8 @@ def create_app(settings: GatewaySettings, local: Mapping[str, LocalServer] | Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(make_engine(settings.db_url, pool_size=settings.db_pool_size))
+        fast_paths = settings.fast_paths
+        db = Database(make_engine(settings.db_url, settings.db_pool_size, fast_paths), fast_paths)
         await migrate(db.engine, MIGRATIONS, metadata)
         peers = Peers(settings.peers, settings.trust, local)
         app.state.db = db

@@ -11,6 +11,7 @@ from typing import Any
 from reviewloop.config import ServiceSettings
 from reviewloop.files import generated_secret
 from reviewloop.settings import CommaList, Text, variable
+from reviewloop.storage import fastpaths
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE
 from reviewloop.trust import Trust
 
@@ -156,6 +157,9 @@ class GatewaySettings:
     # How often an idle review-event stream sends a comment, so proxies do not close it.
     sse_heartbeat_s: float = 15.0
     db_pool_size: int = DEFAULT_POOL_SIZE
+    fast_paths: frozenset[str] = (
+        fastpaths.ALL
+    )  # the storage fast paths the store takes (REVIEWLOOP_SLOW_PATHS)
     # Where /metrics is served apart from the public port (REVIEWLOOP_GATEWAY_METRICS_ADDR; the
     # manifests set it): the public port then answers it 404. Unset: /metrics on the public port.
     metrics_listen: str | None = None
@@ -190,6 +194,7 @@ class GatewaySettings:
             idempotency_lease_s=read.idempotency_lease_s,
             sse_heartbeat_s=read.sse_heartbeat_s,
             db_pool_size=read.db_pool_size,
+            fast_paths=read.fast_paths,
             metrics_listen=read.metrics_address(GATEWAY),
             streams_per_key=read.streams_per_key,
             streams_per_project=read.streams_per_project,

@@ -209,7 +209,8 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
     async def run() -> int:
         found = 0
         for part in args.service or ALL:
-            db = Database(make_engine(settings.db_url(part)))
+            fast_paths = settings.fast_paths
+            db = Database(make_engine(settings.db_url(part), fast_paths=fast_paths), fast_paths)
             try:
                 if args.retry or args.discard:
                     done = (

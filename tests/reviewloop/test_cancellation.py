@@ -17,7 +17,6 @@ import pytest
 from google.protobuf.wrappers_pb2 import Int32Value
 from review_state.__main__ import SPEC
 from reviewloop.ids import new_id
-from reviewloop.service import ServiceSpec
 from reviewloop.storage import Database, fastpaths
 from reviewloop.storage.schema import OUTBOX, first_delivery, outbox_row
 from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, insert, select, update
@@ -25,19 +24,14 @@ from sqlalchemy.exc import IntegrityError
 
 from tests.cancellation import Attempt, count, each_await, observer
 
-OpenDb = Callable[[ServiceSpec], Awaitable[Database]]
+OpenDb = Callable[..., Awaitable[Database]]  # (spec, fast_paths=ALL)
 
 
 @pytest.fixture(params=["fast", "plain"])
-async def dbs(
-    open_db: OpenDb, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[Database, Database]]:
+async def dbs(open_db: OpenDb, request: pytest.FixtureRequest) -> AsyncIterator[tuple[Database, Database]]:
     """The store under test and an observer of the same database on connections of its own; with the
     storage's fast paths on, and with every one off (SQLAlchemy's own execution, BEGIN ... COMMIT)."""
-    if request.param == "plain":
-        monkeypatch.setenv(fastpaths.ENV, "all")
-    db = await open_db(SPEC)
-    monkeypatch.delenv(fastpaths.ENV, raising=False)
+    db = await open_db(SPEC, fastpaths.enabled(["all"]) if request.param == "plain" else fastpaths.ALL)
     seen = await observer(db)
     yield db, seen
     await seen.dispose()

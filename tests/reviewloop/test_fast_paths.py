@@ -13,7 +13,9 @@ import pytest
 from review_state import app
 from review_state.__main__ import SPEC as REVIEW_STATE
 from review_state.app import Env, Settings
+from reviewloop.config import ServiceSettings
 from reviewloop.service import ServiceSpec
+from reviewloop.settings import ConfigError
 from reviewloop.storage import Database, UnitOfWork, fastpaths, make_engine
 from reviewloop.storage.driver import DriverEngine
 from sqlalchemy import Column, MetaData, String, Table, bindparam, select, text
@@ -30,14 +32,14 @@ _ONE = select(notes.c.body).where(notes.c.id == bindparam("id"))
 
 
 def test_the_switch_names_what_to_turn_off_and_refuses_a_name_it_does_not_know() -> None:
-    assert fastpaths.enabled({}) == frozenset(fastpaths.NAMES)
-    assert fastpaths.enabled({fastpaths.ENV: "driver, last"}) == frozenset(fastpaths.NAMES) - {
-        "driver",
-        "last",
-    }
-    assert fastpaths.enabled({fastpaths.ENV: "all"}) == frozenset()
-    with pytest.raises(fastpaths.UnknownFastPath, match="drivr"):
-        fastpaths.enabled({fastpaths.ENV: "drivr"})
+    def fast_paths(raw: str | None) -> frozenset[str]:
+        return ServiceSettings.from_env({} if raw is None else {fastpaths.ENV: raw}).fast_paths
+
+    assert fast_paths(None) == fast_paths("") == frozenset(fastpaths.NAMES)
+    assert fast_paths("driver, last") == frozenset(fastpaths.NAMES) - {"driver", "last"}
+    assert fast_paths("all") == frozenset()
+    with pytest.raises(ConfigError, match="drivr"):
+        fast_paths("drivr")
 
 
 async def _workload(db: Database) -> list[Any]:
@@ -63,13 +65,13 @@ async def _workload(db: Database) -> list[Any]:
 
 @pytest.mark.parametrize("name", [fastpaths.DRIVER, fastpaths.SQLITE_ONE_CROSSING, fastpaths.AUTOCOMMIT])
 async def test_a_storage_path_switched_off_takes_the_plain_path_with_the_same_answers(
-    databases: Databases, backend: str, name: str, monkeypatch: pytest.MonkeyPatch
+    databases: Databases, backend: str, name: str
 ) -> None:
     if (name == fastpaths.SQLITE_ONE_CROSSING) != (backend == "sqlite") and name != fastpaths.AUTOCOMMIT:
         pytest.skip(f"{name} is not a path of {backend}")
     fast = Database(make_engine(await databases.url(backend, "fast")))
-    monkeypatch.setenv(fastpaths.ENV, name)
-    plain = Database(make_engine(await databases.url(backend, "plain")))
+    slow = fastpaths.enabled([name])
+    plain = Database(make_engine(await databases.url(backend, "plain"), fast_paths=slow), slow)
     try:
         assert name in fast.fast_paths and name not in plain.fast_paths
         if name == fastpaths.DRIVER:

@@ -44,7 +44,9 @@ def _json_dumps(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> AsyncEngine:
+def make_engine(
+    url: str, pool_size: int = DEFAULT_POOL_SIZE, fast_paths: frozenset[str] = fastpaths.ALL, **kwargs: Any
+) -> AsyncEngine:
     """An async engine for ``url``, on SQLite or PostgreSQL.
 
     SQLite gets WAL, foreign keys and a busy timeout; a unit of work begins IMMEDIATE (two writers queue
@@ -54,7 +56,6 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> 
     CPU, every review holding its recipients, headers and intent as JSON (issue 18).
     """
     kwargs = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads, **kwargs}
-    fast = fastpaths.enabled()
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         # No pre-ping: it cost a round trip on every checkout (4 per approve). A connection found dead
@@ -65,10 +66,10 @@ def make_engine(url: str, pool_size: int = DEFAULT_POOL_SIZE, **kwargs: Any) -> 
         # backend, every statement prepared again), 48 in one lifecycle bench run of review_state.
         # One-statement work runs on the driver (``driver.DriverEngine``).
         engine = create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=False, **kwargs)
-        return DriverEngine(engine.sync_engine) if fastpaths.DRIVER in fast else engine
+        return DriverEngine(engine.sync_engine) if fastpaths.DRIVER in fast_paths else engine
     if parsed.database and parsed.database != ":memory:":
         private_file(private_dir(Path(parsed.database).parent) / Path(parsed.database).name)
-    if parsed.drivername == "sqlite+aiosqlite" and fastpaths.SQLITE_ONE_CROSSING in fast:
+    if parsed.drivername == "sqlite+aiosqlite" and fastpaths.SQLITE_ONE_CROSSING in fast_paths:
         parsed = parsed.set(drivername=sqlite.DRIVER)  # the same driver, one thread crossing a statement
     connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "factory": sqlite.RollbackOnClose}
     engine = create_async_engine(parsed, connect_args=connect_args, **kwargs)
@@ -142,9 +143,9 @@ def _enable_wal(cursor: Any) -> None:
 class Database:
     """A service's store: the engine plus the hook that wakes its outbox relay after a commit."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, fast_paths: frozenset[str] = fastpaths.ALL) -> None:
         self.engine = engine  # for reads: ``async with db.engine.connect()``
-        self.fast_paths = fastpaths.enabled()  # which of ``fastpaths.NAMES`` this store takes
+        self.fast_paths = fast_paths  # which of ``fastpaths.NAMES`` this store takes (as its engine was made)
         self.writer = engine.execution_options(**{WRITE_OPTION: True})  # for writes; see transaction()
         # For hot reads of exactly one statement: ``async with db.single_statement.connect()``. One
         # statement is its own snapshot: SQLite skips BEGIN (``_begin``), PostgreSQL runs it in

@@ -3,12 +3,13 @@
 Each fast path does what a plainer one does, in fewer round trips or less CPU; docs/performance.md lists
 them with what each saves and the test that holds it equal to the plain path. Turning one off (a comma
 list of names, or ``all``) runs the plain path instead: to rule one out when something looks wrong, or
-to measure what it is worth. Read when a store is built (``make_engine``, ``Database``), never per call.
+to measure what it is worth. The process's settings read the variable once (``slow_paths``); its composition
+root hands the set on when it builds the store (``make_engine``, ``Database``), never per call.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterable
 
 ENV = "REVIEWLOOP_SLOW_PATHS"
 
@@ -19,21 +20,21 @@ LAST = "last"  # a compare-and-set and the unit's queued rows in one statement (
 BATCH_INGEST = "batch_ingest"  # nudge stores a relay's batch set-based on PostgreSQL
 
 NAMES = (DRIVER, SQLITE_ONE_CROSSING, AUTOCOMMIT, LAST, BATCH_INGEST)
+ALL = frozenset(NAMES)
 
 
 class UnknownFastPath(ValueError):
     """``REVIEWLOOP_SLOW_PATHS`` names something that is not a fast path."""
 
 
-def enabled(environ: os._Environ[str] | dict[str, str] | None = None) -> frozenset[str]:
-    """The fast paths that are on: every one of ``NAMES`` that ``REVIEWLOOP_SLOW_PATHS`` does not name."""
-    raw = (os.environ if environ is None else environ).get(ENV, "")
-    off = {name.strip() for name in raw.split(",") if name.strip()}
+def enabled(off: Iterable[str] = ()) -> frozenset[str]:
+    """The fast paths that are on: every one of ``NAMES`` that ``off`` (``REVIEWLOOP_SLOW_PATHS``) does not name."""
+    off = {name.strip() for name in off if name.strip()}
     if "all" in off:
         return frozenset()
-    unknown = off - set(NAMES)
+    unknown = off - ALL
     if unknown:
         raise UnknownFastPath(
             f"{ENV} names {sorted(unknown)}; the fast paths are {', '.join(NAMES)} (or all)"
         )
-    return frozenset(NAMES) - off
+    return ALL - off
