@@ -32,7 +32,7 @@ class Dial:
 
 async def dial_for(conn: AsyncConnection, project_id: str, category_id: str) -> dict[str, Any]:
     """The dial values in force for one category of a project."""
-    account = risk.account_in_force(await store.account_dial(conn, project_id))
+    account = risk.account_in_force(await store.account_dial.read(conn, project_id))
     return risk.effective(
         account, (await store.overrides(conn, project_id, category_id)).get(category_id, {})
     )
@@ -46,7 +46,7 @@ async def get_risk_dial(env: Env, principal: Principal, category_id: str = "") -
 
 
 async def _dial(conn: AsyncConnection, principal: Principal, category_id: str) -> Dial:
-    account = risk.account_in_force(await store.account_dial(conn, principal.project_id))
+    account = risk.account_in_force(await store.account_dial.read(conn, principal.project_id))
     if category_id:
         await load_category(conn, principal, category_id)
     written = await store.overrides(conn, principal.project_id, category_id)
@@ -72,13 +72,7 @@ async def set_risk_dial(
     checked = [(cid, risk.validate(values, f"/categories/{i}")) for i, (cid, values) in enumerate(categories)]
     async with env.db.transaction() as uow:
         if checked_account is not None:
-            stored = await store.account_dial(uow.conn, principal.project_id)
-            for name, value in checked_account.items():
-                if value is None:
-                    stored.pop(name, None)
-                else:
-                    stored[name] = value
-            await store.save_account_dial(uow.conn, principal.org_id, principal.project_id, stored)
+            await store.account_dial.merge(uow.conn, principal.org_id, principal.project_id, checked_account)
         for cid, values in checked:
             await load_category(uow.conn, principal, cid)
             await store.save_overrides(uow.conn, principal.project_id, cid, values)

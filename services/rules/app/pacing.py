@@ -17,7 +17,7 @@ from rules.domain import pacing
 async def get_pacing_settings(env: Env, principal: Principal) -> dict[str, int]:
     """The project's pacing values in force (any key of the project reads them)."""
     async with env.db.engine.connect() as conn:
-        return pacing.in_force(await store.pacing_values(conn, principal.project_id))
+        return pacing.in_force(await store.pacing_values.read(conn, principal.project_id))
 
 
 async def set_pacing_settings(
@@ -27,11 +27,5 @@ async def set_pacing_settings(
     require(principal, (ActorKind.ADMIN,), "Setting backlog pacing")
     checked = pacing.validate({**values, **dict.fromkeys(clear)}, "/pacing")
     async with env.db.transaction() as uow:
-        stored = await store.pacing_values(uow.conn, principal.project_id)
-        for name, value in checked.items():
-            if value is None:
-                stored.pop(name, None)
-            else:
-                stored[name] = value
-        await store.save_pacing_values(uow.conn, principal.org_id, principal.project_id, stored)
+        stored = await store.pacing_values.merge(uow.conn, principal.org_id, principal.project_id, checked)
     return pacing.in_force(stored)

@@ -405,16 +405,22 @@ async def _lineage_action(
     return await _rule_by_id(env, principal, await idempotent(env, principal, idempotency_key, fields, act))
 
 
-def _no_proposal(history: list[RuleRev]) -> DomainError | None:
-    if history[-1].state is State.PROPOSED:
-        return DomainError(
-            Code.WRONG_STATE,
-            f"Rev {history[-1].rev} of {history[-1].lineage_id} is a pending proposal; approve or reject it first.",
-            state=State.PROPOSED.value,
-            revision=history[-1].rev,
-            allowed_actions=("approve_rule", "reject_rule"),
-        )
-    return None
+def _unless_proposed(decide: Callable[[list[RuleRev]], Decision]) -> Callable[[list[RuleRev]], Decision]:
+    """``decide``, refused while the lineage's head is a pending proposal (it is approved or rejected first)."""
+
+    def guarded(history: list[RuleRev]) -> Decision:
+        head = history[-1]
+        if head.state is State.PROPOSED:
+            return DomainError(
+                Code.WRONG_STATE,
+                f"Rev {head.rev} of {head.lineage_id} is a pending proposal; approve or reject it first.",
+                state=State.PROPOSED.value,
+                revision=head.rev,
+                allowed_actions=("approve_rule", "reject_rule"),
+            )
+        return decide(history)
+
+    return guarded
 
 
 def _nothing_proposed(head: RuleRev) -> DomainError:
@@ -429,10 +435,8 @@ def _nothing_proposed(head: RuleRev) -> DomainError:
 async def retire_rule(
     env: Env, principal: Principal, lineage_id: str, expected_rev: int, idempotency_key: str = ""
 ) -> RuleView:
+    @_unless_proposed
     def decide(history: list[RuleRev]) -> Decision:
-        refusal = _no_proposal(history)
-        if refusal:
-            return refusal
         if history[-1].state is State.RETIRED:
             return DomainError(
                 Code.WRONG_STATE,
@@ -452,10 +456,8 @@ async def undo_rule(
 ) -> RuleView:
     """Restore the revision in force before the last change (undoing a creation retires the rule)."""
 
+    @_unless_proposed
     def decide(history: list[RuleRev]) -> Decision:
-        refusal = _no_proposal(history)
-        if refusal:
-            return refusal
         current = in_force(history)
         assert current is not None  # the head is in force when no proposal is pending
         previous = in_force([r for r in history if r.rev < current.rev])
@@ -480,48 +482,42 @@ async def promote_rule(
     general: every category's drafts now compose under it (same authority as retiring it). With
     ``to_layer`` ``org`` a project rule becomes org house style: general, no agent, inherited by every
     project of the org; that is console authority (an admin key)."""
-    if parse_choice(Layer, to_layer, "/to_layer", Layer.PROJECT) is Layer.ORG:
+    house_style = parse_choice(Layer, to_layer, "/to_layer", Layer.PROJECT) is Layer.ORG
+    if house_style:
         require_house_style(principal)
 
-        def to_house_style(history: list[RuleRev]) -> Decision:
-            refusal = _no_proposal(history)
-            if refusal:
-                return refusal
-            head = history[-1]
-            if head.state is not State.ACTIVE or head.layer is not Layer.PROJECT:
-                return DomainError(
-                    Code.WRONG_STATE,
-                    f"Rev {head.rev} of {lineage_id} is a {head.state} {head.layer} rule; only an active "
-                    "project rule is promoted to house style.",
-                    state=head.state.value,
-                    revision=head.rev,
-                )
-            house = replace(
+    @_unless_proposed
+    def promote(history: list[RuleRev]) -> Decision:
+        head = history[-1]
+        # What the head must be (an active project rule, or category rule) and the revision it becomes.
+        now: Layer | Scope
+        needed: Layer | Scope
+        if house_style:
+            now, needed, target = head.layer, Layer.PROJECT, "house style"
+            promoted = replace(
                 head, layer=Layer.ORG, project_id="", agent_id="", scope=Scope.GENERAL, category_id=""
             )
-            return house, Action.PROMOTED, State.ACTIVE
-
-        return await _lineage_action(
-            env, principal, lineage_id, expected_rev, to_house_style, idempotency_key=idempotency_key
-        )
-
-    def to_general(history: list[RuleRev]) -> Decision:
-        refusal = _no_proposal(history)
-        if refusal:
-            return refusal
-        head = history[-1]
-        if head.state is not State.ACTIVE or head.scope is not Scope.CATEGORY:
+        else:
+            now, needed, target = head.scope, Scope.CATEGORY, "general"
+            promoted = replace(head, scope=Scope.GENERAL, category_id="")
+        if head.state is not State.ACTIVE or now is not needed:
             return DomainError(
                 Code.WRONG_STATE,
-                f"Rev {head.rev} of {lineage_id} is a {head.state} {head.scope} rule; only an active "
-                "category rule is promoted to general.",
+                f"Rev {head.rev} of {lineage_id} is a {head.state} {now} rule; only an active "
+                f"{needed} rule is promoted to {target}.",
                 state=head.state.value,
                 revision=head.rev,
             )
-        return replace(head, scope=Scope.GENERAL, category_id=""), Action.PROMOTED, State.ACTIVE
+        return promoted, Action.PROMOTED, State.ACTIVE
 
     return await _lineage_action(
-        env, principal, lineage_id, expected_rev, to_general, agent_may=True, idempotency_key=idempotency_key
+        env,
+        principal,
+        lineage_id,
+        expected_rev,
+        promote,
+        agent_may=not house_style,
+        idempotency_key=idempotency_key,
     )
 
 

@@ -28,7 +28,6 @@ from rules.store.catalog import (
 from rules.store.dials import (
     account_dial,
     overrides,
-    save_account_dial,
     save_overrides,
 )
 from rules.store.merges import (
@@ -45,7 +44,6 @@ from rules.store.revisions import (
     pacing_values,
     revisions_on_ladder,
     rule_lineage_of,
-    save_pacing_values,
     set_write_approval,
     write_approval,
 )
@@ -113,9 +111,7 @@ __all__ = [
     "rule_lineage_of",
     "rule_revisions",
     "rule_settings",
-    "save_account_dial",
     "save_overrides",
-    "save_pacing_values",
     "set_write_approval",
     "token_key",
     "token_keys",

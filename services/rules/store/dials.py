@@ -9,20 +9,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rules.store.tables import _put, risk_dials, risk_overrides
+from rules.store.tables import ProjectDocument, _put, risk_dials, risk_overrides
 
-
-async def account_dial(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
-    row = (
-        await conn.execute(select(risk_dials.c.account).where(risk_dials.c.project_id == project_id))
-    ).first()
-    return dict(row.account) if row else {}
-
-
-async def save_account_dial(
-    conn: AsyncConnection, org_id: str, project_id: str, account: dict[str, Any]
-) -> None:
-    await _put(conn, risk_dials, {"project_id": project_id, "org_id": org_id}, {"account": account})
+# The account fields the console stored (absent ones are the built-in defaults).
+account_dial = ProjectDocument(risk_dials, "account")
 
 
 async def overrides(

@@ -16,7 +16,15 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from rules.domain.ladder import Action, Kind, Layer, RuleRev, Scope, State
-from rules.store.tables import _put, org_counters, pacing_settings, rule_revisions, rule_settings
+from rules.store.tables import (
+    ProjectDocument,
+    _project_setting,
+    _put,
+    org_counters,
+    pacing_settings,
+    rule_revisions,
+    rule_settings,
+)
 
 # A revision's columns are its fields; these hold the value of a domain enum.
 _RULE_ENUMS: dict[str, type[StrEnum]] = {
@@ -115,29 +123,12 @@ async def bump_high_water(conn: AsyncConnection, org_id: str) -> int:
 
 
 async def write_approval(conn: AsyncConnection, project_id: str) -> bool:
-    row = (
-        await conn.execute(
-            select(rule_settings.c.write_approval).where(rule_settings.c.project_id == project_id)
-        )
-    ).first()
-    return bool(row.write_approval) if row else False
+    return bool(await _project_setting(conn, rule_settings, "write_approval", project_id))
 
 
 async def set_write_approval(conn: AsyncConnection, org_id: str, project_id: str, on: bool) -> None:
     await _put(conn, rule_settings, {"project_id": project_id, "org_id": org_id}, {"write_approval": on})
 
 
-async def pacing_values(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
-    """The pacing values the console stored for ``project_id`` (absent ones are the defaults)."""
-    row = (
-        await conn.execute(
-            select(pacing_settings.c.settings).where(pacing_settings.c.project_id == project_id)
-        )
-    ).first()
-    return dict(row.settings) if row else {}
-
-
-async def save_pacing_values(
-    conn: AsyncConnection, org_id: str, project_id: str, values: dict[str, Any]
-) -> None:
-    await _put(conn, pacing_settings, {"project_id": project_id, "org_id": org_id}, {"settings": values})
+# The pacing values the console stored (absent ones are the defaults).
+pacing_values = ProjectDocument(pacing_settings, "settings")

@@ -1,9 +1,12 @@
 """The rules store's tables: rule revisions (append-only), the per-org high-water counter, rule
 settings, categories, graduation proposals, the risk dial and its overrides, pacing settings, category
-merges, composition-token keys and idempotency keys; and ``_put``, the upsert both dialects speak."""
+merges, composition-token keys and idempotency keys; ``_put``, the upsert both dialects speak, and a
+project's settings read and merged (``ProjectDocument``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from reviewloop.storage.idempotency import idempotency_table
@@ -19,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    select,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -189,3 +193,37 @@ async def _put(conn: AsyncConnection, table: Table, keys: dict[str, Any], values
     speak (an insert that loses a race does nothing, and the update then applies)."""
     await insert_new(conn, table, {**keys, **values})
     await conn.execute(update(table).where(*(table.c[k] == v for k, v in keys.items())).values(**values))
+
+
+async def _project_setting(conn: AsyncConnection, table: Table, name: str, project_id: str) -> Any:
+    """Column ``name`` of the project's row in ``table`` (a settings table keyed by project); None when
+    the project stored none."""
+    query = select(table.c[name]).where(table.c.project_id == project_id)
+    return (await conn.execute(query)).scalar_one_or_none()
+
+
+@dataclass(frozen=True)
+class ProjectDocument:
+    """A project's JSON settings document (the risk dial's account fields, the pacing values): column
+    ``column`` of a settings table keyed by project. A field it does not hold is at its default."""
+
+    table: Table
+    column: str
+
+    async def read(self, conn: AsyncConnection, project_id: str) -> dict[str, Any]:
+        """The fields the console stored; empty when it stored none."""
+        return dict(await _project_setting(conn, self.table, self.column, project_id) or {})
+
+    async def merge(
+        self, conn: AsyncConnection, org_id: str, project_id: str, changes: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Store the document with ``changes`` applied and return it: a None value drops its field (back
+        to its default), any other sets it, a field not named stays."""
+        document = await self.read(conn, project_id)
+        for field, value in changes.items():
+            if value is None:
+                document.pop(field, None)
+            else:
+                document[field] = value
+        await _put(conn, self.table, {"project_id": project_id, "org_id": org_id}, {self.column: document})
+        return document
