@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import logging
 import os
 import signal
@@ -148,6 +149,17 @@ class ServiceSpec(Generic[E]):
     entrypoint: Callable[[], None] | None = None
     # The store gauges a metrics scrape reads (metrics.GAUGES); the outbox's are added for a relay.
     probes: Callable[[E], Sequence[metrics.Probe]] | None = None
+
+    @classmethod
+    def of(cls, package: str, **own: Any) -> ServiceSpec[Any]:
+        """The spec of the service in ``package``, its store and migrations found where every service keeps them.
+
+        DESIGN.md's layout: the schema is ``<package>.store.metadata``, the Alembic revisions are in
+        ``<package>/migrations``. ``own`` is the rest of the spec (settings, bootstrap, servicers ...).
+        """
+        store = importlib.import_module(f"{package}.store")
+        home = Path(str(importlib.import_module(package).__file__)).parent
+        return cls(name=package, metadata=store.metadata, migrations_dir=home / "migrations", **own)
 
     def all_peers(self) -> tuple[str, ...]:
         """Every service this one talks to: the ones it calls and its relay's destinations."""

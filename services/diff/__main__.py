@@ -1,17 +1,12 @@
 """Boot: ``python -m diff``."""
 
-from pathlib import Path
-
 from reviewloop.service import ServiceSpec, main
 
 from diff.bootstrap import bootstrap
 from diff.server import servicers
-from diff.store import metadata
 
-SPEC = ServiceSpec(
-    name="diff",
-    metadata=metadata,
-    migrations_dir=Path(__file__).parent / "migrations",
+SPEC = ServiceSpec.of(
+    __package__,
     bootstrap=lambda db, _peers, _settings: bootstrap(db),
     servicers=servicers,
 )

@@ -3,7 +3,6 @@
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from reviewloop.metrics import Point, Probe
 from reviewloop.service import Job, ServiceSpec, main
@@ -14,7 +13,7 @@ from dispatch_budget import app, store
 from dispatch_budget.bootstrap import DispatchBudgetEnvironment, Env, bootstrap, settings_from
 from dispatch_budget.domain.autosend import utc_day
 from dispatch_budget.server import registrations
-from dispatch_budget.store import metadata, tables
+from dispatch_budget.store import tables
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +67,8 @@ def probes(env: Env) -> Sequence[Probe]:
     return [budget]
 
 
-SPEC = ServiceSpec(
-    name="dispatch_budget",
-    metadata=metadata,
-    migrations_dir=Path(__file__).parent / "migrations",
+SPEC = ServiceSpec.of(
+    __package__,
     settings=DispatchBudgetEnvironment,
     bootstrap=lambda db, _peers, read: bootstrap(db, settings_from(read)),
     servicers=registrations,

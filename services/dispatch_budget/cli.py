@@ -22,6 +22,16 @@ from dispatch_budget.domain.diffscope import INSTRUCTIONS, POLICY, sensitive_can
 from dispatch_budget.domain.gatestats import render, summarize
 
 
+def _selection_arguments(parser: Any, *, runner: str, mode: str) -> None:
+    """A review selection (runner, model, effort, mode) or a whole sequence, as ``review request`` and
+    ``run create`` take them."""
+    parser.add_argument("--runner", help=runner)
+    parser.add_argument("--model", default="", help="empty or 'default' picks the runner default")
+    parser.add_argument("--effort", default="", help="empty or 'default' picks the runner default")
+    parser.add_argument("--review-mode", choices=("warm", "cold"), help=mode)
+    parser.add_argument("--review-sequence", metavar="JSON", help="the whole ReviewSequence as a JSON array")
+
+
 def register(subparsers: Any) -> None:
     settings = client_settings()
     review = subparsers.add_parser("review", help="review requests and the minimal-diff scope (spec 003)")
@@ -30,13 +40,11 @@ def register(subparsers: Any) -> None:
     request = review_sub.add_parser(
         "request", help="build (and validate) a request-review payload from a selection or a sequence"
     )
-    request.add_argument("--runner", help="a runner from the registered capability catalog")
-    request.add_argument("--model", default="", help="empty or 'default' picks the runner default")
-    request.add_argument("--effort", default="", help="empty or 'default' picks the runner default")
-    request.add_argument(
-        "--review-mode", choices=("warm", "cold"), help="WARM continues a lineage; COLD is fresh"
+    _selection_arguments(
+        request,
+        runner="a runner from the registered capability catalog",
+        mode="WARM continues a lineage; COLD is fresh",
     )
-    request.add_argument("--review-sequence", metavar="JSON", help="the whole ReviewSequence as a JSON array")
     request.add_argument(
         "--gateway",
         default=settings.gateway or "",
@@ -82,13 +90,11 @@ def register(subparsers: Any) -> None:
     create.add_argument("--repository", default="", help="owner/name, with --pr once a PR exists")
     create.add_argument("--pr", type=int, default=0, help="the PR number (0: before a PR exists)")
     create.add_argument("--head", default="", help="the run's full current head SHA")
-    create.add_argument("--runner", help="row 1's runner, from the registered capability catalog")
-    create.add_argument("--model", default="", help="empty or 'default' picks the runner default")
-    create.add_argument("--effort", default="", help="empty or 'default' picks the runner default")
-    create.add_argument(
-        "--review-mode", choices=("warm", "cold"), help="the run's review mode (Run.reviewMode)"
+    _selection_arguments(
+        create,
+        runner="row 1's runner, from the registered capability catalog",
+        mode="the run's review mode (Run.reviewMode)",
     )
-    create.add_argument("--review-sequence", metavar="JSON", help="the whole ReviewSequence as a JSON array")
     create.add_argument(
         "--gateway", default="http://127.0.0.1:8080" if settings.gateway is None else settings.gateway
     )

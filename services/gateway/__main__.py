@@ -7,7 +7,6 @@ import contextlib
 import os
 import socket
 from collections.abc import Generator, Mapping
-from pathlib import Path
 from typing import Any, cast
 
 import uvicorn
@@ -18,7 +17,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.asgi import create_app
 from gateway.settings import GatewaySettings
-from gateway.store import metadata
 
 
 class OneWrite:
@@ -112,9 +110,7 @@ def main() -> None:
 
 
 # The gateway serves HTTP, not gRPC: it has a store and migrations like the services, and its own entry point.
-SPEC: ServiceSpec[None] = ServiceSpec(
-    name="gateway", metadata=metadata, migrations_dir=Path(__file__).parent / "migrations", entrypoint=main
-)
+SPEC = ServiceSpec.of(__package__, entrypoint=main)
 
 if __name__ == "__main__":
     main()

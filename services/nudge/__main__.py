@@ -5,7 +5,6 @@ commits, the retention sweep, and the webhook sender's delivery loop."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from reviewloop.metrics import Point, Probe
 from reviewloop.service import Job, ServiceSpec, main
@@ -15,7 +14,6 @@ from sqlalchemy import func, select
 
 from nudge import app, server, store, wakeup
 from nudge.bootstrap import NudgeEnvironment, bootstrap
-from nudge.store import metadata
 
 
 def background(env: app.Env) -> Sequence[Job]:
@@ -54,10 +52,8 @@ def probes(env: app.Env) -> Sequence[Probe]:
     return [backlog]
 
 
-SPEC = ServiceSpec(
-    name="nudge",
-    metadata=metadata,
-    migrations_dir=Path(__file__).parent / "migrations",
+SPEC = ServiceSpec.of(
+    __package__,
     settings=NudgeEnvironment,
     bootstrap=lambda db, _peers, read: bootstrap(db, read),
     servicers=server.servicers,

@@ -3,7 +3,6 @@
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
 
 from reviewloop.budget.v1 import budget_pb2
 from reviewloop.diff.v1 import diff_pb2
@@ -20,7 +19,7 @@ from review_state.app import Env, pacing
 from review_state.app.notify import mail_subscribers
 from review_state.bootstrap import ReviewStateEnvironment, build_env
 from review_state.server import registrations
-from review_state.store import metadata, tables
+from review_state.store import tables
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +75,8 @@ def probes(env: Env) -> Sequence[Probe]:
     return [delivery]
 
 
-SPEC = ServiceSpec(
-    name="review_state",
-    metadata=metadata,
-    migrations_dir=Path(__file__).parent / "migrations",
+SPEC = ServiceSpec.of(
+    __package__,
     settings=ReviewStateEnvironment,
     bootstrap=build_env,
     servicers=registrations,

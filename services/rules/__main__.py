@@ -1,7 +1,6 @@
 """Boot: ``python -m rules``."""
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.review.v1 import review_pb2
@@ -10,7 +9,6 @@ from reviewloop.service import Job, ServiceSpec, main
 from rules import server
 from rules.app import Env, ensure_token_key
 from rules.bootstrap import RulesEnvironment, bootstrap
-from rules.store import metadata
 
 
 def background(env: Env) -> Sequence[Job]:
@@ -19,10 +17,8 @@ def background(env: Env) -> Sequence[Job]:
     return [lambda: ensure_token_key(env)]
 
 
-SPEC = ServiceSpec(
-    name="rules",
-    metadata=metadata,
-    migrations_dir=Path(__file__).parent / "migrations",
+SPEC = ServiceSpec.of(
+    __package__,
     settings=RulesEnvironment,
     bootstrap=lambda db, _peers, read: bootstrap(db, read),
     servicers=server.servicers,

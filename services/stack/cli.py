@@ -10,7 +10,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from pathlib import Path
@@ -61,12 +61,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 2
     if args.target == "all":
         return _up_monolith(stack)
-    stop = asyncio.Event()
 
     async def run() -> int:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        stop = _stop_on_signals()
         for name in ALL:
             stack.start(name)
         try:
@@ -75,21 +72,39 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         _banner(stack, "microservices: every part its own process", stack.data_dir / "logs")
-        while not stop.is_set():
+
+        def failure() -> str | None:
             dead = stack.dead()
-            if dead:
-                name = dead[0]
-                print(f"error: {name} exited unexpectedly:\n{stack.log_tail(name)}", file=sys.stderr)
-                return 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.5)
-        return 0
+            return f"{dead[0]} exited unexpectedly:\n{stack.log_tail(dead[0])}" if dead else None
+
+        return await _serve_until(stop, failure)
 
     try:
         return asyncio.run(run())
     finally:
         stack.stop_all()
         print("reviewloop stopped.", flush=True)
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event SIGTERM or SIGINT sets (from now on, in the running loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _serve_until(stop: asyncio.Event, failure: Callable[[], str | None]) -> int:
+    """Wait for ``stop``, checking twice a second that nothing failed: 0 once stopped, 1 (with what
+    ``failure`` says) when something did."""
+    while not stop.is_set():
+        if (error := failure()) is not None:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+    return 0
 
 
 def _banner(stack: Stack, mode: str, logs: Path) -> None:
@@ -132,10 +147,7 @@ def _up_monolith(stack: Stack) -> int:
     metrics.setup(NAME)
 
     async def run() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        stop = _stop_on_signals()
         monolith = Monolith(os.environ)
         try:
             await monolith.start()
@@ -144,13 +156,8 @@ def _up_monolith(stack: Stack) -> int:
             return 1
         _banner(stack, "monolithic (--target all): every part in this process", logs)
         try:
-            while not stop.is_set():
-                if monolith.failed:
-                    print(f"error: the gateway stopped unexpectedly (log: {logs})", file=sys.stderr)
-                    return 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.5)
-            return 0
+            failed = f"the gateway stopped unexpectedly (log: {logs})"
+            return await _serve_until(stop, lambda: failed if monolith.failed else None)
         finally:
             await monolith.stop()
 

@@ -212,6 +212,22 @@ def _escape(item: str) -> str:
     return item.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
 
 
+def _unified_items(
+    name: str, ops: Sequence[Opcode], before: Sequence[str], after: Sequence[str]
+) -> list[str]:
+    """The unified rendering of a field of items (recipients, attachments, header lines): one escaped
+    item a line."""
+
+    def render(tag: str, i1: int, i2: int, j1: int, j2: int) -> Iterable[str]:
+        if tag == "equal":
+            yield from (" " + _escape(before[i]) for i in range(i1, i2))
+            return
+        yield from ("-" + _escape(before[i]) for i in range(i1, i2))
+        yield from ("+" + _escape(after[j]) for j in range(j1, j2))
+
+    return _unified(name, ops, render)
+
+
 def _item_field(
     name: str, before: Sequence[str], after: Sequence[str]
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -246,14 +262,7 @@ def _item_field(
                 }
             )
 
-    def render(tag: str, i1: int, i2: int, j1: int, j2: int) -> Iterable[str]:
-        if tag == "equal":
-            yield from (" " + _escape(before[i]) for i in range(i1, i2))
-            return
-        yield from ("-" + _escape(before[i]) for i in range(i1, i2))
-        yield from ("+" + _escape(after[j]) for j in range(j1, j2))
-
-    return hunks, _unified(name, ops, render)
+    return hunks, _unified_items(name, ops, before, after)
 
 
 def _header_lines(headers: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -297,14 +306,7 @@ def _map_field(
         if tag != "equal"
     ]
 
-    def render(tag: str, i1: int, i2: int, j1: int, j2: int) -> Iterable[str]:
-        if tag == "equal":
-            yield from (" " + _escape(text_a[i]) for i in range(i1, i2))
-            return
-        yield from ("-" + _escape(text_a[i]) for i in range(i1, i2))
-        yield from ("+" + _escape(text_b[j]) for j in range(j1, j2))
-
-    return hunks, _unified(name, ops, render)
+    return hunks, _unified_items(name, ops, text_a, text_b)
 
 
 def _coalesce_equal(ops: list[Opcode]) -> list[Opcode]:

@@ -66,13 +66,13 @@ async def set_review_config(
         raise DomainError(Code.FORBIDDEN_SCOPE, "Only an admin sets the project review configuration.")
     mode = project_default_mode(config)
     async with db.transaction() as uow:
-        await store.save_review_config(uow.conn, principal.project_id, config, utcnow())
+        await store.review_config.save(uow.conn, principal.project_id, config, utcnow())
     return config, mode
 
 
 async def get_review_config(db: Database, principal: Principal) -> tuple[dict[str, Any], ReviewMode | None]:
     async with db.single_statement.connect() as conn:
-        config = await store.review_config(conn, principal.project_id)
+        config = await store.review_config.read(conn, principal.project_id)
     return config, project_default_mode(config)
 
 
@@ -106,7 +106,7 @@ async def resolve_mode(
                 raise run_not_found(run_id)
             modes = run.modes.merged(given)
         if project_config is None:
-            project_config = await store.review_config(conn, principal.project_id)
+            project_config = await store.review_config.read(conn, principal.project_id)
     configured = project_default_mode(project_config)
     return modes.resolve(explicit, project_default or configured)
 

@@ -60,7 +60,7 @@ async def record_turn(
     turn.check()
     project = principal.project_id
     async with db.transaction() as uow:
-        config = gate.for_project(await store.gate_overrides(uow.conn, project))
+        config = gate.for_project(await store.gate_overrides.read(uow.conn, project))
         state = await _lock_live_session(uow.conn, config, project, session_id)
         if not turn.counts:
             await store.save_agent_session(uow.conn, project, session_id, state)
@@ -86,7 +86,7 @@ async def decide_review(
     check_session_id(session_id)
     project = principal.project_id
     async with db.transaction() as uow:
-        config = gate.for_project(await store.gate_overrides(uow.conn, project))
+        config = gate.for_project(await store.gate_overrides.read(uow.conn, project))
         state = await _lock_live_session(uow.conn, config, project, session_id)
         claimed, why_not = await _claim(uow.conn, config, project, session_id, state, review_now)
         if why_not is not None:
@@ -145,7 +145,9 @@ async def _overdue(conn: AsyncConnection, gate: ClassifierGate, now: datetime) -
     found = []
     for seen in await store.reviews_in_flight(conn):
         if seen.project_id not in configs:
-            configs[seen.project_id] = gate.for_project(await store.gate_overrides(conn, seen.project_id))
+            configs[seen.project_id] = gate.for_project(
+                await store.gate_overrides.read(conn, seen.project_id)
+            )
         if overdue(seen.since, configs[seen.project_id], now):
             found.append(seen)
     return found
@@ -262,7 +264,7 @@ async def set_gate_config(
     check_admin(principal, "Setting the review gate configuration")
     checked = check_gate_overrides(overrides, gate.config.endpoint_names)
     async with db.transaction() as uow:
-        await store.set_gate_overrides(uow.conn, principal.project_id, checked, utcnow())
+        await store.gate_overrides.save(uow.conn, principal.project_id, checked, utcnow())
     return checked, gate.for_project(checked)
 
 
@@ -270,7 +272,7 @@ async def get_gate_config(
     db: Database, gate: ClassifierGate, principal: Principal
 ) -> tuple[dict[str, Any], GateConfig]:
     async with db.engine.connect() as conn:
-        overrides = await store.gate_overrides(conn, principal.project_id)
+        overrides = await store.gate_overrides.read(conn, principal.project_id)
     # A classifier_url stored before the endpoint became the deployment's is neither used nor shown.
     overrides = {k: v for k, v in overrides.items() if k in GATE_SETTINGS}
     return overrides, gate.for_project(overrides)

@@ -151,7 +151,7 @@ async def admit_review_round(db: Database, principal: Principal, request: Admiss
         if selection and not selection.get("mode"):
             # Admission uses resolveReviewMode's precedence: the run's stored rungs, the project's
             # configured default, then COLD.
-            configured = project_default_mode(await store.review_config(conn, project))
+            configured = project_default_mode(await store.review_config.read(conn, project))
             mode, _ = run.modes.resolve(None, configured)
             selection = {**selection, "mode": mode.value}
         # The check needs only the counts; the grant and the last refusal are for the answer below.
@@ -286,7 +286,7 @@ async def get_ready_gate(db: Database, principal: Principal, run_id: str) -> Rea
         required = len(sequence)
         if not sequence:
             # Runs without a sequence take their rows from the project review configuration.
-            config = await store.review_config(conn, project)
+            config = await store.review_config.read(conn, project)
             sequence = configured_rows(config)
             required = required_reviews(config)
     rows = rows_of(sequence, required)

@@ -20,7 +20,6 @@ from dispatch_budget.store.catalog import (
     review_config,
     review_session,
     runner_catalog,
-    save_review_config,
     save_runner,
     session_facts,
 )
@@ -34,7 +33,6 @@ from dispatch_budget.store.gate import (
     log_gate_decision,
     reviews_in_flight,
     save_agent_session,
-    set_gate_overrides,
 )
 from dispatch_budget.store.journals import (
     append_journal_events,
@@ -135,11 +133,9 @@ __all__ = [
     "round_limit",
     "runner_catalog",
     "save_agent_session",
-    "save_review_config",
     "save_runner",
     "scope_counts",
     "session_facts",
-    "set_gate_overrides",
     "set_round_limit",
     "settle_admission",
     "settle_pool_receipt",

@@ -3,7 +3,6 @@ lineages' sessions (spec 003)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from reviewloop.records import from_row, to_columns
@@ -13,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.lineage import ReviewSession
 from dispatch_budget.domain.qualifying import SessionFacts
-from dispatch_budget.store.documents import project_document, save_project_document
+from dispatch_budget.store.documents import ProjectDocument
 from dispatch_budget.store.tables import review_configs, review_sessions, runners
 
 # --- runners ---
@@ -35,15 +34,8 @@ async def save_runner(conn: AsyncConnection, project_id: str, spec: RunnerSpec) 
 # --- the project review configuration ---
 
 
-async def review_config(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
-    """The configuration document an admin stored; empty when none was."""
-    return await project_document(conn, review_configs, project_id)
-
-
-async def save_review_config(
-    conn: AsyncConnection, project_id: str, config: dict[str, Any], at: datetime
-) -> None:
-    await save_project_document(conn, review_configs, project_id, config, at)
+# The project review configuration an admin stored (spec 003's project defaults).
+review_config = ProjectDocument(review_configs)
 
 
 # --- review sessions ---
@@ -61,28 +53,22 @@ async def add_review_session(conn: AsyncConnection, project_id: str, session: Re
 async def lock_lineage_head(conn: AsyncConnection, project_id: str, review_id: str) -> ReviewSession | None:
     """The lineage's latest session, locked until the transaction ends; None for an unknown lineage."""
     s = review_sessions.c
-    row = (
-        await conn.execute(
-            select(review_sessions)
-            .where(s.project_id == project_id, s.review_id == review_id)
-            .order_by(s.created_at.desc())
-            .limit(1)
-            .with_for_update()
-        )
-    ).first()
-    return _session(row) if row is not None else None
+    newest = s.created_at.desc()
+    return await _locked_session(conn, project_id, s.review_id == review_id, newest_by=newest)
 
 
 async def review_session(conn: AsyncConnection, project_id: str, session_id: str) -> ReviewSession | None:
     """The session, locked until the transaction ends (a heartbeat or completion races a rebind)."""
-    s = review_sessions.c
-    row = (
-        await conn.execute(
-            select(review_sessions)
-            .where(s.project_id == project_id, s.session_id == session_id)
-            .with_for_update()
-        )
-    ).first()
+    return await _locked_session(conn, project_id, review_sessions.c.session_id == session_id)
+
+
+async def _locked_session(
+    conn: AsyncConnection, project_id: str, criterion: Any, newest_by: Any = None
+) -> ReviewSession | None:
+    query = select(review_sessions).where(review_sessions.c.project_id == project_id, criterion)
+    if newest_by is not None:
+        query = query.order_by(newest_by).limit(1)
+    row = (await conn.execute(query.with_for_update())).first()
     return _session(row) if row is not None else None
 
 

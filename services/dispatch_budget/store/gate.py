@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from reviewloop.records import from_row, to_columns
 from reviewloop.storage.schema import insert_new
@@ -12,7 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.gate import GateRecord, SessionState
-from dispatch_budget.store.documents import project_document, save_project_document
+from dispatch_budget.store.documents import ProjectDocument
 from dispatch_budget.store.tables import agent_sessions, gate_configs, gate_decisions
 
 
@@ -64,15 +63,8 @@ async def gate_decision_page(
     return [GateRecord.from_json(row.record) for row in rows[:limit]], more
 
 
-async def gate_overrides(conn: AsyncConnection, project_id: str) -> dict[str, Any]:
-    """The project's gate settings an admin stored; empty: the environment's defaults throughout."""
-    return await project_document(conn, gate_configs, project_id)
-
-
-async def set_gate_overrides(
-    conn: AsyncConnection, project_id: str, overrides: dict[str, Any], at: datetime
-) -> None:
-    await save_project_document(conn, gate_configs, project_id, overrides, at)
+# The project's gate settings an admin stored; empty: the environment's defaults throughout.
+gate_overrides = ProjectDocument(gate_configs)
 
 
 async def link_in_flight_receipt(
