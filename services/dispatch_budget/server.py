@@ -13,6 +13,7 @@ from reviewloop.budget.v1 import budget_pb2, budget_pb2_grpc
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import invalid
 from reviewloop.protoconv import enum_name, required_enum
+from reviewloop.records import from_row
 from reviewloop.service import Registration
 from reviewloop.tenancy import Principal
 
@@ -206,13 +207,8 @@ class DispatchBudgetServicer(budget_pb2_grpc.DispatchBudgetServiceServicer):
             self.db,
             Principal.from_proto(request.principal),
             run_id=request.run_id,
-            request=ExtensionInput(
-                head_sha=request.head_sha,
-                new_limit=request.new_limit,
-                expected_prior_limit=request.expected_prior_limit,
-                scope_brief=request.scope_brief,
-                idempotency_key=request.idempotency_key,
-            ),
+            # Each of ExtensionInput's fields is the request's field of its name.
+            request=from_row(ExtensionInput, request),
             origin=origin_from_proto(request.origin),
             request_id=request.request_id,
         )

@@ -11,6 +11,7 @@ import orjson
 from reviewloop.common.v1 import common_pb2
 from reviewloop.errors import Code, DomainError
 from reviewloop.protoconv import enum_name, required_enum, stamp
+from reviewloop.records import from_row
 from reviewloop.review.v1 import review_pb2, review_pb2_grpc
 from reviewloop.service import Registration
 from reviewloop.tenancy import Principal
@@ -69,15 +70,8 @@ class ReviewStateServicer(review_pb2_grpc.ReviewStateServiceServicer):
             parent_message_id=request.parent_message_id,
             confidence=optional_field(request, "confidence"),
             composition_token=request.composition_token,
-            asked=Asked(
-                mode=request.mode,
-                inbox=request.inbox,
-                thread_id=request.thread_id,
-                reply_all=request.reply_all,
-                expected_context_version=request.expected_context_version,
-                expected_last_message_id=request.expected_last_message_id,
-                second_reply=request.second_reply,
-            ),
+            # Each of Asked's fields is the request's field of its name.
+            asked=from_row(Asked, request),
         )
         status, review = await app.submit(self.env, Principal.from_proto(request.principal), asked)
         message_id = review.message_id or ""

@@ -24,6 +24,12 @@ def enum_name(enum: Any, value: int, prefix: str) -> str:
     return str(enum.Name(value)).removeprefix(prefix).lower()
 
 
+def present(message: Any, *names: str) -> Json:
+    """The named fields ``message`` sets, in that order: a proto3 scalar at its zero value is absent, and
+    an absent optional is left out."""
+    return {name: getattr(message, name) for name in names if getattr(message, name)}
+
+
 def page(items: list[Json], next_cursor: str = "", total: int | None = None) -> Json:
     """The SDK's ``Page<T>``: ``items``, ``total`` (every match across the pages: the backend's count, or
     the items themselves where one answer holds them all) and ``next_cursor`` (absent on the last page)."""

@@ -10,7 +10,7 @@ from reviewloop.budget.v1 import budget_pb2
 from reviewloop.common.v1 import common_pb2
 from reviewloop.shapes import DigestIn, Mode, SelectionIn
 
-from gateway.translate import Json, enum_name, timestamp
+from gateway.translate import Json, enum_name, present, timestamp
 
 
 def mode_name(value: int) -> str:
@@ -39,12 +39,7 @@ def as_review_run(message: budget_pb2.Run) -> Json:
         "status": enum_name(budget_pb2.RunStatus, message.status, "RUN_STATUS_"),
         "scope_key": message.scope_key,
     }
-    if message.repository:
-        body["repository"] = message.repository
-    if message.pr_number:
-        body["pr_number"] = message.pr_number
-    if message.head_sha:
-        body["head_sha"] = message.head_sha
+    body.update(present(message, "repository", "pr_number", "head_sha"))
     for field in ("review_mode", "pr_work_review_mode", "repeat_review_context_mode"):
         if getattr(message, field):
             body[field] = mode_name(getattr(message, field))
@@ -75,10 +70,7 @@ def as_extension_receipt(message: budget_pb2.ExtensionReceipt) -> Json:
         "origin": origin,
         "granted_at": timestamp(message.granted_at),
     }
-    if message.repository:
-        body["repository"] = message.repository
-    if message.pr_number:
-        body["pr_number"] = message.pr_number
+    body.update(present(message, "repository", "pr_number"))
     return body
 
 
@@ -131,13 +123,7 @@ def as_admission_receipt(message: budget_pb2.AdmissionReceipt) -> Json:
             "outcome": enum_name(budget_pb2.SettlementOutcome, s.outcome, "SETTLEMENT_OUTCOME_"),
             "settled_at": timestamp(s.settled_at),
         }
-        if s.reason:
-            settlement["reason"] = s.reason
-        if s.verdict:
-            settlement["verdict"] = s.verdict
-        for name in ("evidence", "reviewed_head", "journal_run_id"):
-            if getattr(s, name):
-                settlement[name] = getattr(s, name)
+        settlement.update(present(s, "reason", "verdict", "evidence", "reviewed_head", "journal_run_id"))
         if s.diff_scope_json:
             settlement["diff_scope"] = orjson.loads(s.diff_scope_json)
         body["settlement"] = settlement

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from reviewloop.nudge.v1 import nudge_pb2
 
-from gateway.translate import Json, timestamp
+from gateway.translate import Json, present, timestamp
 
 
 def as_webhook(webhook: nudge_pb2.Webhook) -> Json:
@@ -26,12 +26,8 @@ def as_delivery(delivery: nudge_pb2.WebhookDelivery) -> Json:
         "attempts": delivery.attempts,
         "created_at": timestamp(delivery.created_at),
     }
-    if delivery.review_id:  # a broadcast belongs to no review
-        body["review_id"] = delivery.review_id
-    if delivery.last_status:
-        body["last_status"] = delivery.last_status
-    if delivery.last_error:
-        body["last_error"] = delivery.last_error
+    # A broadcast belongs to no review.
+    body.update(present(delivery, "review_id", "last_status", "last_error"))
     for name in ("next_attempt_at", "finished_at"):
         if delivery.HasField(name):
             body[name] = timestamp(getattr(delivery, name))

@@ -13,7 +13,7 @@ from reviewloop.protoconv import optional_scalars
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import AttachmentIn, Review, ReviewIntent
 
-from gateway.translate import Json, enum_name, timestamp
+from gateway.translate import Json, enum_name, present, timestamp
 
 # The Review's `optional` scalars the shape answers (rfc_message_id is the inbound mail's, not the review's).
 OPTIONAL_FIELDS = tuple(
@@ -35,10 +35,7 @@ def as_review_turn(turn: review_pb2.Turn) -> Json:
         "revision": turn.revision,
         "created_at": timestamp(turn.created_at),
     }
-    if turn.action:
-        body["action"] = turn.action
-    if turn.actor_id:
-        body["actor_id"] = turn.actor_id
+    body.update(present(turn, "action", "actor_id"))
     if turn.diff_json:
         body["diff_json"] = orjson.loads(turn.diff_json)
     return body

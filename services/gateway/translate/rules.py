@@ -8,7 +8,7 @@ from reviewloop.review.v1 import review_pb2
 from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import RISK_DIAL_FIELDS, DialValues
 
-from gateway.translate import Json, page, timestamp
+from gateway.translate import Json, page, present, timestamp
 
 
 def as_rule(rule: rules_pb2.Rule) -> Json:
@@ -27,10 +27,7 @@ def as_rule(rule: rules_pb2.Rule) -> Json:
     if rule.category_id:
         body["category_id"] = rule.category_id
     body.update(kind=rule.kind, priority=rule.priority, rule_text=rule.rule_text)
-    if rule.source_review_id:
-        body["source_review_id"] = rule.source_review_id
-    if rule.source_turn_id:
-        body["source_turn_id"] = rule.source_turn_id
+    body.update(present(rule, "source_review_id", "source_turn_id"))
     body.update(author_kind=rule.author_kind, status=rule.status)
     if rule.agent_id:
         body["agent_id"] = rule.agent_id
@@ -126,10 +123,7 @@ def as_category(category: rules_pb2.Category) -> Json:
         "drift_count": category.drift_count,
     }
     body.update(created_at=timestamp(category.created_at), updated_at=timestamp(category.updated_at))
-    if category.merged_into:
-        body["merged_into"] = category.merged_into
-    if category.created_by_agent_id:
-        body["created_by_agent_id"] = category.created_by_agent_id
+    body.update(present(category, "merged_into", "created_by_agent_id"))
     return body
 
 

@@ -62,6 +62,14 @@ _RECIPIENT_FLAGS = select(
     contacts.c.project_id == bindparam("project_id"),
     contacts.c.address.in_(bindparam("addresses", expanding=True)),
 )
+
+
+def _setting(column: Any, key: str, label: str) -> Any:
+    """``column`` of the settings row whose ``key`` is the bound parameter of that name (null when there is
+    none), as the scalar ``label``."""
+    return select(column).where(column.table.c[key] == bindparam(key)).scalar_subquery().label(label)
+
+
 _PROJECT_SENDING = select(
     null().label("address"),
     null().label("blocked"),
@@ -76,18 +84,9 @@ _PROJECT_SENDING = select(
     )
     .scalar_subquery()
     .label("sent"),
-    select(review_policies.c.policy)
-    .where(review_policies.c.project_id == bindparam("project_id"))
-    .scalar_subquery()
-    .label("policy"),
-    select(account_review_policies.c.policy)
-    .where(account_review_policies.c.org_id == bindparam("org_id"))
-    .scalar_subquery()
-    .label("account_policy"),
-    select(composition_settings.c.require_composition_token)
-    .where(composition_settings.c.project_id == bindparam("project_id"))
-    .scalar_subquery()
-    .label("require_token"),
+    _setting(review_policies.c.policy, "project_id", "policy"),
+    _setting(account_review_policies.c.policy, "org_id", "account_policy"),
+    _setting(composition_settings.c.require_composition_token, "project_id", "require_token"),
 )
 _SENDING_FACTS = union_all(_RECIPIENT_FLAGS, _PROJECT_SENDING)
 
