@@ -7,7 +7,7 @@ from typing import Any
 
 from reviewloop.records import from_row, to_columns
 from reviewloop.review_dispatch.selection import ReviewMode, RunnerSpec
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from dispatch_budget.domain.lineage import ReviewSession
@@ -53,8 +53,7 @@ async def add_review_session(conn: AsyncConnection, project_id: str, session: Re
 async def lock_lineage_head(conn: AsyncConnection, project_id: str, review_id: str) -> ReviewSession | None:
     """The lineage's latest session, locked until the transaction ends; None for an unknown lineage."""
     s = review_sessions.c
-    newest = s.created_at.desc()
-    return await _locked_session(conn, project_id, s.review_id == review_id, newest_by=newest)
+    return await _locked_session(conn, project_id, s.review_id == review_id, newest_by=s.created_at.desc())
 
 
 async def review_session(conn: AsyncConnection, project_id: str, session_id: str) -> ReviewSession | None:
@@ -63,8 +62,13 @@ async def review_session(conn: AsyncConnection, project_id: str, session_id: str
 
 
 async def _locked_session(
-    conn: AsyncConnection, project_id: str, criterion: Any, newest_by: Any = None
+    conn: AsyncConnection,
+    project_id: str,
+    criterion: ColumnElement[bool],
+    newest_by: ColumnElement[Any] | None = None,
 ) -> ReviewSession | None:
+    """The project's session ``criterion`` picks (the newest by ``newest_by``), locked until the
+    transaction ends; None when there is none."""
     query = select(review_sessions).where(review_sessions.c.project_id == project_id, criterion)
     if newest_by is not None:
         query = query.order_by(newest_by).limit(1)
