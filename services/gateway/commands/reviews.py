@@ -9,6 +9,7 @@ from reviewloop.errors import invalid
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import (
     DeliveryResolutionIn,
+    MessagePreviewIn,
     OpenIn,
     PostReviewChatRequest,
     ReviewerDecisionRequest,
@@ -41,6 +42,36 @@ STATES = {
     for v in review_pb2.ReviewState.values()
     if v
 }
+
+
+async def get_review(backend: Backends, principal: Principal, review_id: str) -> review_pb2.Review:
+    """One review, ``404`` unless the caller's project sees it."""
+    request = review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id)
+    return await backend.review.GetReview(request, timeout=backend.timeout_s)
+
+
+async def pacing_state(backend: Backends, principal: Principal, category_id: str) -> review_pb2.PacingState:
+    """A category's pacing: its window, what it let through, the drafts it holds."""
+    request = review_pb2.GetPacingStateRequest(principal=principal.to_proto(), category_id=category_id)
+    return await backend.review.GetPacingState(request, timeout=backend.timeout_s)
+
+
+async def preview_message(
+    backend: Backends, principal: Principal, review_id: str, edit: MessagePreviewIn | None = None
+) -> review_pb2.MessagePreview:
+    """The exact message an approval (of ``edit``, when given) delivers, and its approval digest."""
+    request = review_pb2.PreviewMessageRequest(principal=principal.to_proto(), review_id=review_id)
+    for name in ("subject", "body", "body_html"):
+        value = getattr(edit, name, None)
+        if value is not None:
+            setattr(request, name, value)
+    return await backend.review.PreviewMessage(request, timeout=backend.timeout_s)
+
+
+async def revisions(backend: Backends, principal: Principal, review_id: str) -> review_pb2.ReviewRevisions:
+    """Every kept revision of a review's content, oldest first."""
+    request = review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id)
+    return await backend.review.GetReviewRevisions(request, timeout=backend.timeout_s)
 
 
 async def list_reviews(

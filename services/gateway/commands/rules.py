@@ -1,6 +1,7 @@
 """The rules service's verbs asked from more than one place (the agent plane's routes, the admin routes and
 the console's pages): the verbs on a rule's lineage (retire, undo, promote, approve, reject), naming the
-rev the caller read (a stale one is 409), and a category's update."""
+rev the caller read (a stale one is 409), a category's update, and the reads of the category registry and
+the risk dial."""
 
 from __future__ import annotations
 
@@ -52,4 +53,22 @@ async def update_category(
     if body.never_graduate is not None:
         patch.never_graduate = body.never_graduate
     reply: rules_pb2.Category = await backend.rules.UpdateCategory(patch, timeout=backend.timeout_s)
+    return reply
+
+
+async def list_categories(
+    backend: Backends, principal: Principal, *, cursor: str = "", limit: int = 200
+) -> rules_pb2.ListCategoriesResponse:
+    """A page of the project's category registry."""
+    request = rules_pb2.ListCategoriesRequest(principal=principal.to_proto(), cursor=cursor, limit=limit)
+    reply: rules_pb2.ListCategoriesResponse = await backend.rules.ListCategories(
+        request, timeout=backend.timeout_s
+    )
+    return reply
+
+
+async def risk_dial(backend: Backends, principal: Principal, category_id: str = "") -> rules_pb2.RiskDial:
+    """The project's risk dial, or a category's when ``category_id`` names one."""
+    request = rules_pb2.GetRiskDialRequest(principal=principal.to_proto(), category_id=category_id)
+    reply: rules_pb2.RiskDial = await backend.rules.GetRiskDial(request, timeout=backend.timeout_s)
     return reply

@@ -16,9 +16,9 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from reviewloop.errors import Code, DomainError
 from reviewloop.review.v1 import review_pb2
-from reviewloop.rules.v1 import rules_pb2
 from reviewloop.shapes import (
     DeliveryResolutionIn,
+    MessagePreviewIn,
     OpenIn,
     PostReviewChatRequest,
     ReviewerDecisionRequest,
@@ -28,6 +28,7 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from gateway.commands import reviews as commands
+from gateway.commands import rules as rule_commands
 from gateway.commands.reviews import STATES as _STATES
 from gateway.console import escalation, presence, queue_view, rule_proposal, web
 from gateway.console.html import page, render
@@ -67,11 +68,7 @@ async def pending_oldest_first(
 
 async def category_names(request: Request, session: Session) -> dict[str, str]:
     """The project's categories, id -> name (the queue shows and filters by name)."""
-    reply = await web.call(
-        web.backend(request).rules.ListCategories,
-        rules_pb2.ListCategoriesRequest(principal=session.principal.to_proto(), limit=200),
-        request,
-    )
+    reply = await rule_commands.list_categories(web.backend(request), session.principal)
     return {c.id: c.name for c in reply.categories}
 
 
@@ -80,15 +77,9 @@ async def held_by_rule(
 ) -> dict[str, review_pb2.PacedDraft]:
     """The drafts a rule holds (born_stale: composed under older rules, waiting for their agent to
     re-apply them), by review id: one pacing read per category named, however long the queue."""
+    backend = web.backend(request)
     replies = await asyncio.gather(
-        *(
-            web.call(
-                web.backend(request).review.GetPacingState,
-                review_pb2.GetPacingStateRequest(principal=session.principal.to_proto(), category_id=c),
-                request,
-            )
-            for c in sorted(category_ids)
-        )
+        *(commands.pacing_state(backend, session.principal, c) for c in sorted(category_ids))
     )
     return {
         d.review_id: d for reply in replies for d in reply.drafts if d.required_high_water > d.rule_high_water
@@ -325,11 +316,7 @@ async def batch_undo(request: Request) -> Response:
             continue
         try:
             if chosen not in ("all", pick):
-                kept = await web.call(
-                    backend.review.GetReview,
-                    review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=rid),
-                    request,
-                )
+                kept = await commands.get_review(backend, principal, rid)
                 lines.append((f"“{_summary(as_review(kept))}” ({rid}): approved.", open_window(kept)))
                 continue
             seen_at = web.shaped(UndoDecisionIn, revision=int(revision_s), version=int(version_s))
@@ -494,11 +481,7 @@ async def events(request: Request) -> Response:
 
 
 async def _get(request: Request, session: Session, review_id: str) -> dict[str, Any]:
-    reply = await web.call(
-        web.backend(request).review.GetReview,
-        review_pb2.GetReviewRequest(principal=session.principal.to_proto(), review_id=review_id),
-        request,
-    )
+    reply = await commands.get_review(web.backend(request), session.principal, review_id)
     return {**as_review(reply), "approvers": list(reply.approvers)}
 
 
@@ -509,11 +492,7 @@ async def _quorum(request: Request, session: Session, review: dict[str, Any]) ->
     category = review.get("category_id")
     if not category or review["state"] not in PENDING:
         return None
-    dial = await web.call(
-        web.backend(request).rules.GetRiskDial,
-        rules_pb2.GetRiskDialRequest(principal=session.principal.to_proto(), category_id=category),
-        request,
-    )
+    dial = await rule_commands.risk_dial(web.backend(request), session.principal, category)
     values = next((c.effective for c in dial.categories if c.category_id == category), dial.account)
     if values.quorum_approvals <= 1:
         return None
@@ -559,14 +538,8 @@ async def _preview(
     edit: dict[str, str | None] | None = None,
 ) -> review_pb2.MessagePreview:
     """The exact message an approval (of ``edit``, when given) delivers, and its approval digest."""
-    message = review_pb2.PreviewMessageRequest(principal=session.principal.to_proto(), review_id=review_id)
-    for name, value in (edit or {}).items():
-        if value is not None:
-            setattr(message, name, value)
-    preview: review_pb2.MessagePreview = await web.call(
-        web.backend(request).review.PreviewMessage, message, request
-    )
-    return preview
+    asked = web.shaped(MessagePreviewIn, **edit) if edit else None
+    return await commands.preview_message(web.backend(request), session.principal, review_id, asked)
 
 
 def _headers(review: dict[str, Any]) -> list[tuple[str, str]]:
@@ -636,11 +609,7 @@ def _turns(review: dict[str, Any], who: web.Actors) -> list[dict[str, Any]]:
 
 async def _revisions(request: Request, session: Session, review_id: str) -> dict[int, dict[str, str]]:
     """Each kept revision's content as the lines its per-field diff compares, by revision number."""
-    reply = await web.call(
-        web.backend(request).review.GetReviewRevisions,
-        review_pb2.GetReviewRequest(principal=session.principal.to_proto(), review_id=review_id),
-        request,
-    )
+    reply = await commands.revisions(web.backend(request), session.principal, review_id)
     return {
         r.revision: {
             "subject": r.subject,

@@ -80,11 +80,7 @@ async def undo_toast(request: Request, session: Session) -> Markup:
     if done not in RELEASES or not prev:
         return Markup()
     try:
-        review = await web.call(
-            web.backend(request).review.GetReview,
-            review_pb2.GetReviewRequest(principal=session.principal.to_proto(), review_id=prev),
-            request,
-        )
+        review = await commands.get_review(web.backend(request), session.principal, prev)
     except web.REFUSALS:
         return Markup()
     window = open_window(review)

@@ -209,21 +209,7 @@ async def forward_email(
 
 
 async def _current(backend: Backends, principal: Principal, review_id: str) -> review_pb2.Review:
-    return await backend.review.GetReview(
-        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
-        timeout=backend.timeout_s,
-    )
-
-
-async def _preview(
-    backend: Backends, principal: Principal, review_id: str, edit: MessagePreviewIn | None = None
-) -> review_pb2.MessagePreview:
-    request = review_pb2.PreviewMessageRequest(principal=principal.to_proto(), review_id=review_id)
-    for name in ("subject", "body", "body_html"):
-        value = getattr(edit, name, None)
-        if value is not None:
-            setattr(request, name, value)
-    return await backend.review.PreviewMessage(request, timeout=backend.timeout_s)
+    return await commands.get_review(backend, principal, review_id)
 
 
 async def _reviewed(
@@ -232,7 +218,7 @@ async def _reviewed(
     """The review and its answer, with the approval digest of the message an approval delivers now (read
     beside it: a decision names the digest, so a reader needs no third call before deciding)."""
     review, preview = await asyncio.gather(
-        _current(backend, principal, review_id), _preview(backend, principal, review_id)
+        _current(backend, principal, review_id), commands.preview_message(backend, principal, review_id)
     )
     body = as_review(review)
     body["message_sha256"] = preview.message_sha256
@@ -259,7 +245,9 @@ async def preview_review_message(
     """The exact message an approval delivers (every part, as MIME) and its approval digest; with a
     proposed edit (``subject``, ``body``, ``body_html``), the message that edit would deliver. Nothing is
     written: name the digest in ``decide_review``'s ``message_sha256``."""
-    return encoded(as_message_preview(review_id, await _preview(backend, principal, review_id, body)))
+    return encoded(
+        as_message_preview(review_id, await commands.preview_message(backend, principal, review_id, body))
+    )
 
 
 @router.get("/v1/reviews/{review_id}/turns", operation_id="get_review_turns", response_model=ReviewTurnList)

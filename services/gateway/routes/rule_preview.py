@@ -18,6 +18,7 @@ from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
+from gateway.commands import reviews
 from gateway.commands.reviews import STATES
 from gateway.responses import ShapedRoute
 from gateway.translate import Json
@@ -46,11 +47,7 @@ def _rule_place(scope: str, review: Json) -> dict[str, str]:
 async def preview_rule(backend: Backends, principal: Principal, review_id: str, body: RulePreviewIn) -> Json:
     """The command: nothing is written."""
     proto = principal.to_proto()
-    review = as_review(
-        await backend.review.GetReview(
-            review_pb2.GetReviewRequest(principal=proto, review_id=review_id), timeout=backend.timeout_s
-        )
-    )
+    review = as_review(await reviews.get_review(backend, principal, review_id))
     place = _rule_place(body.scope, review)
     edited = {"subject": review["subject"] if body.subject is None else body.subject, "body_text": body.body}
     diffs = await asyncio.gather(

@@ -40,6 +40,7 @@ from reviewloop.tenancy import Principal
 
 from gateway.auth import ANY_PROJECT_KEY
 from gateway.backends import Backends, backends
+from gateway.commands import reviews
 from gateway.commands import rules as commands
 from gateway.commands.rules import RuleAction
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
@@ -97,10 +98,7 @@ async def _turn_of(
 ) -> review_pb2.Review:
     """The review (``404`` unless the caller's project sees it), checked to hold ``turn_id`` when given:
     the rules context stores a rule's source turn, review_state owns the turns."""
-    review = await backend.review.GetReview(
-        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
-        timeout=backend.timeout_s,
-    )
+    review = await reviews.get_review(backend, principal, review_id)
     if turn_id and turn_id not in {turn.id for turn in review.turns}:
         raise invalid("/source_turn_id", f"is not a turn of review {review.id}")
     return review
@@ -164,10 +162,7 @@ async def learn_review_rule(
 ) -> Json:
     """Save a project rule learnt from a review's diff and comments (``source_review_id`` is the review;
     ``turn_id``, when given, must be one of its turns). Scope defaults to the review's category."""
-    review = await backend.review.GetReview(
-        review_pb2.GetReviewRequest(principal=principal.to_proto(), review_id=review_id),
-        timeout=backend.timeout_s,
-    )
+    review = await reviews.get_review(backend, principal, review_id)
     if body.turn_id and body.turn_id not in {turn.id for turn in review.turns}:
         raise invalid("/turn_id", f"is not a turn of review {review.id}")
     scope = body.scope or ("category" if review.category_id else "general")
@@ -269,10 +264,7 @@ async def list_categories(
     cursor: Annotated[str, Query(max_length=64, pattern=f"^({id_pattern('cat')})?$")] = "",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> OrjsonResponse:
-    reply = await backend.rules.ListCategories(
-        rules_pb2.ListCategoriesRequest(principal=principal.to_proto(), cursor=cursor, limit=limit),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.list_categories(backend, principal, cursor=cursor, limit=limit)
     return encoded(page([as_category(c) for c in reply.categories], reply.next_cursor, reply.total))
 
 
@@ -364,10 +356,7 @@ async def get_backlog_status(category_id: str, principal: ProjectKey, backend: B
 
 
 async def _pacing(principal: Principal, backend: Backends, category_id: str) -> review_pb2.PacingState:
-    return await backend.review.GetPacingState(
-        review_pb2.GetPacingStateRequest(principal=principal.to_proto(), category_id=category_id),
-        timeout=backend.timeout_s,
-    )
+    return await reviews.pacing_state(backend, principal, category_id)
 
 
 @router.get(
@@ -478,10 +467,7 @@ async def list_graduation_proposals_of_category(
 async def get_risk_dial(
     principal: ProjectKey, backend: Backend, category_id: Annotated[str, Query(max_length=40)] = ""
 ) -> Json:
-    reply = await backend.rules.GetRiskDial(
-        rules_pb2.GetRiskDialRequest(principal=principal.to_proto(), category_id=category_id),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.risk_dial(backend, principal, category_id)
     return as_risk_dial(reply)
 
 
