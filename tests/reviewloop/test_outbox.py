@@ -12,6 +12,10 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.wrappers_pb2 import Int32Value
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from review_state.__main__ import SPEC
 from reviewloop.common.v1 import common_pb2
 from reviewloop.diff.v1.diff_pb2 import DiffCommitted
@@ -27,6 +31,7 @@ from reviewloop.storage.outbox import (
     retry_dead_letter,
 )
 from reviewloop.storage.schema import INBOX, OUTBOX
+from reviewloop.telemetry import REVIEW_ID, KeepErrors, sampler
 from sqlalchemy import func, select, text
 
 from tests.statements import statements
@@ -385,3 +390,40 @@ async def test_the_relays_index_holds_only_the_rows_still_to_send(open_db: OpenD
             found = text("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'ix_outbox_pending'")
         definition = (await conn.execute(found)).scalar_one()
     assert "WHERE (delivered_at IS NULL)" in definition or "WHERE delivered_at IS NULL" in definition
+
+
+async def test_a_failed_delivery_ends_its_span_in_error_so_an_unsampled_trace_of_it_is_kept(
+    open_db: OpenDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process that samples no new trace (OTEL_TRACES_SAMPLER=always_off) still records them and keeps
+    # the ones that fail (telemetry.KeepErrors): a relay whose receiver is down must be one of those.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler({"OTEL_TRACES_SAMPLER": "always_off"}))
+    provider.add_span_processor(KeepErrors(SimpleSpanProcessor(exporter)))
+    monkeypatch.setattr("reviewloop.storage.outbox.tracer", provider.get_tracer("relay"))
+    db = await open_db(SPEC)
+    await write_events(db, per_aggregate=1, aggregates=2)
+
+    async def deliver(event: common_pb2.Event) -> None:
+        if event.aggregate_id == "rr_0":
+            raise Refused(grpc.StatusCode.INTERNAL)
+
+    await Relay(db, {"nudge": deliver}).drain_once()
+    [kept] = exporter.get_finished_spans()  # rr_1's delivery was not sampled and did not fail: dropped
+    assert kept.name == "outbox.relay nudge"
+    assert kept.attributes is not None and kept.attributes[REVIEW_ID] == "rr_0"
+    assert kept.status.status_code is StatusCode.ERROR and "INTERNAL" in (kept.status.description or "")
+
+    # A batch whose receiver is down: the batch's one span, in error.
+    exporter.clear()
+    await write_events(db, per_aggregate=1, aggregates=3)
+    receiver = BatchReceiver()
+    receiver.many = _down  # type: ignore[method-assign]
+    await Relay(db, {"nudge": receiver}).drain_once()
+    [kept] = exporter.get_finished_spans()
+    assert kept.name.startswith("outbox.relay batch of")
+    assert kept.status.status_code is StatusCode.ERROR and "UNAVAILABLE" in (kept.status.description or "")
+
+
+async def _down(events: Sequence[common_pb2.Event]) -> None:
+    raise Refused(grpc.StatusCode.UNAVAILABLE)

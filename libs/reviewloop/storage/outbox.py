@@ -346,10 +346,10 @@ class Relay:
                 await self.subscribers[row.destination](as_event(row))
             except grpc.aio.AioRpcError as exc:
                 log.warning("outbox delivery to %s failed: %s", row.destination, exc.code())
-                return Failure(exc.code(), f"{exc.code().name}: {exc.details()}"[:1000])
+                return _failed(exc.code(), f"{exc.code().name}: {exc.details()}")
             except Undelivered as exc:
                 log.warning("outbox delivery to %s failed: %s", row.destination, exc.code)
-                return Failure(exc.code, f"{exc.code.name}: {exc}"[:1000])
+                return _failed(exc.code, f"{exc.code.name}: {exc}")
         return None
 
     async def _deliver_batch(
@@ -381,8 +381,15 @@ class Relay:
                 await many([as_event(row) for row in rows])
             except grpc.aio.AioRpcError as exc:
                 log.warning("outbox batch delivery to %s failed: %s", rows[0].destination, exc.code())
-                return Failure(exc.code(), f"{exc.code().name}: {exc.details()}"[:1000])
+                return _failed(exc.code(), f"{exc.code().name}: {exc.details()}")
         return None
+
+
+def _failed(code: grpc.StatusCode, text: str) -> Failure:
+    """A failed delivery, its span ended in error: ``telemetry.KeepErrors`` keeps an unsampled trace that fails."""
+    failure = Failure(code, text[:1000])
+    trace.get_current_span().set_status(trace.Status(trace.StatusCode.ERROR, failure.text))
+    return failure
 
 
 def as_event(row: Row[Any]) -> common_pb2.Event:
