@@ -33,7 +33,19 @@ def _selection_arguments(parser: Any, *, runner: str, mode: str) -> None:
 
 
 def register(subparsers: Any) -> None:
+    """The dispatch budget's commands: ``review``, ``run`` and ``gate-stats``."""
     settings = client_settings()
+    gateway = "http://127.0.0.1:8080" if settings.gateway is None else settings.gateway
+    _review_commands(subparsers, settings.gateway or "", gateway)
+    _run_commands(subparsers, gateway)
+    stats = subparsers.add_parser("gate-stats", help="summarize a gates.jsonl review-gate decision log")
+    stats.add_argument("file", nargs="?", default="-", help="the JSON-lines log (default: stdin)")
+    stats.set_defaults(func=cmd_gate_stats)
+
+
+def _review_commands(subparsers: Any, validating_gateway: str, gateway: str) -> None:
+    """``review request`` (validated against ``validating_gateway`` when set), ``diff-scope`` and
+    ``extend-budget``."""
     review = subparsers.add_parser("review", help="review requests and the minimal-diff scope (spec 003)")
     review_sub = review.add_subparsers(dest="review_command", required=True)
 
@@ -47,7 +59,7 @@ def register(subparsers: Any) -> None:
     )
     request.add_argument(
         "--gateway",
-        default=settings.gateway or "",
+        default=validating_gateway,
         help="validate against the catalog at this gateway URL (with REVIEWLOOP_API_KEY)",
     )
     request.set_defaults(func=cmd_review_request)
@@ -76,11 +88,12 @@ def register(subparsers: Any) -> None:
     extend.add_argument(
         "--expected-limit", type=int, help="compare-and-set: refuse unless this is the current limit"
     )
-    extend.add_argument(
-        "--gateway", default="http://127.0.0.1:8080" if settings.gateway is None else settings.gateway
-    )
+    extend.add_argument("--gateway", default=gateway)
     extend.set_defaults(func=cmd_extend_budget)
 
+
+def _run_commands(subparsers: Any, gateway: str) -> None:
+    """``run create`` and ``run sequence`` (the shared picker)."""
     run = subparsers.add_parser("run", help="review runs (spec 003)")
     run_sub = run.add_subparsers(dest="run_command", required=True)
     create = run_sub.add_parser(
@@ -95,9 +108,7 @@ def register(subparsers: Any) -> None:
         runner="row 1's runner, from the registered capability catalog",
         mode="the run's review mode (Run.reviewMode)",
     )
-    create.add_argument(
-        "--gateway", default="http://127.0.0.1:8080" if settings.gateway is None else settings.gateway
-    )
+    create.add_argument("--gateway", default=gateway)
     create.set_defaults(func=cmd_run_create)
 
     picker = run_sub.add_parser(
@@ -121,14 +132,8 @@ def register(subparsers: Any) -> None:
     picker.add_argument("--remove", dest="ops", action="append", type=lambda v: ("remove", v), metavar="N")
     picker.add_argument("--move", dest="ops", action="append", type=lambda v: ("move", v), metavar="N:M")
     picker.add_argument("--save", action="store_true", help="record the sequence on the run (admin key)")
-    picker.add_argument(
-        "--gateway", default="http://127.0.0.1:8080" if settings.gateway is None else settings.gateway
-    )
+    picker.add_argument("--gateway", default=gateway)
     picker.set_defaults(func=cmd_run_sequence)
-
-    stats = subparsers.add_parser("gate-stats", help="summarize a gates.jsonl review-gate decision log")
-    stats.add_argument("file", nargs="?", default="-", help="the JSON-lines log (default: stdin)")
-    stats.set_defaults(func=cmd_gate_stats)
 
 
 def _fail(message: str) -> int:

@@ -3,22 +3,19 @@ mutations, health, the OpenAPI document and the MCP endpoint."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import hashlib
 import re
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.datastructures import Default
 from fastapi.openapi.utils import get_openapi
 from reviewloop.contract import CONTRACT_MANIFEST, CONTRACT_VERSION
-from reviewloop.errors import Code, DomainError, invalid
+from reviewloop.errors import DomainError, invalid
 from reviewloop.inproc import LocalServer
 from reviewloop.service import Peers
 from reviewloop.shapes import ContractManifest, Health, component_schemas
@@ -28,14 +25,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import constraints, operations, problems, ratelimits, store
+from gateway import constraints, idempotency, operations, problems, ratelimits
 from gateway.auth import KeyCache, authenticate
 from gateway.backends import Backends
 from gateway.console import create_console
 from gateway.feeds import Feeds
 from gateway.headers import IDEMPOTENCY_KEY_PATTERN
 from gateway.mcp import MCP_PATH, McpGateway
-from gateway.responses import REPLAY_ANSWER, OrjsonResponse
+from gateway.responses import OrjsonResponse
 from gateway.routes import ROUTERS, plain_parameters
 from gateway.settings import GatewaySettings
 from gateway.store import metadata
@@ -158,102 +155,64 @@ class Edge:
         if key is None or operation is None:
             await self.app(scope, receive, send)
             return
-        if not _IDEMPOTENCY_KEY.match(key):
-            error = invalid("/Idempotency-Key", "printable ASCII, 1 to 255 characters")
-            await problems.problem_response(error, request)(scope, receive, send)
-            return
         try:
+            if not _IDEMPOTENCY_KEY.match(key):
+                raise invalid("/Idempotency-Key", "printable ASCII, 1 to 255 characters")
             caller = await authenticate(request)  # a revoked key never gets a replay
+            body = await idempotency.whole_body(receive)
         except DomainError as error:
             await problems.problem_response(error, request)(scope, receive, send)
             return
-        body, more = b"", True
-        try:
-            while more:  # the body limit upstream still applies
-                message = await receive()
-                body += message.get("body", b"")
-                more = message.get("more_body", False)
-        except DomainError as error:
-            await problems.problem_response(error, request)(scope, receive, send)
+        once = idempotency.Once(
+            self.api.state.db,
+            owner=f"{caller.key_id or 'bootstrap'}:{operation}",
+            key=key,
+            fingerprint=idempotency.fingerprint(scope, body),
+            lease=timedelta(seconds=self.api.state.settings.idempotency_lease_s),
+        )
+        answer = await once.claim()
+        if isinstance(answer, DomainError):
+            answer = problems.problem_response(answer, request)
+        if answer is not None:
+            await answer(scope, receive, send)
             return
-        fingerprint = hashlib.sha256(
-            b"%s %s?%s\n%s"
-            % (scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""), body)
-        ).hexdigest()
-        owner = f"{caller.key_id or 'bootstrap'}:{operation}"
-        db = self.api.state.db
-        lease = timedelta(seconds=self.api.state.settings.idempotency_lease_s)
-        async with db.transaction() as uow:
-            claimed = await store.claim(uow.conn, owner, key, fingerprint, lease)
-            prior = None if claimed else await store.remembered(uow.conn, owner, key)
-        if prior is not None:
-            if prior.request_sha256 != fingerprint:
-                refusal = DomainError(
-                    Code.IDEMPOTENCY_CONFLICT,
-                    "This Idempotency-Key was already used with a different request; send this one with a new key.",
-                )
-            elif prior.status == store.PENDING:
-                refusal = DomainError(
-                    Code.CONFLICT,
-                    "A request with this Idempotency-Key is still running; retry it shortly with the same key.",
-                )
-            else:
-                replay = Response(
-                    prior.response,
-                    status_code=prior.status,
-                    media_type="application/json",
-                    headers={"Idempotent-Replayed": "true"},
-                )
-                await replay(scope, receive, send)
-                return
-            await problems.problem_response(refusal, request)(scope, receive, send)
-            return
-        status, chunks, replayed = 500, [], False
-        # The answer is held until it is remembered: a client that retries the moment it reads a 2xx
-        # must find the replay, not "still running".
-        held: list[Message] = []
-
-        async def replay_body() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        async def capture(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-            held.append(message)
-
-        async def renew() -> None:  # a live request keeps its claim however long it runs
-            while True:
-                await asyncio.sleep(max(lease.total_seconds() / 3, 0.01))
-                with contextlib.suppress(Exception):  # the store is briefly unreachable: next beat
-                    async with db.transaction() as uow:
-                        await store.renew(uow.conn, owner, key)
-
-        renewing = asyncio.create_task(renew(), name="idempotency-lease")
-        try:
-            await self.app(scope, replay_body, capture)
-        finally:
-            renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
-            async with db.transaction() as uow:
-                if 200 <= status < 300:
-                    answer = scope.get(REPLAY_ANSWER, b"".join(chunks))
-                    await store.remember(uow.conn, owner, key, status, answer)
-                else:  # a failed mutation changed nothing: a retry under the same key runs it again
-                    await store.forget(uow.conn, owner, key)
-        for message in held:
-            await send(message)
+        await once.run(self.app, scope, body, receive, send)
 
 
-def create_app(settings: GatewaySettings, local: Mapping[str, LocalServer] | None = None) -> FastAPI:
-    """The gateway's app; ``local`` (monolithic mode) reaches the services through in-process channels."""
+meta = APIRouter()  # the gateway's own answers about itself
+
+
+@meta.get("/healthz", tags=["operations"], response_model=Health)
+async def healthz(request: Request) -> Response:
+    """200 when every backend reports SERVING; 503 naming the ones that do not."""
+    backends = await request.app.state.backends.health()
+    healthy = all(status == "SERVING" for status in backends.values())
+    return OrjsonResponse(
+        {"status": "ok" if healthy else "degraded", "backends": backends},
+        status_code=200 if healthy else 503,
+    )
+
+
+@meta.get("/openapi.yaml", include_in_schema=False)
+async def openapi_yaml(request: Request) -> Response:
+    return Response(yaml.safe_dump(request.app.openapi(), sort_keys=False), media_type="application/yaml")
+
+
+@meta.get(
+    "/v1/contract-manifest",
+    tags=["operations"],
+    operation_id="get_contract_manifest",
+    response_model=ContractManifest,
+)
+async def contract_manifest() -> dict[str, Any]:
+    """The machine-readable contract a harness pins against: version, shapes and skills."""
+    return dict(CONTRACT_MANIFEST)
+
+
+def _lifespan(
+    settings: GatewaySettings, local: Mapping[str, LocalServer] | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """What the gateway opens while it serves (its store, its peers, the feeds, MCP) and closes after."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -270,7 +229,7 @@ def create_app(settings: GatewaySettings, local: Mapping[str, LocalServer] | Non
         app.openapi()
         apart = await operations.serve_apart(app) if settings.metrics_listen else None
         try:
-            async with mcp.run():
+            async with app.state.mcp.run():
                 yield
         finally:
             if apart is not None:
@@ -279,11 +238,16 @@ def create_app(settings: GatewaySettings, local: Mapping[str, LocalServer] | Non
             await peers.close()
             await db.dispose()
 
+    return lifespan
+
+
+def create_app(settings: GatewaySettings, local: Mapping[str, LocalServer] | None = None) -> FastAPI:
+    """The gateway's app; ``local`` (monolithic mode) reaches the services through in-process channels."""
     app = FastAPI(
         title="reviewloop",
         version=CONTRACT_VERSION,
         summary="The review loop for AI-agent output.",
-        lifespan=lifespan,
+        lifespan=_lifespan(settings, local),
         # A route with a response_model writes its shape's JSON in one pass (pydantic's dump_json); only a
         # route without one falls back to orjson. (The class given bare would turn that fast path off.)
         default_response_class=Default(OrjsonResponse),
@@ -306,35 +270,10 @@ def create_app(settings: GatewaySettings, local: Mapping[str, LocalServer] | Non
         app.include_router(router, dependencies=[Depends(plain_parameters)])
     app.include_router(operations.router)
     app.mount("/console", create_console(app.state))  # the reviewer console (server-rendered pages)
-    mcp = McpGateway(app, settings.mcp_allowed_hosts)
-    app.state.mcp = mcp
+    app.state.mcp = McpGateway(app, settings.mcp_allowed_hosts)
     # An ASGI endpoint (not a Mount), so "/mcp" itself answers without a redirect to "/mcp/".
-    app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
-
-    @app.get("/healthz", tags=["operations"], response_model=Health)
-    async def healthz(request: Request) -> Response:
-        """200 when every backend reports SERVING; 503 naming the ones that do not."""
-        backends = await request.app.state.backends.health()
-        healthy = all(status == "SERVING" for status in backends.values())
-        return OrjsonResponse(
-            {"status": "ok" if healthy else "degraded", "backends": backends},
-            status_code=200 if healthy else 503,
-        )
-
-    @app.get("/openapi.yaml", include_in_schema=False)
-    async def openapi_yaml() -> Response:
-        return Response(yaml.safe_dump(app.openapi(), sort_keys=False), media_type="application/yaml")
-
-    @app.get(
-        "/v1/contract-manifest",
-        tags=["operations"],
-        operation_id="get_contract_manifest",
-        response_model=ContractManifest,
-    )
-    async def contract_manifest() -> dict[str, Any]:
-        """The machine-readable contract a harness pins against: version, shapes and skills."""
-        return dict(CONTRACT_MANIFEST)
-
+    app.router.routes.append(Route(MCP_PATH, endpoint=app.state.mcp, methods=["GET", "POST", "DELETE"]))
+    app.include_router(meta)
     app.openapi = lambda: contract_openapi(app)  # type: ignore[method-assign]
     app.add_middleware(Edge, api=app, max_body_bytes=settings.max_body_bytes)
     return app

@@ -303,6 +303,58 @@ def operations(app: FastAPI) -> dict[str, Operation]:
     return found
 
 
+@dataclass
+class _Arguments:
+    """A tool's input schema as it is assembled from its operation's parameters and body."""
+
+    properties: dict[str, Any] = field(default_factory=dict)
+    required: list[str] = field(default_factory=list)
+    path_params: set[str] = field(default_factory=set)
+    query_params: set[str] = field(default_factory=set)
+    takes_key: bool = False
+    has_body: bool = False
+    body_fields: frozenset[str] | None = None
+
+    def parameters(self, spec: dict[str, Any]) -> None:
+        """The path and query parameters, each an argument, and the Idempotency-Key header."""
+        for param in spec.get("parameters", []):
+            where, name = param["in"], param["name"]
+            if where == "header" and name.lower() == "idempotency-key":
+                self.takes_key = True
+                self.properties[IDEMPOTENCY_ARGUMENT] = {
+                    **param.get("schema", {"type": "string"}),
+                    "description": "a retry with the same key never repeats the mutation",
+                }
+                self.properties[CLIENT_ID_ARGUMENT] = {"type": "string", "description": "= idempotency_key"}
+            if where not in ("path", "query"):
+                continue
+            (self.path_params if where == "path" else self.query_params).add(name)
+            schema = dict(param.get("schema", {}))
+            if param.get("description"):
+                schema["description"] = param["description"]
+            self.properties[name] = schema
+            if param.get("required"):
+                self.required.append(name)
+
+    def body(self, spec: dict[str, Any], components: dict[str, Any]) -> None:
+        """An object body's fields, each an argument (unless one shares a parameter's name: then the
+        whole body is one ``body`` argument)."""
+        content = spec.get("requestBody", {}).get("content", {}).get("application/json")
+        if content is None:
+            return
+        self.has_body = True
+        body = _resolve(content.get("schema", {}), components)
+        body_props = body.get("properties")
+        if body.get("type") == "object" and body_props and not set(body_props) & set(self.properties):
+            self.properties.update(body_props)
+            self.required += body.get("required", [])
+            self.body_fields = frozenset(body_props)
+        else:
+            self.properties[BODY_ARGUMENT] = content.get("schema", {})
+            if spec["requestBody"].get("required"):
+                self.required.append(BODY_ARGUMENT)
+
+
 def _operation(
     path: str,
     method: str,
@@ -310,46 +362,10 @@ def _operation(
     components: dict[str, Any],
     actor_kinds: frozenset[ActorKind] | None,
 ) -> Operation:
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    path_params: set[str] = set()
-    query_params: set[str] = set()
-    takes_key = False
-    for param in spec.get("parameters", []):
-        where, name = param["in"], param["name"]
-        if where == "header":
-            if name.lower() == "idempotency-key":
-                takes_key = True
-                properties[IDEMPOTENCY_ARGUMENT] = {
-                    **param.get("schema", {"type": "string"}),
-                    "description": "a retry with the same key never repeats the mutation",
-                }
-                properties[CLIENT_ID_ARGUMENT] = {"type": "string", "description": "= idempotency_key"}
-            continue
-        if where not in ("path", "query"):
-            continue
-        (path_params if where == "path" else query_params).add(name)
-        schema = dict(param.get("schema", {}))
-        if param.get("description"):
-            schema["description"] = param["description"]
-        properties[name] = schema
-        if param.get("required"):
-            required.append(name)
-    body_fields: frozenset[str] | None = None
-    has_body = False
-    content = spec.get("requestBody", {}).get("content", {}).get("application/json")
-    if content is not None:
-        has_body = True
-        body = _resolve(content.get("schema", {}), components)
-        body_props = body.get("properties")
-        if body.get("type") == "object" and body_props and not set(body_props) & set(properties):
-            properties.update(body_props)
-            required += body.get("required", [])
-            body_fields = frozenset(body_props)
-        else:
-            properties[BODY_ARGUMENT] = content.get("schema", {})
-            if spec["requestBody"].get("required"):
-                required.append(BODY_ARGUMENT)
+    arguments = _Arguments()
+    arguments.parameters(spec)
+    arguments.body(spec, components)
+    properties, required, path_params = arguments.properties, arguments.required, arguments.path_params
     if len(path_params) == 1:  # the catalog names a tool's one id ``id``
         (only,) = path_params
         properties[ID_ARGUMENT] = {**properties[only], "description": f"= {only}"}
@@ -367,10 +383,10 @@ def _operation(
         description=f"{method} {path}: {summary}".strip().rstrip(":"),
         input_schema=_compact(_with_defs(input_schema, components)),
         path_params=frozenset(path_params),
-        query_params=frozenset(query_params),
-        takes_idempotency_key=takes_key,
-        body_fields=body_fields,
-        has_body=has_body,
+        query_params=frozenset(arguments.query_params),
+        takes_idempotency_key=arguments.takes_key,
+        body_fields=arguments.body_fields,
+        has_body=arguments.has_body,
         read_only=method == "GET",
         output_schema=output_schema,
         actor_kinds=actor_kinds,

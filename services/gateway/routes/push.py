@@ -26,7 +26,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gateway.auth import ANY_PROJECT_KEY, Caller, authenticate, console_principal, require_admin
 from gateway.backends import Backends, backends
-from gateway.feeds import FeedEnded, Feeds, is_broadcast
+from gateway.feeds import FeedEnded, Feeds, Listener, is_broadcast
 from gateway.responses import ShapedRoute, replay_answer
 from gateway.translate import Json
 from gateway.translate.events import as_review_event
@@ -100,44 +100,48 @@ async def stream_review_events(
     caller = await authenticate(request)  # the key cache's: the dependency just read it
     listener = feeds.admit(principal, caller.key_id or "")
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
-        try:
-            yield ServerSentEvent(retry=1000, comment="connected", sep="\n")
-            async with feeds.join(listener) as joined_at:
-                position = start
-                while True:  # the backlog after Last-Event-ID, to its end
-                    page = await backend.nudge.ListEvents(
-                        nudge_pb2.ListEventsRequest(
-                            principal=principal.to_proto(), limit=BACKLOG_PAGE, cursor=str(position)
-                        ),
-                        timeout=backend.timeout_s,
-                    )
-                    for nudge in page.events:
-                        position = position.past(nudge.pos, broadcast=is_broadcast(nudge))
-                        listener.sent()
-                        yield sse_event(nudge, position)
-                    if not page.next_cursor or listener.evicted:
-                        break
-                position = position.join(joined_at)
-                while True:  # then the project's live tail, past what was read
-                    nudge = await listener.next()
-                    broadcast = is_broadcast(nudge)
-                    if not position.covers(nudge.pos, broadcast=broadcast):
-                        position = position.past(nudge.pos, broadcast=broadcast)
-                        listener.sent()
-                        yield sse_event(nudge, position)
-        except (FeedEnded, grpc.aio.AioRpcError):
-            return  # the client reconnects with Last-Event-ID
-        finally:
-            feeds.release(listener)
-
     return EventStream(
-        events(),
+        _events(backend, principal, feeds, listener, start),
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         ping=settings.sse_heartbeat_s,
         ping_message_factory=heartbeat,
         sep="\n",
     )
+
+
+async def _events(
+    backend: Backends, principal: Principal, feeds: Feeds, listener: Listener, start: Position
+) -> AsyncIterator[ServerSentEvent]:
+    """One stream: the backlog after ``start``, to its end, then the project's live tail past it."""
+    try:
+        yield ServerSentEvent(retry=1000, comment="connected", sep="\n")
+        async with feeds.join(listener) as joined_at:
+            position = start
+            while True:  # the backlog after Last-Event-ID, to its end
+                page = await backend.nudge.ListEvents(
+                    nudge_pb2.ListEventsRequest(
+                        principal=principal.to_proto(), limit=BACKLOG_PAGE, cursor=str(position)
+                    ),
+                    timeout=backend.timeout_s,
+                )
+                for nudge in page.events:
+                    position = position.past(nudge.pos, broadcast=is_broadcast(nudge))
+                    listener.sent()
+                    yield sse_event(nudge, position)
+                if not page.next_cursor or listener.evicted:
+                    break
+            position = position.join(joined_at)
+            while True:  # then the project's live tail, past what was read
+                nudge = await listener.next()
+                broadcast = is_broadcast(nudge)
+                if not position.covers(nudge.pos, broadcast=broadcast):
+                    position = position.past(nudge.pos, broadcast=broadcast)
+                    listener.sent()
+                    yield sse_event(nudge, position)
+    except (FeedEnded, grpc.aio.AioRpcError):
+        return  # the client reconnects with Last-Event-ID
+    finally:
+        feeds.release(listener)
 
 
 SHOWN_ONCE = (
