@@ -24,8 +24,10 @@ from starlette.staticfiles import StaticFiles
 
 from gateway.console import (
     admin,
+    batch,
     dead_letters,
     dial_effect,
+    queue,
     review,
     sequence,
     sessions,
@@ -50,6 +52,8 @@ def create_console(state: object) -> FastAPI:
     )
     console.state = state  # type: ignore[assignment]
     console.mount("/static", StaticFiles(directory=STATIC), name="static")
+    console.include_router(queue.router)
+    console.include_router(batch.router)
     console.include_router(review.router)
     console.include_router(undo.router)
     console.include_router(admin.router)

@@ -24,7 +24,8 @@ async def escalated_to_me(
     request: Request, session: Session, states: tuple[str, ...], category_id: str
 ) -> review_pb2.ListReviewsResponse:
     """The pending drafts escalated to the signed-in key or its role: their ids and count."""
-    return await queue_view.list_reviews(request, session, list(states), category_id, escalated_to="me")
+    asked = queue_view.query(states, category_id, escalated_to="me")
+    return await queue_view.list_reviews(request, session, asked)
 
 
 def mine_first(reviews: list[dict[str, Any]], mine: set[str]) -> list[dict[str, Any]]:
