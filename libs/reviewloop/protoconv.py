@@ -1,4 +1,4 @@
-"""Conversions between domain values and protobuf: timestamps and ``PREFIX_VALUE`` enums.
+"""Conversions between domain values and protobuf: timestamps, enums, free-form objects (``Struct``).
 
 A domain enum is a ``StrEnum`` of lowercase names (``needs_review``); its proto twin spells the same
 names as ``REVIEW_STATE_NEEDS_REVIEW`` with ``..._UNSPECIFIED = 0`` for "not set".
@@ -6,11 +6,14 @@ names as ``REVIEW_STATE_NEEDS_REVIEW`` with ``..._UNSPECIFIED = 0`` for "not set
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from reviewloop.errors import invalid
@@ -83,3 +86,31 @@ def oneof_names(message: Descriptor, oneof: str) -> tuple[str, ...]:
     The nudge reasons are ``NudgeRequested``'s ``payload``.
     """
     return tuple(field.name for field in message.oneofs_by_name[oneof].fields)
+
+
+# A Struct's numbers are doubles: an integer within +/-EXACT reads back as the same integer (``3``, not
+# ``3.0``); the gateway holds an agent's integers to that bound.
+EXACT = 2**53
+
+
+def to_struct(value: Mapping[str, Any]) -> Struct:
+    """A free-form JSON object (an intent's ``meta``) as a ``google.protobuf.Struct``."""
+    struct = Struct()
+    struct.update(value)
+    return struct
+
+
+def from_struct(struct: Struct) -> dict[str, Any]:
+    """The object ``struct`` holds, a whole number within ``EXACT`` read as an integer."""
+    whole: dict[str, Any] = _whole(json_format.MessageToDict(struct))
+    return whole
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and -EXACT <= value <= EXACT:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole(item) for item in value]
+    return value

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 from reviewloop.errors import Code, DomainError
-from reviewloop.protoconv import optional_scalars, stamp, to_enum
+from reviewloop.protoconv import from_struct, optional_scalars, stamp, to_enum, to_struct
 from reviewloop.review.v1 import review_pb2
 from reviewloop.storage import utcnow
 
@@ -96,7 +96,8 @@ def review_to_proto(
     if review.intent is not None:
         message.intent.summary = review.intent.summary
         if review.intent.meta is not None:
-            message.intent.meta_json = orjson.dumps(review.intent.meta).decode()
+            message.intent.meta.CopyFrom(to_struct(review.intent.meta))
+            message.intent.meta_json = orjson.dumps(review.intent.meta).decode()  # for an earlier peer
     for name in OPTIONAL_SCALARS:
         value = getattr(review, name)
         if value is not None:
@@ -137,7 +138,9 @@ def intent_from_proto(message: review_pb2.Intent, has: bool) -> Intent | None:
     if not has:
         return None
     meta = None
-    if message.meta_json:
+    if message.HasField("meta"):
+        meta = from_struct(message.meta)
+    elif message.meta_json:  # a sender of contract 0.1.0-pre.6 or earlier
         try:
             meta = orjson.loads(message.meta_json)
         except orjson.JSONDecodeError as exc:

@@ -167,7 +167,9 @@ def filled(message: Message, depth: int = 0) -> Message:
     """``message`` with every field set (two of each repeated one), as a backend would answer."""
     for field in message.DESCRIPTOR.fields:
         value: Any = getattr(message, field.name)
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        if field.message_type is not None and field.message_type.full_name == "google.protobuf.Struct":
+            value.update({"goal": "book_meeting", "touches": 2, "tags": ["a", None, True, 1.5]})
+        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
             value["key"] = "value"
         elif field.message_type is not None and field.message_type.full_name == "google.protobuf.Timestamp":
             for stamp in [value.add(), value.add()] if field.is_repeated else [value]:

@@ -155,6 +155,30 @@ async def test_an_integer_beyond_64_bits_in_a_free_form_object_is_a_422_naming_i
     assert (await api.http.get("/v1/review-rounds/config", headers=admin)).json() == {"config": {}}
 
 
+async def test_an_intents_meta_reads_back_as_sent_and_an_integer_it_cannot_carry_is_a_422(api: Api) -> None:
+    # meta travels as a google.protobuf.Struct (doubles): integers within 2^53 come back as integers.
+    agent = await api.agent()
+    meta = {"goal": "book_meeting", "n": 3, "big": -(2**53), "x": 1.5, "deep": [{"ok": True, "none": None}]}
+    sent = await api.http.post(
+        "/v1/messages",
+        content=json.dumps(draft(intent={"summary": "Re-engage Acme about Q3", "meta": meta})).encode(),
+        headers={**agent, "content-type": "application/json"},
+    )
+    assert sent.status_code == 202, sent.text
+    review = (await api.http.get(f"/v1/reviews/{sent.json()['review_id']}", headers=agent)).json()
+    assert json.dumps(review["intent"]["meta"], sort_keys=True) == json.dumps(meta, sort_keys=True)
+
+    meta["deep"] = [{"n": 2**53 + 1}]
+    refused = await api.http.post(
+        "/v1/messages",
+        content=json.dumps(draft(intent={"summary": "Re-engage Acme about Q3", "meta": meta})).encode(),
+        headers={**agent, "content-type": "application/json"},
+    )
+    problem = assert_problem(refused, 422, "bad_request")
+    assert "/deep/0/n" in str(problem["detail"]) and "2^53" in str(problem["detail"])
+    assert len((await api.http.get("/v1/reviews", headers=agent)).json()["items"]) == 1
+
+
 async def test_a_405_names_the_methods_the_path_takes(api: Api) -> None:
     response = await api.http.delete("/v1/admin/projects", headers=api.admin)
     assert_problem(response, 405, "bad_request")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -19,6 +20,7 @@ from pydantic import (
 )
 
 from reviewloop.ids import id_pattern
+from reviewloop.protoconv import EXACT
 
 # Bounds of protobuf integer fields: a JSON number past them is a 422 at the edge, not an encoding error.
 INT32_MAX = 2**31 - 1
@@ -123,15 +125,25 @@ def _pointer_token(key: object) -> str:
     return str(key).replace("~", "~0").replace("/", "~1")
 
 
+def _walk(value: object) -> Iterator[tuple[str, object]]:
+    """Every value inside a free-form JSON value, with its JSON pointer."""
+    stack: list[tuple[str, object]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        yield path, item
+        if isinstance(item, dict):
+            stack.extend((f"{path}/{_pointer_token(key)}", child) for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}/{i}", child) for i, child in enumerate(item))
+
+
 def _storable(value: _T) -> _T:
     """Refuse what no encoder or store can hold anywhere inside a free-form JSON value.
 
     That is an integer beyond 64 bits (orjson, protobuf and PostgreSQL refuse it) or a NUL character
     (PostgreSQL refuses it).
     """
-    stack: list[tuple[str, object]] = [("", value)]
-    while stack:
-        path, item = stack.pop()
+    for path, item in _walk(value):
         # A float too: JSON Schema cannot tell 1e19 from 10000000000000000000, so neither is taken.
         if (
             isinstance(item, int | float)
@@ -141,13 +153,16 @@ def _storable(value: _T) -> _T:
             raise ValueError(f"the number at {path or '/'} is beyond 64 bits; send it as a string")
         if isinstance(item, str) and "\x00" in item:
             raise ValueError(f"the string at {path or '/'} contains a NUL character")
-        if isinstance(item, dict):
-            for key, child in item.items():
-                if "\x00" in str(key):
-                    raise ValueError(f"a key at {path or '/'} contains a NUL character")
-                stack.append((f"{path}/{_pointer_token(key)}", child))
-        elif isinstance(item, list):
-            stack.extend((f"{path}/{i}", child) for i, child in enumerate(item))
+        if isinstance(item, dict) and any("\x00" in str(key) for key in item):
+            raise ValueError(f"a key at {path or '/'} contains a NUL character")
+    return value
+
+
+def _exact_in_struct(value: _T) -> _T:
+    """Refuse an integer a ``google.protobuf.Struct`` cannot carry exactly (its numbers are doubles)."""
+    for path, item in _walk(value):
+        if isinstance(item, int) and not isinstance(item, bool) and not -EXACT <= item <= EXACT:
+            raise ValueError(f"the integer at {path or '/'} is beyond 2^53; send it as a string")
     return value
 
 
@@ -168,6 +183,8 @@ JsonInteger = BeforeValidator(_json_integer)
 
 # A free-form JSON value a store keeps: ``Annotated[<its type>, Storable]`` (the JSON schema is unchanged).
 Storable = AfterValidator(_storable)
+# ... that also travels as a ``google.protobuf.Struct`` (an intent's ``meta``).
+StructValue = AfterValidator(_exact_in_struct)
 # Text the gateway's own store keeps (PostgreSQL refuses NUL in text).
 PlainText = AfterValidator(_no_nul)
 

@@ -20,6 +20,7 @@ from reviewloop.shapes._base import (
     ReviewModeName,
     Shape,
     Storable,
+    StructValue,
 )
 
 # --- reviews: the composer's verbs ------------------------------------------------------------------
@@ -37,7 +38,7 @@ class ReviewIntent(Shape):
     """One sentence (8-200 characters) for the reviewer; required when the resolved mode is review."""
 
     summary: str = Field(max_length=2000, examples=["Re-engage cold lead at Acme about Q3 pilot"])
-    meta: Annotated[dict[str, JsonValue], Storable] | None = None
+    meta: Annotated[dict[str, JsonValue], Storable, StructValue] | None = None
 
 
 class AttachmentIn(Shape):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import orjson
 from reviewloop.errors import invalid
-from reviewloop.protoconv import optional_scalars
+from reviewloop.protoconv import from_struct, optional_scalars, to_struct
 from reviewloop.review.v1 import review_pb2
 from reviewloop.shapes import AttachmentIn, Review, ReviewIntent
 
@@ -89,7 +89,9 @@ def as_review(review: review_pb2.Review) -> Json:
     }
     if review.HasField("intent"):
         intent: Json = {"summary": review.intent.summary}
-        if review.intent.meta_json:
+        if review.intent.HasField("meta"):
+            intent["meta"] = from_struct(review.intent.meta)
+        elif review.intent.meta_json:  # a review_state of contract 0.1.0-pre.6 or earlier
             intent["meta"] = orjson.loads(review.intent.meta_json)
         body["intent"] = intent
     if review.category_id:
@@ -319,4 +321,6 @@ def attachments(items: list[AttachmentIn]) -> list[review_pb2.Attachment]:
 
 def set_intent(target: review_pb2.Intent, intent: ReviewIntent) -> None:
     target.summary = intent.summary
-    target.meta_json = orjson.dumps(intent.meta).decode() if intent.meta is not None else ""
+    if intent.meta is not None:
+        target.meta.CopyFrom(to_struct(intent.meta))
+        target.meta_json = orjson.dumps(intent.meta).decode()  # for a peer of the earlier contract
