@@ -88,12 +88,7 @@ def as_review(review: review_pb2.Review) -> Json:
         "rule_snapshot_named": not review.rule_snapshot_unnamed,
     }
     if review.HasField("intent"):
-        intent: Json = {"summary": review.intent.summary}
-        if review.intent.HasField("meta"):
-            intent["meta"] = from_struct(review.intent.meta)
-        elif review.intent.meta_json:  # a review_state of contract 0.1.0-pre.6 or earlier
-            intent["meta"] = orjson.loads(review.intent.meta_json)
-        body["intent"] = intent
+        body["intent"] = _intent(review.intent)
     if review.category_id:
         body["category_id"] = review.category_id
     # Present exactly when the message has them (ListFields lists an optional field only when set).
@@ -317,6 +312,15 @@ def attachments(items: list[AttachmentIn]) -> list[review_pb2.Attachment]:
             review_pb2.Attachment(filename=item.filename, content_type=item.content_type, content=content)
         )
     return result
+
+
+def _intent(intent: review_pb2.Intent) -> Json:
+    body: Json = {"summary": intent.summary}
+    if intent.HasField("meta"):
+        body["meta"] = from_struct(intent.meta)
+    elif intent.meta_json:  # a review_state of contract 0.1.0-pre.6 or earlier
+        body["meta"] = orjson.loads(intent.meta_json)
+    return body
 
 
 def set_intent(target: review_pb2.Intent, intent: ReviewIntent) -> None:
