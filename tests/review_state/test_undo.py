@@ -15,9 +15,10 @@ from review_state import app
 from review_state.app import Decision, Env
 from review_state.domain.escalation import PERSON, Escalation
 from review_state.domain.machine import TRANSITIONS, Actor, State, Verb, undo_target
+from review_state.domain.pacing import StaleDraft
 from review_state.domain.review import Review
 from review_state.domain.submission import Dial, Draft
-from review_state.domain.undo import due, release_at, restored, snapshot, undoable
+from review_state.domain.undo import due, held_again, release_at, restored, snapshot, undoable
 from reviewloop.errors import Code, DomainError
 from reviewloop.storage import utcnow
 from reviewloop.tenancy import ActorKind, Principal
@@ -41,6 +42,18 @@ HTML_DRAFT = Draft(**{**DRAFT.__dict__, "body_html": "<p>Let me know your though
 # --- the rules, pure ---------------------------------------------------------------------------------
 
 moments = st.datetimes(min_value=datetime(2026, 1, 1), max_value=datetime(2027, 1, 1), timezones=st.just(UTC))
+held_rows = st.builds(
+    StaleDraft,
+    review_id=st.just("rr_1"),
+    project_id=st.just("prj_1"),
+    category_id=st.text(max_size=8),
+    required_high_water=st.integers(min_value=1, max_value=50),
+    rule=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+    reason=st.sampled_from(["rule_changed", "propagate_general_rule"]),
+    propagate=st.booleans(),
+    suggested_batch=st.integers(min_value=0, max_value=10),
+    nudged_at=st.one_of(st.none(), moments),
+)
 
 
 @given(
@@ -81,9 +94,15 @@ def test_an_undo_returns_only_to_a_state_the_deciders_approval_leaves_from(
     st.text(max_size=40),
     st.one_of(st.none(), st.text(max_size=40)),
     st.one_of(st.none(), moments),
+    st.one_of(st.none(), held_rows),
 )
 def test_what_an_undo_writes_back_is_exactly_what_the_decision_found(
-    position: tuple[State, Actor], revision: int, body: str, html: str | None, deadline: datetime | None
+    position: tuple[State, Actor],
+    revision: int,
+    body: str,
+    html: str | None,
+    deadline: datetime | None,
+    held: StaleDraft | None,
 ) -> None:
     prior, actor = position
     base = Review(
@@ -107,8 +126,10 @@ def test_what_an_undo_writes_back_is_exactly_what_the_decision_found(
         from_address="x@y.z",
     )
     before = replace(base, body_html=html, review_deadline=deadline)
-    back = restored(snapshot(before), actor)
+    kept = snapshot(before, held)
+    back = restored(kept, actor)
     assert {name: getattr(before, name) for name in back} == back
+    assert held_again(kept) == held  # the rule hold the decision took, with its place in the window
 
 
 # --- through the use cases ---------------------------------------------------------------------------

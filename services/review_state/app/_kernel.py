@@ -209,11 +209,10 @@ async def move(
     updated, written_turn = written
     edge = Edge(review, updated, verb, actor, written_turn)
     _events.publish_edge(uow, edge, step.facts)
-    if leaving:
-        await pacing.free(uow, released)
-    else:
-        await pacing.settle(uow, edge)
-    return edge
+    if not leaving:
+        released = await pacing.settle(uow, edge)
+    await pacing.free(uow, released)
+    return replace(edge, released=released)
 
 
 async def _lost(uow: UnitOfWork, review: Review, actor: Actor, *, checks_stale: bool) -> NoReturn:

@@ -106,15 +106,15 @@ async def refill(uow: UnitOfWork, window: Window, now: datetime) -> int:
     return len(due)
 
 
-async def settle(uow: UnitOfWork, edge: Edge) -> None:
+async def settle(uow: UnitOfWork, edge: Edge) -> StaleDraft | None:
     """In the unit of work of ``edge``: a stale draft that left pending, or whose redraft or restamp
-    reached its rule, is no longer stale; the cursor advances, and a slot it held is refilled."""
+    reached its rule, is no longer stale; the row it had (None: it stays as it was), for ``free``."""
     before, after = edge.before, edge.after
     if before.state not in PENDING:
-        return
+        return None
     if after.state in PENDING and after.rule_high_water <= before.rule_high_water:
-        return
-    await free(uow, await paced.release(uow.conn, after))
+        return None
+    return await paced.release(uow.conn, after)
 
 
 async def free(uow: UnitOfWork, row: StaleDraft | None) -> None:
@@ -130,6 +130,18 @@ async def free(uow: UnitOfWork, row: StaleDraft | None) -> None:
     )
     await paced.save_window(uow.conn, window)
     if row.nudged_at is not None:
+        await refill(uow, window, utcnow())
+
+
+async def held_again(uow: UnitOfWork, row: StaleDraft) -> None:
+    """``free`` taken back, in the unit of work of an undone release (``undo_decision``): the draft is
+    stale again with the row the release took, in the place it had (a slot if it held one), and the
+    window no longer counts it released; a draft still waiting its slot is nudged if one is free."""
+    await paced.restore(uow.conn, row)
+    if row.nudged_at is not None:
+        return
+    window = await paced.get_window(uow.conn, row.project_id, row.category_id, lock=True)
+    if window is not None:
         await refill(uow, window, utcnow())
 
 

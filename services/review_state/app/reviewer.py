@@ -429,7 +429,7 @@ class _DecisionUnit:
         # when it goes to delivery, ``delivery.claim_due``).
         self._publish(uow, edge, prior, counted=not short and release is None)
         if release is not None:
-            hold_release(uow, edge.after, before, send, now, release)  # its undo window first
+            hold_release(uow, edge, send, now, release)  # its undo window first
             self.windows.append(release)
         elif edge.after.state is State.APPROVED:
             lease = self.env.settings.delivery_lease

@@ -20,29 +20,29 @@ from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
-from review_state.app import _kernel
+from review_state.app import _kernel, pacing
 from review_state.app._events import NOT_SENT, POOLED_PATHS, publish_pool_settled
 from review_state.app.delivery import start_worker
 from review_state.app.env import Env
 from review_state.domain.feedback import UNDO, in_force
-from review_state.domain.review import Review
+from review_state.domain.review import Edge, Review
 from review_state.domain.undo import (
     already_released,
     check_undoable,
     check_undoer,
     facts,
+    held_again,
     restored,
     snapshot,
     undo_note,
 )
 
 
-def hold_release(
-    uow: UnitOfWork, approved: Review, before: Review, send: dict[str, str], now: datetime, release: datetime
-) -> None:
+def hold_release(uow: UnitOfWork, edge: Edge, send: dict[str, str], now: datetime, release: datetime) -> None:
     """Record, in the decision's unit of work, the attempt of a release that waits out its undo window:
-    claimed by nobody, due at ``release``, keeping what the decision found (``before``) for an undo."""
-    store.start_attempt(uow, approved, send, now, None, release, snapshot(before))
+    claimed by nobody, due at ``release``, keeping what the decision (``edge``) found and the rule hold
+    it took, for an undo."""
+    store.start_attempt(uow, edge.after, send, now, None, release, snapshot(edge.before, edge.released))
 
 
 def release_later(env: Env, review_id: str, release: datetime) -> None:
@@ -95,6 +95,8 @@ async def undo_decision(
             raise DomainError(
                 Code.STALE, "The review changed at the same moment; re-read it.", **facts(current, actor)
             )
+        if (held := held_again(kept)) is not None:  # the hold the release took: the draft waits again
+            await pacing.held_again(uow, held)
         if current.send_path in POOLED_PATHS:  # a review agent's release spent a pool unit: it comes back
             publish_pool_settled(uow, current, NOT_SENT)
         return written[0], ""

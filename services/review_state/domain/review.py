@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from review_state.domain.machine import NUDGES, Actor, Reason, State, Verb
+from review_state.domain.pacing import StaleDraft
 from review_state.domain.submission import Attachment, Intent
 
 
@@ -189,6 +190,7 @@ class Edge:
     verb: Verb
     actor: Actor
     turn: Turn | None = None
+    released: StaleDraft | None = None  # the stale row the move took: a rule no longer holds the draft
 
     @property
     def reason(self) -> Reason | None:

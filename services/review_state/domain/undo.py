@@ -11,6 +11,7 @@ race on the one row, and exactly one wins.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from reviewloop.errors import Code, DomainError
 from review_state.domain import escalation
 from review_state.domain.feedback import REVIEWED
 from review_state.domain.machine import CLOSED, Actor, State, allowed_actions, undo_target
+from review_state.domain.pacing import StaleDraft
 from review_state.domain.review import Review
 
 # The columns a decision writes (``decision.decided`` and the release's send ids) that an undo puts back.
@@ -35,6 +37,8 @@ RESTORED = (
     *escalation.FIELDS,  # an approval settles an escalation; its undo puts it back
 )
 _TIMES = frozenset({"decided_at", "review_deadline", "escalated_at", "escalation_deadline"})
+# The stale row the decision took from a draft a rule held (``Edge.released``), kept beside the columns.
+_HELD = "held"
 
 
 def release_at(now: datetime, window_s: float) -> datetime | None:
@@ -53,20 +57,25 @@ def due(release: datetime | None, claimed: bool, now: datetime) -> bool:
     return not undoable(release, claimed, now)
 
 
-def snapshot(before: Review) -> dict[str, Any]:
-    """What the decision found, as JSON the attempt keeps until the release is delivered or undone."""
+def snapshot(before: Review, held: StaleDraft | None = None) -> dict[str, Any]:
+    """What the decision found, as JSON the attempt keeps until the release is delivered or undone:
+    the columns it wrote, and the stale row it took (``held``: the rule hold an override or an edit
+    released, with its place in the pacing window), which an undo puts back."""
     values = {name: getattr(before, name) for name in RESTORED}
     for name in _TIMES:
         if values[name] is not None:
             values[name] = values[name].isoformat()
     values["state"] = str(before.state)
+    if held is not None:
+        nudged = held.nudged_at.isoformat() if held.nudged_at is not None else None
+        values[_HELD] = {**asdict(held), "nudged_at": nudged}
     return values
 
 
 def restored(kept: dict[str, Any], actor: Actor) -> dict[str, Any]:
     """The columns an undo writes back from ``snapshot``: the state the decision found (checked against
     the table: one ``actor``'s approval leaves from), its revision and content, no send ids."""
-    values = dict(kept)
+    values = {name: kept[name] for name in RESTORED if name in kept}
     for name in _TIMES:
         if values.get(name) is not None:
             values[name] = datetime.fromisoformat(values[name])
@@ -75,6 +84,16 @@ def restored(kept: dict[str, Any], actor: Actor) -> dict[str, Any]:
         raise ValueError(f"an approval by the {actor} does not leave from {values['state']}")
     values["state"] = state
     return values
+
+
+def held_again(kept: dict[str, Any]) -> StaleDraft | None:
+    """The stale row an undo puts back, as the decision took it (None: no rule held the draft): the
+    draft is held again, against the same rule and in the same place of its window."""
+    held = kept.get(_HELD)
+    if held is None:
+        return None
+    nudged = held["nudged_at"]
+    return StaleDraft(**{**held, "nudged_at": datetime.fromisoformat(nudged) if nudged else None})
 
 
 def check_undoable(review: Review, actor: Actor) -> None:

@@ -88,6 +88,21 @@ async def take(conn: AsyncConnection, review_id: str) -> StaleDraft | None:
     return _stale(row) if row else None
 
 
+async def restore(conn: AsyncConnection, row: StaleDraft) -> None:
+    """Put back the stale ``row`` a release took (``take``, ``release``), and take its release back
+    from its window's count (``free`` advanced it)."""
+    await insert_new(conn, stale_drafts, row.__dict__)
+    await conn.execute(
+        update(pacing_windows)
+        .where(
+            pacing_windows.c.project_id == row.project_id,
+            pacing_windows.c.category_id == row.category_id,
+            pacing_windows.c.cursor_advanced_count > 0,
+        )
+        .values(cursor_advanced_count=pacing_windows.c.cursor_advanced_count - 1)
+    )
+
+
 async def release(conn: AsyncConnection, review: Review) -> StaleDraft | None:
     """Forget ``review`` as stale if it left pending or now reaches its required high-water; the row
     it had, or None."""
