@@ -24,6 +24,7 @@ from tests.conftest import BACKENDS, Api, Databases, draft, start_stack
 from tests.review_state.conftest import AGENT, DRAFT, HUMAN, peers
 from tests.review_state.test_ingest import _event, _general_rule
 
+RULE = "Offer a time, never ask for one."
 WINDOW_S = 60.0  # wide: the undo must land inside it on a loaded box; nothing here waits it out
 
 
@@ -109,23 +110,41 @@ async def _undo(api: Api, human: dict[str, str], approved: dict[str, Any]) -> di
     return dict(undone.json())
 
 
-@pytest.mark.parametrize("decision", ["approve", "edit"])
-async def test_an_undone_release_of_a_held_draft_leaves_it_held_as_before(wapi: Api, decision: str) -> None:
-    project, agent, human, category_id = await _project(wapi)
-    review_id = await _submit(wapi, agent, category_id)
-    rule = await wapi.http.post(
-        f"/v1/admin/orgs/{project['org_id']}/rules",
-        json={"rule_text": "Offer a time, never ask for one."},
-        headers=wapi.admin,
-    )
+async def _hold(
+    api: Api, project: dict[str, Any], agent: dict[str, str], category_id: str, place: str
+) -> None:
+    """A newly saved rule holds the category's drafts: a general rule nudges them (``in_window_redrafting``,
+    each in a slot); a category rule saved with ``propagate_to_pending: false`` never does (``ahead``)."""
+    if place == "in_window_redrafting":
+        rule = await api.http.post(
+            f"/v1/admin/orgs/{project['org_id']}/rules", json={"rule_text": RULE}, headers=api.admin
+        )
+    else:
+        body = {
+            "rule_text": RULE,
+            "scope": "category",
+            "category_id": category_id,
+            "propagate_to_pending": False,
+        }
+        rule = await api.http.post("/v1/rules", json=body, headers=agent)
     assert rule.status_code == 201, rule.text
     deadline = time.monotonic() + 20
-    while (await _pacing(wapi, agent, category_id))["redrafting"] == 0:  # the rule crosses two outboxes
+    while (await _pacing(api, agent, category_id))["stale"] == 0:  # the rule crosses two outboxes
         assert time.monotonic() < deadline, "the rule never held the draft"
         await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("place", ["in_window_redrafting", "ahead"])
+@pytest.mark.parametrize("decision", ["approve", "edit"])
+async def test_an_undone_release_of_a_held_draft_leaves_it_held_as_before(
+    wapi: Api, decision: str, place: str
+) -> None:
+    project, agent, human, category_id = await _project(wapi)
+    review_id = await _submit(wapi, agent, category_id)
+    await _hold(wapi, project, agent, category_id, place)
     opened = await _open(wapi, human, review_id)
     held = _place(await _pacing(wapi, agent, category_id), review_id)
-    assert held["item"]["state"] == "in_window_redrafting" and held["stale"] == 1
+    assert held["item"]["state"] == place and held["stale"] == 1
     refused = await _decide(wapi, human, opened)
     assert (refused.status_code, refused.json()["code"]) == (409, "born_stale"), refused.text
 

@@ -133,18 +133,6 @@ async def free(uow: UnitOfWork, row: StaleDraft | None) -> None:
         await refill(uow, window, utcnow())
 
 
-async def held_again(uow: UnitOfWork, row: StaleDraft) -> None:
-    """``free`` taken back, in the unit of work of an undone release (``undo_decision``): the draft is
-    stale again with the row the release took, in the place it had (a slot if it held one), and the
-    window no longer counts it released; a draft still waiting its slot is nudged if one is free."""
-    await paced.restore(uow.conn, row)
-    if row.nudged_at is not None:
-        return
-    window = await paced.get_window(uow.conn, row.project_id, row.category_id, lock=True)
-    if window is not None:
-        await refill(uow, window, utcnow())
-
-
 async def hold(conn: AsyncConnection, review: Review, *, leaving: bool) -> StaleDraft | None:
     """A stale draft is never approved into delivery: ``409 born_stale`` until the agent redrafts or
     honestly restamps it against the rules that moved (``guard`` re-nudges the agent). An approval

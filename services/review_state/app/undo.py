@@ -20,7 +20,7 @@ from reviewloop.storage import UnitOfWork, utcnow
 from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
-from review_state.app import _kernel, pacing
+from review_state.app import _kernel
 from review_state.app._events import NOT_SENT, POOLED_PATHS, publish_pool_settled
 from review_state.app.delivery import start_worker
 from review_state.app.env import Env
@@ -36,6 +36,7 @@ from review_state.domain.undo import (
     snapshot,
     undo_note,
 )
+from review_state.store import pacing as paced
 
 
 def hold_release(uow: UnitOfWork, edge: Edge, send: dict[str, str], now: datetime, release: datetime) -> None:
@@ -95,8 +96,8 @@ async def undo_decision(
             raise DomainError(
                 Code.STALE, "The review changed at the same moment; re-read it.", **facts(current, actor)
             )
-        if (held := held_again(kept)) is not None:  # the hold the release took: the draft waits again
-            await pacing.held_again(uow, held)
+        if (held := held_again(kept, back)) is not None:  # the rule hold the release took
+            await paced.restore(uow.conn, held)
         if current.send_path in POOLED_PATHS:  # a review agent's release spent a pool unit: it comes back
             publish_pool_settled(uow, current, NOT_SENT)
         return written[0], ""

@@ -86,14 +86,21 @@ def restored(kept: dict[str, Any], actor: Actor) -> dict[str, Any]:
     return values
 
 
-def held_again(kept: dict[str, Any]) -> StaleDraft | None:
+def held_again(kept: dict[str, Any], back: Review) -> StaleDraft | None:
     """The stale row an undo puts back, as the decision took it (None: no rule held the draft): the
-    draft is held again, against the same rule and in the same place of its window."""
+    draft ``back`` is held again against the same rule, in the same place of its category's window
+    (nudged and holding a slot, or waiting for one)."""
     held = kept.get(_HELD)
     if held is None:
         return None
     nudged = held["nudged_at"]
-    return StaleDraft(**{**held, "nudged_at": datetime.fromisoformat(nudged) if nudged else None})
+    return StaleDraft(
+        **{
+            **held,
+            "category_id": back.category_id,  # where the draft now is (a merge moves its drafts)
+            "nudged_at": datetime.fromisoformat(nudged) if nudged else None,
+        }
+    )
 
 
 def check_undoable(review: Review, actor: Actor) -> None:
