@@ -112,12 +112,16 @@ async def test_settings_show_the_account_default_beside_the_override_and_keep_re
     await page.locator("#dial-account-min_confidence").fill("very")
     await page.locator("#pacing-rework_batch_max").fill("7")
     await page.get_by_role("button", name="Save account values").click()
-    await expect(page.get_by_role("alert")).to_contain_text("min_confidence must be a float, not 'very'")
+    await expect(page.get_by_role("alert")).to_contain_text(
+        "/account/min_confidence: Input should be a valid number"
+    )
     await expect(page.locator("#dial-account-min_confidence")).to_have_value("very")
     await expect(page.locator("#pacing-rework_batch_max")).to_have_value("10")  # not the refused form's
     await page.locator("#pacing-lookahead_window").fill("two")
     await page.get_by_role("button", name="Save pacing").click()
-    await expect(page.get_by_role("alert")).to_contain_text("lookahead_window must be a whole number")
+    await expect(page.get_by_role("alert")).to_contain_text(
+        "/lookahead_window: Input should be a valid integer"
+    )
     await expect(page.locator("#pacing-lookahead_window")).to_have_value("two")
     await expect(page.locator("#dial-account-min_confidence")).not_to_have_value("very")
     dial = (await capi.http.get("/v1/risk-dial", headers=agent)).json()

@@ -23,14 +23,17 @@ from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
 from gateway.console import (
-    admin,
     batch,
+    budgets,
+    categories,
     dead_letters,
     dial_effect,
     queue,
     review,
+    rules_page,
     sequence,
     sessions,
+    settings,
     throttle,
     undo,
     web,
@@ -56,7 +59,10 @@ def create_console(state: object) -> FastAPI:
     console.include_router(batch.router)
     console.include_router(review.router)
     console.include_router(undo.router)
-    console.include_router(admin.router)
+    console.include_router(rules_page.router)
+    console.include_router(categories.router)
+    console.include_router(settings.router)
+    console.include_router(budgets.router)
     console.include_router(dead_letters.router)
     console.include_router(dial_effect.router)
     console.include_router(sequence.router)

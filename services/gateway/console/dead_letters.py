@@ -9,8 +9,7 @@ from reviewloop.shapes import DiscardIn
 from starlette.responses import Response
 
 from gateway.commands import outbox as commands
-from gateway.console import web
-from gateway.console.admin import _admin, _admin_write, _done
+from gateway.console import admin, web
 from gateway.console.html import page, render
 from gateway.translate.outbox import as_dead_letter
 
@@ -20,7 +19,7 @@ PATH = "/console/dead-letters"
 
 @router.get("/dead-letters")
 async def dead_letters_page(request: Request) -> Response:
-    session = await _admin(request)
+    session = await admin.reader(request)
     letters = [
         as_dead_letter(x) for x in await web.backend(request).dead_letters(session.principal.to_proto())
     ]
@@ -36,14 +35,14 @@ async def dead_letters_page(request: Request) -> Response:
 
 @router.post("/dead-letters/{event_id}/retry")
 async def retry(request: Request, event_id: str) -> Response:
-    session, _ = await _admin_write(request)
+    session, _ = await admin.writer(request)
     await commands.retry_dead_letter(web.backend(request), session.principal, event_id)
-    return _done(PATH, "dead_letter_retried")
+    return admin.done(PATH, "dead_letter_retried")
 
 
 @router.post("/dead-letters/{event_id}/discard")
 async def discard(request: Request, event_id: str) -> Response:
-    session, form = await _admin_write(request)
+    session, form = await admin.writer(request)
     reason = web.shaped(DiscardIn, reason=web.field(form, "reason"))
     await commands.discard_dead_letter(web.backend(request), session.principal, event_id, reason)
-    return _done(PATH, "dead_letter_discarded")
+    return admin.done(PATH, "dead_letter_discarded")

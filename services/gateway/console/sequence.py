@@ -4,7 +4,7 @@ A thin renderer of ``reviewloop.review_dispatch.picker.ReviewDispatchViewModel``
 view-model's rows (runner, model with effort beside it, WARM/COLD on every row, each row's problems)
 and turns the form it posts back into the view-model's operations (add, remove, move, set). Nothing
 here validates or normalizes a selection: the view-model does, with the service's own validator. Save
-is ``RecordRun``, the call behind ``PUT /v1/review-rounds/runs/{run_id}``; the run reads back at
+is the command behind ``PUT /v1/review-rounds/runs/{run_id}`` (``record_run``, given that route's body); the run reads back at
 ``GET /v1/review-rounds/runs/{run_id}``. Works without JavaScript: every operation is a form post.
 """
 
@@ -14,47 +14,32 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
-from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import Code, DomainError, http_status
 from reviewloop.review_dispatch.picker import Draft, PickerContext, ReviewDispatchViewModel, RowView
 from reviewloop.review_dispatch.selection import RunnerSpec
-from reviewloop.shapes import SelectionIn
+from reviewloop.shapes import RunIn
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
-from gateway.console import web
+from gateway.commands import budget
+from gateway.console import admin, web
 from gateway.console.html import page, render
 from gateway.console.sessions import Session
 from gateway.translate import Json
-from gateway.translate.budget import as_review_run, as_runner, selection
+from gateway.translate.budget import as_review_run, as_runner
 
 router = APIRouter()
 PATH = "/console/sequence"
 DIMENSIONS = ("runner", "model", "effort", "mode")
 
 
-async def _admin(request: Request) -> Session:
-    session = await web.reader(request)
-    web.require_admin(session)
-    return session
-
-
 async def _catalog(request: Request, session: Session) -> list[RunnerSpec]:
-    reply = await web.call(
-        web.backend(request).budget.ListRunners,
-        budget_pb2.ListRunnersRequest(principal=session.principal.to_proto()),
-        request,
-    )
+    reply = await budget.list_runners(web.backend(request), session.principal)
     return [RunnerSpec.from_json(as_runner(runner)) for runner in reply.runners]
 
 
 async def _run(request: Request, session: Session, run_id: str) -> Json:
-    reply = await web.call(
-        web.backend(request).budget.GetRun,
-        budget_pb2.GetRunRequest(principal=session.principal.to_proto(), run_id=run_id),
-        request,
-    )
-    return as_review_run(reply)
+    return as_review_run(await budget.get_run(web.backend(request), session.principal, run_id))
 
 
 def _drafts(form: FormData) -> list[Draft]:
@@ -149,7 +134,7 @@ def _lookup(session: Session, error: DomainError | None = None) -> Response:
 
 @router.get("/sequence")
 async def sequence_page(request: Request) -> Response:
-    session = await _admin(request)
+    session = await admin.reader(request)
     run_id = request.query_params.get("run_id", "").strip()
     if not run_id:
         return _lookup(session)
@@ -165,8 +150,7 @@ async def sequence_page(request: Request) -> Response:
 
 @router.post("/sequence/{run_id}")
 async def sequence_post(request: Request, run_id: str) -> Response:
-    session, form = await web.writer(request)
-    web.require_admin(session)
+    session, form = await admin.writer(request)
     run = await _run(request, session, run_id)
     model = ReviewDispatchViewModel.of(
         await _catalog(request, session), _drafts(form), PickerContext.for_run(run)
@@ -183,15 +167,8 @@ async def sequence_post(request: Request, run_id: str) -> Response:
         return _view(request, session, run, model, refused=fix, status=422)
 
     async def save() -> None:
-        await web.call(
-            web.backend(request).budget.RecordRun,
-            budget_pb2.RecordRunRequest(
-                principal=session.principal.to_proto(),
-                run_id=run_id,
-                review_sequence=[selection(SelectionIn.model_validate(row)) for row in model.to_wire()],
-            ),
-            request,
-        )
+        body = web.shaped(RunIn, review_sequence=model.to_wire())
+        await budget.record_run(web.backend(request), session.principal, run_id, body)
 
     async def refused(error: DomainError) -> Response:
         return _view(request, session, run, model, refused=error, status=http_status(error.code))

@@ -59,7 +59,6 @@ from gateway.translate.rules import (
     as_rule_audit,
     as_rule_list,
     as_rule_revision,
-    category_scope,
 )
 
 router = APIRouter(tags=["rules"], route_class=ShapedRoute)
@@ -118,15 +117,8 @@ async def get_rules(
 ) -> OrjsonResponse:
     """The effective rule stack, ladder applied. Unfiltered (no scope or status), it also carries the
     versions, the rule high-water and a composition token to submit drafts with."""
-    reply = await backend.rules.GetRules(
-        rules_pb2.GetRulesRequest(
-            principal=principal.to_proto(),
-            scope=scope,
-            category_id=category_id,
-            agent_id=agent_id,
-            status=status,
-        ),
-        timeout=backend.timeout_s,
+    reply = await commands.get_rules(
+        backend, principal, scope=scope, category_id=category_id, agent_id=agent_id, status=status
     )
     return encoded(as_rule_list(reply))
 
@@ -183,10 +175,7 @@ async def learn_review_rule(
 @router.get("/v1/rules/{lineage_id}/history", operation_id="get_rule_history", response_model=RuleHistory)
 async def get_rule_history(lineage_id: str, principal: ProjectKey, backend: Backend) -> OrjsonResponse:
     """Every revision of a rule lineage, oldest first: the audit log."""
-    reply = await backend.rules.GetRuleHistory(
-        rules_pb2.GetRuleHistoryRequest(principal=principal.to_proto(), lineage_id=lineage_id),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.rule_history(backend, principal, lineage_id)
     return encoded(
         {"lineage_id": reply.lineage_id, "revisions": [as_rule_revision(r) for r in reply.revisions]}
     )
@@ -196,10 +185,7 @@ async def get_rule_history(lineage_id: str, principal: ProjectKey, backend: Back
 async def get_rule_audit(lineage_id: str, principal: ProjectKey, backend: Backend) -> OrjsonResponse:
     """The catalog's audit read of a rule lineage: each change, who made it, before and after, and
     whether an undo took it back (the same facts as ``get_rule_history``)."""
-    reply = await backend.rules.GetRuleHistory(
-        rules_pb2.GetRuleHistoryRequest(principal=principal.to_proto(), lineage_id=lineage_id),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.rule_history(backend, principal, lineage_id)
     return encoded(as_rule_audit(reply))
 
 
@@ -296,16 +282,7 @@ async def merge_categories(
     by its project alone; anything else is 403 ``forbidden_scope`` with the limit as ``reason`` and takes
     an admin key. Repeating a merge answers it again; a side already merged elsewhere is 409 ``conflict``
     naming ``merged_into``."""
-    reply = await backend.rules.MergeCategories(
-        rules_pb2.MergeCategoriesRequest(
-            principal=principal.to_proto(),
-            category_id=category_id,
-            into_category_id=body.into_category_id,
-            rationale=body.rationale,
-            idempotency_key=idempotency_key,
-        ),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.merge_categories(backend, principal, category_id, body, idempotency_key)
     return as_category_merge(reply)
 
 
@@ -346,10 +323,7 @@ async def get_backlog_status(category_id: str, principal: ProjectKey, backend: B
             rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id),
             timeout=backend.timeout_s,
         ),
-        backend.rules.GetRules(
-            rules_pb2.GetRulesRequest(principal=principal.to_proto(), category_id=category_id),
-            timeout=backend.timeout_s,
-        ),
+        commands.get_rules(backend, principal, category_id=category_id),
         _pacing(principal, backend, category_id),
     )
     return as_backlog_status(category, rules, pacing)
@@ -372,9 +346,7 @@ async def get_pacing_state(category_id: str, principal: ProjectKey, backend: Bac
     category_request = rules_pb2.GetCategoryRequest(principal=principal.to_proto(), category_id=category_id)
     await backend.rules.GetCategory(category_request, timeout=backend.timeout_s)  # 404 across tenants
     settings, pacing = await asyncio.gather(
-        backend.rules.GetPacingSettings(
-            rules_pb2.GetPacingSettingsRequest(principal=principal.to_proto()), timeout=backend.timeout_s
-        ),
+        commands.pacing_settings(backend, principal),
         _pacing(principal, backend, category_id),
     )
     return as_pacing_state(settings, pacing)
@@ -388,17 +360,7 @@ async def create_category(
     idempotency_key: IdempotencyKey = "",
 ) -> Json:
     """An agent adds a category to the registry (``author_kind: agent``)."""
-    reply = await backend.rules.CreateCategory(
-        rules_pb2.CreateCategoryRequest(
-            principal=principal.to_proto(),
-            name=body.name,
-            description=body.description,
-            scope=category_scope(body.scope),
-            idempotency_key=idempotency_key,
-        ),
-        timeout=backend.timeout_s,
-    )
-    return as_category(reply)
+    return as_category(await commands.create_category(backend, principal, body, idempotency_key))
 
 
 @router.get(
@@ -407,11 +369,7 @@ async def create_category(
     response_model=GraduationStatus,
 )
 async def get_graduation_status(category_id: str, principal: ProjectKey, backend: Backend) -> Json:
-    reply = await backend.rules.GetGraduationStatus(
-        rules_pb2.GetGraduationStatusRequest(principal=principal.to_proto(), category_id=category_id),
-        timeout=backend.timeout_s,
-    )
-    return as_graduation_status(reply)
+    return as_graduation_status(await commands.graduation_status(backend, principal, category_id))
 
 
 @router.post(
@@ -456,10 +414,7 @@ async def list_graduation_proposals_of_category(
 ) -> Json:
     """The category's graduation proposals, newest first, decided ones included: how the agent learns
     a human approved (graduated) or rejected its proposal, and the reason, verbatim."""
-    reply = await backend.rules.ListGraduationProposals(
-        rules_pb2.ListGraduationProposalsRequest(principal=principal.to_proto(), category_id=category_id),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.graduation_proposals(backend, principal, category_id)
     return {"proposals": [as_graduation_proposal(p) for p in reply.proposals]}
 
 

@@ -8,10 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from reviewloop.errors import Code, DomainError
 from reviewloop.shapes import ApiKeyIn, ApiKeyOut, ProjectIn, ProjectOut, RevokedOut
-from reviewloop.tenancy import ActorKind
 
 from gateway import store
 from gateway.auth import Caller, check_org, require_admin
+from gateway.commands import admin
 from gateway.responses import ShapedRoute, replay_answer
 from gateway.translate import Json
 
@@ -39,16 +39,7 @@ async def create_project(body: ProjectIn, caller: Admin, request: Request) -> Js
 @router.post("/v1/admin/api-keys", status_code=201, operation_id="issue_api_key", response_model=ApiKeyOut)
 async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> Json:
     """Issue a key bound to a project and an actor kind; agent and review_agent keys get an agent id."""
-    if body.actor_kind is ActorKind.SYSTEM:
-        raise DomainError(
-            Code.BAD_REQUEST, "/actor_kind: must be agent, human, review_agent, service or admin"
-        )
-    async with request.app.state.db.transaction() as uow:
-        project = await store.get_project(uow.conn, body.project_id)
-        if project is None:
-            raise DomainError(Code.NOT_FOUND, f"No project {body.project_id}.")
-        check_org(caller, project.org_id)
-        key, secret = await store.issue_key(uow.conn, project, body.actor_kind, body.name, body.email)
+    key, secret = await admin.issue_api_key(request, caller, body)
     result: Json = {
         "key_id": key.key_id,
         "api_key": secret,
@@ -65,11 +56,5 @@ async def issue_api_key(body: ApiKeyIn, caller: Admin, request: Request) -> Json
 @router.post("/v1/admin/api-keys/{key_id}/revoke", operation_id="revoke_api_key", response_model=RevokedOut)
 async def revoke_api_key(key_id: str, caller: Admin, request: Request) -> Json:
     """Revoke a key; it is refused from the next request on. Revoking twice is harmless."""
-    async with request.app.state.db.transaction() as uow:
-        key = await store.get_key(uow.conn, key_id)
-        if key is None:
-            raise DomainError(Code.NOT_FOUND, f"No key {key_id}.")
-        check_org(caller, key.org_id)
-        await store.revoke_key(uow.conn, key_id)
-    request.app.state.key_cache.forget(key_id)
+    await admin.revoke_api_key(request, caller, key_id)
     return {"key_id": key_id, "revoked": True}

@@ -23,6 +23,7 @@ from reviewloop.shapes import (
 
 from gateway.auth import Caller, console_principal, org_principal, require_admin
 from gateway.backends import Backends, backends
+from gateway.commands import admin
 from gateway.commands import reviews as commands
 from gateway.responses import ShapedRoute
 from gateway.translate import Json
@@ -43,11 +44,7 @@ async def set_review_policy(
     project_id: str, body: PolicyIn, caller: Admin, request: Request, backend: Backend
 ) -> Json:
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.review.SetReviewPolicy(
-        review_pb2.SetReviewPolicyRequest(principal=principal.to_proto(), policy=body.policy),
-        timeout=backend.timeout_s,
-    )
-    return as_review_policy(reply)
+    return as_review_policy(await admin.set_review_policy(backend, principal, body))
 
 
 @router.put(
@@ -61,13 +58,7 @@ async def set_composition_settings(
     """Whether the project requires a ``composition_token`` on every send, reply and forward; answers the
     project's policy with the setting, as ``get_effective_review_policy`` reads it."""
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.review.SetReviewPolicy(
-        review_pb2.SetReviewPolicyRequest(
-            principal=principal.to_proto(), require_composition_token=body.require_composition_token
-        ),
-        timeout=backend.timeout_s,
-    )
-    return as_review_policy(reply)
+    return as_review_policy(await admin.set_review_policy(backend, principal, body))
 
 
 @router.put(
@@ -81,12 +72,7 @@ async def set_account_review_policy(
     """The org's default policy (the "account default"): every project without its own override
     resolves to it, above the require_review floor."""
     principal = await org_principal(caller, request, org_id)
-    reply = await backend.review.SetReviewPolicy(
-        review_pb2.SetReviewPolicyRequest(
-            principal=principal.to_proto(), policy=body.policy, account_default=True
-        ),
-        timeout=backend.timeout_s,
-    )
+    reply = await admin.set_review_policy(backend, principal, body, account_default=True)
     return as_review_policy(reply, project=False)
 
 
@@ -100,11 +86,7 @@ async def block_recipient(
     project_id: str, body: AddressIn, caller: Admin, request: Request, backend: Backend
 ) -> Json:
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.review.AddBlock(
-        review_pb2.ContactRequest(principal=principal.to_proto(), address=body.address),
-        timeout=backend.timeout_s,
-    )
-    return as_contact(reply)
+    return as_contact(await admin.add_contact(backend, principal, "blocks", body))
 
 
 @router.post(
@@ -117,11 +99,7 @@ async def suppress_recipient(
     project_id: str, body: AddressIn, caller: Admin, request: Request, backend: Backend
 ) -> Json:
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.review.AddSuppression(
-        review_pb2.ContactRequest(principal=principal.to_proto(), address=body.address),
-        timeout=backend.timeout_s,
-    )
-    return as_contact(reply)
+    return as_contact(await admin.add_contact(backend, principal, "suppressions", body))
 
 
 @router.get(
@@ -134,9 +112,7 @@ async def list_blocked_and_suppressed(
 ) -> Json:
     """The project's blocked and suppressed recipients, with who put each on its list and since when."""
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.review.ListContacts(
-        review_pb2.ListContactsRequest(principal=principal.to_proto()), timeout=backend.timeout_s
-    )
+    reply = await admin.list_contacts(backend, principal)
     return {"contacts": [as_contact(c) for c in reply.contacts]}
 
 
@@ -150,10 +126,7 @@ async def unblock_recipient(
 ) -> Json:
     """Take a recipient off the block list (404 when it is not on it)."""
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.review.RemoveBlock(
-        review_pb2.ContactRequest(principal=principal.to_proto(), address=address), timeout=backend.timeout_s
-    )
-    return as_contact(reply)
+    return as_contact(await admin.remove_contact(backend, principal, "blocks", address))
 
 
 @router.delete(
@@ -166,10 +139,7 @@ async def unsuppress_recipient(
 ) -> Json:
     """Take a recipient off the suppression list (404 when it is not on it)."""
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.review.RemoveSuppression(
-        review_pb2.ContactRequest(principal=principal.to_proto(), address=address), timeout=backend.timeout_s
-    )
-    return as_contact(reply)
+    return as_contact(await admin.remove_contact(backend, principal, "suppressions", address))
 
 
 @router.post(

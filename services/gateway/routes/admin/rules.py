@@ -45,8 +45,6 @@ from gateway.translate.rules import (
     as_pacing_settings,
     as_risk_dial,
     as_rule,
-    category_scope,
-    risk_values,
 )
 
 router = APIRouter(tags=["rules", "console"], route_class=ShapedRoute)
@@ -170,18 +168,7 @@ async def predefine_category(
     idempotency_key: IdempotencyKey = "",
 ) -> Json:
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.rules.CreateCategory(
-        rules_pb2.CreateCategoryRequest(
-            principal=principal.to_proto(),
-            name=body.name,
-            description=body.description,
-            scope=category_scope(body.scope),
-            never_graduate=body.never_graduate,
-            idempotency_key=idempotency_key,
-        ),
-        timeout=backend.timeout_s,
-    )
-    return as_category(reply)
+    return as_category(await commands.create_category(backend, principal, body, idempotency_key))
 
 
 @router.patch("/v1/admin/categories/{category_id}", operation_id="update_category", response_model=Category)
@@ -201,13 +188,7 @@ async def graduate_category(
 ) -> Json:
     """A human flips the rung: one up (auto_silent through the maturity gate), or any down."""
     principal = await _owner_principal(caller, request, backend, category_id=category_id)
-    reply = await backend.rules.Graduate(
-        rules_pb2.GraduateRequest(
-            principal=principal.to_proto(), category_id=category_id, to_state=body.to_state
-        ),
-        timeout=backend.timeout_s,
-    )
-    return as_category(reply)
+    return as_category(await commands.graduate(backend, principal, category_id, body))
 
 
 @router.get(
@@ -220,10 +201,7 @@ async def list_graduation_proposals(
 ) -> Json:
     """The proposals waiting for a human, newest first, each with its category's graduation status."""
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.rules.ListGraduationProposals(
-        rules_pb2.ListGraduationProposalsRequest(principal=principal.to_proto()),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.graduation_proposals(backend, principal)
     return {"proposals": [as_graduation_proposal(p) for p in reply.proposals]}
 
 
@@ -243,12 +221,7 @@ async def reject_graduation_proposal(
     """Close a waiting proposal with the reason its agent reads verbatim; the category stays on its rung.
     (To approve one, graduate the category to its ``to_state``.)"""
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.rules.RejectGraduationProposal(
-        rules_pb2.RejectGraduationProposalRequest(
-            principal=principal.to_proto(), proposal_id=proposal_id, reason=body.reason
-        ),
-        timeout=backend.timeout_s,
-    )
+    reply = await commands.reject_graduation_proposal(backend, principal, proposal_id, body)
     return as_graduation_proposal(reply)
 
 
@@ -263,17 +236,7 @@ async def set_risk_dial(
 ) -> Json:
     """Account fields merge (``null`` resets one); each listed category's overrides are replaced."""
     principal = await console_principal(caller, request, project_id)
-    message = rules_pb2.SetRiskDialRequest(principal=principal.to_proto())
-    if body.account is not None:
-        values, cleared = risk_values(body.account)
-        message.account.CopyFrom(values)
-        message.account_clear.extend(cleared)
-    for entry in body.categories:
-        values, inherited = risk_values(entry)
-        message.categories.append(
-            rules_pb2.CategoryRisk(category_id=entry.category_id, overrides=values, inherit_fields=inherited)
-        )
-    return as_risk_dial(await backend.rules.SetRiskDial(message, timeout=backend.timeout_s))
+    return as_risk_dial(await commands.set_risk_dial(backend, principal, body))
 
 
 @router.get(
@@ -284,10 +247,7 @@ async def set_risk_dial(
 async def get_pacing_settings(project_id: str, caller: Admin, request: Request, backend: Backend) -> Json:
     """The project's backlog pacing values in force (the risk dial's family)."""
     principal = await console_principal(caller, request, project_id)
-    reply = await backend.rules.GetPacingSettings(
-        rules_pb2.GetPacingSettingsRequest(principal=principal.to_proto()), timeout=backend.timeout_s
-    )
-    return as_pacing_settings(reply)
+    return as_pacing_settings(await commands.pacing_settings(backend, principal))
 
 
 @router.put(
@@ -302,14 +262,7 @@ async def set_pacing_settings(
     suggesting at most ``rework_batch_max``, refills ``nudge_min_interval_ms`` apart. A field set to
     ``null`` returns to its default (3, 10, 5000); an absent one is untouched."""
     principal = await console_principal(caller, request, project_id)
-    message = rules_pb2.SetPacingSettingsRequest(principal=principal.to_proto())
-    for name in body.model_fields_set:
-        value = getattr(body, name)
-        if value is None:
-            message.clear.append(name)
-        else:
-            setattr(message.values, name, value)
-    return as_pacing_settings(await backend.rules.SetPacingSettings(message, timeout=backend.timeout_s))
+    return as_pacing_settings(await commands.set_pacing_settings(backend, principal, body))
 
 
 @router.get(

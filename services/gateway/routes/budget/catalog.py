@@ -26,6 +26,7 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from gateway.auth import require
 from gateway.backends import Backends, backends
+from gateway.commands import budget
 from gateway.responses import OrjsonResponse, ShapedRoute, encoded
 from gateway.routes.budget import Caller
 from gateway.translate import Json
@@ -59,9 +60,7 @@ async def register_runner(body: RunnerIn, principal: AdminKey, backend: Backend)
 
 @router.get("/v1/review-rounds/runners", operation_id="list_runners", response_model=RunnerList)
 async def list_runners(principal: Caller, backend: Backend) -> OrjsonResponse:
-    reply = await backend.budget.ListRunners(
-        budget_pb2.ListRunnersRequest(principal=principal.to_proto()), timeout=backend.timeout_s
-    )
+    reply = await budget.list_runners(backend, principal)
     return encoded({"runners": [as_runner(r) for r in reply.runners]})
 
 

@@ -7,8 +7,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from reviewloop.budget.v1 import budget_pb2
-from reviewloop.common.v1 import common_pb2
-from reviewloop.errors import invalid
 from reviewloop.shapes import (
     AdmissionResult,
     AdmitIn,
@@ -25,6 +23,7 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from gateway.auth import require
 from gateway.backends import Backends, backends
+from gateway.commands import budget
 from gateway.headers import IdempotencyKey
 from gateway.responses import ShapedRoute
 from gateway.routes.budget import Caller
@@ -35,7 +34,6 @@ from gateway.translate.budget import (
     as_ready_gate,
     as_review_run,
     as_round_budget,
-    mode,
     selection,
 )
 
@@ -46,33 +44,13 @@ AdminKey = Annotated[Principal, Depends(require(ActorKind.ADMIN))]
 
 @router.put("/v1/review-rounds/runs/{run_id}", operation_id="record_review_run", response_model=ReviewRun)
 async def record_review_run(run_id: str, body: RunIn, principal: Caller, backend: Backend) -> Json:
-    reply = await backend.budget.RecordRun(
-        budget_pb2.RecordRunRequest(
-            principal=principal.to_proto(),
-            run_id=run_id,
-            repository=body.repository,
-            pr_number=body.pr_number,
-            head_sha=body.head_sha,
-            status=budget_pb2.RunStatus.Value(f"RUN_STATUS_{body.status.upper()}")
-            if body.status
-            else budget_pb2.RUN_STATUS_UNSPECIFIED,
-            review_mode=mode(body.review_mode),
-            pr_work_review_mode=mode(body.pr_work_review_mode),
-            repeat_review_context_mode=mode(body.repeat_review_context_mode),
-            review_sequence=[selection(row) for row in body.review_sequence or ()],
-        ),
-        timeout=backend.timeout_s,
-    )
-    return as_review_run(reply)
+    return as_review_run(await budget.record_run(backend, principal, run_id, body))
 
 
 @router.get("/v1/review-rounds/runs/{run_id}", operation_id="get_review_run", response_model=ReviewRun)
 async def get_review_run(run_id: str, principal: Caller, backend: Backend) -> Json:
     """The run as recorded, its review sequence included (what a picker saved reads back here)."""
-    reply = await backend.budget.GetRun(
-        budget_pb2.GetRunRequest(principal=principal.to_proto(), run_id=run_id), timeout=backend.timeout_s
-    )
-    return as_review_run(reply)
+    return as_review_run(await budget.get_run(backend, principal, run_id))
 
 
 @router.post(
@@ -131,11 +109,7 @@ async def settle_review_attempt(receipt_id: str, body: SettleIn, principal: Call
 async def get_review_round_budget(
     principal: Caller, backend: Backend, run_id: Annotated[str, Query(min_length=1, max_length=80)]
 ) -> Json:
-    reply = await backend.budget.GetRoundBudget(
-        budget_pb2.GetRoundBudgetRequest(principal=principal.to_proto(), run_id=run_id),
-        timeout=backend.timeout_s,
-    )
-    return as_round_budget(reply)
+    return as_round_budget(await budget.round_budget(backend, principal, run_id))
 
 
 @router.get("/v1/review-rounds/ready-gate", operation_id="get_ready_gate", response_model=ReadyGate)
@@ -166,27 +140,5 @@ async def extend_review_budget(
     request: Request,
     idempotency_key: IdempotencyKey = "",
 ) -> Json:
-    if idempotency_key and body.request_id and idempotency_key != body.request_id:
-        raise invalid("/request_id", "differs from the Idempotency-Key header; send one key")
-    origin = budget_pb2.RequestOrigin(
-        actor_kind=common_pb2.ACTOR_KIND_ADMIN,
-        actor_id=principal.actor_id,
-        key_id=principal.actor_id,  # an admin key's principal is its key id
-        remote_addr=request.client.host if request.client else "",
-        user_agent=request.headers.get("user-agent", "")[:200],
-    )
-    reply = await backend.budget.ExtendReviewBudget(
-        budget_pb2.ExtendReviewBudgetRequest(
-            principal=principal.to_proto(),
-            run_id=run_id,
-            head_sha=body.head_sha,
-            new_limit=body.limit,
-            expected_prior_limit=body.expected_limit,
-            scope_brief=body.scope_brief,
-            idempotency_key=idempotency_key or body.request_id,
-            origin=origin,
-            request_id=request.headers.get("x-request-id", "")[:200],
-        ),
-        timeout=backend.timeout_s,
-    )
+    reply = await budget.extend_review_budget(request, backend, principal, run_id, body, idempotency_key)
     return as_extension_receipt(reply)
