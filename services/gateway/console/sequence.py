@@ -4,8 +4,9 @@ A thin renderer of ``reviewloop.review_dispatch.picker.ReviewDispatchViewModel``
 view-model's rows (runner, model with effort beside it, WARM/COLD on every row, each row's problems)
 and turns the form it posts back into the view-model's operations (add, remove, move, set). Nothing
 here validates or normalizes a selection: the view-model does, with the service's own validator. Save
-is the command behind ``PUT /v1/review-rounds/runs/{run_id}`` (``record_run``, given that route's body); the run reads back at
-``GET /v1/review-rounds/runs/{run_id}``. Works without JavaScript: every operation is a form post.
+is ``record_run``, the command behind ``PUT /v1/review-rounds/runs/{run_id}``, given that route's body;
+the run reads back at ``GET /v1/review-rounds/runs/{run_id}``. Works without JavaScript: every operation
+is a form post.
 """
 
 from __future__ import annotations
