@@ -417,7 +417,9 @@ def main(spec: ServiceSpec[Any]) -> None:
         config = ServiceConfig.read(spec.name, spec.all_peers(), os.environ, spec.settings)
     except ConfigError as exc:
         _exit(exc)
-    provider = telemetry.setup(spec.name, config.settings.data_dir, config.settings.otlp_endpoint)
+    provider = telemetry.setup(
+        spec.name, config.settings.data_dir, config.settings.otlp_endpoint, config.settings
+    )
     metrics.setup(spec.name)
 
     async def run() -> None:

@@ -232,8 +232,8 @@ class TelemetrySettings(Settings):
     )
 
 
-def sample_ratio(env: Mapping[str, str] = os.environ) -> float:
-    """The share of new traces kept, from ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG``.
+def sample_ratio(read: TelemetrySettings) -> float:
+    """The share of new traces kept: ``OTEL_TRACES_SAMPLER`` and ``_ARG`` as the process's settings read them.
 
     Unset: every trace (``parentbased_always_on``). A ratio sampler without an argument keeps every trace,
     as the OpenTelemetry SDKs do.
@@ -241,7 +241,6 @@ def sample_ratio(env: Mapping[str, str] = os.environ) -> float:
     Raises:
         ValueError: an unknown sampler, or a ratio outside 0..1.
     """
-    read = TelemetrySettings.from_env(env)
     name = (read.traces_sampler or "").strip().lower() or "parentbased_always_on"
     if name not in _SAMPLERS:
         raise ValueError(f"OTEL_TRACES_SAMPLER={name!r} is not one of {', '.join(sorted(_SAMPLERS))}")
@@ -258,9 +257,9 @@ def sample_ratio(env: Mapping[str, str] = os.environ) -> float:
     return ratio
 
 
-def sampler(env: Mapping[str, str] = os.environ) -> Sampler:
-    """The process's sampler: the parent's decision, else ``WorkRoots`` at ``sample_ratio(env)``."""
-    return _parent_based(WorkRoots(sample_ratio(env)))
+def sampler(read: TelemetrySettings) -> Sampler:
+    """The process's sampler: the parent's decision, else ``WorkRoots`` at ``sample_ratio(read)``."""
+    return _parent_based(WorkRoots(sample_ratio(read)))
 
 
 class _Held:
@@ -371,11 +370,11 @@ def _sampled(span: ReadableSpan) -> ReadableSpan:
     )
 
 
-def setup(service: str, data_dir: Path, otlp_endpoint: str | None) -> TracerProvider:
-    """Install the process-wide tracer provider for ``service``; returns it so boot can flush it."""
+def setup(service: str, data_dir: Path, otlp_endpoint: str | None, read: TelemetrySettings) -> TracerProvider:
+    """Install the process-wide tracer provider, sampling as its settings say; returns it to flush."""
     provider = TracerProvider(
         resource=Resource.create({"service.name": service, "service.version": CONTRACT_VERSION}),
-        sampler=sampler(),
+        sampler=sampler(read),
     )
     exporter: SpanExporter
     if otlp_endpoint:

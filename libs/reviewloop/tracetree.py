@@ -68,10 +68,10 @@ def sampling_notice(env: Mapping[str, str]) -> str | None:
     review's timeline shows only its sampled requests, and the unsampled ones that failed (each process
     that saw the error kept its spans of the trace); an unsampled request that succeeded left no span.
     """
-    from reviewloop.telemetry import sample_ratio
+    from reviewloop.telemetry import TelemetrySettings, sample_ratio
 
     try:
-        ratio = sample_ratio(env)
+        ratio = sample_ratio(TelemetrySettings.from_env(env))
     except ValueError as exc:
         return f"traces: {exc}"
     if ratio >= 1.0:

@@ -101,7 +101,7 @@ def server(
 def main() -> None:
     telemetry.setup_logging()
     settings = GatewaySettings.from_env(os.environ)
-    provider = telemetry.setup("gateway", settings.data_dir, settings.otlp_endpoint)
+    provider = telemetry.setup("gateway", settings.data_dir, settings.otlp_endpoint, settings.sampling)
     metrics.setup("gateway")
     try:
         server(settings).run()

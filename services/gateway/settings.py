@@ -13,6 +13,7 @@ from reviewloop.files import generated_secret
 from reviewloop.settings import CommaList, Text, variable
 from reviewloop.storage import fastpaths
 from reviewloop.storage.engine import DEFAULT_POOL_SIZE
+from reviewloop.telemetry import TelemetrySettings
 from reviewloop.trust import Trust
 
 GATEWAY = "gateway"
@@ -170,6 +171,8 @@ class GatewaySettings:
     rate_limits: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_RATE_LIMITS))
     # How the gateway's calls to the services authenticate (none on the loopback default).
     trust: Trust = field(default_factory=Trust)
+    # How its traces are sampled (OTEL_TRACES_SAMPLER, _ARG), as the environment read them.
+    sampling: TelemetrySettings = field(default_factory=lambda: TelemetrySettings.from_env({}))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> GatewaySettings:
@@ -201,4 +204,5 @@ class GatewaySettings:
             rate_limits={name: getattr(read, f"rate_limit_{name}") for name in DEFAULT_RATE_LIMITS},
             mcp_allowed_hosts=read.mcp_allowed_hosts,
             trust=Trust.from_settings(GATEWAY, read),
+            sampling=read,
         )

@@ -143,7 +143,7 @@ def _up_monolith(stack: Stack) -> int:
 
     logs = stack.data_dir / "logs" / f"{NAME}.log"
     log_to(logs)
-    provider = telemetry.setup(NAME, stack.data_dir, stack.settings.otlp_endpoint)
+    provider = telemetry.setup(NAME, stack.data_dir, stack.settings.otlp_endpoint, stack.settings)
     metrics.setup(NAME)
 
     async def run() -> int:

@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Sampler
 from opentelemetry.util.types import Attributes
 from reviewloop.storage import Database, make_engine
-from reviewloop.telemetry import SAMPLER, JsonLinesExporter, KeepErrors, sampler
+from reviewloop.telemetry import SAMPLER, JsonLinesExporter, KeepErrors, TelemetrySettings, sampler
 from sqlalchemy import Text, bindparam, cast, func, select
 from stack.launcher import free_port
 
@@ -205,7 +205,9 @@ async def run() -> list[tuple[str, list[float], str]]:
     through_sqlalchemy = await _sqlalchemy()
     with tempfile.TemporaryDirectory() as directory:
         spans = _spans(directory, SAMPLER)
-        recorded = _spans(directory, sampler({"OTEL_TRACES_SAMPLER": "always_off"}))
+        recorded = _spans(
+            directory, sampler(TelemetrySettings.from_env({"OTEL_TRACES_SAMPLER": "always_off"}))
+        )
         dropped = _spans(directory, ALWAYS_OFF)
     per = f"CPU a unit, {CALLERS} callers"
     return [

@@ -31,7 +31,7 @@ from reviewloop.storage.outbox import (
     retry_dead_letter,
 )
 from reviewloop.storage.schema import INBOX, OUTBOX
-from reviewloop.telemetry import REVIEW_ID, KeepErrors, sampler
+from reviewloop.telemetry import REVIEW_ID, KeepErrors, TelemetrySettings, sampler
 from sqlalchemy import func, select, text
 
 from tests.statements import statements
@@ -398,7 +398,9 @@ async def test_a_failed_delivery_ends_its_span_in_error_so_an_unsampled_trace_of
     # A process that samples no new trace (OTEL_TRACES_SAMPLER=always_off) still records them and keeps
     # the ones that fail (telemetry.KeepErrors): a relay whose receiver is down must be one of those.
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=sampler({"OTEL_TRACES_SAMPLER": "always_off"}))
+    provider = TracerProvider(
+        sampler=sampler(TelemetrySettings.from_env({"OTEL_TRACES_SAMPLER": "always_off"}))
+    )
     provider.add_span_processor(KeepErrors(SimpleSpanProcessor(exporter)))
     monkeypatch.setattr("reviewloop.storage.outbox.tracer", provider.get_tracer("relay"))
     db = await open_db(SPEC)

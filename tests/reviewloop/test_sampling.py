@@ -17,6 +17,7 @@ from opentelemetry.trace import Status, StatusCode
 from reviewloop.telemetry import (
     IDLE,
     KeepErrors,
+    TelemetrySettings,
     context_from_traceparent,
     current_traceparent,
     sample_ratio,
@@ -41,7 +42,7 @@ def _ratio(value: str) -> dict[str, str]:
     ],
 )
 def test_the_ratio_is_read_from_the_opentelemetry_variables(env: dict[str, str], ratio: float) -> None:
-    assert sample_ratio(env) == ratio
+    assert sample_ratio(TelemetrySettings.from_env(env)) == ratio
 
 
 @pytest.mark.parametrize(
@@ -49,12 +50,12 @@ def test_the_ratio_is_read_from_the_opentelemetry_variables(env: dict[str, str],
 )
 def test_an_unknown_sampler_or_a_ratio_outside_0_1_is_refused(env: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="OTEL_TRACES_SAMPLER"):
-        sample_ratio(env)
+        sample_ratio(TelemetrySettings.from_env(env))
 
 
 def _tracer(env: dict[str, str]) -> tuple[trace.Tracer, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=sampler(env))
+    provider = TracerProvider(sampler=sampler(TelemetrySettings.from_env(env)))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider.get_tracer("test"), exporter
 
@@ -112,7 +113,7 @@ def _keeping(env: dict[str, str], **bounds: Any) -> tuple[trace.Tracer, InMemory
     """A process's tracer as ``telemetry.setup`` makes it: unsampled traces recorded, kept if they fail."""
     exporter = InMemorySpanExporter()
     keep = KeepErrors(SimpleSpanProcessor(exporter), **bounds)
-    provider = TracerProvider(sampler=sampler(env))
+    provider = TracerProvider(sampler=sampler(TelemetrySettings.from_env(env)))
     provider.add_span_processor(keep)
     return provider.get_tracer("test"), exporter, keep
 
