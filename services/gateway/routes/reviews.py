@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 import grpc
 from fastapi import APIRouter, Depends, Query, Request
-from reviewloop.budget.v1 import budget_pb2
 from reviewloop.errors import invalid
 from reviewloop.nudge.v1 import nudge_pb2
 from reviewloop.review.v1 import review_pb2
@@ -42,6 +41,8 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from gateway.auth import AGENT, ANY_PROJECT_KEY, COMPOSER_OR_HUMAN, require
 from gateway.backends import Backends, backends
+from gateway.commands import admin as admin_commands
+from gateway.commands import budget as budget_commands
 from gateway.commands import reviews as commands
 from gateway.headers import IdempotencyKey
 from gateway.problems import refused_send
@@ -266,10 +267,7 @@ async def _round_budget(backend: Backends, principal: Principal, review_id: str)
     """(review-agent rounds spent, their limit): dispatch_budget admits and bounds them (its run is the
     review). Before the first round there is no run, so no limit to read (it is set at the first)."""
     try:
-        budget = await backend.budget.GetRoundBudget(
-            budget_pb2.GetRoundBudgetRequest(principal=principal.to_proto(), run_id=review_id),
-            timeout=backend.timeout_s,
-        )
+        budget = await budget_commands.round_budget(backend, principal, review_id)
     except grpc.aio.AioRpcError as error:
         if error.code() is not grpc.StatusCode.NOT_FOUND:
             raise
@@ -467,9 +465,7 @@ async def get_effective_review_policy(
     principal: Annotated[Principal, Depends(ANY_PROJECT_KEY)], backend: Backend
 ) -> Json:
     """Know before you send: the resolved policy and where it comes from."""
-    reply = await backend.review.GetReviewPolicy(
-        review_pb2.GetReviewPolicyRequest(principal=principal.to_proto()), timeout=backend.timeout_s
-    )
+    reply = await admin_commands.review_policy(backend, principal)
     return as_review_policy(reply)
 
 
