@@ -11,6 +11,7 @@ any window a crash or the minimum interval left short, on any replica, once (the
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -30,6 +31,7 @@ from review_state.app.env import Env
 from review_state.domain.machine import PENDING, RULES_NUDGES, Reason
 from review_state.domain.pacing import StaleDraft, Window
 from review_state.domain.review import Edge, Review
+from review_state.domain.undo import held_later
 from review_state.store import pacing as paced
 
 log = logging.getLogger(__name__)
@@ -37,17 +39,16 @@ log = logging.getLogger(__name__)
 
 async def mark_stale(uow: UnitOfWork, change: RuleChanged) -> None:
     """The pending drafts in the rule's scope composed under an older high-water become stale against
-    it: held from release, and (unless the save said ``propagate_to_pending: false``) owed a nudge."""
+    it: held from release, and (unless the save said ``propagate_to_pending: false``) owed a nudge. So
+    does a draft whose release still waits out its undo window, if it is undone (``_hold_on_undo``)."""
     general = change.scope != "category"
     high_water = change.rule_high_water
-    drafts = await store.pending_in_scope(
-        uow.conn,
-        org_id=change.org_id,
-        project_id=change.project_id,
-        category_id="" if general else change.category_id,
-        agent_id=change.agent_id,
-        lock=False,  # nothing is nudged here; a refill locks the drafts it nudges
-    )
+    scope = {
+        "org_id": change.org_id,
+        "project_id": change.project_id,
+        "category_id": "" if general else change.category_id,
+        "agent_id": change.agent_id,
+    }
     reason = RULES_NUDGES["general_rule" if general else "category_rule"]
     propagate = change.propagate_to_pending if change.HasField("propagate_to_pending") else True
     rule = (
@@ -55,24 +56,46 @@ async def mark_stale(uow: UnitOfWork, change: RuleChanged) -> None:
         if change.HasField("rule")
         else {}
     )
-    await paced.mark_stale(
-        uow.conn,
-        change.org_id,
-        [
-            StaleDraft(
-                review_id=d.id,
-                project_id=d.project_id,
-                category_id=d.category_id,
-                required_high_water=high_water,
-                rule=rule,
-                reason=reason.value,
-                propagate=propagate,
-                suggested_batch=change.suggested_batch,
-            )
-            for d in drafts
-            if not high_water or d.rule_high_water < high_water
-        ],
-    )
+
+    def stale(draft: Review) -> StaleDraft | None:
+        if high_water and draft.rule_high_water >= high_water:
+            return None
+        return StaleDraft(
+            review_id=draft.id,
+            project_id=draft.project_id,
+            category_id=draft.category_id,
+            required_high_water=high_water,
+            rule=rule,
+            reason=reason.value,
+            propagate=propagate,
+            suggested_batch=change.suggested_batch,
+        )
+
+    await _hold_on_undo(uow, change.org_id, scope, stale)  # first: see its docstring
+    # Unlocked: nothing is nudged here; a refill locks the drafts it nudges.
+    drafts = await store.pending_in_scope(uow.conn, **scope, lock=False)
+    await paced.mark_stale(uow.conn, change.org_id, [row for d in drafts if (row := stale(d))])
+
+
+async def _hold_on_undo(
+    uow: UnitOfWork, org_id: str, scope: dict[str, str], stale: Callable[[Review], StaleDraft | None]
+) -> None:
+    """A draft approved before the rule landed and undone after must come back held like every other
+    pending draft of the rule's reach. Its release, still in its undo window, keeps the hold in what
+    the undo writes back (``domain.undo.held_later``); a release that goes to delivery drops it with
+    the rest of that snapshot, so it never reaches ``stale_drafts`` nor counts in a window.
+    Why here and not at the undo (asking rules for the stack's high water): the undo would need a peer
+    call on its path and would still miss a rule that lands between that call and its commit. Here the
+    attempt rows are locked before the pending drafts are read: an undo that withdrew a release first
+    has committed by then (this read sees its draft pending), and one that comes after waits for this
+    unit and finds the hold in the snapshot it deletes. Cost: one query per rule change, none per undo."""
+    holds: list[StaleDraft] = []
+    for draft, kept in await paced.releases_in_window(uow.conn, **scope):
+        row = stale(draft)
+        if row is not None and kept and (later := held_later(kept, row)) is not None:
+            await paced.keep_for_undo(uow.conn, draft.id, later)
+            holds.append(row)
+    await paced.open_windows(uow.conn, org_id, holds)  # where the undone draft will wait for its nudge
 
 
 async def refill(uow: UnitOfWork, window: Window, now: datetime) -> int:

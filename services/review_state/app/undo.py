@@ -32,6 +32,7 @@ from review_state.domain.undo import (
     check_undoer,
     facts,
     held_again,
+    released_hold,
     restored,
     snapshot,
     undo_note,
@@ -96,8 +97,8 @@ async def undo_decision(
             raise DomainError(
                 Code.STALE, "The review changed at the same moment; re-read it.", **facts(current, actor)
             )
-        if (held := held_again(kept, back)) is not None:  # the rule hold the release took
-            await paced.restore(uow.conn, held)
+        if (held := held_again(kept, back)) is not None:  # the rule hold it took, or one that came since
+            await paced.restore(uow.conn, held, released=released_hold(kept))
         if current.send_path in POOLED_PATHS:  # a review agent's release spent a pool unit: it comes back
             publish_pool_settled(uow, current, NOT_SENT)
         return written[0], ""

@@ -39,6 +39,9 @@ RESTORED = (
 _TIMES = frozenset({"decided_at", "review_deadline", "escalated_at", "escalation_deadline"})
 # The stale row the decision took from a draft a rule held (``Edge.released``), kept beside the columns.
 _HELD = "held"
+# Set when that row is a hold a rule change put there while the release waited (``held_later``): the
+# release never took it from its window, so an undo has no release to take back from the window's count.
+_ARRIVED = "held_arrived"
 
 
 def release_at(now: datetime, window_s: float) -> datetime | None:
@@ -101,6 +104,27 @@ def held_again(kept: dict[str, Any], back: Review) -> StaleDraft | None:
             "nudged_at": datetime.fromisoformat(nudged) if nudged else None,
         }
     )
+
+
+def held_later(kept: dict[str, Any], row: StaleDraft) -> dict[str, Any] | None:
+    """The snapshot of a release still in its undo window once a rule change lands that would hold the
+    draft were it pending (``row``), so an undo puts the draft back held against that rule; None: the
+    hold it keeps is already at or past it. A hold the release took is raised to the new rule and keeps
+    its place in the window (as ``store.pacing.mark_stale`` raises a pending draft's); a new one waits
+    for a slot."""
+    held = kept.get(_HELD)
+    if held is None:
+        return {**kept, _HELD: {**asdict(row), "nudged_at": None}, _ARRIVED: True}
+    if held["required_high_water"] >= row.required_high_water:
+        return None
+    moved = ("required_high_water", "rule", "reason", "propagate", "suggested_batch")
+    return {**kept, _HELD: {**held, **{name: getattr(row, name) for name in moved}}}
+
+
+def released_hold(kept: dict[str, Any]) -> bool:
+    """Whether the release took the hold ``held_again`` returns from its window (``pacing.free``
+    counted it released), so the undo takes that count back."""
+    return not kept.get(_ARRIVED, False)
 
 
 def check_undoable(review: Review, actor: Actor) -> None:

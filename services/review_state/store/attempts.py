@@ -233,18 +233,19 @@ async def parked_attempts(conn: AsyncConnection, limit: int = 100) -> list[Attem
     return [_attempt(row) for row in rows]
 
 
+# A release waiting out its undo window that no worker has claimed yet.
+WAITING = and_(
+    t.c.status == "in_flight",
+    t.c.stage == QUEUED,
+    t.c.tries == 0,
+    t.c.lease_owner.is_(None),
+    t.c.release_at.is_not(None),
+)
 # An undo takes back a release only while its window is open and no worker claimed it (``undoable``):
 # one statement, so the undo and the claim race on the row and exactly one of them wins.
 _WITHDRAW = (
     delete(t)
-    .where(
-        t.c.review_id == bindparam("attempt_id"),
-        t.c.status == "in_flight",
-        t.c.stage == QUEUED,
-        t.c.tries == 0,
-        t.c.lease_owner.is_(None),
-        t.c.release_at > bindparam("now"),
-    )
+    .where(t.c.review_id == bindparam("attempt_id"), WAITING, t.c.release_at > bindparam("now"))
     .returning(t.c.restore)
 )
 

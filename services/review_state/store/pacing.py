@@ -11,11 +11,12 @@ from reviewloop.storage.schema import insert_new
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from review_state.domain.machine import PENDING
+from review_state.domain.machine import PENDING, State
 from review_state.domain.pacing import StaleDraft, Window
 from review_state.domain.review import Review
-from review_state.store.reviews import _from_row
-from review_state.store.tables import pacing_windows, reviews, stale_drafts, turns
+from review_state.store.attempts import WAITING
+from review_state.store.reviews import _from_row, in_scope
+from review_state.store.tables import delivery_attempts, pacing_windows, reviews, stale_drafts, turns
 
 _PENDING = [s.value for s in PENDING]
 _STALE_COLUMNS = tuple(StaleDraft.__dataclass_fields__)
@@ -69,9 +70,44 @@ async def mark_stale(conn: AsyncConnection, org_id: str, drafts: Sequence[StaleD
                     suggested_batch=draft.suggested_batch,
                 )
             )
+    await open_windows(conn, org_id, drafts)
+
+
+async def open_windows(conn: AsyncConnection, org_id: str, drafts: Sequence[StaleDraft]) -> None:
+    """A pacing window for each category of ``drafts`` that has none yet."""
     for project_id, category_id in sorted({(d.project_id, d.category_id) for d in drafts}):
         values = Window(project_id, category_id, org_id).__dict__
         await insert_new(conn, pacing_windows, values)
+
+
+async def releases_in_window(
+    conn: AsyncConnection, *, org_id: str, project_id: str, category_id: str, agent_id: str
+) -> list[tuple[Review, dict[str, Any]]]:
+    """The approved drafts in scope whose release still waits out its undo window, unclaimed, each with
+    what its decision found (``domain.undo.snapshot``). Their attempt rows stay locked until commit
+    (PostgreSQL): an undo or a claim of one waits for this unit, then finds what it wrote."""
+    query = (
+        select(reviews, delivery_attempts.c.restore.label("attempt__restore"))
+        .join(delivery_attempts, delivery_attempts.c.review_id == reviews.c.id)
+        .where(
+            *in_scope(org_id=org_id, project_id=project_id, category_id=category_id, agent_id=agent_id),
+            reviews.c.state == State.APPROVED.value,
+            WAITING,
+        )
+        .order_by(reviews.c.id)
+        .with_for_update(of=delivery_attempts)
+    )
+    rows = (await conn.execute(query)).all()
+    return [(_from_row(r), dict(r._mapping["attempt__restore"] or {})) for r in rows]
+
+
+async def keep_for_undo(conn: AsyncConnection, review_id: str, kept: dict[str, Any]) -> None:
+    """What an undo of the waiting release of ``review_id`` writes back is now ``kept``."""
+    await conn.execute(
+        update(delivery_attempts)
+        .where(delivery_attempts.c.review_id == review_id, WAITING)
+        .values(restore=kept)
+    )
 
 
 async def required_high_water(conn: AsyncConnection, review_id: str) -> int | None:
@@ -88,10 +124,12 @@ async def take(conn: AsyncConnection, review_id: str) -> StaleDraft | None:
     return _stale(row) if row else None
 
 
-async def restore(conn: AsyncConnection, row: StaleDraft) -> None:
-    """Put back the stale ``row`` a release took (``take``, ``release``), and take its release back
-    from its window's count (``free`` advanced it)."""
+async def restore(conn: AsyncConnection, row: StaleDraft, *, released: bool) -> None:
+    """Put back the stale ``row`` of an undone release; ``released``: the release took it (``take``,
+    ``release``), so its release comes back off its window's count (``free`` advanced it)."""
     await insert_new(conn, stale_drafts, row.__dict__)
+    if not released:
+        return
     await conn.execute(
         update(pacing_windows)
         .where(

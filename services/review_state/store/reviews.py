@@ -270,18 +270,26 @@ async def auto_send_room(
     return int(used or 0) < cap
 
 
+def in_scope(*, org_id: str, project_id: str, category_id: str, agent_id: str) -> list[Any]:
+    """The drafts of a rule's (or a graduation's) scope: its org, and its project, category and agent
+    where it names one ("": any)."""
+    named = (
+        (reviews.c.project_id, project_id),
+        (reviews.c.category_id, category_id),
+        (reviews.c.agent_id, agent_id),
+    )
+    return [reviews.c.org_id == org_id, *(column == value for column, value in named if value)]
+
+
 async def pending_in_scope(
     conn: AsyncConnection, *, org_id: str, project_id: str, category_id: str, agent_id: str, lock: bool = True
 ) -> list[Review]:
     """The drafts a rule change or a graduation may still affect; ``lock`` holds them against concurrent
     closes so no nudge lands after a review's terminal one."""
-    query = select(reviews).where(reviews.c.org_id == org_id, reviews.c.state.in_([s.value for s in PENDING]))
-    if project_id:
-        query = query.where(reviews.c.project_id == project_id)
-    if category_id:
-        query = query.where(reviews.c.category_id == category_id)
-    if agent_id:
-        query = query.where(reviews.c.agent_id == agent_id)
+    query = select(reviews).where(
+        *in_scope(org_id=org_id, project_id=project_id, category_id=category_id, agent_id=agent_id),
+        reviews.c.state.in_([s.value for s in PENDING]),
+    )
     query = query.order_by(reviews.c.id)
     rows = await conn.execute(query.with_for_update() if lock else query)
     return [_from_row(row) for row in rows]
