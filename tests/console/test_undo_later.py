@@ -1,7 +1,8 @@
 """Issue 38's undo window after the toast is gone, in headless Chromium: the review page of a draft still
 inside its window offers its decider "Undo (n s left)", and a batch approve gives each approved line its
-own Undo and an "Undo all". Each is the same undo as the toast's, and restores the draft as the decision
-found it (read back through the gateway). The window is long (120 s) so timing never decides a test."""
+own Undo, named for its draft, and an "Undo all". Each is the same undo as the toast's, and restores the
+draft as the decision found it (read back through the gateway). The window is long (120 s) so timing
+never decides a test."""
 
 from __future__ import annotations
 
@@ -88,7 +89,12 @@ async def test_a_batch_approve_offers_an_undo_per_line_and_undo_all(
     capi: Api, new_page: Any, relay: Relay
 ) -> None:
     p = await _project(capi)
-    rids = [await submit(capi, p["agent"], subject=f"batch {n}") for n in range(3)]
+    rids = [
+        await submit(capi, p["agent"], subject=f"batch {n}", intent={**INTENT, "summary": f"Batch draft {n}"})
+        for n in range(3)
+    ]
+    # Each line's Undo is named for its draft (its intent and id), as the line names it.
+    undo = [f"Undo: \u201cBatch draft {n}\u201d ({rid})" for n, rid in enumerate(rids)]
     page = await new_page()
     await sign_in(page, p["human"])
     for rid in rids:
@@ -98,17 +104,18 @@ async def test_a_batch_approve_offers_an_undo_per_line_and_undo_all(
     await expect(results).to_have_count(3)
     for n, rid in enumerate(rids):
         await expect(results.nth(n)).to_contain_text(f"({rid}): approved.")
-        await expect(results.nth(n).get_by_role("button", name=UNDO_LEFT)).to_be_visible()
+        await expect(results.nth(n).get_by_role("button", name=undo[n], exact=True)).to_be_visible()
+        await expect(results.nth(n)).to_contain_text(re.compile(r"\(\d+ s left\)$"))
     assert [(await review(capi, p["human"], rid))["state"] for rid in rids] == ["approved"] * 3
     await axe_clean(page, "batch-undo-lines")
 
     # One line's Undo takes back that draft only; the others keep theirs.
-    await results.nth(0).get_by_role("button", name=UNDO_LEFT).click()
+    await page.get_by_role("button", name=undo[0], exact=True).click()
     await expect(results.nth(0)).to_contain_text(f"({rids[0]}): undone; nothing was sent.")
     await expect(results.nth(0).get_by_role("button")).to_have_count(0)
     for n in (1, 2):
         await expect(results.nth(n)).to_contain_text(f"({rids[n]}): approved.")
-        await expect(results.nth(n).get_by_role("button", name=UNDO_LEFT)).to_be_visible()
+        await expect(results.nth(n).get_by_role("button", name=undo[n], exact=True)).to_be_visible()
     assert (await review(capi, p["human"], rids[1]))["state"] == "approved"
     await axe_clean(page, "batch-undo-one")
 
@@ -117,7 +124,7 @@ async def test_a_batch_approve_offers_an_undo_per_line_and_undo_all(
     await expect(results).to_have_count(2)
     for n in (0, 1):
         await expect(results.nth(n)).to_contain_text(f"({rids[n + 1]}): undone; nothing was sent.")
-    await expect(page.get_by_role("button", name=UNDO_LEFT)).to_have_count(0)
+    await expect(page.get_by_role("button", name=re.compile("^Undo: "))).to_have_count(0)
     # The form posted again with nothing left open says so (no empty page, nothing changed).
     await page.evaluate("document.querySelector('form[action=\"/console/batch/undo\"]').requestSubmit()")
     await expect(results).to_have_text(["Nothing was undone: no line of the batch was still open."])

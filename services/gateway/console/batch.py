@@ -4,6 +4,7 @@ with its own result line, and undo a batch's approvals line by line or all at on
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -25,6 +26,21 @@ router = APIRouter()
 BATCH_MAX = 50
 
 
+@dataclass(frozen=True)
+class Line:
+    """One result line of a batch, and its approval's undo window while open. ``draft`` names the draft as
+    the line does, so each line's Undo is named for its own draft (a screen reader lists them apart)."""
+
+    text: str
+    window: Window | None = None
+    draft: str = ""
+
+
+def _named(review: dict[str, Any]) -> str:
+    """A draft as a line names it: its intent, then its id."""
+    return f"“{summary(review)}” ({review['id']})"
+
+
 @router.post("/batch")
 async def batch(request: Request) -> Response:
     """Decide the drafts selected in the queue, each on its own compare-and-set (the revision and version
@@ -34,13 +50,13 @@ async def batch(request: Request) -> Response:
     action = web.field(form, "action")
     reason = web.field(form, "feedback").strip()
     picks = [str(v) for v in form.getlist("pick")][:BATCH_MAX]
-    lines: list[tuple[str, Window | None]] = []
+    lines: list[Line] = []
     if action not in ("approve", "reject"):
-        lines.append(("Nothing was done: pick approve or reject.", None))
+        lines.append(Line("Nothing was done: pick approve or reject."))
     elif action == "reject" and not reason:
-        lines.append(("Nothing was done: a reject needs a reason, which the agent of each draft gets.", None))
+        lines.append(Line("Nothing was done: a reject needs a reason, which the agent of each draft gets."))
     elif not picks:
-        lines.append(("Nothing was done: select at least one draft.", None))
+        lines.append(Line("Nothing was done: select at least one draft."))
     else:
         listed = await queue_view.listed(request, session, queue_view.query(PENDING))
         pending = {r["id"]: r for r in listed}
@@ -54,7 +70,7 @@ async def batch(request: Request) -> Response:
     return _batch_page(session, lines)
 
 
-def _batch_page(session: Session, lines: list[tuple[str, Window | None]]) -> Response:
+def _batch_page(session: Session, lines: list[Line]) -> Response:
     """A batch's result lines, each approval with its own Undo while its window is open."""
     return page(
         "Batch decision",
@@ -62,7 +78,7 @@ def _batch_page(session: Session, lines: list[tuple[str, Window | None]]) -> Res
             "batch.html",
             session=session,
             lines=lines,
-            last=max((w.until for _, w in lines if w), default=None),
+            last=max((line.window.until for line in lines if line.window), default=None),
         ),
         session=session,
         active="queue",
@@ -77,7 +93,7 @@ async def batch_undo(request: Request) -> Response:
     session, form = await web.writer(request)
     chosen = web.field(form, "undo")
     backend, principal = web.backend(request), session.principal
-    lines: list[tuple[str, Window | None]] = []
+    lines: list[Line] = []
     for pick in [str(v) for v in form.getlist("open")][:BATCH_MAX]:
         rid, _, seen = pick.partition(":")
         revision_s, _, version_s = seen.partition(":")
@@ -86,14 +102,15 @@ async def batch_undo(request: Request) -> Response:
         try:
             if chosen not in ("all", pick):
                 kept = await commands.get_review(backend, principal, rid)
-                lines.append((f"“{summary(as_review(kept))}” ({rid}): approved.", open_window(kept)))
+                name = _named(as_review(kept))
+                lines.append(Line(f"{name}: approved.", open_window(kept), name))
                 continue
             seen_at = web.shaped(UndoDecisionIn, revision=int(revision_s), version=int(version_s))
             undone = await commands.undo_decision(backend, principal, rid, seen_at, web.idempotency_key())
-            lines.append((f"“{summary(as_review(undone))}” ({rid}): undone; nothing was sent.", None))
+            lines.append(Line(f"{_named(as_review(undone))}: undone; nothing was sent."))
         except web.REFUSALS as exc:
-            lines.append((f"{rid}: not undone: {web.as_domain(exc).detail}", None))
-    return _batch_page(session, lines or [("Nothing was undone: no line of the batch was still open.", None)])
+            lines.append(Line(f"{rid}: not undone: {web.as_domain(exc).detail}"))
+    return _batch_page(session, lines or [Line("Nothing was undone: no line of the batch was still open.")])
 
 
 async def _batch_one(
@@ -104,25 +121,24 @@ async def _batch_one(
     reason: str,
     pending: Mapping[str, dict[str, Any]],
     held: Mapping[str, Any],
-) -> tuple[str, Window | None]:
+) -> Line:
     """One draft of a batch: its own compare-and-set on what the queue showed, and its result line (with
     the approval's undo window, while open)."""
     rid, _, seen = pick.partition(":")
     revision_s, _, version_s = seen.partition(":")
     review = pending.get(rid)
     if review is None or not revision_s.isdigit() or not version_s.isdigit():
-        return f"{rid}: not decided: it is no longer pending.", None
-    name = f"“{summary(review)}” ({rid})"
+        return Line(f"{rid}: not decided: it is no longer pending.")
+    name = _named(review)
     if action == "approve":
         found = warnings(review)
         if found:
-            return (
+            return Line(
                 f"{name}: not approved: it has {len(found)} warning{'' if len(found) == 1 else 's'} a batch "
-                "does not show. Open it to read them and decide.",
-                None,
+                "does not show. Open it to read them and decide."
             )
         if rid in held:
-            return f"{name}: not approved: a rule holds it. Open it to approve it as it stands.", None
+            return Line(f"{name}: not approved: a rule holds it. Open it to approve it as it stands.")
     revision, version = int(revision_s), int(version_s)
     backend, principal = web.backend(request), session.principal
     try:
@@ -139,6 +155,6 @@ async def _batch_one(
         )
         decided = await commands.decide(request, backend, principal, rid, decision, web.idempotency_key())
     except web.REFUSALS as exc:
-        return f"{name}: not {PAST[action].lower()}: {web.as_domain(exc).detail}", None
+        return Line(f"{name}: not {PAST[action].lower()}: {web.as_domain(exc).detail}")
     window = open_window(decided) if isinstance(decided, review_pb2.Review) else None
-    return f"{name}: {PAST[action].lower()}.", window
+    return Line(f"{name}: {PAST[action].lower()}.", window, name)

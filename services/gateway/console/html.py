@@ -43,7 +43,12 @@ KEYMAP = (
     Key("e", "edit", "Edit the draft inline"),
     Key("r", "reject", "Reject with feedback for the agent"),
     Key("x", "escalate", "Escalate"),
-    Key("z", "undo", "Undo the approve or edit you just made, before it is sent"),
+    Key(
+        "z",
+        "undo",
+        "Undo the approve or edit you just made, before it is sent (on a batch's results, only when one "
+        "line is left to undo: with several, choose the line)",
+    ),
     Key("?", "help", "Show or hide this help"),
 )
 

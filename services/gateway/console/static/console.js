@@ -71,7 +71,16 @@
     edit: () => reveal("edit-panel", "input[name=subject]"),
     reject: () => reveal("reject-panel", "textarea[name=feedback]"),
     escalate: () => reveal("escalate-panel", "textarea[name=feedback]"),
-    undo: () => { const b = document.querySelector("#undo-toast button[data-action=undo]"); if (b) b.click(); },
+    // The decision that led here (the toast's) first, else the page's one keyed Undo; a batch's results
+    // with several lines open key none of them, as z cannot know which one the reviewer means.
+    undo: () => {
+      const b = document.querySelector("#undo-toast button[data-action=undo]")
+        || document.querySelector("button[data-action=undo]");
+      if (b) { b.click(); return; }
+      if (document.querySelector("[data-until] button")) {
+        announce("Nothing undone: several drafts here can be undone. Choose the Undo of the one you mean.");
+      }
+    },
     help: () => showHelp(help.hidden),
   };
 
