@@ -41,20 +41,23 @@ async def test_z_types_in_a_field_then_undoes_the_toast_and_the_review_pages_own
     first = await submit(capi, p["agent"], intent={**INTENT, "summary": "Invite Dana to the pilot review"})
     second = await submit(capi, p["agent"], intent={**INTENT, "summary": "Thank Lee for the intro"})
     page = await new_page()
-    await sign_in(page, p["human"], f"/console/reviews/{first}")
-    await page.get_by_role("button", name="Open for review").click()
-    await expect(page.locator("#live")).to_have_text("Opened for review; you have it now.")
+    await sign_in(page, p["human"])
+    for rid in (second, first):  # the next draft is open too, so its reject reason can be typed
+        await page.goto(f"/console/reviews/{rid}")
+        await page.get_by_role("button", name="Open for review").click()
+        await expect(page.locator("#live")).to_have_text("Opened for review; you have it now.")
     await page.keyboard.press("a")
     await expect(page).to_have_url(re.compile(f"/console/reviews/{second}"))
     toast = page.get_by_role("region", name="Undo your approval")
     await expect(toast).to_be_visible()
 
-    # In a field z is a letter: typed, and no form is sent (an Undo click submits its form at once).
+    # Typing a reject reason, z is a letter: typed, and no form is sent (an Undo submits its form at once).
     await page.evaluate("document.addEventListener('submit', () => { window.sent = true; }, true)")
-    comment = page.get_by_label("Comment to the agent")
-    await comment.focus()
+    await page.keyboard.press("r")
+    reason = page.locator("#reject-feedback")
+    await expect(reason).to_be_focused()
     await page.keyboard.press("z")
-    await expect(comment).to_have_value("z")
+    await expect(reason).to_have_value("z")
     assert await page.evaluate("window.sent === undefined")
     await expect(toast).to_be_visible()
     assert (await review(capi, p["human"], first))["state"] == "approved"
