@@ -648,3 +648,21 @@ async def test_a_refused_admin_action_keeps_the_navigation_and_the_way_back(capi
     await expect(page.get_by_role("heading", name="Categories")).to_be_visible()
     await expect(page.get_by_role("button", name="Graduate renewals to auto_notify")).to_be_visible()
     await axe_clean(page, "refused-graduate")
+
+
+async def test_the_comment_form_waits_for_the_draft_to_be_opened(capi: Api, new_page: Any) -> None:
+    """A human comments on a draft they have open (the machine takes no human chat on needs_review):
+    before, the page says how, where it offered a form that was always refused."""
+    p = await _project(capi)
+    rid = await submit(capi, p["agent"])
+    page = await new_page()
+    await sign_in(page, p["human"], f"/console/reviews/{rid}")
+    await expect(page.get_by_text("Open the draft for review to comment to its agent.")).to_be_visible()
+    await expect(page.get_by_label("Comment to the agent")).to_have_count(0)
+    await page.get_by_role("button", name="Open for review").click()
+    await page.get_by_label("Comment to the agent").fill("Is Thursday firm?")
+    await page.get_by_role("button", name="Send comment").click()
+    await expect(page.locator("ol.thread")).to_contain_text("Is Thursday firm?")
+    turns = (await capi.http.get(f"/v1/reviews/{rid}/turns", headers=capi.auth(p["agent"]))).json()["items"]
+    assert [t["body"] for t in turns if t["turn_type"] == "human_comment"] == ["Is Thursday firm?"]
+    await axe_clean(page, "review-comment")

@@ -171,7 +171,10 @@ async def _refused(
     ]
     shown = f"revision {web.field(form, 'revision')}, version {web.field(form, 'version')}"
     now = f"revision {review['revision']}, version {review['version']}, state {review['state']}"
-    stale = error.code in (Code.STALE, Code.WRONG_STATE, Code.TERMINAL, Code.CONFLICT)
+    conflict = error.code in (Code.STALE, Code.WRONG_STATE, Code.TERMINAL, Code.CONFLICT)
+    # "Changed since you loaded it" only when it did: a verb the draft's state never allows is its own refusal.
+    moved = bool(since) or shown != f"revision {review['revision']}, version {review['version']}"
+    stale = conflict and moved
     headline = (
         f"Refused: this draft changed since you loaded it. You saw {shown}; it is now {now}. Nothing was done."
         if stale
@@ -185,7 +188,7 @@ async def _refused(
         review,
         typed=form,
         refusal={"headline": headline, "changes": changes, "stale": stale},
-        status=409 if stale else 422,
+        status=409 if conflict else 422,
     )
 
 
