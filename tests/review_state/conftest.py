@@ -28,6 +28,7 @@ from reviewloop.review.v1.events_pb2 import (
     HumansNotified,
     NudgeRequested,
     ReviewOutcome,
+    RuleWithdrawn,
 )
 from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
 from reviewloop.service import ServiceSpec
@@ -242,6 +243,8 @@ async def outbox(env: Env, destination: str = "nudge", event_type: str = "") -> 
 
 def _as_read(destination: str, event_type: str, payload: str) -> dict[str, Any]:
     """A typed event as its consumer reads it: a nudge's reason is its payload's name."""
+    if event_type == "rule_withdrawn":
+        return {"rule_withdrawn": codec.as_json_object(codec.decode(payload, RuleWithdrawn))}
     if destination == "rules":
         try:
             return codec.as_json_object(codec.decode(payload, ReviewOutcome))

@@ -20,6 +20,7 @@ from reviewloop.review.v1.events_pb2 import (
     HumansNotified,
     NudgeRequested,
     ReviewOutcome,
+    RuleWithdrawn,
 )
 from reviewloop.rules.v1 import events_pb2 as rules_events
 from reviewloop.rules.v1.rules_pb2 import SaveRuleRequest
@@ -38,6 +39,7 @@ NUDGE = "nudge"  # the outbox destination, and the event type, that the nudge se
 RULES = "rules"  # review outcomes, per category, and decisions' new rules
 OUTCOME = "review_outcome"
 RULE_REQUESTED = "rule_requested"
+RULE_WITHDRAWN = "rule_withdrawn"
 DIFF = "diff"  # the diffs of the revision pairs reviews committed to
 DIFF_COMMITTED = "diff_committed"
 BUDGET = "dispatch_budget"  # the shared sending pools' settlements of releases no human reviewed
@@ -192,6 +194,13 @@ def publish_escalation(
 def request_rule(uow: UnitOfWork, review: Review, rule: SaveRuleRequest) -> None:
     """A committed decision's new rule, for the rules context to save (once: the inbox dedups)."""
     uow.emit(RULES, review.id, RULE_REQUESTED, rule)
+
+
+def withdraw_rule(uow: UnitOfWork, principal: Principal, review: Review, rule_id: str) -> None:
+    """An undone decision's new rule, for the rules context to take back. On the review's aggregate,
+    as its ``request_rule``: it reaches rules after the save, whichever of them the relay sends first."""
+    withdrawn = RuleWithdrawn(principal=principal.to_proto(), review_id=review.id, rule_id=rule_id)
+    uow.emit(RULES, review.id, RULE_WITHDRAWN, withdrawn)
 
 
 # --- the payload of each edge's reason ---------------------------------------------------------------

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 
 async def _rule_changed(uow: UnitOfWork, change: RuleChanged) -> bool:
+    if change.withdrawn:  # taken back with the decision that saved it: as if it had never held a draft
+        await paced.lift(uow.conn, change.org_id, change.rule.lineage_id)
+        return True  # the slots it freed go to the next held drafts
     await pacing.mark_stale(uow, change)  # nudged a window at a time by the refill after the commit
     return True
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from reviewloop.errors import Code, DomainError
 from reviewloop.storage import UnitOfWork, utcnow
@@ -21,11 +20,11 @@ from reviewloop.tenancy import ActorKind, Principal
 
 from review_state import store
 from review_state.app import _kernel
-from review_state.app._events import NOT_SENT, POOLED_PATHS, publish_pool_settled
+from review_state.app._events import NOT_SENT, POOLED_PATHS, publish_pool_settled, withdraw_rule
 from review_state.app.delivery import start_worker
 from review_state.app.env import Env
 from review_state.domain.feedback import UNDO, in_force
-from review_state.domain.review import Edge, Review
+from review_state.domain.review import Edge, Review, Turn
 from review_state.domain.undo import (
     already_released,
     check_undoable,
@@ -84,14 +83,17 @@ async def undo_decision(
         actor = _kernel.actor_of(principal, current)
         check_undoable(current, actor)
         decider = _decider(await store.list_turns(uow.conn, review_id))
-        check_undoer(current, actor, principal.actor_id, decider[0] if decider else None, (revision, version))
+        check_undoer(
+            current, actor, principal.actor_id, decider.actor_id if decider else None, (revision, version)
+        )
         kept = await store.withdraw(uow.conn, review_id, now)
         if kept is None:
             raise already_released(current, actor)
-        action = decider[1] if decider is not None else "approve"
+        action = decider.action if decider is not None else "approve"
+        saved = list(decider.rule_ids) if decider is not None else []  # the rule an edit-and-approve saved
         back = replace(current, updated_at=now, **restored(kept, actor))
         with _kernel.span(current, back.state, actor):
-            turn = _kernel.turn(principal, UNDO, undo_note(action), action=action)
+            turn = _kernel.turn(principal, UNDO, undo_note(action, saved), action=action)
             written = await store.compare_and_set(uow, current, back, turn=turn)
         if written is None:  # another writer between the read and the write: nothing is undone
             raise DomainError(
@@ -99,6 +101,8 @@ async def undo_decision(
             )
         if (held := held_again(kept, back)) is not None:  # the rule hold it took, or one that came since
             await paced.restore(uow.conn, held, released=released_hold(kept))
+        for rule_id in saved:  # taken back by the rules context, unless changed since (through the outbox)
+            withdraw_rule(uow, principal, current, rule_id)
         if current.send_path in POOLED_PATHS:  # a review agent's release spent a pool unit: it comes back
             publish_pool_settled(uow, current, NOT_SENT)
         return written[0], ""
@@ -108,7 +112,8 @@ async def undo_decision(
     return review
 
 
-def _decider(turns: list[Any]) -> tuple[str, str] | None:
-    """Who released the draft, and with which action: the last decision that stands."""
+def _decider(turns: list[Turn]) -> Turn | None:
+    """The decision that released the draft (who, with which action, the rule it saved): the last
+    decision that stands."""
     decisions = [t for t in in_force(turns) if t.turn_type == "decision"]
-    return (decisions[-1].actor_id, decisions[-1].action) if decisions else None
+    return decisions[-1] if decisions else None

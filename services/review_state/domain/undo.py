@@ -11,6 +11,7 @@ race on the one row, and exactly one wins.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
@@ -159,12 +160,19 @@ def check_undoer(
         )
 
 
-def undo_note(action: str) -> str:
-    """The ``undo`` turn's body."""
-    return (
+def undo_note(action: str, rule_ids: Sequence[str] = ()) -> str:
+    """The ``undo`` turn's body; it names the rule the decision saved, which the rules context takes
+    back unless someone changed it since (then it stays as they left it)."""
+    note = (
         f"Undid the {action} before it went out: the draft is back as the decision found it, "
         "and nothing was sent."
     )
+    if rule_ids:
+        note += (
+            f" The rule it saved ({', '.join(rule_ids)}) is taken back; "
+            "if it was changed since, it stays as changed."
+        )
+    return note
 
 
 def facts(review: Review, actor: Actor) -> dict[str, Any]:

@@ -73,6 +73,21 @@ async def mark_stale(conn: AsyncConnection, org_id: str, drafts: Sequence[StaleD
     await open_windows(conn, org_id, drafts)
 
 
+async def lift(conn: AsyncConnection, org_id: str, lineage_id: str) -> int:
+    """Hold no draft of ``org_id`` against the rule of ``lineage_id`` any more (it was taken back): the
+    rows whose latest rule is that lineage's go, with their slots. A draft a later rule raised stays
+    held by that one. How many were lifted."""
+    rows = await conn.execute(
+        select(stale_drafts.c.review_id, stale_drafts.c.rule)
+        .join(reviews, reviews.c.id == stale_drafts.c.review_id)
+        .where(reviews.c.org_id == org_id)
+    )
+    lifted = [row.review_id for row in rows if (row.rule or {}).get("lineage_id") == lineage_id]
+    if lifted:
+        await conn.execute(delete(stale_drafts).where(stale_drafts.c.review_id.in_(lifted)))
+    return len(lifted)
+
+
 async def open_windows(conn: AsyncConnection, org_id: str, drafts: Sequence[StaleDraft]) -> None:
     """A pacing window for each category of ``drafts`` that has none yet."""
     for project_id, category_id in sorted({(d.project_id, d.category_id) for d in drafts}):

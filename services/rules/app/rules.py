@@ -106,7 +106,7 @@ def view_of(revisions: list[RuleRev], revision: RuleRev) -> RuleView:
 
 
 def _emit_rule_changed(
-    uow: UnitOfWork, rule: RuleRev, propagate: bool = True, suggested_batch: int = 0
+    uow: UnitOfWork, rule: RuleRev, propagate: bool = True, suggested_batch: int = 0, withdrawn: bool = False
 ) -> None:
     """Tell review_state (it nudges the drafts in scope) and, as a broadcast, every agent the rule
     governs: an agent with no draft pending composes its next one under the new stack."""
@@ -132,6 +132,7 @@ def _emit_rule_changed(
             rule_high_water=rule.high_water,
             propagate_to_pending=propagate,
             suggested_batch=suggested_batch,
+            withdrawn=withdrawn,
         ),
     )
     uow.emit(
@@ -314,10 +315,10 @@ async def save_requested(uow: UnitOfWork, request: SaveRuleRequest) -> None:
 
 
 async def append_revision(
-    uow: UnitOfWork, rule: RuleRev, propagate: bool = True, suggested_batch: int = 0
+    uow: UnitOfWork, rule: RuleRev, propagate: bool = True, suggested_batch: int = 0, withdrawn: bool = False
 ) -> None:
     """Append one revision; a lost race on (lineage, rev) is ``stale``. Publishes ``rule_changed``
-    when the revision moved the effective stack."""
+    when the revision moved the effective stack (``withdrawn``: taken back with its decision)."""
     try:
         await store.add_revision(uow.conn, rule, normalize(rule.rule_text))
     except IntegrityError:
@@ -327,7 +328,7 @@ async def append_revision(
             revision=rule.rev,
         ) from None
     if rule.high_water:
-        _emit_rule_changed(uow, rule, propagate, suggested_batch)
+        _emit_rule_changed(uow, rule, propagate, suggested_batch, withdrawn)
 
 
 async def _rule_by_id(env: Env, principal: Principal, rule_id: str) -> RuleView:
