@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
+from review_state import app
+from review_state.app import Decision, Env
 from reviewloop.common.v1 import common_pb2
 from reviewloop.ids import new_id
 from reviewloop.review.v1.events_pb2 import RuleWithdrawn
@@ -24,6 +27,7 @@ from rules import store
 from rules.__main__ import SPEC
 
 from tests.conftest import Api
+from tests.review_state.conftest import HUMAN, opened, outbox, peers
 from tests.review_state.test_undo_hold import (  # noqa: F401  (``wapi``: the stack with a 60 s window)
     _decide,
     _open,
@@ -151,6 +155,28 @@ async def _not(value: Awaitable[Any]) -> bool:
 
 async def _is(value: Awaitable[Any], expected: Any) -> bool:
     return bool(await value == expected)
+
+
+# --- in the use case -------------------------------------------------------------------------------
+
+
+async def test_the_undo_writes_the_withdrawal_once_after_the_save(env: Env) -> None:
+    """In the undo's own unit, behind the decision's save in the review's outbox; a replay of the undo
+    (same key) writes nothing more, and an undone approve that saved no rule withdraws none."""
+    env.settings = replace(env.settings, undo_window_s=60)
+    review = await opened(env)
+    rule = {"rule_text": "Always propose a concrete time.", "scope": "general"}
+    decision = Decision("edit", review.revision, review.version, body="Thursday 2pm?", new_rule=rule)
+    edited = await app.decide(env, HUMAN, review.id, decision)
+    for _ in range(2):
+        back = await app.undo_decision(env, HUMAN, review.id, edited.revision, edited.version, "undo-1")
+    rule_id = peers(env).rules_checked[0].rule_id
+    assert [next(iter(e)) for e in await outbox(env, "rules")] == ["rule_requested", "rule_withdrawn"]
+    [withdrawn] = await outbox(env, "rules", "rule_withdrawn")
+    assert withdrawn["rule_withdrawn"]["rule_id"] == rule_id
+    again = await app.decide(env, HUMAN, review.id, Decision("approve", back.revision, back.version))
+    await app.undo_decision(env, HUMAN, review.id, again.revision, again.version)
+    assert len(await outbox(env, "rules", "rule_withdrawn")) == 1
 
 
 # --- in the rules context ----------------------------------------------------------------------------
