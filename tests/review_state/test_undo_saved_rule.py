@@ -27,7 +27,7 @@ from rules import store
 from rules.__main__ import SPEC
 
 from tests.conftest import Api
-from tests.review_state.conftest import HUMAN, opened, outbox, peers
+from tests.review_state.conftest import AGENT, HUMAN, opened, outbox, peers
 from tests.review_state.test_undo_hold import (  # noqa: F401  (``wapi``: the stack with a 60 s window)
     _decide,
     _open,
@@ -174,6 +174,7 @@ async def test_the_undo_writes_the_withdrawal_once_after_the_save(env: Env) -> N
     assert [next(iter(e)) for e in await outbox(env, "rules")] == ["rule_requested", "rule_withdrawn"]
     [withdrawn] = await outbox(env, "rules", "rule_withdrawn")
     assert withdrawn["rule_withdrawn"]["rule_id"] == rule_id
+    assert (await app.get_feedback(env, AGENT, review.id)).new_rules == []  # the agent is taught no rule
     again = await app.decide(env, HUMAN, review.id, Decision("approve", back.revision, back.version))
     await app.undo_decision(env, HUMAN, review.id, again.revision, again.version)
     assert len(await outbox(env, "rules", "rule_withdrawn")) == 1

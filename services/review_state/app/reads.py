@@ -12,7 +12,7 @@ from reviewloop.tenancy import Principal
 from review_state import store
 from review_state.app._kernel import not_found
 from review_state.app.env import Env
-from review_state.domain.feedback import approvers, decision_of, decisions_of
+from review_state.domain.feedback import approvers, decision_of, decisions_of, in_force
 from review_state.domain.review import Review, RevisionContent, Turn
 from review_state.domain.submission import ThreadContext
 from review_state.store import ReviewFilter
@@ -108,7 +108,7 @@ async def get_feedback(env: Env, principal: Principal, review_id: str) -> Feedba
         diff_unified=edits[-1].diff_unified or "" if edits else "",
         diff_json=edits[-1].diff_json if edits else None,
         comments=comments,
-        new_rules=[rule for t in turns for rule in t.rule_ids],
+        new_rules=[rule for t in in_force(turns) for rule in t.rule_ids],  # an undone one was taken back
         approvers=approvers(turns, review.revision),
     )
 
