@@ -50,7 +50,7 @@ def counters_gate(**overrides: Any) -> ClassifierGate:
 
 def classifier_gate(server: ClassifierServer, **overrides: Any) -> ClassifierGate:
     config = GateConfig(
-        turn_interval=1, gate=GateKind.CLASSIFIER, classifier_url=server.url, api_key="sk-test", timeout_s=0.3
+        turn_interval=1, gate=GateKind.CLASSIFIER, classifier_url=server.url, api_key="sk-test", timeout_s=1.5
     )
     return ClassifierGate(replace(config, **overrides), allowed_networks=LOCAL)
 
@@ -210,7 +210,7 @@ async def test_every_row_of_the_decision_mapping(
         ([Script(401, b"{}")], "fallback: classifier unavailable", 1),
         ([Script(429), Script(429)], "fallback: classifier unavailable", 2),
         ([Script(500), Script(503)], "fallback: classifier unavailable", 2),
-        ([Script(200, b"", delay_s=1.0)], "fallback: classifier unavailable", 1),
+        ([Script(200, b"", delay_s=3.0)], "fallback: classifier unavailable", 1),  # past timeout_s
         ([Script(close=True)], "fallback: classifier unavailable", 1),
     ],
 )
@@ -246,7 +246,7 @@ async def test_three_consecutive_failures_open_the_breaker_for_the_process(
 ) -> None:
     db = await open_db(SPEC)
     # No answer here is slow: a roomy timeout keeps a busy box from turning one into a timeout the
-    # classifier never saw (the timeout's own tests script their delays against 0.3 s).
+    # classifier never saw (the timeout's own test scripts its delay past the default timeout_s).
     gate = classifier_gate(classifier, timeout_s=5.0)
     classifier.script(
         Script(200, b"garbage"), Script(404), answer("no", 0.9), Script(400), Script(404), Script(404)
