@@ -16,7 +16,7 @@ seconds): replicas' clocks are kept in step by NTP, and a window is a minute, no
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import math
 import random
 import re
@@ -28,7 +28,7 @@ from limits.aio.storage import Storage
 from limits.aio.strategies import FixedWindowRateLimiter
 from reviewloop.errors import Code, DomainError
 from reviewloop.storage import Database
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import TextClause, delete, func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.auth import Caller
@@ -56,17 +56,22 @@ LIMITED: tuple[tuple[str, frozenset[str], re.Pattern[str]], ...] = (
 # One hit in this many also deletes the windows that ended (the table holds live windows only).
 SWEEP_ONE_IN = 500
 
-_INCR = text(
-    """
-    INSERT INTO rate_limit_counters (limit_key, hits, expires_at) VALUES (:key, :amount, :expires_at)
-    ON CONFLICT (limit_key) DO UPDATE SET
-      hits = CASE WHEN rate_limit_counters.expires_at <= :now THEN :amount
-                  ELSE rate_limit_counters.hits + :amount END,
-      expires_at = CASE WHEN rate_limit_counters.expires_at <= :now THEN :expires_at
-                        ELSE rate_limit_counters.expires_at END
-    RETURNING hits
-    """
-)
+
+@functools.cache
+def _incr(windows: int) -> TextClause:
+    """One upsert counting a hit in each of ``windows`` windows (a new one where the last has ended)."""
+    rows = ", ".join(f"(:key{i}, :amount, :expires_at{i})" for i in range(windows))
+    return text(
+        f"""
+        INSERT INTO rate_limit_counters (limit_key, hits, expires_at) VALUES {rows}
+        ON CONFLICT (limit_key) DO UPDATE SET
+          hits = CASE WHEN rate_limit_counters.expires_at <= :now THEN excluded.hits
+                      ELSE rate_limit_counters.hits + excluded.hits END,
+          expires_at = CASE WHEN rate_limit_counters.expires_at <= :now THEN excluded.expires_at
+                            ELSE rate_limit_counters.expires_at END
+        RETURNING limit_key, hits
+        """
+    )
 
 
 def verb_class(method: str, path: str) -> str | None:
@@ -92,17 +97,21 @@ class StoreStorage(Storage):
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         """Count ``amount`` hits on ``key``'s window, opening a new one of ``expiry`` s if it ended."""
+        return (await self.incr_many({key: expiry}, amount))[key]
+
+    async def incr_many(self, windows: Mapping[str, int], amount: int = 1) -> dict[str, int]:
+        """``incr`` of each key of ``windows`` (key -> expiry in s) in one statement: the hits of each."""
         now = time.time()
+        params: dict[str, object] = {"amount": amount, "now": now}
+        # In key order: two requests upserting the same rows lock them in the same order, never deadlock.
+        for i, (key, expiry) in enumerate(sorted(windows.items())):
+            params[f"key{i}"], params[f"expires_at{i}"] = key, now + expiry
         async with self.db.one_statement() as conn:
-            hits = (
-                await conn.execute(
-                    _INCR, {"key": key, "amount": amount, "expires_at": now + expiry, "now": now}
-                )
-            ).scalar_one()
+            hits = dict((await conn.execute(_incr(len(windows)), params)).tuples().all())
         if random.randrange(SWEEP_ONE_IN) == 0:
             async with self.db.one_statement() as conn:
                 await conn.execute(delete(rate_limit_counters).where(rate_limit_counters.c.expires_at <= now))
-        return int(hits)
+        return {key: int(n) for key, n in hits.items()}
 
     async def get(self, key: str) -> int:
         """The hits in ``key``'s live window (0 when it has none)."""
@@ -151,7 +160,8 @@ class RateLimits:
     """The agent plane's limits of one gateway, counted in its store (shared by every replica)."""
 
     def __init__(self, db: Database, settings: Mapping[str, str]) -> None:
-        self.limiter = FixedWindowRateLimiter(StoreStorage(db))
+        self.storage = StoreStorage(db)
+        self.limiter = FixedWindowRateLimiter(self.storage)
         self.items: dict[str, list[RateLimitItem]] = {
             name: parse_many(value) for name, value in settings.items() if value.strip().lower() != "off"
         }
@@ -170,10 +180,12 @@ class RateLimits:
         ]
         if not counted:
             return
-        allowed = await asyncio.gather(
-            *(self.limiter.hit(item, name, ident) for name, item, ident in counted)
+        # limits' FixedWindowRateLimiter.hit, for every window of the request in one round trip.
+        keys = [item.key_for(name, ident) for name, item, ident in counted]
+        hits = await self.storage.incr_many(
+            {key: item.get_expiry() for key, (_, item, _) in zip(keys, counted, strict=True)}
         )
-        refused = [c for c, ok in zip(counted, allowed, strict=True) if not ok]
+        refused = [c for c, key in zip(counted, keys, strict=True) if hits[key] > c[1].amount]
         if not refused:
             return
         now = time.time()
