@@ -5,7 +5,9 @@ own store, so every replica of the gateway counts the same windows. ``limits`` s
 Redis, Memcached and MongoDB, none of which a deployment runs, and none for a SQL database; the deployment
 already has PostgreSQL behind the gateway (SQLite when embedded). So ``StoreStorage`` implements ``limits``'
 async storage interface over that store: a hit is one upsert that starts a new window once the last one
-has expired (one round trip, atomic on both databases), and no new server is needed.
+has expired (one round trip, atomic on both databases), and no new server is needed. A request's windows
+(its key's and its project's) are counted in one such upsert (``incr_many``), as limits' fixed-window
+strategy would count each.
 
 Limited verbs (``LIMITED``): submits (send, reply, forward, a redraft), waits, acks and rule writes. Each
 request of one is counted twice, once for its key and once for its project; past either limit it is
