@@ -332,10 +332,10 @@ async def test_a_batch_that_fails_as_one_stores_each_event_that_can_be(
             raise RuntimeError("the store failed this one")
         await append(conn, incoming, **kwargs)
 
-    async def append_many_failing_for_one_review(conn: Any, added: Any, heads: Any) -> None:
+    async def append_many_failing_for_one_review(conn: Any, added: Any, *rest: Any) -> None:
         if any(a.incoming.review_id == "rr_bad" for a in added):
             raise RuntimeError("the store failed this one")
-        await append_many(conn, added, heads)
+        await append_many(conn, added, *rest)
 
     append_many = store.append_many
     monkeypatch.setattr(store, "append", append_failing_for_one_review)

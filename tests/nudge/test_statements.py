@@ -56,18 +56,18 @@ async def test_a_wait_answers_the_cursors_of_its_events_from_its_own_read(open_d
     assert [(c.review_id, c.last_acked_seq) for c in drained.cursors] == [("rr_b", 1)]
 
 
-async def test_a_relayed_batch_is_five_statements_on_postgresql_and_a_nudge_four_on_sqlite(
+async def test_a_relayed_batch_is_two_statements_on_postgresql_and_a_nudge_six_on_sqlite(
     open_db: OpenDb,
 ) -> None:
-    """PostgreSQL stores a batch set-based: its project's lock, the inbox, the heads, the append (the
-    frontier rows, the heads' advance and the announcement with it) and the webhook endpoints, whatever
-    its size. SQLite goes event by event: the inbox, the head, three statements of append and the
+    """PostgreSQL stores a batch set-based, whatever its size: its project's lock, the inbox, the heads and
+    the webhook endpoints in one statement, the append (the frontier rows, the heads' advance, the
+    deliveries and the announcement with it) in the other. SQLite goes event by event: the inbox, the head, three statements of append and the
     endpoints per nudge, and takes no lock."""
     db = await open_db(SPEC)
     await app.ingest(db, [event("rr_a", "feedback_added")])
     with statements(db) as seen:
         assert await app.ingest(db, [event("rr_a", "feedback_added"), event("rr_b", "rejected")]) == (2, 0)
-    assert len(seen) == (2 * 6 if db.is_sqlite else 5), seen
+    assert len(seen) == (2 * 6 if db.is_sqlite else 2), seen
     # Each compiled once for every nudge, not again per nudge.
     assert [s.sql for s in seen if not s.cached] == []
     events, _ = await app.list_events(db, AGENT, limit=10, cursor="")

@@ -23,7 +23,6 @@ from reviewloop.rules.v1.events_pb2 import BroadcastRequested
 from reviewloop.storage import Database, UnitOfWork, codec, fastpaths, utcnow
 from reviewloop.storage.codec import as_json_object, encode
 from reviewloop.storage.inbox import Subscription, ingest_batch
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nudge import store
@@ -81,7 +80,7 @@ async def _store(uow: UnitOfWork, requested: NudgeRequested) -> Stored | None:
 
 
 async def _next(
-    conn: AsyncConnection, incoming: Incoming, head: Row[Any], last_seq: int, terminal: list[str]
+    conn: AsyncConnection, incoming: Incoming, head: store.Head, last_seq: int, terminal: list[str]
 ) -> tuple[int, list[str]] | None:
     """The seq ``incoming`` takes after ``last_seq`` and the review's terminal reasons with it; None
     (logged) when it names another owner than the review's ``head``, breaks the terminal guarantee or
@@ -193,52 +192,51 @@ async def ingest(db: Database, events: Iterable[common_pb2.Event]) -> tuple[int,
 
 async def _ingest_nudges(db: Database, batch: Sequence[common_pb2.Event]) -> tuple[int, int]:
     """A batch of ``nudge`` events stored set-based on PostgreSQL, storing exactly what ``_store`` does
-    event by event: the inbox dedupe in one statement, the heads locked in one, the nudges, frontier rows,
-    head advances and announcements in one, the webhook deliveries with one endpoints read per project.
-    Seqs, refusals and collapses are decided here in batch order against the locked heads."""
-    decoded: list[NudgeRequested | json_format.ParseError] = []  # each parsed once: locks and nudges
+    event by event, in two statements: the project locks, the inbox dedupe, the heads locked and the
+    webhook endpoints read in one (``store.begin_batch``), the nudges, frontier rows, head advances,
+    webhook deliveries and announcements in the other. Seqs, refusals and collapses are decided here in
+    batch order against the locked heads."""
+    readable: list[Incoming | json_format.ParseError | Invalid] = []  # each parsed once, before the first statement
     for event in batch:
         try:
-            decoded.append(codec.decode(event.payload, NudgeRequested))
-        except json_format.ParseError as exc:
-            decoded.append(exc)
+            readable.append(_incoming(codec.decode(event.payload, NudgeRequested)))
+        except (json_format.ParseError, Invalid) as exc:
+            readable.append(exc)
+    # Every readable event's review is locked, a redelivered one's too: its head exists already (its
+    # first delivery made it), so locking it changes nothing.
+    firsts = {i.review_id: i for i in reversed(readable) if isinstance(i, Incoming)}
     async with db.transaction() as uow:
         conn = uow.conn
-        await _lock(uow, {m.project_id for m in decoded if isinstance(m, NudgeRequested)}, set())
-        fresh = await store.first_deliveries(conn, [event.event_id for event in batch], utcnow())
-        accepted, valid = 0, []
-        for event, requested in zip(batch, decoded, strict=True):
+        taken = await store.begin_batch(conn, [e.event_id for e in batch], list(firsts.values()), utcnow())
+        fresh, accepted, valid = taken.fresh, 0, []
+        for event, incoming in zip(batch, readable, strict=True):
             if event.event_id not in fresh:
                 continue
             fresh.discard(event.event_id)  # a repeat within the batch is a duplicate
             accepted += 1
-            if isinstance(requested, json_format.ParseError):
-                log.error("dropped an unreadable nudge event (%s): %s", event.event_id, requested)
-                continue
-            try:
-                valid.append(_incoming(requested))
-            except Invalid as exc:
-                log.error("refused nudge event (%s): %s", event.event_id, exc)
-        firsts = {incoming.review_id: incoming for incoming in reversed(valid)}
-        heads = await store.lock_heads(conn, list(firsts.values())) if firsts else {}
+            if isinstance(incoming, json_format.ParseError):
+                log.error("dropped an unreadable nudge event (%s): %s", event.event_id, incoming)
+            elif isinstance(incoming, Invalid):
+                log.error("refused nudge event (%s): %s", event.event_id, incoming)
+            else:
+                valid.append(incoming)
+        heads = taken.heads
         state = {review_id: (row.last_seq, list(row.terminal_reasons)) for review_id, row in heads.items()}
         added: list[store.Appended] = []
         for incoming in valid:
-            taken = await _next(conn, incoming, heads[incoming.review_id], *state[incoming.review_id])
-            if taken is None:
+            taken_seq = await _next(conn, incoming, heads[incoming.review_id], *state[incoming.review_id])
+            if taken_seq is None:
                 continue
-            state[incoming.review_id] = taken
-            seq = taken[0]
-            added.append(store.Appended(incoming, new_id("ndg"), seq, utcnow()))
-        queued = False
+            state[incoming.review_id] = taken_seq
+            added.append(store.Appended(incoming, new_id("ndg"), taken_seq[0], utcnow()))
+        deliveries = webhook_queue.deliveries_of_many(taken.endpoints, added)
         if added:
             advanced = {a.incoming.review_id: state[a.incoming.review_id] for a in added}
-            await store.append_many(conn, added, advanced)
-            queued = await webhook_queue.enqueue_many(conn, added)
+            await store.append_many(conn, added, advanced, deliveries)
     ring = on_commit(db)
     for project_id in dict.fromkeys(a.incoming.project_id for a in added):
         ring(Stored(project_id))
-    if queued:
+    if deliveries:
         ring(Stored(None, webhooks=True))
     return accepted, len(batch) - accepted
 

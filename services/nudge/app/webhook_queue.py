@@ -51,13 +51,12 @@ async def enqueue(
     )
 
 
-async def enqueue_many(conn: AsyncConnection, stored: Sequence[store.Appended]) -> bool:
-    """``enqueue`` for a batch of stored nudges: the endpoints of all their projects read in one
-    statement, every delivery in one INSERT, in the nudges' order."""
-    endpoints = await store.endpoints_of_projects(
-        conn, {(nudge.incoming.org_id, nudge.incoming.project_id) for nudge in stored}
-    )
-    rows = [
+def deliveries_of_many(
+    endpoints: dict[tuple[str, str], list[store.Endpoint]], stored: Sequence[store.Appended]
+) -> list[dict[str, Any]]:
+    """``enqueue``'s rows for a batch of stored nudges, in the nudges' order, given their projects'
+    ``endpoints`` (``store.begin_batch`` reads them; ``store.append_many`` inserts the rows)."""
+    return [
         row
         for n in stored
         for row in _deliveries(
@@ -69,8 +68,6 @@ async def enqueue_many(conn: AsyncConnection, stored: Sequence[store.Appended]) 
             n.created_at,
         )
     ]
-    await store.enqueue_deliveries(conn, rows)
-    return bool(rows)
 
 
 async def enqueue_broadcast(conn: AsyncConnection, broadcast: Broadcast, created_at: datetime) -> bool:

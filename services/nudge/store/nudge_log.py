@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from reviewloop.storage.schema import Json, UtcDateTime, insert_new
@@ -33,6 +33,7 @@ from nudge.store.tables import (
     review_heads,
     unacked,
 )
+from nudge.store.webhooks import Endpoint
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ _LOCK_HEAD = (
 )
 
 
-async def lock_head(conn: AsyncConnection, incoming: Incoming) -> Row[Any]:
+async def lock_head(conn: AsyncConnection, incoming: Incoming) -> Head:
     """The review's head row, created on its first nudge and locked for this transaction."""
     params = {
         "review_id": incoming.review_id,
@@ -109,7 +110,7 @@ async def lock_head(conn: AsyncConnection, incoming: Incoming) -> Row[Any]:
         "agent_id": incoming.agent_id,
         "no_reasons": [],
     }
-    return (await conn.execute(_LOCK_HEAD, params)).one()
+    return Head(*(await conn.execute(_LOCK_HEAD, params)).one())
 
 
 async def claim_collapse_key(conn: AsyncConnection, key: str, review_id: str, seq: int) -> bool:
@@ -176,52 +177,102 @@ async def append(
     )
 
 
-# --- batched ingest on PostgreSQL (issue 18): a relay's batch in a handful of statements -------------
+# --- batched ingest on PostgreSQL (issue 18): a relay's batch in two statements ---------------------
 
-_FIRST_DELIVERIES = text(
+# A batch's first statement: the project locks (in the order given: callers sort them), then, under them,
+# the inbox dedupe and the heads' upsert-and-lock in review_id order, with the projects' webhook endpoints
+# read beside. The cross join with ``locked`` makes both inserts wait for every lock: PostgreSQL has to
+# read that CTE (and so run the locks) before its first row. The statement's snapshot is taken before the
+# locks, which the heads do not mind: ON CONFLICT DO UPDATE locks and returns a row's latest version.
+_BEGIN_BATCH = text(
     """
-    INSERT INTO inbox (event_id, received_at)
-    SELECT event_id, :received_at FROM unnest(CAST(:event_ids AS text[])) AS e (event_id)
-    ON CONFLICT DO NOTHING
-    RETURNING event_id
+    WITH locks AS (
+        SELECT pg_advisory_xact_lock(hashtextextended(p, 0)) FROM unnest(CAST(:project_ids AS text[])) AS t(p)
+    ), locked AS (
+        SELECT count(*) AS n FROM locks
+    ), fresh AS (
+        INSERT INTO inbox (event_id, received_at)
+        SELECT event_id, :received_at FROM unnest(CAST(:event_ids AS text[])) AS e (event_id), locked
+        ON CONFLICT DO NOTHING
+        RETURNING event_id
+    ), heads AS (
+        INSERT INTO review_heads (review_id, org_id, project_id, agent_id, last_seq, terminal_reasons)
+        SELECT review_id, org_id, project_id, agent_id, 0, CAST('[]' AS jsonb)
+        FROM unnest(CAST(:review_ids AS text[]), CAST(:org_ids AS text[]), CAST(:head_projects AS text[]),
+                    CAST(:agent_ids AS text[])) AS h (review_id, org_id, project_id, agent_id), locked
+        ORDER BY review_id
+        ON CONFLICT (review_id) DO UPDATE SET review_id = excluded.review_id
+        RETURNING review_id, org_id, project_id, agent_id, last_seq, terminal_reasons
+    )
+    SELECT ARRAY(SELECT event_id FROM fresh) AS fresh,
+           (SELECT json_agg(heads) FROM heads) AS heads,
+           (SELECT json_agg(e ORDER BY e.created_at, e.id) FROM webhook_endpoints e
+            WHERE e.project_id = ANY(CAST(:project_ids AS text[]))) AS endpoints
     """
 ).bindparams(bindparam("received_at", type_=UtcDateTime()))
 
 
-async def first_deliveries(conn: AsyncConnection, event_ids: list[str], received_at: datetime) -> set[str]:
-    """Record the batch's event ids as received in one statement; those received before are not
-    returned (an id twice in the batch is returned once: its repeat is the caller's to skip)."""
-    result = await conn.execute(_FIRST_DELIVERIES, {"event_ids": event_ids, "received_at": received_at})
-    return set(result.scalars())
+class Head(NamedTuple):
+    """A review's head row: its owner, last seq and terminal reasons."""
+
+    review_id: str
+    org_id: str
+    project_id: str
+    agent_id: str
+    last_seq: int
+    terminal_reasons: list[str]
 
 
-# lock_head for many reviews at once, in review_id order (two batches lock shared heads in one order).
-_LOCK_HEADS = text(
-    """
-    INSERT INTO review_heads (review_id, org_id, project_id, agent_id, last_seq, terminal_reasons)
-    SELECT review_id, org_id, project_id, agent_id, 0, CAST('[]' AS jsonb)
-    FROM unnest(CAST(:review_ids AS text[]), CAST(:org_ids AS text[]), CAST(:project_ids AS text[]),
-                CAST(:agent_ids AS text[])) AS h (review_id, org_id, project_id, agent_id)
-    ORDER BY review_id
-    ON CONFLICT (review_id) DO UPDATE SET review_id = excluded.review_id
-    RETURNING review_id, org_id, project_id, agent_id, last_seq, terminal_reasons
-    """
-).columns(*review_heads.c)
+@dataclass(frozen=True)
+class Batch:
+    """What a batch's first statement answers."""
+
+    fresh: set[str]  # the event ids received for the first time (an id twice in the batch once)
+    heads: dict[str, Head]  # review_id -> its head, locked
+    endpoints: dict[tuple[str, str], list[Endpoint]]  # (org_id, project_id) -> its webhook endpoints
 
 
-async def lock_heads(conn: AsyncConnection, first: list[Incoming]) -> dict[str, Row[Any]]:
-    """``lock_head`` of each review of ``first`` (one incoming per review: its first), in one statement."""
-    params = {
-        "review_ids": [i.review_id for i in first],
-        "org_ids": [i.org_id for i in first],
-        "project_ids": [i.project_id for i in first],
-        "agent_ids": [i.agent_id for i in first],
-    }
-    return {row.review_id: row for row in await conn.execute(_LOCK_HEADS, params)}
+async def begin_batch(
+    conn: AsyncConnection, event_ids: list[str], first: list[Incoming], received_at: datetime
+) -> Batch:
+    """Lock the projects of ``first`` (one incoming per review: its first), record ``event_ids`` as
+    received, lock (creating) each review's head, and read the projects' webhook endpoints: one
+    statement."""
+    project_ids = sorted({i.project_id for i in first})
+    row = (
+        await conn.execute(
+            _BEGIN_BATCH,
+            {
+                "project_ids": project_ids,
+                "event_ids": event_ids,
+                "received_at": received_at,
+                "review_ids": [i.review_id for i in first],
+                "org_ids": [i.org_id for i in first],
+                "head_projects": [i.project_id for i in first],
+                "agent_ids": [i.agent_id for i in first],
+            },
+        )
+    ).one()
+    owners = {(i.org_id, i.project_id) for i in first}
+    endpoints: dict[tuple[str, str], list[Endpoint]] = {owner: [] for owner in owners}
+    for e in _json(row.endpoints):
+        if (owner := (e["org_id"], e["project_id"])) in endpoints:
+            endpoints[owner].append(
+                Endpoint(e["id"], *owner, e["url"], e["reasons"], datetime.fromisoformat(e["created_at"]))
+            )
+    heads = {h["review_id"]: Head(**h) for h in _json(row.heads)}
+    return Batch(set(row.fresh), heads, endpoints)
+
+
+def _json(value: str | list[Any] | None) -> list[Any]:
+    """A ``json_agg`` as the driver gives it: text, or already decoded; NULL for no rows."""
+    if value is None:
+        return []
+    return orjson.loads(value) if isinstance(value, str) else value
 
 
 # append for a batch: the nudges in batch order (so ``pos`` follows it), their frontier rows, each
-# head's advance and one announcement per project, in one statement.
+# head's advance, their webhook deliveries in order and one announcement per project, in one statement.
 _APPEND_MANY_PG = text(
     """
     WITH added AS (
@@ -242,6 +293,15 @@ _APPEND_MANY_PG = text(
         FROM unnest(CAST(:head_ids AS text[]), CAST(:last_seqs AS bigint[]), CAST(:terminals AS text[]))
              AS a (review_id, last_seq, terminal_reasons)
         WHERE review_heads.review_id = a.review_id
+    ), deliveries AS (
+        INSERT INTO webhook_deliveries
+            (endpoint_id, event_id, reason, review_id, body, status, attempts, next_attempt_at, created_at)
+        SELECT endpoint_id, event_id, reason, review_id, body, 'pending', 0, created_at, created_at
+        FROM unnest(CAST(:d_endpoint_ids AS text[]), CAST(:d_event_ids AS text[]), CAST(:d_reasons AS text[]),
+                    CAST(:d_review_ids AS text[]), CAST(:d_bodies AS text[]),
+                    CAST(:d_created_ats AS timestamptz[]))
+             WITH ORDINALITY AS d (endpoint_id, event_id, reason, review_id, body, created_at, ord)
+        ORDER BY ord
     )
     SELECT pg_notify(:channel, p) FROM unnest(CAST(:projects AS text[])) AS p
     """
@@ -259,10 +319,14 @@ class Appended:
 
 
 async def append_many(
-    conn: AsyncConnection, added: list[Appended], heads: dict[str, tuple[int, list[str]]]
+    conn: AsyncConnection,
+    added: list[Appended],
+    heads: dict[str, tuple[int, list[str]]],
+    deliveries: list[dict[str, Any]],
 ) -> None:
     """``append`` for a batch on PostgreSQL: ``added`` in order, then each head of ``heads``
-    (review_id -> (last seq, terminal reasons)) advanced, each project announced once on commit."""
+    (review_id -> (last seq, terminal reasons)) advanced, the webhook ``deliveries`` (rows as
+    ``enqueue_deliveries`` takes them) queued in order, each project announced once on commit."""
     await conn.execute(
         _APPEND_MANY_PG,
         {
@@ -276,6 +340,12 @@ async def append_many(
             "head_ids": list(heads),
             "last_seqs": [seq for seq, _ in heads.values()],
             "terminals": [orjson.dumps(reasons).decode() for _, reasons in heads.values()],
+            "d_endpoint_ids": [d["endpoint_id"] for d in deliveries],
+            "d_event_ids": [d["event_id"] for d in deliveries],
+            "d_reasons": [d["reason"] for d in deliveries],
+            "d_review_ids": [d["review_id"] for d in deliveries],
+            "d_bodies": [d["body"] for d in deliveries],
+            "d_created_ats": [d["created_at"] for d in deliveries],
             "channel": NOTIFY_CHANNEL,
             "projects": sorted({a.incoming.project_id for a in added}),
         },

@@ -66,25 +66,6 @@ async def endpoints_of(conn: AsyncConnection, org_id: str, project_id: str) -> l
     return [_endpoint(row) for row in rows]
 
 
-_ENDPOINTS_OF_PROJECTS = (
-    select(webhook_endpoints)
-    .where(webhook_endpoints.c.project_id.in_(bindparam("project_ids", expanding=True)))
-    .order_by(*_ORDER)
-)
-
-
-async def endpoints_of_projects(
-    conn: AsyncConnection, owners: set[tuple[str, str]]
-) -> dict[tuple[str, str], list[Endpoint]]:
-    """``endpoints_of`` for each ``(org_id, project_id)`` of ``owners``, in one statement."""
-    found: dict[tuple[str, str], list[Endpoint]] = {owner: [] for owner in owners}
-    rows = await conn.execute(_ENDPOINTS_OF_PROJECTS, {"project_ids": sorted({p for _, p in owners})})
-    for row in rows:
-        if (owner := (row.org_id, row.project_id)) in found:
-            found[owner].append(_endpoint(row))
-    return found
-
-
 async def endpoint(conn: AsyncConnection, endpoint_id: str) -> Endpoint | None:
     row = (await conn.execute(select(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id))).first()
     return None if row is None else _endpoint(row)
