@@ -196,7 +196,8 @@ async def _ingest_nudges(db: Database, batch: Sequence[common_pb2.Event]) -> tup
     webhook endpoints read in one (``store.begin_batch``), the nudges, frontier rows, head advances,
     webhook deliveries and announcements in the other. Seqs, refusals and collapses are decided here in
     batch order against the locked heads."""
-    readable: list[Incoming | json_format.ParseError | Invalid] = []  # each parsed once, before the first statement
+    # Each event parsed once, before the first statement.
+    readable: list[Incoming | json_format.ParseError | Invalid] = []
     for event in batch:
         try:
             readable.append(_incoming(codec.decode(event.payload, NudgeRequested)))
@@ -207,8 +208,8 @@ async def _ingest_nudges(db: Database, batch: Sequence[common_pb2.Event]) -> tup
     firsts = {i.review_id: i for i in reversed(readable) if isinstance(i, Incoming)}
     async with db.transaction() as uow:
         conn = uow.conn
-        taken = await store.begin_batch(conn, [e.event_id for e in batch], list(firsts.values()), utcnow())
-        fresh, accepted, valid = taken.fresh, 0, []
+        begun = await store.begin_batch(conn, [e.event_id for e in batch], list(firsts.values()), utcnow())
+        fresh, accepted, valid = begun.fresh, 0, []
         for event, incoming in zip(batch, readable, strict=True):
             if event.event_id not in fresh:
                 continue
@@ -220,16 +221,16 @@ async def _ingest_nudges(db: Database, batch: Sequence[common_pb2.Event]) -> tup
                 log.error("refused nudge event (%s): %s", event.event_id, incoming)
             else:
                 valid.append(incoming)
-        heads = taken.heads
+        heads = begun.heads
         state = {review_id: (row.last_seq, list(row.terminal_reasons)) for review_id, row in heads.items()}
         added: list[store.Appended] = []
         for incoming in valid:
-            taken_seq = await _next(conn, incoming, heads[incoming.review_id], *state[incoming.review_id])
-            if taken_seq is None:
+            taken = await _next(conn, incoming, heads[incoming.review_id], *state[incoming.review_id])
+            if taken is None:
                 continue
-            state[incoming.review_id] = taken_seq
-            added.append(store.Appended(incoming, new_id("ndg"), taken_seq[0], utcnow()))
-        deliveries = webhook_queue.deliveries_of_many(taken.endpoints, added)
+            state[incoming.review_id] = taken
+            added.append(store.Appended(incoming, new_id("ndg"), taken[0], utcnow()))
+        deliveries = webhook_queue.deliveries_of_many(begun.endpoints, added)
         if added:
             advanced = {a.incoming.review_id: state[a.incoming.review_id] for a in added}
             await store.append_many(conn, added, advanced, deliveries)
