@@ -172,8 +172,8 @@ async def test_a_relay_batch_across_many_projects_is_still_two_statements_on_pos
     open_db: OpenDb,
 ) -> None:
     """The batch takes every project's append lock and reads every project's webhook endpoints in its
-    first statement and queues every delivery in its second, so a relay batch of 16 agents' projects costs what one project's does; each
-    project's endpoint still gets only its own project's deliveries."""
+    first statement and queues every delivery in its second, so a relay batch of 16 agents' projects
+    costs what one project's does; each project's endpoint still gets only its own project's deliveries."""
     db = await open_db(SPEC)
     if db.is_sqlite:
         return  # SQLite stores event by event

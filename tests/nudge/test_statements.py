@@ -61,8 +61,8 @@ async def test_a_relayed_batch_is_two_statements_on_postgresql_and_a_nudge_six_o
 ) -> None:
     """PostgreSQL stores a batch set-based, whatever its size: its project's lock, the inbox, the heads and
     the webhook endpoints in one statement, the append (the frontier rows, the heads' advance, the
-    deliveries and the announcement with it) in the other. SQLite goes event by event: the inbox, the head, three statements of append and the
-    endpoints per nudge, and takes no lock."""
+    deliveries and the announcement with it) in the other. SQLite goes event by event: the inbox, the
+    head, three statements of append and the endpoints per nudge, and takes no lock."""
     db = await open_db(SPEC)
     await app.ingest(db, [event("rr_a", "feedback_added")])
     with statements(db) as seen:

@@ -68,11 +68,13 @@ def visible_to(principal: Principal) -> ColumnElement[bool]:
     return condition
 
 
-# lock_projects on PostgreSQL: unnest yields the keys in the array's order and the lock is taken as
-# each row comes, so one statement takes them in the order given.
-_LOCK_PROJECTS_PG = text(
+# The projects' append locks on PostgreSQL: unnest yields the keys in the array's order and the lock is
+# taken as each row comes, so one statement takes them in the order given. ``lock_projects`` runs it alone
+# and ``begin_batch`` as its first CTE: one text, so both paths take the same locks.
+_PROJECT_LOCKS = (
     "SELECT pg_advisory_xact_lock(hashtextextended(p, 0)) FROM unnest(CAST(:project_ids AS text[])) AS t(p)"
 )
+_LOCK_PROJECTS_PG = text(_PROJECT_LOCKS)
 
 
 async def lock_projects(conn: AsyncConnection, project_ids: list[str]) -> None:
@@ -179,7 +181,7 @@ async def append(
 
 # --- batched ingest on PostgreSQL (issue 18): a relay's batch in two statements ---------------------
 
-# A batch's first statement: the project locks (in the order given: callers sort them), then, under them,
+# A batch's first statement: the project locks (sorted, so two batches queue), then, under them,
 # the inbox dedupe and the heads' upsert-and-lock in review_id order, with the projects' webhook endpoints
 # read beside. The cross join with ``locked`` makes both inserts wait for every lock: PostgreSQL has to
 # read that CTE (and so run the locks) before its first row. The statement's snapshot is taken before the
@@ -187,7 +189,9 @@ async def append(
 _BEGIN_BATCH = text(
     """
     WITH locks AS (
-        SELECT pg_advisory_xact_lock(hashtextextended(p, 0)) FROM unnest(CAST(:project_ids AS text[])) AS t(p)
+        """
+    + _PROJECT_LOCKS
+    + """
     ), locked AS (
         SELECT count(*) AS n FROM locks
     ), fresh AS (
